@@ -1,0 +1,122 @@
+# Kipp — GNU make build. `make help` lists the targets.
+# The C build needs only a C11 compiler, pthreads and libm (libkipp); front ends and tests
+# add jansson. `make deps` installs what is missing (Debian packages + the Python venv).
+
+BUILD    ?= build
+CC       ?= cc
+PYTHON   ?= .venv/bin/python
+CHECKPOINT ?= qwen3-4b-base
+TINY     := tiny-tied tiny-untied
+
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
+CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L
+OPT      ?= -O2 -g
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ifeq ($(SAN),1)
+OPT      := -O1 -g $(SAN_FLAGS)
+endif
+CFLAGS   += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc
+LDLIBS   += -lm -lpthread
+
+LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c) \
+           src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+.PHONY: all cpu help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+        fuzz clean tiny-models
+
+all: cpu
+
+help:
+	@echo "make cpu            build build/kipp (scalar CPU reference CLI) and build/kipp_test"
+	@echo "make demo           build, create + convert the tiny checkpoint, generate text"
+	@echo "make test           unit, fuzz-corpus, tooling, docs and tiny-checkpoint model gates"
+	@echo "make test-sanitize  the same under ASan + UBSan"
+	@echo "make test-cpu-model CHECKPOINT=name   CPU model gates for one checkpoint"
+	@echo "make docs / docs-check   regenerate / verify docs/html from docs/*.md"
+	@echo "make vectors CHECKPOINT=name          regenerate golden vectors (needs torch)"
+	@echo "make fuzz           run the GGUF fuzzer for FUZZ_SECONDS (default 60)"
+
+cpu: $(BUILD)/kipp $(BUILD)/kipp_test
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: CFLAGS += -Itests/unit -Itests/model
+
+$(BUILD)/libkipp.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ -ljansson $(LDLIBS)
+
+# libFuzzer target (clang); also replays the committed corpus in `make test`.
+$(BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/core/types.c src/core/error.c
+	@mkdir -p $(BUILD)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -lm
+
+fuzz: $(BUILD)/fuzz_gguf
+	@mkdir -p $(BUILD)/fuzz-corpus
+	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d
+
+# ---- set-up ---------------------------------------------------------------------------
+
+deps:
+	@scripts/setup.sh
+
+venv: deps
+
+# ---- checkpoints, demo, vectors ---------------------------------------------------------
+
+models/%/config.json: tools/make_tiny_checkpoint.py
+	$(PYTHON) tools/make_tiny_checkpoint.py --name $*
+
+define tiny_gguf_rule
+models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/config.json tools/convert_to_gguf.py
+	$$(PYTHON) tools/convert_to_gguf.py models/$(1) --outtype $(2)
+endef
+$(foreach t,$(TINY),$(foreach q,bf16 f32,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+
+tiny-models: deps $(foreach t,$(TINY),models/$(t)/kipp-$(t)-bf16.gguf models/$(t)/kipp-$(t)-f32.gguf)
+
+demo: deps cpu models/tiny-tied/kipp-tiny-tied-bf16.gguf
+	$(BUILD)/kipp --model models/tiny-tied/kipp-tiny-tied-bf16.gguf \
+	    --prompt "The capital of France is" -n 24 --seed 42
+
+vectors: deps
+	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
+	    .venv/bin/pip install -r tools/requirements-vectors.txt
+	$(PYTHON) tools/make_vectors.py --checkpoint $(CHECKPOINT)
+
+# ---- tests ------------------------------------------------------------------------------
+
+test: deps cpu $(BUILD)/fuzz_gguf tiny-models
+	@BUILD=$(BUILD) tests/run_tests.sh
+
+test-sanitize: deps tiny-models
+	$(MAKE) BUILD=build/san SAN=1 cpu build/san/fuzz_gguf
+	@BUILD=build/san KIPP_SANITIZE=1 tests/run_tests.sh
+
+test-cpu-model: deps cpu
+	@BUILD=$(BUILD) tests/model/run_cpu_model.sh $(CHECKPOINT)
+
+# ---- docs -------------------------------------------------------------------------------
+
+DOCS_MD := $(wildcard docs/*.md)
+docs: deps
+	@scripts/docs.sh build
+
+docs-check: deps
+	@scripts/docs.sh check
+
+clean:
+	rm -rf build

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# setup.sh — installs what Kipp's build, tests and tools need, and nothing when it is all
+# there already: Debian packages (as root, via apt-get) and the project-local Python
+# virtualenv .venv with tools/requirements.txt. Called by `make deps` (and so by
+# `make demo` / `make test`); safe to run repeatedly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(libjansson-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
+        echo "setup: need root to install: ${missing[*]} (run: apt-get install ${missing[*]})" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
+        { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${missing[@]}" >/dev/null; }
+fi
+
+PY=${PYTHON_BOOTSTRAP:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.kipp-requirements
+if [ ! -f "$stamp" ] || ! cmp -s tools/requirements.txt "$stamp"; then
+    echo "setup: installing tools/requirements.txt into .venv"
+    .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
+    cp tools/requirements.txt "$stamp"
+fi

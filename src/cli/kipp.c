@@ -1,0 +1,358 @@
+/* kipp.c — the `kipp` command: load a GGUF, encode a prompt, generate text on an explicitly
+ * chosen backend and stream it to stdout; timings go to stderr. The only layer allowed to
+ * print and exit. Does not do chat templating (see kipp-chat, later). */
+#include "kipp.h"
+#include "tok/utf8.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KIPP_VERSION "0.1.0"
+#define MAX_PROMPT_BYTES (64u << 20)
+
+typedef struct {
+    const char *model, *prompt, *backend;
+    long n_predict, n_ctx, n_threads;
+    int info, tokenize, check_weights, parse_special, stats;
+    kipp_sampler_params sp;
+} cli_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kipp --model FILE.gguf [options]\n"
+            "\n"
+            "Generates text from a prompt with a Qwen3 GGUF model and streams it to stdout.\n"
+            "Prefill and decode speed are printed on stderr.\n"
+            "\n"
+            "  -m, --model FILE        GGUF model file (required)\n"
+            "  -p, --prompt TEXT       prompt text; without it the prompt is read from stdin\n"
+            "  -n, --n-predict N       tokens to generate (default 64; stops early at end-of-text)\n"
+            "  -c, --ctx-size N        context size in tokens (default: model's, capped at 4096)\n"
+            "      --backend NAME      cpu-ref (default; the scalar reference), cpu, cuda, metal.\n"
+            "                          A backend that is unknown or not built in is a fatal error.\n"
+            "  -t, --threads N         threads for backends that use them (default 0 = auto)\n"
+            "\n"
+            "sampling (defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, seed 12648430):\n"
+            "      --temp F            temperature; 0 = greedy\n"
+            "      --greedy            same as --temp 0\n"
+            "      --top-k N           keep the N most likely tokens (0 = off)\n"
+            "      --top-p F           nucleus sampling threshold (1 = off)\n"
+            "      --min-p F           drop tokens below F x the top probability (0 = off)\n"
+            "      --repeat-penalty F  repetition penalty (1 = off)\n"
+            "      --repeat-last-n N   tokens the penalties look back over (-1 = all, default 64)\n"
+            "      --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"
+            "  -s, --seed N            random seed (same seed and inputs give the same tokens)\n"
+            "\n"
+            "other:\n"
+            "      --no-special        treat special-token text like <|im_start|> as plain text\n"
+            "      --tokenize          print the prompt's token ids and exit\n"
+            "      --info              print the model's hyper-parameters and exit\n"
+            "      --check-weights     scan every weight for NaN/Inf before running (slow)\n"
+            "      --no-stats          do not print timings on stderr\n"
+            "  -h, --help              this help\n"
+            "      --version           print the version\n");
+}
+
+static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "kipp: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "kipp: %s expects a number in [%g, %g], got '%s'\n", flag, (double)lo,
+                (double)hi, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Returns 0 to continue, 1 to exit successfully (help/version), 2 on a usage error. */
+static int parse_args(int argc, char **argv, cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = "cpu-ref";
+    o->n_predict = 64;
+    o->parse_special = 1;
+    o->stats = 1;
+    o->sp = kipp_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define IS(s) (strcmp(a, s) == 0)
+#define NEXT()                                                                               \
+    (i + 1 < argc ? argv[++i]                                                                \
+                  : (fprintf(stderr, "kipp: %s needs a value (see --help)\n", a), (char *)NULL))
+        const char *v = NULL;
+        long l;
+        if (IS("-h") || IS("--help")) { usage(stdout); return 1; }
+        else if (IS("--version")) { printf("kipp %s\n", KIPP_VERSION); return 1; }
+        else if (IS("-m") || IS("--model")) { if (!(o->model = NEXT())) return 2; }
+        else if (IS("-p") || IS("--prompt")) { if (!(o->prompt = NEXT())) return 2; }
+        else if (IS("--backend")) { if (!(o->backend = NEXT())) return 2; }
+        else if (IS("-n") || IS("--n-predict")) {
+            if (!(v = NEXT()) || !parse_long(a, v, 0, 1 << 24, &o->n_predict)) return 2;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            if (!(v = NEXT()) || !parse_long(a, v, 1, 1 << 24, &o->n_ctx)) return 2;
+        } else if (IS("-t") || IS("--threads")) {
+            if (!(v = NEXT()) || !parse_long(a, v, 0, 1024, &o->n_threads)) return 2;
+        } else if (IS("--temp")) {
+            if (!(v = NEXT()) || !parse_float(a, v, 0.0f, 100.0f, &o->sp.temperature)) return 2;
+        } else if (IS("--greedy")) { o->sp.temperature = 0.0f; }
+        else if (IS("--top-k")) {
+            if (!(v = NEXT()) || !parse_long(a, v, 0, 1 << 24, &l)) return 2;
+            o->sp.top_k = (int32_t)l;
+        } else if (IS("--top-p")) {
+            if (!(v = NEXT()) || !parse_float(a, v, 1e-6f, 1.0f, &o->sp.top_p)) return 2;
+        } else if (IS("--min-p")) {
+            if (!(v = NEXT()) || !parse_float(a, v, 0.0f, 1.0f, &o->sp.min_p)) return 2;
+        } else if (IS("--repeat-penalty")) {
+            if (!(v = NEXT()) || !parse_float(a, v, 1e-3f, 100.0f, &o->sp.repetition_penalty))
+                return 2;
+        } else if (IS("--repeat-last-n")) {
+            if (!(v = NEXT()) || !parse_long(a, v, -1, 1 << 24, &l)) return 2;
+            o->sp.penalty_last_n = (int32_t)l;
+        } else if (IS("--presence-penalty")) {
+            if (!(v = NEXT()) || !parse_float(a, v, -2.0f, 2.0f, &o->sp.presence_penalty)) return 2;
+        } else if (IS("--frequency-penalty")) {
+            if (!(v = NEXT()) || !parse_float(a, v, -2.0f, 2.0f, &o->sp.frequency_penalty))
+                return 2;
+        } else if (IS("-s") || IS("--seed")) {
+            if (!(v = NEXT())) return 2;
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (errno || end == v || *end || v[0] == '-') {
+                fprintf(stderr, "kipp: --seed expects a non-negative integer, got '%s'\n", v);
+                return 2;
+            }
+            o->sp.seed = s;
+        } else if (IS("--no-special")) { o->parse_special = 0; }
+        else if (IS("--tokenize")) { o->tokenize = 1; }
+        else if (IS("--info")) { o->info = 1; }
+        else if (IS("--check-weights")) { o->check_weights = 1; }
+        else if (IS("--no-stats")) { o->stats = 0; }
+        else {
+            fprintf(stderr, "kipp: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+#undef IS
+#undef NEXT
+    }
+    if (!o->model) {
+        fprintf(stderr, "kipp: --model FILE is required (see --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+static char *read_stdin(size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap >= MAX_PROMPT_BYTES) {
+                fprintf(stderr, "kipp: prompt on stdin exceeds %u bytes\n", MAX_PROMPT_BYTES);
+                free(buf);
+                return NULL;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); return NULL; }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
+        n += got;
+        if (got == 0) break;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void print_info(const kipp_model *m) {
+    kipp_model_info i;
+    kipp_model_get_info(m, &i);
+    printf("{\"architecture\": \"qwen3\", \"n_layer\": %u, \"n_embd\": %u, \"n_head\": %u, "
+           "\"n_head_kv\": %u, \"head_dim\": %u, \"n_ff\": %u, \"n_vocab\": %u, "
+           "\"n_ctx_train\": %u, \"rope_theta\": %g, \"rms_eps\": %g, \"tied_embeddings\": %s, "
+           "\"bos_id\": %u, \"eos_id\": %u}\n",
+           i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_ff, i.n_vocab,
+           i.n_ctx_train, (double)i.rope_theta, (double)i.rms_eps,
+           i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
+}
+
+/* Writes token bytes to stdout, holding back an unfinished UTF-8 sequence. */
+typedef struct { char buf[64]; size_t n; } out_stream;
+
+static void stream_bytes(out_stream *o, const char *b, size_t len, int flush) {
+    for (size_t i = 0; i < len; i++) {
+        if (o->n == sizeof o->buf) { fwrite(o->buf, 1, o->n, stdout); o->n = 0; }
+        o->buf[o->n++] = b[i];
+    }
+    size_t ready = flush ? o->n : kipp_utf8_complete_prefix(o->buf, o->n);
+    fwrite(o->buf, 1, ready, stdout);
+    memmove(o->buf, o->buf + ready, o->n - ready);
+    o->n -= ready;
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    cli_opts o;
+    int pr = parse_args(argc, argv, &o);
+    if (pr == 1) return 0;
+    if (pr == 2) return 2;
+
+    char err[KIPP_ERR_LEN];
+    int rc = 1;
+    kipp_model *m = NULL;
+    kipp_ctx *c = NULL;
+    kipp_sampler *smp = NULL;
+    char *stdin_buf = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+
+    kipp_status st = kipp_model_load(o.model, &m, err, sizeof err);
+    if (st != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        if (st == KIPP_ERR_IO && strstr(o.model, "models/"))
+            fprintf(stderr, "kipp: model not found? get weights with tools/download_model.sh "
+                            "NAME and convert them with tools/convert_to_gguf.py\n");
+        goto done;
+    }
+    if (o.info) {
+        print_info(m);
+        rc = 0;
+        goto done;
+    }
+    if (o.check_weights && (st = kipp_model_check_weights(m, err, sizeof err)) != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        goto done;
+    }
+
+    size_t prompt_len;
+    const char *prompt = o.prompt;
+    if (prompt) {
+        prompt_len = strlen(prompt);
+    } else {
+        if (!(stdin_buf = read_stdin(&prompt_len))) {
+            fprintf(stderr, "kipp: could not read the prompt from stdin\n");
+            goto done;
+        }
+        prompt = stdin_buf;
+    }
+    if (prompt_len == 0) {
+        fprintf(stderr, "kipp: empty prompt: give --prompt TEXT or pipe text on stdin\n");
+        goto done;
+    }
+
+    kipp_model_info info;
+    kipp_model_get_info(m, &info);
+    size_t cap = prompt_len + 16, n_prompt = 0;
+    if (!(ids = malloc(cap * sizeof *ids))) { fprintf(stderr, "kipp: out of memory\n"); goto done; }
+    st = kipp_tokenize(m, prompt, prompt_len, o.parse_special, ids, cap, &n_prompt, err, sizeof err);
+    if (st != KIPP_OK) { fprintf(stderr, "kipp: %s\n", err); goto done; }
+    if (o.tokenize) {
+        for (size_t i = 0; i < n_prompt; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+        rc = 0;
+        goto done;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "kipp: the prompt encodes to zero tokens\n");
+        goto done;
+    }
+
+    kipp_ctx_params cp = kipp_ctx_default_params();
+    cp.backend = o.backend;
+    cp.n_ctx = (uint32_t)o.n_ctx;
+    cp.n_threads = (int)o.n_threads;
+    if ((st = kipp_ctx_init(m, &cp, &c, err, sizeof err)) != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        goto done;
+    }
+    const uint32_t n_ctx = kipp_ctx_n_ctx(c);
+    if (n_prompt >= n_ctx) {
+        fprintf(stderr,
+                "kipp: the prompt has %zu tokens but the context holds %u (raise --ctx-size, at "
+                "most %u for this model, or shorten the prompt)\n",
+                n_prompt, n_ctx, info.n_ctx_train);
+        goto done;
+    }
+    if ((st = kipp_sampler_init(&o.sp, info.n_vocab, &smp, err, sizeof err)) != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        goto done;
+    }
+    if (!(logits = malloc((size_t)info.n_vocab * sizeof *logits))) {
+        fprintf(stderr, "kipp: out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < n_prompt; i++) kipp_sampler_accept(smp, ids[i]);
+
+    double t0 = now_s();
+    if ((st = kipp_decode(c, ids, (uint32_t)n_prompt, logits, err, sizeof err)) != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        goto done;
+    }
+    double t_prefill = now_s() - t0;
+    out_stream os = {.n = 0};
+    long n_gen = 0, n_decoded = 0; /* sampled tokens; single-token forward passes */
+    int hit_ctx = 0;
+    double t1 = now_s();
+    while (n_gen < o.n_predict) {
+        int32_t tok = kipp_sampler_sample(smp, logits);
+        n_gen++;
+        if (kipp_token_is_eog(m, tok)) break;
+        kipp_sampler_accept(smp, tok);
+        size_t len;
+        const char *bytes = kipp_token_bytes(m, tok, &len);
+        stream_bytes(&os, bytes ? bytes : "", bytes ? len : 0, 0);
+        if (n_gen == o.n_predict) break;
+        if (kipp_ctx_n_past(c) >= n_ctx) { hit_ctx = 1; break; }
+        if ((st = kipp_decode(c, &tok, 1, logits, err, sizeof err)) != KIPP_OK) {
+            stream_bytes(&os, NULL, 0, 1);
+            fprintf(stderr, "\nkipp: %s\n", err);
+            goto done;
+        }
+        n_decoded++;
+    }
+    double t_decode = now_s() - t1;
+    stream_bytes(&os, NULL, 0, 1);
+    printf("\n");
+    if (hit_ctx) fprintf(stderr, "kipp: stopped: the context (%u tokens) is full\n", n_ctx);
+    if (o.stats)
+        fprintf(stderr,
+                "kipp: backend %s; prefill %zu tokens in %.1f ms (%.2f tok/s); generated %ld "
+                "tokens, %ld decode steps in %.1f ms (%.2f tok/s)\n",
+                o.backend, n_prompt, t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9),
+                n_gen, n_decoded, t_decode * 1e3, n_decoded / (t_decode > 0 ? t_decode : 1e-9));
+    rc = 0;
+done:
+    free(logits);
+    free(ids);
+    free(stdin_buf);
+    kipp_sampler_free(smp);
+    kipp_ctx_free(c);
+    kipp_model_free(m);
+    return rc;
+}

@@ -1,0 +1,266 @@
+/* model.c — binds a Qwen3 GGUF: reads every hyper-parameter from metadata (head_dim from
+ * attention.key_length, never hidden/heads), looks up each tensor by its llama.cpp name and
+ * checks its shape and type. Weights stay in the mapping. Does not run the model. */
+#include "model/model.h"
+
+#include "core/error.h"
+#include "core/types.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KIPP_MAX_LAYERS 1024u
+#define KIPP_MAX_DIM (1u << 20)
+
+static kipp_status get_u32(const kipp_gguf *g, const char *key, uint32_t *out, char *err,
+                           size_t err_len) {
+    kipp_status st = kipp_gguf_get_u32(g, key, out, err, err_len);
+    if (st != KIPP_OK) return st;
+    if (*out == 0 || *out > KIPP_MAX_DIM)
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: metadata %s = %u is out of range",
+                         key, *out);
+    return KIPP_OK;
+}
+
+/* Finds tensor `name` and checks it is 1-D [ne0] or 2-D [ne0, ne1] (ne1 == 0 means 1-D). */
+static kipp_status bind(const kipp_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                        const kipp_gguf_tensor **out, char *err, size_t err_len) {
+    const kipp_gguf_tensor *t = kipp_gguf_find_tensor(g, name);
+    *out = NULL;
+    if (!t)
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: tensor '%s' is missing", name);
+    uint32_t want_dims = ne1 ? 2u : 1u;
+    int64_t want1 = ne1 ? ne1 : 1;
+    if (t->n_dims != want_dims || t->ne[0] != ne0 || t->ne[1] != want1)
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
+                         "model: tensor '%s' has shape [%lld, %lld] (%u dims), expected "
+                         "[%lld, %lld] from the metadata",
+                         name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
+                         (long long)ne0, (long long)want1);
+    *out = t;
+    return KIPP_OK;
+}
+
+static kipp_status read_hparams(const kipp_gguf *g, kipp_model_info *hp, char *err,
+                                size_t err_len) {
+    kipp_status st;
+    kipp_gguf_str arch;
+    st = kipp_gguf_get_str(g, "general.architecture", &arch, err, err_len);
+    if (st != KIPP_OK) return st;
+    if (arch.len != 5 || memcmp(arch.ptr, "qwen3", 5) != 0)
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                         "model: general.architecture is '%.*s'; Kipp supports only 'qwen3'",
+                         (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    memset(hp, 0, sizeof *hp);
+    if ((st = get_u32(g, "qwen3.block_count", &hp->n_layer, err, err_len))) return st;
+    if ((st = get_u32(g, "qwen3.embedding_length", &hp->n_embd, err, err_len))) return st;
+    if ((st = get_u32(g, "qwen3.feed_forward_length", &hp->n_ff, err, err_len))) return st;
+    if ((st = get_u32(g, "qwen3.attention.head_count", &hp->n_head, err, err_len))) return st;
+    if ((st = get_u32(g, "qwen3.context_length", &hp->n_ctx_train, err, err_len))) return st;
+    if (kipp_gguf_find_key(g, "qwen3.attention.head_count_kv") >= 0) {
+        if ((st = get_u32(g, "qwen3.attention.head_count_kv", &hp->n_head_kv, err, err_len)))
+            return st;
+    } else {
+        hp->n_head_kv = hp->n_head;
+    }
+    if ((st = get_u32(g, "qwen3.attention.key_length", &hp->head_dim, err, err_len)))
+        return kipp_errf(err, err_len, st,
+                         "model: qwen3.attention.key_length is missing or invalid; Kipp "
+                         "never guesses head_dim from embedding_length / head_count");
+    if (kipp_gguf_find_key(g, "qwen3.attention.value_length") >= 0) {
+        uint32_t vl;
+        if ((st = get_u32(g, "qwen3.attention.value_length", &vl, err, err_len))) return st;
+        if (vl != hp->head_dim)
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "model: value_length %u differs from key_length %u", vl,
+                             hp->head_dim);
+    }
+    if ((st = kipp_gguf_get_f32(g, "qwen3.attention.layer_norm_rms_epsilon", &hp->rms_eps, err,
+                                err_len)))
+        return st;
+    hp->rope_theta = 10000.0f;
+    if (kipp_gguf_find_key(g, "qwen3.rope.freq_base") >= 0 &&
+        (st = kipp_gguf_get_f32(g, "qwen3.rope.freq_base", &hp->rope_theta, err, err_len)))
+        return st;
+    if (kipp_gguf_find_key(g, "qwen3.rope.scaling.type") >= 0) {
+        kipp_gguf_str s;
+        if ((st = kipp_gguf_get_str(g, "qwen3.rope.scaling.type", &s, err, err_len))) return st;
+        if (!(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "model: rope scaling '%.*s' is not supported yet",
+                             (int)(s.len > 32 ? 32 : s.len), s.ptr);
+    }
+    if (hp->n_layer > KIPP_MAX_LAYERS)
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: block_count %u is too large",
+                         hp->n_layer);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
+                         "model: head_count %u is not a multiple of head_count_kv %u",
+                         hp->n_head, hp->n_head_kv);
+    if (hp->head_dim % 2 != 0)
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
+                         "model: key_length %u must be even for RoPE", hp->head_dim);
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f))
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
+                         "model: layer_norm_rms_epsilon %g is out of range", (double)hp->rms_eps);
+    if (!(hp->rope_theta > 1.0f) || !isfinite(hp->rope_theta))
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: rope.freq_base %g is invalid",
+                         (double)hp->rope_theta);
+    return KIPP_OK;
+}
+
+/* Norm vectors are small: reject NaN/Inf in them at load time. */
+static kipp_status check_finite_small(const kipp_gguf_tensor *t, char *err, size_t err_len) {
+    float buf[4096];
+    uint64_t n = t->n_elems;
+    if (n > 4096) return KIPP_OK;
+    kipp_dequantize_row(t->type, t->data, buf, n);
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(buf[i]))
+            return kipp_errf(err, err_len, KIPP_ERR_NUMERIC,
+                             "model: tensor '%s' element %llu is %s", t->name,
+                             (unsigned long long)i, isnan(buf[i]) ? "NaN" : "Inf");
+    return KIPP_OK;
+}
+
+kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **out, char *err,
+                                 size_t err_len) {
+    *out = NULL;
+    kipp_status st;
+    kipp_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        kipp_gguf_free(g);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "model: out of memory");
+    }
+    m->gguf = g;
+    if ((st = read_hparams(g, &m->hp, err, err_len))) goto fail;
+    if ((st = kipp_vocab_load_gguf(g, &m->vocab, err, err_len))) goto fail;
+    m->hp.n_vocab = kipp_vocab_n_tokens(m->vocab);
+    m->hp.bos_id = kipp_vocab_bos_id(m->vocab);
+    m->hp.eos_id = kipp_vocab_eos_id(m->vocab);
+
+    const kipp_model_info *hp = &m->hp;
+    const int64_t H = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
+    const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    if ((st = bind(g, "token_embd.weight", H, V, &m->tok_embd, err, err_len))) goto fail;
+    if ((st = bind(g, "output_norm.weight", H, 0, &m->output_norm, err, err_len))) goto fail;
+    if (kipp_gguf_find_tensor(g, "output.weight")) {
+        if ((st = bind(g, "output.weight", H, V, &m->output, err, err_len))) goto fail;
+    } else {
+        m->output = m->tok_embd;
+        m->hp.tied_embeddings = 1;
+    }
+    if ((st = check_finite_small(m->output_norm, err, err_len))) goto fail;
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        kipp_layer_weights *w = &m->layers[l];
+        char name[64];
+        struct { const char *suffix; int64_t ne0, ne1; const kipp_gguf_tensor **dst; } spec[] = {
+            {"attn_norm", H, 0, &w->attn_norm},  {"attn_q", H, QD, &w->wq},
+            {"attn_k", H, KD, &w->wk},           {"attn_v", H, KD, &w->wv},
+            {"attn_q_norm", hp->head_dim, 0, &w->q_norm},
+            {"attn_k_norm", hp->head_dim, 0, &w->k_norm},
+            {"attn_output", QD, H, &w->wo},      {"ffn_norm", H, 0, &w->ffn_norm},
+            {"ffn_gate", H, F, &w->w_gate},      {"ffn_up", H, F, &w->w_up},
+            {"ffn_down", F, H, &w->w_down},
+        };
+        for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, spec[i].suffix);
+            if ((st = bind(g, name, spec[i].ne0, spec[i].ne1, spec[i].dst, err, err_len)))
+                goto fail;
+            if (spec[i].ne1 == 0 && (st = check_finite_small(*spec[i].dst, err, err_len)))
+                goto fail;
+        }
+    }
+    *out = m;
+    return KIPP_OK;
+fail:
+    if (path && err && err_len) {
+        /* prefix the file name so the user knows which model is at fault */
+        char tmp[KIPP_ERR_LEN];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, err_len, "%s", tmp);
+    }
+    kipp_model_free(m);
+    return st;
+}
+
+kipp_status kipp_model_load(const char *path, kipp_model **out, char *err, size_t err_len) {
+    *out = NULL;
+    if (!path || !*path)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "model: no model path given");
+    kipp_gguf *g = NULL;
+    kipp_status st = kipp_gguf_open(path, &g, err, err_len);
+    if (st != KIPP_OK) {
+        char tmp[KIPP_ERR_LEN];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err ? err : "");
+        if (err && err_len) snprintf(err, err_len, "%s", tmp);
+        return st;
+    }
+    return kipp_model_from_gguf(g, path, out, err, err_len);
+}
+
+void kipp_model_free(kipp_model *m) {
+    if (!m) return;
+    kipp_vocab_free(m->vocab);
+    free(m->layers);
+    kipp_gguf_free(m->gguf);
+    free(m);
+}
+
+void kipp_model_get_info(const kipp_model *m, kipp_model_info *out) { *out = m->hp; }
+
+kipp_status kipp_model_check_weights(const kipp_model *m, char *err, size_t err_len) {
+    for (uint64_t i = 0; i < kipp_gguf_n_tensors(m->gguf); i++) {
+        const kipp_gguf_tensor *t = kipp_gguf_tensor_at(m->gguf, i);
+        uint64_t row = (uint64_t)t->ne[0], n_rows = t->n_elems / row;
+        uint64_t row_bytes = kipp_type_row_bytes(t->type, row);
+        float *buf = malloc(row * sizeof *buf);
+        if (!buf) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "model: out of memory");
+        for (uint64_t r = 0; r < n_rows; r++) {
+            kipp_dequantize_row(t->type, (const char *)t->data + r * row_bytes, buf, row);
+            for (uint64_t j = 0; j < row; j++) {
+                if (!isfinite(buf[j])) {
+                    free(buf);
+                    return kipp_errf(err, err_len, KIPP_ERR_NUMERIC,
+                                     "model: tensor '%s' row %llu element %llu is %s", t->name,
+                                     (unsigned long long)r, (unsigned long long)j,
+                                     isnan(buf[j]) ? "NaN" : "Inf");
+                }
+            }
+        }
+        free(buf);
+    }
+    return KIPP_OK;
+}
+
+/* ---- tokenizer pass-throughs (the vocab lives with the model) ------------------------- */
+
+kipp_status kipp_tokenize(const kipp_model *m, const char *text, size_t len, int parse_special,
+                          int32_t *ids, size_t cap, size_t *n_out, char *err, size_t err_len) {
+    int32_t *tmp = NULL;
+    size_t n = 0;
+    kipp_status st = kipp_vocab_encode(m->vocab, text, len, parse_special, &tmp, &n, err, err_len);
+    if (st != KIPP_OK) return st;
+    *n_out = n;
+    if (n > cap) {
+        free(tmp);
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "tokenize: %zu tokens do not fit the buffer of %zu", n, cap);
+    }
+    if (n) memcpy(ids, tmp, n * sizeof *ids);
+    free(tmp);
+    return KIPP_OK;
+}
+
+const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len) {
+    return kipp_vocab_token_bytes(m->vocab, id, len);
+}
+
+int kipp_token_is_eog(const kipp_model *m, int32_t id) { return kipp_vocab_is_eog(m->vocab, id); }

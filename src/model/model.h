@@ -1,0 +1,39 @@
+/* model.h — the Qwen3 model as Kipp sees it: hyper-parameters read from GGUF metadata and
+ * weight tensors bound by name (pointers into the mmapped file; nothing is copied).
+ * Does not compute anything: the forward pass lives in the backends. */
+#ifndef KIPP_MODEL_H
+#define KIPP_MODEL_H
+
+#include "kipp.h"
+#include "gguf/gguf.h"
+#include "tok/vocab.h"
+
+typedef struct {
+    const kipp_gguf_tensor *attn_norm; /* [H]                 */
+    const kipp_gguf_tensor *wq;        /* [H, Nh*D]  (ne order: ne[0] = input) */
+    const kipp_gguf_tensor *wk;        /* [H, Nkv*D] */
+    const kipp_gguf_tensor *wv;        /* [H, Nkv*D] */
+    const kipp_gguf_tensor *q_norm;    /* [D] shared by all q heads */
+    const kipp_gguf_tensor *k_norm;    /* [D] shared by all k heads */
+    const kipp_gguf_tensor *wo;        /* [Nh*D, H] */
+    const kipp_gguf_tensor *ffn_norm;  /* [H]  */
+    const kipp_gguf_tensor *w_gate;    /* [H, F] */
+    const kipp_gguf_tensor *w_up;      /* [H, F] */
+    const kipp_gguf_tensor *w_down;    /* [F, H] */
+} kipp_layer_weights;
+
+struct kipp_model {
+    kipp_gguf *gguf;
+    kipp_model_info hp;
+    const kipp_gguf_tensor *tok_embd;    /* [H, V] : row t is token t's embedding */
+    const kipp_gguf_tensor *output_norm; /* [H] */
+    const kipp_gguf_tensor *output;      /* [H, V] : == tok_embd when tied */
+    kipp_layer_weights *layers;          /* [n_layer] */
+    kipp_vocab *vocab;
+};
+
+/* Loads a model from an already opened GGUF (takes ownership of g on success and failure). */
+kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **out, char *err,
+                                 size_t err_len);
+
+#endif

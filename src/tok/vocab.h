@@ -1,0 +1,96 @@
+/* vocab.h — internal tokenizer API: a byte-level BPE vocabulary (GPT-2 byte map, Qwen2
+ * pre-tokenizer) built from token/merge arrays or from a GGUF's tokenizer.ggml.* keys.
+ * vocab.c owns the tables (token and merge hash tables, decoded bytes, special tokens);
+ * bpe.c owns encoding (special-token split, pre-tokenizer, BPE). Design: reference §6. */
+#ifndef KIPP_TOK_VOCAB_H
+#define KIPP_TOK_VOCAB_H
+
+#include "gguf/gguf.h"
+#include "kipp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* tokenizer.ggml.token_type values */
+enum {
+    KIPP_TOKEN_NORMAL = 1,
+    KIPP_TOKEN_UNKNOWN = 2,
+    KIPP_TOKEN_CONTROL = 3,
+    KIPP_TOKEN_USER_DEFINED = 4,
+    KIPP_TOKEN_UNUSED = 5,
+    KIPP_TOKEN_BYTE = 6,
+};
+
+#define KIPP_VOCAB_NONE UINT32_MAX /* eos/bos id when the vocab has none */
+
+typedef struct kipp_vocab kipp_vocab;
+
+/* Builds a vocab from arrays; everything needed is copied, so the arrays may be freed
+ * afterwards. token_types may be NULL (all NORMAL). Merge i has rank i and the form
+ * "left right" (split at the first space); both parts and their concatenation must be
+ * tokens, otherwise the error names the merge index. eos defaults to <|im_end|>, else
+ * <|endoftext|>; bos to <|endoftext|>; KIPP_VOCAB_NONE when absent. */
+kipp_status kipp_vocab_init(const char *const *tokens, const size_t *token_lens,
+                            const int32_t *token_types, uint32_t n_tokens,
+                            const char *const *merges, const size_t *merge_lens,
+                            uint32_t n_merges, kipp_vocab **out, char *err, size_t err_len);
+
+/* Reads tokenizer.ggml.{model (must be "gpt2"), pre (if present must be "qwen2"), tokens,
+ * token_type (optional), merges, eos_token_id, bos_token_id (optional)}. The vocab copies
+ * what it needs: the GGUF may be closed afterwards. */
+kipp_status kipp_vocab_load_gguf(const kipp_gguf *g, kipp_vocab **out, char *err,
+                                 size_t err_len);
+
+void kipp_vocab_free(kipp_vocab *v); /* NULL is a no-op */
+
+uint32_t kipp_vocab_n_tokens(const kipp_vocab *v);
+uint32_t kipp_vocab_eos_id(const kipp_vocab *v);
+uint32_t kipp_vocab_bos_id(const kipp_vocab *v);
+
+/* Encodes UTF-8 text (invalid UTF-8 is tolerated: its bytes go through the byte map).
+ * parse_special: also split out CONTROL tokens; USER_DEFINED tokens are always split out.
+ * On success *ids_out is a malloc'd array (never NULL, even when *n_out is 0) that the
+ * caller frees. No BOS/EOS is added. */
+kipp_status kipp_vocab_encode(const kipp_vocab *v, const char *text, size_t len,
+                              int parse_special, int32_t **ids_out, size_t *n_out, char *err,
+                              size_t err_len);
+
+/* Raw bytes the token stands for: NORMAL (and BYTE) through the inverse GPT-2 byte map,
+ * USER_DEFINED as its literal text, CONTROL, UNKNOWN and UNUSED as "" (len 0). NULL for
+ * ids out of range. The string is NUL-terminated and lives as long as the vocab. */
+const char *kipp_vocab_token_bytes(const kipp_vocab *v, int32_t id, size_t *len);
+/* The token's literal vocab string (byte-level form for NORMAL tokens); same lifetime. */
+const char *kipp_vocab_token_text(const kipp_vocab *v, int32_t id, size_t *len);
+/* Token type (KIPP_TOKEN_*), 0 for ids out of range. */
+int kipp_vocab_token_type(const kipp_vocab *v, int32_t id);
+
+/* End of generation: the eos id, and <|endoftext|>, <|im_end|>, <|fim_pad|>,
+ * <|repo_name|>, <|file_sep|> when present (reference §7.3). */
+int kipp_vocab_is_eog(const kipp_vocab *v, int32_t id);
+
+/* Exact lookup of a vocab string (byte-level form for NORMAL tokens); -1 if absent. */
+int32_t kipp_vocab_find(const kipp_vocab *v, const char *text, size_t len);
+
+/* ---- shared between vocab.c and bpe.c (and the unit tests) -------------------------- */
+
+/* Token id of the single-byte symbol for byte b, -1 if the vocab lacks it. */
+int32_t kipp_vocab_byte_token(const kipp_vocab *v, uint8_t b);
+/* Merge of (left, right): returns 1 and sets *rank and *result if the pair merges. */
+int kipp_vocab_merge(const kipp_vocab *v, int32_t left, int32_t right, uint32_t *rank,
+                     int32_t *result);
+/* Split candidates (CONTROL, USER_DEFINED, UNKNOWN tokens with non-empty text), ordered
+ * longest text first, then lowest id. */
+uint32_t kipp_vocab_n_specials(const kipp_vocab *v);
+int32_t kipp_vocab_special_at(const kipp_vocab *v, uint32_t i);
+
+/* Lenient UTF-8: the code point at byte i < len and its byte count in *n_bytes (>= 1).
+ * An invalid, overlong, surrogate or truncated sequence yields KIPP_TOK_BAD_CP for one
+ * byte, so callers can always make progress and keep the raw byte. */
+#define KIPP_TOK_BAD_CP 0xFFFFFFFFu
+uint32_t kipp_tok_utf8_next(const uint8_t *s, size_t len, size_t i, size_t *n_bytes);
+
+/* Pre-tokenizer (reference §6.3): the end (exclusive byte offset) of the word that starts
+ * at byte pos < len. Exact for ASCII; see bpe.c for the non-ASCII approximation. */
+size_t kipp_tok_word_end(const char *text, size_t len, size_t pos);
+
+#endif

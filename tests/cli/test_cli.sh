@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# test_cli.sh — build/kipp end to end on the tiny checkpoint: generation, determinism,
+# stdin prompts, --info/--tokenize, and every bad input the issue names (missing model, wrong
+# architecture, truncated file, NaN weights, empty prompt, prompt longer than the context,
+# unknown/unavailable backend, bad flags): each must exit non-zero with a message naming
+# the problem, never crash (exit codes >= 128 are signals and fail the test).
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+K=$BUILD/kipp
+M=models/tiny-tied/kipp-tiny-tied-bf16.gguf
+pass=0; fail=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_fail NAME PATTERN CMD... : exit 1 or 2 (not a signal), stderr matches PATTERN
+expect_fail() {
+    local name=$1 pat=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
+    if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then bad "$name: exit $rc"; cat "$tmp/err"; return; fi
+    if grep -qE "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
+}
+
+[ -f "$M" ] || make -s "$M" >/dev/null
+.venv/bin/python tests/cli/make_bad_models.py "$M" "$tmp" || bad "make_bad_models.py"
+
+# --- good paths ---
+out1=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null) && ok || bad "greedy run"
+[ -n "$out1" ] && ok || bad "greedy run printed nothing"
+out2=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null)
+[ "$out1" = "$out2" ] && ok || bad "greedy not deterministic"
+s1=$("$K" -m "$M" -p "Once upon a time" -n 16 --temp 1.0 --seed 7 --no-stats 2>/dev/null)
+s2=$("$K" -m "$M" -p "Once upon a time" -n 16 --temp 1.0 --seed 7 --no-stats 2>/dev/null)
+s3=$("$K" -m "$M" -p "Once upon a time" -n 16 --temp 1.0 --seed 8 --no-stats 2>/dev/null)
+[ "$s1" = "$s2" ] && ok || bad "same seed gave different text"
+[ "$s1" != "$s3" ] && ok || bad "different seeds gave identical text"
+o3=$(echo -n "The capital of France is" | "$K" -m "$M" -n 16 --temp 0 --no-stats 2>/dev/null)
+[ "$o3" = "$out1" ] && ok || bad "stdin prompt differs from --prompt"
+"$K" -m "$M" -p "Hi" -n 4 --temp 0 2>"$tmp/err" >/dev/null
+grep -qE "prefill .* tok/s.*decode steps .* tok/s" "$tmp/err" && ok || bad "no speed line on stderr"
+"$K" -m "$M" --info | grep -q '"head_dim": 32' && ok || bad "--info"
+ids=$("$K" -m "$M" -p "Hello world" --tokenize)
+[ "$ids" = "9707 1879" ] && ok || bad "--tokenize gave '$ids'"
+"$K" --help | grep -q -- "--backend" && ok || bad "--help"
+
+# --- bad input ---
+expect_fail "missing model" "No such file|cannot open" "$K" -m "$tmp/nope.gguf" -p hi
+expect_fail "no --model" "--model FILE is required" "$K" -p hi
+expect_fail "wrong architecture" "architecture is 'llama'" "$K" -m "$tmp/wrong-arch.gguf" -p hi
+expect_fail "truncated file" "gguf: .*(past end|truncated|beyond)" "$K" -m "$tmp/truncated.gguf" -p hi
+expect_fail "NaN in norm" "output_norm.weight.* NaN" "$K" -m "$tmp/nan-norm.gguf" -p hi
+expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2
+expect_fail "NaN in matrix (--check-weights)" "blk.0.attn_q.weight row 0 element 0 is NaN" \
+    "$K" -m "$tmp/nan-matrix.gguf" -p hi --check-weights
+expect_fail "empty prompt" "empty prompt" "$K" -m "$M" -p ""
+expect_fail "empty stdin" "empty prompt" "$K" -m "$M"
+expect_fail "prompt longer than context" "prompt has [0-9]+ tokens but the context holds 4" \
+    "$K" -m "$M" -c 4 -p "one two three four five six seven"
+expect_fail "context beyond training" "exceeds the model's trained context" "$K" -m "$M" -c 100000 -p hi
+expect_fail "unknown backend" "unknown backend 'warp'" "$K" -m "$M" -p hi --backend warp
+expect_fail "cuda not built" "backend 'cuda' is not available.*does not fall back" "$K" -m "$M" -p hi --backend cuda
+expect_fail "cpu not yet" "backend 'cpu' is not available" "$K" -m "$M" -p hi --backend cpu
+expect_fail "bad top-p" "--top-p expects a number" "$K" -m "$M" -p hi --top-p 2
+expect_fail "bad -n" "-n expects an integer" "$K" -m "$M" -p hi -n abc
+expect_fail "unknown flag" "unknown option '--bogus'" "$K" -m "$M" -p hi --bogus
+expect_fail "missing value" "--seed needs a value" "$K" -m "$M" -p hi --seed
+expect_fail "test-cpu-model without weights" "model not found — run tools/download_model.sh qwen3-4b-base" \
+    tests/model/run_cpu_model.sh qwen3-4b-base
+expect_fail "not a gguf" "gguf: .*magic" "$K" -m README.md -p hi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

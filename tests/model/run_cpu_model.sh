@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# run_cpu_model.sh NAME — the CPU model suite for one checkpoint (`make test-cpu-model`):
+# golden-vector gate and phase-2 (cached vs recomputed) gate on cpu-ref, for the bf16 GGUF
+# and the f32 GGUF when present, plus the tokenizer golden set. Tiny checkpoints are made
+# locally; real ones must have been downloaded and converted first.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+name=${1:?usage: run_cpu_model.sh CHECKPOINT}
+dir=models/$name
+vec=tests/test-vectors/$name
+. tests/lib.sh
+
+case "$name" in
+tiny-*) make -s "$dir/kipp-$name-bf16.gguf" "$dir/kipp-$name-f32.gguf" >/dev/null || exit 1 ;;
+esac
+if [ ! -f "$dir/kipp-$name-bf16.gguf" ]; then
+    echo "model not found — run tools/download_model.sh $name && .venv/bin/python tools/convert_to_gguf.py $dir --outtype bf16" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+if [ ! -f "$vec/manifest.json" ]; then
+    echo "no golden vectors in $vec — run make vectors CHECKPOINT=$name" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+for q in bf16 f32; do
+    m=$dir/kipp-$name-$q.gguf
+    [ -f "$m" ] || continue
+    want=$(.venv/bin/python -c "import json,sys; print(json.load(open('$vec/manifest.json'))['gguf_sha256'].get('$q',''))")
+    got=$(sha256sum "$m" | cut -d' ' -f1)
+    if [ -n "$want" ] && [ "$want" != "$got" ]; then
+        echo "== $m: sha256 $got differs from the one the vectors were made for ($want);" \
+             "rerun the converter or make vectors CHECKPOINT=$name"
+        failed=$((failed + 1))
+    else
+        passed=$((passed + 1))
+    fi
+    run_counted "golden $q" "$BUILD/kipp_test" --model "$m" "$vec"
+    run_counted "phase-2 $q" "$BUILD/kipp_test" --phase2-model "$m" "$vec"
+done
+if [ -f tests/tok/ascii_golden.jsonl ]; then
+    run_counted "tokenizer ascii golden" "$BUILD/kipp_test" --tok-golden "$dir/kipp-$name-bf16.gguf" tests/tok/ascii_golden.jsonl
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,32 @@
+/* kt.h — the tiny test harness shared by the unit suites inside build/kipp_test.
+ * KT_CHECK counts a pass or prints the failing expression with its location. */
+#ifndef KIPP_KT_H
+#define KIPP_KT_H
+
+#include <stdio.h>
+
+extern int kt_passed, kt_failed;
+
+#define KT_CHECK(cond, ...)                                                                  \
+    do {                                                                                     \
+        if (cond) {                                                                          \
+            kt_passed++;                                                                     \
+        } else {                                                                             \
+            kt_failed++;                                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                  \
+            fprintf(stderr, " " __VA_ARGS__);                                                \
+            fputc('\n', stderr);                                                             \
+        }                                                                                    \
+    } while (0)
+
+/* Unit suites: each returns nothing and reports through KT_CHECK. */
+void kt_suite_types(void);
+void kt_suite_gguf(void);
+void kt_suite_sampler(void);
+void kt_suite_tok(void);
+void kt_suite_cli(void);
+
+/* Tokenizer vs HF ids in a JSONL file: returns mismatches, or -1 if inputs are unusable. */
+int kt_tok_golden(const char *gguf_path, const char *jsonl_path);
+
+#endif
