@@ -88,8 +88,8 @@ $(foreach t,$(TINY),$(foreach q,bf16 f32,$(eval $(call tiny_gguf_rule,$(t),$(q))
 
 tiny-models: deps $(foreach t,$(TINY),models/$(t)/kipp-$(t)-bf16.gguf models/$(t)/kipp-$(t)-f32.gguf)
 
-demo: deps cpu models/tiny-tied/kipp-tiny-tied-bf16.gguf
-	$(BUILD)/kipp --model models/tiny-tied/kipp-tiny-tied-bf16.gguf \
+demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
+	$(BUILD)/kipp --model models/tiny-untied/kipp-tiny-untied-bf16.gguf \
 	    --prompt "The capital of France is" -n 24 --seed 42
 
 vectors: deps

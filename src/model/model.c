@@ -227,11 +227,11 @@ kipp_status kipp_model_check_weights(const kipp_model *m, char *err, size_t err_
             kipp_dequantize_row(t->type, (const char *)t->data + r * row_bytes, buf, row);
             for (uint64_t j = 0; j < row; j++) {
                 if (!isfinite(buf[j])) {
+                    const char *what = isnan(buf[j]) ? "NaN" : "Inf";
                     free(buf);
                     return kipp_errf(err, err_len, KIPP_ERR_NUMERIC,
                                      "model: tensor '%s' row %llu element %llu is %s", t->name,
-                                     (unsigned long long)r, (unsigned long long)j,
-                                     isnan(buf[j]) ? "NaN" : "Inf");
+                                     (unsigned long long)r, (unsigned long long)j, what);
                 }
             }
         }

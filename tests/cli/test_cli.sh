@@ -8,7 +8,7 @@ set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 K=$BUILD/kipp
-M=models/tiny-tied/kipp-tiny-tied-bf16.gguf
+M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
@@ -20,7 +20,7 @@ expect_fail() {
     local name=$1 pat=$2; shift 2
     "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
     if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then bad "$name: exit $rc"; cat "$tmp/err"; return; fi
-    if grep -qE "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
+    if grep -qE -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
 }
 
 [ -f "$M" ] || make -s "$M" >/dev/null
@@ -40,7 +40,7 @@ o3=$(echo -n "The capital of France is" | "$K" -m "$M" -n 16 --temp 0 --no-stats
 [ "$o3" = "$out1" ] && ok || bad "stdin prompt differs from --prompt"
 "$K" -m "$M" -p "Hi" -n 4 --temp 0 2>"$tmp/err" >/dev/null
 grep -qE "prefill .* tok/s.*decode steps .* tok/s" "$tmp/err" && ok || bad "no speed line on stderr"
-"$K" -m "$M" --info | grep -q '"head_dim": 32' && ok || bad "--info"
+"$K" -m "$M" --info | grep -q "\"head_dim\": 32, \"n_ff\": 256" && ok || bad "--info"
 ids=$("$K" -m "$M" -p "Hello world" --tokenize)
 [ "$ids" = "9707 1879" ] && ok || bad "--tokenize gave '$ids'"
 "$K" --help | grep -q -- "--backend" && ok || bad "--help"
@@ -52,7 +52,7 @@ expect_fail "wrong architecture" "architecture is 'llama'" "$K" -m "$tmp/wrong-a
 expect_fail "truncated file" "gguf: .*(past end|truncated|beyond)" "$K" -m "$tmp/truncated.gguf" -p hi
 expect_fail "NaN in norm" "output_norm.weight.* NaN" "$K" -m "$tmp/nan-norm.gguf" -p hi
 expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2
-expect_fail "NaN in matrix (--check-weights)" "blk.0.attn_q.weight row 0 element 0 is NaN" \
+expect_fail "NaN in matrix (--check-weights)" "blk.0.attn_q.weight' row 0 element 0 is NaN" \
     "$K" -m "$tmp/nan-matrix.gguf" -p hi --check-weights
 expect_fail "empty prompt" "empty prompt" "$K" -m "$M" -p ""
 expect_fail "empty stdin" "empty prompt" "$K" -m "$M"
