@@ -1,0 +1,448 @@
+"""Tests for tools/convert_to_gguf.py, read back with the PyPI gguf package (gguf-py).
+
+Source tensors are read with make_gguf_with_gguf_py.read_safetensors (an
+implementation independent of the converter's own safetensors parser).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+import convert_to_gguf as conv
+from conftest import TOOLS, run_tool
+from make_gguf_with_gguf_py import read_safetensors
+
+HERE = Path(__file__).resolve().parent
+Q = gguf.GGMLQuantizationType
+
+EXPECTED_KEYS = [
+    "general.architecture", "general.type", "general.name",
+    "qwen3.block_count", "qwen3.context_length", "qwen3.embedding_length", "qwen3.feed_forward_length",
+    "qwen3.attention.head_count", "qwen3.attention.head_count_kv", "qwen3.rope.freq_base",
+    "qwen3.attention.layer_norm_rms_epsilon", "qwen3.attention.key_length", "qwen3.attention.value_length",
+    "general.file_type", "general.quantization_version",
+    "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.chat_template",
+]
+WEIGHT_TYPE = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
+FILE_TYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7}
+LAYER_MAP = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+
+
+def hf_name(gguf_name: str) -> str:
+    if gguf_name == "token_embd.weight":
+        return "model.embed_tokens.weight"
+    if gguf_name == "output_norm.weight":
+        return "model.norm.weight"
+    if gguf_name == "output.weight":
+        return "lm_head.weight"
+    _, i, kind, _ = gguf_name.split(".")
+    return f"model.layers.{i}.{LAYER_MAP[kind]}.weight"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_cache: dict = {}
+
+
+@pytest.fixture(scope="session")
+def converted(tiny_tied, tiny_untied, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gguf")
+
+    def get(which: str, outtype: str) -> Path:
+        key = (which, outtype)
+        if key not in _cache:
+            src = tiny_tied if which == "tiny-tied" else tiny_untied
+            _cache[key] = conv.convert(src, outtype, out / f"{which}-{outtype}.gguf", progress=False)
+        return _cache[key]
+    return get
+
+
+@pytest.fixture(scope="session")
+def sources(tiny_tied, tiny_untied):
+    return {"tiny-tied": read_safetensors(tiny_tied / "model.safetensors"),
+            "tiny-untied": read_safetensors(tiny_untied / "model.safetensors")}
+
+
+_readers: dict = {}
+
+
+def read(path: Path) -> gguf.GGUFReader:
+    """GGUFReader takes ~9 s on a file with the full Qwen3 vocab, so each file is read once."""
+    key = str(path)
+    if key not in _readers:
+        _readers[key] = gguf.GGUFReader(path)
+    return _readers[key]
+
+
+# All four outtypes on the untied model, the two extremes on the tied one.
+COMBOS = [("tiny-untied", t) for t in ("f32", "bf16", "f16", "q8_0")] + [("tiny-tied", "f32"), ("tiny-tied", "q8_0")]
+
+
+def field(reader: gguf.GGUFReader, key: str):
+    return reader.fields[key].contents()
+
+
+def raw_tensor(path: Path, t) -> np.ndarray:
+    return np.fromfile(path, dtype=np.uint8, count=int(t.n_bytes), offset=int(t.data_offset))
+
+
+def decode(path: Path, t) -> np.ndarray:
+    """Tensor values as float32 in PyTorch shape."""
+    raw = raw_tensor(path, t)
+    if t.tensor_type == Q.F32:
+        v = raw.view("<f4")
+    elif t.tensor_type == Q.F16:
+        v = raw.view("<f2").astype(np.float32)
+    elif t.tensor_type == Q.BF16:
+        v = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        v = gguf.quants.dequantize(raw, t.tensor_type).reshape(-1)
+    return v.reshape(list(reversed([int(d) for d in t.shape])))
+
+
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which,outtype", COMBOS)
+def test_metadata(converted, which, outtype):
+    path = converted(which, outtype)
+    r = read(path)
+    keys = [k for k in r.fields if not k.startswith("GGUF.")]
+    assert keys == EXPECTED_KEYS
+    cfg = {"tiny-tied": (2, 64, 192, 4, 2, 32, 1e6), "tiny-untied": (3, 96, 256, 6, 2, 32, 1e4)}[which]
+    n_layer, n_embd, n_ff, n_head, n_kv, hd, theta = cfg
+    assert field(r, "general.architecture") == "qwen3"
+    assert field(r, "general.type") == "model"
+    assert field(r, "general.name") == which
+    assert field(r, "general.file_type") == FILE_TYPE[outtype]
+    assert field(r, "general.quantization_version") == 2
+    assert field(r, "qwen3.block_count") == n_layer
+    assert field(r, "qwen3.context_length") == 512
+    assert field(r, "qwen3.embedding_length") == n_embd
+    assert field(r, "qwen3.feed_forward_length") == n_ff
+    assert field(r, "qwen3.attention.head_count") == n_head
+    assert field(r, "qwen3.attention.head_count_kv") == n_kv
+    assert field(r, "qwen3.attention.key_length") == hd
+    assert field(r, "qwen3.attention.value_length") == hd
+    assert field(r, "qwen3.rope.freq_base") == theta
+    assert field(r, "qwen3.attention.layer_norm_rms_epsilon") == np.float32(1e-6)
+    assert field(r, "tokenizer.ggml.model") == "gpt2"
+    assert field(r, "tokenizer.ggml.pre") == "qwen2"
+    assert field(r, "tokenizer.ggml.bos_token_id") == 151643
+    assert field(r, "tokenizer.ggml.eos_token_id") == 151645
+    assert field(r, "tokenizer.ggml.padding_token_id") == 151643
+    assert field(r, "tokenizer.ggml.add_bos_token") is False
+    tok_cfg = json.loads((TOOLS / "data/qwen3-tokenizer/tokenizer_config.json").read_text())
+    assert field(r, "tokenizer.chat_template") == tok_cfg["chat_template"]
+    # value types, as llama.cpp expects them
+    VT = gguf.GGUFValueType
+    assert r.fields["qwen3.block_count"].types == [VT.UINT32]
+    assert r.fields["qwen3.rope.freq_base"].types == [VT.FLOAT32]
+    assert r.fields["general.file_type"].types == [VT.UINT32]
+    assert r.fields["tokenizer.ggml.token_type"].types == [VT.ARRAY, VT.INT32]
+    assert r.fields["tokenizer.ggml.add_bos_token"].types == [VT.BOOL]
+
+
+def test_vocab(converted):
+    r = read(converted("tiny-tied", "f32"))
+    tokens_f, types_f = r.fields["tokenizer.ggml.tokens"], r.fields["tokenizer.ggml.token_type"]
+    assert len(tokens_f.data) == 151936 and len(types_f.data) == 151936
+    types = np.array(types_f.contents())
+    tokenizer = json.loads((TOOLS / "data/qwen3-tokenizer/tokenizer.json").read_text())
+    for text, tid in list(tokenizer["model"]["vocab"].items())[:2000:97]:
+        assert tokens_f.contents(tid) == text
+    assert tokens_f.contents(220) == "\u0120"  # byte-level " "
+    assert (types[:151643] == 1).all()
+    assert tokens_f.contents(151643) == "<|endoftext|>" and types[151643] == 3
+    assert tokens_f.contents(151667) == "<think>" and types[151667] == 4
+    assert tokens_f.contents(151669) == "[PAD151669]" and types[151669] == 5
+    assert tokens_f.contents(151935) == "[PAD151935]"
+    # reference §6.1: 20 CONTROL (fim/repo/file_sep included), 6 USER_DEFINED, 267 UNUSED
+    assert (types == 3).sum() == 20 and (types == 4).sum() == 6 and (types == 5).sum() == 267
+    for tid in (151659, 151662, 151663, 151664):
+        assert types[tid] == 3
+    merges = r.fields["tokenizer.ggml.merges"]
+    assert len(merges.data) == 151387
+    assert merges.contents(0) == "\u0120 \u0120"
+    assert all(m.count(" ") == 1 for m in merges.contents()[:5000])
+
+
+@pytest.mark.parametrize("which,outtype", COMBOS)
+def test_tensors(converted, sources, which, outtype):
+    path = converted(which, outtype)
+    r = read(path)
+    src = sources[which]
+    names = [t.name for t in r.tensors]
+    n_layer = 2 if which == "tiny-tied" else 3
+    per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output",
+                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+    expected = ["token_embd.weight"] + [f"blk.{i}.{k}.weight" for i in range(n_layer) for k in per_layer] + \
+        ["output_norm.weight"] + ([] if which == "tiny-tied" else ["output.weight"])
+    assert names == expected
+    for t in r.tensors:
+        x = src[hf_name(t.name)]
+        assert [int(d) for d in t.shape] == list(reversed(x.shape)), t.name
+        is_f32 = x.ndim == 1 or t.name.endswith("_norm.weight")
+        assert t.tensor_type == (Q.F32 if is_f32 else WEIGHT_TYPE[outtype]), t.name
+        got = decode(path, t)
+        if is_f32 or outtype in ("f32", "bf16"):
+            # bf16 sources are exact in f32 and in bf16
+            assert np.array_equal(got, x), t.name
+            if not is_f32 and outtype == "bf16":
+                raw = raw_tensor(path, t).view("<u2")
+                assert np.array_equal(raw, (x.view(np.uint32) >> 16).astype(np.uint16).reshape(-1))
+        elif outtype == "f16":
+            assert np.array_equal(raw_tensor(path, t).view("<f2"), x.astype(np.float16).reshape(-1)), t.name
+        else:  # q8_0: |error| <= d/2 from rounding plus the f16 rounding of d
+            blocks = x.reshape(-1, 32)
+            amax = np.abs(blocks).max(axis=1, keepdims=True)
+            err = np.abs(got.reshape(-1, 32) - blocks)
+            assert (err <= amax * (0.5 / 127 + 2.0**-11) + 1e-12).all(), t.name
+
+
+def test_layout_alignment(converted):
+    for which, outtype in (("tiny-untied", "q8_0"), ("tiny-tied", "f32")):
+        path = converted(which, outtype)
+        r = read(path)
+        data_start = int(r.tensors[0].data_offset)
+        assert data_start % 32 == 0
+        expect = 0
+        for t in r.tensors:
+            assert int(t.data_offset) - data_start == expect, t.name  # llama.cpp's contiguity rule
+            expect += (int(t.n_bytes) + 31) // 32 * 32
+        assert path.stat().st_size == data_start + expect
+
+
+def test_q8_0_matches_gguf_py_and_reference_dequant(converted, sources):
+    path = converted("tiny-untied", "q8_0")
+    r = read(path)
+    src = sources["tiny-untied"]
+    n_checked = 0
+    for t in r.tensors:
+        if t.tensor_type != Q.Q8_0:
+            continue
+        raw = raw_tensor(path, t)
+        x = src[hf_name(t.name)]
+        ref = gguf.quants.quantize(x, Q.Q8_0)  # bit-exact port of ggml's quantize_row_q8_0_ref
+        assert np.array_equal(raw, ref.reshape(-1)), t.name
+        ours = conv.dequantize_q8_0(raw)
+        theirs = gguf.quants.dequantize(raw, Q.Q8_0).reshape(-1)
+        assert np.array_equal(ours, theirs), t.name
+        n_checked += 1
+    assert n_checked == 1 + 3 * 7 + 1
+
+
+def test_q8_0_rounding_edge_cases():
+    # ties round away from zero; all-zero blocks give d = 0; values just below .5 round down
+    x = np.zeros((4, 32), dtype=np.float32)
+    x[0, :] = np.linspace(-1, 1, 32)
+    x[1, 0], x[1, 1], x[1, 2] = 127.0, 0.5, -0.5        # d = 1: 0.5 -> 1, -0.5 -> -1
+    x[2, 0], x[2, 1] = 127.0, np.float32(0.49999997)    # must round to 0, not 1
+    ours = conv.quantize_q8_0(x)
+    ref = gguf.quants.quantize(x, Q.Q8_0)
+    assert np.array_equal(ours, ref.reshape(ours.shape))
+    q = ours[:, 2:].view(np.int8)
+    assert q[1, 1] == 1 and q[1, 2] == -1 and q[2, 1] == 0 and (q[3] == 0).all()
+    assert ours[3, :2].view(np.float16)[0] == 0
+
+
+def test_f16_bf16_rounding():
+    x = np.array([1.0 + 2**-11, 1.0 + 3 * 2**-11, 65520.0, 1e-8, -0.0, np.nan], dtype=np.float32)
+    h = conv.f32_to_f16(x)
+    assert h[0] == 1.0 and h[1] == np.float16(1.0 + 2**-9) and np.isinf(h[2])
+    assert np.array_equal(conv.f32_to_bf16(x), gguf.quants.quantize(x, Q.BF16).view(np.uint16))
+    b = conv.f32_to_bf16(np.array([1.0 + 2**-8, 1.0 + 3 * 2**-8], dtype=np.float32))
+    assert b.tolist() == [0x3F80, 0x3F82]  # ties to even
+
+
+def test_sharded_gives_same_bytes(tiny_tied, tiny_tied_sharded, tmp_path):
+    a = conv.convert(tiny_tied, "q8_0", tmp_path / "a.gguf", progress=False)
+    b = conv.convert(tiny_tied_sharded, "q8_0", tmp_path / "b.gguf", progress=False)
+    assert sha256(a) == sha256(b)
+
+
+def test_deterministic(tiny_untied, tmp_path):
+    a = conv.convert(tiny_untied, "bf16", tmp_path / "a.gguf", progress=False)
+    b = conv.convert(tiny_untied, "bf16", tmp_path / "b.gguf", progress=False)
+    assert sha256(a) == sha256(b)
+
+
+def test_cli_default_outfile_and_progress(tiny_tied, tmp_path):
+    ckpt = tmp_path / "tiny-tied"
+    shutil.copytree(tiny_tied, ckpt)
+    res = run_tool(TOOLS / "convert_to_gguf.py", ckpt, "--outtype", "f16")
+    assert res.returncode == 0, res.stderr
+    out = ckpt / "kipp-tiny-tied-f16.gguf"
+    assert out.is_file() and str(out) in res.stdout
+    assert "tensor" in res.stderr  # tqdm progress bar goes to stderr
+    assert not list(ckpt.glob("*.tmp"))
+
+
+def test_merges_as_strings_give_same_metadata(tiny_tied, tmp_path):
+    ckpt = tmp_path / "tiny-tied"
+    shutil.copytree(tiny_tied, ckpt)
+    tok = json.loads((ckpt / "tokenizer.json").read_text(encoding="utf-8"))
+    assert isinstance(tok["model"]["merges"][0], list)
+    tok["model"]["merges"] = [" ".join(pair) for pair in tok["model"]["merges"]]
+    (ckpt / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+    a = conv.convert(tiny_tied, "q8_0", tmp_path / "a.gguf", progress=False)
+    b = conv.convert(ckpt, "q8_0", tmp_path / "b.gguf", progress=False)
+    assert sha256(a) == sha256(b)
+
+
+@pytest.mark.parametrize("outtype", ["f32", "q8_0"])
+def test_matches_gguf_py_writer(tiny_tied, converted, tmp_path, outtype):
+    """gguf-py's GGUFWriter, fed independently, produces the same metadata and tensors."""
+    other = tmp_path / "gguf-py.gguf"
+    res = run_tool(HERE / "make_gguf_with_gguf_py.py", other, "--checkpoint", tiny_tied, "--outtype", outtype)
+    assert res.returncode == 0, res.stderr
+    ours_path = converted("tiny-tied", outtype)
+    ours, theirs = read(ours_path), gguf.GGUFReader(other)
+    keys = [k for k in ours.fields if not k.startswith("GGUF.")]
+    assert keys == [k for k in theirs.fields if not k.startswith("GGUF.")]
+    for k in keys:
+        a, b = ours.fields[k], theirs.fields[k]
+        assert a.types == b.types, k
+        assert b"".join(bytes(p) for p in a.parts) == b"".join(bytes(p) for p in b.parts), k
+    ta = {t.name: t for t in ours.tensors}
+    tb = {t.name: t for t in theirs.tensors}
+    assert set(ta) == set(tb)
+    for name in ta:
+        assert ta[name].tensor_type == tb[name].tensor_type, name
+        assert list(ta[name].shape) == list(tb[name].shape), name
+        assert np.array_equal(raw_tensor(ours_path, ta[name]), raw_tensor(other, tb[name])), name
+
+
+# ---------------------------------------------------------------------------
+# Errors: exit code 1 and one clear line on stderr.
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple, bytes]]) -> None:
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        dtype, shape, data = tensors[name]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def bf16_tensors(ckpt: Path) -> dict[str, tuple[str, tuple, bytes]]:
+    return {n: ("BF16", a.shape, (a.view(np.uint32) >> 16).astype("<u2").tobytes())
+            for n, a in read_safetensors(ckpt / "model.safetensors").items()}
+
+
+def _missing_config(d):
+    (d / "config.json").unlink()
+
+
+def _missing_tokenizer(d):
+    (d / "tokenizer.json").unlink()
+
+
+def _missing_weights(d):
+    (d / "model.safetensors").unlink()
+
+
+def _wrong_arch(d):
+    c = json.loads((d / "config.json").read_text())
+    c["architectures"] = ["LlamaForCausalLM"]
+    (d / "config.json").write_text(json.dumps(c))
+
+
+def _bad_dtype(d):
+    t = bf16_tensors(d)
+    t["model.norm.weight"] = ("F64", (64,), np.ones(64, dtype="<f8").tobytes())
+    write_safetensors(d / "model.safetensors", t)
+
+
+def _missing_tensor(d):
+    t = bf16_tensors(d)
+    del t["model.layers.1.mlp.up_proj.weight"]
+    write_safetensors(d / "model.safetensors", t)
+
+
+def _wrong_shape(d):
+    t = bf16_tensors(d)
+    t["model.norm.weight"] = ("BF16", (32,), b"\0" * 64)
+    write_safetensors(d / "model.safetensors", t)
+
+
+def _truncated(d):
+    p = d / "model.safetensors"
+    p.write_bytes(p.read_bytes()[:-100])
+
+
+def _malformed_index(d):
+    (d / "model.safetensors").rename(d / "model-00001-of-00001.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["not", "a", "map"]}))
+
+
+def _index_missing_shard(d):
+    (d / "model.safetensors").rename(d / "model-00001-of-00002.safetensors")
+    names = list(read_safetensors(d / "model-00001-of-00002.safetensors"))
+    wm = {n: "model-00001-of-00002.safetensors" for n in names}
+    wm["model.norm.weight"] = "model-00002-of-00002.safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+
+
+ERROR_CASES = {
+    "missing-config": (_missing_config, "missing model config"),
+    "missing-tokenizer": (_missing_tokenizer, "missing tokenizer file"),
+    "missing-weights": (_missing_weights, "missing weights"),
+    "wrong-architecture": (_wrong_arch, "unsupported architecture ['LlamaForCausalLM']"),
+    "bad-dtype": (_bad_dtype, "unsupported dtype F64 for tensor 'model.norm.weight'"),
+    "missing-tensor": (_missing_tensor, "missing tensor 'model.layers.1.mlp.up_proj.weight'"),
+    "wrong-shape": (_wrong_shape, "tensor 'model.norm.weight' has shape [32], expected [64]"),
+    "truncated": (_truncated, "malformed safetensors header"),
+    "malformed-index": (_malformed_index, "malformed safetensors index"),
+    "index-missing-shard": (_index_missing_shard, "missing safetensors file"),
+}
+
+
+def assert_one_line_error(res, needle):
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    err = res.stderr.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("convert_to_gguf: error: ")
+    assert needle in err, err
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_errors(case, tiny_tied, tmp_path):
+    ckpt = tmp_path / "tiny-tied"
+    shutil.copytree(tiny_tied, ckpt)
+    setup, needle = ERROR_CASES[case]
+    setup(ckpt)
+    res = run_tool(TOOLS / "convert_to_gguf.py", ckpt, "--outtype", "f32", "--no-progress")
+    assert_one_line_error(res, needle)
+    assert not list(ckpt.glob("*.gguf*"))
+
+
+def test_error_missing_directory(tmp_path):
+    res = run_tool(TOOLS / "convert_to_gguf.py", tmp_path / "nope", "--outtype", "f32")
+    assert_one_line_error(res, f"missing checkpoint directory: {tmp_path / 'nope'}")
+
+
+def test_error_unsupported_outtype(tiny_tied, tmp_path):
+    res = run_tool(TOOLS / "convert_to_gguf.py", tiny_tied, "--outtype", "q4_0", "--outfile", tmp_path / "x.gguf")
+    assert_one_line_error(res, "unsupported outtype 'q4_0'")

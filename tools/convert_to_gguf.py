@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+"""Converts a Hugging Face Qwen3 (dense) checkpoint directory to a GGUF v3 file.
+
+What it does: reads config.json, model.safetensors (or the shards listed in
+model.safetensors.index.json), tokenizer.json, tokenizer_config.json and, if
+present, generation_config.json; writes the metadata keys and tensor names
+that llama.cpp's convert_hf_to_gguf.py writes for `qwen3` (see
+the project's qwen3-gguf-reference.md, §2-§3), with tensors stored as
+f32, f16, bf16 or q8_0. 1-D tensors and *_norm.weight stay F32 in every
+outtype. Safetensors headers are parsed here with numpy (F32/F16/BF16 sources);
+tensors are converted and written one at a time, so memory use stays near the
+size of the largest tensor. The output depends only on the input bytes, the
+outtype and the directory name (general.name), with no timestamps: converting
+twice gives identical files, and a sharded checkpoint gives the same file as
+the unsharded one.
+
+What it does not do: other architectures (Qwen3-MoE, Qwen2, Llama, ...), other
+quantizations (K-quants, Q4_0, ...), imatrix, vocab-only files, split GGUFs,
+or the tokenizer fingerprinting that llama.cpp uses to pick `tokenizer.ggml.pre`
+(the Qwen2 pre-tokenizer regex is checked in tokenizer.json instead).
+
+Usage: tools/convert_to_gguf.py HF_DIR --outtype {f32,f16,bf16,q8_0} [--outfile PATH]
+Default outfile: HF_DIR/kipp-<dirname>-<outtype>.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kipp_gguf_writer import GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType  # noqa: E402
+
+ARCH = "qwen3"
+HF_ARCH = "Qwen3ForCausalLM"
+
+# outtype -> (ggml type of 2-D weights, llama ftype written to general.file_type)
+OUTTYPES = {
+    "f32": (GGMLType.F32, 0),
+    "f16": (GGMLType.F16, 1),
+    "bf16": (GGMLType.BF16, 32),
+    "q8_0": (GGMLType.Q8_0, 7),
+}
+GGML_QUANT_VERSION = 2
+
+# llama.cpp token types
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
+
+# The Qwen2 pre-tokenizer regex (tokenizer.ggml.pre = "qwen2"), reference §6.3.
+QWEN2_PRETOKENIZER_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+SAFETENSORS_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+
+
+class ConvertError(Exception):
+    """A user-facing, one-line error."""
+
+
+# ---------------------------------------------------------------------------
+# Input: JSON files and safetensors
+
+
+def read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise ConvertError(f"missing {what}: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConvertError(f"malformed {what} {path}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ConvertError(f"malformed {what} {path}: top level is not a JSON object")
+    return obj
+
+
+@dataclass
+class SourceTensor:
+    name: str
+    file: Path
+    dtype: str                # safetensors dtype string
+    shape: tuple[int, ...]    # PyTorch order
+    offset: int               # absolute byte offset in the file
+    nbytes: int
+
+
+def read_safetensors_header(path: Path) -> dict[str, SourceTensor]:
+    """Parses one .safetensors header and checks every entry against the file size."""
+    if not path.is_file():
+        raise ConvertError(f"missing safetensors file: {path}")
+    file_size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw_len = f.read(8)
+        if len(raw_len) != 8:
+            raise ConvertError(f"malformed safetensors file {path}: shorter than 8 bytes")
+        (n,) = struct.unpack("<Q", raw_len)
+        if n > MAX_SAFETENSORS_HEADER or 8 + n > file_size:
+            raise ConvertError(f"malformed safetensors file {path}: header length {n} is out of range")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConvertError(f"malformed safetensors header in {path}: {exc}") from None
+    if not isinstance(header, dict):
+        raise ConvertError(f"malformed safetensors header in {path}: not a JSON object")
+    data_start = 8 + n
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(int(d) for d in entry["shape"]), entry["data_offsets"]
+            begin, end = int(begin), int(end)
+        except (KeyError, TypeError, ValueError):
+            raise ConvertError(f"malformed safetensors header in {path}: bad entry for tensor {name!r}") from None
+        if dtype not in SAFETENSORS_DTYPES:
+            raise ConvertError(
+                f"unsupported dtype {dtype} for tensor {name!r} in {path} (supported: "
+                f"{', '.join(SAFETENSORS_DTYPES)})")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if any(d < 0 for d in shape) or not 0 <= begin <= end or data_start + end > file_size \
+                or end - begin != count * SAFETENSORS_DTYPES[dtype].itemsize:
+            raise ConvertError(f"malformed safetensors header in {path}: tensor {name!r} has "
+                               f"inconsistent shape/offsets {list(shape)} {[begin, end]}")
+        out[name] = SourceTensor(name, path, dtype, shape, data_start + begin, end - begin)
+    return out
+
+
+def load_source_tensors(hf_dir: Path) -> dict[str, SourceTensor]:
+    """All tensors of the checkpoint, from model.safetensors or the sharded index."""
+    index_path = hf_dir / "model.safetensors.index.json"
+    single = hf_dir / "model.safetensors"
+    if index_path.is_file():
+        index = read_json(index_path, "safetensors index")
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise ConvertError(f"malformed safetensors index {index_path}: 'weight_map' must map tensor names "
+                               "to file names")
+        tensors: dict[str, SourceTensor] = {}
+        for fname in sorted(set(weight_map.values())):
+            if "/" in fname or "\\" in fname or fname in (".", ".."):
+                raise ConvertError(f"malformed safetensors index {index_path}: bad file name {fname!r}")
+            for name, t in read_safetensors_header(hf_dir / fname).items():
+                if name in tensors:
+                    raise ConvertError(f"tensor {name!r} appears in both {tensors[name].file.name} and {fname}")
+                tensors[name] = t
+        for name, fname in weight_map.items():
+            if name not in tensors or tensors[name].file.name != fname:
+                raise ConvertError(f"malformed safetensors index {index_path}: tensor {name!r} is not in {fname}")
+        return tensors
+    if single.is_file():
+        return read_safetensors_header(single)
+    raise ConvertError(f"missing weights: neither {single} nor {index_path} exists")
+
+
+def load_f32(t: SourceTensor) -> np.ndarray:
+    """Reads a source tensor as float32 (bf16 -> f32 is an exact 16-bit shift)."""
+    raw = np.memmap(t.file, dtype=SAFETENSORS_DTYPES[t.dtype], mode="r", offset=t.offset,
+                    shape=(t.nbytes // SAFETENSORS_DTYPES[t.dtype].itemsize,))
+    if t.dtype == "BF16":
+        data = (raw.astype(np.uint32) << 16).view(np.float32)
+    else:
+        data = np.asarray(raw, dtype=np.float32)
+    return data.reshape(t.shape)
+
+
+# ---------------------------------------------------------------------------
+# Numeric conversions (match gguf-py / ggml bit for bit)
+
+
+def f32_to_f16(x: np.ndarray) -> np.ndarray:
+    """IEEE binary16, round to nearest even (numpy's cast)."""
+    with np.errstate(over="ignore"):
+        return x.astype(np.float16)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """bfloat16 bits, round to nearest even; NaNs become quiet NaNs (as gguf-py does)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    u = np.where((u & 0x7FFFFFFF) > 0x7F800000, (u & np.uint32(0xFFFF0000)) | np.uint32(64 << 16), u)
+    u = (u.astype(np.uint64) + (0x7FFF + ((u >> 16) & 1))) >> 16
+    return u.astype(np.uint16)
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """ggml's quantize_row_q8_0_ref: per 32 values, d = amax/127 (f32), q =
+    round-half-away-from-zero(x * (1/d)), then d stored as f16. Returns bytes as
+    uint8 rows of 34 bytes per block."""
+    blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv_d = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    v = blocks * inv_d
+    # roundf(): halves away from zero. (floor(a + 0.5) would be wrong for
+    # a = 0.49999997, where a + 0.5 rounds up to 1 in f32.)
+    a = np.abs(v)
+    fl = np.floor(a)
+    q = np.sign(v) * (fl + (a - fl >= np.float32(0.5)))
+    out = np.empty((blocks.shape[0], 34), dtype=np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8)
+    out[:, 2:] = q.astype(np.int8).view(np.uint8)
+    return out
+
+
+def dequantize_q8_0(raw: np.ndarray) -> np.ndarray:
+    """Reference Q8_0 dequantization (used by the tests): value = q * d."""
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, 34)
+    d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+    return (q * d).reshape(-1)
+
+
+def encode_tensor(x: np.ndarray, ggml_type: GGMLType) -> np.ndarray:
+    if ggml_type == GGMLType.F32:
+        return np.ascontiguousarray(x, dtype="<f4")
+    if ggml_type == GGMLType.F16:
+        return f32_to_f16(x)
+    if ggml_type == GGMLType.BF16:
+        return f32_to_bf16(x)
+    if ggml_type == GGMLType.Q8_0:
+        return quantize_q8_0(x)
+    raise ConvertError(f"internal error: no encoder for {ggml_type.name}")
+
+
+# ---------------------------------------------------------------------------
+# Model description
+
+
+@dataclass
+class HParams:
+    n_layer: int
+    n_ctx: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    rms_eps: float
+    rope_theta: float
+    n_vocab: int
+    tied: bool
+    rope_scaling: dict | None
+
+
+def _require_int(config: dict, key: str, path: Path) -> int:
+    v = config.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ConvertError(f"config.json {path}: '{key}' must be a positive integer, got {v!r}")
+    return v
+
+
+def read_hparams(config: dict, path: Path) -> HParams:
+    archs = config.get("architectures")
+    if not isinstance(archs, list) or HF_ARCH not in archs:
+        raise ConvertError(f"unsupported architecture {archs!r} in {path} (only {HF_ARCH} is supported)")
+    n_head = _require_int(config, "num_attention_heads", path)
+    n_embd = _require_int(config, "hidden_size", path)
+    head_dim = config.get("head_dim") or n_embd // n_head
+    n_head_kv = config.get("num_key_value_heads", n_head)
+    rope_theta = config.get("rope_theta")
+    if rope_theta is None:  # transformers >= 5 moves it into rope_parameters
+        rope_theta = (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    rope_scaling = config.get("rope_scaling")
+    if rope_scaling is not None:
+        if not isinstance(rope_scaling, dict):
+            raise ConvertError(f"config.json {path}: malformed rope_scaling {rope_scaling!r}")
+        kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
+        if kind not in ("yarn", "default"):
+            raise ConvertError(f"unsupported rope_scaling type {kind!r} in {path} (only yarn)")
+        if kind == "default":
+            rope_scaling = None
+        elif not isinstance(rope_scaling.get("factor"), (int, float)) or \
+                not isinstance(rope_scaling.get("original_max_position_embeddings"), int):
+            raise ConvertError(f"config.json {path}: yarn rope_scaling needs 'factor' and "
+                               "'original_max_position_embeddings'")
+    hp = HParams(
+        n_layer=_require_int(config, "num_hidden_layers", path),
+        n_ctx=_require_int(config, "max_position_embeddings", path),
+        n_embd=n_embd,
+        n_ff=_require_int(config, "intermediate_size", path),
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        rms_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(rope_theta),
+        n_vocab=_require_int(config, "vocab_size", path),
+        tied=bool(config.get("tie_word_embeddings", False)),
+        rope_scaling=rope_scaling,
+    )
+    if not isinstance(hp.n_head_kv, int) or hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
+        raise ConvertError(f"config.json {path}: num_key_value_heads {hp.n_head_kv!r} must divide "
+                           f"num_attention_heads {hp.n_head}")
+    if config.get("attention_bias"):
+        raise ConvertError(f"config.json {path}: attention_bias=true is not supported for qwen3")
+    return hp
+
+
+# Per-layer tensors: (GGUF suffix, HF suffix, PyTorch shape function). The order
+# here is the order in the output file.
+_LAYER_TENSORS = [
+    ("attn_norm.weight", "input_layernorm.weight", lambda h: (h.n_embd,)),
+    ("attn_q.weight", "self_attn.q_proj.weight", lambda h: (h.n_head * h.head_dim, h.n_embd)),
+    ("attn_k.weight", "self_attn.k_proj.weight", lambda h: (h.n_head_kv * h.head_dim, h.n_embd)),
+    ("attn_v.weight", "self_attn.v_proj.weight", lambda h: (h.n_head_kv * h.head_dim, h.n_embd)),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight", lambda h: (h.head_dim,)),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight", lambda h: (h.head_dim,)),
+    ("attn_output.weight", "self_attn.o_proj.weight", lambda h: (h.n_embd, h.n_head * h.head_dim)),
+    ("ffn_norm.weight", "post_attention_layernorm.weight", lambda h: (h.n_embd,)),
+    ("ffn_gate.weight", "mlp.gate_proj.weight", lambda h: (h.n_ff, h.n_embd)),
+    ("ffn_up.weight", "mlp.up_proj.weight", lambda h: (h.n_ff, h.n_embd)),
+    ("ffn_down.weight", "mlp.down_proj.weight", lambda h: (h.n_embd, h.n_ff)),
+]
+
+
+def tensor_plan(hp: HParams) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(GGUF name, HF name, expected PyTorch shape), in output order."""
+    plan = [("token_embd.weight", "model.embed_tokens.weight", (hp.n_vocab, hp.n_embd))]
+    for i in range(hp.n_layer):
+        for gname, hname, shape in _LAYER_TENSORS:
+            plan.append((f"blk.{i}.{gname}", f"model.layers.{i}.{hname}", shape(hp)))
+    plan.append(("output_norm.weight", "model.norm.weight", (hp.n_embd,)))
+    if not hp.tied:
+        plan.append(("output.weight", "lm_head.weight", (hp.n_vocab, hp.n_embd)))
+    return plan
+
+
+def stored_type(gguf_name: str, shape: tuple[int, ...], weight_type: GGMLType) -> GGMLType:
+    """1-D tensors and norms stay F32 (as in convert_hf_to_gguf.py); Q8_0 falls
+    back to F16 for a row length that is not a multiple of 32 (same rule)."""
+    if len(shape) <= 1 or gguf_name.endswith("_norm.weight"):
+        return GGMLType.F32
+    if weight_type == GGMLType.Q8_0 and shape[-1] % 32 != 0:
+        print(f"convert_to_gguf: warning: {gguf_name} row length {shape[-1]} is not a multiple of 32, "
+              "storing it as F16", file=sys.stderr)
+        return GGMLType.F16
+    return weight_type
+
+
+# ---------------------------------------------------------------------------
+# Tokenizer metadata
+
+
+def _looks_special(text: str) -> bool:
+    """convert_hf_to_gguf.py's does_token_look_special()."""
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+            or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+            or (text.startswith("<unused") and text.endswith(">")))
+
+
+@dataclass
+class Vocab:
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+    special_ids: dict[str, int]      # in insertion order: eos, pad, bos, ... (as gguf-py)
+    add_special: dict[str, bool]
+    chat_template: str | None
+
+
+def _token_content(entry) -> str | None:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+        return entry["content"]
+    return None
+
+
+def read_vocab(hf_dir: Path, config: dict, n_vocab: int) -> Vocab:
+    tok_path = hf_dir / "tokenizer.json"
+    tok = read_json(tok_path, "tokenizer file")
+    tok_cfg = read_json(hf_dir / "tokenizer_config.json", "tokenizer config")
+    gen_path = hf_dir / "generation_config.json"
+    gen_cfg = read_json(gen_path, "generation config") if gen_path.is_file() else {}
+
+    model = tok.get("model")
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise ConvertError(f"unsupported tokenizer in {tok_path}: expected a byte-level BPE model with a vocab")
+    pattern = json.dumps(tok.get("pre_tokenizer"))
+    if json.dumps(QWEN2_PRETOKENIZER_REGEX)[1:-1] not in pattern:
+        raise ConvertError(f"unsupported pre-tokenizer in {tok_path}: the Qwen2 split regex was not found "
+                           "(tokenizer.ggml.pre would be wrong)")
+
+    id_to_text: dict[int, str] = {}
+    added = {}
+    try:
+        for text, tid in model["vocab"].items():
+            id_to_text[int(tid)] = text
+        for entry in tok.get("added_tokens", []):
+            tid, text = int(entry["id"]), entry["content"]
+            if not isinstance(text, str):
+                raise TypeError
+            id_to_text[tid] = text
+            added[tid] = entry
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise ConvertError(f"malformed vocab or added_tokens in {tok_path}") from None
+    if id_to_text and min(id_to_text) < 0:
+        raise ConvertError(f"tokenizer {tok_path} has a negative token id")
+    if id_to_text and max(id_to_text) >= n_vocab:
+        raise ConvertError(f"tokenizer {tok_path} has token id {max(id_to_text)} >= vocab_size {n_vocab}")
+
+    tokens, types = [], []
+    for i in range(n_vocab):
+        if i not in id_to_text:
+            tokens.append(f"[PAD{i}]")
+            types.append(TOKEN_UNUSED)
+        elif i in added:
+            tokens.append(id_to_text[i])
+            types.append(TOKEN_CONTROL if added[i].get("special") or _looks_special(id_to_text[i])
+                         else TOKEN_USER_DEFINED)
+        else:
+            tokens.append(id_to_text[i])
+            types.append(TOKEN_NORMAL)
+
+    raw_merges = model.get("merges") or []
+    merges = []
+    for m in raw_merges:
+        if isinstance(m, str):
+            merges.append(m)
+        elif isinstance(m, list) and len(m) == 2 and all(isinstance(s, str) for s in m):
+            # newer tokenizers store pairs; spaces inside a part are encoded as U+0120 like gguf-py does
+            merges.append(" ".join("".join(chr(ord(c) + 256) if c == " " else c for c in part) for part in m))
+        else:
+            raise ConvertError(f"malformed merges in {tok_path}: entry {m!r}")
+    if not merges:
+        raise ConvertError(f"tokenizer {tok_path} has no BPE merges")
+
+    # Special token ids follow gguf-py's SpecialVocab: tokenizer_config first
+    # (text looked up among added tokens), then config.json *_token_id. As a
+    # last resort we also accept generation_config.json.
+    content_to_id: dict[str, int] = {}
+    for entry in tok.get("added_tokens", []):  # first match wins, as in gguf-py
+        content_to_id.setdefault(entry["content"], int(entry["id"]))
+    special: dict[str, int] = {}
+    add_special: dict[str, bool] = {}
+    kinds = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+    for kind in kinds:
+        add_entry = tok_cfg.get(f"add_{kind}_token")
+        if isinstance(add_entry, bool):
+            add_special[kind] = add_entry
+        text = _token_content(tok_cfg.get(f"{kind}_token"))
+        if text is not None and text in content_to_id:
+            special[kind] = content_to_id[text]
+    for source in (config, gen_cfg):
+        for kind in kinds:
+            tid = source.get(f"{kind}_token_id")
+            if isinstance(tid, list) and source is gen_cfg and tid:
+                tid = tid[0]
+            if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n_vocab and kind not in special:
+                special[kind] = tid
+
+    chat_template = tok_cfg.get("chat_template")
+    if isinstance(chat_template, list):  # [{"name":..., "template":...}]
+        chat_template = next((t.get("template") for t in chat_template if t.get("name") == "default"), None)
+    if chat_template is None and (hf_dir / "chat_template.jinja").is_file():
+        chat_template = (hf_dir / "chat_template.jinja").read_text(encoding="utf-8")
+    if chat_template is not None and not isinstance(chat_template, str):
+        raise ConvertError(f"malformed chat_template in {hf_dir / 'tokenizer_config.json'}")
+    return Vocab(tokens, types, merges, special, add_special, chat_template)
+
+
+# ---------------------------------------------------------------------------
+# Conversion
+
+
+def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
+    """Returns (writer, tensor_data callback) without writing anything."""
+    if not hf_dir.is_dir():
+        raise ConvertError(f"missing checkpoint directory: {hf_dir}")
+    if outtype not in OUTTYPES:
+        raise ConvertError(f"unsupported outtype {outtype!r} (choose from {', '.join(OUTTYPES)})")
+    weight_type, ftype = OUTTYPES[outtype]
+    config_path = hf_dir / "config.json"
+    config = read_json(config_path, "model config")
+    hp = read_hparams(config, config_path)
+    vocab = read_vocab(hf_dir, config, hp.n_vocab)
+    sources = load_source_tensors(hf_dir)
+
+    plan = tensor_plan(hp)
+    wanted = {h for _, h, _ in plan}
+    for gname, hname, shape in plan:
+        if hname not in sources:
+            raise ConvertError(f"missing tensor {hname!r} (for {gname}) in {hf_dir}")
+        if sources[hname].shape != shape:
+            raise ConvertError(f"tensor {hname!r} has shape {list(sources[hname].shape)}, "
+                               f"expected {list(shape)} from config.json")
+    ignorable = {"lm_head.weight"} if hp.tied else set()
+    extra = sorted(n for n in sources if n not in wanted and n not in ignorable
+                   and not n.endswith("rotary_emb.inv_freq"))
+    if extra:
+        raise ConvertError(f"unexpected tensor {extra[0]!r} in {hf_dir} ({len(extra)} unexpected in total); "
+                           "this converter only handles dense Qwen3 without biases")
+
+    w = GGUFWriter()
+    w.add_string("general.architecture", ARCH)
+    w.add_string("general.type", "model")
+    w.add_string("general.name", name or hf_dir.resolve().name)
+    w.add_uint32(f"{ARCH}.block_count", hp.n_layer)
+    w.add_uint32(f"{ARCH}.context_length", hp.n_ctx)
+    w.add_uint32(f"{ARCH}.embedding_length", hp.n_embd)
+    w.add_uint32(f"{ARCH}.feed_forward_length", hp.n_ff)
+    w.add_uint32(f"{ARCH}.attention.head_count", hp.n_head)
+    w.add_uint32(f"{ARCH}.attention.head_count_kv", hp.n_head_kv)
+    w.add_float32(f"{ARCH}.rope.freq_base", hp.rope_theta)
+    w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", hp.rms_eps)
+    w.add_uint32(f"{ARCH}.attention.key_length", hp.head_dim)
+    w.add_uint32(f"{ARCH}.attention.value_length", hp.head_dim)
+    if hp.rope_scaling is not None:  # YaRN, as Qwen2Model.set_gguf_parameters writes it
+        w.add_string(f"{ARCH}.rope.scaling.type", "yarn")
+        w.add_float32(f"{ARCH}.rope.scaling.factor", float(hp.rope_scaling["factor"]))
+        w.add_uint32(f"{ARCH}.rope.scaling.original_context_length",
+                     int(hp.rope_scaling["original_max_position_embeddings"]))
+    w.add_uint32("general.file_type", ftype)
+    w.add_uint32("general.quantization_version", GGML_QUANT_VERSION)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen2")
+    w.add_array("tokenizer.ggml.tokens", ValueType.STRING, vocab.tokens)
+    w.add_array("tokenizer.ggml.token_type", ValueType.INT32, vocab.token_types)
+    w.add_array("tokenizer.ggml.merges", ValueType.STRING, vocab.merges)
+    key_names = {"pad": "padding"}
+    for kind, tid in vocab.special_ids.items():
+        w.add_uint32(f"tokenizer.ggml.{key_names.get(kind, kind)}_token_id", tid)
+    for kind, flag in vocab.add_special.items():
+        w.add_bool(f"tokenizer.ggml.add_{kind}_token", flag)
+    if vocab.chat_template is not None:
+        w.add_string("tokenizer.chat_template", vocab.chat_template)
+
+    src_of: dict[str, SourceTensor] = {}
+    for gname, hname, shape in plan:
+        w.add_tensor_info(gname, shape, stored_type(gname, shape, weight_type))
+        src_of[gname] = sources[hname]
+
+    def tensor_data(info: TensorInfo) -> np.ndarray:
+        return encode_tensor(load_f32(src_of[info.name]), info.ggml_type)
+
+    return w, tensor_data
+
+
+def _progress_bar(tqdm, label: str):
+    def wrap(items):
+        return tqdm(items, desc=f"writing {label}", unit="tensor", file=sys.stderr, leave=False)
+    return wrap
+
+
+def convert(hf_dir: Path, outtype: str, outfile: Path | None = None, progress: bool = True) -> Path:
+    hf_dir = Path(hf_dir)
+    writer, tensor_data = build_writer(hf_dir, outtype)
+    if outfile is None:
+        outfile = hf_dir / f"kipp-{hf_dir.resolve().name}-{outtype}.gguf"
+    outfile = Path(outfile)
+    if not outfile.parent.is_dir():
+        raise ConvertError(f"missing output directory: {outfile.parent}")
+    wrap = None
+    if progress:
+        from tqdm import tqdm
+        wrap = _progress_bar(tqdm, outfile.name)
+    tmp = outfile.with_name(outfile.name + ".tmp")
+    try:
+        writer.write(tmp, tensor_data, progress=wrap)
+        os.replace(tmp, outfile)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return outfile
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("hf_dir", type=Path, help="Hugging Face checkpoint directory")
+    ap.add_argument("--outtype", default="bf16", help="f32, f16, bf16 or q8_0 (default bf16)")
+    ap.add_argument("--outfile", type=Path, help="output path (default HF_DIR/kipp-<dirname>-<outtype>.gguf)")
+    ap.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    args = ap.parse_args(argv)
+    try:
+        out = convert(args.hf_dir, args.outtype, args.outfile, progress=not args.no_progress)
+    except (ConvertError, GGUFWriteError) as exc:
+        print(f"convert_to_gguf: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"convert_to_gguf: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return 1
+    print(f"wrote {out} ({out.stat().st_size:,} bytes, {args.outtype})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Writes a tiny, deterministic Qwen3 checkpoint in Hugging Face format.
+
+What it does: for a known NAME (see CHECKPOINTS) it generates random weights
+with numpy's PCG64 generator and a fixed per-name seed, rounds them to bf16,
+and writes models/NAME/ (or --out DIR) with config.json,
+generation_config.json, model.safetensors (or --shards N:
+model-0000i-of-0000N.safetensors + model.safetensors.index.json), and the
+vendored Qwen3 tokenizer (tokenizer.json, tokenizer_config.json from
+tools/data/qwen3-tokenizer/). The safetensors files are written by hand (sorted
+header keys, tensors in name order), so the bytes are identical on every run
+and every machine. The checkpoints load in transformers' Qwen3ForCausalLM.
+
+What it does not do: train anything or make the model say anything sensible.
+Weight scales are only chosen so that logits are well spread (clear top-1
+tokens), which makes argmax comparisons between implementations meaningful.
+
+Usage: tools/make_tiny_checkpoint.py --name tiny-tied [--out DIR] [--shards N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER_DIR = REPO_ROOT / "tools" / "data" / "qwen3-tokenizer"
+
+VOCAB_SIZE = 151936
+BOS_ID = 151643  # <|endoftext|>
+EOS_ID = 151645  # <|im_end|>
+
+# Shapes are deliberately "awkward": head_dim != hidden/heads, GQA ratios 2 and 3.
+# Seeds were picked (from the first few candidates) so that every position of the
+# tools/make_vectors.py prompts has a top1-top2 logit gap of at least 0.06, i.e.
+# far above the vector bound (~1e-3): argmax comparisons are never ambiguous.
+CHECKPOINTS = {
+    "tiny-tied": dict(seed=20250107, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=32, intermediate_size=192,
+                      tie_word_embeddings=True, rope_theta=1000000.0),
+    "tiny-untied": dict(seed=20250205, hidden_size=96, num_hidden_layers=3, num_attention_heads=6,
+                        num_key_value_heads=2, head_dim=32, intermediate_size=256,
+                        tie_word_embeddings=False, rope_theta=10000.0),
+}
+
+# Weight scales. The residual stream starts at std ~1 (embeddings); every
+# projection is N(0, 1/fan_in) so each block adds O(1); norm weights are
+# 1 + 0.1*N(0,1) so they are not trivially all-ones. Logits are then roughly
+# N(0, hidden) per vocab entry, i.e. well spread.
+EMBED_STD = 1.0
+NORM_JITTER = 0.1
+
+
+def make_config(spec: dict) -> dict:
+    """config.json in the layout the official Qwen3 releases use."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "head_dim": spec["head_dim"],
+        "hidden_act": "silu",
+        "hidden_size": spec["hidden_size"],
+        "initializer_range": 0.02,
+        "intermediate_size": spec["intermediate_size"],
+        "max_position_embeddings": 512,
+        "max_window_layers": spec["num_hidden_layers"],
+        "model_type": "qwen3",
+        "num_attention_heads": spec["num_attention_heads"],
+        "num_hidden_layers": spec["num_hidden_layers"],
+        "num_key_value_heads": spec["num_key_value_heads"],
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": spec["rope_theta"],
+        "sliding_window": None,
+        "tie_word_embeddings": spec["tie_word_embeddings"],
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": VOCAB_SIZE,
+    }
+
+
+def make_generation_config() -> dict:
+    return {
+        "bos_token_id": BOS_ID,
+        "do_sample": True,
+        "eos_token_id": [EOS_ID, BOS_ID],
+        "pad_token_id": BOS_ID,
+        "temperature": 0.6,
+        "top_k": 20,
+        "top_p": 0.95,
+    }
+
+
+def tensor_shapes(spec: dict) -> dict[str, tuple[int, ...]]:
+    """HF tensor name -> PyTorch shape, for every tensor the checkpoint holds."""
+    H, F, D = spec["hidden_size"], spec["intermediate_size"], spec["head_dim"]
+    Nh, Nkv = spec["num_attention_heads"], spec["num_key_value_heads"]
+    shapes = {"model.embed_tokens.weight": (VOCAB_SIZE, H), "model.norm.weight": (H,)}
+    if not spec["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (VOCAB_SIZE, H)
+    for i in range(spec["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (H,)
+        shapes[p + "post_attention_layernorm.weight"] = (H,)
+        shapes[p + "self_attn.q_proj.weight"] = (Nh * D, H)
+        shapes[p + "self_attn.k_proj.weight"] = (Nkv * D, H)
+        shapes[p + "self_attn.v_proj.weight"] = (Nkv * D, H)
+        shapes[p + "self_attn.o_proj.weight"] = (H, Nh * D)
+        shapes[p + "self_attn.q_norm.weight"] = (D,)
+        shapes[p + "self_attn.k_norm.weight"] = (D,)
+        shapes[p + "mlp.gate_proj.weight"] = (F, H)
+        shapes[p + "mlp.up_proj.weight"] = (F, H)
+        shapes[p + "mlp.down_proj.weight"] = (H, F)
+    return shapes
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (round to nearest, ties to even); returns the uint16 bits."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype(np.uint16)
+
+
+def generate_weights(spec: dict) -> dict[str, np.ndarray]:
+    """HF name -> uint16 bf16 bits. Tensors are drawn in sorted-name order from
+    one PCG64 stream, so the result depends only on the seed and the shapes."""
+    rng = np.random.Generator(np.random.PCG64(spec["seed"]))
+    out = {}
+    for name, shape in sorted(tensor_shapes(spec).items()):
+        z = rng.standard_normal(shape, dtype=np.float32)
+        if len(shape) == 1:  # RMSNorm weights (input/post-attention/final/q/k norms)
+            w = 1.0 + NORM_JITTER * z
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            w = EMBED_STD * z
+        else:
+            w = z / np.float32(np.sqrt(shape[1]))  # fan_in = in_features = shape[1]
+        out[name] = f32_to_bf16_bits(w.astype(np.float32))
+    return out
+
+
+def safetensors_bytes_header(tensors: dict[str, np.ndarray]) -> tuple[bytes, list[str]]:
+    """Builds the 8-byte length + JSON header for BF16 tensors laid out in
+    sorted-name order. Returns (header bytes, ordered names)."""
+    names = sorted(tensors)
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for n in names:
+        nbytes = tensors[n].nbytes
+        header[n] = {"dtype": "BF16", "shape": list(tensors[n].shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    blob = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    blob += b" " * ((8 - len(blob) % 8) % 8)  # keep the data 8-byte aligned, as safetensors does
+    return struct.pack("<Q", len(blob)) + blob, names
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    head, names = safetensors_bytes_header(tensors)
+    with open(path, "wb") as f:
+        f.write(head)
+        for n in names:
+            f.write(np.ascontiguousarray(tensors[n]).astype("<u2", copy=False).tobytes())
+
+
+def split_shards(tensors: dict[str, np.ndarray], n_shards: int) -> list[list[str]]:
+    """Splits the sorted names into n contiguous, non-empty groups of nearly equal
+    tensor count (not byte size: the embedding alone outweighs everything else
+    in a tiny model, and the point of sharding here is to exercise the index)."""
+    names = sorted(tensors)
+    if n_shards > len(names):
+        raise ValueError(f"--shards {n_shards} exceeds the number of tensors ({len(names)})")
+    q, r = divmod(len(names), n_shards)
+    groups, start = [], 0
+    for i in range(n_shards):
+        size = q + (1 if i < r else 0)
+        groups.append(names[start:start + size])
+        start += size
+    return groups
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def write_checkpoint(name: str, out_dir: Path, n_shards: int = 1) -> Path:
+    if name not in CHECKPOINTS:
+        raise ValueError(f"unknown checkpoint name {name!r}; valid: {', '.join(sorted(CHECKPOINTS))}")
+    if n_shards < 1:
+        raise ValueError("--shards must be >= 1")
+    spec = CHECKPOINTS[name]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # remove weight files from an earlier run with a different sharding
+    for old in list(out_dir.glob("model*.safetensors")) + [out_dir / "model.safetensors.index.json"]:
+        if old.exists():
+            old.unlink()
+
+    write_json(out_dir / "config.json", make_config(spec))
+    write_json(out_dir / "generation_config.json", make_generation_config())
+    for fname in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(TOKENIZER_DIR / fname, out_dir / fname)
+
+    tensors = generate_weights(spec)
+    if n_shards == 1:
+        write_safetensors(out_dir / "model.safetensors", tensors)
+    else:
+        weight_map = {}
+        for i, group in enumerate(split_shards(tensors, n_shards)):
+            fname = f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors"
+            write_safetensors(out_dir / fname, {n: tensors[n] for n in group})
+            weight_map.update({n: fname for n in group})
+        index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+                 "weight_map": dict(sorted(weight_map.items()))}
+        write_json(out_dir / "model.safetensors.index.json", index)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", required=True, help="one of: " + ", ".join(sorted(CHECKPOINTS)))
+    ap.add_argument("--out", type=Path, help="checkpoint directory (default: models/NAME)")
+    ap.add_argument("--shards", type=int, default=1, help="number of safetensors shards (default 1)")
+    args = ap.parse_args(argv)
+    out = args.out if args.out is not None else REPO_ROOT / "models" / args.name
+    try:
+        path = write_checkpoint(args.name, out, args.shards)
+    except (ValueError, OSError) as exc:
+        print(f"make_tiny_checkpoint: error: {exc}", file=sys.stderr)
+        return 1
+    n_params = sum(int(np.prod(s)) for s in tensor_shapes(CHECKPOINTS[args.name]).values())
+    print(f"wrote {args.name} ({n_params:,} parameters, bf16) to {os.path.relpath(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

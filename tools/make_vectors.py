@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Generates golden test vectors for a checkpoint from Hugging Face transformers.
+
+What it does: loads models/NAME with transformers' Qwen3ForCausalLM twice, in
+float32 and in float64 (eager attention, CPU), tokenizes a fixed set of four
+ASCII prompts with the checkpoint's own HF tokenizer (no special tokens added),
+and writes tests/test-vectors/NAME/:
+  manifest.json   tokens, per-position argmax / top1-top2 gap / top-k of the
+                  float32 logits, the tolerance bound and how it was derived,
+                  sha256 of the checkpoint files and of our f32/bf16 GGUF
+                  conversions, and the library versions used;
+  logits_<i>.f32  little-endian float32 rows (n_vocab each) of the float32
+                  logits of prompt i at the positions listed in the manifest.
+The bound is B = max(S*G, F), where G is the largest |float32 - float64| logit
+difference of the oracle itself over all prompts, positions and vocab entries.
+It refuses to write vectors whose argmax is ambiguous (top1-top2 gap <= 2B at
+any position).
+
+What it does not do: run Kipp, compare anything, or work without torch and
+transformers (install them with `make vectors`, which installs
+tools/requirements-vectors.txt into .venv). As a side effect it converts the
+checkpoint to models/NAME/kipp-NAME-{f32,bf16}.gguf (to hash them), and it
+generates models/NAME first if NAME is a tiny checkpoint that is missing.
+
+Usage: tools/make_vectors.py --checkpoint NAME [--models-dir DIR] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+
+PROMPTS = [
+    "Question: What is the capital of France? Answer: The capital of France is",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "On March 14, 2025, the team shipped version 3.1.4 (build #2718) -- finally!",
+    "Roses are red,\nviolets are blue.\n\nKipp reads GGUF files,\nand so can you.\n",
+]
+TOP_K = 10
+SAFETY_FACTOR = 20.0
+FLOOR = 1e-5
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checkpoint_files(ckpt: Path) -> list[Path]:
+    """The files that define the checkpoint (not our conversions or manifests)."""
+    names = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+    if (ckpt / "model.safetensors.index.json").is_file():
+        names.append("model.safetensors.index.json")
+    files = [ckpt / n for n in names if (ckpt / n).is_file()]
+    files += sorted(ckpt.glob("*.safetensors"))
+    return sorted(files, key=lambda p: p.name)
+
+
+def load_model(ckpt: Path, torch, transformers, dtype):
+    kwargs = {"attn_implementation": "eager"}
+    major = int(transformers.__version__.split(".")[0])
+    kwargs["dtype" if major >= 5 else "torch_dtype"] = dtype
+    model = transformers.Qwen3ForCausalLM.from_pretrained(ckpt, **kwargs)
+    model.eval()
+    return model
+
+
+def dump_manifest(m: dict) -> str:
+    """JSON with one prompt field per line (number arrays stay on one line)."""
+    def one(v):
+        return json.dumps(v, separators=(", ", ": "))
+    lines = ["{"]
+    top = [k for k in m if k != "prompts"]
+    for k in top:
+        if isinstance(m[k], dict):
+            inner = ",\n".join(f"    {json.dumps(a)}: {one(b)}" for a, b in m[k].items())
+            lines.append(f"  {json.dumps(k)}: {{\n{inner}\n  }},")
+        else:
+            lines.append(f"  {json.dumps(k)}: {one(m[k])},")
+    lines.append('  "prompts": [')
+    for i, p in enumerate(m["prompts"]):
+        fields = ",\n".join(f"      {json.dumps(a)}: {one(b)}" for a, b in p.items())
+        lines.append("    {\n" + fields + "\n    }" + ("," if i + 1 < len(m["prompts"]) else ""))
+    lines.append("  ]")
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    assert json.loads(text) == m
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--checkpoint", required=True, help="checkpoint name: models/NAME")
+    ap.add_argument("--models-dir", type=Path, default=REPO_ROOT / "models",
+                    help="where checkpoint NAME lives (default models/)")
+    ap.add_argument("--out", type=Path, help="output directory (default tests/test-vectors/NAME)")
+    args = ap.parse_args(argv)
+    name = args.checkpoint
+
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        print(f"make_vectors: error: {exc.name} is not installed. It is only needed for test-vector "
+              "generation; run `make vectors` (it installs tools/requirements-vectors.txt into .venv), "
+              "or: .venv/bin/pip install -r tools/requirements-vectors.txt", file=sys.stderr)
+        return 1
+
+    import convert_to_gguf
+    import make_tiny_checkpoint
+
+    ckpt = args.models_dir / name
+    if not (ckpt / "config.json").is_file():
+        if name in make_tiny_checkpoint.CHECKPOINTS:
+            print(f"make_vectors: {ckpt} is missing; generating it with make_tiny_checkpoint.py")
+            make_tiny_checkpoint.write_checkpoint(name, ckpt)
+        else:
+            print(f"make_vectors: error: missing checkpoint directory {ckpt}", file=sys.stderr)
+            return 1
+    out_dir = args.out or REPO_ROOT / "tests" / "test-vectors" / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(ckpt)
+    model32 = load_model(ckpt, torch, transformers, torch.float32)
+    model64 = load_model(ckpt, torch, transformers, torch.float64)
+    n_vocab = model32.config.vocab_size
+
+    runs = []
+    max_diff = 0.0
+    with torch.no_grad():
+        for text in PROMPTS:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if not 8 <= len(ids) <= 40:
+                raise SystemExit(f"make_vectors: prompt {text!r} has {len(ids)} tokens (want 8..40)")
+            x = torch.tensor([ids], dtype=torch.long)
+            l32 = model32(x).logits[0].to(torch.float32).numpy()
+            l64 = model64(x).logits[0].to(torch.float64).numpy()
+            max_diff = max(max_diff, float(np.max(np.abs(l32.astype(np.float64) - l64))))
+            runs.append((text, ids, l32))
+
+    bound = max(SAFETY_FACTOR * max_diff, FLOOR)
+
+    prompts = []
+    ambiguous = []
+    for i, (text, ids, l32) in enumerate(runs):
+        order = np.argsort(-l32, axis=1, kind="stable")[:, :TOP_K]
+        top = np.take_along_axis(l32, order, axis=1)
+        argmax = np.argmax(l32, axis=1)
+        assert np.array_equal(argmax, order[:, 0])
+        gaps = (top[:, 0] - top[:, 1]).astype(np.float32)
+        for pos, g in enumerate(gaps):
+            if g <= 2 * bound:
+                ambiguous.append(f"prompt {i} position {pos}: top2_gap {float(g):.3g} <= 2*bound {2 * bound:.3g}")
+        positions = sorted({0, len(ids) - 1})
+        fname = f"logits_{i}.f32"
+        rows = np.ascontiguousarray(l32[positions], dtype="<f4")
+        assert rows.shape == (len(positions), n_vocab)
+        (out_dir / fname).write_bytes(rows.tobytes())
+        prompts.append({
+            "text": text,
+            "tokens": [int(t) for t in ids],
+            "argmax": [int(a) for a in argmax],
+            "top2_gap": [float(g) for g in gaps],
+            "topk_ids": [[int(t) for t in row] for row in order],
+            "topk_logits": [[float(v) for v in row] for row in top],
+            "full_logits_positions": positions,
+            "full_logits_file": fname,
+        })
+    if ambiguous:
+        print("make_vectors: error: ambiguous argmax, choose other seeds or prompts:\n  " + "\n  ".join(ambiguous),
+              file=sys.stderr)
+        return 1
+
+    gguf_sha = {}
+    for outtype in ("f32", "bf16"):
+        path = convert_to_gguf.convert(ckpt, outtype, progress=False)
+        gguf_sha[outtype] = sha256_file(path)
+
+    manifest = {
+        "checkpoint": name,
+        "checkpoint_files_sha256": {p.name: sha256_file(p) for p in checkpoint_files(ckpt)},
+        "gguf_sha256": gguf_sha,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "numpy": np.__version__, "python": platform.python_version()},
+        "n_vocab": int(n_vocab),
+        "top_k": TOP_K,
+        "bound": bound,
+        "bound_derivation": {"max_abs_f32_vs_f64": max_diff, "safety_factor": SAFETY_FACTOR, "floor": FLOOR,
+                             "formula": "bound = max(S*G, F)"},
+        "prompts": prompts,
+    }
+    (out_dir / "manifest.json").write_text(dump_manifest(manifest), encoding="utf-8")
+
+    print(f"{name}: G = max|f32 - f64| = {max_diff:.3e}, bound B = max({SAFETY_FACTOR:g}*G, {FLOOR:g}) = {bound:.3e}")
+    for i, p in enumerate(prompts):
+        print(f"  prompt {i}: {len(p['tokens']):2d} tokens, min top2_gap {min(p['top2_gap']):.4f} "
+              f"(= {min(p['top2_gap']) / bound:.0f} B), "
+              f"last argmax {p['argmax'][-1]}")
+    print(f"wrote {out_dir}/manifest.json and {len(prompts)} logits files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
