@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
         if (kt_gate_phase2(argv[2], argv[3]) && kt_failed == 0) kt_failed = 1;
     } else if (argc == 4 && strcmp(argv[1], "--tok-golden") == 0) {
         int bad = kt_tok_golden(argv[2], argv[3]); /* < 0: inputs unusable */
-        if (bad) kt_failed += bad > 0 ? bad : 1; else kt_passed++;
+        if (bad) kt_failed += bad > 0 ? bad : 1; /* each matching line counted a pass */
     } else {
         usage();
         return 2;

@@ -63,21 +63,61 @@ static uint32_t argmax(const float *x, uint32_t n) {
     return best;
 }
 
-static int open_model(const char *model_path, uint32_t n_ctx, kipp_model **m, kipp_ctx **c) {
+/* What both gates hold: the vectors, the model on cpu-ref, and two logits buffers. */
+typedef struct {
+    manifest mf;
+    kipp_model *m;
+    kipp_ctx *c;
+    kipp_model_info info;
+    float *a, *b; /* n_vocab floats each */
+    int failed0;
+} gate;
+
+static void gate_close(gate *g) {
+    free(g->a);
+    free(g->b);
+    kipp_ctx_free(g->c);
+    kipp_model_free(g->m);
+    if (g->mf.root) json_decref(g->mf.root);
+}
+
+static int gate_open(gate *g, const char *model_path, const char *vec_dir) {
     char err[KIPP_ERR_LEN];
-    if (kipp_model_load(model_path, m, err, sizeof err) != KIPP_OK) {
+    memset(g, 0, sizeof *g);
+    g->failed0 = kt_failed;
+    if (!load_manifest(vec_dir, &g->mf)) return 0;
+    if (kipp_model_load(model_path, &g->m, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "gate: %s\n", err);
+        gate_close(g);
         return 0;
     }
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = "cpu-ref";
-    cp.n_ctx = n_ctx;
-    if (kipp_ctx_init(*m, &cp, c, err, sizeof err) != KIPP_OK) {
+    if (kipp_ctx_init(g->m, &cp, &g->c, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "gate: %s\n", err);
-        kipp_model_free(*m);
+        gate_close(g);
+        return 0;
+    }
+    kipp_model_get_info(g->m, &g->info);
+    g->a = malloc((size_t)g->info.n_vocab * sizeof *g->a);
+    g->b = malloc((size_t)g->info.n_vocab * sizeof *g->b);
+    if (!g->a || !g->b) {
+        fprintf(stderr, "gate: out of memory\n");
+        gate_close(g);
         return 0;
     }
     return 1;
+}
+
+/* max_i |a_i - b_i|, with NaN counted as infinitely far */
+static double max_abs_diff(const float *a, const float *b, uint32_t n) {
+    double e = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return INFINITY;
+        if (d > e) e = d;
+    }
+    return e;
 }
 
 /* Reads row r of n floats from a little-endian f32 file. */
@@ -94,17 +134,14 @@ static int read_logits_row(const char *dir, const char *file, size_t r, uint32_t
 }
 
 int kt_gate_golden(const char *model_path, const char *vec_dir) {
-    manifest mf;
-    if (!load_manifest(vec_dir, &mf)) return 1;
-    kipp_model *m = NULL;
-    kipp_ctx *c = NULL;
-    int failed0 = kt_failed;
-    if (!open_model(model_path, 0, &m, &c)) { json_decref(mf.root); return 1; }
-    kipp_model_info info;
-    kipp_model_get_info(m, &info);
+    gate g;
+    if (!gate_open(&g, model_path, vec_dir)) return 1;
+    const manifest mf = g.mf;
+    kipp_model *m = g.m;
+    kipp_ctx *c = g.c;
+    const kipp_model_info info = g.info;
+    float *logits = g.a, *ref = g.b;
     KT_CHECK(info.n_vocab == mf.n_vocab, "model n_vocab %u vs vectors %u", info.n_vocab, mf.n_vocab);
-    float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
-    float *ref = malloc((size_t)info.n_vocab * sizeof *ref);
     double worst = 0.0;
     size_t n_positions = 0;
     json_t *prompts = json_object_get(mf.root, "prompts");
@@ -157,11 +194,7 @@ int kt_gate_golden(const char *model_path, const char *vec_dir) {
                     KT_CHECK(0, "missing full logits for prompt %zu", pi);
                     continue;
                 }
-                double e_full = 0.0;
-                for (uint32_t v = 0; v < info.n_vocab; v++) {
-                    double e = fabs((double)logits[v] - ref[v]);
-                    if (e > e_full) e_full = e;
-                }
+                double e_full = max_abs_diff(logits, ref, info.n_vocab);
                 KT_CHECK(e_full <= mf.bound,
                          "prompt %zu position %zu: full-vocab logit error %.3g > bound %.3g", pi,
                          pos, e_full, mf.bound);
@@ -172,27 +205,18 @@ int kt_gate_golden(const char *model_path, const char *vec_dir) {
     }
     printf("golden gate: %zu positions, max |logit - oracle| = %.3g, bound = %.3g\n", n_positions,
            worst, mf.bound);
-    free(logits);
-    free(ref);
-    kipp_ctx_free(c);
-    kipp_model_free(m);
-    json_decref(mf.root);
-    return kt_failed - failed0;
+    gate_close(&g);
+    return kt_failed - g.failed0;
 }
 
 int kt_gate_phase2(const char *model_path, const char *vec_dir) {
-    manifest mf;
-    if (!load_manifest(vec_dir, &mf)) return 1;
-    kipp_model *m = NULL;
-    kipp_ctx *c = NULL;
-    int failed0 = kt_failed;
-    if (!open_model(model_path, 0, &m, &c)) { json_decref(mf.root); return 1; }
-    kipp_model_info info;
-    kipp_model_get_info(m, &info);
-    float *cached = malloc((size_t)info.n_vocab * sizeof *cached);
-    float *fresh = malloc((size_t)info.n_vocab * sizeof *fresh);
+    gate g;
+    if (!gate_open(&g, model_path, vec_dir)) return 1;
+    kipp_ctx *c = g.c;
+    const kipp_model_info info = g.info;
+    float *cached = g.a, *fresh = g.b;
     double worst = 0.0;
-    json_t *prompts = json_object_get(mf.root, "prompts");
+    json_t *prompts = json_object_get(g.mf.root, "prompts");
     for (size_t pi = 0; pi < json_array_size(prompts); pi++) {
         size_t n;
         int32_t *ids = prompt_tokens(json_array_get(prompts, pi), &n);
@@ -203,11 +227,7 @@ int kt_gate_phase2(const char *model_path, const char *vec_dir) {
             kipp_status st = kipp_decode(c, &ids[pos], 1, cached, err, sizeof err);
             if (st == KIPP_OK) st = kipp_forward_nocache(c, ids, (uint32_t)pos + 1, fresh, err, sizeof err);
             if (st != KIPP_OK) { KT_CHECK(0, "%s", err); break; }
-            double e = 0.0;
-            for (uint32_t v = 0; v < info.n_vocab; v++) {
-                double d = fabs((double)cached[v] - fresh[v]);
-                if (d > e || isnan(d)) e = isnan(d) ? INFINITY : d;
-            }
+            double e = max_abs_diff(cached, fresh, info.n_vocab);
             KT_CHECK(e <= PHASE2_TOL, "prompt %zu position %zu: cached vs recomputed %.3g > %g",
                      pi, pos, e, PHASE2_TOL);
             KT_CHECK(argmax(cached, info.n_vocab) == argmax(fresh, info.n_vocab),
@@ -218,20 +238,12 @@ int kt_gate_phase2(const char *model_path, const char *vec_dir) {
         if (n >= 2) {
             kipp_ctx_truncate(c, (uint32_t)n - 2, err, sizeof err);
             kipp_decode(c, &ids[n - 2], 2, fresh, err, sizeof err);
-            double e = 0.0;
-            for (uint32_t v = 0; v < info.n_vocab; v++) {
-                double d = fabs((double)cached[v] - fresh[v]);
-                if (d > e) e = d;
-            }
+            double e = max_abs_diff(cached, fresh, info.n_vocab);
             KT_CHECK(e <= PHASE2_TOL, "prompt %zu: decode after truncate differs by %.3g", pi, e);
         }
         free(ids);
     }
     printf("phase-2 gate: max |cached - recomputed| = %.3g, tolerance = %g\n", worst, PHASE2_TOL);
-    free(cached);
-    free(fresh);
-    kipp_ctx_free(c);
-    kipp_model_free(m);
-    json_decref(mf.root);
-    return kt_failed - failed0;
+    gate_close(&g);
+    return kt_failed - g.failed0;
 }

@@ -558,6 +558,7 @@ int kt_tok_golden(const char *gguf_path, const char *jsonl_path) {
         int ok = want && kipp_vocab_encode(v, text, text_len, 1, &ids, &n, err, sizeof err) ==
                              KIPP_OK;
         ok = ok && n == n_want && (n == 0 || memcmp(ids, want, n * sizeof *ids) == 0);
+        if (ok) kt_passed++;
         if (!ok && mismatches++ < 5) {
             fprintf(stderr, "  golden mismatch, line %d\n", lines);
             char *dump = json_dumps(jt, JSON_ENCODE_ANY);
