@@ -1,6 +1,6 @@
 # Kipp — GNU make build. `make help` lists the targets.
-# The C build needs only a C11 compiler, pthreads and libm (libkipp); front ends and tests
-# add jansson. `make deps` installs what is missing (Debian packages + the Python venv).
+# The C build needs a C11 compiler, pthreads, libm, utf8proc (Unicode categories and NFC
+# for the tokenizer) and jansson (JSON for the chat template's tools and the tests). `make deps` installs what is missing (Debian packages + the Python venv).
 
 BUILD    ?= build
 CC       ?= cc
@@ -15,16 +15,16 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 ifeq ($(SAN),1)
 OPT      := -O1 -g $(SAN_FLAGS)
 endif
-CFLAGS   += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc
-LDLIBS   += -lm -lpthread
+CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc
+LDLIBS   += -lutf8proc -ljansson -lm -lpthread
 
-LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c) \
+LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
            src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all cpu help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models
 
 all: cpu
@@ -55,12 +55,38 @@ $(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/libkipp.a
-	$(CC) $(CFLAGS) -o $@ $^ -ljansson $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kipp-tokbench: $(BUILD)/obj/bench/tok_bench.o $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kipp-kvbench: $(BUILD)/obj/bench/kv_bench.o $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The KV fault-injection test binary: the same sources built with KIPP_FAULT_INJECT in a
+# separate object tree. Production targets never define it (tests check the binaries).
+ifeq ($(BUILD),build)
+build/kipp_test_fault: FORCE
+	$(MAKE) --no-print-directory BUILD=build/fault EXTRA_CFLAGS=-DKIPP_FAULT_INJECT build/fault/kipp_test
+	cp build/fault/kipp_test $@
+endif
+FORCE:
 
 # libFuzzer target (clang); also replays the committed corpus in `make test`.
 $(BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/core/types.c src/core/error.c
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -lm
+
+$(BUILD)/fuzz_chat: tests/fuzz/fuzz_chat.c src/tok/chat.c src/tok/pyjson.c src/tok/reasoning.c \
+                    src/gguf/gguf.c src/core/types.c src/core/error.c
+	@mkdir -p $(BUILD)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
+
+$(BUILD)/fuzz_tok: tests/fuzz/fuzz_tok.c $(LIB_SRC)
+	@mkdir -p $(BUILD)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
+
+FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok
 
 fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus
@@ -99,11 +125,11 @@ vectors: deps
 
 # ---- tests ------------------------------------------------------------------------------
 
-test: deps cpu $(BUILD)/fuzz_gguf tiny-models
+test: deps cpu $(FUZZERS) tiny-models
 	@BUILD=$(BUILD) tests/run_tests.sh
 
 test-sanitize: deps tiny-models
-	$(MAKE) BUILD=build/san SAN=1 cpu build/san/fuzz_gguf
+	$(MAKE) BUILD=build/san SAN=1 cpu build/san/fuzz_gguf build/san/fuzz_chat build/san/fuzz_tok
 	@BUILD=build/san KIPP_SANITIZE=1 tests/run_tests.sh
 
 test-cpu-model: deps cpu

@@ -21,7 +21,8 @@ typedef enum {
     KIPP_ERR_INVALID_ARG,   /* bad parameter from the caller */
     KIPP_ERR_BACKEND,       /* backend unknown, not built, or failed to start */
     KIPP_ERR_CONTEXT_FULL,  /* sequence would exceed the context length */
-    KIPP_ERR_NUMERIC        /* NaN/Inf in weights or activations */
+    KIPP_ERR_NUMERIC,       /* NaN/Inf in weights or activations */
+    KIPP_ERR_KV_FULL        /* the KV block pool has no free block left for the request */
 } kipp_status;
 
 /* Human-readable name of a status code ("ok", "format error", ...). Static storage. */
@@ -32,12 +33,14 @@ const char *kipp_status_str(kipp_status s);
 /* ---- model + context ---------------------------------------------------------------- */
 
 typedef struct kipp_model kipp_model; /* weights (mmapped GGUF) + hyper-parameters + vocab */
-typedef struct kipp_ctx kipp_ctx;     /* one sequence: KV cache, scratch, backend state   */
+typedef struct kipp_ctx kipp_ctx;     /* sequences in one KV block pool, scratch, backend */
 
 typedef struct {
-    const char *backend; /* "cpu-ref", "cpu", "cuda", "metal"; NULL means "cpu-ref" */
-    uint32_t n_ctx;      /* 0 = the model's context length, capped at 4096 */
-    int n_threads;       /* backends with threads; 0 = default */
+    const char *backend;    /* "cpu-ref", "cpu", "cuda", "metal"; NULL means "cpu-ref" */
+    uint32_t n_ctx;         /* longest sequence; 0 = the model's context length, capped at 4096 */
+    int n_threads;          /* backends with threads; 0 = default */
+    uint32_t kv_block_size; /* tokens per KV block; 0 = 16 */
+    uint32_t n_kv_blocks;   /* blocks in the KV pool; 0 = enough for one sequence of n_ctx */
 } kipp_ctx_params;
 
 kipp_ctx_params kipp_ctx_default_params(void);
@@ -65,16 +68,70 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
                           char *err, size_t err_len);
 void kipp_ctx_free(kipp_ctx *c);
 
-/* Number of tokens already in the context's KV cache. */
+/* The single-sequence API works on sequence 0, which every context has from the start. */
+
+/* Number of tokens already in sequence 0's KV cache. */
 uint32_t kipp_ctx_n_past(const kipp_ctx *c);
 uint32_t kipp_ctx_n_ctx(const kipp_ctx *c);
-/* Forgets everything after position n_keep (n_keep <= n_past). */
+/* Forgets everything in sequence 0 after position n_keep (n_keep <= n_past). */
 kipp_status kipp_ctx_truncate(kipp_ctx *c, uint32_t n_keep, char *err, size_t err_len);
 
-/* Appends n tokens at positions n_past..n_past+n-1 and writes the logits of the LAST
- * token into logits (n_vocab floats) if logits is not NULL. */
+/* Appends n tokens to sequence 0 at positions n_past..n_past+n-1 and writes the logits of
+ * the LAST token into logits (n_vocab floats) if logits is not NULL. */
 kipp_status kipp_decode(kipp_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         char *err, size_t err_len);
+
+/* ---- several sequences in one KV block pool ------------------------------------------- */
+
+/* Sequences are small integer ids; 0 always exists (it cannot be freed, only truncated). A
+ * fork shares the source's KV blocks (copy-on-write), so a common prefix is stored once. */
+kipp_status kipp_ctx_seq_new(kipp_ctx *c, uint32_t *seq_id, char *err, size_t err_len);
+kipp_status kipp_ctx_seq_fork(kipp_ctx *c, uint32_t src, uint32_t *dst, char *err,
+                              size_t err_len);
+kipp_status kipp_ctx_seq_free(kipp_ctx *c, uint32_t seq_id, char *err, size_t err_len);
+/* Keeps positions 0..n_keep-1 of a sequence (rollback, e.g. rejected draft tokens). */
+kipp_status kipp_ctx_seq_truncate(kipp_ctx *c, uint32_t seq_id, uint32_t n_keep, char *err,
+                                  size_t err_len);
+/* Tokens in the sequence's KV cache; 0 for an id that is not live. */
+uint32_t kipp_ctx_seq_n_past(const kipp_ctx *c, uint32_t seq_id);
+
+/* n tokens of one or more sequences, decoded in one call. Within each sequence the tokens
+ * appear in position order and continue it: the first at the sequence's n_past, the next
+ * at n_past + 1, ...; tokens of different sequences may interleave. */
+typedef struct {
+    uint32_t n;                 /* tokens in the batch */
+    const int32_t *tokens;      /* [n] token ids */
+    const uint32_t *seq_ids;    /* [n] sequence of each token; NULL = all in sequence 0 */
+    const uint32_t *positions;  /* [n] position of each token; NULL = continue each sequence */
+    const uint8_t *want_logits; /* [n] nonzero = return this token's logits; NULL = every token */
+} kipp_batch;
+
+/* Decodes a batch and writes one row of n_vocab logits per wanted token, in batch order,
+ * into logits ([n_wanted][n_vocab]; may be NULL when no token is wanted). Everything (ids,
+ * positions, context and pool room) is validated before any state changes: on an error no
+ * sequence has moved. KIPP_ERR_KV_FULL: the pool is short of blocks (free or truncate
+ * sequences and retry). */
+kipp_status kipp_decode_batch(kipp_ctx *c, const kipp_batch *batch, float *logits, char *err,
+                              size_t err_len);
+
+/* KV memory accounting for the context's block pool. */
+typedef struct {
+    uint32_t block_size;        /* tokens per block */
+    uint32_t n_blocks;          /* blocks in the pool */
+    uint32_t n_blocks_used;     /* referenced by at least one sequence */
+    uint32_t n_blocks_free;
+    uint32_t n_blocks_shared;   /* referenced by two or more sequences (a forked prefix) */
+    uint32_t n_seqs;            /* live sequences */
+    uint64_t n_tokens;          /* sum of the live sequences' lengths (shared prefixes count
+                                   once per sequence) */
+    uint64_t n_slots_filled;    /* token slots holding K/V in used blocks (shared: once) */
+    uint64_t n_bytes_per_token; /* K + V of one token, all layers */
+    uint64_t n_bytes_per_block;
+    uint64_t n_bytes_total;     /* the whole pool */
+    uint64_t n_bytes_used;      /* n_blocks_used * n_bytes_per_block */
+} kipp_kv_stats;
+
+void kipp_ctx_kv_stats(const kipp_ctx *c, kipp_kv_stats *out);
 
 /* Recomputes the whole sequence tokens[0..n-1] from scratch, without reading any KV cache,
  * and writes the logits of the last token. The oracle for the cached-decode gate. */
@@ -83,8 +140,11 @@ kipp_status kipp_forward_nocache(kipp_ctx *c, const int32_t *tokens, uint32_t n,
 
 /* ---- tokenizer ------------------------------------------------------------------------ */
 
-/* Encodes UTF-8 text to token ids. parse_special: match control tokens such as
- * <|im_start|> in the text. *n_out receives the number of ids; if it exceeds cap nothing is
+/* Encodes UTF-8 text to token ids exactly as HF `tokenizers` does (NFC, the Qwen2 split,
+ * byte-level BPE; invalid UTF-8 is first repaired like Python's decode(errors="replace")).
+ * parse_special = 1 matches every added token (<|im_start|>, <think>, ...) as HF's encode
+ * does; 0 is HF's split_special_tokens=True: special tokens are plain text, non-special
+ * added tokens such as <think> are still matched. *n_out receives the number of ids; if it exceeds cap nothing is
  * written and KIPP_ERR_INVALID_ARG is returned (call again with a larger buffer). */
 kipp_status kipp_tokenize(const kipp_model *m, const char *text, size_t len, int parse_special,
                           int32_t *ids, size_t cap, size_t *n_out, char *err, size_t err_len);
@@ -93,6 +153,38 @@ kipp_status kipp_tokenize(const kipp_model *m, const char *text, size_t len, int
  * as the model lives. */
 const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len);
 int kipp_token_is_eog(const kipp_model *m, int32_t id);
+
+/* Streaming detokenizer: never emits part of a UTF-8 character; a token that is a byte
+ * fragment is held until its character completes; flush emits what is left with invalid
+ * bytes replaced by U+FFFD (HF's decode). skip_special drops special tokens such as
+ * <|im_end|> (HF skip_special_tokens=True); <think> and other non-special tokens are kept.
+ * Streamed output concatenated equals kipp_detokenize of the whole sequence. */
+typedef struct kipp_detokenizer kipp_detokenizer;
+kipp_status kipp_detokenizer_init(const kipp_model *m, int skip_special, kipp_detokenizer **out,
+                                  char *err, size_t err_len);
+void kipp_detokenizer_free(kipp_detokenizer *d);
+/* Writes the text token id completes into out (at most 3 bytes per byte of the token plus 3;
+ * too small a buffer is KIPP_ERR_INVALID_ARG with nothing consumed). */
+kipp_status kipp_detokenizer_push(kipp_detokenizer *d, int32_t id, char *out, size_t cap,
+                                  size_t *n_out);
+kipp_status kipp_detokenizer_flush(kipp_detokenizer *d, char *out, size_t cap, size_t *n_out);
+/* Whole-sequence decode into a malloc'd string (free()). */
+kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, int skip_special,
+                            char **out, size_t *out_len, char *err, size_t err_len);
+
+/* ---- chat template -------------------------------------------------------------------- */
+
+/* Renders an OpenAI-style chat request body with the model's chat template:
+ * {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": ...,
+ *   "reasoning_content"?, "tool_calls"?}, ...], "tools"?: [...],
+ *  "add_generation_prompt"?: bool (default true),
+ *  "chat_template_kwargs"?: {"enable_thinking": bool (default true)}}.
+ * The template carried in the GGUF must be one Kipp implements (the Qwen3 hybrid-thinking
+ * template, or none: plain ChatML); any other is KIPP_ERR_UNSUPPORTED. Output is byte for
+ * byte what HF apply_chat_template gives; *out is malloc'd (free()), *out_len its length.
+ * Tokenize it with parse_special = 1. */
+kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_t len,
+                            char **out, size_t *out_len, char *err, size_t err_len);
 
 /* ---- sampling ------------------------------------------------------------------------- */
 

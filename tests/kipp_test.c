@@ -9,15 +9,28 @@
 
 int kt_passed, kt_failed;
 
-
+/* Gates and golden checks: (model, dir-or-file) → failures (< 0: inputs unusable). */
+static const struct {
+    const char *flag, *args, *what;
+    int (*run)(const char *, const char *);
+} modes[] = {
+    {"--model", "M V", "cpu-ref logits vs golden vectors (bound, exact argmax)", kt_gate_golden},
+    {"--phase2-model", "M V", "cached decode vs full recomputation (1e-6)", kt_gate_phase2},
+    {"--multilogit", "M V", "N-token forward vs N single-token steps (1e-6)", kt_gate_multilogit},
+    {"--paged-cpu", "M V", "adversarial block tables vs identity layout (1e-6)", kt_gate_paged},
+    {"--pooled-cpu", "M V", "interleaved sequences in one pool vs solo runs (1e-6)", kt_gate_pooled},
+    {"--fault-reference", "M V", "identity-layout tolerance gate vs golden vectors",
+     kt_gate_fault_reference},
+    {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", kt_tok_golden},
+    {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
+};
 
 static void usage(void) {
-    fprintf(stderr,
-            "usage: kipp_test [--unit]\n"
-            "       kipp_test --model M V         cpu-ref logits vs golden vectors (bound, argmax)\n"
-            "       kipp_test --phase2-model M V  cached decode vs full recomputation (1e-6)\n"
-            "       kipp_test --tok-golden M J    tokenizer vs HF ids in a JSONL file\n"
-            "M is a GGUF file, V a directory made by tools/make_vectors.py.\n");
+    fprintf(stderr, "usage: kipp_test [--unit]\n");
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        fprintf(stderr, "       kipp_test %-17s %s  %s\n", modes[i].flag, modes[i].args,
+                modes[i].what);
+    fprintf(stderr, "M is a GGUF file, V a directory made by tools/make_vectors.py.\n");
 }
 
 int main(int argc, char **argv) {
@@ -26,17 +39,23 @@ int main(int argc, char **argv) {
         kt_suite_gguf();
         kt_suite_sampler();
         kt_suite_tok();
-        kt_suite_cli();
-    } else if (argc == 4 && strcmp(argv[1], "--model") == 0) {
-        if (kt_gate_golden(argv[2], argv[3]) && kt_failed == 0) kt_failed = 1;
-    } else if (argc == 4 && strcmp(argv[1], "--phase2-model") == 0) {
-        if (kt_gate_phase2(argv[2], argv[3]) && kt_failed == 0) kt_failed = 1;
-    } else if (argc == 4 && strcmp(argv[1], "--tok-golden") == 0) {
-        int bad = kt_tok_golden(argv[2], argv[3]); /* < 0: inputs unusable */
-        if (bad) kt_failed += bad > 0 ? bad : 1; /* each matching line counted a pass */
+        kt_suite_detok();
+        kt_suite_chat();
+        kt_suite_reasoning();
+        kt_suite_kv();
     } else {
-        usage();
-        return 2;
+        size_t i = 0, n = sizeof modes / sizeof modes[0];
+        while (i < n && !(argc == 4 && strcmp(argv[1], modes[i].flag) == 0)) i++;
+        if (i == n) {
+            usage();
+            return 2;
+        }
+        /* Passes are counted inside. A mode returns its failures: those it did not already
+         * count with KT_CHECK are added, and unusable inputs (< 0) count as one. */
+        int failed0 = kt_failed;
+        int bad = modes[i].run(argv[2], argv[3]);
+        if (bad > 0 && kt_failed - failed0 < bad) kt_failed = failed0 + bad;
+        if (bad < 0 && kt_failed == failed0) kt_failed++;
     }
     printf("%d passed, %d failed\n", kt_passed, kt_failed);
     return kt_failed ? 1 : 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_tests.sh — what `make test` runs (and `make test-sanitize` with BUILD=build/san):
 # native unit suites, the GGUF fuzz corpus plus a short fuzz run, the Python tooling tests,
-# docs drift, CLI bad-input tests, and the model gates on the tiny checkpoints.
+# docs drift, CLI bad-input tests, the model gates on the tiny checkpoints, the mutation
+# cases and the KV fault-injection matrix.
 # Ends with "N passed, N failed"; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -10,19 +11,26 @@ export KIPP_BIN=$BUILD/kipp
 . tests/lib.sh
 
 run_counted "unit suites" "$BUILD/kipp_test" --unit
-run_counted "gguf corpus replay" "$BUILD/fuzz_gguf" -runs=0 tests/fuzz/corpus/gguf
-fuzz_dir=$(mktemp -d)
-run_counted "gguf fuzz (${FUZZ_SECONDS:-20}s)" "$BUILD/fuzz_gguf" -max_total_time="${FUZZ_SECONDS:-20}" \
-    "$fuzz_dir" tests/fuzz/corpus/gguf
-rm -rf "$fuzz_dir"
+# each fuzzer: replay its committed corpus, then a short run from it (FUZZ_SECONDS each)
+export KIPP_FUZZ_VOCAB=models/tiny-tied/kipp-tiny-tied-bf16.gguf
+for f in gguf chat tok; do
+    run_counted "$f corpus replay" "$BUILD/fuzz_$f" -runs=0 "tests/fuzz/corpus/$f"
+    fuzz_dir=$(mktemp -d)
+    run_counted "$f fuzz (${FUZZ_SECONDS:-15}s)" "$BUILD/fuzz_$f" -max_total_time="${FUZZ_SECONDS:-15}" \
+        "$fuzz_dir" "tests/fuzz/corpus/$f"
+    rm -rf "$fuzz_dir"
+done
 run_counted "tooling tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/tools
 run_counted "docs drift" scripts/docs.sh check
+run_counted "chat template vs HF" "$BUILD/kipp_test" --chat-golden models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/chat_golden
 run_counted "cli bad input" tests/cli/test_cli.sh
 for t in tiny-tied tiny-untied; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done
 # the mutation stage rebuilds copies of the tree with default flags; once is enough
 [ -n "${KIPP_SANITIZE:-}" ] || run_counted "mutation (gates catch planted bugs)" tests/model/mutation.sh
+# the KV fault matrix builds its own -DKIPP_FAULT_INJECT binary with default flags
+[ -n "${KIPP_SANITIZE:-}" ] || run_counted "KV fault matrix" tests/model/fault_matrix.sh
 
 echo
 echo "$passed passed, $failed failed"

@@ -5,19 +5,23 @@
 #define KIPP_BACKEND_H
 
 #include "kipp.h"
+#include "kv/kv.h"
 #include "model/model.h"
 
 typedef struct kipp_backend_ops {
     const char *name;
-    /* Allocates the backend's per-context state: KV cache for n_ctx positions + scratch. */
+    /* Allocates the backend's per-context scratch for sequences of up to n_ctx positions.
+     * The KV cache is not the backend's: it is the context's block pool (src/kv). */
     kipp_status (*init)(const kipp_model *m, uint32_t n_ctx, int n_threads, void **state,
                         char *err, size_t err_len);
     void (*free)(void *state);
-    /* Runs tokens[0..n-1] at positions pos..pos+n-1, appending to the KV cache; writes the
-     * last token's logits (n_vocab floats) when logits != NULL. The caller has checked
-     * pos + n <= n_ctx and every token id < n_vocab. */
-    kipp_status (*decode)(void *state, const int32_t *tokens, uint32_t n, uint32_t pos,
-                          float *logits, char *err, size_t err_len);
+    /* Runs a validated batch (every array of b filled, no NULL defaults): token i at
+     * position positions[i] of sequence seq_ids[i]. kipp_kv_grow has made room for every
+     * token, so each token writes its K/V rows and its attention reads positions 0..pos of
+     * its own sequence, all through kipp_kv_row(). Writes one row of n_vocab logits per
+     * wanted token, in batch order. */
+    kipp_status (*decode_batch)(void *state, kipp_kv_pool *pool, const kipp_batch *b,
+                                float *logits, char *err, size_t err_len);
     /* Recomputes tokens[0..n-1] from scratch without touching the KV cache. */
     kipp_status (*forward_nocache)(void *state, const int32_t *tokens, uint32_t n,
                                    float *logits, char *err, size_t err_len);

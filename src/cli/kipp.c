@@ -2,8 +2,8 @@
  * chosen backend and stream it to stdout; timings go to stderr. The only layer allowed to
  * print and exit. Does not do chat templating (see kipp-chat, later). */
 #include "kipp.h"
-#include "tok/utf8.h"
 
+#include <jansson.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,8 +16,11 @@
 
 typedef struct {
     const char *model, *prompt, *backend;
+    const char *system, *messages_file; /* chat mode */
+    const char *detokenize;             /* ids to decode */
     long n_predict, n_ctx, n_threads;
     int info, tokenize, check_weights, parse_special, stats;
+    int chat, no_think, print_prompt;
     kipp_sampler_params sp;
 } cli_opts;
 
@@ -47,9 +50,18 @@ static void usage(FILE *f) {
             "      --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"
             "  -s, --seed N            random seed (same seed and inputs give the same tokens)\n"
             "\n"
+            "chat (renders the prompt with the model's Qwen3 chat template):\n"
+            "      --chat              wrap the prompt as a user message, add the generation prompt\n"
+            "      --system TEXT       system message (implies --chat)\n"
+            "      --no-think          enable_thinking=false: the template adds an empty think block\n"
+            "      --messages FILE     render an OpenAI-style request body (JSON: messages, tools,\n"
+            "                          chat_template_kwargs) instead of --prompt (implies --chat)\n"
+            "      --print-prompt      print the rendered prompt and exit\n"
+            "\n"
             "other:\n"
             "      --no-special        treat special-token text like <|im_start|> as plain text\n"
             "      --tokenize          print the prompt's token ids and exit\n"
+            "      --detokenize \"IDS\"  print the text of space-separated token ids and exit\n"
             "      --info              print the model's hyper-parameters and exit\n"
             "      --check-weights     scan every weight for NaN/Inf before running (slow)\n"
             "      --no-stats          do not print timings on stderr\n"
@@ -140,8 +152,14 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
                 return 2;
             }
             o->sp.seed = s;
-        } else if (IS("--no-special")) { o->parse_special = 0; }
+        } else if (IS("--chat")) { o->chat = 1; }
+        else if (IS("--system")) { if (!(o->system = NEXT())) return 2; o->chat = 1; }
+        else if (IS("--messages")) { if (!(o->messages_file = NEXT())) return 2; o->chat = 1; }
+        else if (IS("--no-think")) { o->no_think = 1; }
+        else if (IS("--print-prompt")) { o->print_prompt = 1; }
+        else if (IS("--no-special")) { o->parse_special = 0; }
         else if (IS("--tokenize")) { o->tokenize = 1; }
+        else if (IS("--detokenize")) { if (!(o->detokenize = NEXT())) return 2; }
         else if (IS("--info")) { o->info = 1; }
         else if (IS("--check-weights")) { o->check_weights = 1; }
         else if (IS("--no-stats")) { o->stats = 0; }
@@ -154,6 +172,14 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     }
     if (!o->model) {
         fprintf(stderr, "kipp: --model FILE is required (see --help)\n");
+        return 2;
+    }
+    if (o->messages_file && (o->prompt || o->system)) {
+        fprintf(stderr, "kipp: --messages FILE replaces --prompt and --system; give one or the other\n");
+        return 2;
+    }
+    if ((o->no_think || o->print_prompt) && !o->chat) {
+        fprintf(stderr, "kipp: --no-think and --print-prompt need --chat (or --system/--messages)\n");
         return 2;
     }
     return 0;
@@ -184,6 +210,89 @@ static char *read_stdin(size_t *len) {
     return buf;
 }
 
+/* Builds the chat request body for --chat/--system, or reads --messages FILE, and renders it
+ * with the model's template. Returns a malloc'd prompt, or NULL after printing why. */
+static char *render_chat(const kipp_model *m, const cli_opts *o, const char *prompt,
+                         size_t prompt_len, size_t *out_len) {
+    char err[KIPP_ERR_LEN];
+    json_t *req;
+    if (o->messages_file) {
+        json_error_t je;
+        req = json_load_file(o->messages_file, 0, &je);
+        if (!req) {
+            fprintf(stderr, "kipp: --messages %s: %s (line %d, column %d)\n", o->messages_file,
+                    je.text, je.line, je.column);
+            return NULL;
+        }
+        if (!json_is_object(req)) {
+            fprintf(stderr, "kipp: --messages %s: expected a JSON object with \"messages\"\n",
+                    o->messages_file);
+            json_decref(req);
+            return NULL;
+        }
+    } else {
+        json_t *msgs = json_array();
+        if (o->system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
+        json_t *user = json_stringn(prompt, prompt_len);
+        if (!user) {
+            fprintf(stderr, "kipp: --chat needs a valid UTF-8 prompt\n");
+            json_decref(msgs);
+            return NULL;
+        }
+        json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "user", "content", user));
+        req = json_pack("{s:o}", "messages", msgs);
+    }
+    if (o->no_think) {
+        json_t *kw = json_object_get(req, "chat_template_kwargs");
+        if (!json_is_object(kw)) json_object_set_new(req, "chat_template_kwargs", kw = json_object());
+        json_object_set_new(kw, "enable_thinking", json_false());
+    }
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    char *out = NULL;
+    kipp_status st = body ? kipp_chat_apply(m, body, strlen(body), &out, out_len, err, sizeof err)
+                          : KIPP_ERR_NOMEM;
+    free(body);
+    if (st != KIPP_OK) {
+        fprintf(stderr, "kipp: chat template: %s\n", body ? err : "out of memory");
+        return NULL;
+    }
+    return out;
+}
+
+/* --detokenize "1 2 3": whole-sequence decode, special tokens kept (as their text). */
+static int detokenize_ids(const kipp_model *m, const char *list) {
+    size_t cap = strlen(list) / 2 + 1, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return 1;
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "kipp: --detokenize: '%.20s' is not a token id\n", p);
+            free(ids);
+            return 2;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    char err[KIPP_ERR_LEN], *text = NULL;
+    size_t len = 0;
+    kipp_status st = kipp_detokenize(m, ids, n, 0, &text, &len, err, sizeof err);
+    free(ids);
+    if (st != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        return 1;
+    }
+    fwrite(text, 1, len, stdout);
+    printf("\n");
+    free(text);
+    return 0;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -202,19 +311,16 @@ static void print_info(const kipp_model *m) {
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
 }
 
-/* Writes token bytes to stdout, holding back an unfinished UTF-8 sequence. */
-typedef struct { char buf[64]; size_t n; } out_stream;
-
-static void stream_bytes(out_stream *o, const char *b, size_t len, int flush) {
-    for (size_t i = 0; i < len; i++) {
-        if (o->n == sizeof o->buf) { fwrite(o->buf, 1, o->n, stdout); o->n = 0; }
-        o->buf[o->n++] = b[i];
-    }
-    size_t ready = flush ? o->n : kipp_utf8_complete_prefix(o->buf, o->n);
-    fwrite(o->buf, 1, ready, stdout);
-    memmove(o->buf, o->buf + ready, o->n - ready);
-    o->n -= ready;
+/* Streams decoded text to stdout; the detokenizer holds back unfinished characters. */
+static int emit(kipp_detokenizer *dt, int32_t id, int flush) {
+    static char buf[1 << 16]; /* > 3 x the longest token + 3 */
+    size_t n = 0;
+    kipp_status st = flush ? kipp_detokenizer_flush(dt, buf, sizeof buf, &n)
+                           : kipp_detokenizer_push(dt, id, buf, sizeof buf, &n);
+    if (st != KIPP_OK) return 0;
+    fwrite(buf, 1, n, stdout);
     fflush(stdout);
+    return 1;
 }
 
 int main(int argc, char **argv) {
@@ -228,7 +334,8 @@ int main(int argc, char **argv) {
     kipp_model *m = NULL;
     kipp_ctx *c = NULL;
     kipp_sampler *smp = NULL;
-    char *stdin_buf = NULL;
+    kipp_detokenizer *dt = NULL;
+    char *stdin_buf = NULL, *chat_buf = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
 
@@ -245,14 +352,20 @@ int main(int argc, char **argv) {
         rc = 0;
         goto done;
     }
+    if (o.detokenize) {
+        rc = detokenize_ids(m, o.detokenize);
+        goto done;
+    }
     if (o.check_weights && (st = kipp_model_check_weights(m, err, sizeof err)) != KIPP_OK) {
         fprintf(stderr, "kipp: %s\n", err);
         goto done;
     }
 
-    size_t prompt_len;
+    size_t prompt_len = 0;
     const char *prompt = o.prompt;
-    if (prompt) {
+    if (o.messages_file) {
+        prompt = "";
+    } else if (prompt) {
         prompt_len = strlen(prompt);
     } else {
         if (!(stdin_buf = read_stdin(&prompt_len))) {
@@ -261,9 +374,18 @@ int main(int argc, char **argv) {
         }
         prompt = stdin_buf;
     }
-    if (prompt_len == 0) {
+    if (prompt_len == 0 && !o.messages_file) {
         fprintf(stderr, "kipp: empty prompt: give --prompt TEXT or pipe text on stdin\n");
         goto done;
+    }
+    if (o.chat) {
+        if (!(chat_buf = render_chat(m, &o, prompt, prompt_len, &prompt_len))) goto done;
+        prompt = chat_buf;
+        if (o.print_prompt) {
+            fwrite(prompt, 1, prompt_len, stdout);
+            rc = 0;
+            goto done;
+        }
     }
 
     kipp_model_info info;
@@ -315,7 +437,10 @@ int main(int argc, char **argv) {
         goto done;
     }
     double t_prefill = now_s() - t0;
-    out_stream os = {.n = 0};
+    if ((st = kipp_detokenizer_init(m, 1, &dt, err, sizeof err)) != KIPP_OK) {
+        fprintf(stderr, "kipp: %s\n", err);
+        goto done;
+    }
     long n_gen = 0, n_decoded = 0; /* sampled tokens; single-token forward passes */
     int hit_ctx = 0;
     double t1 = now_s();
@@ -324,20 +449,18 @@ int main(int argc, char **argv) {
         n_gen++;
         if (kipp_token_is_eog(m, tok)) break;
         kipp_sampler_accept(smp, tok);
-        size_t len;
-        const char *bytes = kipp_token_bytes(m, tok, &len);
-        stream_bytes(&os, bytes ? bytes : "", bytes ? len : 0, 0);
+        emit(dt, tok, 0);
         if (n_gen == o.n_predict) break;
         if (kipp_ctx_n_past(c) >= n_ctx) { hit_ctx = 1; break; }
         if ((st = kipp_decode(c, &tok, 1, logits, err, sizeof err)) != KIPP_OK) {
-            stream_bytes(&os, NULL, 0, 1);
+            emit(dt, 0, 1);
             fprintf(stderr, "\nkipp: %s\n", err);
             goto done;
         }
         n_decoded++;
     }
     double t_decode = now_s() - t1;
-    stream_bytes(&os, NULL, 0, 1);
+    emit(dt, 0, 1);
     printf("\n");
     if (hit_ctx) fprintf(stderr, "kipp: stopped: the context (%u tokens) is full\n", n_ctx);
     if (o.stats)
@@ -351,7 +474,9 @@ done:
     free(logits);
     free(ids);
     free(stdin_buf);
+    free(chat_buf);
     kipp_sampler_free(smp);
+    kipp_detokenizer_free(dt);
     kipp_ctx_free(c);
     kipp_model_free(m);
     return rc;

@@ -15,6 +15,7 @@ const char *kipp_status_str(kipp_status s) {
     case KIPP_ERR_BACKEND: return "backend error";
     case KIPP_ERR_CONTEXT_FULL: return "context full";
     case KIPP_ERR_NUMERIC: return "numeric error";
+    case KIPP_ERR_KV_FULL: return "KV cache full";
     }
     return "unknown status";
 }

@@ -1,11 +1,16 @@
-/* context.c — one sequence on one backend: validates every request (token ids, context
- * room) before the backend sees it and checks that logits come back finite. Does not
- * schedule or batch several sequences (the server's scheduler will). */
+/* context.c — sequences on one backend sharing one KV block pool: validates every request
+ * (sequence ids, token ids, contiguous positions, context and pool room) before any state
+ * changes, runs batches through the backend and checks that logits come back finite. The
+ * single-sequence calls (kipp_decode, kipp_ctx_truncate, ...) work on sequence 0. Does not
+ * schedule sequences or decide what to batch (the server's scheduler will). */
+#include "engine/engine.h"
+
 #include "backend/backend.h"
 #include "core/error.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define KIPP_DEFAULT_CTX_CAP 4096u
 
@@ -13,12 +18,21 @@ struct kipp_ctx {
     kipp_model *m;
     const kipp_backend_ops *ops;
     void *state;
-    uint32_t n_ctx;
-    uint32_t n_past;
+    kipp_kv_pool *pool;
+    uint32_t n_ctx; /* longest sequence */
+    /* a batch normalized for the backend (no NULL defaults), grown on demand */
+    uint32_t *seq_ids, *positions;
+    uint8_t *want;
+    uint32_t cap;
+    /* per-batch bookkeeping, indexed by sequence id: next position, tokens added */
+    uint32_t *next_pos, *n_add;
+    uint32_t *grow_ids, *grow_n; /* sequences that grow, and by how much */
+    uint32_t seq_cap;
 };
 
 kipp_ctx_params kipp_ctx_default_params(void) {
-    kipp_ctx_params p = {.backend = "cpu-ref", .n_ctx = 0, .n_threads = 0};
+    kipp_ctx_params p = {.backend = "cpu-ref", .n_ctx = 0, .n_threads = 0, .kv_block_size = 0,
+                         .n_kv_blocks = 0};
     return p;
 }
 
@@ -35,45 +49,86 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "context size %u exceeds the model's trained context length %u", n_ctx,
                          m->hp.n_ctx_train);
+    kipp_kv_params kp = {.n_layer = m->hp.n_layer,
+                         .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+                         .block_size = p->kv_block_size ? p->kv_block_size
+                                                        : KIPP_KV_DEFAULT_BLOCK_SIZE,
+                         .n_blocks = p->n_kv_blocks};
+    if (kp.n_blocks == 0) kp.n_blocks = (n_ctx + kp.block_size - 1) / kp.block_size;
     kipp_ctx *c = calloc(1, sizeof *c);
     if (!c) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->ops = ops;
     c->n_ctx = n_ctx;
-    st = ops->init(m, n_ctx, p->n_threads, &c->state, err, err_len);
-    if (st != KIPP_OK) {
-        free(c);
-        return st; /* fatal for the caller: never retried on another backend */
-    }
+    uint32_t seq0;
+    if ((st = kipp_kv_pool_init(&kp, &c->pool, err, err_len)) != KIPP_OK ||
+        (st = kipp_kv_seq_new(c->pool, &seq0, err, err_len)) != KIPP_OK)
+        goto fail;
+    if ((st = ops->init(m, n_ctx, p->n_threads, &c->state, err, err_len)) != KIPP_OK)
+        goto fail; /* fatal for the caller: never retried on another backend */
     *out = c;
     return KIPP_OK;
+fail:
+    kipp_kv_pool_free(c->pool);
+    free(c);
+    return st;
 }
 
 void kipp_ctx_free(kipp_ctx *c) {
     if (!c) return;
     c->ops->free(c->state);
+    kipp_kv_pool_free(c->pool);
+    free(c->seq_ids); free(c->positions); free(c->want);
+    free(c->next_pos); free(c->n_add); free(c->grow_ids); free(c->grow_n);
     free(c);
 }
 
-uint32_t kipp_ctx_n_past(const kipp_ctx *c) { return c->n_past; }
+kipp_kv_pool *kipp_ctx_kv_pool(kipp_ctx *c) { return c->pool; }
+
 uint32_t kipp_ctx_n_ctx(const kipp_ctx *c) { return c->n_ctx; }
 
-kipp_status kipp_ctx_truncate(kipp_ctx *c, uint32_t n_keep, char *err, size_t err_len) {
-    if (n_keep > c->n_past)
-        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                         "truncate: n_keep %u is beyond the %u tokens in the context", n_keep,
-                         c->n_past);
-    c->n_past = n_keep; /* positions >= n_keep are overwritten by the next decode */
-    return KIPP_OK;
+void kipp_ctx_kv_stats(const kipp_ctx *c, kipp_kv_stats *out) { kipp_kv_pool_stats(c->pool, out); }
+
+/* ---- sequences -------------------------------------------------------------------------- */
+
+uint32_t kipp_ctx_seq_n_past(const kipp_ctx *c, uint32_t seq_id) {
+    const kipp_kv_seq *s = kipp_kv_seq_get(c->pool, seq_id);
+    return s ? s->n_tokens : 0;
 }
 
-static kipp_status check_tokens(const kipp_ctx *c, const int32_t *tokens, uint32_t n,
-                                uint32_t start, char *err, size_t err_len) {
+uint32_t kipp_ctx_n_past(const kipp_ctx *c) { return kipp_ctx_seq_n_past(c, 0); }
+
+kipp_status kipp_ctx_seq_new(kipp_ctx *c, uint32_t *seq_id, char *err, size_t err_len) {
+    return kipp_kv_seq_new(c->pool, seq_id, err, err_len);
+}
+
+kipp_status kipp_ctx_seq_fork(kipp_ctx *c, uint32_t src, uint32_t *dst, char *err,
+                              size_t err_len) {
+    return kipp_kv_seq_fork(c->pool, src, dst, err, err_len);
+}
+
+kipp_status kipp_ctx_seq_free(kipp_ctx *c, uint32_t seq_id, char *err, size_t err_len) {
+    if (seq_id == 0)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "sequence 0 cannot be freed (truncate it to 0 to release its blocks)");
+    return kipp_kv_seq_free(c->pool, seq_id, err, err_len);
+}
+
+kipp_status kipp_ctx_seq_truncate(kipp_ctx *c, uint32_t seq_id, uint32_t n_keep, char *err,
+                                  size_t err_len) {
+    return kipp_kv_seq_truncate(c->pool, seq_id, n_keep, err, err_len);
+}
+
+kipp_status kipp_ctx_truncate(kipp_ctx *c, uint32_t n_keep, char *err, size_t err_len) {
+    return kipp_ctx_seq_truncate(c, 0, n_keep, err, err_len);
+}
+
+/* ---- validation ------------------------------------------------------------------------- */
+
+static kipp_status check_token_ids(const kipp_ctx *c, const int32_t *tokens, uint32_t n,
+                                   char *err, size_t err_len) {
     if (n > 0 && !tokens)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "decode: tokens is NULL");
-    if ((uint64_t)start + n > c->n_ctx)
-        return kipp_errf(err, err_len, KIPP_ERR_CONTEXT_FULL,
-                         "decode: %u + %u tokens exceed the context size %u", start, n, c->n_ctx);
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= c->m->hp.n_vocab)
             return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
@@ -84,7 +139,6 @@ static kipp_status check_tokens(const kipp_ctx *c, const int32_t *tokens, uint32
 
 static kipp_status check_logits(const kipp_ctx *c, const float *logits, uint32_t pos, char *err,
                                 size_t err_len) {
-    if (!logits) return KIPP_OK;
     for (uint32_t i = 0; i < c->m->hp.n_vocab; i++)
         if (!isfinite(logits[i]))
             return kipp_errf(err, err_len, KIPP_ERR_NUMERIC,
@@ -94,23 +148,145 @@ static kipp_status check_logits(const kipp_ctx *c, const float *logits, uint32_t
     return KIPP_OK;
 }
 
+/* Grows the scratch arrays to n batch entries and the pool's sequence count. */
+static kipp_status reserve_scratch(kipp_ctx *c, uint32_t n, char *err, size_t err_len) {
+    if (n > c->cap) {
+        uint32_t *s = realloc(c->seq_ids, (size_t)n * sizeof *s);
+        if (s) c->seq_ids = s;
+        uint32_t *p = s ? realloc(c->positions, (size_t)n * sizeof *p) : NULL;
+        if (p) c->positions = p;
+        uint8_t *w = p ? realloc(c->want, n) : NULL;
+        if (!w)
+            return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "decode: out of memory for %u tokens", n);
+        c->want = w;
+        c->cap = n;
+    }
+    const uint32_t n_seq = c->pool->seq_cap;
+    if (n_seq > c->seq_cap) {
+        uint32_t *a = realloc(c->next_pos, (size_t)n_seq * sizeof *a);
+        if (a) c->next_pos = a;
+        uint32_t *b = a ? realloc(c->n_add, (size_t)n_seq * sizeof *b) : NULL;
+        if (b) c->n_add = b;
+        uint32_t *g = b ? realloc(c->grow_ids, (size_t)n_seq * sizeof *g) : NULL;
+        if (g) c->grow_ids = g;
+        uint32_t *gn = g ? realloc(c->grow_n, (size_t)n_seq * sizeof *gn) : NULL;
+        if (!gn)
+            return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "decode: out of memory for %u sequences",
+                             n_seq);
+        c->grow_n = gn;
+        c->seq_cap = n_seq;
+    }
+    return KIPP_OK;
+}
+
+/* Which tokens want logits: the batch's flags, only the last token, or none. */
+enum { WANT_FLAGS, WANT_LAST, WANT_NONE };
+
+/* Fills c->seq_ids/positions/want from b (applying the NULL defaults and want_mode), checks sequence ids, position order and context room, and lists
+ * the sequences that grow in c->grow_ids with their token counts in c->grow_n. Returns the
+ * number of wanted tokens in *n_want. */
+static kipp_status normalize(kipp_ctx *c, const kipp_batch *b, int want_mode, uint32_t *n_grow,
+                             uint32_t *n_want, char *err, size_t err_len) {
+    kipp_status st = reserve_scratch(c, b->n, err, err_len);
+    if (st != KIPP_OK) return st;
+    *n_grow = 0;
+    *n_want = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        const uint32_t id = b->seq_ids ? b->seq_ids[i] : 0;
+        const kipp_kv_seq *s = kipp_kv_seq_get(c->pool, id);
+        if (!s)
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "decode: token %u names sequence %u, which does not exist", i, id);
+        uint32_t k = 0;
+        while (k < *n_grow && c->grow_ids[k] != id) k++;
+        if (k == *n_grow) { /* first token of this sequence in the batch */
+            c->grow_ids[(*n_grow)++] = id;
+            c->next_pos[id] = s->n_tokens;
+            c->n_add[id] = 0;
+        }
+        const uint32_t want_pos = c->next_pos[id];
+        const uint32_t pos = b->positions ? b->positions[i] : want_pos;
+        if (pos != want_pos)
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "decode: token %u is at position %u of sequence %u, which continues "
+                             "at position %u",
+                             i, pos, id, want_pos);
+        if (pos >= c->n_ctx)
+            return kipp_errf(err, err_len, KIPP_ERR_CONTEXT_FULL,
+                             "decode: position %u of sequence %u is beyond the context size %u",
+                             pos, id, c->n_ctx);
+        c->seq_ids[i] = id;
+        c->positions[i] = pos;
+        c->want[i] = want_mode == WANT_LAST   ? i + 1 == b->n
+                     : want_mode == WANT_NONE ? 0
+                     : b->want_logits         ? b->want_logits[i] != 0
+                                              : 1;
+        *n_want += c->want[i];
+        c->next_pos[id] = pos + 1;
+        c->n_add[id]++;
+    }
+    for (uint32_t k = 0; k < *n_grow; k++) c->grow_n[k] = c->n_add[c->grow_ids[k]];
+    return KIPP_OK;
+}
+
+/* ---- decoding --------------------------------------------------------------------------- */
+
+static kipp_status decode(kipp_ctx *c, const kipp_batch *b, int want_mode, float *logits,
+                          char *err, size_t err_len) {
+    kipp_status st = check_token_ids(c, b->tokens, b->n, err, err_len);
+    if (st != KIPP_OK || b->n == 0) return st;
+    uint32_t n_grow, n_want;
+    if ((st = normalize(c, b, want_mode, &n_grow, &n_want, err, err_len)) != KIPP_OK) return st;
+    if (n_want > 0 && !logits)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "decode: %u tokens want logits but the logits buffer is NULL", n_want);
+    /* the last check, and atomic itself: the pool has room for every sequence or nothing
+     * changes (KIPP_ERR_KV_FULL) */
+    if ((st = kipp_kv_grow(c->pool, c->grow_ids, c->grow_n, n_grow, err, err_len)) != KIPP_OK)
+        return st;
+    const kipp_batch nb = {.n = b->n, .tokens = b->tokens, .seq_ids = c->seq_ids,
+                           .positions = c->positions, .want_logits = c->want};
+    st = c->ops->decode_batch(c->state, c->pool, &nb, logits, err, err_len);
+    if (st != KIPP_OK) { /* roll every sequence back to where it was */
+        for (uint32_t k = 0; k < n_grow; k++) {
+            const uint32_t id = c->grow_ids[k];
+            kipp_kv_seq_truncate(c->pool, id, kipp_ctx_seq_n_past(c, id) - c->grow_n[k], NULL, 0);
+        }
+        return st;
+    }
+    for (uint32_t i = 0, r = 0; i < b->n; i++) {
+        if (!c->want[i]) continue;
+        st = check_logits(c, logits + (size_t)r++ * c->m->hp.n_vocab, c->positions[i], err, err_len);
+        if (st != KIPP_OK) return st;
+    }
+    return KIPP_OK;
+}
+
+kipp_status kipp_decode_batch(kipp_ctx *c, const kipp_batch *b, float *logits, char *err,
+                              size_t err_len) {
+    if (!b) return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "decode: batch is NULL");
+    return decode(c, b, WANT_FLAGS, logits, err, err_len);
+}
+
 kipp_status kipp_decode(kipp_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         char *err, size_t err_len) {
-    kipp_status st = check_tokens(c, tokens, n, c->n_past, err, err_len);
-    if (st != KIPP_OK) return st;
-    if (n == 0) return KIPP_OK;
-    st = c->ops->decode(c->state, tokens, n, c->n_past, logits, err, err_len);
-    if (st != KIPP_OK) return st;
-    c->n_past += n;
-    return check_logits(c, logits, c->n_past - 1, err, err_len);
+    const uint32_t n_past = kipp_ctx_n_past(c);
+    if ((uint64_t)n_past + n > c->n_ctx)
+        return kipp_errf(err, err_len, KIPP_ERR_CONTEXT_FULL,
+                         "decode: %u + %u tokens exceed the context size %u", n_past, n, c->n_ctx);
+    const kipp_batch b = {.n = n, .tokens = tokens}; /* sequence 0, continuing */
+    return decode(c, &b, logits ? WANT_LAST : WANT_NONE, logits, err, err_len);
 }
 
 kipp_status kipp_forward_nocache(kipp_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                                  char *err, size_t err_len) {
-    kipp_status st = check_tokens(c, tokens, n, 0, err, err_len);
+    kipp_status st = check_token_ids(c, tokens, n, err, err_len);
     if (st != KIPP_OK) return st;
     if (n == 0) return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "forward: no tokens");
+    if (n > c->n_ctx)
+        return kipp_errf(err, err_len, KIPP_ERR_CONTEXT_FULL,
+                         "forward: %u tokens exceed the context size %u", n, c->n_ctx);
     st = c->ops->forward_nocache(c->state, tokens, n, logits, err, err_len);
-    if (st != KIPP_OK) return st;
+    if (st != KIPP_OK || !logits) return st;
     return check_logits(c, logits, n - 1, err, err_len);
 }

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/types.h"
+#include "tok/chat.h"
+#include "tok/detok.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -264,3 +266,42 @@ const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len) {
 }
 
 int kipp_token_is_eog(const kipp_model *m, int32_t id) { return kipp_vocab_is_eog(m->vocab, id); }
+
+kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_t len,
+                            char **out, size_t *out_len, char *err, size_t err_len) {
+    kipp_chat_template_kind kind;
+    *out = NULL;
+    kipp_status st = kipp_chat_template_check(m->gguf, &kind, err, err_len);
+    if (st != KIPP_OK) return st;
+    return kipp_chat_render_json(kind, request_json, len, out, out_len, err, err_len);
+}
+
+/* ---- detokenizer: the public handle around the tokenizer's streaming state ------------- */
+
+struct kipp_detokenizer {
+    kipp_detok d;
+};
+
+kipp_status kipp_detokenizer_init(const kipp_model *m, int skip_special, kipp_detokenizer **out,
+                                  char *err, size_t err_len) {
+    *out = malloc(sizeof **out);
+    if (!*out) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "detokenizer: out of memory");
+    kipp_detok_init(&(*out)->d, m->vocab, skip_special);
+    return KIPP_OK;
+}
+
+void kipp_detokenizer_free(kipp_detokenizer *d) { free(d); }
+
+kipp_status kipp_detokenizer_push(kipp_detokenizer *d, int32_t id, char *out, size_t cap,
+                                  size_t *n_out) {
+    return kipp_detok_push(&d->d, id, out, cap, n_out);
+}
+
+kipp_status kipp_detokenizer_flush(kipp_detokenizer *d, char *out, size_t cap, size_t *n_out) {
+    return kipp_detok_flush(&d->d, out, cap, n_out);
+}
+
+kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, int skip_special,
+                            char **out, size_t *out_len, char *err, size_t err_len) {
+    return kipp_detok_decode(m->vocab, ids, n, skip_special, out, out_len, err, err_len);
+}

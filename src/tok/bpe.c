@@ -1,150 +1,108 @@
-/* bpe.c — encoding text with a kipp_vocab: added-token split, the Qwen2 pre-tokenizer
- * (reference §6.3, a hand-written matcher equivalent to the regex, after llama.cpp's
- * unicode_regex_split_custom_qwen2), the GPT-2 byte map and BPE by lowest merge rank.
- * Deliberately not here (yet):
- *  - Unicode categories. The split is exact for ASCII. Above U+007F only the whitespace
- *    set of §6.3 is recognized; every other code point counts as a letter (so CJK, digits
- *    like U+0663 and punctuation like U+3002 are misclassified). A later issue replaces
- *    char_class() with full \p{L}/\p{N} tables.
- *  - NFC. HF normalizes to NFC first; llama.cpp does not; we do not either (§6.6).
- * Invalid UTF-8 never fails: each bad byte is one "letter" whose byte goes through the
- * byte map like any other. */
+/* bpe.c — encoding text with a kipp_vocab the way HF tokenizers encodes with Qwen's
+ * tokenizer.json: invalid UTF-8 repaired as Python's decode('utf-8', 'replace') does,
+ * added tokens cut out of the raw text (vocab.c's matcher), NFC (unicode.c), the Qwen2
+ * split regex (a hand-written matcher with Oniguruma's semantics, reference §6.3), the
+ * GPT-2 byte map and BPE by lowest merge rank.
+ * Deliberately not here: other pre-tokenizers (the GGUF loader refuses them), BPE dropout,
+ * a word cache (merges run on ids through the hash tables; the heap keeps hostile long
+ * words O(n log n)). */
 #include "tok/vocab.h"
 
 #include "core/error.h"
+#include "tok/unicode.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- UTF-8 and character classes ------------------------------------------------------- */
+/* ---- the split regex ------------------------------------------------------------------
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ * \s*[\r\n]+|\s+(?!\S)|\s+
+ * Oniguruma tries the alternatives in order at each position and takes the first that
+ * matches (not the longest); every character matches some alternative, so the words tile
+ * the text. Classes: unicode.h. */
 
-uint32_t kipp_tok_utf8_next(const uint8_t *s, size_t len, size_t i, size_t *n_bytes) {
-    *n_bytes = 1;
-    uint8_t b = s[i];
-    if (b < 0x80)
-        return b;
-    size_t need;
-    uint32_t cp, min;
-    if (b >= 0xC2 && b <= 0xDF)
-        need = 1, cp = b & 0x1F, min = 0x80;
-    else if (b >= 0xE0 && b <= 0xEF)
-        need = 2, cp = b & 0x0F, min = 0x800;
-    else if (b >= 0xF0 && b <= 0xF4)
-        need = 3, cp = b & 0x07, min = 0x10000;
-    else
-        return KIPP_TOK_BAD_CP;
-    if (len - i <= need)
-        return KIPP_TOK_BAD_CP;
-    for (size_t k = 1; k <= need; k++) {
-        if ((s[i + k] & 0xC0) != 0x80)
-            return KIPP_TOK_BAD_CP;
-        cp = (cp << 6) | (s[i + k] & 0x3F);
+enum { O = KIPP_CC_OTHER, L = KIPP_CC_LETTER, N = KIPP_CC_NUMBER, S = KIPP_CC_SPACE };
+
+static const uint8_t ascii_class[128] = {
+    O, O, O, O, O, O, O, O, O, S, S, S, S, S, O, O, /* 0x00: TAB..CR are \s */
+    O, O, O, O, O, O, O, O, O, O, O, O, O, O, O, O, /* 0x10 */
+    S, O, O, O, O, O, O, O, O, O, O, O, O, O, O, O, /* 0x20: space, punctuation */
+    N, N, N, N, N, N, N, N, N, N, O, O, O, O, O, O, /* 0x30: digits */
+    O, L, L, L, L, L, L, L, L, L, L, L, L, L, L, L, /* 0x40 */
+    L, L, L, L, L, L, L, L, L, L, L, O, O, O, O, O, /* 0x50 */
+    O, L, L, L, L, L, L, L, L, L, L, L, L, L, L, L, /* 0x60 */
+    L, L, L, L, L, L, L, L, L, L, L, O, O, O, O, O, /* 0x70 */
+};
+
+/* Class of the code point at byte i < len, its length in *n. */
+static inline int class_at(const uint8_t *s, size_t len, size_t i, size_t *n) {
+    if (s[i] < 0x80) {
+        *n = 1;
+        return ascii_class[s[i]];
     }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return KIPP_TOK_BAD_CP;
-    *n_bytes = need + 1;
-    return cp;
+    return kipp_tok_cp_class(kipp_tok_utf8_next(s, len, i, n));
 }
 
-enum { C_END, C_LETTER, C_NUMBER, C_SPACE, C_OTHER };
+static inline uint8_t ascii_lower(uint8_t b) { return b >= 'A' && b <= 'Z' ? b | 0x20 : b; }
+static inline int is_crlf(uint8_t b) { return b == '\r' || b == '\n'; }
 
-static int char_class(uint32_t cp) {
-    if (cp < 0x80) {
-        uint32_t lower = cp | 0x20;
-        if (lower >= 'a' && lower <= 'z')
-            return C_LETTER;
-        if (cp >= '0' && cp <= '9')
-            return C_NUMBER;
-        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D))
-            return C_SPACE;
-        return C_OTHER;
-    }
-    /* llama.cpp's whitespace set above ASCII (§6.3) */
-    if (cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-        cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000)
-        return C_SPACE;
-    return C_LETTER; /* placeholder for \p{L}: see the file header */
-}
-
-typedef struct {
-    const uint8_t *s;
-    size_t len;
-} cursor;
-
-/* Class of the code point at byte i (C_END past the end), its size in *n. */
-static int class_at(const cursor *c, size_t i, size_t *n) {
-    if (i >= c->len) {
-        *n = 0;
-        return C_END;
-    }
-    return char_class(kipp_tok_utf8_next(c->s, c->len, i, n));
-}
-
-static int is_crlf(const cursor *c, size_t i) {
-    return i < c->len && (c->s[i] == '\r' || c->s[i] == '\n');
-}
-
-static uint8_t ascii_lower_at(const cursor *c, size_t i) {
-    if (i >= c->len)
-        return 0;
-    uint8_t b = c->s[i];
-    return b >= 'A' && b <= 'Z' ? (uint8_t)(b | 0x20) : b;
+/* End of the run of class k starting at p. */
+static inline size_t run_end(const uint8_t *s, size_t len, size_t p, int k) {
+    size_t n;
+    while (p < len && class_at(s, len, p, &n) == k)
+        p += n;
+    return p;
 }
 
 size_t kipp_tok_word_end(const char *text, size_t len, size_t pos) {
-    const cursor c = {(const uint8_t *)text, len};
-    if (pos >= len)
+    const uint8_t *s = (const uint8_t *)text;
+    if (!text || pos >= len)
         return len;
-    size_t n0, n;
-    int k0 = class_at(&c, pos, &n0);
+    size_t n0, n1;
+    int k0 = class_at(s, len, pos, &n0);
     size_t p1 = pos + n0;
 
-    /* 1. (?i:'s|'t|'re|'ve|'m|'ll|'d) */
-    if (c.s[pos] == '\'') {
-        uint8_t a = ascii_lower_at(&c, p1), b = ascii_lower_at(&c, p1 + 1);
+    /* 1. (?i:'s|'t|'re|'ve|'m|'ll|'d): case folding also lets U+017F LONG S match 's'
+     * (Kelvin sign and friends are not in the list, and NFC has already mapped them) */
+    if (s[pos] == '\'' && p1 < len) {
+        uint8_t a = ascii_lower(s[p1]), b = p1 + 1 < len ? ascii_lower(s[p1 + 1]) : 0;
         if (a == 's' || a == 't' || a == 'm' || a == 'd')
             return p1 + 1;
-        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        if (s[p1] == 0xC5 && p1 + 1 < len && s[p1 + 1] == 0xBF)
+            return p1 + 2;
+        if (((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l'))
             return p1 + 2;
     }
     /* 2. [^\r\n\p{L}\p{N}]?\p{L}+ */
-    if (!is_crlf(&c, pos) && k0 != C_NUMBER &&
-        (k0 == C_LETTER || class_at(&c, p1, &n) == C_LETTER)) {
-        size_t p = p1;
-        while (class_at(&c, p, &n) == C_LETTER)
-            p += n;
-        return p;
-    }
+    if (k0 == L)
+        return run_end(s, len, p1, L);
+    if (k0 != N && !is_crlf(s[pos]) && p1 < len && class_at(s, len, p1, &n1) == L)
+        return run_end(s, len, p1 + n1, L);
     /* 3. \p{N}: one digit per word (not Llama-3's groups of three) */
-    if (k0 == C_NUMBER)
+    if (k0 == N)
         return p1;
     /* 4. ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
-    size_t p = c.s[pos] == ' ' ? p1 : pos;
-    if (class_at(&c, p, &n) == C_OTHER) {
-        while (class_at(&c, p, &n) == C_OTHER)
-            p += n;
-        while (is_crlf(&c, p))
+    size_t p = s[pos] == ' ' ? p1 : pos, n;
+    if (p < len && class_at(s, len, p, &n) == O) {
+        p = run_end(s, len, p + n, O);
+        while (p < len && is_crlf(s[p]))
             p++;
         return p;
     }
-    /* 5.-7. whitespace runs */
-    if (k0 == C_SPACE) {
-        size_t last_nl_end = 0, last_start = pos, count = 0;
-        p = pos;
-        while (class_at(&c, p, &n) == C_SPACE) {
-            last_start = p;
-            p += n;
-            count++;
-            if (c.s[p - 1] == '\r' || c.s[p - 1] == '\n')
-                last_nl_end = p;
-        }
-        if (last_nl_end)             /* \s*[\r\n]+ : up to the last newline */
-            return last_nl_end;
-        if (count > 1 && p < len)    /* \s+(?!\S) : leave the last one to the next word */
-            return last_start;
-        return p;                    /* \s+ */
+    /* 5.-7. a whitespace run (k0 is S here) */
+    size_t last_nl_end = 0, last_start = pos, count = 0;
+    for (p = pos; p < len && class_at(s, len, p, &n) == S; p += n, count++) {
+        last_start = p;
+        if (is_crlf(s[p]))
+            last_nl_end = p + 1;
     }
-    return p1; /* unreachable for the classes above; one code point keeps us moving */
+    if (count == 0)
+        return p1; /* not reached: every class is handled above */
+    if (last_nl_end)          /* \s*[\r\n]+ : up to the last newline of the run */
+        return last_nl_end;
+    if (count > 1 && p < len) /* \s+(?!\S) : backtracks one, leaving the last to the word */
+        return last_start;
+    return p;                 /* \s+ */
 }
 
 /* ---- BPE within one word --------------------------------------------------------------- */
@@ -277,75 +235,23 @@ static int bpe_word(scratch *w, const kipp_vocab *v, const uint8_t *s, size_t n)
     return 1;
 }
 
-/* ---- added-token split ----------------------------------------------------------------- */
-
-typedef struct {
-    size_t off, len;
-    int32_t id; /* -1: raw text still to pre-tokenize */
-} fragment;
-
-typedef struct {
-    fragment *f;
-    size_t n, cap;
-} frag_list;
-
-static int frag_push(frag_list *l, size_t off, size_t len, int32_t id) {
-    if (len == 0)
-        return 1;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        fragment *p = realloc(l->f, cap * sizeof *p);
-        if (!p)
-            return 0;
-        l->f = p;
-        l->cap = cap;
-    }
-    l->f[l->n++] = (fragment){off, len, id};
-    return 1;
-}
-
-/* Cuts every raw fragment of *cur at each occurrence of special token id (left to right,
- * non-overlapping) into *next; swaps the lists if anything matched. Candidates are tried
- * longest first (llama.cpp's order; for Qwen's added tokens this agrees with HF's
- * leftmost-longest matching because no added token contains another). */
-static int split_on(frag_list *cur, frag_list *next, const char *text, const char *tok,
-                    size_t tok_len, int32_t id) {
-    next->n = 0;
-    int matched = 0;
-    for (size_t i = 0; i < cur->n; i++) {
-        fragment f = cur->f[i];
-        if (f.id >= 0 || f.len < tok_len) {
-            if (!frag_push(next, f.off, f.len, f.id))
-                return 0;
-            continue;
-        }
-        size_t start = f.off, p = f.off, end = f.off + f.len;
-        while (end - p >= tok_len) {
-            const char *q = memchr(text + p, tok[0], end - p - tok_len + 1);
-            if (!q)
-                break;
-            size_t at = (size_t)(q - text);
-            if (memcmp(q, tok, tok_len) != 0) {
-                p = at + 1;
-                continue;
-            }
-            if (!frag_push(next, start, at - start, -1) || !frag_push(next, at, tok_len, id))
-                return 0;
-            matched = 1;
-            start = p = at + tok_len;
-        }
-        if (!frag_push(next, start, end - start, -1))
-            return 0;
-    }
-    if (matched) {
-        frag_list t = *cur;
-        *cur = *next;
-        *next = t;
-    }
-    return 1;
-}
-
 /* ---- encode ---------------------------------------------------------------------------- */
+
+/* NFC, split and BPE of one fragment of text between added tokens. */
+static int encode_fragment(scratch *w, kipp_tok_nfc_buf *nb, const kipp_vocab *v,
+                           const uint8_t *s, size_t n) {
+    const uint8_t *t;
+    size_t tn;
+    if (!kipp_tok_nfc(s, n, nb, &t, &tn))
+        return 0;
+    for (size_t p = 0; p < tn;) {
+        size_t e = kipp_tok_word_end((const char *)t, tn, p);
+        if (!bpe_word(w, v, t + p, e - p))
+            return 0;
+        p = e;
+    }
+    return 1;
+}
 
 kipp_status kipp_vocab_encode(const kipp_vocab *v, const char *text, size_t len,
                               int parse_special, int32_t **ids_out, size_t *n_out, char *err,
@@ -356,42 +262,42 @@ kipp_status kipp_vocab_encode(const kipp_vocab *v, const char *text, size_t len,
     *n_out = 0;
     if (!v || (!text && len))
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "encode: vocab or text is NULL");
-    /* int32 symbol links and a 3n heap bound the length of one word. */
+    /* Repair and NFC grow text at most 3x; int32 symbol links must still index a word. */
     if (len > (size_t)INT32_MAX / 4)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "encode: text of %zu bytes is longer than the %d-byte limit", len,
                          INT32_MAX / 4);
     scratch w = {0};
-    frag_list cur = {0}, next = {0};
+    kipp_tok_nfc_buf nb = {0};
+    uint8_t *repaired = NULL;
     kipp_status st = KIPP_OK;
-    if (!frag_push(&cur, 0, len, -1) || !push_id(&w, 0))
+    const uint8_t *t = (const uint8_t *)text;
+    size_t tn = len;
+    if (!push_id(&w, 0))
         goto nomem;
     w.n_ids = 0; /* ids is allocated from here on, so the result is never NULL */
 
-    for (uint32_t i = 0; i < kipp_vocab_n_specials(v); i++) {
-        int32_t id = kipp_vocab_special_at(v, i);
-        int t = kipp_vocab_token_type(v, id);
-        if (!parse_special && (t == KIPP_TOKEN_CONTROL || t == KIPP_TOKEN_UNKNOWN))
-            continue;
-        size_t tok_len;
-        const char *tok = kipp_vocab_token_text(v, id, &tok_len);
-        if (!split_on(&cur, &next, text, tok, tok_len, id))
+    size_t valid = len ? kipp_tok_utf8_valid_prefix(t, len) : 0;
+    if (valid < len) { /* what HF sees is Python's decode('utf-8', 'replace') of the bytes */
+        repaired = malloc(3 * len);
+        if (!repaired)
             goto nomem;
+        memcpy(repaired, t, valid);
+        tn = valid + kipp_tok_utf8_repair(t + valid, len - valid, repaired + valid);
+        t = repaired;
     }
-    for (size_t i = 0; i < cur.n; i++) {
-        const fragment *f = &cur.f[i];
-        if (f->id >= 0) {
-            if (!push_id(&w, f->id))
-                goto nomem;
-            continue;
-        }
-        const char *s = text + f->off;
-        for (size_t p = 0; p < f->len;) {
-            size_t e = kipp_tok_word_end(s, f->len, p);
-            if (!bpe_word(&w, v, (const uint8_t *)s + p, e - p))
-                goto nomem;
-            p = e;
-        }
+    for (size_t start = 0; start < tn;) {
+        int32_t id = -1;
+        size_t tok_len = 0;
+        size_t at = kipp_vocab_next_added(v, (const char *)t, tn, start, parse_special, &id,
+                                          &tok_len);
+        if (at > start && !encode_fragment(&w, &nb, v, t + start, at - start))
+            goto nomem;
+        if (at >= tn)
+            break;
+        if (!push_id(&w, id))
+            goto nomem;
+        start = at + tok_len;
     }
     *ids_out = w.ids;
     *n_out = w.n_ids;
@@ -404,7 +310,7 @@ done:
     free(w.ids);
     free(w.syms);
     free(w.heap);
-    free(cur.f);
-    free(next.f);
+    free(repaired);
+    kipp_tok_nfc_buf_free(&nb);
     return st;
 }

@@ -1,12 +1,14 @@
 /* vocab.c — the tables of a byte-level BPE vocabulary: token strings and their decoded
  * bytes, an open-addressing hash from string to id, an open-addressing hash of merge pairs
- * (left id, right id) -> (rank, result id), the special-token split list and the EOG set;
- * plus building all that from arrays or from a GGUF. Encoding lives in bpe.c.
- * Deliberately not here: SentencePiece/WordPiece vocabularies, NFC, detokenizing whole
- * sequences (callers concatenate kipp_vocab_token_bytes). */
+ * (left id, right id) -> (rank, result id), the added-token matcher (HF's leftmost-longest
+ * rule, indexed by first byte), HF's "special" flags and the EOG set; plus building all that
+ * from arrays or from a GGUF. Encoding lives in bpe.c, streaming decoding in detok.c.
+ * Deliberately not here: SentencePiece/WordPiece vocabularies, lstrip/rstrip/single_word
+ * added tokens (GGUF does not carry those flags; Qwen's are all false). */
 #include "tok/vocab.h"
 
 #include "core/error.h"
+#include "tok/unicode.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,16 @@ typedef struct {
 } merge_slot;
 
 #define EMPTY_KEY UINT64_MAX /* ids are < 2^31, so no real key has all bits set */
+
+enum { FLAG_ADDED = 1, FLAG_SPECIAL = 2 };
+
+/* Qwen added tokens that HF marks special=false although the GGUF converter types every
+ * <|...|> token CONTROL: HF matches them even with split_special_tokens and decode keeps
+ * them with skip_special_tokens. */
+static const char *const qwen_nonspecial_control[] = {
+    "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+    "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>",
+};
 
 struct kipp_vocab {
     uint32_t n_tokens;
@@ -33,8 +45,15 @@ struct kipp_vocab {
     size_t merge_mask;
 
     int32_t byte_token[256];
-    int32_t *specials;   /* split candidates, longest first */
-    uint32_t n_specials;
+    uint8_t *flags;      /* [n_tokens] FLAG_* */
+    /* Added tokens ordered by (first byte, length descending, id): those starting with
+     * byte b are added_order[added_first[b] .. added_first[b + 1]). */
+    int32_t *added_order;
+    uint32_t n_added;
+    uint32_t added_first[257];
+    int single_first;    /* the one first byte all added tokens share, or -1 */
+    char *added_piece;   /* decode text of added tokens, NUL-separated, by added_order */
+    size_t *added_piece_off; /* [n_added + 1], parallel to added_order */
     int32_t eog[6];
     uint32_t n_eog;
     uint32_t eos, bos;
@@ -138,7 +157,26 @@ int kipp_vocab_merge(const kipp_vocab *v, int32_t left, int32_t right, uint32_t 
 
 /* ---- building -------------------------------------------------------------------------- */
 
-/* Decoded bytes of one token into out (never longer than the text); returns the length. */
+/* Text through the inverse byte map into out (never longer than the text): every
+ * character must be in the byte alphabet, otherwise the text is kept as it is. That is
+ * HF's ByteLevel decoder, which decides token by token. Returns the length. */
+static size_t byte_unmap(const char *s, size_t n, const int16_t *inv, char *out) {
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k;
+        uint32_t cp = kipp_tok_utf8_next((const uint8_t *)s, n, i, &k);
+        int b = cp < BYTE_MAP_CPS ? inv[cp] : -1;
+        if (b < 0) {
+            memcpy(out, s, n);
+            return n;
+        }
+        out[m++] = (char)b;
+        i += k;
+    }
+    return m;
+}
+
+/* Decoded bytes of one token (kipp_vocab_token_bytes) into out; returns the length. */
 static size_t decode_token(const char *s, size_t n, int type, const int16_t *inv, char *out) {
     if (type == KIPP_TOKEN_USER_DEFINED) {
         memcpy(out, s, n);
@@ -146,32 +184,88 @@ static size_t decode_token(const char *s, size_t n, int type, const int16_t *inv
     }
     if (type != KIPP_TOKEN_NORMAL && type != KIPP_TOKEN_BYTE)
         return 0;
-    size_t m = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k;
-        uint32_t cp = kipp_tok_utf8_next((const uint8_t *)s, n, i, &k);
-        int b = cp < BYTE_MAP_CPS ? inv[cp] : -1;
-        if (b >= 0) {
-            out[m++] = (char)b;
-        } else { /* outside the byte alphabet: keep the token's own bytes (lenient) */
-            memcpy(out + m, s + i, k);
-            m += k;
-        }
-        i += k;
-    }
-    return m;
+    return byte_unmap(s, n, inv, out);
 }
 
 typedef struct {
+    uint8_t first;
     size_t len;
     int32_t id;
-} special_key;
+} added_key;
 
-static int special_cmp(const void *pa, const void *pb) {
-    const special_key *a = pa, *b = pb;
+static int added_cmp(const void *pa, const void *pb) {
+    const added_key *a = pa, *b = pb;
+    if (a->first != b->first)
+        return a->first < b->first ? -1 : 1;
     if (a->len != b->len)
         return a->len > b->len ? -1 : 1;
     return (a->id > b->id) - (a->id < b->id);
+}
+
+static int is_added_type(int t) {
+    return t == KIPP_TOKEN_CONTROL || t == KIPP_TOKEN_USER_DEFINED || t == KIPP_TOKEN_UNKNOWN;
+}
+
+/* Flags, the first-byte index of added tokens and their decode pieces. */
+static kipp_status build_added(kipp_vocab *v, const int16_t *inv, char *err, size_t err_len) {
+    uint32_t n = v->n_tokens, k = 0;
+    size_t piece_bytes = 0;
+    v->flags = calloc(n, 1);
+    if (!v->flags)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory for token flags");
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = tok_text(v, i, &len);
+        if (!len || !is_added_type(v->type[i]))
+            continue;
+        v->flags[i] = FLAG_ADDED;
+        if (v->type[i] != KIPP_TOKEN_USER_DEFINED) {
+            v->flags[i] |= FLAG_SPECIAL;
+            for (size_t q = 0; q < sizeof qwen_nonspecial_control / sizeof(char *); q++)
+                if (strlen(qwen_nonspecial_control[q]) == len &&
+                    memcmp(qwen_nonspecial_control[q], t, len) == 0)
+                    v->flags[i] &= (uint8_t)~FLAG_SPECIAL;
+        }
+        k++;
+        piece_bytes += len + 1;
+    }
+    added_key *keys = malloc(((size_t)k + 1) * sizeof *keys);
+    v->added_order = malloc(((size_t)k + 1) * sizeof *v->added_order);
+    v->added_piece = malloc(piece_bytes + 1);
+    v->added_piece_off = malloc(((size_t)k + 1) * sizeof *v->added_piece_off);
+    if (!keys || !v->added_order || !v->added_piece || !v->added_piece_off) {
+        free(keys);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory for added tokens");
+    }
+    k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = tok_text(v, i, &len);
+        if (v->flags[i] & FLAG_ADDED)
+            keys[k++] = (added_key){(uint8_t)t[0], len, (int32_t)i};
+    }
+    qsort(keys, k, sizeof *keys, added_cmp);
+    memset(v->added_first, 0, sizeof v->added_first);
+    size_t off = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        size_t len;
+        const char *t = tok_text(v, (uint32_t)keys[i].id, &len);
+        v->added_order[i] = keys[i].id;
+        v->added_first[keys[i].first + 1]++;
+        v->added_piece_off[i] = off;
+        off += byte_unmap(t, len, inv, v->added_piece + off);
+        v->added_piece[off++] = 0;
+    }
+    v->added_piece_off[k] = off;
+    for (int b = 0; b < 256; b++)
+        v->added_first[b + 1] += v->added_first[b];
+    v->n_added = k;
+    v->single_first = k ? keys[0].first : -1;
+    for (uint32_t i = 1; i < k; i++)
+        if (keys[i].first != keys[0].first)
+            v->single_first = -1;
+    free(keys);
+    return KIPP_OK;
 }
 
 static kipp_status build_tokens(kipp_vocab *v, const char *const *tokens,
@@ -205,7 +299,6 @@ static kipp_status build_tokens(kipp_vocab *v, const char *const *tokens,
     int16_t inv[BYTE_MAP_CPS];
     byte_map_inverse(inv);
     size_t off = 0, boff = 0;
-    uint32_t n_special = 0;
     for (uint32_t i = 0; i < n; i++) {
         size_t len = token_lens[i];
         int t = token_types ? token_types[i] : KIPP_TOKEN_NORMAL;
@@ -231,33 +324,12 @@ static kipp_status build_tokens(kipp_vocab *v, const char *const *tokens,
             if (n2 == len && (len == 0 || memcmp(s2, v->text + v->text_off[i], len) == 0))
                 break;
         }
-        if (len && (t == KIPP_TOKEN_CONTROL || t == KIPP_TOKEN_USER_DEFINED ||
-                    t == KIPP_TOKEN_UNKNOWN))
-            n_special++;
     }
     v->text_off[n] = off;
     v->bytes_off[n] = boff;
-
-    special_key *keys = malloc(((size_t)n_special + 1) * sizeof *keys);
-    v->specials = malloc(((size_t)n_special + 1) * sizeof *v->specials);
-    if (!keys || !v->specials) {
-        free(keys);
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory for special tokens");
-    }
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        size_t len;
-        tok_text(v, i, &len);
-        int t = v->type[i];
-        if (len && (t == KIPP_TOKEN_CONTROL || t == KIPP_TOKEN_USER_DEFINED ||
-                    t == KIPP_TOKEN_UNKNOWN))
-            keys[k++] = (special_key){len, (int32_t)i};
-    }
-    qsort(keys, k, sizeof *keys, special_cmp);
-    for (uint32_t i = 0; i < k; i++)
-        v->specials[i] = keys[i].id;
-    v->n_specials = k;
-    free(keys);
+    kipp_status st = build_added(v, inv, err, err_len);
+    if (st != KIPP_OK)
+        return st;
 
     for (unsigned b = 0; b < 256; b++) {
         char buf[2];
@@ -401,7 +473,10 @@ void kipp_vocab_free(kipp_vocab *v) {
     free(v->type);
     free(v->tok_slots);
     free(v->merge_slots);
-    free(v->specials);
+    free(v->flags);
+    free(v->added_order);
+    free(v->added_piece);
+    free(v->added_piece_off);
     free(v);
 }
 
@@ -601,8 +676,67 @@ int kipp_vocab_is_eog(const kipp_vocab *v, int32_t id) {
     return 0;
 }
 
-int32_t kipp_vocab_byte_token(const kipp_vocab *v, uint8_t b) { return v->byte_token[b]; }
-uint32_t kipp_vocab_n_specials(const kipp_vocab *v) { return v->n_specials; }
-int32_t kipp_vocab_special_at(const kipp_vocab *v, uint32_t i) {
-    return i < v->n_specials ? v->specials[i] : -1;
+int kipp_vocab_is_special(const kipp_vocab *v, int32_t id) {
+    return valid_id(v, id) && (v->flags[id] & FLAG_SPECIAL);
 }
+
+const char *kipp_vocab_token_piece(const kipp_vocab *v, int32_t id, int skip_special,
+                                   size_t *len) {
+    size_t n = 0;
+    const char *s = NULL;
+    if (valid_id(v, id)) {
+        s = "";
+        if (v->flags[id] & FLAG_ADDED) {
+            if (!(skip_special && (v->flags[id] & FLAG_SPECIAL))) {
+                /* few added tokens: find the piece by scanning their first-byte bucket */
+                size_t tl;
+                const char *t = tok_text(v, (uint32_t)id, &tl);
+                uint8_t b = (uint8_t)t[0];
+                for (uint32_t k = v->added_first[b]; k < v->added_first[b + 1]; k++)
+                    if (v->added_order[k] == id) {
+                        s = v->added_piece + v->added_piece_off[k];
+                        n = v->added_piece_off[k + 1] - v->added_piece_off[k] - 1;
+                    }
+            }
+        } else if (v->type[id] == KIPP_TOKEN_NORMAL || v->type[id] == KIPP_TOKEN_BYTE) {
+            s = kipp_vocab_token_bytes(v, id, &n);
+        }
+    }
+    if (len)
+        *len = n;
+    return s;
+}
+
+size_t kipp_vocab_next_added(const kipp_vocab *v, const char *s, size_t n, size_t from,
+                             int parse_special, int32_t *id, size_t *tok_len) {
+    if (!v->n_added)
+        return n;
+    for (size_t p = from; p < n;) {
+        if (v->single_first >= 0) {
+            const char *q = memchr(s + p, v->single_first, n - p);
+            if (!q)
+                return n;
+            p = (size_t)(q - s);
+        }
+        uint8_t b = (uint8_t)s[p];
+        size_t skip = 1;
+        for (uint32_t k = v->added_first[b]; k < v->added_first[b + 1]; k++) {
+            int32_t tid = v->added_order[k];
+            size_t len;
+            const char *t = tok_text(v, (uint32_t)tid, &len);
+            if (len > n - p || memcmp(s + p, t, len) != 0)
+                continue;
+            if (!parse_special && (v->flags[tid] & FLAG_SPECIAL)) {
+                skip = len; /* HF: the match is dropped whole, the search goes on after it */
+                break;
+            }
+            *id = tid;
+            *tok_len = len;
+            return p;
+        }
+        p += skip;
+    }
+    return n;
+}
+
+int32_t kipp_vocab_byte_token(const kipp_vocab *v, uint8_t b) { return v->byte_token[b]; }

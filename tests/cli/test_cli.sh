@@ -44,6 +44,26 @@ grep -qE "prefill .* tok/s.*decode steps .* tok/s" "$tmp/err" && ok || bad "no s
 ids=$("$K" -m "$M" -p "Hello world" --tokenize)
 [ "$ids" = "9707 1879" ] && ok || bad "--tokenize gave '$ids'"
 "$K" --help | grep -q -- "--backend" && ok || bad "--help"
+# non-ASCII, non-NFC input and an added token: ids as HF tokenizers gives them
+ids=$("$K" -m "$M" -p "$(printf 'Cafe\xcc\x81 \xf0\x9f\x98\x80 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e <think>x</think>')" --tokenize)
+[ "$ids" = "34 2577 963 90316 75402 21894 102819 220 151667 87 151668" ] && ok || bad "unicode --tokenize gave '$ids'"
+txt=$("$K" -m "$M" --detokenize "34 2577 963 90316 75402 21894 102819 220 151667 87 151668")
+[ "$txt" = "$(printf 'Caf\xc3\xa9 \xf0\x9f\x98\x80 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e <think>x</think>')" ] && ok || bad "--detokenize gave '$txt'"
+
+# --- chat template ---
+want=$(printf '<|im_start|>system\nYou are Kipp.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n')
+got=$("$K" -m "$M" --system "You are Kipp." -p "Hi" --print-prompt)
+[ "$got" = "$want" ] && ok || bad "--chat rendering: '$got'"
+got=$("$K" -m "$M" --chat --no-think -p "Hi" --print-prompt; echo x)
+want=$(printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nx')
+[ "$got" = "$want" ] && ok || bad "--no-think rendering: '$got'"
+printf '{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\\nsum\\n</think>\\n\\n4"}, {"role": "user", "content": "and 3+3?"}], "add_generation_prompt": false}' >"$tmp/req.json"
+got=$("$K" -m "$M" --messages "$tmp/req.json" --print-prompt)
+want=$(printf '<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nand 3+3?<|im_end|>')
+[ "$got" = "$want" ] && ok || bad "--messages rendering (past reasoning dropped): '$got'"
+"$K" -m "$M" --chat -p "Hi" -n 4 --temp 0 --no-stats >/dev/null 2>&1 && ok || bad "--chat generation"
+ids=$("$K" -m "$M" --chat -p "Hi" --tokenize)
+case "$ids" in "151644 872 198 13048 151645 198 151644 77091 198") ok ;; *) bad "chat prompt ids '$ids'" ;; esac
 
 # --- bad input ---
 expect_fail "missing model" "No such file|cannot open" "$K" -m "$tmp/nope.gguf" -p hi
@@ -68,6 +88,12 @@ expect_fail "unknown flag" "unknown option '--bogus'" "$K" -m "$M" -p hi --bogus
 expect_fail "missing value" "--seed needs a value" "$K" -m "$M" -p hi --seed
 expect_fail "test-cpu-model without weights" "model not found — run tools/download_model.sh qwen3-4b-base" \
     tests/model/run_cpu_model.sh qwen3-4b-base
+printf '{"messages": [' >"$tmp/bad.json"
+expect_fail "malformed --messages" "--messages .*bad.json: .*line 1" "$K" -m "$M" --messages "$tmp/bad.json" --print-prompt
+printf '{"messages": [{"role": "wizard", "content": "x"}]}' >"$tmp/role.json"
+expect_fail "unknown role" "messages\[0\]" "$K" -m "$M" --messages "$tmp/role.json" --print-prompt
+expect_fail "--no-think without chat" "need --chat" "$K" -m "$M" -p hi --no-think
+expect_fail "bad --detokenize" "is not a token id" "$K" -m "$M" --detokenize "12 abc"
 expect_fail "not a gguf" "gguf: .*magic" "$K" -m README.md -p hi
 
 echo "$pass passed, $fail failed"

@@ -7,4 +7,10 @@
 int kt_gate_golden(const char *model_path, const char *vec_dir);
 int kt_gate_phase2(const char *model_path, const char *vec_dir);
 
+/* Paged-KV gates (tests/model/gates_kv.c). */
+int kt_gate_multilogit(const char *model_path, const char *vec_dir);      /* N-token == N steps */
+int kt_gate_paged(const char *model_path, const char *vec_dir);           /* adversarial tables */
+int kt_gate_pooled(const char *model_path, const char *vec_dir);          /* interleaved seqs */
+int kt_gate_fault_reference(const char *model_path, const char *vec_dir); /* identity layout vs vectors */
+
 #endif

@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # mutation.sh — proves the model gates can fail: each case copies the source tree, plants
-# one deliberate bug in the cpu-ref forward pass or its KV addressing, rebuilds kipp_test
-# in the copy, and requires the named gate to FAIL on the tiny checkpoint. A mutation the
-# gates do not catch is a test failure. Production sources are never modified.
+# one deliberate bug in the cpu-ref forward pass, the KV addressing function (kipp_kv_row
+# in src/kv/kv.h) or the pool's copy-on-write, rebuilds kipp_test in the copy, and
+# requires the named gate to FAIL on the tiny checkpoint. A mutation the gates do not
+# catch is a test failure. Production sources are never modified.
 set -u
 cd "$(dirname "$0")/../.."
 M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 V=tests/test-vectors/tiny-untied
 pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-F=src/backend/cpu_ref/cpu_ref.c
+CPU=src/backend/cpu_ref/cpu_ref.c
+KV=src/kv/kv.h
+KVC=src/kv/kv.c
 
-# name | gate flag | sed expression (with '#' delimiters) applied to cpu_ref.c
+# name | gate flag | file | sed expression (with '#' delimiters) applied to that file
 cases=(
-  "rope sign|--model|s#h\[i\] = a \* s->rope_cos\[i\] - b#h[i] = a * s->rope_cos[i] + b#"
-  "attention scale 1/D|--model|s#1.0f / sqrtf((float)D)#1.0f / (float)D#"
-  "GQA head mapping|--model|s#(size_t)(h / group) \* D#(size_t)(h % hp->n_head_kv) * D#"
-  "k-norm skipped|--model|s#rmsnorm(kh, kh, kn, D, hp->rms_eps);#(void)kn;#"
-  "KV slot off by one|--phase2-model|s#((size_t)layer \* s->n_ctx + pos)#((size_t)layer * s->n_ctx + (pos ? pos - 1 : 0))#"
-  "KV layer aliasing|--phase2-model|s#((size_t)layer \* s->n_ctx + pos)#((size_t)0 * layer * s->n_ctx + pos)#"
+  "rope sign|--model|$CPU|s#h\[i\] = a \* s->rope_cos\[i\] - b#h[i] = a * s->rope_cos[i] + b#"
+  "attention scale 1/D|--model|$CPU|s#1.0f / sqrtf((float)D)#1.0f / (float)D#"
+  "GQA head mapping|--model|$CPU|s#(size_t)(h / group) \* D#(size_t)(h % hp->n_head_kv) * D#"
+  "k-norm skipped|--model|$CPU|s#rmsnorm(kh, kh, kn, D, hp->rms_eps);#(void)kn;#"
+  "KV slot off by one|--phase2-model|$KV|s#uint32_t slot = pos % pool->block_size;#uint32_t slot = (pos ? pos - 1 : 0) % pool->block_size;#"
+  "KV layer aliasing|--phase2-model|$KV|s#((size_t)layer \* pool->block_size + slot)#((size_t)0 * layer * pool->block_size + slot)#"
+  "KV block table ignored|--paged-cpu|$KV|s#uint32_t block = s->blocks\[lblock\];#uint32_t block = lblock;#"
+  "KV copy-on-write skipped|--pooled-cpu|$KVC|s#    return pool->refs\[b\] > 1 ? b : UINT32_MAX;#    return UINT32_MAX;#"
 )
 for c in "${cases[@]}"; do
-    IFS='|' read -r name gate expr <<<"$c"
+    IFS='|' read -r name gate F expr <<<"$c"
     d=$tmp/$(echo "$name" | tr ' /' '__')
     mkdir -p "$d"
     cp -r Makefile include src tests "$d/"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_cpu_model.sh NAME — the CPU model suite for one checkpoint (`make test-cpu-model`):
 # golden-vector gate and phase-2 (cached vs recomputed) gate on cpu-ref, for the bf16 GGUF
-# and the f32 GGUF when present, plus the tokenizer golden set. Tiny checkpoints are made
+# and the f32 GGUF when present; the paged-KV gates (multi-logit batches, adversarial block
+# tables, pooled sequences) on the bf16 GGUF; plus the tokenizer golden set. Tiny checkpoints are made
 # locally; real ones must have been downloaded and converted first.
 set -u
 cd "$(dirname "$0")/../.."
@@ -38,9 +39,14 @@ for q in bf16 f32; do
     fi
     run_counted "golden $q" "$BUILD/kipp_test" --model "$m" "$vec"
     run_counted "phase-2 $q" "$BUILD/kipp_test" --phase2-model "$m" "$vec"
+    if [ "$q" = bf16 ]; then
+        run_counted "multi-logit $q" "$BUILD/kipp_test" --multilogit "$m" "$vec"
+        run_counted "paged KV $q" "$BUILD/kipp_test" --paged-cpu "$m" "$vec"
+        run_counted "pooled KV $q" "$BUILD/kipp_test" --pooled-cpu "$m" "$vec"
+    fi
 done
-if [ -f tests/tok/ascii_golden.jsonl ]; then
-    run_counted "tokenizer ascii golden" "$BUILD/kipp_test" --tok-golden "$dir/kipp-$name-bf16.gguf" tests/tok/ascii_golden.jsonl
-fi
+for j in tests/tok/golden.jsonl tests/tok/ascii_golden.jsonl; do
+    run_counted "tokenizer golden $(basename "$j")" "$BUILD/kipp_test" --tok-golden "$dir/kipp-$name-bf16.gguf" "$j"
+done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

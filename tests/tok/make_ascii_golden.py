@@ -3,10 +3,10 @@
 that HF `tokenizers` gives for the Qwen3 tokenizer (encode(text, add_special_tokens=False),
 which also splits out added tokens such as <|im_start|> and <think>).
 
-The C side (kt_tok_golden in tests/unit/test_tok.c) encodes each text with
-parse_special = 1 and must match every line. ASCII only: the non-ASCII pre-tokenizer is a
-placeholder until the Unicode tables land. NFC is a no-op on ASCII, so HF's normalizer
-does not matter here.
+The C side (kt_tok_golden in tests/unit/test_tok_golden.c) encodes each text with
+parse_special = 1 and must match every line. ASCII only; the full corpus (all of these
+texts plus Unicode, invalid UTF-8, both added-token modes and decoding) is
+tests/tok/golden.jsonl from make_golden.py, which imports the lists below.
 
 Usage: .venv/bin/python tests/tok/make_ascii_golden.py [tokenizer.json] [out.jsonl]
 Deterministic: the random part uses a fixed seed, so reruns give the same file.

@@ -24,9 +24,15 @@ void kt_suite_types(void);
 void kt_suite_gguf(void);
 void kt_suite_sampler(void);
 void kt_suite_tok(void);
-void kt_suite_cli(void);
+void kt_suite_detok(void);     /* streaming detokenizer (tests/unit/test_detok.c) */
+void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSON */
+void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
+void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
 
 /* Tokenizer vs HF ids in a JSONL file: returns mismatches, or -1 if inputs are unusable. */
 int kt_tok_golden(const char *gguf_path, const char *jsonl_path);
+/* Chat renderings vs HF apply_chat_template goldens in a directory: returns mismatches, or
+ * -1 if inputs are unusable. */
+int kt_chat_golden(const char *gguf_path, const char *dir);
 
 #endif

@@ -2,7 +2,8 @@
  * C11, single-threaded, f32 activations and f32 accumulation (sums of squares in double, as
  * ggml does), weights read in their stored block format one row at a time. It is the oracle
  * every optimized backend is gated against, so it favours clarity over speed and contains
- * no ISA-specific code. The KV cache is contiguous, addressed through kv_row() only. */
+ * no ISA-specific code. K/V live in the context's block pool and are addressed through
+ * kipp_kv_row() only (src/kv/kv.h); the recomputation oracle keeps private buffers. */
 #include "backend/backend.h"
 
 #include "core/error.h"
@@ -16,8 +17,7 @@ typedef struct {
     const kipp_model *m;
     uint32_t n_ctx;
     uint32_t kv_dim; /* Nkv * D */
-    float *k_cache;  /* [n_layer][n_ctx][kv_dim], K after q/k-norm and RoPE */
-    float *v_cache;  /* [n_layer][n_ctx][kv_dim] */
+    const float **k_rows, **v_rows; /* [n_ctx] one layer's K/V rows of positions 0..pos */
     /* scratch, one token at a time */
     float *x;      /* [H]  residual stream */
     float *xb;     /* [H]  normed input */
@@ -32,12 +32,6 @@ typedef struct {
     float *row;    /* [max input dim] one dequantized weight row */
     float *rope_cos, *rope_sin; /* [D/2] for the current position */
 } cpu_ref_state;
-
-/* ---- the KV addressing function: (layer, position) -> row of kv_dim floats ------------- */
-
-static inline float *kv_row(const cpu_ref_state *s, float *cache, uint32_t layer, uint32_t pos) {
-    return cache + ((size_t)layer * s->n_ctx + pos) * s->kv_dim;
-}
 
 /* ---- numerics ------------------------------------------------------------------------- */
 
@@ -119,11 +113,10 @@ static void layer_qkv(cpu_ref_state *s, uint32_t l, const float *x, float *k_out
     }
 }
 
-/* Causal attention of s->q over n_kv cached positions whose rows are k_rows[t], v_rows[t]
- * (kv_dim floats each, consecutive rows `stride` floats apart), then the output
- * projection, residual, and the SwiGLU MLP with its residual, all into x. */
-static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, const float *k_rows,
-                       const float *v_rows, size_t stride, uint32_t n_kv) {
+/* Causal attention of s->q over n_kv positions whose K and V rows (kv_dim floats each) are
+ * s->k_rows[t], s->v_rows[t], then the output projection, residual, and the SwiGLU MLP
+ * with its residual, all into x. */
+static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, uint32_t n_kv) {
     const kipp_model_info *hp = &s->m->hp;
     const kipp_layer_weights *w = &s->m->layers[l];
     const uint32_t D = hp->head_dim, group = hp->n_head / hp->n_head_kv;
@@ -133,7 +126,7 @@ static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, const float *k_ro
         const size_t kv_off = (size_t)(h / group) * D; /* consecutive q heads share a kv head */
         float mx = -INFINITY;
         for (uint32_t t = 0; t < n_kv; t++) {
-            const float *kt = k_rows + t * stride + kv_off;
+            const float *kt = s->k_rows[t] + kv_off;
             float dot = 0.0f;
             for (uint32_t i = 0; i < D; i++) dot += qh[i] * kt[i];
             s->scores[t] = dot * scale;
@@ -147,7 +140,7 @@ static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, const float *k_ro
         float *oh = s->att + (size_t)h * D;
         memset(oh, 0, D * sizeof *oh);
         for (uint32_t t = 0; t < n_kv; t++) {
-            const float *vt = v_rows + t * stride + kv_off;
+            const float *vt = s->v_rows[t] + kv_off;
             const float p = s->scores[t] / sum;
             for (uint32_t i = 0; i < D; i++) oh[i] += p * vt[i];
         }
@@ -181,7 +174,7 @@ static void final_logits(cpu_ref_state *s, const float *x, float *logits) {
 static void cpu_ref_free(void *state) {
     cpu_ref_state *s = state;
     if (!s) return;
-    free(s->k_cache); free(s->v_cache);
+    free(s->k_rows); free(s->v_rows);
     free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->proj); free(s->gate); free(s->up); free(s->scores); free(s->row);
     free(s->rope_cos); free(s->rope_sin);
@@ -202,15 +195,8 @@ static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, int n_threa
     size_t max_in = hp->n_embd;
     if (hp->n_ff > max_in) max_in = hp->n_ff;
     if (QD > max_in) max_in = QD;
-    uint64_t kv_elems;
-    if (!kipp_mul_ok((uint64_t)hp->n_layer * n_ctx, s->kv_dim, &kv_elems) ||
-        kv_elems > SIZE_MAX / sizeof(float)) {
-        cpu_ref_free(s);
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu-ref: KV cache for %u positions is too large",
-                         n_ctx);
-    }
-    s->k_cache = calloc(kv_elems, sizeof(float));
-    s->v_cache = calloc(kv_elems, sizeof(float));
+    s->k_rows = calloc(n_ctx, sizeof *s->k_rows);
+    s->v_rows = calloc(n_ctx, sizeof *s->v_rows);
     s->x = calloc(hp->n_embd, sizeof(float));
     s->xb = calloc(hp->n_embd, sizeof(float));
     s->q = calloc(QD, sizeof(float));
@@ -224,33 +210,44 @@ static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, int n_threa
     s->row = calloc(max_in, sizeof(float));
     s->rope_cos = calloc(hp->head_dim / 2, sizeof(float));
     s->rope_sin = calloc(hp->head_dim / 2, sizeof(float));
-    if (!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att ||
+    if (!s->k_rows || !s->v_rows || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att ||
         !s->proj || !s->gate || !s->up || !s->scores || !s->row || !s->rope_cos || !s->rope_sin) {
         cpu_ref_free(s);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "cpu-ref: out of memory allocating the KV cache (%u positions) and scratch",
+                         "cpu-ref: out of memory allocating scratch for %u positions",
                          n_ctx);
     }
     *state = s;
     return KIPP_OK;
 }
 
-static kipp_status cpu_ref_decode(void *state, const int32_t *tokens, uint32_t n, uint32_t pos,
-                                  float *logits, char *err, size_t err_len) {
+/* Token by token in batch order (each token's arithmetic is exactly that of a lone decode
+ * step, so a batch equals the single steps bit for bit). The lm_head, by far the largest
+ * matrix, runs only for the wanted tokens. */
+static kipp_status cpu_ref_decode_batch(void *state, kipp_kv_pool *pool, const kipp_batch *b,
+                                        float *logits, char *err, size_t err_len) {
     (void)err; (void)err_len;
     cpu_ref_state *s = state;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint32_t p = pos + i;
-        embed(s, tokens[i], s->x);
+    const size_t n_vocab = s->m->hp.n_vocab;
+    for (uint32_t i = 0; i < b->n; i++) {
+        const kipp_kv_seq *seq = kipp_kv_seq_get(pool, b->seq_ids[i]);
+        const uint32_t p = b->positions[i];
+        embed(s, b->tokens[i], s->x);
         rope_angles(s, p);
         for (uint32_t l = 0; l < s->m->hp.n_layer; l++) {
-            float *k_slot = kv_row(s, s->k_cache, l, p), *v_slot = kv_row(s, s->v_cache, l, p);
-            layer_qkv(s, l, s->x, k_slot, v_slot);
-            layer_rest(s, l, s->x, kv_row(s, s->k_cache, l, 0), kv_row(s, s->v_cache, l, 0),
-                       s->kv_dim, p + 1);
+            layer_qkv(s, l, s->x, kipp_kv_row(pool, seq, l, p, KIPP_KV_K, KIPP_KV_WRITE),
+                      kipp_kv_row(pool, seq, l, p, KIPP_KV_V, KIPP_KV_WRITE));
+            for (uint32_t t = 0; t <= p; t++) {
+                s->k_rows[t] = kipp_kv_row(pool, seq, l, t, KIPP_KV_K, KIPP_KV_READ);
+                s->v_rows[t] = kipp_kv_row(pool, seq, l, t, KIPP_KV_V, KIPP_KV_READ);
+            }
+            layer_rest(s, l, s->x, p + 1);
+        }
+        if (b->want_logits[i]) {
+            final_logits(s, s->x, logits);
+            logits += n_vocab;
         }
     }
-    if (logits && n) final_logits(s, s->x, logits);
     return KIPP_OK;
 }
 
@@ -276,7 +273,9 @@ static kipp_status cpu_ref_forward_nocache(void *state, const int32_t *tokens, u
             float *x = xs + (size_t)p * hp->n_embd;
             rope_angles(s, p);
             layer_qkv(s, l, x, ks + (size_t)p * s->kv_dim, vs + (size_t)p * s->kv_dim);
-            layer_rest(s, l, x, ks, vs, s->kv_dim, p + 1);
+            s->k_rows[p] = ks + (size_t)p * s->kv_dim;
+            s->v_rows[p] = vs + (size_t)p * s->kv_dim;
+            layer_rest(s, l, x, p + 1);
         }
     }
     if (logits) final_logits(s, xs + (size_t)(n - 1) * hp->n_embd, logits);
@@ -288,6 +287,6 @@ const kipp_backend_ops kipp_backend_cpu_ref = {
     .name = "cpu-ref",
     .init = cpu_ref_init,
     .free = cpu_ref_free,
-    .decode = cpu_ref_decode,
+    .decode_batch = cpu_ref_decode_batch,
     .forward_nocache = cpu_ref_forward_nocache,
 };

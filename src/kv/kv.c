@@ -1,0 +1,276 @@
+/* kv.c — the KV block pool: allocation from a free-block stack, per-sequence block tables,
+ * refcounts, copy-on-write when a shared block is about to be written, truncation, and
+ * memory accounting. Every operation that can fail checks first and changes nothing on
+ * failure. Does not read or write K/V values itself except to copy a block on write (the
+ * backends use kipp_kv_row() in kv.h). Design: docs/kv-cache.md. */
+#include "kv/kv.h"
+
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kipp_status kipp_kv_pool_init(const kipp_kv_params *p, kipp_kv_pool **out, char *err,
+                              size_t err_len) {
+    *out = NULL;
+    const uint32_t bs = p->block_size ? p->block_size : KIPP_KV_DEFAULT_BLOCK_SIZE;
+    if (p->n_layer == 0 || p->kv_dim == 0 || p->n_blocks == 0)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "KV pool: n_layer %u, kv_dim %u and n_blocks %u must all be > 0",
+                         p->n_layer, p->kv_dim, p->n_blocks);
+    uint64_t part, block, total;
+    if (!kipp_mul_ok((uint64_t)p->n_layer * bs, p->kv_dim, &part) ||
+        !kipp_mul_ok(part, 2, &block) || !kipp_mul_ok(block, p->n_blocks, &total) ||
+        total > SIZE_MAX / sizeof(float))
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
+                         "KV pool: %u blocks of %u tokens x %u layers x %u floats is too large",
+                         p->n_blocks, bs, p->n_layer, p->kv_dim);
+    kipp_kv_pool *pool = calloc(1, sizeof *pool);
+    if (!pool) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV pool: out of memory");
+    pool->n_layer = p->n_layer;
+    pool->kv_dim = p->kv_dim;
+    pool->block_size = bs;
+    pool->n_blocks = p->n_blocks;
+    pool->part_floats = (size_t)part;
+    pool->data = calloc((size_t)total, sizeof(float));
+    pool->refs = calloc(p->n_blocks, sizeof *pool->refs);
+    pool->free_ids = malloc((size_t)p->n_blocks * sizeof *pool->free_ids);
+    if (!pool->data || !pool->refs || !pool->free_ids) {
+        kipp_kv_pool_free(pool);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
+                         "KV pool: out of memory for %u blocks (%llu bytes)", p->n_blocks,
+                         (unsigned long long)(total * sizeof(float)));
+    }
+    /* block 0 on top: a lone sequence in a fresh pool gets blocks 0, 1, 2, ... (identity) */
+    for (uint32_t i = 0; i < p->n_blocks; i++) pool->free_ids[i] = p->n_blocks - 1 - i;
+    pool->n_free = p->n_blocks;
+#ifdef KIPP_FAULT_INJECT
+    const char *mode = getenv("KIPP_FAULT"); /* read once; see kipp_kv_row() */
+    pool->fault = mode ? atoi(mode) : 0;
+#endif
+    *out = pool;
+    return KIPP_OK;
+}
+
+void kipp_kv_pool_free(kipp_kv_pool *pool) {
+    if (!pool) return;
+    for (uint32_t i = 0; i < pool->seq_cap; i++) free(pool->seqs[i].blocks);
+    free(pool->seqs);
+    free(pool->data);
+    free(pool->refs);
+    free(pool->free_ids);
+    free(pool);
+}
+
+/* ---- blocks ----------------------------------------------------------------------------- */
+
+static uint32_t take_block(kipp_kv_pool *pool) { /* caller checked n_free > 0 */
+    const uint32_t b = pool->free_ids[--pool->n_free];
+    pool->refs[b] = 1;
+    return b;
+}
+
+static void release_block(kipp_kv_pool *pool, uint32_t b) {
+    if (--pool->refs[b] == 0) pool->free_ids[pool->n_free++] = b;
+}
+
+static float *block_data(const kipp_kv_pool *pool, uint32_t b) {
+    return pool->data + (size_t)b * 2 * pool->part_floats;
+}
+
+/* ---- sequences -------------------------------------------------------------------------- */
+
+static kipp_kv_seq *live_seq(kipp_kv_pool *pool, uint32_t id, const char *op, char *err,
+                             size_t err_len) {
+    if (id < pool->seq_cap && pool->seqs[id].live) return &pool->seqs[id];
+    kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "KV %s: sequence %u does not exist", op, id);
+    return NULL;
+}
+
+static kipp_status table_reserve(kipp_kv_seq *s, uint32_t n_blocks, char *err, size_t err_len) {
+    if (n_blocks <= s->cap) return KIPP_OK;
+    uint32_t cap = s->cap ? s->cap : 4;
+    while (cap < n_blocks) cap = cap > UINT32_MAX / 2 ? n_blocks : cap * 2;
+    uint32_t *b = realloc(s->blocks, (size_t)cap * sizeof *b);
+    if (!b)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV: out of memory for a %u-block table",
+                         cap);
+    s->blocks = b;
+    s->cap = cap;
+    return KIPP_OK;
+}
+
+/* A dead slot (reused) or a new one at the end; not yet live. */
+static kipp_status new_slot(kipp_kv_pool *pool, uint32_t *id, char *err, size_t err_len) {
+    for (uint32_t i = 0; i < pool->seq_cap; i++)
+        if (!pool->seqs[i].live) { *id = i; return KIPP_OK; }
+    uint32_t cap = pool->seq_cap ? pool->seq_cap * 2 : 8;
+    kipp_kv_seq *seqs = cap > pool->seq_cap ? realloc(pool->seqs, (size_t)cap * sizeof *seqs) : NULL;
+    if (!seqs)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV: out of memory for %u sequences", cap);
+    memset(seqs + pool->seq_cap, 0, (size_t)(cap - pool->seq_cap) * sizeof *seqs);
+    pool->seqs = seqs;
+    *id = pool->seq_cap;
+    pool->seq_cap = cap;
+    return KIPP_OK;
+}
+
+kipp_status kipp_kv_seq_new(kipp_kv_pool *pool, uint32_t *id, char *err, size_t err_len) {
+    kipp_status st = new_slot(pool, id, err, err_len);
+    if (st != KIPP_OK) return st;
+    kipp_kv_seq *s = &pool->seqs[*id];
+    s->n_blocks = 0;
+    s->n_tokens = 0;
+    s->live = 1;
+    return KIPP_OK;
+}
+
+kipp_status kipp_kv_seq_fork(kipp_kv_pool *pool, uint32_t src, uint32_t *dst, char *err,
+                             size_t err_len) {
+    if (!live_seq(pool, src, "fork", err, err_len)) return KIPP_ERR_INVALID_ARG;
+    uint32_t id;
+    kipp_status st = new_slot(pool, &id, err, err_len);
+    if (st != KIPP_OK) return st;
+    const kipp_kv_seq *s = &pool->seqs[src]; /* after new_slot: the array may have moved */
+    kipp_kv_seq *d = &pool->seqs[id];
+    if ((st = table_reserve(d, s->n_blocks, err, err_len)) != KIPP_OK) return st;
+    memcpy(d->blocks, s->blocks, (size_t)s->n_blocks * sizeof *d->blocks);
+    for (uint32_t i = 0; i < s->n_blocks; i++) pool->refs[s->blocks[i]]++;
+    d->n_blocks = s->n_blocks;
+    d->n_tokens = s->n_tokens;
+    d->live = 1;
+    *dst = id;
+    return KIPP_OK;
+}
+
+kipp_status kipp_kv_seq_truncate(kipp_kv_pool *pool, uint32_t id, uint32_t n_keep, char *err,
+                                 size_t err_len) {
+    kipp_kv_seq *s = live_seq(pool, id, "truncate", err, err_len);
+    if (!s) return KIPP_ERR_INVALID_ARG;
+    if (n_keep > s->n_tokens)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "KV truncate: n_keep %u is beyond the %u tokens of sequence %u", n_keep,
+                         s->n_tokens, id);
+    const uint32_t keep = kipp_kv_blocks_for(pool, n_keep);
+    /* release from the end, so the lowest dropped block ends on top of the free stack and a
+     * lone sequence that is rolled back and regrown keeps the identity layout */
+    while (s->n_blocks > keep) release_block(pool, s->blocks[--s->n_blocks]);
+    s->n_tokens = n_keep;
+    return KIPP_OK;
+}
+
+kipp_status kipp_kv_seq_free(kipp_kv_pool *pool, uint32_t id, char *err, size_t err_len) {
+    kipp_kv_seq *s = live_seq(pool, id, "free", err, err_len);
+    if (!s) return KIPP_ERR_INVALID_ARG;
+    while (s->n_blocks > 0) release_block(pool, s->blocks[--s->n_blocks]);
+    s->n_tokens = 0;
+    s->live = 0;
+    return KIPP_OK;
+}
+
+/* The block sequence s will write into first, if it is shared (so must be copied first);
+ * UINT32_MAX when the next position starts a fresh block or the block is private. */
+static uint32_t shared_tail(const kipp_kv_pool *pool, const kipp_kv_seq *s, uint32_t n_new) {
+    if (n_new == 0 || s->n_tokens % pool->block_size == 0) return UINT32_MAX;
+    const uint32_t b = s->blocks[s->n_blocks - 1];
+    return pool->refs[b] > 1 ? b : UINT32_MAX;
+}
+
+kipp_status kipp_kv_grow(kipp_kv_pool *pool, const uint32_t *ids, const uint32_t *n_new,
+                         uint32_t n, char *err, size_t err_len) {
+    /* 1. validate and size the tables (capacity only: nothing observable changes) */
+    uint64_t need = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kipp_kv_seq *s = live_seq(pool, ids[i], "grow", err, err_len);
+        if (!s) return KIPP_ERR_INVALID_ARG;
+        for (uint32_t j = 0; j < i; j++)
+            if (ids[j] == ids[i])
+                return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                                 "KV grow: sequence %u is listed twice", ids[i]);
+        if (n_new[i] > UINT32_MAX - s->n_tokens)
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "KV grow: sequence %u cannot grow by %u past %u tokens", ids[i],
+                             n_new[i], s->n_tokens);
+        const uint32_t blocks = kipp_kv_blocks_for(pool, s->n_tokens + n_new[i]);
+        kipp_status st = table_reserve(s, blocks, err, err_len);
+        if (st != KIPP_OK) return st;
+        need += blocks - s->n_blocks;
+    }
+    /* 2. copies on write: k sequences writing into a block held by r copy min(k, r - 1)
+     *    times (when every holder writes, the last one finds the block private) */
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t b = shared_tail(pool, &pool->seqs[ids[i]], n_new[i]);
+        if (b == UINT32_MAX) continue;
+        uint32_t k = 0, first = 1;
+        for (uint32_t j = 0; j < n && first; j++) {
+            if (shared_tail(pool, &pool->seqs[ids[j]], n_new[j]) != b) continue;
+            if (j < i) first = 0; /* counted at j already */
+            k++;
+        }
+        if (first) need += k < pool->refs[b] - 1 ? k : pool->refs[b] - 1;
+    }
+    if (need > pool->n_free)
+        return kipp_errf(err, err_len, KIPP_ERR_KV_FULL,
+                         "KV pool full: %llu more blocks of %u tokens needed for %u sequence(s), "
+                         "%u of %u free (free or truncate sequences, or raise n_kv_blocks)",
+                         (unsigned long long)need, pool->block_size, n, pool->n_free,
+                         pool->n_blocks);
+    /* 3. commit: cannot fail from here on */
+    for (uint32_t i = 0; i < n; i++) {
+        kipp_kv_seq *s = &pool->seqs[ids[i]];
+        const uint32_t old = shared_tail(pool, s, n_new[i]);
+        if (old != UINT32_MAX) {
+            const uint32_t b = take_block(pool);
+            memcpy(block_data(pool, b), block_data(pool, old), 2 * pool->part_floats * sizeof(float));
+            release_block(pool, old);
+            s->blocks[s->n_blocks - 1] = b;
+        }
+        s->n_tokens += n_new[i];
+        while (s->n_blocks < kipp_kv_blocks_for(pool, s->n_tokens))
+            s->blocks[s->n_blocks++] = take_block(pool);
+    }
+    return KIPP_OK;
+}
+
+/* ---- accounting ------------------------------------------------------------------------- */
+
+void kipp_kv_pool_stats(const kipp_kv_pool *pool, kipp_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    const uint32_t bs = pool->block_size;
+    out->block_size = bs;
+    out->n_blocks = pool->n_blocks;
+    out->n_blocks_free = pool->n_free;
+    out->n_blocks_used = pool->n_blocks - pool->n_free;
+    out->n_bytes_per_token = 2ull * pool->n_layer * pool->kv_dim * sizeof(float);
+    out->n_bytes_per_block = out->n_bytes_per_token * bs;
+    out->n_bytes_total = out->n_bytes_per_block * pool->n_blocks;
+    out->n_bytes_used = out->n_bytes_per_block * out->n_blocks_used;
+    for (uint32_t b = 0; b < pool->n_blocks; b++) out->n_blocks_shared += pool->refs[b] > 1;
+    /* Filled slots: a private block counts its holder's fill. A shared block sits at the same
+     * logical index in every holder's table (forks copy tables, copies on write replace in
+     * place), but holders may fill it differently (one truncated inside it): it counts the
+     * largest fill, taken from the lowest-numbered holder that has it. That scans the
+     * other sequences once per shared table entry: fine for accounting, which is not on the
+     * decode path. */
+    for (uint32_t i = 0; i < pool->seq_cap; i++) {
+        const kipp_kv_seq *s = &pool->seqs[i];
+        if (!s->live) continue;
+        out->n_seqs++;
+        out->n_tokens += s->n_tokens;
+        for (uint32_t lb = 0; lb < s->n_blocks; lb++) {
+            const uint32_t b = s->blocks[lb];
+            const uint32_t fill = lb + 1 < s->n_blocks ? bs : s->n_tokens - lb * bs;
+            if (pool->refs[b] == 1) { out->n_slots_filled += fill; continue; }
+            /* shared: this holder counts the block only if no other holder fills it more, and
+             * among equal fills only the lowest-numbered holder counts it */
+            int counts = 1;
+            for (uint32_t j = 0; j < pool->seq_cap && counts; j++) {
+                const kipp_kv_seq *o = &pool->seqs[j];
+                if (j == i || !o->live || lb >= o->n_blocks || o->blocks[lb] != b) continue;
+                const uint32_t ofill = lb + 1 < o->n_blocks ? bs : o->n_tokens - lb * bs;
+                if (ofill > fill || (ofill == fill && j < i)) counts = 0;
+            }
+            if (counts) out->n_slots_filled += fill;
+        }
+    }
+}

@@ -1,0 +1,298 @@
+/* test_kv.c — unit suite for the KV block pool (src/kv): parameter checks, identity layout,
+ * the addressing function, fork + refcounts, copy-on-write (data copied, source untouched,
+ * exact block count when several holders write), truncation, out-of-blocks status with
+ * state unchanged, sequence slot reuse and accounting. Small geometries, no model. */
+#include "kv/kv.h"
+#include "kt.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static kipp_kv_pool *make(uint32_t n_layer, uint32_t kv_dim, uint32_t bs, uint32_t n_blocks) {
+    char err[KIPP_ERR_LEN] = "";
+    kipp_kv_params p = {.n_layer = n_layer, .kv_dim = kv_dim, .block_size = bs, .n_blocks = n_blocks};
+    kipp_kv_pool *pool = NULL;
+    KT_CHECK(kipp_kv_pool_init(&p, &pool, err, sizeof err) == KIPP_OK && pool, "init: %s", err);
+    return pool;
+}
+
+static uint32_t new_seq(kipp_kv_pool *pool) {
+    char err[KIPP_ERR_LEN] = "";
+    uint32_t id = UINT32_MAX;
+    KT_CHECK(kipp_kv_seq_new(pool, &id, err, sizeof err) == KIPP_OK, "seq_new: %s", err);
+    return id;
+}
+
+static kipp_status grow1(kipp_kv_pool *pool, uint32_t id, uint32_t n) {
+    char err[KIPP_ERR_LEN];
+    return kipp_kv_grow(pool, &id, &n, 1, err, sizeof err);
+}
+
+/* A value no other (tag, layer, pos, part, i) shares. */
+static float pattern(uint32_t tag, uint32_t l, uint32_t pos, int part, uint32_t i) {
+    return (float)(tag * 100000 + l * 10000 + pos * 10 + (uint32_t)part * 5 + i) + 0.25f;
+}
+
+/* Writes positions from..to-1 of sequence id with pattern(tag, ...). */
+static void write_rows(kipp_kv_pool *pool, uint32_t id, uint32_t tag, uint32_t from, uint32_t to) {
+    const kipp_kv_seq *s = kipp_kv_seq_get(pool, id);
+    for (uint32_t l = 0; l < pool->n_layer; l++)
+        for (uint32_t pos = from; pos < to; pos++)
+            for (int part = 0; part < 2; part++) {
+                float *r = kipp_kv_row(pool, s, l, pos, (kipp_kv_part)part, KIPP_KV_WRITE);
+                for (uint32_t i = 0; i < pool->kv_dim; i++) r[i] = pattern(tag, l, pos, part, i);
+            }
+}
+
+/* Do positions from..to-1 of sequence id read back pattern(tag, ...)? */
+static int rows_are(const kipp_kv_pool *pool, uint32_t id, uint32_t tag, uint32_t from, uint32_t to) {
+    const kipp_kv_seq *s = kipp_kv_seq_get(pool, id);
+    for (uint32_t l = 0; l < pool->n_layer; l++)
+        for (uint32_t pos = from; pos < to; pos++)
+            for (int part = 0; part < 2; part++) {
+                const float *r = kipp_kv_row(pool, s, l, pos, (kipp_kv_part)part, KIPP_KV_READ);
+                for (uint32_t i = 0; i < pool->kv_dim; i++)
+                    if (r[i] != pattern(tag, l, pos, part, i)) return 0;
+            }
+    return 1;
+}
+
+static void test_params(void) {
+    char err[KIPP_ERR_LEN] = "";
+    kipp_kv_pool *pool = (kipp_kv_pool *)1;
+    kipp_kv_params p = {.n_layer = 0, .kv_dim = 4, .block_size = 4, .n_blocks = 4};
+    KT_CHECK(kipp_kv_pool_init(&p, &pool, err, sizeof err) == KIPP_ERR_INVALID_ARG && !pool &&
+                 strstr(err, "n_layer 0"),
+             "zero layers: %s", err);
+    p = (kipp_kv_params){.n_layer = UINT32_MAX, .kv_dim = UINT32_MAX, .block_size = 64,
+                         .n_blocks = UINT32_MAX};
+    KT_CHECK(kipp_kv_pool_init(&p, &pool, err, sizeof err) == KIPP_ERR_NOMEM && !pool,
+             "overflowing geometry: %s", err);
+    pool = make(1, 2, 0, 2);
+    if (!pool) return;
+    KT_CHECK(pool->block_size == KIPP_KV_DEFAULT_BLOCK_SIZE, "default block size %u",
+             pool->block_size);
+    kipp_kv_pool_free(pool);
+    kipp_kv_pool_free(NULL);
+}
+
+static void test_identity_and_rows(void) {
+    kipp_kv_pool *pool = make(2, 3, 4, 6);
+    if (!pool) return;
+    uint32_t a = new_seq(pool);
+    KT_CHECK(a == 0, "first sequence id %u", a);
+    KT_CHECK(grow1(pool, a, 10) == KIPP_OK, "grow 10");
+    const kipp_kv_seq *s = kipp_kv_seq_get(pool, a);
+    KT_CHECK(s->n_tokens == 10 && s->n_blocks == 3 && s->blocks[0] == 0 && s->blocks[1] == 1 &&
+                 s->blocks[2] == 2,
+             "a lone sequence in a fresh pool takes blocks 0, 1, 2");
+    /* every (layer, pos, part) row is distinct and inside the pool */
+    const float *lo = pool->data, *hi = pool->data + (size_t)6 * 2 * pool->part_floats;
+    int inside = 1, distinct = 1;
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t pos = 0; pos < 10; pos++)
+            for (int part = 0; part < 2; part++) {
+                const float *r = kipp_kv_row(pool, s, l, pos, (kipp_kv_part)part, KIPP_KV_WRITE);
+                inside &= r >= lo && r + 3 <= hi;
+                for (uint32_t l2 = 0; l2 < 2; l2++)
+                    for (uint32_t p2 = 0; p2 < 10; p2++)
+                        for (int q = 0; q < 2; q++)
+                            if ((l2 != l || p2 != pos || q != part) &&
+                                kipp_kv_row(pool, s, l2, p2, (kipp_kv_part)q, KIPP_KV_WRITE) == r)
+                                distinct = 0;
+            }
+    KT_CHECK(inside && distinct, "rows inside the pool %d, distinct %d", inside, distinct);
+    write_rows(pool, a, 1, 0, 10);
+    KT_CHECK(rows_are(pool, a, 1, 0, 10), "rows read back what was written");
+    /* rolled back and regrown, a lone sequence keeps the identity layout */
+    char err[KIPP_ERR_LEN];
+    KT_CHECK(kipp_kv_seq_truncate(pool, a, 0, err, sizeof err) == KIPP_OK, "%s", err);
+    KT_CHECK(grow1(pool, a, 9) == KIPP_OK && s->blocks[0] == 0 && s->blocks[1] == 1 &&
+                 s->blocks[2] == 2,
+             "identity after truncate to 0");
+    kipp_kv_pool_free(pool);
+}
+
+static void test_fork_cow_truncate(void) {
+    char err[KIPP_ERR_LEN];
+    kipp_kv_pool *pool = make(2, 3, 4, 6);
+    if (!pool) return;
+    uint32_t a = new_seq(pool), f = UINT32_MAX;
+    grow1(pool, a, 10); /* blocks 0, 1, 2 (2 of 4 slots) */
+    write_rows(pool, a, 1, 0, 10);
+    KT_CHECK(kipp_kv_seq_fork(pool, a, &f, err, sizeof err) == KIPP_OK && f == 1, "fork: %s", err);
+    KT_CHECK(kipp_kv_seq_fork(pool, 77, &f, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 strstr(err, "77"),
+             "fork of an unknown sequence: %s", err);
+    kipp_kv_stats st;
+    kipp_kv_pool_stats(pool, &st);
+    KT_CHECK(st.n_blocks_used == 3 && st.n_blocks_shared == 3 && pool->refs[2] == 2 &&
+                 st.n_tokens == 20 && st.n_slots_filled == 10,
+             "fork shares: used %u shared %u tokens %llu slots %llu", st.n_blocks_used,
+             st.n_blocks_shared, (unsigned long long)st.n_tokens,
+             (unsigned long long)st.n_slots_filled);
+    KT_CHECK(rows_are(pool, f, 1, 0, 10), "the fork reads the shared prefix");
+
+    /* the fork writes into the shared partial block: it gets a private copy */
+    KT_CHECK(grow1(pool, f, 1) == KIPP_OK, "fork grows");
+    const kipp_kv_seq *sa = kipp_kv_seq_get(pool, a), *sf = kipp_kv_seq_get(pool, f);
+    KT_CHECK(sf->blocks[2] != sa->blocks[2] && sf->blocks[0] == sa->blocks[0] &&
+                 pool->refs[sa->blocks[2]] == 1 && pool->refs[sf->blocks[2]] == 1 &&
+                 pool->refs[0] == 2,
+             "copy on write: private block 2, shared blocks 0-1");
+    KT_CHECK(rows_are(pool, f, 1, 0, 10), "the copy holds the prefix");
+    write_rows(pool, f, 2, 10, 11);
+    KT_CHECK(rows_are(pool, a, 1, 0, 10) && rows_are(pool, f, 2, 10, 11),
+             "writing the copy leaves the source untouched");
+    uint32_t used = pool->n_blocks - pool->n_free;
+    KT_CHECK(grow1(pool, a, 1) == KIPP_OK && pool->n_blocks - pool->n_free == used,
+             "the source's block is private again: no copy");
+
+    /* truncate: blocks past the kept ones are released, shared ones lose a reference */
+    KT_CHECK(kipp_kv_seq_truncate(pool, a, 5, err, sizeof err) == KIPP_OK, "%s", err);
+    KT_CHECK(sa->n_blocks == 2 && sa->n_tokens == 5 && pool->refs[sa->blocks[1]] == 2 &&
+                 pool->n_blocks - pool->n_free == used - 1,
+             "truncate to 5 keeps 2 blocks, frees 1");
+    KT_CHECK(kipp_kv_seq_truncate(pool, a, 6, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 strstr(err, "n_keep 6"),
+             "truncate beyond the end: %s", err);
+    /* truncated into a shared block, then written: copy on write again */
+    uint32_t b1 = sa->blocks[1];
+    KT_CHECK(grow1(pool, a, 1) == KIPP_OK && sa->blocks[1] != b1 && rows_are(pool, a, 1, 0, 5),
+             "rewriting inside a shared block copies it");
+    kipp_kv_pool_stats(pool, &st);
+    /* a: 6 tokens (blocks 0, 1'), f: 11 tokens (blocks 0, 1, 2'') */
+    KT_CHECK(st.n_tokens == 17 && st.n_slots_filled == 4 + 2 + 4 + 3 && st.n_blocks_used == 4 &&
+                 st.n_blocks_shared == 1,
+             "accounting after COW: tokens %llu slots %llu used %u shared %u",
+             (unsigned long long)st.n_tokens, (unsigned long long)st.n_slots_filled,
+             st.n_blocks_used, st.n_blocks_shared);
+    kipp_kv_pool_free(pool);
+}
+
+static void test_full_and_atomic(void) {
+    char err[KIPP_ERR_LEN] = "";
+    kipp_kv_pool *pool = make(1, 2, 4, 4);
+    if (!pool) return;
+    uint32_t a = new_seq(pool), b = new_seq(pool);
+    grow1(pool, a, 6);  /* 2 blocks, block 1 half full */
+    grow1(pool, b, 4);  /* 1 block */
+    kipp_kv_stats before, after;
+    kipp_kv_pool_stats(pool, &before);
+    uint32_t ids[2] = {a, b}, n_new[2] = {2, 5}; /* a fits in its block, b needs 2 blocks */
+    KT_CHECK(kipp_kv_grow(pool, ids, n_new, 2, err, sizeof err) == KIPP_ERR_KV_FULL &&
+                 strstr(err, "2 more blocks") && strstr(err, "1 of 4 free"),
+             "out of blocks: %s", err);
+    kipp_kv_pool_stats(pool, &after);
+    KT_CHECK(memcmp(&before, &after, sizeof before) == 0 &&
+                 kipp_kv_seq_get(pool, a)->n_tokens == 6 && kipp_kv_seq_get(pool, b)->n_tokens == 4,
+             "a refused grow changes nothing");
+    n_new[1] = 4;
+    KT_CHECK(kipp_kv_grow(pool, ids, n_new, 2, err, sizeof err) == KIPP_OK, "exact fit: %s", err);
+    KT_CHECK(pool->n_free == 0 && grow1(pool, b, 1) == KIPP_ERR_KV_FULL, "pool exhausted");
+    ids[1] = a;
+    KT_CHECK(kipp_kv_grow(pool, ids, n_new, 2, err, sizeof err) == KIPP_ERR_INVALID_ARG,
+             "a sequence listed twice");
+    ids[1] = 9;
+    KT_CHECK(kipp_kv_grow(pool, ids, n_new, 2, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 strstr(err, "sequence 9"),
+             "an unknown sequence: %s", err);
+    KT_CHECK(grow1(pool, a, UINT32_MAX) == KIPP_ERR_INVALID_ARG, "length overflow");
+    kipp_kv_pool_free(pool);
+}
+
+/* k holders of a shared partial block all writing in one grow need k - 1 copies. */
+static void test_cow_exact_count(void) {
+    char err[KIPP_ERR_LEN] = "";
+    kipp_kv_pool *pool = make(1, 2, 4, 3);
+    if (!pool) return;
+    uint32_t a = new_seq(pool), f1, f2;
+    grow1(pool, a, 2);
+    write_rows(pool, a, 3, 0, 2);
+    kipp_kv_seq_fork(pool, a, &f1, err, sizeof err);
+    kipp_kv_seq_fork(pool, a, &f2, err, sizeof err);
+    uint32_t ids[3] = {f2, a, f1}, n_new[3] = {1, 1, 1};
+    KT_CHECK(kipp_kv_grow(pool, ids, n_new, 3, err, sizeof err) == KIPP_OK && pool->n_free == 0,
+             "3 holders writing need exactly 2 copies: %s", err);
+    const kipp_kv_seq *s[3] = {kipp_kv_seq_get(pool, a), kipp_kv_seq_get(pool, f1),
+                               kipp_kv_seq_get(pool, f2)};
+    KT_CHECK(s[0]->blocks[0] != s[1]->blocks[0] && s[1]->blocks[0] != s[2]->blocks[0] &&
+                 s[0]->blocks[0] != s[2]->blocks[0] && rows_are(pool, a, 3, 0, 2) &&
+                 rows_are(pool, f1, 3, 0, 2) && rows_are(pool, f2, 3, 0, 2),
+             "three private copies of the prefix");
+    /* two of three holders writing into a full pool: 2 copies needed, 0 free */
+    kipp_kv_seq_truncate(pool, f1, 0, err, sizeof err);
+    kipp_kv_seq_truncate(pool, f2, 0, err, sizeof err);
+    kipp_kv_seq_fork(pool, a, &f1, err, sizeof err); /* f1 is live: a new id */
+    KT_CHECK(pool->n_free == 2, "%u free", pool->n_free);
+    uint32_t g;
+    kipp_kv_seq_fork(pool, a, &g, err, sizeof err);
+    grow1(pool, f2, 4); /* takes a block: 1 free */
+    uint32_t ids2[2] = {a, g}, n2[2] = {1, 1};
+    KT_CHECK(pool->refs[s[0]->blocks[0]] == 3 &&
+                 kipp_kv_grow(pool, ids2, n2, 2, err, sizeof err) == KIPP_ERR_KV_FULL,
+             "2 of 3 holders writing need 2 copies with 1 free: %s", err);
+    kipp_kv_pool_free(pool);
+}
+
+static void test_free_and_slots(void) {
+    char err[KIPP_ERR_LEN] = "";
+    kipp_kv_pool *pool = make(1, 2, 4, 4);
+    if (!pool) return;
+    uint32_t a = new_seq(pool), b = new_seq(pool), c = new_seq(pool);
+    grow1(pool, a, 4);
+    grow1(pool, b, 8);
+    KT_CHECK(kipp_kv_seq_free(pool, b, err, sizeof err) == KIPP_OK && pool->n_free == 3, "free");
+    KT_CHECK(kipp_kv_seq_free(pool, b, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 strstr(err, "sequence 1"),
+             "double free: %s", err);
+    KT_CHECK(kipp_kv_seq_get(pool, b) == NULL && new_seq(pool) == b, "a freed id is reused");
+    uint32_t more[20];
+    for (int i = 0; i < 20; i++) more[i] = new_seq(pool); /* the sequence table grows */
+    KT_CHECK(more[19] == 22 && kipp_kv_seq_get(pool, c) != NULL, "23 live sequences");
+    kipp_kv_stats st;
+    kipp_kv_pool_stats(pool, &st);
+    KT_CHECK(st.n_seqs == 23 && st.n_tokens == 4 && st.n_slots_filled == 4 &&
+                 st.n_bytes_per_token == 2 * 1 * 2 * sizeof(float) &&
+                 st.n_bytes_per_block == 4 * st.n_bytes_per_token &&
+                 st.n_bytes_total == 4 * st.n_bytes_per_block &&
+                 st.n_bytes_used == st.n_bytes_per_block && st.n_blocks_free == 3,
+             "accounting: seqs %u tokens %llu bytes/token %llu", st.n_seqs,
+             (unsigned long long)st.n_tokens, (unsigned long long)st.n_bytes_per_token);
+    for (int i = 0; i < 20; i++) kipp_kv_seq_free(pool, more[i], err, sizeof err);
+    kipp_kv_seq_free(pool, a, err, sizeof err);
+    KT_CHECK(pool->n_free == 4, "all blocks free again");
+    kipp_kv_pool_free(pool);
+}
+
+/* A shared block filled differently by its holders counts its largest fill once. */
+static void test_shared_fill_accounting(void) {
+    char err[KIPP_ERR_LEN] = "";
+    kipp_kv_pool *pool = make(1, 2, 4, 4);
+    if (!pool) return;
+    uint32_t a = new_seq(pool), f;
+    grow1(pool, a, 6);
+    kipp_kv_seq_fork(pool, a, &f, err, sizeof err);
+    kipp_kv_seq_truncate(pool, f, 5, err, sizeof err);
+    kipp_kv_stats st;
+    kipp_kv_pool_stats(pool, &st);
+    KT_CHECK(st.n_tokens == 11 && st.n_slots_filled == 6 && st.n_blocks_shared == 2,
+             "tokens %llu, slots %llu, shared %u", (unsigned long long)st.n_tokens,
+             (unsigned long long)st.n_slots_filled, st.n_blocks_shared);
+    kipp_kv_seq_truncate(pool, a, 4, err, sizeof err); /* a drops block 1: f alone holds it */
+    kipp_kv_pool_stats(pool, &st);
+    KT_CHECK(st.n_tokens == 9 && st.n_slots_filled == 5 && st.n_blocks_shared == 1,
+             "tokens %llu, slots %llu", (unsigned long long)st.n_tokens,
+             (unsigned long long)st.n_slots_filled);
+    kipp_kv_pool_free(pool);
+}
+
+void kt_suite_kv(void) {
+    test_params();
+    test_identity_and_rows();
+    test_fork_cow_truncate();
+    test_full_and_atomic();
+    test_cow_exact_count();
+    test_free_and_slots();
+    test_shared_fill_accounting();
+}
