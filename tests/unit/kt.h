@@ -3,6 +3,7 @@
 #ifndef KIPP_KT_H
 #define KIPP_KT_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 extern int kt_passed, kt_failed;
@@ -28,6 +29,10 @@ void kt_suite_detok(void);     /* streaming detokenizer (tests/unit/test_detok.c
 void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSON */
 void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
+
+/* Test oracle for the GPT-2 byte map (tests/unit/test_tok.c), written independently of
+ * vocab.c: the UTF-8 text (1 or 2 bytes) of byte b's vocabulary symbol. */
+size_t kt_byte_token_text(unsigned b, char out[2]);
 
 /* Tokenizer vs HF ids in a JSONL file: returns mismatches, or -1 if inputs are unusable. */
 int kt_tok_golden(const char *gguf_path, const char *jsonl_path);

@@ -10,23 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2 byte-level text of byte b (the test oracle of test_tok.c, written again here). */
-static size_t byte_text(unsigned b, char *out) {
-    int identity = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    unsigned cp = b;
-    if (!identity) {
-        cp = 0x100;
-        for (unsigned x = 0; x < b; x++)
-            cp += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
 
 /* Ids 0..255: single bytes. Then: */
 enum {
@@ -47,7 +30,7 @@ static kipp_vocab *detok_vocab(void) {
     size_t len[N_DT];
     int32_t type[N_DT];
     for (unsigned b = 0; b < 256; b++) {
-        len[b] = byte_text(b, bytes[b]);
+        len[b] = kt_byte_token_text(b, bytes[b]);
         tok[b] = bytes[b];
         type[b] = KIPP_TOKEN_NORMAL;
     }
@@ -57,7 +40,7 @@ static kipp_vocab *detok_vocab(void) {
     for (int i = 0; i < 4; i++) {
         size_t m = 0;
         for (size_t k = 0; k < raw_len[i]; k++)
-            m += byte_text(raw[i][k], extra[i] + m);
+            m += kt_byte_token_text(raw[i][k], extra[i] + m);
         tok[256 + i] = extra[i];
         len[256 + i] = m;
         type[256 + i] = KIPP_TOKEN_NORMAL;

@@ -15,7 +15,7 @@
 
 /* Test oracle for the GGUF byte map, written independently of vocab.c: printable bytes map
  * to themselves, the other 68 to U+0100.. in byte order. */
-static size_t byte_token_text(unsigned b, char out[2]) {
+size_t kt_byte_token_text(unsigned b, char out[2]) {
     int identity = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
     unsigned cp = b;
     if (!identity) {
@@ -76,7 +76,7 @@ typedef struct {
 
 static void fill_arrays(vocab_arrays *a) {
     for (unsigned b = 0; b < 256; b++) {
-        a->tok_len[b] = byte_token_text(b, a->byte_text[b]);
+        a->tok_len[b] = kt_byte_token_text(b, a->byte_text[b]);
         a->tok[b] = a->byte_text[b];
         a->type[b] = KIPP_TOKEN_NORMAL;
     }
