@@ -463,12 +463,20 @@ int main(int argc, char **argv) {
     emit(dt, 0, 1);
     printf("\n");
     if (hit_ctx) fprintf(stderr, "kipp: stopped: the context (%u tokens) is full\n", n_ctx);
-    if (o.stats)
+    if (o.stats) {
+        kipp_kv_stats kv;
+        kipp_ctx_kv_stats(c, &kv);
+        fprintf(stderr,
+                "kipp: KV cache %.2f of %.2f MiB used (%u of %u blocks of %u tokens, %llu "
+                "bytes/token)\n",
+                kv.n_bytes_used / 1048576.0, kv.n_bytes_total / 1048576.0, kv.n_blocks_used,
+                kv.n_blocks, kv.block_size, (unsigned long long)kv.n_bytes_per_token);
         fprintf(stderr,
                 "kipp: backend %s; prefill %zu tokens in %.1f ms (%.2f tok/s); generated %ld "
                 "tokens, %ld decode steps in %.1f ms (%.2f tok/s)\n",
                 o.backend, n_prompt, t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9),
                 n_gen, n_decoded, t_decode * 1e3, n_decoded / (t_decode > 0 ? t_decode : 1e-9));
+    }
     rc = 0;
 done:
     free(logits);

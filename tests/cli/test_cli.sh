@@ -40,6 +40,7 @@ o3=$(echo -n "The capital of France is" | "$K" -m "$M" -n 16 --temp 0 --no-stats
 [ "$o3" = "$out1" ] && ok || bad "stdin prompt differs from --prompt"
 "$K" -m "$M" -p "Hi" -n 4 --temp 0 2>"$tmp/err" >/dev/null
 grep -qE "prefill .* tok/s.*decode steps .* tok/s" "$tmp/err" && ok || bad "no speed line on stderr"
+grep -qE "KV cache [0-9.]+ of [0-9.]+ MiB used \(1 of [0-9]+ blocks of 16 tokens, 1536 bytes/token\)" "$tmp/err" && ok || bad "no KV accounting line on stderr"
 "$K" -m "$M" --info | grep -q "\"head_dim\": 32, \"n_ff\": 256" && ok || bad "--info"
 ids=$("$K" -m "$M" -p "Hello world" --tokenize)
 [ "$ids" = "9707 1879" ] && ok || bad "--tokenize gave '$ids'"
