@@ -15,11 +15,11 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 ifeq ($(SAN),1)
 OPT      := -O1 -g $(SAN_FLAGS)
 endif
-CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc
-LDLIBS   += -lutf8proc -ljansson -lm -lpthread
+CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc -pthread
+LDLIBS   += -lutf8proc -ljansson -lm -pthread
 
 LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
-           src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c)
+           src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c) $(wildcard src/backend/cpu/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
@@ -46,6 +46,9 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: CFLAGS += -Itests/unit -Itests/model
+# The CPU backend's ISA kernel files, and only they, get ISA flags (cpu.c checks cpuid first).
+$(BUILD)/obj/src/backend/cpu/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/src/backend/cpu/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
 
 $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
@@ -82,7 +85,7 @@ $(BUILD)/fuzz_chat: tests/fuzz/fuzz_chat.c src/tok/chat.c src/tok/pyjson.c src/t
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
 
-$(BUILD)/fuzz_tok: tests/fuzz/fuzz_tok.c $(LIB_SRC)
+$(BUILD)/fuzz_tok: tests/fuzz/fuzz_tok.c $(wildcard src/tok/*.c src/core/*.c) src/gguf/gguf.c
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
 

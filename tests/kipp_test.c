@@ -21,6 +21,8 @@ static const struct {
     {"--pooled-cpu", "M V", "interleaved sequences in one pool vs solo runs (1e-6)", kt_gate_pooled},
     {"--fault-reference", "M V", "identity-layout tolerance gate vs golden vectors",
      kt_gate_fault_reference},
+    {"--cpu-vs-ref", "M V", "cpu backend vs cpu-ref, every ISA level, 1/2 threads (NMSE 1e-4)",
+     kt_gate_cpu_vs_ref},
     {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", kt_tok_golden},
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
 };
@@ -43,6 +45,7 @@ int main(int argc, char **argv) {
         kt_suite_chat();
         kt_suite_reasoning();
         kt_suite_kv();
+        kt_suite_cpu_kernels();
     } else {
         size_t i = 0, n = sizeof modes / sizeof modes[0];
         while (i < n && !(argc == 4 && strcmp(argv[1], modes[i].flag) == 0)) i++;

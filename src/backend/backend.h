@@ -35,5 +35,6 @@ kipp_status kipp_backend_find(const char *name, const kipp_backend_ops **out, ch
 const char *kipp_backend_list(void);
 
 extern const kipp_backend_ops kipp_backend_cpu_ref;
+extern const kipp_backend_ops kipp_backend_cpu; /* src/backend/cpu */
 
 #endif

@@ -12,7 +12,7 @@ static const struct {
     const char *how;             /* how to get it when it is missing */
 } registry[] = {
     {"cpu-ref", &kipp_backend_cpu_ref, ""},
-    {"cpu", NULL, "the optimized CPU backend is not implemented in this version yet"},
+    {"cpu", &kipp_backend_cpu, ""},
     {"cuda", NULL, "build with `make cuda-generic` on a machine with the CUDA toolkit"},
     {"metal", NULL, "build with `make metal` on macOS"},
 };
@@ -37,4 +37,4 @@ kipp_status kipp_backend_find(const char *name, const kipp_backend_ops **out, ch
                      name, kipp_backend_list());
 }
 
-const char *kipp_backend_list(void) { return "cpu-ref"; }
+const char *kipp_backend_list(void) { return "cpu-ref,cpu"; }

@@ -31,6 +31,8 @@ out1=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/d
 [ -n "$out1" ] && ok || bad "greedy run printed nothing"
 out2=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null)
 [ "$out1" = "$out2" ] && ok || bad "greedy not deterministic"
+out3=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu -t 2 2>/dev/null)
+[ "$out1" = "$out3" ] && ok || bad "--backend cpu greedy text differs from cpu-ref"
 s1=$("$K" -m "$M" -p "Once upon a time" -n 16 --temp 1.0 --seed 7 --no-stats 2>/dev/null)
 s2=$("$K" -m "$M" -p "Once upon a time" -n 16 --temp 1.0 --seed 7 --no-stats 2>/dev/null)
 s3=$("$K" -m "$M" -p "Once upon a time" -n 16 --temp 1.0 --seed 8 --no-stats 2>/dev/null)
@@ -82,7 +84,7 @@ expect_fail "prompt longer than context" "prompt has [0-9]+ tokens but the conte
 expect_fail "context beyond training" "exceeds the model's trained context" "$K" -m "$M" -c 100000 -p hi
 expect_fail "unknown backend" "unknown backend 'warp'" "$K" -m "$M" -p hi --backend warp
 expect_fail "cuda not built" "backend 'cuda' is not available.*does not fall back" "$K" -m "$M" -p hi --backend cuda
-expect_fail "cpu not yet" "backend 'cpu' is not available" "$K" -m "$M" -p hi --backend cpu
+KIPP_CPU_ISA=avx9 expect_fail "cpu: unknown KIPP_CPU_ISA" "unknown KIPP_CPU_ISA 'avx9'" "$K" -m "$M" -p hi --backend cpu
 expect_fail "bad top-p" "--top-p expects a number" "$K" -m "$M" -p hi --top-p 2
 expect_fail "bad -n" "-n expects an integer" "$K" -m "$M" -p hi -n abc
 expect_fail "unknown flag" "unknown option '--bogus'" "$K" -m "$M" -p hi --bogus

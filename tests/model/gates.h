@@ -13,4 +13,7 @@ int kt_gate_paged(const char *model_path, const char *vec_dir);           /* adv
 int kt_gate_pooled(const char *model_path, const char *vec_dir);          /* interleaved seqs */
 int kt_gate_fault_reference(const char *model_path, const char *vec_dir); /* identity layout vs vectors */
 
+/* cpu backend vs cpu-ref, every ISA level and 1/2 threads (tests/model/gates_cpu.c). */
+int kt_gate_cpu_vs_ref(const char *model_path, const char *vec_dir);
+
 #endif

@@ -10,7 +10,7 @@ M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 V=tests/test-vectors/tiny-untied
 pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-CPU=src/backend/cpu_ref/cpu_ref.c
+CPU=src/backend/cpu_ref/qwen3_forward.c  # the layer code cpu-ref (and cpu) run
 KV=src/kv/kv.h
 KVC=src/kv/kv.c
 

@@ -2,7 +2,8 @@
 # run_cpu_model.sh NAME — the CPU model suite for one checkpoint (`make test-cpu-model`):
 # golden-vector gate and phase-2 (cached vs recomputed) gate on cpu-ref, for the bf16 GGUF
 # and the f32 GGUF when present; the paged-KV gates (multi-logit batches, adversarial block
-# tables, pooled sequences) on the bf16 GGUF; plus the tokenizer golden set. Tiny checkpoints are made
+# tables, pooled sequences) on the bf16 GGUF; the cpu backend vs cpu-ref on both; plus the
+# tokenizer golden set. Tiny checkpoints are made
 # locally; real ones must have been downloaded and converted first.
 set -u
 cd "$(dirname "$0")/../.."
@@ -44,6 +45,8 @@ for q in bf16 f32; do
         run_counted "paged KV $q" "$BUILD/kipp_test" --paged-cpu "$m" "$vec"
         run_counted "pooled KV $q" "$BUILD/kipp_test" --pooled-cpu "$m" "$vec"
     fi
+    # the optimized backend against the oracle: every ISA level here, 1 and 2 threads
+    run_counted "cpu vs cpu-ref $q" "$BUILD/kipp_test" --cpu-vs-ref "$m" "$vec"
 done
 for j in tests/tok/golden.jsonl tests/tok/ascii_golden.jsonl; do
     run_counted "tokenizer golden $(basename "$j")" "$BUILD/kipp_test" --tok-golden "$dir/kipp-$name-bf16.gguf" "$j"

@@ -29,6 +29,7 @@ void kt_suite_detok(void);     /* streaming detokenizer (tests/unit/test_detok.c
 void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSON */
 void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
+void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
 
 /* Test oracle for the GPT-2 byte map (tests/unit/test_tok.c), written independently of
  * vocab.c: the UTF-8 text (1 or 2 bytes) of byte b's vocabulary symbol. */

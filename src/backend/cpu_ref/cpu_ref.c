@@ -1,43 +1,16 @@
-/* cpu_ref.c — the scalar CPU reference backend ("cpu-ref"): the Qwen3 forward pass in plain
- * C11, single-threaded, f32 activations and f32 accumulation (sums of squares in double, as
- * ggml does), weights read in their stored block format one row at a time. It is the oracle
- * every optimized backend is gated against, so it favours clarity over speed and contains
- * no ISA-specific code. K/V live in the context's block pool and are addressed through
- * kipp_kv_row() only (src/kv/kv.h); the recomputation oracle keeps private buffers. */
+/* cpu_ref.c — the scalar CPU reference backend ("cpu-ref"): the shared Qwen3 forward pass
+ * (qwen3_forward.c) driven by the plainest matvec there is, single-threaded, weights read in
+ * their stored block format one row at a time. It is the oracle every optimized backend is
+ * gated against, so it favours clarity over speed and contains no ISA-specific code. */
 #include "backend/backend.h"
 
-#include "core/error.h"
+#include "backend/cpu_ref/qwen3_forward.h"
 #include "core/types.h"
-
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-typedef struct {
-    const kipp_model *m;
-    uint32_t n_ctx;
-    uint32_t kv_dim; /* Nkv * D */
-    const float **k_rows, **v_rows; /* [n_ctx] one layer's K/V rows of positions 0..pos */
-    /* scratch, one token at a time */
-    float *x;      /* [H]  residual stream */
-    float *xb;     /* [H]  normed input */
-    float *q;      /* [Nh*D] */
-    float *k;      /* [Nkv*D] */
-    float *v;      /* [Nkv*D] */
-    float *att;    /* [Nh*D] attention output (heads concatenated) */
-    float *proj;   /* [max(H, F)] projection output */
-    float *gate;   /* [F] */
-    float *up;     /* [F] */
-    float *scores; /* [n_ctx] */
-    float *row;    /* [max input dim] one dequantized weight row */
-    float *rope_cos, *rope_sin; /* [D/2] for the current position */
-} cpu_ref_state;
-
-/* ---- numerics ------------------------------------------------------------------------- */
 
 /* y[n] = sum_k W[n][k] * x[k] for the n_out rows of W (ne = [n_in, n_out]). Each row is
  * dequantized into `row` (block format → f32) and accumulated in f32, k ascending. */
-static void matvec(const kipp_gguf_tensor *w, const float *x, float *y, float *row) {
+static void matvec(void *ctx, const kipp_gguf_tensor *w, const float *x, float *y, float *row) {
+    (void)ctx;
     const uint64_t n_in = (uint64_t)w->ne[0], n_out = (uint64_t)w->ne[1];
     const uint64_t row_bytes = kipp_type_row_bytes(w->type, n_in);
     const char *base = w->data;
@@ -49,238 +22,27 @@ static void matvec(const kipp_gguf_tensor *w, const float *x, float *y, float *r
     }
 }
 
-/* out = x / sqrt(mean(x^2) + eps) * w; the sum of squares in double (as ggml). */
-static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps) {
-    double ss = 0.0;
-    for (uint32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
-}
-
-/* Norm weights are tiny; dequantize them on use into the caller's buffer. */
-static const float *norm_weights(const kipp_gguf_tensor *t, float *buf) {
-    kipp_dequantize_row(t->type, t->data, buf, (uint64_t)t->n_elems);
-    return buf;
-}
-
-/* NEOX RoPE angles for position pos: theta_i = pos * base^(-2i/D), computed in double and
- * rounded once, so the reference sits as close to the float64 oracle as it can. */
-static void rope_angles(cpu_ref_state *s, uint32_t pos) {
-    const uint32_t D = s->m->hp.head_dim;
-    const double base = s->m->hp.rope_theta;
-    for (uint32_t i = 0; i < D / 2; i++) {
-        double theta = (double)pos * pow(base, -2.0 * i / (double)D);
-        s->rope_cos[i] = (float)cos(theta);
-        s->rope_sin[i] = (float)sin(theta);
-    }
-}
-
-/* Rotates one head in place: element i pairs with element i + D/2 (rotate-half). */
-static void rope_head(const cpu_ref_state *s, float *h) {
-    const uint32_t half = s->m->hp.head_dim / 2;
-    for (uint32_t i = 0; i < half; i++) {
-        const float a = h[i], b = h[i + half];
-        h[i] = a * s->rope_cos[i] - b * s->rope_sin[i];
-        h[i + half] = a * s->rope_sin[i] + b * s->rope_cos[i];
-    }
-}
-
-static float silu(float z) { return z / (1.0f + expf(-z)); }
-
-/* ---- one layer, split where the KV source differs between the two paths --------------- */
-
-/* x → q (normed, roped, in s->q) and this position's k, v (written to k_out, v_out). */
-static void layer_qkv(cpu_ref_state *s, uint32_t l, const float *x, float *k_out, float *v_out) {
-    const kipp_model_info *hp = &s->m->hp;
-    const kipp_layer_weights *w = &s->m->layers[l];
-    const uint32_t D = hp->head_dim;
-    rmsnorm(s->xb, x, norm_weights(w->attn_norm, s->proj), hp->n_embd, hp->rms_eps);
-    matvec(w->wq, s->xb, s->q, s->row);
-    matvec(w->wk, s->xb, k_out, s->row);
-    matvec(w->wv, s->xb, v_out, s->row);
-    /* per-head RMSNorm before RoPE; one D-vector of weights shared by all heads */
-    const float *qn = norm_weights(w->q_norm, s->gate);
-    for (uint32_t h = 0; h < hp->n_head; h++) {
-        float *qh = s->q + (size_t)h * D;
-        rmsnorm(qh, qh, qn, D, hp->rms_eps);
-        rope_head(s, qh);
-    }
-    const float *kn = norm_weights(w->k_norm, s->gate);
-    for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-        float *kh = k_out + (size_t)h * D;
-        rmsnorm(kh, kh, kn, D, hp->rms_eps);
-        rope_head(s, kh);
-    }
-}
-
-/* Causal attention of s->q over n_kv positions whose K and V rows (kv_dim floats each) are
- * s->k_rows[t], s->v_rows[t], then the output projection, residual, and the SwiGLU MLP
- * with its residual, all into x. */
-static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, uint32_t n_kv) {
-    const kipp_model_info *hp = &s->m->hp;
-    const kipp_layer_weights *w = &s->m->layers[l];
-    const uint32_t D = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)D);
-    for (uint32_t h = 0; h < hp->n_head; h++) {
-        const float *qh = s->q + (size_t)h * D;
-        const size_t kv_off = (size_t)(h / group) * D; /* consecutive q heads share a kv head */
-        float mx = -INFINITY;
-        for (uint32_t t = 0; t < n_kv; t++) {
-            const float *kt = s->k_rows[t] + kv_off;
-            float dot = 0.0f;
-            for (uint32_t i = 0; i < D; i++) dot += qh[i] * kt[i];
-            s->scores[t] = dot * scale;
-            if (s->scores[t] > mx) mx = s->scores[t];
-        }
-        float sum = 0.0f;
-        for (uint32_t t = 0; t < n_kv; t++) {
-            s->scores[t] = expf(s->scores[t] - mx);
-            sum += s->scores[t];
-        }
-        float *oh = s->att + (size_t)h * D;
-        memset(oh, 0, D * sizeof *oh);
-        for (uint32_t t = 0; t < n_kv; t++) {
-            const float *vt = s->v_rows[t] + kv_off;
-            const float p = s->scores[t] / sum;
-            for (uint32_t i = 0; i < D; i++) oh[i] += p * vt[i];
-        }
-    }
-    matvec(w->wo, s->att, s->proj, s->row);
-    for (uint32_t i = 0; i < hp->n_embd; i++) x[i] += s->proj[i];
-
-    rmsnorm(s->xb, x, norm_weights(w->ffn_norm, s->proj), hp->n_embd, hp->rms_eps);
-    matvec(w->w_gate, s->xb, s->gate, s->row);
-    matvec(w->w_up, s->xb, s->up, s->row);
-    for (uint32_t i = 0; i < hp->n_ff; i++) s->gate[i] = silu(s->gate[i]) * s->up[i];
-    matvec(w->w_down, s->gate, s->proj, s->row);
-    for (uint32_t i = 0; i < hp->n_embd; i++) x[i] += s->proj[i];
-}
-
-static void embed(const cpu_ref_state *s, int32_t tok, float *x) {
-    const kipp_gguf_tensor *e = s->m->tok_embd;
-    const uint64_t H = (uint64_t)e->ne[0];
-    kipp_dequantize_row(e->type, (const char *)e->data + (uint64_t)tok * kipp_type_row_bytes(e->type, H),
-                        x, H);
-}
-
-static void final_logits(cpu_ref_state *s, const float *x, float *logits) {
-    const kipp_model_info *hp = &s->m->hp;
-    rmsnorm(s->xb, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);
-    matvec(s->m->output, s->xb, logits, s->row);
-}
-
-/* ---- backend entry points ------------------------------------------------------------- */
-
-static void cpu_ref_free(void *state) {
-    cpu_ref_state *s = state;
-    if (!s) return;
-    free(s->k_rows); free(s->v_rows);
-    free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att);
-    free(s->proj); free(s->gate); free(s->up); free(s->scores); free(s->row);
-    free(s->rope_cos); free(s->rope_sin);
-    free(s);
-}
-
 static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, int n_threads, void **state,
                                 char *err, size_t err_len) {
     (void)n_threads; /* the reference is single-threaded by design */
-    *state = NULL;
-    const kipp_model_info *hp = &m->hp;
-    cpu_ref_state *s = calloc(1, sizeof *s);
-    if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu-ref: out of memory");
-    s->m = m;
-    s->n_ctx = n_ctx;
-    s->kv_dim = hp->n_head_kv * hp->head_dim;
-    const size_t QD = (size_t)hp->n_head * hp->head_dim;
-    size_t max_in = hp->n_embd;
-    if (hp->n_ff > max_in) max_in = hp->n_ff;
-    if (QD > max_in) max_in = QD;
-    s->k_rows = calloc(n_ctx, sizeof *s->k_rows);
-    s->v_rows = calloc(n_ctx, sizeof *s->v_rows);
-    s->x = calloc(hp->n_embd, sizeof(float));
-    s->xb = calloc(hp->n_embd, sizeof(float));
-    s->q = calloc(QD, sizeof(float));
-    s->k = calloc(s->kv_dim, sizeof(float));
-    s->v = calloc(s->kv_dim, sizeof(float));
-    s->att = calloc(QD, sizeof(float));
-    s->proj = calloc(max_in, sizeof(float));
-    s->gate = calloc(max_in, sizeof(float));
-    s->up = calloc(hp->n_ff, sizeof(float));
-    s->scores = calloc(n_ctx, sizeof(float));
-    s->row = calloc(max_in, sizeof(float));
-    s->rope_cos = calloc(hp->head_dim / 2, sizeof(float));
-    s->rope_sin = calloc(hp->head_dim / 2, sizeof(float));
-    if (!s->k_rows || !s->v_rows || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att ||
-        !s->proj || !s->gate || !s->up || !s->scores || !s->row || !s->rope_cos || !s->rope_sin) {
-        cpu_ref_free(s);
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "cpu-ref: out of memory allocating scratch for %u positions",
-                         n_ctx);
-    }
-    *state = s;
-    return KIPP_OK;
+    kipp_fwd_state *s;
+    kipp_status st = kipp_fwd_init(m, n_ctx, matvec, NULL, &s, err, err_len);
+    *state = st == KIPP_OK ? s : NULL;
+    return st;
 }
+
+static void cpu_ref_free(void *state) { kipp_fwd_free(state); }
 
 /* Token by token in batch order (each token's arithmetic is exactly that of a lone decode
- * step, so a batch equals the single steps bit for bit). The lm_head, by far the largest
- * matrix, runs only for the wanted tokens. */
+ * step, so a batch equals the single steps bit for bit). */
 static kipp_status cpu_ref_decode_batch(void *state, kipp_kv_pool *pool, const kipp_batch *b,
                                         float *logits, char *err, size_t err_len) {
-    (void)err; (void)err_len;
-    cpu_ref_state *s = state;
-    const size_t n_vocab = s->m->hp.n_vocab;
-    for (uint32_t i = 0; i < b->n; i++) {
-        const kipp_kv_seq *seq = kipp_kv_seq_get(pool, b->seq_ids[i]);
-        const uint32_t p = b->positions[i];
-        embed(s, b->tokens[i], s->x);
-        rope_angles(s, p);
-        for (uint32_t l = 0; l < s->m->hp.n_layer; l++) {
-            layer_qkv(s, l, s->x, kipp_kv_row(pool, seq, l, p, KIPP_KV_K, KIPP_KV_WRITE),
-                      kipp_kv_row(pool, seq, l, p, KIPP_KV_V, KIPP_KV_WRITE));
-            for (uint32_t t = 0; t <= p; t++) {
-                s->k_rows[t] = kipp_kv_row(pool, seq, l, t, KIPP_KV_K, KIPP_KV_READ);
-                s->v_rows[t] = kipp_kv_row(pool, seq, l, t, KIPP_KV_V, KIPP_KV_READ);
-            }
-            layer_rest(s, l, s->x, p + 1);
-        }
-        if (b->want_logits[i]) {
-            final_logits(s, s->x, logits);
-            logits += n_vocab;
-        }
-    }
-    return KIPP_OK;
+    return kipp_fwd_decode_batch(state, pool, b, logits, err, err_len);
 }
 
-/* The recomputation oracle: layer-major over the whole sequence, K/V kept in private
- * buffers, never in the cache. Same per-position arithmetic as decode, so a correct cache
- * gives identical logits; a mis-addressed cache does not. */
 static kipp_status cpu_ref_forward_nocache(void *state, const int32_t *tokens, uint32_t n,
                                            float *logits, char *err, size_t err_len) {
-    cpu_ref_state *s = state;
-    const kipp_model_info *hp = &s->m->hp;
-    if (n == 0) return KIPP_OK;
-    float *xs = calloc((size_t)n * hp->n_embd, sizeof(float));
-    float *ks = calloc((size_t)n * s->kv_dim, sizeof(float));
-    float *vs = calloc((size_t)n * s->kv_dim, sizeof(float));
-    if (!xs || !ks || !vs) {
-        free(xs); free(ks); free(vs);
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu-ref: out of memory for %u tokens", n);
-    }
-    for (uint32_t p = 0; p < n; p++) embed(s, tokens[p], xs + (size_t)p * hp->n_embd);
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        /* every position's q must be recomputed at attention time: keep the order simple */
-        for (uint32_t p = 0; p < n; p++) {
-            float *x = xs + (size_t)p * hp->n_embd;
-            rope_angles(s, p);
-            layer_qkv(s, l, x, ks + (size_t)p * s->kv_dim, vs + (size_t)p * s->kv_dim);
-            s->k_rows[p] = ks + (size_t)p * s->kv_dim;
-            s->v_rows[p] = vs + (size_t)p * s->kv_dim;
-            layer_rest(s, l, x, p + 1);
-        }
-    }
-    if (logits) final_logits(s, xs + (size_t)(n - 1) * hp->n_embd, logits);
-    free(xs); free(ks); free(vs);
-    return KIPP_OK;
+    return kipp_fwd_forward_nocache(state, tokens, n, logits, err, err_len);
 }
 
 const kipp_backend_ops kipp_backend_cpu_ref = {

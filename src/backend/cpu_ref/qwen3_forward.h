@@ -1,0 +1,25 @@
+/* qwen3_forward.h — the Qwen3 forward skeleton shared by the CPU backends (cpu-ref, cpu),
+ * parameterized by one matvec function so there is a single copy of the layer code.
+ * Does not choose kernels or threads: the backend's matvec does. */
+#ifndef KIPP_QWEN3_FORWARD_H
+#define KIPP_QWEN3_FORWARD_H
+
+#include "backend/backend.h"
+
+/* y[n_out] = W x for w (ne = [n_in, n_out], stored block format). row is scratch of
+ * max-input-dim floats the skeleton owns (a matvec may ignore it). */
+typedef void (*kipp_fwd_matvec_fn)(void *ctx, const kipp_gguf_tensor *w, const float *x, float *y,
+                                   float *row);
+
+typedef struct kipp_fwd_state kipp_fwd_state;
+
+kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_fwd_matvec_fn matvec,
+                          void *mv_ctx, kipp_fwd_state **state, char *err, size_t err_len);
+void kipp_fwd_free(kipp_fwd_state *s);
+/* The decode_batch / forward_nocache contracts of backend.h. */
+kipp_status kipp_fwd_decode_batch(kipp_fwd_state *s, kipp_kv_pool *pool, const kipp_batch *b,
+                                  float *logits, char *err, size_t err_len);
+kipp_status kipp_fwd_forward_nocache(kipp_fwd_state *s, const int32_t *tokens, uint32_t n,
+                                     float *logits, char *err, size_t err_len);
+
+#endif
