@@ -19,12 +19,16 @@ CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc -pthread
 LDLIBS   += -lutf8proc -ljansson -lm -pthread
 
 LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
-           src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c) $(wildcard src/backend/cpu/*.c)
+           src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c) \
+           $(filter-out %/kernels_neon.c,$(wildcard src/backend/cpu/*.c))
+ifeq ($(shell uname -m),aarch64)
+LIB_SRC  += src/backend/cpu/kernels_neon.c
+endif
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu neon-check help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models
 
 all: cpu
@@ -49,6 +53,18 @@ $(BUILD)/obj/tests/%.o: CFLAGS += -Itests/unit -Itests/model
 # The CPU backend's ISA kernel files, and only they, get ISA flags (cpu.c checks cpuid first).
 $(BUILD)/obj/src/backend/cpu/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/src/backend/cpu/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
+$(BUILD)/obj/src/backend/cpu/kernels_avx512vnni.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c \
+                                                       -mavx512vnni -mavx512bf16
+$(BUILD)/obj/src/backend/cpu/kernels_neon.o: CFLAGS += -march=armv8.2-a+dotprod+fp16
+
+# The NEON kernel file must compile for arm64 even on x86 hosts: cross-compile it alone
+# (Debian's gcc-aarch64-linux-gnu; `make deps` installs it).
+NEON_CC ?= aarch64-linux-gnu-gcc
+neon-check:
+	@mkdir -p $(BUILD)
+	$(NEON_CC) $(CSTD) $(WARN) -Werror -O2 -Iinclude -Isrc -march=armv8.2-a+dotprod+fp16 \
+	  -c src/backend/cpu/kernels_neon.c -o $(BUILD)/kernels_neon.aarch64.o
+	@echo "neon-check: src/backend/cpu/kernels_neon.c compiles for aarch64"
 
 $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
@@ -65,6 +81,13 @@ $(BUILD)/kipp-tokbench: $(BUILD)/obj/bench/tok_bench.o $(BUILD)/libkipp.a
 
 $(BUILD)/kipp-kvbench: $(BUILD)/obj/bench/kv_bench.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/kipp-kernbench: $(BUILD)/obj/bench/kernel_bench.o $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# memory read bandwidth (tools/bench.py records it next to decode's effective GB/s)
+$(BUILD)/kipp-membw: $(BUILD)/obj/bench/membw.o
+	$(CC) $(CFLAGS) -o $@ $^ -pthread
 
 # The KV fault-injection test binary: the same sources built with KIPP_FAULT_INJECT in a
 # separate object tree. Production targets never define it (tests check the binaries).
@@ -113,9 +136,9 @@ define tiny_gguf_rule
 models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/config.json tools/convert_to_gguf.py
 	$$(PYTHON) tools/convert_to_gguf.py models/$(1) --outtype $(2)
 endef
-$(foreach t,$(TINY),$(foreach q,bf16 f32,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+$(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
 
-tiny-models: deps $(foreach t,$(TINY),models/$(t)/kipp-$(t)-bf16.gguf models/$(t)/kipp-$(t)-f32.gguf)
+tiny-models: deps $(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,models/$(t)/kipp-$(t)-$(q).gguf))
 
 demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
 	$(BUILD)/kipp --model models/tiny-untied/kipp-tiny-untied-bf16.gguf \

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(libjansson-dev libutf8proc-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv)
+pkgs=(libjansson-dev libutf8proc-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
+      gcc-aarch64-linux-gnu)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,8 @@ static const struct {
      kt_gate_fault_reference},
     {"--cpu-vs-ref", "M V", "cpu backend vs cpu-ref, every ISA level, 1/2 threads (NMSE 1e-4)",
      kt_gate_cpu_vs_ref},
+    {"--cpu-vs-ref-shape", "M", "cpu vs cpu-ref on a model without vectors (random real shapes)",
+     kt_gate_cpu_vs_ref_shape},
     {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", kt_tok_golden},
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
 };
@@ -48,7 +50,9 @@ int main(int argc, char **argv) {
         kt_suite_cpu_kernels();
     } else {
         size_t i = 0, n = sizeof modes / sizeof modes[0];
-        while (i < n && !(argc == 4 && strcmp(argv[1], modes[i].flag) == 0)) i++;
+        /* modes take two arguments ("M V") or one ("M") */
+        while (i < n && !(argc == (modes[i].args[1] ? 4 : 3) && strcmp(argv[1], modes[i].flag) == 0))
+            i++;
         if (i == n) {
             usage();
             return 2;
@@ -56,7 +60,7 @@ int main(int argc, char **argv) {
         /* Passes are counted inside. A mode returns its failures: those it did not already
          * count with KT_CHECK are added, and unusable inputs (< 0) count as one. */
         int failed0 = kt_failed;
-        int bad = modes[i].run(argv[2], argv[3]);
+        int bad = modes[i].run(argv[2], argc == 4 ? argv[3] : NULL);
         if (bad > 0 && kt_failed - failed0 < bad) kt_failed = failed0 + bad;
         if (bad < 0 && kt_failed == failed0) kt_failed++;
     }

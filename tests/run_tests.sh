@@ -24,7 +24,8 @@ run_counted "tooling tests" .venv/bin/python -m pytest -q -p no:cacheprovider te
 run_counted "docs drift" scripts/docs.sh check
 run_counted "chat template vs HF" "$BUILD/kipp_test" --chat-golden models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/chat_golden
 run_counted "cli bad input" tests/cli/test_cli.sh
-for t in tiny-tied tiny-untied; do
+run_counted "neon kernels compile for arm64" tests/neon_check.sh
+for t in tiny-tied tiny-untied random-tiny; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done
 # the mutation stage rebuilds copies of the tree with default flags; once is enough

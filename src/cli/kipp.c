@@ -18,8 +18,10 @@ typedef struct {
     const char *model, *prompt, *backend;
     const char *system, *messages_file; /* chat mode */
     const char *detokenize;             /* ids to decode */
+    const char *stats_json;             /* --stats-json FILE */
     long n_predict, n_ctx, n_threads;
-    int info, tokenize, check_weights, parse_special, stats;
+    long prompt_tokens;                 /* --prompt-tokens N: synthetic prompt; 0 = off */
+    int info, tokenize, check_weights, parse_special, stats, ignore_eos;
     int chat, no_think, print_prompt;
     kipp_sampler_params sp;
 } cli_opts;
@@ -33,7 +35,11 @@ static void usage(FILE *f) {
             "\n"
             "  -m, --model FILE        GGUF model file (required)\n"
             "  -p, --prompt TEXT       prompt text; without it the prompt is read from stdin\n"
+            "      --prompt-tokens N   instead of a prompt: a synthetic one of exactly N ordinary\n"
+            "                          token ids, the same for every model with this vocabulary\n"
+            "                          (benchmarks; --tokenize prints them)\n"
             "  -n, --n-predict N       tokens to generate (default 64; stops early at end-of-text)\n"
+            "      --ignore-eos        do not stop at end-of-text: generate exactly N tokens\n"
             "  -c, --ctx-size N        context size in tokens (default: model's, capped at 4096)\n"
             "      --backend NAME      cpu-ref (default; the scalar reference), cpu, cuda, metal.\n"
             "                          A backend that is unknown or not built in is a fatal error.\n"
@@ -65,6 +71,8 @@ static void usage(FILE *f) {
             "      --info              print the model's hyper-parameters and exit\n"
             "      --check-weights     scan every weight for NaN/Inf before running (slow)\n"
             "      --no-stats          do not print timings on stderr\n"
+            "      --stats-json FILE   write the timings (prefill and decode tokens, ms, tok/s),\n"
+            "                          backend, threads and KV cache use to FILE as JSON\n"
             "  -h, --help              this help\n"
             "      --version           print the version\n");
 }
@@ -111,12 +119,32 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         const char *v = NULL;
         long l;
         if (IS("-h") || IS("--help")) { usage(stdout); return 1; }
-        else if (IS("--version")) { printf("kipp %s\n", KIPP_VERSION); return 1; }
+        else if (IS("--version")) {
+            printf("kipp %s\n", KIPP_VERSION);
+#if defined(__clang__)
+            printf("compiler: %s\n", __VERSION__); /* "Clang 16.0.6 ..." */
+#elif defined(__GNUC__)
+            printf("compiler: gcc %s\n", __VERSION__);
+#endif
+#ifdef KIPP_BUILD_CFLAGS
+            printf("cflags: %s\n", KIPP_BUILD_CFLAGS);
+#endif
+            return 1;
+        }
         else if (IS("-m") || IS("--model")) { if (!(o->model = NEXT())) return 2; }
         else if (IS("-p") || IS("--prompt")) { if (!(o->prompt = NEXT())) return 2; }
         else if (IS("--backend")) { if (!(o->backend = NEXT())) return 2; }
         else if (IS("-n") || IS("--n-predict")) {
             if (!(v = NEXT()) || !parse_long(a, v, 0, 1 << 24, &o->n_predict)) return 2;
+        } else if (IS("--prompt-tokens")) {
+            if (!(v = NEXT()) || !parse_long(a, v, 1, 1 << 24, &o->prompt_tokens)) return 2;
+        } else if (IS("--ignore-eos")) { o->ignore_eos = 1; }
+        else if (IS("--stats-json")) {
+            if (!(o->stats_json = NEXT())) return 2;
+            if (!*o->stats_json) {
+                fprintf(stderr, "kipp: --stats-json expects a file name, got ''\n");
+                return 2;
+            }
         } else if (IS("-c") || IS("--ctx-size")) {
             if (!(v = NEXT()) || !parse_long(a, v, 1, 1 << 24, &o->n_ctx)) return 2;
         } else if (IS("-t") || IS("--threads")) {
@@ -176,6 +204,11 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     }
     if (o->messages_file && (o->prompt || o->system)) {
         fprintf(stderr, "kipp: --messages FILE replaces --prompt and --system; give one or the other\n");
+        return 2;
+    }
+    if (o->prompt_tokens && (o->prompt || o->chat)) {
+        fprintf(stderr, "kipp: --prompt-tokens N replaces the prompt; it cannot be combined with "
+                        "--prompt, --chat, --system or --messages\n");
         return 2;
     }
     if ((o->no_think || o->print_prompt) && !o->chat) {
@@ -293,6 +326,58 @@ static int detokenize_ids(const kipp_model *m, const char *list) {
     return 0;
 }
 
+/* --prompt-tokens N: the synthetic benchmark prompt. Ordinary (non-special) ids spread over
+ * the vocabulary by a fixed stride, so every model with the same vocabulary gets the same
+ * ids: id[i] = 1000 + (i * 7919) % span, span = min(n_vocab, 151643) - 1000 (151643 is where
+ * Qwen's special tokens start). bench/peer_bench.py reads them back with --tokenize. */
+static void synthetic_prompt(const kipp_model *m, uint32_t n_vocab, int32_t *ids, size_t n) {
+    uint32_t base = 1000, top = n_vocab < 151643u ? n_vocab : 151643u;
+    if (top <= 2 * base) base = 0;
+    uint64_t span = top - base, step = 0;
+    for (size_t i = 0; i < n; i++, step++) {
+        int32_t id;
+        do { /* never an end-of-generation token (a vocabulary with specials below 151643) */
+            id = (int32_t)(base + (step * 7919u) % span);
+        } while (kipp_token_is_eog(m, id) && ++step);
+        ids[i] = id;
+    }
+}
+
+/* --stats-json FILE: one JSON object with the run's figures. */
+static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx *c,
+                            size_t n_prompt, double t_prefill, long n_gen, long n_decoded,
+                            double t_decode, const char *stop) {
+    kipp_kv_stats kv;
+    kipp_ctx_kv_stats(c, &kv);
+    json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:I, s:I, s:b, s:s, s:s,"
+        " s:{s:I, s:f, s:f},"
+        " s:{s:I, s:I, s:f, s:f},"
+        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+        "kipp_version", KIPP_VERSION, "model", o->model, "backend", o->backend,
+        "threads", (json_int_t)o->n_threads, "n_ctx", (json_int_t)kipp_ctx_n_ctx(c),
+        "ignore_eos", o->ignore_eos,
+        "prompt_source", o->prompt_tokens ? "synthetic" : (o->chat ? "chat" : "text"),
+        "stop", stop,
+        "prefill", "tokens", (json_int_t)n_prompt, "ms", t_prefill * 1e3,
+        "tok_s", t_prefill > 0 ? n_prompt / t_prefill : 0.0,
+        "decode", "tokens", (json_int_t)n_decoded, "generated", (json_int_t)n_gen,
+        "ms", t_decode * 1e3, "tok_s", t_decode > 0 ? n_decoded / t_decode : 0.0,
+        "kv", "block_size", (json_int_t)kv.block_size, "n_blocks", (json_int_t)kv.n_blocks,
+        "n_blocks_used", (json_int_t)kv.n_blocks_used, "n_tokens", (json_int_t)kv.n_tokens,
+        "bytes_per_token", (json_int_t)kv.n_bytes_per_token,
+        "bytes_per_block", (json_int_t)kv.n_bytes_per_block,
+        "bytes_total", (json_int_t)kv.n_bytes_total, "bytes_used", (json_int_t)kv.n_bytes_used);
+    if (!j) {
+        fprintf(stderr, "kipp: --stats-json: out of memory\n");
+        return 0;
+    }
+    int ok = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS) == 0;
+    json_decref(j);
+    if (!ok) fprintf(stderr, "kipp: --stats-json %s: cannot write: %s\n", path, strerror(errno));
+    return ok;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -330,7 +415,16 @@ int main(int argc, char **argv) {
     if (pr == 2) return 2;
 
     char err[KIPP_ERR_LEN];
-    int rc = 1;
+    int rc = 1, stats_written = 0;
+    if (o.stats_json) { /* fail before the (slow) model load when FILE cannot be written */
+        FILE *f = fopen(o.stats_json, "w");
+        if (!f) {
+            fprintf(stderr, "kipp: --stats-json %s: cannot write: %s\n", o.stats_json,
+                    strerror(errno));
+            return 1;
+        }
+        fclose(f);
+    }
     kipp_model *m = NULL;
     kipp_ctx *c = NULL;
     kipp_sampler *smp = NULL;
@@ -363,7 +457,7 @@ int main(int argc, char **argv) {
 
     size_t prompt_len = 0;
     const char *prompt = o.prompt;
-    if (o.messages_file) {
+    if (o.messages_file || o.prompt_tokens) {
         prompt = "";
     } else if (prompt) {
         prompt_len = strlen(prompt);
@@ -374,7 +468,7 @@ int main(int argc, char **argv) {
         }
         prompt = stdin_buf;
     }
-    if (prompt_len == 0 && !o.messages_file) {
+    if (prompt_len == 0 && !o.messages_file && !o.prompt_tokens) {
         fprintf(stderr, "kipp: empty prompt: give --prompt TEXT or pipe text on stdin\n");
         goto done;
     }
@@ -390,10 +484,16 @@ int main(int argc, char **argv) {
 
     kipp_model_info info;
     kipp_model_get_info(m, &info);
-    size_t cap = prompt_len + 16, n_prompt = 0;
+    size_t cap = (o.prompt_tokens ? (size_t)o.prompt_tokens : prompt_len) + 16, n_prompt = 0;
     if (!(ids = malloc(cap * sizeof *ids))) { fprintf(stderr, "kipp: out of memory\n"); goto done; }
-    st = kipp_tokenize(m, prompt, prompt_len, o.parse_special, ids, cap, &n_prompt, err, sizeof err);
-    if (st != KIPP_OK) { fprintf(stderr, "kipp: %s\n", err); goto done; }
+    if (o.prompt_tokens) {
+        n_prompt = (size_t)o.prompt_tokens;
+        synthetic_prompt(m, info.n_vocab, ids, n_prompt);
+    } else {
+        st = kipp_tokenize(m, prompt, prompt_len, o.parse_special, ids, cap, &n_prompt, err,
+                           sizeof err);
+        if (st != KIPP_OK) { fprintf(stderr, "kipp: %s\n", err); goto done; }
+    }
     if (o.tokenize) {
         for (size_t i = 0; i < n_prompt; i++) printf(i ? " %d" : "%d", ids[i]);
         printf("\n");
@@ -442,12 +542,12 @@ int main(int argc, char **argv) {
         goto done;
     }
     long n_gen = 0, n_decoded = 0; /* sampled tokens; single-token forward passes */
-    int hit_ctx = 0;
+    int hit_ctx = 0, hit_eog = 0;
     double t1 = now_s();
     while (n_gen < o.n_predict) {
         int32_t tok = kipp_sampler_sample(smp, logits);
         n_gen++;
-        if (kipp_token_is_eog(m, tok)) break;
+        if (!o.ignore_eos && kipp_token_is_eog(m, tok)) { hit_eog = 1; break; }
         kipp_sampler_accept(smp, tok);
         emit(dt, tok, 0);
         if (n_gen == o.n_predict) break;
@@ -477,8 +577,14 @@ int main(int argc, char **argv) {
                 o.backend, n_prompt, t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9),
                 n_gen, n_decoded, t_decode * 1e3, n_decoded / (t_decode > 0 ? t_decode : 1e-9));
     }
+    if (o.stats_json &&
+        !write_stats_json(o.stats_json, &o, c, n_prompt, t_prefill, n_gen, n_decoded, t_decode,
+                          hit_ctx ? "ctx_full" : hit_eog ? "eog" : "n_predict"))
+        goto done;
+    stats_written = o.stats_json != NULL;
     rc = 0;
 done:
+    if (o.stats_json && !stats_written) remove(o.stats_json); /* no stale or empty record */
     free(logits);
     free(ids);
     free(stdin_buf);

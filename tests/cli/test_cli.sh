@@ -53,6 +53,28 @@ ids=$("$K" -m "$M" -p "$(printf 'Cafe\xcc\x81 \xf0\x9f\x98\x80 \xe6\x97\xa5\xe6\
 txt=$("$K" -m "$M" --detokenize "34 2577 963 90316 75402 21894 102819 220 151667 87 151668")
 [ "$txt" = "$(printf 'Caf\xc3\xa9 \xf0\x9f\x98\x80 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e <think>x</think>')" ] && ok || bad "--detokenize gave '$txt'"
 
+# --- benchmark flags: --prompt-tokens, --ignore-eos, --stats-json ---
+for f in --prompt-tokens --ignore-eos --stats-json; do
+    "$K" --help | grep -q -- "$f" && ok || bad "--help lacks $f"
+done
+"$K" --version | grep -q "^compiler: " && ok || bad "--version lacks the compiler"
+ids=$("$K" -m "$M" --prompt-tokens 8 --tokenize)
+[ "$ids" = "1000 8919 16838 24757 32676 40595 48514 56433" ] && ok || bad "--prompt-tokens ids '$ids'"
+"$K" -m "$M" --prompt-tokens 20 -n 10 --ignore-eos --temp 0 --backend cpu -t 2 \
+    --stats-json "$tmp/stats.json" >/dev/null 2>&1 && ok || bad "--stats-json run"
+.venv/bin/python - "$tmp/stats.json" <<'PY' && ok || bad "--stats-json content"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["backend"] == "cpu" and s["threads"] == 2 and s["prompt_source"] == "synthetic", s
+assert s["prefill"]["tokens"] == 20 and s["prefill"]["ms"] > 0 and s["prefill"]["tok_s"] > 0, s
+assert s["decode"]["generated"] == 10 and s["decode"]["tokens"] == 9 and s["stop"] == "n_predict", s
+assert s["decode"]["ms"] > 0 and s["decode"]["tok_s"] > 0 and s["ignore_eos"] is True, s
+assert s["kv"]["bytes_per_token"] == 1536 and s["kv"]["n_tokens"] == 29, s
+PY
+# a run that ends before generating (--tokenize) leaves no stats file
+"$K" -m "$M" -p hi -n 2 --tokenize --stats-json "$tmp/none.json" >/dev/null 2>&1
+[ ! -e "$tmp/none.json" ] && ok || bad "--stats-json left a file behind a --tokenize run"
+
 # --- chat template ---
 want=$(printf '<|im_start|>system\nYou are Kipp.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n')
 got=$("$K" -m "$M" --system "You are Kipp." -p "Hi" --print-prompt)
@@ -87,6 +109,14 @@ expect_fail "cuda not built" "backend 'cuda' is not available.*does not fall bac
 KIPP_CPU_ISA=avx9 expect_fail "cpu: unknown KIPP_CPU_ISA" "unknown KIPP_CPU_ISA 'avx9'" "$K" -m "$M" -p hi --backend cpu
 expect_fail "bad top-p" "--top-p expects a number" "$K" -m "$M" -p hi --top-p 2
 expect_fail "bad -n" "-n expects an integer" "$K" -m "$M" -p hi -n abc
+expect_fail "bad --prompt-tokens" "--prompt-tokens expects an integer" "$K" -m "$M" --prompt-tokens 0
+expect_fail "bad --prompt-tokens (text)" "--prompt-tokens expects an integer" "$K" -m "$M" --prompt-tokens ten
+expect_fail "--prompt-tokens with --prompt" "--prompt-tokens N replaces the prompt" "$K" -m "$M" --prompt-tokens 4 -p hi
+expect_fail "--prompt-tokens longer than context" "prompt has 9 tokens but the context holds 8" \
+    "$K" -m "$M" -c 8 --prompt-tokens 9
+expect_fail "--stats-json unwritable" "--stats-json $tmp/no/such/dir/s.json: cannot write" \
+    "$K" -m "$M" -p hi --stats-json "$tmp/no/such/dir/s.json"
+expect_fail "--stats-json without value" "--stats-json needs a value" "$K" -m "$M" -p hi --stats-json
 expect_fail "unknown flag" "unknown option '--bogus'" "$K" -m "$M" -p hi --bogus
 expect_fail "missing value" "--seed needs a value" "$K" -m "$M" -p hi --seed
 expect_fail "test-cpu-model without weights" "model not found — run tools/download_model.sh qwen3-4b-base" \

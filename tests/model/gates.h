@@ -15,5 +15,8 @@ int kt_gate_fault_reference(const char *model_path, const char *vec_dir); /* ide
 
 /* cpu backend vs cpu-ref, every ISA level and 1/2 threads (tests/model/gates_cpu.c). */
 int kt_gate_cpu_vs_ref(const char *model_path, const char *vec_dir);
+/* The same on a model without golden vectors (random-weight real shapes): fixed token ids,
+ * token by token, one batch, two interleaved sequences. */
+int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused);
 
 #endif

@@ -13,8 +13,35 @@ dir=models/$name
 vec=tests/test-vectors/$name
 . tests/lib.sh
 
+# random-<shape> (0.6b, 1.7b, 4b, 8b): random-weight GGUFs of a real Qwen3 shape, made by the
+# project's tools when missing. No golden vectors exist for them: the cpu backend is gated
+# against cpu-ref (every ISA level, 1 and 2 threads) on bf16, q8_0 and q4_k_m.
 case "$name" in
-tiny-*) make -s "$dir/kipp-$name-bf16.gguf" "$dir/kipp-$name-f32.gguf" >/dev/null || exit 1 ;;
+random-*)
+    shape=${name#random-}
+    rdir=models/random
+    mkdir -p "$rdir"
+    if [ ! -f "$rdir/qwen3-$shape-bf16.gguf" ]; then
+        .venv/bin/python tools/make_random_model.py --shape "$shape" --type bf16 \
+            --output "$rdir/qwen3-$shape-bf16.gguf" || { echo "0 passed, 1 failed"; exit 1; }
+    fi
+    for q in q8_0 q4_k_m; do
+        if [ ! -f "$rdir/qwen3-$shape-$q.gguf" ]; then
+            .venv/bin/python tools/quantize.py "$rdir/qwen3-$shape-bf16.gguf" \
+                "$rdir/qwen3-$shape-$q.gguf" --type "$q" || { echo "0 passed, 1 failed"; exit 1; }
+        fi
+    done
+    for q in bf16 q8_0 q4_k_m; do
+        run_counted "cpu vs cpu-ref $shape $q" "$BUILD/kipp_test" --cpu-vs-ref-shape "$rdir/qwen3-$shape-$q.gguf"
+    done
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+    ;;
+esac
+
+case "$name" in
+tiny-*) make -s "$dir/kipp-$name-bf16.gguf" "$dir/kipp-$name-f32.gguf" "$dir/kipp-$name-q8_0.gguf" >/dev/null || exit 1 ;;
 esac
 if [ ! -f "$dir/kipp-$name-bf16.gguf" ]; then
     echo "model not found — run tools/download_model.sh $name && .venv/bin/python tools/convert_to_gguf.py $dir --outtype bf16" >&2
@@ -48,6 +75,10 @@ for q in bf16 f32; do
     # the optimized backend against the oracle: every ISA level here, 1 and 2 threads
     run_counted "cpu vs cpu-ref $q" "$BUILD/kipp_test" --cpu-vs-ref "$m" "$vec"
 done
+# the integer (8-bit activation) kernels: the Q8_0 file against cpu-ref on the same file
+if [ -f "$dir/kipp-$name-q8_0.gguf" ]; then
+    run_counted "cpu vs cpu-ref q8_0" "$BUILD/kipp_test" --cpu-vs-ref "$dir/kipp-$name-q8_0.gguf" "$vec"
+fi
 for j in tests/tok/golden.jsonl tests/tok/ascii_golden.jsonl; do
     run_counted "tokenizer golden $(basename "$j")" "$BUILD/kipp_test" --tok-golden "$dir/kipp-$name-bf16.gguf" "$j"
 done

@@ -1,7 +1,18 @@
-/* test_cpu_kernels.c — the cpu backend's dot kernels against a double-precision reference
- * built on kipp_dequantize_row: every ISA level this machine runs, each of F32/F16/BF16/Q8_0
- * (plus the dequantize fallback on Q8_0/Q4_0 rows), random rows of odd lengths for the
- * unblocked types. Also the ISA selector's errors. Does not time the kernels. */
+/* test_cpu_kernels.c — the cpu backend's kernel table against double-precision references,
+ * for every ISA level this machine runs (scalar, avx2, avx512, avx512vnni):
+ *   - the activation converters: bf16 round-to-nearest-even on hand-picked values (ties,
+ *     carries, inf, NaN) and bit-exact with the scalar formula on random values; Q8_0 / Q8_K
+ *     round trip within d/2 per element, d = amax/127, s and bsums consistent with qs, an
+ *     all-zero block giving d = 0;
+ *   - the gemm of every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K) over several k (odd
+ *     lengths for the float types, 32/256 multiples up to 2560 for the block types),
+ *     n_rows in {1,3,16,37}, n_tok in {1,2,3,5,8,17}, ldy > n_rows, padded row strides:
+ *     each y against sum_i W[r][i] * X[t][i] in double, with W from kipp_dequantize_row and X
+ *     the activation the kernel actually sees (bf16-rounded, or d * qs for 8-bit blocks),
+ *     within 1e-5 * sum|w x|; the entries past n_rows must stay untouched;
+ *   - dot_f32 / axpy_f32 at odd lengths; kipp_cpu_gemm_dequant on every type;
+ *   - kipp_cpu_kernels_mm's mapping, and select's errors for unknown / unavailable levels.
+ * Does not time the kernels. */
 #include "kt.h"
 
 #include "backend/cpu/kernels.h"
@@ -12,97 +23,432 @@
 #include <string.h>
 
 static uint32_t rng = 12345u;
-static float frand(void) { /* [-1, 1) */
+static uint32_t urand(void) {
     rng = rng * 1664525u + 1013904223u;
-    return (float)((rng >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+    return rng >> 8;
+}
+static float frand(void) { /* [-1, 1) */
+    return (float)(urand() & 0xffffff) / 8388608.0f - 1.0f;
 }
 
-/* A random row of n elements in type's storage (n a multiple of the block size). */
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float float_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* A random row of n elements in type's storage, with sane scales for the block types. */
 static void fill_row(uint32_t type, unsigned char *row, uint64_t n) {
+    const uint64_t nbytes = kipp_type_row_bytes(type, n);
     if (type == KIPP_TYPE_F32) {
-        for (uint64_t i = 0; i < n; i++) { float v = frand(); memcpy(row + 4 * i, &v, 4); }
-    } else if (type == KIPP_TYPE_F16 || type == KIPP_TYPE_BF16) {
         for (uint64_t i = 0; i < n; i++) {
             float v = frand();
-            uint32_t u;
-            memcpy(&u, &v, 4);
-            uint16_t h = type == KIPP_TYPE_F16 ? kipp_f32_to_f16(v) : (uint16_t)(u >> 16);
+            memcpy(row + 4 * i, &v, 4);
+        }
+        return;
+    }
+    if (type == KIPP_TYPE_F16 || type == KIPP_TYPE_BF16) {
+        for (uint64_t i = 0; i < n; i++) {
+            float v = frand();
+            uint16_t h = type == KIPP_TYPE_F16 ? kipp_f32_to_f16(v) : (uint16_t)(bits_of(v) >> 16);
             memcpy(row + 2 * i, &h, 2);
         }
-    } else { /* block types: random bytes with a sane f16 scale at each block's start */
-        const uint32_t bb = kipp_type_block_bytes(type);
-        for (uint64_t i = 0; i < kipp_type_row_bytes(type, n); i++) row[i] = (unsigned char)(frand() * 128 + 128);
-        for (uint64_t b = 0; b < kipp_type_row_bytes(type, n) / bb; b++) {
-            uint16_t d = kipp_f32_to_f16(0.01f + 0.02f * fabsf(frand()));
-            memcpy(row + b * bb, &d, 2);
+        return;
+    }
+    for (uint64_t i = 0; i < nbytes; i++) row[i] = (unsigned char)urand();
+    const uint32_t bb = kipp_type_block_bytes(type);
+    for (uint64_t b = 0; b < nbytes / bb; b++) {
+        unsigned char *blk = row + b * bb;
+        uint16_t d = kipp_f32_to_f16(0.002f + 0.02f * fabsf(frand()));
+        switch (type) {
+        case KIPP_TYPE_Q8_0:
+        case KIPP_TYPE_Q4_0: memcpy(blk, &d, 2); break;
+        case KIPP_TYPE_Q4_K: {
+            uint16_t dmin = kipp_f32_to_f16(0.001f + 0.01f * fabsf(frand()));
+            d = kipp_f32_to_f16(0.0005f + 0.002f * fabsf(frand()));
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+            break; /* the 12 scale bytes stay random: any 6-bit scales/mins */
+        }
+        case KIPP_TYPE_Q6_K:
+            d = kipp_f32_to_f16(0.0005f + 0.002f * fabsf(frand()));
+            memcpy(blk + 208, &d, 2);
+            for (int s = 0; s < 16; s++) blk[192 + s] = (unsigned char)(int8_t)((int)(urand() % 128) - 64);
+            break;
         }
     }
 }
 
-static double ref_dot(uint32_t type, const void *row, const float *x, uint64_t n, double *mag) {
-    float *w = malloc(n * sizeof *w);
-    kipp_dequantize_row(type, row, w, n);
-    double s = 0.0;
-    *mag = 0.0;
-    for (uint64_t i = 0; i < n; i++) { s += (double)w[i] * x[i]; *mag += fabs((double)w[i] * x[i]); }
-    free(w);
-    return s;
+/* ---- activation converters ---------------------------------------------------------- */
+
+/* The bf16 conversion kernels.h defines, written independently of kernels_scalar.c. */
+static uint16_t ref_bf16(float f) {
+    const uint32_t u = bits_of(f);
+    if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
+    const uint32_t lower = u & 0xffffu, upper = u >> 16;
+    if (lower > 0x8000u || (lower == 0x8000u && (upper & 1u))) return (uint16_t)(upper + 1);
+    return (uint16_t)upper;
 }
 
-static void check_level(const kipp_cpu_kernels *k) {
-    static const uint32_t types[] = {KIPP_TYPE_F32, KIPP_TYPE_F16, KIPP_TYPE_BF16, KIPP_TYPE_Q8_0};
-    static const uint64_t lens[] = {1, 7, 15, 17, 31, 33, 100, 257, 1023, 4099};
-    enum { MAXN = 4352 };
-    unsigned char *row = malloc(MAXN * 4);
-    float *x = malloc(MAXN * sizeof *x);
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const uint32_t type = types[ti], be = kipp_type_block_elems(type);
-        kipp_cpu_dot_fn dot = kipp_cpu_kernels_dot(k, type);
-        KT_CHECK(dot != NULL, "%s has no dot for %s", k->isa, kipp_type_name(type));
-        if (!dot) continue;
-        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-            const uint64_t n = be == 1 ? lens[li] : ((lens[li] + be - 1) / be) * be;
-            for (uint64_t i = 0; i < n; i++) x[i] = frand();
-            fill_row(type, row, n);
-            double mag;
-            const double want = ref_dot(type, row, x, n, &mag);
-            const double got = dot(row, x, n);
-            /* f32 accumulation of n products: error well under n * eps * sum|w x| */
-            KT_CHECK(fabs(got - want) <= 1e-6 * (double)n * mag + 1e-30, "%s %s n=%llu: %.9g vs %.9g",
-                     k->isa, kipp_type_name(type), (unsigned long long)n, got, want);
+static void check_quant_bf16(const kipp_cpu_kernels *lv) {
+    kipp_cpu_quant_fn q = lv->quant[KIPP_ACT_BF16];
+    if (!q) return; /* a level need not convert to bf16 if no kernel consumes it */
+    /* hand-picked: exact, below/at/above ties with even and odd kept lsb, carry into the
+     * exponent, FLT_MAX to inf, inf, -0, NaN (one whose payload is only in the low bits) */
+    static const uint32_t in[] = {0x3f800000u, 0x3f807fffu, 0x3f808000u, 0x3f808001u, 0x3f818000u,
+                                  0xbf818000u, 0x3f7fffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+                                  0x80000000u, 0x00000000u, 0x7fc00000u, 0x7f800001u, 0x00008000u,
+                                  0x00018000u};
+    static const uint16_t want[] = {0x3f80, 0x3f80, 0x3f80, 0x3f81, 0x3f82, 0xbf82, 0x3f80, 0x7f80,
+                                    0x7f80, 0xff80, 0x8000, 0x0000, 0x7fc0, 0, 0x0000, 0x0002};
+    enum { N = 16, LEN = 67 };
+    float x[LEN];
+    uint16_t out[LEN];
+    for (int i = 0; i < LEN; i++) x[i] = float_of(in[(i * 7) % N]); /* each value in many lanes */
+    q(x, out, LEN);
+    int bad = -1;
+    for (int i = 0; i < LEN && bad < 0; i++) {
+        const int j = (i * 7) % N;
+        if (in[j] == 0x7f800001u) { /* a NaN must stay a NaN */
+            if ((out[i] & 0x7f80) != 0x7f80 || (out[i] & 0x7f) == 0) bad = i;
+        } else if (out[i] != want[j]) {
+            bad = i;
         }
     }
-    /* the dequantize fallback on two block types */
-    static const uint32_t fb[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_0};
-    for (size_t ti = 0; ti < 2; ti++) {
-        const uint64_t n = 8 * kipp_type_block_elems(fb[ti]);
-        for (uint64_t i = 0; i < n; i++) x[i] = frand();
-        fill_row(fb[ti], row, n);
-        double mag;
-        const double want = ref_dot(fb[ti], row, x, n, &mag);
-        const double got = kipp_cpu_dot_dequant(fb[ti], row, x, n);
-        KT_CHECK(fabs(got - want) <= 1e-6 * (double)n * mag, "dequant fallback %s: %.9g vs %.9g",
-                 kipp_type_name(fb[ti]), got, want);
+    KT_CHECK(bad < 0, "%s bf16 of 0x%08x at %d: 0x%04x", lv->isa, bad < 0 ? 0 : bits_of(x[bad]), bad,
+             bad < 0 ? 0 : out[bad]);
+    /* random values of many magnitudes: bit-exact with the reference formula */
+    static const uint64_t lens[] = {1, 5, 16, 31, 33, 1000};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        float *xs = malloc(lens[li] * sizeof *xs);
+        uint16_t *o = malloc(lens[li] * sizeof *o);
+        for (uint64_t i = 0; i < lens[li]; i++) xs[i] = float_of(urand() << 8 ^ urand());
+        for (uint64_t i = 0; i < lens[li]; i++)
+            if (isnan(xs[i])) xs[i] = 1.0f;
+        q(xs, o, lens[li]);
+        uint64_t nbad = 0;
+        for (uint64_t i = 0; i < lens[li]; i++) nbad += o[i] != ref_bf16(xs[i]);
+        KT_CHECK(nbad == 0, "%s bf16 random n=%llu: %llu wrong", lv->isa, (unsigned long long)lens[li],
+                 (unsigned long long)nbad);
+        free(xs);
+        free(o);
     }
-    free(row);
-    free(x);
+}
+
+/* A random activation row: mixed magnitudes, an outlier, and (when long enough) the second
+ * 32-block and, if k >= 512, the second 256-block all zero. */
+static void fill_act(float *x, uint64_t k, float scale) {
+    for (uint64_t i = 0; i < k; i++) x[i] = frand() * scale;
+    if (k >= 8) x[urand() % k] = 40.0f * scale;
+    if (k >= 64)
+        for (int i = 32; i < 64; i++) x[i] = 0.0f;
+    if (k >= 512)
+        for (int i = 256; i < 512; i++) x[i] = 0.0f;
+}
+
+static void check_quant_q8(const kipp_cpu_kernels *lv) {
+    static const uint64_t ks[] = {256, 512, 2560};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const uint64_t k = ks[ki];
+        float *x = malloc(k * sizeof *x);
+        fill_act(x, k, ki == 1 ? 1e-3f : 3.0f);
+        /* Q8_0 */
+        if (lv->quant[KIPP_ACT_Q8_0]) {
+            kipp_act_q8_0 *b = malloc(kipp_cpu_act_row_bytes(KIPP_ACT_Q8_0, k));
+            lv->quant[KIPP_ACT_Q8_0](x, b, k);
+            int bad = 0, zero_ok = 1;
+            for (uint64_t j = 0; j < k / 32 && !bad; j++) {
+                float amax = 0.0f;
+                int sum = 0;
+                for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * j + i]));
+                if (fabsf(b[j].d - amax / 127.0f) > 1e-6f * amax / 127.0f) bad = 1;
+                for (int i = 0; i < 32; i++) {
+                    sum += b[j].qs[i];
+                    if (fabs((double)x[32 * j + i] - (double)b[j].d * b[j].qs[i]) >
+                        0.5 * b[j].d * (1 + 1e-5) + 1e-30)
+                        bad = 2;
+                }
+                if (fabs((double)b[j].s - (double)b[j].d * sum) > 1e-6 * fabs((double)b[j].d * sum)) bad = 3;
+                if (amax == 0.0f && !(b[j].d == 0.0f && b[j].s == 0.0f && sum == 0)) zero_ok = 0;
+            }
+            KT_CHECK(!bad, "%s q8_0 k=%llu: check %d failed", lv->isa, (unsigned long long)k, bad);
+            KT_CHECK(zero_ok && k >= 64 && b[1].d == 0.0f, "%s q8_0 all-zero block", lv->isa);
+            free(b);
+        }
+        /* Q8_K */
+        if (lv->quant[KIPP_ACT_Q8_K]) {
+            kipp_act_q8_k *b = malloc(kipp_cpu_act_row_bytes(KIPP_ACT_Q8_K, k));
+            lv->quant[KIPP_ACT_Q8_K](x, b, k);
+            int bad = 0, zero_ok = 1;
+            for (uint64_t j = 0; j < k / 256 && !bad; j++) {
+                float amax = 0.0f;
+                for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[256 * j + i]));
+                if (fabsf(b[j].d - amax / 127.0f) > 1e-6f * amax / 127.0f) bad = 1;
+                for (int i = 0; i < 256; i++)
+                    if (b[j].qs[i] < -127 ||
+                        fabs((double)x[256 * j + i] - (double)b[j].d * b[j].qs[i]) >
+                            0.5 * b[j].d * (1 + 1e-5) + 1e-30)
+                        bad = 2;
+                for (int s = 0; s < 16; s++) {
+                    int sum = 0;
+                    for (int i = 0; i < 16; i++) sum += b[j].qs[256 * 0 + 16 * s + i];
+                    if (sum != b[j].bsums[s]) bad = 3;
+                }
+                if (amax == 0.0f) {
+                    int nz = 0;
+                    for (int i = 0; i < 256; i++) nz |= b[j].qs[i];
+                    if (b[j].d != 0.0f || nz) zero_ok = 0;
+                }
+            }
+            KT_CHECK(!bad, "%s q8_k k=%llu: check %d failed", lv->isa, (unsigned long long)k, bad);
+            KT_CHECK(zero_ok && (k < 512 || b[1].d == 0.0f), "%s q8_k all-zero block", lv->isa);
+            free(b);
+        }
+        free(x);
+    }
+}
+
+/* The activation row the kernel sees, as floats. */
+static void dequant_act(uint32_t act, const void *a, float *out, uint64_t k) {
+    switch (act) {
+    case KIPP_ACT_F32: memcpy(out, a, k * sizeof *out); break;
+    case KIPP_ACT_BF16:
+        for (uint64_t i = 0; i < k; i++) out[i] = kipp_bf16_to_f32(((const uint16_t *)a)[i]);
+        break;
+    case KIPP_ACT_Q8_0:
+        for (uint64_t i = 0; i < k; i++) {
+            const kipp_act_q8_0 *b = (const kipp_act_q8_0 *)a + i / 32;
+            out[i] = b->d * b->qs[i % 32];
+        }
+        break;
+    case KIPP_ACT_Q8_K:
+        for (uint64_t i = 0; i < k; i++) {
+            const kipp_act_q8_k *b = (const kipp_act_q8_k *)a + i / 256;
+            out[i] = b->d * b->qs[i % 256];
+        }
+        break;
+    }
+}
+
+/* ---- gemms ---------------------------------------------------------------------------- */
+
+enum { MAX_ROWS = 37, MAX_TOK = 17 };
+#define SENTINEL 0x7fc0bad1u
+
+/* Runs gemm over W (MAX_ROWS rows of type, stride ws) and X (MAX_TOK rows in act, stride xs)
+ * for every n_rows / n_tok combination; checks against ref / mag (MAX_ROWS x MAX_TOK). */
+static void run_gemm_grid(const char *label, uint32_t type, uint32_t act, kipp_cpu_gemm_fn gemm,
+                          int dequant, const unsigned char *w, size_t ws, const unsigned char *xa,
+                          size_t xs, const double *ref, const double *mag, uint64_t k) {
+    static const uint64_t rows[] = {1, 3, 16, 37};
+    static const uint64_t toks[] = {1, 2, 3, 5, 8, 17};
+    int nfail = 0; /* print the first failing combination only; count the rest */
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+            const uint64_t nr = rows[ri], nt = toks[ti], r0 = (MAX_ROWS - nr) / 2;
+            const size_t ldy = nr + 3;
+            float *y = malloc(ldy * nt * sizeof *y);
+            for (size_t i = 0; i < ldy * nt; i++) y[i] = float_of(SENTINEL);
+            if (dequant)
+                kipp_cpu_gemm_dequant(type, w + r0 * ws, ws, nr, xa, xs, nt, y, ldy, k);
+            else
+                gemm(w + r0 * ws, ws, nr, xa, xs, nt, y, ldy, k);
+            int ok = 1;
+            uint64_t bt = 0, br = 0;
+            for (uint64_t t = 0; t < nt && ok; t++) {
+                for (uint64_t r = 0; r < ldy && ok; r++) {
+                    const float got = y[t * ldy + r];
+                    if (r >= nr)
+                        ok = bits_of(got) == SENTINEL;
+                    else
+                        ok = fabs((double)got - ref[(r0 + r) * MAX_TOK + t]) <=
+                             1e-5 * mag[(r0 + r) * MAX_TOK + t] + 1e-30;
+                    bt = t;
+                    br = r;
+                }
+            }
+            if (ok) {
+                KT_CHECK(1, "");
+            } else if (nfail++ == 0) {
+                const double want = br < nr ? ref[(r0 + br) * MAX_TOK + bt] : 0.0;
+                const double m = br < nr ? mag[(r0 + br) * MAX_TOK + bt] : 0.0;
+                KT_CHECK(0, "%s %s (act %u) k=%llu rows=%llu tok=%llu y[%llu][%llu]: %.9g vs %.9g (mag %.3g)%s",
+                         label, kipp_type_name(type), act, (unsigned long long)k, (unsigned long long)nr,
+                         (unsigned long long)nt, (unsigned long long)bt, (unsigned long long)br,
+                         y[bt * ldy + br], want, m, br >= nr ? " (past n_rows: written)" : "");
+            } else {
+                kt_failed++;
+            }
+            free(y);
+        }
+    }
+    if (nfail > 1)
+        fprintf(stderr, "  ... %s %s k=%llu: %d of 24 row/token combinations failed\n", label,
+                kipp_type_name(type), (unsigned long long)k, nfail);
+}
+
+/* One weight type on one level: its table entry (or, dequant = 1, kipp_cpu_gemm_dequant on
+ * f32 activations). */
+static void check_gemm_type(const kipp_cpu_kernels *lv, uint32_t type, int dequant) {
+    static const uint64_t k_float[] = {1, 7, 33, 256, 1023, 2560};
+    static const uint64_t k_32[] = {32, 96, 256, 1024, 2560};
+    static const uint64_t k_256[] = {256, 512, 2560};
+    const uint32_t be = kipp_type_block_elems(type);
+    const uint64_t *ks = be == 1 ? k_float : be == 32 ? k_32 : k_256;
+    const size_t nk = be == 1 ? 6 : be == 32 ? 5 : 3;
+    const kipp_cpu_mm mm = dequant ? (kipp_cpu_mm){KIPP_ACT_F32, NULL} : kipp_cpu_kernels_mm(lv, type);
+    const char *label = dequant ? "gemm_dequant" : lv->isa;
+    if (!dequant && !mm.gemm) { /* the caller falls back to gemm_dequant: test that instead */
+        check_gemm_type(lv, type, 1);
+        return;
+    }
+    kipp_cpu_quant_fn quant = mm.act == KIPP_ACT_F32 ? NULL : lv->quant[mm.act];
+    KT_CHECK(mm.act == KIPP_ACT_F32 || quant != NULL, "%s %s: no converter for act %u", lv->isa,
+             kipp_type_name(type), mm.act);
+    if (mm.act != KIPP_ACT_F32 && !quant) return;
+    for (size_t ki = 0; ki < nk; ki++) {
+        const uint64_t k = ks[ki];
+        const size_t pad = (ki & 1) ? 64 : 0; /* padded strides on every other k */
+        const size_t rb = kipp_type_row_bytes(type, k), ws = rb + pad;
+        const size_t ab = kipp_cpu_act_row_bytes(mm.act, k), xs = ab + pad;
+        unsigned char *w = calloc(MAX_ROWS, ws), *xa = calloc(MAX_TOK, xs);
+        float *wd = malloc(MAX_ROWS * k * sizeof *wd), *xf = malloc(MAX_TOK * k * sizeof *xf);
+        float *xd = malloc(MAX_TOK * k * sizeof *xd);
+        double *ref = malloc(MAX_ROWS * MAX_TOK * sizeof *ref), *mag = malloc(MAX_ROWS * MAX_TOK * sizeof *mag);
+        for (int r = 0; r < MAX_ROWS; r++) {
+            fill_row(type, w + r * ws, k);
+            kipp_dequantize_row(type, w + r * ws, wd + r * k, k);
+        }
+        static const float scales[] = {1.0f, 0.01f, 30.0f};
+        for (int t = 0; t < MAX_TOK; t++) {
+            float *xt = xf + t * k;
+            fill_act(xt, k, scales[t % 3]);
+            if (t == 4)
+                for (uint64_t i = 0; i < k; i++) xt[i] = 0.0f; /* an all-zero row */
+            if (quant)
+                quant(xt, xa + t * xs, k);
+            else
+                memcpy(xa + t * xs, xt, k * sizeof *xt);
+            dequant_act(mm.act, xa + t * xs, xd + t * k, k);
+        }
+        for (int r = 0; r < MAX_ROWS; r++)
+            for (int t = 0; t < MAX_TOK; t++) {
+                double s = 0.0, m = 0.0;
+                for (uint64_t i = 0; i < k; i++) {
+                    const double p = (double)wd[r * k + i] * xd[t * k + i];
+                    s += p;
+                    m += fabs(p);
+                }
+                ref[r * MAX_TOK + t] = s;
+                mag[r * MAX_TOK + t] = m;
+            }
+        run_gemm_grid(label, type, mm.act, mm.gemm, dequant, w, ws, xa, xs, ref, mag, k);
+        free(w);
+        free(xa);
+        free(wd);
+        free(xf);
+        free(xd);
+        free(ref);
+        free(mag);
+    }
+}
+
+static void check_vec(const kipp_cpu_kernels *lv) {
+    static const uint64_t lens[] = {0, 1, 7, 15, 16, 17, 33, 100, 1023};
+    float a[1023], b[1023], y[1023], y0[1023];
+    KT_CHECK(lv->dot_f32 && lv->axpy_f32, "%s lacks dot_f32/axpy_f32", lv->isa);
+    if (!lv->dot_f32 || !lv->axpy_f32) return;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const uint64_t n = lens[li];
+        double s = 0.0, m = 0.0;
+        for (uint64_t i = 0; i < n; i++) {
+            a[i] = frand();
+            b[i] = frand();
+            y[i] = y0[i] = frand();
+            s += (double)a[i] * b[i];
+            m += fabs((double)a[i] * b[i]);
+        }
+        const float got = lv->dot_f32(a, b, n);
+        KT_CHECK(fabs(got - s) <= 1e-5 * m + 1e-30, "%s dot_f32 n=%llu: %.9g vs %.9g", lv->isa,
+                 (unsigned long long)n, got, s);
+        const float alpha = frand();
+        lv->axpy_f32(y, alpha, a, n);
+        int bad = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            const double want = (double)y0[i] + (double)alpha * a[i];
+            if (fabs(y[i] - want) > 1.2e-7 * (fabs(y0[i]) + fabs(alpha * a[i])) + 1e-30) bad = 1;
+        }
+        KT_CHECK(!bad, "%s axpy_f32 n=%llu", lv->isa, (unsigned long long)n);
+    }
+}
+
+static void check_mm_map(const kipp_cpu_kernels *lv) {
+    const struct {
+        uint32_t type;
+        kipp_cpu_mm mm;
+    } map[] = {{KIPP_TYPE_F32, lv->f32},   {KIPP_TYPE_F16, lv->f16},   {KIPP_TYPE_BF16, lv->bf16},
+               {KIPP_TYPE_Q8_0, lv->q8_0}, {KIPP_TYPE_Q4_0, lv->q4_0}, {KIPP_TYPE_Q4_K, lv->q4_k},
+               {KIPP_TYPE_Q6_K, lv->q6_k}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, map[i].type);
+        KT_CHECK(mm.gemm == map[i].mm.gemm && (mm.gemm == NULL || mm.act == map[i].mm.act),
+                 "%s mm(%s) is not the table entry", lv->isa, kipp_type_name(map[i].type));
+        if (!mm.gemm)
+            KT_CHECK(mm.act == KIPP_ACT_F32, "%s mm(%s): lacking entry not f32", lv->isa,
+                     kipp_type_name(map[i].type));
+    }
+    /* a type no level computes (Q4_1), and a bogus id */
+    kipp_cpu_mm none = kipp_cpu_kernels_mm(lv, 3);
+    KT_CHECK(none.gemm == NULL && none.act == KIPP_ACT_F32, "%s mm(Q4_1) not empty", lv->isa);
+    none = kipp_cpu_kernels_mm(lv, 999);
+    KT_CHECK(none.gemm == NULL && none.act == KIPP_ACT_F32, "%s mm(999) not empty", lv->isa);
+    /* the scalar level carries every type */
+    if (strcmp(lv->isa, "scalar") == 0)
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+            KT_CHECK(map[i].mm.gemm != NULL, "scalar lacks %s", kipp_type_name(map[i].type));
+}
+
+static void check_level(const kipp_cpu_kernels *lv) {
+    static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
+                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    check_mm_map(lv);
+    check_quant_bf16(lv);
+    check_quant_q8(lv);
+    check_vec(lv);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_gemm_type(lv, types[i], 0);
 }
 
 void kt_suite_cpu_kernels(void) {
-    static const char *const isas[] = {"scalar", "avx2", "avx512"};
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
+    static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
+                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
     char err[256];
+    KT_CHECK(kipp_cpu_act_row_bytes(KIPP_ACT_F32, 7) == 28 && kipp_cpu_act_row_bytes(KIPP_ACT_BF16, 7) == 14 &&
+                 kipp_cpu_act_row_bytes(KIPP_ACT_Q8_0, 64) == 2 * sizeof(kipp_act_q8_0) &&
+                 kipp_cpu_act_row_bytes(KIPP_ACT_Q8_K, 512) == 2 * sizeof(kipp_act_q8_k),
+             "act_row_bytes");
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        const kipp_cpu_kernels *k;
+        const kipp_cpu_kernels *k = NULL;
+        err[0] = '\0';
         kipp_status st = kipp_cpu_kernels_select(isas[i], &k, err, sizeof err);
         if (!kipp_cpu_isa_available(isas[i])) {
-            KT_CHECK(st != KIPP_OK && strstr(err, "lacks"), "forcing missing %s: %s", isas[i], err);
+            KT_CHECK(st != KIPP_OK && strstr(err, isas[i]), "forcing missing %s: %s", isas[i], err);
             continue;
         }
-        KT_CHECK(st == KIPP_OK && strcmp(k->isa, isas[i]) == 0, "select %s: %s", isas[i], err);
-        if (st == KIPP_OK) check_level(k);
+        KT_CHECK(st == KIPP_OK && k && strcmp(k->isa, isas[i]) == 0, "select %s: %s", isas[i], err);
+        if (st == KIPP_OK && k) check_level(k);
     }
+    /* the level-independent fallback, on every type */
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        check_gemm_type(&kipp_cpu_kernels_scalar, types[i], 1);
     const kipp_cpu_kernels *k;
+    err[0] = '\0';
     KT_CHECK(kipp_cpu_kernels_select("avx9", &k, err, sizeof err) != KIPP_OK && strstr(err, "avx9"),
-             "unknown level accepted");
-    KT_CHECK(kipp_cpu_kernels_select(NULL, &k, err, sizeof err) == KIPP_OK, "best level: %s", err);
+             "unknown level accepted: %s", err);
+    KT_CHECK(kipp_cpu_kernels_select(NULL, &k, err, sizeof err) == KIPP_OK && k, "best level: %s", err);
 }

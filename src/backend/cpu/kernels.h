@@ -1,6 +1,14 @@
 /* kernels.h — the CPU backend's kernel table: one struct of function pointers per ISA level
- * (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c), chosen once at start-up by cpuid in
- * cpu.c. Only the ISA files may use intrinsics. Does not thread: callers split rows. */
+ * (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c, kernels_avx512vnni.c, kernels_neon.c),
+ * chosen once at start-up by cpuid in cpu.c. Only the ISA files may use intrinsics. Kernels
+ * do not thread: the caller (cpu.c / forward.c) splits weight rows over the pool.
+ *
+ * A matrix product runs in two steps. First each activation row (f32, k elements) is
+ * converted once into the "activation format" its weight type's kernel consumes at this
+ * level (f32 as is, bf16, or 8-bit blocks — what ggml calls the vec-dot type). Then the
+ * gemm kernel computes y = W x for a range of weight rows against n_tok activation rows,
+ * reading each weight row once per tile of tokens (the batched prefill / multi-sequence
+ * decode path; n_tok = 1 is the decode matvec). */
 #ifndef KIPP_CPU_KERNELS_H
 #define KIPP_CPU_KERNELS_H
 
@@ -9,32 +17,94 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* sum_k row[k] * x[k] over n elements (a multiple of the type's block size), row in its
- * stored block format, x f32. Accumulation order differs per ISA (lanes, then a tree). */
-typedef float (*kipp_cpu_dot_fn)(const void *row, const float *x, uint64_t n);
+/* ---- activation formats ----------------------------------------------------------------
+ * k (the row length) is always a multiple of 32 for Q8_0 and of 256 for Q8_K (the weight
+ * type's block size guarantees it). Rows are packed, act_row_bytes apart. */
+enum {
+    KIPP_ACT_F32 = 0,  /* float[k], unchanged */
+    KIPP_ACT_BF16 = 1, /* uint16_t[k]: round-to-nearest-even bf16 of x (NaN kept NaN) */
+    KIPP_ACT_Q8_0 = 2, /* kipp_act_q8_0[k/32] */
+    KIPP_ACT_Q8_K = 3, /* kipp_act_q8_k[k/256] */
+    KIPP_ACT_COUNT
+};
+
+/* 32 values: x[i] ≈ d * qs[i], d = amax/127 (d = 0 for an all-zero block), qs rounded to
+ * nearest; s = d * sum(qs) (lets Q4_0-style kernels fold the weight offset). f32 scale
+ * (ggml stores f16; ours is private and keeps more precision). */
+typedef struct {
+    float d;
+    float s;
+    int8_t qs[32];
+} kipp_act_q8_0;
+
+/* 256 values: x[i] ≈ d * qs[i], d = amax/127 (0 for all zero), qs rounded to nearest
+ * (clamped to [-127, 127]); bsums[j] = sum of qs[16j .. 16j+15] (for the K-quant mins). */
+typedef struct {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+} kipp_act_q8_k;
+
+/* Bytes of one activation row of k elements in format act. */
+size_t kipp_cpu_act_row_bytes(uint32_t act, uint64_t k);
+
+/* ---- kernel signatures -------------------------------------------------------------- */
+
+/* Converts one f32 row of k elements into activation format (out: act_row_bytes bytes). */
+typedef void (*kipp_cpu_quant_fn)(const float *x, void *out, uint64_t k);
+
+/* For r < n_rows, t < n_tok:
+ *   y[t * ldy + r] = sum_i W[r][i] * X[t][i]   over i < k
+ * W row r starts at (const char *)w + r * w_row_bytes in the weight type's GGUF block
+ * layout; X row t starts at (const char *)x + t * x_row_bytes in the kernel's activation
+ * format. Callers pass row ranges of any size (multiples of 16 except the last). */
+typedef void (*kipp_cpu_gemm_fn)(const void *w, size_t w_row_bytes, uint64_t n_rows,
+                                 const void *x, size_t x_row_bytes, uint64_t n_tok, float *y,
+                                 size_t ldy, uint64_t k);
 
 typedef struct {
-    const char *isa; /* "scalar", "avx2", "avx512" */
-    kipp_cpu_dot_fn dot_f32, dot_f16, dot_bf16, dot_q8_0;
+    uint32_t act;          /* the activation format gemm consumes (KIPP_ACT_*) */
+    kipp_cpu_gemm_fn gemm; /* NULL: this level has no kernel for the type (see below) */
+} kipp_cpu_mm;
+
+typedef struct {
+    const char *isa; /* "scalar", "avx2", "avx512", "avx512vnni", "neon" */
+    /* one entry per weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
+    kipp_cpu_mm f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    /* activation converters, indexed by KIPP_ACT_* (the F32 entry may be NULL: memcpy) */
+    kipp_cpu_quant_fn quant[KIPP_ACT_COUNT];
+    /* attention helpers over f32 vectors of any length n */
+    float (*dot_f32)(const float *a, const float *b, uint64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, uint64_t n); /* y += a * x */
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;
-extern const kipp_cpu_kernels kipp_cpu_kernels_avx2;   /* AVX2 + FMA + F16C */
-extern const kipp_cpu_kernels kipp_cpu_kernels_avx512; /* AVX-512F/BW/VL + FMA + F16C */
+extern const kipp_cpu_kernels kipp_cpu_kernels_avx2;       /* AVX2 + FMA + F16C */
+extern const kipp_cpu_kernels kipp_cpu_kernels_avx512;     /* AVX-512F/BW/VL + FMA + F16C */
+extern const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni; /* + AVX512-VNNI + AVX512-BF16 */
+#if defined(__aarch64__)
+extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod */
+#endif
 
-/* Any supported type (Q4_0, Q4_K, Q6_K, ...): dequantize one block at a time into a stack
- * buffer with kipp_dequantize_row, then dot in f32. Portable; the fallback of every level. */
-float kipp_cpu_dot_dequant(uint32_t type, const void *row, const float *x, uint64_t n);
+/* Portable scalar converters and the dequantize-then-dot gemm every level may fall back to
+ * (kernels_scalar.c). kipp_cpu_gemm_dequant takes KIPP_ACT_F32 rows. */
+void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k);
+void kipp_cpu_quant_q8_0_scalar(const float *x, void *out, uint64_t k);
+void kipp_cpu_quant_q8_k_scalar(const float *x, void *out, uint64_t k);
+void kipp_cpu_gemm_dequant(uint32_t wtype, const void *w, size_t w_row_bytes, uint64_t n_rows,
+                           const void *x, size_t x_row_bytes, uint64_t n_tok, float *y,
+                           size_t ldy, uint64_t k);
 
-/* The table for an ISA level by name ("scalar", "avx2", "avx512"; NULL: the best this CPU
- * runs). A level this CPU lacks, or an unknown name, is an error naming what is missing.
- * Implemented in cpu.c (the only place that asks cpuid). */
+/* The table for an ISA level by name (NULL: the best this CPU runs). A level this CPU lacks,
+ * or an unknown name, is an error naming what is missing. Implemented in cpu.c (the only
+ * place that asks cpuid). */
 kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **out, char *err,
                                     size_t err_len);
 /* 1 when this CPU can run the named level. */
 int kipp_cpu_isa_available(const char *isa);
-/* The table's dot for a weight type, or NULL when that type takes kipp_cpu_dot_dequant. */
-kipp_cpu_dot_fn kipp_cpu_kernels_dot(const kipp_cpu_kernels *k, uint32_t type);
+/* The table's entry for a weight type; {KIPP_ACT_F32, NULL} for types it lacks (callers
+ * then use kipp_cpu_gemm_dequant with f32 activations). */
+kipp_cpu_mm kipp_cpu_kernels_mm(const kipp_cpu_kernels *k, uint32_t type);
 
 /* Q8_0 block layout as stored in GGUF: an f16 scale then 32 int8 quants (34 bytes). */
 #define KIPP_Q8_0_BLOCK 32

@@ -1,7 +1,6 @@
-/* qwen3_forward.c — the Qwen3 forward pass shared by cpu-ref and cpu: plain C11, one token
- * at a time, f32 activations and f32 accumulation (sums of squares in double, as ggml does).
- * Every weight matrix goes through the caller's matvec (cpu-ref: scalar dequantize-and-dot;
- * cpu: SIMD kernels over a thread pool); norms, RoPE and attention stay scalar here. Contains
+/* qwen3_forward.c — the reference (cpu-ref) Qwen3 forward pass: plain C11, one token at a
+ * time, f32 activations and f32 accumulation (sums of squares in double, as ggml does).
+ * Every weight matrix goes through the caller's matvec (cpu-ref: scalar dequantize-and-dot). Contains
  * no ISA-specific code. K/V live in the context's block pool and are addressed through
  * kipp_kv_row() only (src/kv/kv.h); the recomputation oracle keeps private buffers. */
 #include "backend/cpu_ref/qwen3_forward.h"

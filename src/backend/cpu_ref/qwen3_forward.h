@@ -1,6 +1,6 @@
-/* qwen3_forward.h — the Qwen3 forward skeleton shared by the CPU backends (cpu-ref, cpu),
- * parameterized by one matvec function so there is a single copy of the layer code.
- * Does not choose kernels or threads: the backend's matvec does. */
+/* qwen3_forward.h — the cpu-ref Qwen3 forward pass, one token at a time, parameterized by
+ * one matvec function (cpu-ref's scalar dequantize-and-dot). The optimized cpu backend has
+ * its own batched pass (src/backend/cpu/forward.c), gated against this one. */
 #ifndef KIPP_QWEN3_FORWARD_H
 #define KIPP_QWEN3_FORWARD_H
 

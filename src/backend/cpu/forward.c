@@ -1,0 +1,791 @@
+/* forward.c — the cpu backend's batched Qwen3 forward pass (see forward.h).
+ *
+ * One batch runs layer by layer over all of its tokens: rows of activations X[n][H] go
+ * through RMSNorm, are converted once into the activation format of the weight's kernel
+ * (kernels.h) and multiplied by each weight matrix with one gemm call per thread (the
+ * threads split the weight's output rows, so each weight byte is read once per batch, not
+ * once per token). Q/K/V share one converted input and one parallel region, as do the MLP's
+ * gate and up projections.
+ *
+ * Attention: the batch is cut into runs (consecutive tokens of one sequence at consecutive
+ * positions: a prompt being prefilled, or one token of a decoding sequence). Each work item
+ * is (run, KV head, chunk of at most ATT_CHUNK of the run's tokens): it gathers the K rows
+ * 0..last position into a contiguous tile and V transposed — every row through kipp_kv_row(),
+ * the one addressing function — then computes scores = K·q for all the chunk's query heads
+ * with the f32 gemm, a causal softmax, and out = V^T·p with the gemm again. Items are pulled
+ * from an atomic counter so causal imbalance evens out over the threads.
+ *
+ * The recomputation path (forward_nocache) is the same code with a private, contiguous K/V
+ * store instead of the block pool. No ISA-specific code here: only kernels_*.c use
+ * intrinsics. */
+#include "backend/cpu/forward.h"
+
+#include "core/error.h"
+#include "core/types.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATT_CHUNK 64u   /* query tokens per attention work item */
+#define PAR_MIN_TOKENS 4 /* below this, per-token elementwise work stays on the caller */
+
+/* Where attention reads and writes K/V: the context's block pool, or (recomputation) a
+ * private contiguous store of the current layer for a single sequence. */
+typedef struct {
+    kipp_kv_pool *pool;  /* NULL: private store */
+    float *priv_k, *priv_v; /* [n][kv_dim], current layer (private store only) */
+} kv_src;
+
+static float *kv_at(const kv_src *src, const kipp_kv_seq *seq, uint32_t layer, uint32_t pos,
+                    kipp_kv_part part, kipp_kv_access access, uint32_t kv_dim) {
+    if (!src->pool) return (part == KIPP_KV_K ? src->priv_k : src->priv_v) + (size_t)pos * kv_dim;
+    return kipp_kv_row(src->pool, seq, layer, pos, part, access);
+}
+
+typedef struct {
+    const kipp_kv_seq *seq; /* NULL for the private store */
+    uint32_t first;         /* batch index of the run's first token */
+    uint32_t n;             /* tokens in the run */
+    uint32_t pos0;          /* position of the first token */
+} run_t;
+
+typedef struct {
+    float *kc;   /* [max_kv][D]        gathered K rows */
+    float *vt;   /* [D][max_kv]        V transposed */
+    float *qc;   /* [ATT_CHUNK*G][D]   the chunk's query rows */
+    float *sc;   /* [ATT_CHUNK*G][max_kv] scores, then probabilities */
+    float *oc;   /* [ATT_CHUNK*G][D]   outputs */
+    uint32_t cap_kv;
+} att_scratch;
+
+struct kipp_cpu_fwd {
+    const kipp_model *m;
+    const kipp_cpu_kernels *k;
+    kipp_threadpool *tp;
+    int n_threads;
+    uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
+    /* norm weights dequantized once to f32 */
+    float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm;
+    double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
+    /* batch scratch, grown to the largest batch seen */
+    uint32_t cap;
+    float *x, *xn, *q, *kx, *vx, *att, *proj, *gate, *up;
+    float *rcos, *rsin; /* [cap][D/2] */
+    unsigned char *act; /* converted activations */
+    size_t act_cap;
+    float *y2; /* two-plane gemm output, grown on demand */
+    size_t y2_cap;
+    run_t *runs;
+    uint32_t *wanted; /* batch indices of tokens whose logits are wanted */
+    float *xw;        /* [cap][H] their final hidden rows */
+    att_scratch *ts;  /* [n_threads] */
+};
+
+/* ---- small numerics (identical formulas to cpu-ref) ------------------------------------ */
+
+static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps) {
+    double ss = 0.0;
+    for (uint32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+static void rope_head(float *h, const float *c, const float *s, uint32_t half) {
+    for (uint32_t i = 0; i < half; i++) {
+        const float a = h[i], b = h[i + half];
+        h[i] = a * c[i] - b * s[i];
+        h[i + half] = a * s[i] + b * c[i];
+    }
+}
+
+static float silu(float z) { return z / (1.0f + expf(-z)); }
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+
+#define MM_MAX 3
+
+typedef struct {
+    uint32_t count;
+    const kipp_gguf_tensor *w[MM_MAX];
+    float *y[MM_MAX];
+    uint64_t rows[MM_MAX];
+    size_t ldy[MM_MAX];
+    kipp_cpu_gemm_fn gemm; /* NULL: dequantize fallback */
+    int planes;            /* 2: 8-bit activations in two planes, summed (see split_q8) */
+    float *y2[MM_MAX];     /* planes == 2: [2 n_tok][rows] the gemm's per-plane output */
+    const void *x;
+    size_t x_row_bytes;
+    uint32_t n_tok;
+    uint64_t k;
+} mm_job;
+
+static void mm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const mm_job *j = ctx;
+    uint64_t base = 0;
+    for (uint32_t i = 0; i < j->count && begin < end; i++) {
+        const uint64_t lo = base, hi = base + j->rows[i];
+        base = hi;
+        if (begin >= hi) continue;
+        const uint64_t b = begin - lo, e = (end < hi ? end : hi) - lo;
+        const kipp_gguf_tensor *w = j->w[i];
+        const size_t rb = (size_t)kipp_type_row_bytes(w->type, j->k);
+        const char *wp = (const char *)w->data + b * rb;
+        if (j->gemm && j->planes == 2) {
+            const uint64_t R = j->rows[i];
+            j->gemm(wp, rb, e - b, j->x, j->x_row_bytes, 2 * (uint64_t)j->n_tok, j->y2[i] + b, R, j->k);
+            for (uint32_t t = 0; t < j->n_tok; t++) {
+                const float *yh = j->y2[i] + (size_t)2 * t * R, *yl = yh + R;
+                float *y = j->y[i] + (size_t)t * j->ldy[i];
+                for (uint64_t r = b; r < e; r++) y[r] = yh[r] + yl[r];
+            }
+        } else if (j->gemm)
+            j->gemm(wp, rb, e - b, j->x, j->x_row_bytes, j->n_tok, j->y[i] + b, j->ldy[i], j->k);
+        else
+            kipp_cpu_gemm_dequant(w->type, wp, rb, e - b, j->x, j->x_row_bytes, j->n_tok,
+                                  j->y[i] + b, j->ldy[i], j->k);
+        begin = hi;
+    }
+}
+
+typedef struct {
+    kipp_cpu_quant_fn q;
+    const float *x;
+    size_t ldx;
+    unsigned char *out;
+    size_t out_bytes;
+    uint64_t k;
+} conv_job;
+
+static void conv_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const conv_job *j = ctx;
+    for (uint64_t t = begin; t < end; t++) j->q(j->x + t * j->ldx, j->out + t * j->out_bytes, j->k);
+}
+
+/* 8-bit activations alone (d = amax/127) cost ~5e-5 NMSE per matrix product, which over a
+ * model's layers exceeds the gate's 1e-4 against cpu-ref. So each row is quantized to 14
+ * bits, X = round(x / d) with d = amax / (127 * 128), and split into two 8-bit planes
+ * X = 128 * hi + lo (hi in [-127, 127], lo in [0, 127]): plane rows 2t (scale 128 d) and
+ * 2t + 1 (scale d) go through the same 8-bit kernels as two tokens — the weights are still
+ * read once — and the two results are summed. Error: ~1/16256 of the block's amax. */
+static void split_block(const float *x, uint32_t n, float *d_hi, float *d_lo, int8_t *hi,
+                        int8_t *lo) {
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / (127.0f * 128.0f), id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (uint32_t i = 0; i < n; i++) {
+        int v = (int)lrintf(x[i] * id);
+        if (v > 127 * 128) v = 127 * 128;
+        if (v < -127 * 128) v = -127 * 128;
+        const int h = (v >= 0 ? v : v - 127) / 128; /* floor(v / 128) */
+        hi[i] = (int8_t)h;
+        lo[i] = (int8_t)(v - 128 * h);
+    }
+    *d_hi = 128.0f * d;
+    *d_lo = d;
+}
+
+static void split_q8_0(const float *x, void *out_hi, void *out_lo, uint64_t k) {
+    kipp_act_q8_0 *bh = out_hi, *bl = out_lo;
+    for (uint64_t b = 0; b < k / 32; b++) {
+        split_block(x + b * 32, 32, &bh[b].d, &bl[b].d, bh[b].qs, bl[b].qs);
+        int sh = 0, sl = 0;
+        for (int i = 0; i < 32; i++) { sh += bh[b].qs[i]; sl += bl[b].qs[i]; }
+        bh[b].s = bh[b].d * (float)sh;
+        bl[b].s = bl[b].d * (float)sl;
+    }
+}
+
+static void split_q8_k(const float *x, void *out_hi, void *out_lo, uint64_t k) {
+    kipp_act_q8_k *bh = out_hi, *bl = out_lo;
+    for (uint64_t b = 0; b < k / 256; b++) {
+        split_block(x + b * 256, 256, &bh[b].d, &bl[b].d, bh[b].qs, bl[b].qs);
+        for (int j = 0; j < 16; j++) {
+            int sh = 0, sl = 0;
+            for (int i = 0; i < 16; i++) { sh += bh[b].qs[16 * j + i]; sl += bl[b].qs[16 * j + i]; }
+            bh[b].bsums[j] = (int16_t)sh;
+            bl[b].bsums[j] = (int16_t)sl;
+        }
+    }
+}
+
+typedef struct {
+    uint32_t act;
+    const float *x;
+    size_t ldx;
+    unsigned char *out;
+    size_t out_bytes;
+    uint64_t k;
+} split_job;
+
+static void split_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const split_job *j = ctx;
+    for (uint64_t t = begin; t < end; t++) {
+        unsigned char *hi = j->out + 2 * t * j->out_bytes;
+        (j->act == KIPP_ACT_Q8_0 ? split_q8_0 : split_q8_k)(j->x + t * j->ldx, hi, hi + j->out_bytes, j->k);
+    }
+}
+
+/* Converts n rows of x (ldx floats apart) into f->act in format act and returns the row
+ * stride in bytes; f32 kernels read x in place (returns 0). */
+static size_t convert(kipp_cpu_fwd *f, uint32_t act, const float *x, size_t ldx, uint32_t n,
+                      uint64_t k) {
+    if (act == KIPP_ACT_F32) return 0;
+    if (act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K) {
+        split_job sj = {.act = act, .x = x, .ldx = ldx, .out = f->act, .k = k};
+        sj.out_bytes = kipp_cpu_act_row_bytes(act, k);
+        if (n >= PAR_MIN_TOKENS)
+            kipp_threadpool_for(f->tp, n, 1, split_rows, &sj);
+        else
+            split_rows(&sj, 0, n, 0);
+        return sj.out_bytes;
+    }
+    conv_job j = {.q = f->k->quant[act], .x = x, .ldx = ldx, .out = f->act, .k = k};
+    if (!j.q)
+        j.q = act == KIPP_ACT_BF16   ? kipp_cpu_quant_bf16_scalar
+              : act == KIPP_ACT_Q8_0 ? kipp_cpu_quant_q8_0_scalar
+                                     : kipp_cpu_quant_q8_k_scalar;
+    j.out_bytes = kipp_cpu_act_row_bytes(act, k);
+    if (n >= PAR_MIN_TOKENS)
+        kipp_threadpool_for(f->tp, n, 1, conv_rows, &j);
+    else
+        conv_rows(&j, 0, n, 0);
+    return j.out_bytes;
+}
+
+/* y_i[t][.] = W_i x_t for up to MM_MAX weights sharing one input (n rows of k floats, ldx
+ * apart). Weights whose kernels want different activation formats run one at a time. */
+static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *const *ws,
+                   float *const *ys, const size_t *ldys, const float *x, size_t ldx, uint32_t n) {
+    uint32_t done = 0;
+    while (done < count) {
+        kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[done]->type);
+        mm_job j = {.gemm = mm.gemm, .n_tok = n, .k = (uint64_t)ws[done]->ne[0]};
+        /* group the following weights of the same type and input length */
+        const uint32_t first = done;
+        while (done < count && j.count < MM_MAX && ws[done]->type == ws[first]->type &&
+               (uint64_t)ws[done]->ne[0] == j.k) {
+            j.w[j.count] = ws[done];
+            j.y[j.count] = ys[done];
+            j.ldy[j.count] = ldys[done];
+            j.rows[j.count] = (uint64_t)ws[done]->ne[1];
+            j.count++;
+            done++;
+        }
+        const uint32_t act = mm.gemm ? mm.act : KIPP_ACT_F32;
+        j.planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
+        if (j.planes == 2) {
+            size_t need = 0;
+            for (uint32_t i = 0; i < j.count; i++) need += 2 * (size_t)n * j.rows[i];
+            if (need > f->y2_cap) {
+                float *y2 = realloc(f->y2, need * sizeof(float));
+                if (!y2) { /* out of memory: the exact f32 fallback needs no scratch */
+                    j.gemm = NULL;
+                    j.planes = 1;
+                } else {
+                    f->y2 = y2;
+                    f->y2_cap = need;
+                }
+            }
+            for (size_t i = 0, off = 0; j.planes == 2 && i < j.count; off += 2 * (size_t)n * j.rows[i], i++)
+                j.y2[i] = f->y2 + off;
+        }
+        const size_t rb = convert(f, j.gemm ? act : KIPP_ACT_F32, x, ldx, n, j.k);
+        j.x = rb ? (const void *)f->act : (const void *)x;
+        j.x_row_bytes = rb ? rb : ldx * sizeof(float);
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < j.count; i++) total += j.rows[i];
+        kipp_threadpool_for(f->tp, total, 16, mm_rows, &j);
+    }
+}
+
+static void matmul1(kipp_cpu_fwd *f, const kipp_gguf_tensor *w, float *y, size_t ldy,
+                    const float *x, size_t ldx, uint32_t n) {
+    matmul(f, 1, &w, &y, &ldy, x, ldx, n);
+}
+
+/* ---- per-token elementwise stages (parallel over tokens for big batches) -------------------- */
+
+typedef struct {
+    kipp_cpu_fwd *f;
+    const kipp_batch *b; /* NULL: recomputation (token t at position t) */
+    const kv_src *src;
+    const run_t *runs;
+    const uint32_t *run_of; /* [n] run index of each token (pool only) */
+    uint32_t layer;
+    const float *w; /* norm weights for norm_rows */
+    const float *in;
+    float *out;
+    uint32_t dim;
+} tok_job;
+
+static void par_tokens(kipp_cpu_fwd *f, uint32_t n, kipp_parallel_fn fn, tok_job *j) {
+    if (n >= PAR_MIN_TOKENS)
+        kipp_threadpool_for(f->tp, n, 1, fn, j);
+    else
+        fn(j, 0, n, 0);
+}
+
+static void norm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    for (uint64_t t = begin; t < end; t++)
+        rmsnorm(j->out + t * j->dim, j->in + t * j->dim, j->w, j->dim, j->f->m->hp.rms_eps);
+}
+
+/* q/k head norms, RoPE, and the K/V write of each token of the layer. */
+static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    kipp_cpu_fwd *f = j->f;
+    const uint32_t D = f->D, half = D / 2, l = j->layer;
+    const float eps = f->m->hp.rms_eps;
+    for (uint64_t t = begin; t < end; t++) {
+        const float *c = f->rcos + t * half, *s = f->rsin + t * half;
+        float *q = f->q + t * f->QD;
+        for (uint32_t h = 0; h < f->Nh; h++) {
+            rmsnorm(q + h * D, q + h * D, f->q_norm[l], D, eps);
+            rope_head(q + h * D, c, s, half);
+        }
+        float *k = f->kx + t * f->kv_dim;
+        for (uint32_t h = 0; h < f->Nkv; h++) {
+            rmsnorm(k + h * D, k + h * D, f->k_norm[l], D, eps);
+            rope_head(k + h * D, c, s, half);
+        }
+        const kipp_kv_seq *seq = j->run_of ? j->runs[j->run_of[t]].seq : NULL;
+        const uint32_t pos = j->b ? j->b->positions[t] : (uint32_t)t;
+        memcpy(kv_at(j->src, seq, l, pos, KIPP_KV_K, KIPP_KV_WRITE, f->kv_dim), k,
+               f->kv_dim * sizeof(float));
+        memcpy(kv_at(j->src, seq, l, pos, KIPP_KV_V, KIPP_KV_WRITE, f->kv_dim),
+               f->vx + t * f->kv_dim, f->kv_dim * sizeof(float));
+    }
+}
+
+/* out[t] += in[t] (residual), dim floats per row */
+static void add_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    for (uint64_t t = begin; t < end; t++) {
+        float *o = j->out + t * j->dim;
+        const float *a = j->in + t * j->dim;
+        for (uint32_t i = 0; i < j->dim; i++) o[i] += a[i];
+    }
+}
+
+static void swiglu_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    kipp_cpu_fwd *f = j->f;
+    for (uint64_t t = begin; t < end; t++) {
+        float *g = f->gate + t * f->F;
+        const float *u = f->up + t * f->F;
+        for (uint32_t i = 0; i < f->F; i++) g[i] = silu(g[i]) * u[i];
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+typedef struct {
+    kipp_cpu_fwd *f;
+    const kv_src *src;
+    const run_t *runs;
+    uint32_t n_runs;
+    uint32_t layer;
+    uint32_t n_items;
+    uint32_t *item_run, *item_t0; /* per item: run, first token offset in the run */
+    atomic_uint next;
+} att_job;
+
+static int scratch_fit(kipp_cpu_fwd *f, att_scratch *a, uint32_t n_kv) {
+    if (n_kv <= a->cap_kv) return 1;
+    uint32_t cap = a->cap_kv ? a->cap_kv : 64;
+    while (cap < n_kv) cap *= 2;
+    if (cap > f->n_ctx) cap = f->n_ctx > n_kv ? f->n_ctx : n_kv;
+    const size_t D = f->D, rows = (size_t)ATT_CHUNK * f->group;
+    float *kc = realloc(a->kc, (size_t)cap * D * sizeof(float));
+    if (kc) a->kc = kc;
+    float *vt = realloc(a->vt, (size_t)cap * D * sizeof(float));
+    if (vt) a->vt = vt;
+    float *sc = realloc(a->sc, rows * cap * sizeof(float));
+    if (sc) a->sc = sc;
+    if (!kc || !vt || !sc) return 0;
+    a->cap_kv = cap;
+    return 1;
+}
+
+static void gemm_f32(const kipp_cpu_fwd *f, const float *w, size_t w_row_bytes, uint64_t n_rows,
+                     const float *x, size_t x_row_bytes, uint64_t n_tok, float *y, size_t ldy,
+                     uint64_t k) {
+    if (f->k->f32.gemm)
+        f->k->f32.gemm(w, w_row_bytes, n_rows, x, x_row_bytes, n_tok, y, ldy, k);
+    else
+        kipp_cpu_gemm_dequant(KIPP_TYPE_F32, w, w_row_bytes, n_rows, x, x_row_bytes, n_tok, y, ldy, k);
+}
+
+static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
+                     uint32_t l, uint32_t h, uint32_t t0) {
+    const uint32_t D = f->D, G = f->group;
+    const uint32_t m = r->n - t0 < ATT_CHUNK ? r->n - t0 : ATT_CHUNK;
+    const uint32_t last = r->pos0 + t0 + m - 1, n_kv = last + 1;
+    const size_t ld = a->cap_kv; /* row stride of vt and sc */
+    /* gather K rows and V transposed for positions 0..last */
+    for (uint32_t t = 0; t < n_kv; t++) {
+        const float *kr = kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
+        const float *vr = kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
+        memcpy(a->kc + (size_t)t * D, kr, D * sizeof(float));
+        for (uint32_t d = 0; d < D; d++) a->vt[(size_t)d * ld + t] = vr[d];
+    }
+    /* query rows: token i of the chunk, head g of the group -> row i*G + g */
+    for (uint32_t i = 0; i < m; i++)
+        memcpy(a->qc + (size_t)i * G * D, f->q + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * G * D,
+               (size_t)G * D * sizeof(float));
+    const uint32_t rows = m * G;
+    gemm_f32(f, a->kc, D * sizeof(float), n_kv, a->qc, D * sizeof(float), rows, a->sc, ld, D);
+    const float scale = 1.0f / sqrtf((float)D);
+    for (uint32_t row = 0; row < rows; row++) {
+        float *s = a->sc + (size_t)row * ld;
+        const uint32_t valid = r->pos0 + t0 + row / G + 1; /* causal: positions 0..pos */
+        float mx = -INFINITY;
+        for (uint32_t t = 0; t < valid; t++) {
+            s[t] *= scale;
+            if (s[t] > mx) mx = s[t];
+        }
+        float sum = 0.0f;
+        for (uint32_t t = 0; t < valid; t++) {
+            s[t] = expf(s[t] - mx);
+            sum += s[t];
+        }
+        const float inv = 1.0f / sum;
+        for (uint32_t t = 0; t < valid; t++) s[t] *= inv;
+        for (uint32_t t = valid; t < n_kv; t++) s[t] = 0.0f;
+    }
+    gemm_f32(f, a->vt, ld * sizeof(float), D, a->sc, ld * sizeof(float), rows, a->oc, D, n_kv);
+    for (uint32_t i = 0; i < m; i++)
+        memcpy(f->att + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * G * D, a->oc + (size_t)i * G * D,
+               (size_t)G * D * sizeof(float));
+}
+
+static void att_worker(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)begin; (void)end;
+    att_job *j = ctx;
+    kipp_cpu_fwd *f = j->f;
+    att_scratch *a = &f->ts[ith];
+    const uint32_t total = j->n_items * f->Nkv;
+    for (;;) {
+        const uint32_t it = atomic_fetch_add(&j->next, 1u);
+        if (it >= total) break;
+        /* items in decreasing cost order: the last chunks of long runs first */
+        const uint32_t item = j->n_items - 1 - it / f->Nkv, h = it % f->Nkv;
+        const run_t *r = &j->runs[j->item_run[item]];
+        att_item(f, a, j->src, r, j->layer, h, j->item_t0[item]);
+    }
+}
+
+/* ---- scratch ------------------------------------------------------------------------------- */
+
+static void free_batch(kipp_cpu_fwd *f) {
+    free(f->x); free(f->xn); free(f->q); free(f->kx); free(f->vx); free(f->att);
+    free(f->proj); free(f->gate); free(f->up); free(f->rcos); free(f->rsin); free(f->act);
+    free(f->runs); free(f->wanted); free(f->xw);
+    f->x = f->xn = f->q = f->kx = f->vx = f->att = f->proj = f->gate = f->up = NULL;
+    f->rcos = f->rsin = f->xw = NULL;
+    f->act = NULL;
+    f->runs = NULL;
+    f->wanted = NULL;
+    f->cap = 0;
+}
+
+static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t err_len) {
+    if (n <= f->cap) return KIPP_OK;
+    free_batch(f);
+    const size_t N = n;
+    size_t max_in = f->H > f->F ? f->H : f->F;
+    if (f->QD > max_in) max_in = f->QD;
+    f->x = malloc(N * f->H * sizeof(float));
+    f->xn = malloc(N * f->H * sizeof(float));
+    f->q = malloc(N * f->QD * sizeof(float));
+    f->kx = malloc(N * f->kv_dim * sizeof(float));
+    f->vx = malloc(N * f->kv_dim * sizeof(float));
+    f->att = malloc(N * f->QD * sizeof(float));
+    f->proj = malloc(N * f->H * sizeof(float));
+    f->gate = malloc(N * f->F * sizeof(float));
+    f->up = malloc(N * f->F * sizeof(float));
+    f->rcos = malloc(N * (f->D / 2) * sizeof(float));
+    f->rsin = malloc(N * (f->D / 2) * sizeof(float));
+    /* the largest activation row: f32 of the widest input (other formats are smaller) */
+    f->act_cap = N * kipp_cpu_act_row_bytes(KIPP_ACT_F32, max_in);
+    f->act = malloc(f->act_cap);
+    f->runs = malloc(N * sizeof *f->runs);
+    f->wanted = malloc(N * sizeof *f->wanted);
+    f->xw = malloc(N * f->H * sizeof(float));
+    if (!f->x || !f->xn || !f->q || !f->kx || !f->vx || !f->att || !f->proj || !f->gate ||
+        !f->up || !f->rcos || !f->rsin || !f->act || !f->runs || !f->wanted || !f->xw) {
+        free_batch(f);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for a batch of %u tokens", n);
+    }
+    f->cap = n;
+    return KIPP_OK;
+}
+
+/* ---- the pass -------------------------------------------------------------------------------- */
+
+static void embed_rows(kipp_cpu_fwd *f, const int32_t *tokens, uint32_t n) {
+    const kipp_gguf_tensor *e = f->m->tok_embd;
+    const uint64_t rb = kipp_type_row_bytes(e->type, f->H);
+    for (uint32_t t = 0; t < n; t++)
+        kipp_dequantize_row(e->type, (const char *)e->data + (uint64_t)tokens[t] * rb,
+                            f->x + (size_t)t * f->H, f->H);
+}
+
+static void rope_tables(kipp_cpu_fwd *f, const uint32_t *positions, uint32_t n) {
+    const uint32_t half = f->D / 2;
+    for (uint32_t t = 0; t < n; t++) {
+        const double pos = positions ? positions[t] : t;
+        for (uint32_t i = 0; i < half; i++) {
+            const double theta = pos * f->inv_freq[i];
+            f->rcos[(size_t)t * half + i] = (float)cos(theta);
+            f->rsin[(size_t)t * half + i] = (float)sin(theta);
+        }
+    }
+}
+
+/* Runs all layers over the n tokens in f->x. runs/run_of describe the sequences (NULL for
+ * recomputation, where the private store holds one sequence at positions 0..n-1). */
+static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *src,
+                          const run_t *runs, uint32_t n_runs, const uint32_t *run_of, uint32_t n,
+                          char *err, size_t err_len) {
+    /* attention items: every run cut into chunks of ATT_CHUNK tokens */
+    uint32_t n_items = 0;
+    for (uint32_t r = 0; r < n_runs; r++) n_items += (runs[r].n + ATT_CHUNK - 1) / ATT_CHUNK;
+    uint32_t *item_run = malloc((size_t)n_items * sizeof *item_run);
+    uint32_t *item_t0 = malloc((size_t)n_items * sizeof *item_t0);
+    if (!item_run || !item_t0) {
+        free(item_run); free(item_t0);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for attention items");
+    }
+    uint32_t max_kv = 0;
+    for (uint32_t r = 0, it = 0; r < n_runs; r++) {
+        for (uint32_t t0 = 0; t0 < runs[r].n; t0 += ATT_CHUNK, it++) {
+            item_run[it] = r;
+            item_t0[it] = t0;
+        }
+        const uint32_t last = runs[r].pos0 + runs[r].n;
+        if (last > max_kv) max_kv = last;
+    }
+    /* sort items by cost (last position), cheapest first, so workers take the dear ones
+     * first (att_worker walks the list backwards); insertion sort: few items */
+    for (uint32_t i = 1; i < n_items; i++) {
+        const uint32_t rr = item_run[i], tt = item_t0[i];
+        const uint32_t key = runs[rr].pos0 + tt;
+        uint32_t j = i;
+        while (j > 0 && runs[item_run[j - 1]].pos0 + item_t0[j - 1] > key) {
+            item_run[j] = item_run[j - 1];
+            item_t0[j] = item_t0[j - 1];
+            j--;
+        }
+        item_run[j] = rr;
+        item_t0[j] = tt;
+    }
+    for (int i = 0; i < f->n_threads; i++) {
+        if (!scratch_fit(f, &f->ts[i], max_kv)) {
+            free(item_run); free(item_t0);
+            return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for attention over %u positions", max_kv);
+        }
+    }
+
+    tok_job tj = {.f = f, .b = b, .src = src, .runs = runs, .run_of = run_of};
+    for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
+        const kipp_layer_weights *w = &f->m->layers[l];
+        tj.layer = l;
+        /* attention block */
+        tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
+        par_tokens(f, n, norm_rows, &tj);
+        {
+            const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
+            float *ys[3] = {f->q, f->kx, f->vx};
+            const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
+            matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
+        }
+        par_tokens(f, n, qk_rows, &tj);
+        att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
+                      .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
+        atomic_init(&aj.next, 0u);
+        if (n_items * f->Nkv >= 2)
+            kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
+        else
+            att_worker(&aj, 0, 1, 0);
+        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n);
+        tj.in = f->proj; tj.out = f->x;
+        par_tokens(f, n, add_rows, &tj);
+        /* MLP block */
+        tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn;
+        par_tokens(f, n, norm_rows, &tj);
+        {
+            const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
+            float *ys[2] = {f->gate, f->up};
+            const size_t ld[2] = {f->F, f->F};
+            matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
+        }
+        par_tokens(f, n, swiglu_rows, &tj);
+        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n);
+        tj.in = f->proj; tj.out = f->x;
+        par_tokens(f, n, add_rows, &tj);
+    }
+    free(item_run);
+    free(item_t0);
+    return KIPP_OK;
+}
+
+/* Final norm + lm_head for the rows listed in f->wanted. */
+static void logits_rows(kipp_cpu_fwd *f, uint32_t n_wanted, float *logits) {
+    for (uint32_t i = 0; i < n_wanted; i++)
+        rmsnorm(f->xw + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm, f->H,
+                f->m->hp.rms_eps);
+    matmul1(f, f->m->output, logits, f->m->hp.n_vocab, f->xw, f->H, n_wanted);
+}
+
+kipp_status kipp_cpu_fwd_decode_batch(kipp_cpu_fwd *f, kipp_kv_pool *pool, const kipp_batch *b,
+                                      float *logits, char *err, size_t err_len) {
+    const uint32_t n = b->n;
+    if (n == 0) return KIPP_OK;
+    kipp_status st = ensure_batch(f, n, err, err_len);
+    if (st != KIPP_OK) return st;
+    uint32_t *run_of = malloc((size_t)n * sizeof *run_of);
+    if (!run_of) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory");
+    uint32_t n_runs = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        run_t *prev = n_runs ? &f->runs[n_runs - 1] : NULL;
+        if (prev && b->seq_ids[i] == b->seq_ids[prev->first] &&
+            b->positions[i] == prev->pos0 + prev->n) {
+            prev->n++;
+        } else {
+            f->runs[n_runs] = (run_t){.seq = kipp_kv_seq_get(pool, b->seq_ids[i]), .first = i, .n = 1,
+                                      .pos0 = b->positions[i]};
+            n_runs++;
+        }
+        run_of[i] = n_runs - 1;
+    }
+    embed_rows(f, b->tokens, n);
+    rope_tables(f, b->positions, n);
+    const kv_src src = {.pool = pool};
+    st = layers(f, b, &src, f->runs, n_runs, run_of, n, err, err_len);
+    free(run_of);
+    if (st != KIPP_OK) return st;
+    uint32_t n_wanted = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (b->want_logits[i]) f->wanted[n_wanted++] = i;
+    if (n_wanted) logits_rows(f, n_wanted, logits);
+    return KIPP_OK;
+}
+
+kipp_status kipp_cpu_fwd_nocache(kipp_cpu_fwd *f, const int32_t *tokens, uint32_t n,
+                                 float *logits, char *err, size_t err_len) {
+    if (n == 0) return KIPP_OK;
+    kipp_status st = ensure_batch(f, n, err, err_len);
+    if (st != KIPP_OK) return st;
+    /* all layers' attention reads the current layer only: one layer of private K/V */
+    kv_src src = {.pool = NULL};
+    src.priv_k = malloc((size_t)n * f->kv_dim * sizeof(float));
+    src.priv_v = malloc((size_t)n * f->kv_dim * sizeof(float));
+    if (!src.priv_k || !src.priv_v) {
+        free(src.priv_k); free(src.priv_v);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory for %u tokens", n);
+    }
+    embed_rows(f, tokens, n);
+    rope_tables(f, NULL, n);
+    f->runs[0] = (run_t){.seq = NULL, .first = 0, .n = n, .pos0 = 0};
+    st = layers(f, NULL, &src, f->runs, 1, NULL, n, err, err_len);
+    free(src.priv_k); free(src.priv_v);
+    if (st != KIPP_OK) return st;
+    if (logits) {
+        f->wanted[0] = n - 1;
+        logits_rows(f, 1, logits);
+    }
+    return KIPP_OK;
+}
+
+/* ---- init / free --------------------------------------------------------------------------- */
+
+static float *dequant_all(const kipp_gguf_tensor *t) {
+    float *o = malloc((size_t)t->n_elems * sizeof(float));
+    if (o) kipp_dequantize_row(t->type, t->data, o, (uint64_t)t->n_elems);
+    return o;
+}
+
+void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
+    if (!f) return;
+    const uint32_t L = f->m->hp.n_layer;
+    for (uint32_t l = 0; l < L; l++) {
+        if (f->attn_norm) free(f->attn_norm[l]);
+        if (f->ffn_norm) free(f->ffn_norm[l]);
+        if (f->q_norm) free(f->q_norm[l]);
+        if (f->k_norm) free(f->k_norm[l]);
+    }
+    free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
+    free(f->inv_freq);
+    free(f->y2);
+    free_batch(f);
+    if (f->ts) {
+        for (int i = 0; i < f->n_threads; i++) {
+            free(f->ts[i].kc); free(f->ts[i].vt); free(f->ts[i].qc); free(f->ts[i].sc);
+            free(f->ts[i].oc);
+        }
+        free(f->ts);
+    }
+    free(f);
+}
+
+kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, const kipp_cpu_kernels *k,
+                              kipp_threadpool *tp, kipp_cpu_fwd **out, char *err,
+                              size_t err_len) {
+    *out = NULL;
+    const kipp_model_info *hp = &m->hp;
+    kipp_cpu_fwd *f = calloc(1, sizeof *f);
+    if (!f) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory");
+    f->m = m;
+    f->k = k;
+    f->tp = tp;
+    f->n_threads = kipp_threadpool_n_threads(tp);
+    f->n_ctx = n_ctx;
+    f->H = hp->n_embd;
+    f->F = hp->n_ff;
+    f->D = hp->head_dim;
+    f->Nh = hp->n_head;
+    f->Nkv = hp->n_head_kv;
+    f->QD = f->Nh * f->D;
+    f->kv_dim = f->Nkv * f->D;
+    f->group = f->Nh / f->Nkv;
+    const uint32_t L = hp->n_layer;
+    f->attn_norm = calloc(L, sizeof(float *));
+    f->ffn_norm = calloc(L, sizeof(float *));
+    f->q_norm = calloc(L, sizeof(float *));
+    f->k_norm = calloc(L, sizeof(float *));
+    f->inv_freq = malloc((f->D / 2) * sizeof(double));
+    f->ts = calloc((size_t)f->n_threads, sizeof *f->ts);
+    int ok = f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->inv_freq && f->ts;
+    for (uint32_t l = 0; ok && l < L; l++) {
+        f->attn_norm[l] = dequant_all(m->layers[l].attn_norm);
+        f->ffn_norm[l] = dequant_all(m->layers[l].ffn_norm);
+        f->q_norm[l] = dequant_all(m->layers[l].q_norm);
+        f->k_norm[l] = dequant_all(m->layers[l].k_norm);
+        ok = f->attn_norm[l] && f->ffn_norm[l] && f->q_norm[l] && f->k_norm[l];
+    }
+    if (ok) ok = (f->out_norm = dequant_all(m->output_norm)) != NULL;
+    for (int i = 0; ok && i < f->n_threads; i++) {
+        f->ts[i].qc = malloc((size_t)ATT_CHUNK * f->group * f->D * sizeof(float));
+        f->ts[i].oc = malloc((size_t)ATT_CHUNK * f->group * f->D * sizeof(float));
+        ok = f->ts[i].qc && f->ts[i].oc;
+    }
+    if (!ok) {
+        kipp_cpu_fwd_free(f);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for model scratch");
+    }
+    for (uint32_t i = 0; i < f->D / 2; i++)
+        f->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / (double)f->D);
+    *out = f;
+    return KIPP_OK;
+}

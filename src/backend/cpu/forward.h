@@ -1,0 +1,25 @@
+/* forward.h — the cpu backend's batched Qwen3 forward pass (forward.c): layer-major over all
+ * tokens of a batch, every weight matrix read once per batch through the kernel table's gemm,
+ * attention over the paged KV cache tiled per (sequence run, KV head), work split over the
+ * thread pool. Numerics differ from cpu-ref only by accumulation order and the kernels'
+ * activation formats (bf16 / 8-bit blocks); the gate bounds the difference. */
+#ifndef KIPP_CPU_FORWARD_H
+#define KIPP_CPU_FORWARD_H
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "core/threadpool.h"
+
+typedef struct kipp_cpu_fwd kipp_cpu_fwd;
+
+kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, const kipp_cpu_kernels *k,
+                              kipp_threadpool *pool, kipp_cpu_fwd **out, char *err,
+                              size_t err_len);
+void kipp_cpu_fwd_free(kipp_cpu_fwd *f);
+/* The decode_batch / forward_nocache contracts of backend.h. */
+kipp_status kipp_cpu_fwd_decode_batch(kipp_cpu_fwd *f, kipp_kv_pool *pool, const kipp_batch *b,
+                                      float *logits, char *err, size_t err_len);
+kipp_status kipp_cpu_fwd_nocache(kipp_cpu_fwd *f, const int32_t *tokens, uint32_t n,
+                                 float *logits, char *err, size_t err_len);
+
+#endif
