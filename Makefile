@@ -28,19 +28,21 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu neon-check help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu neon-check random-model help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models
 
 all: cpu
 
 help:
-	@echo "make cpu            build build/kipp (scalar CPU reference CLI) and build/kipp_test"
+	@echo "make cpu            build build/kipp (CLI: cpu-ref and cpu backends) and build/kipp_test"
 	@echo "make demo           build, create + convert the tiny checkpoint, generate text"
 	@echo "make test           unit, fuzz-corpus, tooling, docs and tiny-checkpoint model gates"
 	@echo "make test-sanitize  the same under ASan + UBSan"
 	@echo "make test-cpu-model CHECKPOINT=name   CPU model gates for one checkpoint"
 	@echo "make docs / docs-check   regenerate / verify docs/html from docs/*.md"
 	@echo "make vectors CHECKPOINT=name          regenerate golden vectors (needs torch)"
+	@echo "make random-model SHAPE=4b TYPE=q4_k_m   random-weight GGUF of a real Qwen3 shape"
+	@echo "make neon-check     cross-compile the arm64 NEON kernels (also in make test)"
 	@echo "make fuzz           run the GGUF fuzzer for FUZZ_SECONDS (default 60)"
 
 cpu: $(BUILD)/kipp $(BUILD)/kipp_test
@@ -85,7 +87,9 @@ $(BUILD)/kipp-kvbench: $(BUILD)/obj/bench/kv_bench.o $(BUILD)/libkipp.a
 $(BUILD)/kipp-kernbench: $(BUILD)/obj/bench/kernel_bench.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# memory read bandwidth (tools/bench.py records it next to decode's effective GB/s)
+# memory read bandwidth (tools/bench.py records it next to decode's effective GB/s); a
+# probe built for and run on this machine, so it may use every vector unit it has
+$(BUILD)/obj/bench/membw.o: CFLAGS += -march=native
 $(BUILD)/kipp-membw: $(BUILD)/obj/bench/membw.o
 	$(CC) $(CFLAGS) -o $@ $^ -pthread
 
@@ -137,6 +141,17 @@ models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/config.json tools/convert_to_gguf.p
 	$$(PYTHON) tools/convert_to_gguf.py models/$(1) --outtype $(2)
 endef
 $(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+
+# ---- random-weight models of the real Qwen3 shapes (benchmarks, test-cpu-model) ----------
+models/random/qwen3-%-bf16.gguf: tools/make_random_model.py tools/kipp_quants.py
+	@mkdir -p models/random
+	$(PYTHON) tools/make_random_model.py --shape $* --type bf16 --output $@
+define random_quant_rule
+models/random/qwen3-%-$(1).gguf: models/random/qwen3-%-bf16.gguf tools/quantize.py tools/kipp_quants.py
+	$$(PYTHON) tools/quantize.py $$< $$@ --type $(1)
+endef
+$(foreach q,q8_0 q4_0 q4_k_m q6_k,$(eval $(call random_quant_rule,$(q))))
+random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
 
 tiny-models: deps $(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,models/$(t)/kipp-$(t)-$(q).gguf))
 

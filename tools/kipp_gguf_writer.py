@@ -11,7 +11,8 @@ so a multi-gigabyte model never has to be held in memory at once.
 
 What it does not do: quantize or convert data (the caller passes final bytes),
 write big-endian files, write nested arrays (llama.cpp rejects them), or split
-a model into several GGUF shards.
+a model into several GGUF shards. (Encoders for the block types live in
+kipp_quants.py.)
 
 Layout reference: the project's qwen3-gguf-reference.md, §1 and §5.1.
 """
@@ -207,6 +208,16 @@ class GGUFWriter:
         """Adds a flat array whose elements all have type `elem_type`."""
         self._add_raw(key, ValueType.ARRAY, _encode_array(ValueType(elem_type), values))
 
+    def add_raw_value(self, key: str, vtype: ValueType, payload: bytes) -> None:
+        """Adds a value whose encoding is already known: `payload` is the bytes that
+        follow the type id in a GGUF KV record (for arrays: element type, count and
+        elements). Used to copy records verbatim from another GGUF file."""
+        vtype = ValueType(vtype)
+        if vtype == ValueType.ARRAY and len(payload) >= 4 and \
+                struct.unpack_from("<i", payload)[0] == ValueType.ARRAY:
+            raise GGUFWriteError("nested arrays are not supported (llama.cpp rejects them)")
+        self._add_raw(key, vtype, bytes(payload))
+
     def add_string(self, key: str, value: str) -> None:
         self.add_value(key, ValueType.STRING, value)
 
@@ -276,9 +287,11 @@ class GGUFWriter:
     def write(self, path_or_file, tensor_data: Callable[[TensorInfo], bytes | memoryview]
               | None = None, progress: Callable[[Iterable[TensorInfo]], Iterable[TensorInfo]] | None = None) -> None:
         """Writes the file. `tensor_data(info)` returns each tensor's final bytes
-        (anything supporting the buffer protocol, e.g. a numpy array); it is
-        called once per tensor, in registration order. `progress` optionally
-        wraps the tensor iteration (e.g. tqdm)."""
+        (anything supporting the buffer protocol, e.g. a numpy array), or an
+        iterable of such buffers whose concatenation is the tensor (so a large
+        tensor can be produced and written in pieces); it is called once per
+        tensor, in registration order. `progress` optionally wraps the tensor
+        iteration (e.g. tqdm)."""
         if self.tensors and tensor_data is None:
             raise GGUFWriteError("tensors were registered but no tensor_data callback was given")
         if hasattr(path_or_file, "write"):
@@ -296,12 +309,22 @@ class GGUFWriter:
         for t in items:
             if written != t.offset:  # cannot happen unless tensors were mutated
                 raise GGUFWriteError(f"internal layout error at tensor {t.name!r}")
-            data = memoryview(tensor_data(t)).cast("B")
-            if data.nbytes != t.nbytes:
+            data = tensor_data(t)
+            try:
+                parts: Iterable = (memoryview(data),)
+            except TypeError:  # not a buffer: an iterable of buffers, the tensor in pieces
+                parts = data
+            got = 0
+            for part in parts:
+                part = memoryview(part).cast("B")
+                got += part.nbytes
+                if got > t.nbytes:
+                    break
+                f.write(part)
+            if got != t.nbytes:
                 raise GGUFWriteError(
-                    f"tensor {t.name!r}: got {data.nbytes} bytes, expected {t.nbytes} "
-                    f"({t.ggml_type.name}, ne={list(t.ne)})")
-            f.write(data)
+                    f"tensor {t.name!r}: got {'more than ' if got > t.nbytes else ''}{got} bytes, "
+                    f"expected {t.nbytes} ({t.ggml_type.name}, ne={list(t.ne)})")
             pad = _pad_len(t.nbytes, self.alignment)
             f.write(b"\0" * pad)
             written += t.nbytes + pad

@@ -426,10 +426,64 @@ static void gemm_f32(const kipp_cpu_fwd *f, const float *w, size_t w_row_bytes, 
         kipp_cpu_gemm_dequant(KIPP_TYPE_F32, w, w_row_bytes, n_rows, x, x_row_bytes, n_tok, y, ldy, k);
 }
 
+/* Causal softmax of rows x n_kv scores in place (ld apart); query row q sees positions
+ * 0..pos0 + q / G. Positions past that get probability 0. */
+static void softmax_rows(float *sc, size_t ld, uint32_t rows, uint32_t n_kv, uint32_t pos0,
+                         uint32_t G, float scale) {
+    for (uint32_t row = 0; row < rows; row++) {
+        float *s = sc + (size_t)row * ld;
+        const uint32_t valid = pos0 + row / G + 1;
+        float mx = -INFINITY;
+        for (uint32_t t = 0; t < valid; t++) {
+            s[t] *= scale;
+            if (s[t] > mx) mx = s[t];
+        }
+        float sum = 0.0f;
+        for (uint32_t t = 0; t < valid; t++) {
+            s[t] = expf(s[t] - mx);
+            sum += s[t];
+        }
+        const float inv = 1.0f / sum;
+        for (uint32_t t = 0; t < valid; t++) s[t] *= inv;
+        for (uint32_t t = valid; t < n_kv; t++) s[t] = 0.0f;
+    }
+}
+
+/* A single query token (decode): no gathering. Scores come from the f32 gemm straight over
+ * each KV block's K rows when kipp_kv_row() gives them contiguously (slots of one block are
+ * kv_dim floats apart), row by row otherwise; the output accumulates p * V row by row. */
+static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
+                       uint32_t l, uint32_t h, uint32_t tok) {
+    const uint32_t D = f->D, G = f->group, n_kv = r->pos0 + 1;
+    const size_t ld = a->cap_kv, kvd = f->kv_dim;
+    const float *q = f->q + (size_t)tok * f->QD + (size_t)h * G * D; /* G heads, adjacent */
+    uint32_t t = 0;
+    while (t < n_kv) {
+        const float *k0 = kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim);
+        uint32_t e = t + 1;
+        while (e < n_kv && kv_at(src, r->seq, l, e, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) == k0 + (e - t) * kvd)
+            e++;
+        gemm_f32(f, k0 + (size_t)h * D, kvd * sizeof(float), e - t, q, D * sizeof(float), G,
+                 a->sc + t, ld, D);
+        t = e;
+    }
+    softmax_rows(a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
+    float *o = f->att + (size_t)tok * f->QD + (size_t)h * G * D;
+    memset(o, 0, (size_t)G * D * sizeof(float));
+    for (t = 0; t < n_kv; t++) {
+        const float *v = kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
+        for (uint32_t g = 0; g < G; g++) f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + t], v, D);
+    }
+}
+
 static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
                      uint32_t l, uint32_t h, uint32_t t0) {
     const uint32_t D = f->D, G = f->group;
     const uint32_t m = r->n - t0 < ATT_CHUNK ? r->n - t0 : ATT_CHUNK;
+    if (m == 1 && r->n == 1) {
+        att_single(f, a, src, r, l, h, r->first);
+        return;
+    }
     const uint32_t last = r->pos0 + t0 + m - 1, n_kv = last + 1;
     const size_t ld = a->cap_kv; /* row stride of vt and sc */
     /* gather K rows and V transposed for positions 0..last */
@@ -445,24 +499,7 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
                (size_t)G * D * sizeof(float));
     const uint32_t rows = m * G;
     gemm_f32(f, a->kc, D * sizeof(float), n_kv, a->qc, D * sizeof(float), rows, a->sc, ld, D);
-    const float scale = 1.0f / sqrtf((float)D);
-    for (uint32_t row = 0; row < rows; row++) {
-        float *s = a->sc + (size_t)row * ld;
-        const uint32_t valid = r->pos0 + t0 + row / G + 1; /* causal: positions 0..pos */
-        float mx = -INFINITY;
-        for (uint32_t t = 0; t < valid; t++) {
-            s[t] *= scale;
-            if (s[t] > mx) mx = s[t];
-        }
-        float sum = 0.0f;
-        for (uint32_t t = 0; t < valid; t++) {
-            s[t] = expf(s[t] - mx);
-            sum += s[t];
-        }
-        const float inv = 1.0f / sum;
-        for (uint32_t t = 0; t < valid; t++) s[t] *= inv;
-        for (uint32_t t = valid; t < n_kv; t++) s[t] = 0.0f;
-    }
+    softmax_rows(a->sc, ld, rows, n_kv, r->pos0 + t0, G, 1.0f / sqrtf((float)D));
     gemm_f32(f, a->vt, ld * sizeof(float), D, a->sc, ld * sizeof(float), rows, a->oc, D, n_kv);
     for (uint32_t i = 0; i < m; i++)
         memcpy(f->att + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * G * D, a->oc + (size_t)i * G * D,

@@ -181,9 +181,12 @@ INLINE void ftile(int wt, int R, int T, const char *w, size_t wrb, const char *x
     __m512 acc[FR][FT];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     uint64_t i = 0;
+    const size_t es = wt == W_F32 ? 4 : 2;
     for (; i + 16 <= k; i += 16) {
         __m512 xv[FT];
         UNROLL for (int t = 0; t < T; t++) xv[t] = _mm512_loadu_ps((const float *)(x + t * xrb) + i);
+        /* decode streams the weights from memory: fetch the next tile's rows ahead */
+        if (T <= 2) UNROLL for (int r = 0; r < R; r++) _mm_prefetch(w + (R + r) * wrb + i * es + 256, _MM_HINT_T0);
         UNROLL for (int r = 0; r < R; r++) {
             const __m512 wv = fload(wt, w + r * wrb, i, 0xffff, 1);
             UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Quantizes an f32/f16/bf16 GGUF to Q8_0, Q4_0, Q4_K_M or Q6_K (a small llama-quantize).
+
+What it does: copies every metadata record verbatim (except general.file_type, which is
+set to the llama ftype of the output: Q8_0 7, Q4_0 2, Q4_K_M 15, Q6_K 18) and converts
+the tensors one at a time, in chunks of rows, on all cores, streaming them to disk; the
+input is memory-mapped, so memory stays at a few hundred MB whatever the model size.
+Tensor types follow llama.cpp's llama_tensor_get_type for these ftypes (reference
+§3.3):
+  * 1-D tensors (norms) are copied unchanged (the converter stores them F32);
+  * every 2-D weight gets the base type (Q8_0, Q4_0, Q4_K or Q6_K), except
+  * output.weight, or token_embd.weight when there is no output.weight (tied), which
+    gets Q6_K (Q8_0 stays Q8_0);
+  * Q4_K_M: blk.i.attn_v.weight and blk.i.ffn_down.weight get Q6_K in the
+    "use more bits" layers: i < L/8, i >= 7L/8, or (i - L/8) % 3 == 2 (integer division);
+  * a row length that is not a multiple of the type's block (256 for K-quants, 32 for
+    Q4_0/Q8_0) falls back to Q8_0 if it is a multiple of 32, else to the input type.
+Block encoders: tools/kipp_quants.py (Q8_0/Q4_0 bit-exact with ggml's reference
+quantizers; Q4_K/Q6_K with ggml's layouts and a shorter scale search).
+
+What it does not do: importance matrices, other ftypes, requantizing an already
+quantized file, or --pure / per-tensor overrides.
+
+Usage: tools/quantize.py INPUT.gguf OUTPUT.gguf --type {q8_0,q4_0,q4_k_m,q6_k}
+           [--threads N] [--no-progress]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import mmap
+import os
+import re
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kipp_quants as kq  # noqa: E402
+from kipp_gguf_writer import (_SCALAR_FMT, DEFAULT_ALIGNMENT, GGML_BLOCK, GGMLType,  # noqa: E402
+                              GGUFWriter, GGUFWriteError, TensorInfo, ValueType)
+
+# --type -> (base ggml type, llama ftype for general.file_type)
+FTYPES = {
+    "q8_0": (GGMLType.Q8_0, 7),
+    "q4_0": (GGMLType.Q4_0, 2),
+    "q4_k_m": (GGMLType.Q4_K, 15),
+    "q6_k": (GGMLType.Q6_K, 18),
+}
+INPUT_TYPES = {GGMLType.F32: np.dtype("<f4"), GGMLType.F16: np.dtype("<f2"), GGMLType.BF16: np.dtype("<u2")}
+CHUNK_VALUES = 1 << 22  # values per work item (rounded to whole rows)
+
+_SCALAR_SIZE = {ValueType.UINT8: 1, ValueType.INT8: 1, ValueType.UINT16: 2, ValueType.INT16: 2,
+                ValueType.UINT32: 4, ValueType.INT32: 4, ValueType.FLOAT32: 4, ValueType.BOOL: 1,
+                ValueType.UINT64: 8, ValueType.INT64: 8, ValueType.FLOAT64: 8}
+
+
+class QuantizeError(Exception):
+    """A user-facing, one-line error."""
+
+
+# ---------------------------------------------------------------------------
+# Input: a minimal GGUF v2/v3 layout reader (records are kept as raw bytes)
+
+
+@dataclass
+class SrcTensor:
+    name: str
+    ne: tuple[int, ...]   # ggml order
+    type_id: int
+    offset: int           # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def torch_shape(self) -> tuple[int, ...]:
+        return tuple(reversed(self.ne))
+
+
+@dataclass
+class SrcModel:
+    path: Path
+    kv: list[tuple[str, ValueType, bytes]]   # key, type, raw payload after the type id
+    tensors: list[SrcTensor]
+    alignment: int
+
+    def value(self, key: str):
+        """Decoded scalar value of `key` (None if absent or not a scalar/string)."""
+        for k, vtype, payload in self.kv:
+            if k == key:
+                if vtype == ValueType.STRING:
+                    return payload[8:].decode("utf-8", "replace")
+                if vtype in _SCALAR_FMT:
+                    return struct.unpack_from(_SCALAR_FMT[vtype], payload)[0]
+                return None
+        return None
+
+
+def read_model(path: Path) -> SrcModel:
+    path = Path(path)
+    if not path.exists():
+        raise QuantizeError(f"missing input file: {path}")
+    if not path.is_file():
+        raise QuantizeError(f"input is not a regular file: {path}")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise QuantizeError(f"not a GGUF file (bad magic): {path}")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _parse(mm, path, size)
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
+        raise QuantizeError(f"malformed GGUF header in {path}: {exc}") from None
+    finally:
+        mm.close()
+
+
+def _parse(mm, path: Path, size: int) -> SrcModel:
+    pos = 4
+
+    def take(fmt):
+        nonlocal pos
+        vals = struct.unpack_from(fmt, mm, pos)
+        pos += struct.calcsize(fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    def skip_string():
+        nonlocal pos
+        (n,) = struct.unpack_from("<Q", mm, pos)
+        if pos + 8 + n > size:
+            raise ValueError("string runs past the end of the file")
+        pos += 8 + n
+
+    def read_string() -> str:
+        start = pos
+        skip_string()
+        return bytes(mm[start + 8:pos]).decode("utf-8")
+
+    version = take("<I")
+    if version not in (2, 3):
+        raise QuantizeError(f"unsupported GGUF version {version} in {path} (2 or 3 expected)")
+    n_tensors, n_kv = take("<QQ")
+    if n_tensors > size or n_kv > size:
+        raise ValueError("tensor/KV counts exceed the file size")
+    kv = []
+    for _ in range(n_kv):
+        key = read_string()
+        vtype = ValueType(take("<i"))
+        start = pos
+        if vtype == ValueType.STRING:
+            skip_string()
+        elif vtype == ValueType.ARRAY:
+            etype = ValueType(take("<i"))
+            count = take("<Q")
+            if etype == ValueType.STRING:
+                for _ in range(count):
+                    skip_string()
+            elif etype in _SCALAR_SIZE:
+                pos += count * _SCALAR_SIZE[etype]
+            else:
+                raise ValueError(f"array of {etype.name} in key {key!r}")
+        else:
+            pos += _SCALAR_SIZE[vtype]
+        if pos > size:
+            raise ValueError(f"key {key!r} runs past the end of the file")
+        kv.append((key, vtype, bytes(mm[start:pos])))
+    infos = []
+    for _ in range(n_tensors):
+        name = read_string()
+        n_dims = take("<I")
+        if not 1 <= n_dims <= 4:
+            raise ValueError(f"tensor {name!r} has {n_dims} dims")
+        ne = tuple(struct.unpack_from(f"<{n_dims}Q", mm, pos))
+        pos += 8 * n_dims
+        type_id, offset = take("<iQ")
+        infos.append((name, ne, type_id, offset))
+    model = SrcModel(path, kv, [], DEFAULT_ALIGNMENT)
+    align = model.value("general.alignment")
+    if align is not None:
+        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+            raise ValueError(f"general.alignment {align!r} is not a power of two")
+        model.alignment = align
+    data_start = pos + (-pos % model.alignment)
+    for name, ne, type_id, offset in infos:
+        try:
+            gtype = GGMLType(type_id)
+            n_el, n_b = GGML_BLOCK[gtype]
+        except (ValueError, KeyError):
+            raise QuantizeError(f"tensor {name!r} in {path} has a ggml type ({type_id}) this tool does not "
+                                "know") from None
+        count = 1
+        for d in ne:
+            count *= d
+        if ne[0] % n_el:
+            raise ValueError(f"tensor {name!r}: ne[0]={ne[0]} is not a multiple of its block size")
+        nbytes = count // n_el * n_b
+        if data_start + offset + nbytes > size:
+            raise ValueError(f"tensor {name!r} runs past the end of the file (truncated?)")
+        model.tensors.append(SrcTensor(name, ne, type_id, data_start + offset, nbytes))
+    return model
+
+
+# ---------------------------------------------------------------------------
+# The type mix
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama.cpp's rule for the Q4_K_M / Q5_K_M 'more bits' layers."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
+
+
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.(attn_v|ffn_down)\.weight$")
+
+
+def target_type(name: str, torch_shape: tuple[int, ...], in_type: GGMLType, qtype: str, n_layers: int,
+                has_output: bool) -> GGMLType:
+    """The type llama-quantize would give this tensor (see the module docstring)."""
+    base, _ = FTYPES[qtype]
+    if len(torch_shape) < 2 or not name.endswith(".weight") or name.endswith("_norm.weight"):
+        return in_type
+    new = base
+    if name == "output.weight" or (name == "token_embd.weight" and not has_output):
+        if new != GGMLType.Q8_0:
+            new = GGMLType.Q6_K
+    elif qtype == "q4_k_m":
+        m = _LAYER_RE.match(name)
+        if m and use_more_bits(int(m.group(1)), n_layers):
+            new = GGMLType.Q6_K
+    row = torch_shape[-1]
+    if row % GGML_BLOCK[new][0]:
+        new = GGMLType.Q8_0 if row % 32 == 0 else in_type
+    return new
+
+
+def plan(model: SrcModel, qtype: str) -> list[tuple[SrcTensor, GGMLType]]:
+    if qtype not in FTYPES:
+        raise QuantizeError(f"unsupported --type {qtype!r} (choose from {', '.join(FTYPES)})")
+    arch = model.value("general.architecture")
+    n_layers = model.value(f"{arch}.block_count") if isinstance(arch, str) else None
+    if not isinstance(n_layers, int):  # fall back to counting blocks
+        ids = [int(m.group(1)) for t in model.tensors if (m := re.match(r"^blk\.(\d+)\.", t.name))]
+        n_layers = max(ids) + 1 if ids else 0
+    names = {t.name for t in model.tensors}
+    out = []
+    for t in model.tensors:
+        in_type = GGMLType(t.type_id)
+        if in_type not in INPUT_TYPES and len(t.ne) >= 2:
+            raise QuantizeError(f"input must be an f32/f16/bf16 GGUF, but tensor {t.name!r} is "
+                                f"{in_type.name}")
+        out.append((t, target_type(t.name, t.torch_shape, in_type, qtype, n_layers, "output.weight" in names)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Conversion
+
+
+def _to_f32(raw: np.ndarray, in_type: GGMLType) -> np.ndarray:
+    if in_type == GGMLType.BF16:
+        return kq.bf16_to_f32(raw)
+    return raw.astype(np.float32)
+
+
+def quantize_file(src: Path, dst: Path, qtype: str, progress: bool = True, threads: int | None = None) -> Path:
+    src, dst = Path(src), Path(dst)
+    model = read_model(src)
+    tensor_plan = plan(model, qtype)
+    if not dst.parent.is_dir():
+        raise QuantizeError(f"missing output directory: {dst.parent}")
+    if dst.exists() and dst.resolve() == src.resolve():
+        raise QuantizeError("output would overwrite the input")
+    _, ftype = FTYPES[qtype]
+    w = GGUFWriter(alignment=model.alignment)
+    have_ftype = False
+    for key, vtype, payload in model.kv:
+        if key == "general.alignment":
+            continue  # the writer adds it for a non-default alignment
+        if key == "general.file_type":
+            w.add_uint32(key, ftype)
+            have_ftype = True
+        else:
+            w.add_raw_value(key, vtype, payload)
+    if not have_ftype:
+        w.add_uint32("general.file_type", ftype)
+    src_of: dict[str, SrcTensor] = {}
+    for t, gtype in tensor_plan:
+        w.add_tensor_info(t.name, t.torch_shape, gtype)
+        src_of[t.name] = t
+
+    threads = threads or os.cpu_count() or 1
+    pool = cf.ThreadPoolExecutor(max_workers=threads)
+    total = sum(t.nbytes for t in w.tensors)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dst.name,
+                   file=sys.stderr, leave=False)
+    f_in = open(src, "rb")
+    mm = mmap.mmap(f_in.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def tensor_data(info: TensorInfo):
+        t = src_of[info.name]
+        in_type = GGMLType(t.type_id)
+        raw = np.frombuffer(mm, dtype=np.uint8, count=t.nbytes, offset=t.offset)
+        if info.ggml_type == in_type:  # copied unchanged
+            if bar is not None:
+                bar.update(t.nbytes)
+            yield raw
+            return
+        row = t.ne[0]
+        n_rows = t.nbytes // (row * INPUT_TYPES[in_type].itemsize)
+        vals = raw.view(INPUT_TYPES[in_type]).reshape(n_rows, row)
+        step = max(1, CHUNK_VALUES // row)
+
+        def job(r0):
+            return kq.encode(_to_f32(vals[r0:r0 + step], in_type), info.ggml_type)
+
+        pending: list[cf.Future] = []
+        for r0 in range(0, n_rows, step):
+            pending.append(pool.submit(job, r0))
+            if len(pending) >= 2 * threads:
+                out = pending.pop(0).result()
+                if bar is not None:
+                    bar.update(out.nbytes)
+                yield out
+        for fut in pending:
+            out = fut.result()
+            if bar is not None:
+                bar.update(out.nbytes)
+            yield out
+
+    tmp = dst.with_name(dst.name + ".tmp")
+    try:
+        w.write(tmp, tensor_data)
+        os.replace(tmp, dst)
+    finally:
+        pool.shutdown(cancel_futures=True)
+        if bar is not None:
+            bar.close()
+        if tmp.exists():
+            tmp.unlink()
+        del tensor_data
+        try:
+            mm.close()
+        except BufferError:  # a numpy view is still alive somewhere; the OS frees it at exit
+            pass
+        f_in.close()
+    return dst
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("input", type=Path, help="f32/f16/bf16 GGUF")
+    ap.add_argument("output", type=Path, help="output GGUF")
+    ap.add_argument("--type", required=True, dest="qtype", help="q8_0, q4_0, q4_k_m or q6_k")
+    ap.add_argument("--threads", type=int, help="worker threads (default: all cores)")
+    ap.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    try:
+        if args.qtype not in FTYPES:
+            raise QuantizeError(f"unsupported --type {args.qtype!r} (choose from {', '.join(FTYPES)})")
+        out = quantize_file(args.input, args.output, args.qtype, progress=not args.no_progress,
+                            threads=args.threads)
+    except (QuantizeError, GGUFWriteError) as exc:
+        print(f"quantize: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"quantize: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return 1
+    print(f"wrote {out} ({out.stat().st_size:,} bytes, {args.qtype}, {time.time() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
