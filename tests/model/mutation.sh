@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mutation.sh — proves the model gates can fail: each case copies the source tree, plants
 # one deliberate bug in the cpu-ref forward pass, the KV addressing function (kipp_kv_row
-# in src/kv/kv.h) or the pool's copy-on-write, rebuilds kipp_test in the copy, and
+# in src/kv/kv.h), the pool's copy-on-write or the optimized cpu backend (whose gate is
+# --cpu-vs-ref against cpu-ref), rebuilds kipp_test in the copy, and
 # requires the named gate to FAIL on the tiny checkpoint. A mutation the gates do not
 # catch is a test failure. Production sources are never modified.
 set -u
@@ -10,11 +11,13 @@ M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 V=tests/test-vectors/tiny-untied
 pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-CPU=src/backend/cpu_ref/qwen3_forward.c  # the layer code cpu-ref (and cpu) run
+CPU=src/backend/cpu_ref/qwen3_forward.c  # the layer code cpu-ref runs
+FWD=src/backend/cpu/forward.c            # the cpu backend's batched pass
 KV=src/kv/kv.h
 KVC=src/kv/kv.c
 
 # name | gate flag | file | sed expression (with '#' delimiters) applied to that file
+#   [| GGUF type of the tiny-untied file to gate, default bf16]
 cases=(
   "rope sign|--model|$CPU|s#h\[i\] = a \* s->rope_cos\[i\] - b#h[i] = a * s->rope_cos[i] + b#"
   "attention scale 1/D|--model|$CPU|s#1.0f / sqrtf((float)D)#1.0f / (float)D#"
@@ -24,9 +27,14 @@ cases=(
   "KV layer aliasing|--phase2-model|$KV|s#((size_t)layer \* pool->block_size + slot)#((size_t)0 * layer * pool->block_size + slot)#"
   "KV block table ignored|--paged-cpu|$KV|s#uint32_t block = s->blocks\[lblock\];#uint32_t block = lblock;#"
   "KV copy-on-write skipped|--pooled-cpu|$KVC|s#    return pool->refs\[b\] > 1 ? b : UINT32_MAX;#    return UINT32_MAX;#"
+  "cpu: prefill query heads of another group|--cpu-vs-ref|$FWD|s#f->q + (size_t)(r->first + t0 + i) \* f->QD + (size_t)h \* G \* D#f->q + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * D#"
+  "cpu: attention reads V one row late|--cpu-vs-ref|$FWD|s#kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h \* D;\$#kv_at(src, r->seq, l, t ? t - 1 : 0, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;#"
+  "cpu: low activation plane dropped|--cpu-vs-ref|$FWD|s#y\[r\] = yh\[r\] + yl\[r\];#y[r] = yh[r];#|q8_0"
 )
 for c in "${cases[@]}"; do
-    IFS='|' read -r name gate F expr <<<"$c"
+    IFS='|' read -r name gate F expr mtype <<<"$c"
+    gm=$M
+    [ -n "${mtype:-}" ] && gm=models/tiny-untied/kipp-tiny-untied-$mtype.gguf
     d=$tmp/$(echo "$name" | tr ' /' '__')
     mkdir -p "$d"
     cp -r Makefile include src tests "$d/"
@@ -35,7 +43,7 @@ for c in "${cases[@]}"; do
     if ! make -s -C "$d" BUILD=build build/kipp_test >"$d/build.log" 2>&1; then
         fail=$((fail + 1)); echo "FAIL: mutation '$name' does not build"; tail -5 "$d/build.log"; continue
     fi
-    if "$d/build/kipp_test" "$gate" "$M" "$V" >"$d/gate.log" 2>&1; then
+    if "$d/build/kipp_test" "$gate" "$gm" "$V" >"$d/gate.log" 2>&1; then
         fail=$((fail + 1)); echo "FAIL: gate $gate did not catch '$name'"
     else
         pass=$((pass + 1)); echo "caught: '$name' by $gate ($(grep -c '^FAIL' "$d/gate.log") failed checks)"

@@ -423,6 +423,42 @@ static void check_level(const kipp_cpu_kernels *lv) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_gemm_type(lv, types[i], 0);
 }
 
+/* The optional elementwise kernels (softmax, SwiGLU) against double precision. */
+static void check_elementwise(const kipp_cpu_kernels *k) {
+    static const uint64_t lens[] = {1, 5, 16, 17, 100, 1000};
+    float s[1000], g[1000], u[1000];
+    double ref[1000];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const uint64_t n = lens[li];
+        if (k->softmax_f32) {
+            const float scale = 0.088f; /* 1/sqrt(128) */
+            for (uint64_t i = 0; i < n; i++) s[i] = 300.0f * frand() - (i % 7 == 0 ? 2000.0f : 0.0f);
+            double mx = -1e300, sum = 0.0;
+            for (uint64_t i = 0; i < n; i++) mx = fmax(mx, (double)s[i] * scale);
+            for (uint64_t i = 0; i < n; i++) sum += ref[i] = exp((double)s[i] * scale - mx);
+            k->softmax_f32(s, n, scale);
+            double worst = 0.0, total = 0.0;
+            for (uint64_t i = 0; i < n; i++) {
+                worst = fmax(worst, fabs(s[i] - ref[i] / sum) / (ref[i] / sum + 1e-30));
+                total += s[i];
+            }
+            KT_CHECK(worst < 1e-5 && fabs(total - 1.0) < 1e-5, "%s softmax n=%llu: rel err %.3g, sum %.9g",
+                     k->isa, (unsigned long long)n, worst, total);
+        }
+        if (k->swiglu_f32) {
+            for (uint64_t i = 0; i < n; i++) {
+                g[i] = 40.0f * frand();
+                u[i] = 3.0f * frand();
+                ref[i] = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            }
+            k->swiglu_f32(g, u, n);
+            double worst = 0.0;
+            for (uint64_t i = 0; i < n; i++) worst = fmax(worst, fabs(g[i] - ref[i]) / (fabs(ref[i]) + 1e-6));
+            KT_CHECK(worst < 1e-5, "%s swiglu n=%llu: rel err %.3g", k->isa, (unsigned long long)n, worst);
+        }
+    }
+}
+
 void kt_suite_cpu_kernels(void) {
     static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
     static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
@@ -441,7 +477,10 @@ void kt_suite_cpu_kernels(void) {
             continue;
         }
         KT_CHECK(st == KIPP_OK && k && strcmp(k->isa, isas[i]) == 0, "select %s: %s", isas[i], err);
-        if (st == KIPP_OK && k) check_level(k);
+        if (st == KIPP_OK && k) {
+            check_level(k);
+            check_elementwise(k);
+        }
     }
     /* the level-independent fallback, on every type */
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)

@@ -383,7 +383,10 @@ static void swiglu_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     for (uint64_t t = begin; t < end; t++) {
         float *g = f->gate + t * f->F;
         const float *u = f->up + t * f->F;
-        for (uint32_t i = 0; i < f->F; i++) g[i] = silu(g[i]) * u[i];
+        if (f->k->swiglu_f32)
+            f->k->swiglu_f32(g, u, f->F);
+        else
+            for (uint32_t i = 0; i < f->F; i++) g[i] = silu(g[i]) * u[i];
     }
 }
 
@@ -428,23 +431,27 @@ static void gemm_f32(const kipp_cpu_fwd *f, const float *w, size_t w_row_bytes, 
 
 /* Causal softmax of rows x n_kv scores in place (ld apart); query row q sees positions
  * 0..pos0 + q / G. Positions past that get probability 0. */
-static void softmax_rows(float *sc, size_t ld, uint32_t rows, uint32_t n_kv, uint32_t pos0,
-                         uint32_t G, float scale) {
+static void softmax_rows(const kipp_cpu_fwd *f, float *sc, size_t ld, uint32_t rows, uint32_t n_kv,
+                         uint32_t pos0, uint32_t G, float scale) {
     for (uint32_t row = 0; row < rows; row++) {
         float *s = sc + (size_t)row * ld;
         const uint32_t valid = pos0 + row / G + 1;
-        float mx = -INFINITY;
-        for (uint32_t t = 0; t < valid; t++) {
-            s[t] *= scale;
-            if (s[t] > mx) mx = s[t];
+        if (f->k->softmax_f32) {
+            f->k->softmax_f32(s, valid, scale);
+        } else {
+            float mx = -INFINITY;
+            for (uint32_t t = 0; t < valid; t++) {
+                s[t] *= scale;
+                if (s[t] > mx) mx = s[t];
+            }
+            float sum = 0.0f;
+            for (uint32_t t = 0; t < valid; t++) {
+                s[t] = expf(s[t] - mx);
+                sum += s[t];
+            }
+            const float inv = 1.0f / sum;
+            for (uint32_t t = 0; t < valid; t++) s[t] *= inv;
         }
-        float sum = 0.0f;
-        for (uint32_t t = 0; t < valid; t++) {
-            s[t] = expf(s[t] - mx);
-            sum += s[t];
-        }
-        const float inv = 1.0f / sum;
-        for (uint32_t t = 0; t < valid; t++) s[t] *= inv;
         for (uint32_t t = valid; t < n_kv; t++) s[t] = 0.0f;
     }
 }
@@ -467,7 +474,7 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
                  a->sc + t, ld, D);
         t = e;
     }
-    softmax_rows(a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
+    softmax_rows(f, a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
     float *o = f->att + (size_t)tok * f->QD + (size_t)h * G * D;
     memset(o, 0, (size_t)G * D * sizeof(float));
     for (t = 0; t < n_kv; t++) {
@@ -499,7 +506,7 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
                (size_t)G * D * sizeof(float));
     const uint32_t rows = m * G;
     gemm_f32(f, a->kc, D * sizeof(float), n_kv, a->qc, D * sizeof(float), rows, a->sc, ld, D);
-    softmax_rows(a->sc, ld, rows, n_kv, r->pos0 + t0, G, 1.0f / sqrtf((float)D));
+    softmax_rows(f, a->sc, ld, rows, n_kv, r->pos0 + t0, G, 1.0f / sqrtf((float)D));
     gemm_f32(f, a->vt, ld * sizeof(float), D, a->sc, ld * sizeof(float), rows, a->oc, D, n_kv);
     for (uint32_t i = 0; i < m; i++)
         memcpy(f->att + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * G * D, a->oc + (size_t)i * G * D,

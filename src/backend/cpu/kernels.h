@@ -76,6 +76,12 @@ typedef struct {
     /* attention helpers over f32 vectors of any length n */
     float (*dot_f32)(const float *a, const float *b, uint64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, uint64_t n); /* y += a * x */
+    /* elementwise stages; NULL: forward.c's portable loop (expf). exp must be within a few
+     * ulp-scale relative error (1e-6) of expf. */
+    /* s[i] = exp(s[i] * scale - max_j s[j] * scale) / sum, in place, n >= 1 */
+    void (*softmax_f32)(float *s, uint64_t n, float scale);
+    /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] */
+    void (*swiglu_f32)(float *g, const float *u, uint64_t n);
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# cpu_records.sh — reproduces the committed CPU speed records (BENCHMARKS.md): Kipp's cpu
+# backend against llama.cpp (bench/peer_bench.py) on random-weight Qwen3 GGUFs, 2 threads,
+# a 512-token prompt then 128 decode steps (4B: 64), in one invocation per file. Run it on an
+# idle machine from a clean checkout with a current build (bench/README.md); the models are
+# made with `make random-model` when missing. Usage: bench/cpu_records.sh [OUTDIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench/results}
+make -s cpu build/kipp-membw
+run() { # shape type decode runs
+    local shape=$1 type=$2 decode=$3 runs=$4
+    make -s random-model SHAPE="$shape" TYPE="$type"
+    .venv/bin/python bench/peer_bench.py --model "models/random/qwen3-$shape-$type.gguf" \
+        --prompt-tokens 512 --decode "$decode" --threads 2 --warmup 1 --runs "$runs" \
+        --output "$out/cpu-$shape-$type.json" ${ALLOW_NOISY:+--allow-noisy}
+}
+run 0.6b bf16 128 3
+run 0.6b q8_0 128 3
+run 0.6b q4_k_m 128 3
+run 4b q4_k_m 64 3
+run 4b bf16 64 3
