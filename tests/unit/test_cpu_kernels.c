@@ -423,6 +423,44 @@ static void check_level(const kipp_cpu_kernels *lv) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_gemm_type(lv, types[i], 0);
 }
 
+/* Two-plane converters: the level's must equal the portable one byte for byte, and the
+ * planes must reconstruct x within d/2 (d = amax / 16256). */
+static void check_quant2(const kipp_cpu_kernels *k) {
+    enum { K = 512 };
+    static float x[K];
+    static unsigned char a_hi[K * 2], a_lo[K * 2], b_hi[K * 2], b_lo[K * 2];
+    for (int acti = 0; acti < 2; acti++) {
+        const uint32_t act = acti ? KIPP_ACT_Q8_K : KIPP_ACT_Q8_0;
+        const size_t rb = kipp_cpu_act_row_bytes(act, K);
+        for (int i = 0; i < K; i++) x[i] = (i % 97 == 0 ? 40.0f : 1.0f) * frand() * (i < 32 ? 0.0f : 1.0f);
+        kipp_cpu_quant2_fn q2 = k->quant2[act];
+        kipp_cpu_quant2_fn ref = acti ? kipp_cpu_quant2_q8_k_scalar : kipp_cpu_quant2_q8_0_scalar;
+        if (!q2) continue;
+        memset(a_hi, 0, sizeof a_hi); memset(a_lo, 0, sizeof a_lo);
+        memset(b_hi, 0, sizeof b_hi); memset(b_lo, 0, sizeof b_lo);
+        q2(x, a_hi, a_lo, K);
+        ref(x, b_hi, b_lo, K);
+        KT_CHECK(memcmp(a_hi, b_hi, rb) == 0 && memcmp(a_lo, b_lo, rb) == 0, "%s quant2 act %u differs from scalar",
+                 k->isa, act);
+        double worst = 0.0;
+        const int be = acti ? 256 : 32;
+        for (int i = 0; i < K; i++) {
+            float dh, dl;
+            int hq, lq;
+            if (acti) {
+                const kipp_act_q8_k *h = (const kipp_act_q8_k *)a_hi + i / be, *l = (const kipp_act_q8_k *)a_lo + i / be;
+                dh = h->d; dl = l->d; hq = h->qs[i % be]; lq = l->qs[i % be];
+            } else {
+                const kipp_act_q8_0 *h = (const kipp_act_q8_0 *)a_hi + i / be, *l = (const kipp_act_q8_0 *)a_lo + i / be;
+                dh = h->d; dl = l->d; hq = h->qs[i % be]; lq = l->qs[i % be];
+            }
+            const double err = fabs((double)dh * hq + (double)dl * lq - x[i]) / (dl > 0 ? dl : 1.0);
+            if (err > worst) worst = err;
+        }
+        KT_CHECK(worst <= 0.5001, "%s quant2 act %u: error %.3g d", k->isa, act, worst);
+    }
+}
+
 /* The optional elementwise kernels (softmax, SwiGLU) against double precision. */
 static void check_elementwise(const kipp_cpu_kernels *k) {
     static const uint64_t lens[] = {1, 5, 16, 17, 100, 1000};
@@ -480,6 +518,7 @@ void kt_suite_cpu_kernels(void) {
         if (st == KIPP_OK && k) {
             check_level(k);
             check_elementwise(k);
+            check_quant2(k);
         }
     }
     /* the level-independent fallback, on every type */

@@ -171,49 +171,9 @@ static void conv_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
  * X = 128 * hi + lo (hi in [-127, 127], lo in [0, 127]): plane rows 2t (scale 128 d) and
  * 2t + 1 (scale d) go through the same 8-bit kernels as two tokens — the weights are still
  * read once — and the two results are summed. Error: ~1/16256 of the block's amax. */
-static void split_block(const float *x, uint32_t n, float *d_hi, float *d_lo, int8_t *hi,
-                        int8_t *lo) {
-    float amax = 0.0f;
-    for (uint32_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-    const float d = amax / (127.0f * 128.0f), id = d > 0.0f ? 1.0f / d : 0.0f;
-    for (uint32_t i = 0; i < n; i++) {
-        int v = (int)lrintf(x[i] * id);
-        if (v > 127 * 128) v = 127 * 128;
-        if (v < -127 * 128) v = -127 * 128;
-        const int h = (v >= 0 ? v : v - 127) / 128; /* floor(v / 128) */
-        hi[i] = (int8_t)h;
-        lo[i] = (int8_t)(v - 128 * h);
-    }
-    *d_hi = 128.0f * d;
-    *d_lo = d;
-}
-
-static void split_q8_0(const float *x, void *out_hi, void *out_lo, uint64_t k) {
-    kipp_act_q8_0 *bh = out_hi, *bl = out_lo;
-    for (uint64_t b = 0; b < k / 32; b++) {
-        split_block(x + b * 32, 32, &bh[b].d, &bl[b].d, bh[b].qs, bl[b].qs);
-        int sh = 0, sl = 0;
-        for (int i = 0; i < 32; i++) { sh += bh[b].qs[i]; sl += bl[b].qs[i]; }
-        bh[b].s = bh[b].d * (float)sh;
-        bl[b].s = bl[b].d * (float)sl;
-    }
-}
-
-static void split_q8_k(const float *x, void *out_hi, void *out_lo, uint64_t k) {
-    kipp_act_q8_k *bh = out_hi, *bl = out_lo;
-    for (uint64_t b = 0; b < k / 256; b++) {
-        split_block(x + b * 256, 256, &bh[b].d, &bl[b].d, bh[b].qs, bl[b].qs);
-        for (int j = 0; j < 16; j++) {
-            int sh = 0, sl = 0;
-            for (int i = 0; i < 16; i++) { sh += bh[b].qs[16 * j + i]; sl += bl[b].qs[16 * j + i]; }
-            bh[b].bsums[j] = (int16_t)sh;
-            bl[b].bsums[j] = (int16_t)sl;
-        }
-    }
-}
-
 typedef struct {
     uint32_t act;
+    kipp_cpu_quant2_fn q2; /* the level's converter, or the portable one */
     const float *x;
     size_t ldx;
     unsigned char *out;
@@ -226,7 +186,7 @@ static void split_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     const split_job *j = ctx;
     for (uint64_t t = begin; t < end; t++) {
         unsigned char *hi = j->out + 2 * t * j->out_bytes;
-        (j->act == KIPP_ACT_Q8_0 ? split_q8_0 : split_q8_k)(j->x + t * j->ldx, hi, hi + j->out_bytes, j->k);
+        j->q2(j->x + t * j->ldx, hi, hi + j->out_bytes, j->k);
     }
 }
 
@@ -236,7 +196,8 @@ static size_t convert(kipp_cpu_fwd *f, uint32_t act, const float *x, size_t ldx,
                       uint64_t k) {
     if (act == KIPP_ACT_F32) return 0;
     if (act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K) {
-        split_job sj = {.act = act, .x = x, .ldx = ldx, .out = f->act, .k = k};
+        split_job sj = {.act = act, .q2 = f->k->quant2[act], .x = x, .ldx = ldx, .out = f->act, .k = k};
+        if (!sj.q2) sj.q2 = act == KIPP_ACT_Q8_0 ? kipp_cpu_quant2_q8_0_scalar : kipp_cpu_quant2_q8_k_scalar;
         sj.out_bytes = kipp_cpu_act_row_bytes(act, k);
         if (n >= PAR_MIN_TOKENS)
             kipp_threadpool_for(f->tp, n, 1, split_rows, &sj);

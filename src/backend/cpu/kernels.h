@@ -67,6 +67,12 @@ typedef struct {
     kipp_cpu_gemm_fn gemm; /* NULL: this level has no kernel for the type (see below) */
 } kipp_cpu_mm;
 
+/* Two-plane 8-bit conversion (forward.c explains why): per block (32 values for
+ * KIPP_ACT_Q8_0, 256 for KIPP_ACT_Q8_K) d = amax / (127 * 128), X = round-to-nearest-even
+ * (x / d) clamped to +-16256, hi = floor(X / 128) and lo = X - 128 * hi (0..127); the hi row
+ * gets scale 128 * d, the lo row d, each with its own s / bsums. */
+typedef void (*kipp_cpu_quant2_fn)(const float *x, void *hi, void *lo, uint64_t k);
+
 typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512vnni", "neon" */
     /* one entry per weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
@@ -82,6 +88,9 @@ typedef struct {
     void (*softmax_f32)(float *s, uint64_t n, float scale);
     /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] */
     void (*swiglu_f32)(float *g, const float *u, uint64_t n);
+    /* two-plane converters, indexed by KIPP_ACT_Q8_0 / KIPP_ACT_Q8_K; NULL: forward.c's
+     * portable one (same results) */
+    kipp_cpu_quant2_fn quant2[KIPP_ACT_COUNT];
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;
@@ -97,6 +106,8 @@ extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod *
 void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_0_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_k_scalar(const float *x, void *out, uint64_t k);
+void kipp_cpu_quant2_q8_0_scalar(const float *x, void *hi, void *lo, uint64_t k);
+void kipp_cpu_quant2_q8_k_scalar(const float *x, void *hi, void *lo, uint64_t k);
 void kipp_cpu_gemm_dequant(uint32_t wtype, const void *w, size_t w_row_bytes, uint64_t n_rows,
                            const void *x, size_t x_row_bytes, uint64_t n_tok, float *y,
                            size_t ldy, uint64_t k);

@@ -959,6 +959,61 @@ static void swiglu_f32(float *g, const float *u, uint64_t n) {
     }
 }
 
+/* ---- two-plane 8-bit activations (kernels.h: kipp_cpu_quant2_fn) -------------------------- */
+
+/* 16 values x*id rounded to nearest even, clamped, split: returns hi (floor(X/128)) and lo */
+INLINE void split16(__m512 x, __m512 id, __m512i *hi, __m512i *lo) {
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(x, id)); /* MXCSR default: nearest even */
+    v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-16256)), _mm512_set1_epi32(16256));
+    *hi = _mm512_srai_epi32(v, 7);
+    *lo = _mm512_and_si512(v, _mm512_set1_epi32(127));
+}
+
+INLINE void plane_scales(float amax, float *dh, float *dl, __m512 *id) {
+    const float d = amax / (127.0f * 128.0f);
+    *dh = 128.0f * d;
+    *dl = d;
+    *id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+}
+
+static void quant2_q8_0(const float *x, void *out_hi, void *out_lo, uint64_t k) {
+    kipp_act_q8_0 *bh = out_hi, *bl = out_lo;
+    for (uint64_t b = 0; b < k / 32; b++) {
+        const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        __m512 id;
+        plane_scales(amax, &bh[b].d, &bl[b].d, &id);
+        __m512i h0, l0, h1, l1;
+        split16(x0, id, &h0, &l0);
+        split16(x1, id, &h1, &l1);
+        _mm_storeu_si128((__m128i *)bh[b].qs, _mm512_cvtepi32_epi8(h0));
+        _mm_storeu_si128((__m128i *)(bh[b].qs + 16), _mm512_cvtepi32_epi8(h1));
+        _mm_storeu_si128((__m128i *)bl[b].qs, _mm512_cvtepi32_epi8(l0));
+        _mm_storeu_si128((__m128i *)(bl[b].qs + 16), _mm512_cvtepi32_epi8(l1));
+        bh[b].s = bh[b].d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(h0, h1));
+        bl[b].s = bl[b].d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(l0, l1));
+    }
+}
+
+static void quant2_q8_k(const float *x, void *out_hi, void *out_lo, uint64_t k) {
+    kipp_act_q8_k *bh = out_hi, *bl = out_lo;
+    for (uint64_t b = 0; b < k / 256; b++) {
+        const float *xb = x + 256 * b;
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < 16; j++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * j)));
+        __m512 id;
+        plane_scales(_mm512_reduce_max_ps(m), &bh[b].d, &bl[b].d, &id);
+        for (int j = 0; j < 16; j++) {
+            __m512i h, l;
+            split16(_mm512_loadu_ps(xb + 16 * j), id, &h, &l);
+            _mm_storeu_si128((__m128i *)(bh[b].qs + 16 * j), _mm512_cvtepi32_epi8(h));
+            _mm_storeu_si128((__m128i *)(bl[b].qs + 16 * j), _mm512_cvtepi32_epi8(l));
+            bh[b].bsums[j] = (int16_t)_mm512_reduce_add_epi32(h);
+            bl[b].bsums[j] = (int16_t)_mm512_reduce_add_epi32(l);
+        }
+    }
+}
+
 #if KIPP_AVX512_VNNI
 const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni = {
     .isa = "avx512vnni",
@@ -978,4 +1033,5 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
     .axpy_f32 = axpy_f32,
     .softmax_f32 = softmax_f32,
     .swiglu_f32 = swiglu_f32,
+    .quant2 = {NULL, NULL, quant2_q8_0, quant2_q8_k},
 };

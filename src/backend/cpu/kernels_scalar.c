@@ -9,6 +9,7 @@
 
 #include "core/types.h"
 
+#include <math.h>
 #include <string.h>
 
 size_t kipp_cpu_act_row_bytes(uint32_t act, uint64_t k) {
@@ -293,6 +294,49 @@ static void gemm_q6_k(const void *w, size_t w_row_bytes, uint64_t n_rows, const 
     }
 }
 
+/* ---- two-plane 8-bit activations (kernels.h: kipp_cpu_quant2_fn) ---- */
+
+static void split_block(const float *x, uint32_t n, float *d_hi, float *d_lo, int8_t *hi,
+                        int8_t *lo) {
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / (127.0f * 128.0f), id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (uint32_t i = 0; i < n; i++) {
+        int v = (int)lrintf(x[i] * id);
+        if (v > 127 * 128) v = 127 * 128;
+        if (v < -127 * 128) v = -127 * 128;
+        const int h = (v >= 0 ? v : v - 127) / 128; /* floor(v / 128) */
+        hi[i] = (int8_t)h;
+        lo[i] = (int8_t)(v - 128 * h);
+    }
+    *d_hi = 128.0f * d;
+    *d_lo = d;
+}
+
+void kipp_cpu_quant2_q8_0_scalar(const float *x, void *out_hi, void *out_lo, uint64_t k) {
+    kipp_act_q8_0 *bh = out_hi, *bl = out_lo;
+    for (uint64_t b = 0; b < k / 32; b++) {
+        split_block(x + b * 32, 32, &bh[b].d, &bl[b].d, bh[b].qs, bl[b].qs);
+        int sh = 0, sl = 0;
+        for (int i = 0; i < 32; i++) { sh += bh[b].qs[i]; sl += bl[b].qs[i]; }
+        bh[b].s = bh[b].d * (float)sh;
+        bl[b].s = bl[b].d * (float)sl;
+    }
+}
+
+void kipp_cpu_quant2_q8_k_scalar(const float *x, void *out_hi, void *out_lo, uint64_t k) {
+    kipp_act_q8_k *bh = out_hi, *bl = out_lo;
+    for (uint64_t b = 0; b < k / 256; b++) {
+        split_block(x + b * 256, 256, &bh[b].d, &bl[b].d, bh[b].qs, bl[b].qs);
+        for (int j = 0; j < 16; j++) {
+            int sh = 0, sl = 0;
+            for (int i = 0; i < 16; i++) { sh += bh[b].qs[16 * j + i]; sl += bl[b].qs[16 * j + i]; }
+            bh[b].bsums[j] = (int16_t)sh;
+            bl[b].bsums[j] = (int16_t)sl;
+        }
+    }
+}
+
 const kipp_cpu_kernels kipp_cpu_kernels_scalar = {
     .isa = "scalar",
     .f32 = {KIPP_ACT_F32, gemm_f32},
@@ -306,4 +350,5 @@ const kipp_cpu_kernels kipp_cpu_kernels_scalar = {
               kipp_cpu_quant_q8_k_scalar},
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
+    .quant2 = {NULL, NULL, kipp_cpu_quant2_q8_0_scalar, kipp_cpu_quant2_q8_k_scalar},
 };
