@@ -461,6 +461,30 @@ static void check_quant2(const kipp_cpu_kernels *k) {
     }
 }
 
+/* Attention's p·V kernel against double precision: G heads, n rows of stride vs. */
+static void check_pv(const kipp_cpu_kernels *k) {
+    static const uint32_t Gs[] = {1, 2, 3}, ds[] = {64, 100, 128, 200}, ns[] = {1, 5, 16};
+    static float o[3 * 200], p[3 * 20], v[16 * 260];
+    static double ref[3 * 200];
+    if (!k->pv_f32) return;
+    for (size_t gi = 0; gi < 3; gi++)
+        for (size_t di = 0; di < 4; di++)
+            for (size_t ni = 0; ni < 3; ni++) {
+                const uint32_t G = Gs[gi], d = ds[di], n = ns[ni];
+                const size_t ps = 20, vs = 260;
+                for (uint32_t i = 0; i < G * d; i++) ref[i] = o[i] = frand();
+                for (uint32_t i = 0; i < G * ps; i++) p[i] = frand();
+                for (uint32_t i = 0; i < 16 * vs; i++) v[i] = frand();
+                for (uint32_t g = 0; g < G; g++)
+                    for (uint32_t t = 0; t < n; t++)
+                        for (uint32_t i = 0; i < d; i++) ref[g * d + i] += (double)p[g * ps + t] * v[t * vs + i];
+                k->pv_f32(o, p, ps, G, v, vs, n, d);
+                double worst = 0.0;
+                for (uint32_t i = 0; i < G * d; i++) worst = fmax(worst, fabs(o[i] - ref[i]));
+                KT_CHECK(worst < 1e-5, "%s pv G=%u d=%u n=%u: err %.3g", k->isa, G, d, n, worst);
+            }
+}
+
 /* The optional elementwise kernels (softmax, SwiGLU) against double precision. */
 static void check_elementwise(const kipp_cpu_kernels *k) {
     static const uint64_t lens[] = {1, 5, 16, 17, 100, 1000};
@@ -519,6 +543,7 @@ void kt_suite_cpu_kernels(void) {
             check_level(k);
             check_elementwise(k);
             check_quant2(k);
+            check_pv(k);
         }
     }
     /* the level-independent fallback, on every type */

@@ -438,9 +438,17 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
     softmax_rows(f, a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
     float *o = f->att + (size_t)tok * f->QD + (size_t)h * G * D;
     memset(o, 0, (size_t)G * D * sizeof(float));
-    for (t = 0; t < n_kv; t++) {
-        const float *v = kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
-        for (uint32_t g = 0; g < G; g++) f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + t], v, D);
+    for (t = 0; t < n_kv;) {
+        const float *v0 = kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim);
+        uint32_t e = t + 1;
+        if (f->k->pv_f32) {
+            while (e < n_kv && kv_at(src, r->seq, l, e, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) == v0 + (e - t) * kvd) e++;
+            f->k->pv_f32(o, a->sc + t, ld, G, v0 + (size_t)h * D, kvd, e - t, D);
+        } else {
+            for (uint32_t g = 0; g < G; g++)
+                f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + t], v0 + (size_t)h * D, D);
+        }
+        t = e;
     }
 }
 

@@ -88,6 +88,11 @@ typedef struct {
     void (*softmax_f32)(float *s, uint64_t n, float scale);
     /* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] */
     void (*swiglu_f32)(float *g, const float *u, uint64_t n);
+    /* attention's p·V for one KV head over n rows v0 + t * v_stride (t < n):
+     * o[g * d + i] += sum_t p[g * p_stride + t] * v[t][i] for g < G, i < d; NULL: axpy_f32
+     * per row */
+    void (*pv_f32)(float *o, const float *p, size_t p_stride, uint32_t G, const float *v0,
+                   size_t v_stride, uint32_t n, uint32_t d);
     /* two-plane converters, indexed by KIPP_ACT_Q8_0 / KIPP_ACT_Q8_K; NULL: forward.c's
      * portable one (same results) */
     kipp_cpu_quant2_fn quant2[KIPP_ACT_COUNT];

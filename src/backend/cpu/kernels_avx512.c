@@ -959,6 +959,41 @@ static void swiglu_f32(float *g, const float *u, uint64_t n) {
     }
 }
 
+/* ---- attention p·V ------------------------------------------------------------------------ */
+
+/* Two heads x up to 128 dims of output stay in 16 registers while the V rows stream by. */
+static void pv_f32(float *o, const float *p, size_t ps, uint32_t G, const float *v0, size_t vs, uint32_t n, uint32_t d) {
+    for (uint32_t g0 = 0; g0 < G; g0 += 2) {
+        const int gg = G - g0 >= 2 ? 2 : 1;
+        for (uint32_t d0 = 0; d0 < d; d0 += 128) {
+            const uint32_t dd = d - d0 < 128 ? d - d0 : 128;
+            const int nv = (int)((dd + 15) / 16);
+            __mmask16 m[8];
+            for (int j = 0; j < 8; j++) m[j] = j < nv ? mask16(dd - 16u * (uint32_t)j) : 0;
+            __m512 a0[8], a1[8];
+            float *o0 = o + (size_t)g0 * d + d0, *o1 = o0 + d;
+            UNROLL for (int j = 0; j < 8; j++) {
+                a0[j] = _mm512_maskz_loadu_ps(m[j], o0 + 16 * j);
+                a1[j] = gg == 2 ? _mm512_maskz_loadu_ps(m[j], o1 + 16 * j) : _mm512_setzero_ps();
+            }
+            const float *p0 = p + (size_t)g0 * ps, *p1 = p0 + ps;
+            for (uint32_t t = 0; t < n; t++) {
+                const float *v = v0 + (size_t)t * vs + d0;
+                const __m512 b0 = _mm512_set1_ps(p0[t]), b1 = _mm512_set1_ps(gg == 2 ? p1[t] : 0.0f);
+                UNROLL for (int j = 0; j < 8; j++) {
+                    const __m512 vv = _mm512_maskz_loadu_ps(m[j], v + 16 * j);
+                    a0[j] = _mm512_fmadd_ps(b0, vv, a0[j]);
+                    a1[j] = _mm512_fmadd_ps(b1, vv, a1[j]);
+                }
+            }
+            UNROLL for (int j = 0; j < 8; j++) {
+                _mm512_mask_storeu_ps(o0 + 16 * j, m[j], a0[j]);
+                if (gg == 2) _mm512_mask_storeu_ps(o1 + 16 * j, m[j], a1[j]);
+            }
+        }
+    }
+}
+
 /* ---- two-plane 8-bit activations (kernels.h: kipp_cpu_quant2_fn) -------------------------- */
 
 /* 16 values x*id rounded to nearest even, clamped, split: returns hi (floor(X/128)) and lo */
@@ -1033,5 +1068,6 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
     .axpy_f32 = axpy_f32,
     .softmax_f32 = softmax_f32,
     .swiglu_f32 = swiglu_f32,
+    .pv_f32 = pv_f32,
     .quant2 = {NULL, NULL, quant2_q8_0, quant2_q8_k},
 };
