@@ -75,8 +75,7 @@ struct kipp_cpu_fwd {
     float *rcos, *rsin; /* [cap][D/2] */
     unsigned char *act; /* converted activations */
     size_t act_cap;
-    float *y2; /* two-plane gemm output, grown on demand */
-    size_t y2_cap;
+    float *y2; /* [n_threads][2 cap][Y2_ROWS] each thread's two-plane gemm output */
     run_t *runs;
     uint32_t *wanted; /* batch indices of tokens whose logits are wanted */
     float *xw;        /* [cap][H] their final hidden rows */
@@ -105,6 +104,7 @@ static float silu(float z) { return z / (1.0f + expf(-z)); }
 /* ---- matrix products ---------------------------------------------------------------------- */
 
 #define MM_MAX 3
+#define Y2_ROWS 64 /* weight rows per two-plane gemm call (bounds its scratch) */
 
 typedef struct {
     uint32_t count;
@@ -114,7 +114,8 @@ typedef struct {
     size_t ldy[MM_MAX];
     kipp_cpu_gemm_fn gemm; /* NULL: dequantize fallback */
     int planes;            /* 2: 8-bit activations in two planes, summed (see split_q8) */
-    float *y2[MM_MAX];     /* planes == 2: [2 n_tok][rows] the gemm's per-plane output */
+    float *y2;             /* planes == 2: per thread [2 n_tok][Y2_ROWS], y2_stride apart */
+    size_t y2_stride;
     const void *x;
     size_t x_row_bytes;
     uint32_t n_tok;
@@ -122,7 +123,6 @@ typedef struct {
 } mm_job;
 
 static void mm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
-    (void)ith;
     const mm_job *j = ctx;
     uint64_t base = 0;
     for (uint32_t i = 0; i < j->count && begin < end; i++) {
@@ -134,12 +134,17 @@ static void mm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         const size_t rb = (size_t)kipp_type_row_bytes(w->type, j->k);
         const char *wp = (const char *)w->data + b * rb;
         if (j->gemm && j->planes == 2) {
-            const uint64_t R = j->rows[i];
-            j->gemm(wp, rb, e - b, j->x, j->x_row_bytes, 2 * (uint64_t)j->n_tok, j->y2[i] + b, R, j->k);
-            for (uint32_t t = 0; t < j->n_tok; t++) {
-                const float *yh = j->y2[i] + (size_t)2 * t * R, *yl = yh + R;
-                float *y = j->y[i] + (size_t)t * j->ldy[i];
-                for (uint64_t r = b; r < e; r++) y[r] = yh[r] + yl[r];
+            /* Y2_ROWS rows at a time into this thread's scratch, then the planes summed */
+            float *y2 = j->y2 + (size_t)ith * j->y2_stride;
+            for (uint64_t c = b; c < e; c += Y2_ROWS) {
+                const uint64_t nr = e - c < Y2_ROWS ? e - c : Y2_ROWS;
+                j->gemm((const char *)w->data + c * rb, rb, nr, j->x, j->x_row_bytes, 2 * (uint64_t)j->n_tok, y2,
+                        nr, j->k);
+                for (uint32_t t = 0; t < j->n_tok; t++) {
+                    const float *yh = y2 + (size_t)2 * t * nr, *yl = yh + nr;
+                    float *y = j->y[i] + (size_t)t * j->ldy[i] + c;
+                    for (uint64_t r = 0; r < nr; r++) y[r] = yh[r] + yl[r];
+                }
             }
         } else if (j->gemm)
             j->gemm(wp, rb, e - b, j->x, j->x_row_bytes, j->n_tok, j->y[i] + b, j->ldy[i], j->k);
@@ -239,22 +244,8 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
         }
         const uint32_t act = mm.gemm ? mm.act : KIPP_ACT_F32;
         j.planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
-        if (j.planes == 2) {
-            size_t need = 0;
-            for (uint32_t i = 0; i < j.count; i++) need += 2 * (size_t)n * j.rows[i];
-            if (need > f->y2_cap) {
-                float *y2 = realloc(f->y2, need * sizeof(float));
-                if (!y2) { /* out of memory: the exact f32 fallback needs no scratch */
-                    j.gemm = NULL;
-                    j.planes = 1;
-                } else {
-                    f->y2 = y2;
-                    f->y2_cap = need;
-                }
-            }
-            for (size_t i = 0, off = 0; j.planes == 2 && i < j.count; off += 2 * (size_t)n * j.rows[i], i++)
-                j.y2[i] = f->y2 + off;
-        }
+        j.y2 = f->y2;
+        j.y2_stride = (size_t)2 * n * Y2_ROWS;
         const size_t rb = convert(f, j.gemm ? act : KIPP_ACT_F32, x, ldx, n, j.k);
         j.x = rb ? (const void *)f->act : (const void *)x;
         j.x_row_bytes = rb ? rb : ldx * sizeof(float);
@@ -503,7 +494,8 @@ static void att_worker(void *ctx, uint64_t begin, uint64_t end, int ith) {
 static void free_batch(kipp_cpu_fwd *f) {
     free(f->x); free(f->xn); free(f->q); free(f->kx); free(f->vx); free(f->att);
     free(f->proj); free(f->gate); free(f->up); free(f->rcos); free(f->rsin); free(f->act);
-    free(f->runs); free(f->wanted); free(f->xw);
+    free(f->runs); free(f->wanted); free(f->xw); free(f->y2);
+    f->y2 = NULL;
     f->x = f->xn = f->q = f->kx = f->vx = f->att = f->proj = f->gate = f->up = NULL;
     f->rcos = f->rsin = f->xw = NULL;
     f->act = NULL;
@@ -535,7 +527,8 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
     f->runs = malloc(N * sizeof *f->runs);
     f->wanted = malloc(N * sizeof *f->wanted);
     f->xw = malloc(N * f->H * sizeof(float));
-    if (!f->x || !f->xn || !f->q || !f->kx || !f->vx || !f->att || !f->proj || !f->gate ||
+    f->y2 = malloc((size_t)f->n_threads * 2 * N * Y2_ROWS * sizeof(float));
+    if (!f->y2 || !f->x || !f->xn || !f->q || !f->kx || !f->vx || !f->att || !f->proj || !f->gate ||
         !f->up || !f->rcos || !f->rsin || !f->act || !f->runs || !f->wanted || !f->xw) {
         free_batch(f);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for a batch of %u tokens", n);
@@ -740,7 +733,6 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     }
     free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
     free(f->inv_freq);
-    free(f->y2);
     free_batch(f);
     if (f->ts) {
         for (int i = 0; i < f->n_threads; i++) {
