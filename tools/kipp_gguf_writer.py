@@ -19,7 +19,9 @@ Layout reference: the project's qwen3-gguf-reference.md, §1 and §5.1.
 
 from __future__ import annotations
 
+import collections
 import enum
+import os
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Sequence
@@ -328,3 +330,37 @@ class GGUFWriter:
             pad = _pad_len(t.nbytes, self.alignment)
             f.write(b"\0" * pad)
             written += t.nbytes + pad
+
+
+# ---- helpers for tools that stream large tensors (make_random_model.py, quantize.py) ----------
+
+def ordered_results(pool, calls: Iterable[Callable[[], object]], limit: int, bar=None):
+    """Runs the zero-argument callables on the executor `pool` with at most `limit` pending and
+    yields their results (objects with .nbytes) in submission order, advancing the progress
+    bar (if any) by each result's nbytes."""
+    pending: collections.deque = collections.deque()
+
+    def take():
+        out = pending.popleft().result()
+        if bar is not None:
+            bar.update(out.nbytes)
+        return out
+
+    for call in calls:
+        pending.append(pool.submit(call))
+        if len(pending) >= limit:
+            yield take()
+    while pending:
+        yield take()
+
+
+def write_atomic(writer: "GGUFWriter", path, tensor_data) -> None:
+    """writer.write() into PATH.tmp, renamed over path only when complete (the .tmp file is
+    removed on any failure), so an interrupted run never leaves a truncated GGUF."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        writer.write(tmp, tensor_data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -43,7 +43,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convert_to_gguf as conv  # noqa: E402
 import kipp_quants as kq  # noqa: E402
-from kipp_gguf_writer import GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType  # noqa: E402
+from kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType,  # noqa: E402
+                              ordered_results, write_atomic)
 
 TOKENIZER_DIR = Path(__file__).resolve().parent / "data" / "qwen3-tokenizer"
 VOCAB_SIZE = 151936
@@ -214,30 +215,16 @@ def write_model(shape: str, out_type: str, output: Path, seed: int = 0, layers: 
         mean, std = init_of(info.name, shapes[info.name], hp)
         n = int(np.prod(shapes[info.name]))
         jobs = [(i, min(CHUNK, n - s)) for i, s in enumerate(range(0, n, CHUNK))]
-        pending: list[cf.Future] = []
-        for i, cn in jobs:  # keep at most 2*threads chunks in flight
-            pending.append(pool.submit(_encode_chunk, seed, info.name, i, cn, mean, std, info.ggml_type))
-            if len(pending) >= 2 * threads:
-                out = pending.pop(0).result()
-                if bar is not None:
-                    bar.update(out.nbytes)
-                yield out
-        for fut in pending:
-            out = fut.result()
-            if bar is not None:
-                bar.update(out.nbytes)
-            yield out
+        calls = (functools.partial(_encode_chunk, seed, info.name, i, cn, mean, std, info.ggml_type)
+                 for i, cn in jobs)
+        yield from ordered_results(pool, calls, 2 * threads, bar)  # at most 2*threads in flight
 
-    tmp = output.with_name(output.name + ".tmp")
     try:
-        w.write(tmp, tensor_data)
-        os.replace(tmp, output)
+        write_atomic(w, output, tensor_data)
     finally:
         pool.shutdown(cancel_futures=True)
         if bar is not None:
             bar.close()
-        if tmp.exists():
-            tmp.unlink()
     return output
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import functools
 import mmap
 import os
 import re
@@ -43,7 +44,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kipp_quants as kq  # noqa: E402
 from kipp_gguf_writer import (_SCALAR_FMT, DEFAULT_ALIGNMENT, GGML_BLOCK, GGMLType,  # noqa: E402
-                              GGUFWriter, GGUFWriteError, TensorInfo, ValueType)
+                              GGUFWriter, GGUFWriteError, TensorInfo, ValueType, ordered_results,
+                              write_atomic)
 
 # --type -> (base ggml type, llama ftype for general.file_type)
 FTYPES = {
@@ -319,30 +321,15 @@ def quantize_file(src: Path, dst: Path, qtype: str, progress: bool = True, threa
         def job(r0):
             return kq.encode(_to_f32(vals[r0:r0 + step], in_type), info.ggml_type)
 
-        pending: list[cf.Future] = []
-        for r0 in range(0, n_rows, step):
-            pending.append(pool.submit(job, r0))
-            if len(pending) >= 2 * threads:
-                out = pending.pop(0).result()
-                if bar is not None:
-                    bar.update(out.nbytes)
-                yield out
-        for fut in pending:
-            out = fut.result()
-            if bar is not None:
-                bar.update(out.nbytes)
-            yield out
+        yield from ordered_results(pool, (functools.partial(job, r0) for r0 in range(0, n_rows, step)),
+                                   2 * threads, bar)
 
-    tmp = dst.with_name(dst.name + ".tmp")
     try:
-        w.write(tmp, tensor_data)
-        os.replace(tmp, dst)
+        write_atomic(w, dst, tensor_data)
     finally:
         pool.shutdown(cancel_futures=True)
         if bar is not None:
             bar.close()
-        if tmp.exists():
-            tmp.unlink()
         del tensor_data
         try:
             mm.close()
