@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results}
+# records are written outside the work tree and moved into $out at the end: writing a
+# tracked bench/results file mid-way would make the later records "dirty"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 make -s cpu build/kipp-membw
 run() { # shape type decode runs
     local shape=$1 type=$2 decode=$3 runs=$4
@@ -14,10 +17,11 @@ run() { # shape type decode runs
     [ -f "models/random/qwen3-$shape-$type.gguf" ] || make -s random-model SHAPE="$shape" TYPE="$type"
     .venv/bin/python bench/peer_bench.py --model "models/random/qwen3-$shape-$type.gguf" \
         --prompt-tokens 512 --decode "$decode" --threads 2 --warmup 1 --runs "$runs" \
-        --output "$out/cpu-$shape-$type.json" ${ALLOW_NOISY:+--allow-noisy}
+        --output "$tmp/cpu-$shape-$type.json" ${ALLOW_NOISY:+--allow-noisy}
 }
 run 0.6b bf16 128 3
 run 0.6b q8_0 128 3
 run 0.6b q4_k_m 128 3
 run 4b q4_k_m 64 3
 run 4b bf16 64 3
+mkdir -p "$out" && mv "$tmp"/cpu-*.json "$out"/
