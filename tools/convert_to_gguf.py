@@ -472,6 +472,23 @@ def read_vocab(hf_dir: Path, config: dict, n_vocab: int) -> Vocab:
 # Conversion
 
 
+def add_tokenizer_kv(w: GGUFWriter, vocab) -> None:
+    """The tokenizer.* metadata of a Qwen3 GGUF (llama.cpp's gpt2/qwen2 BPE keys), shared by
+    this converter and tools/make_random_model.py."""
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "qwen2")
+    w.add_array("tokenizer.ggml.tokens", ValueType.STRING, vocab.tokens)
+    w.add_array("tokenizer.ggml.token_type", ValueType.INT32, vocab.token_types)
+    w.add_array("tokenizer.ggml.merges", ValueType.STRING, vocab.merges)
+    key_names = {"pad": "padding"}
+    for kind, tid in vocab.special_ids.items():
+        w.add_uint32(f"tokenizer.ggml.{key_names.get(kind, kind)}_token_id", tid)
+    for kind, flag in vocab.add_special.items():
+        w.add_bool(f"tokenizer.ggml.add_{kind}_token", flag)
+    if vocab.chat_template is not None:
+        w.add_string("tokenizer.chat_template", vocab.chat_template)
+
+
 def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
     """Returns (writer, tensor_data callback) without writing anything."""
     if not hf_dir.is_dir():
@@ -521,18 +538,7 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
                      int(hp.rope_scaling["original_max_position_embeddings"]))
     w.add_uint32("general.file_type", ftype)
     w.add_uint32("general.quantization_version", GGML_QUANT_VERSION)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "qwen2")
-    w.add_array("tokenizer.ggml.tokens", ValueType.STRING, vocab.tokens)
-    w.add_array("tokenizer.ggml.token_type", ValueType.INT32, vocab.token_types)
-    w.add_array("tokenizer.ggml.merges", ValueType.STRING, vocab.merges)
-    key_names = {"pad": "padding"}
-    for kind, tid in vocab.special_ids.items():
-        w.add_uint32(f"tokenizer.ggml.{key_names.get(kind, kind)}_token_id", tid)
-    for kind, flag in vocab.add_special.items():
-        w.add_bool(f"tokenizer.ggml.add_{kind}_token", flag)
-    if vocab.chat_template is not None:
-        w.add_string("tokenizer.chat_template", vocab.chat_template)
+    add_tokenizer_kv(w, vocab)
 
     src_of: dict[str, SourceTensor] = {}
     for gname, hname, shape in plan:

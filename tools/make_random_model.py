@@ -127,18 +127,7 @@ def add_metadata(w: GGUFWriter, hp: conv.HParams, vocab: conv.Vocab, name: str, 
     w.add_uint32(f"{A}.attention.value_length", hp.head_dim)
     w.add_uint32("general.file_type", ftype)
     w.add_uint32("general.quantization_version", conv.GGML_QUANT_VERSION)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "qwen2")
-    w.add_array("tokenizer.ggml.tokens", ValueType.STRING, vocab.tokens)
-    w.add_array("tokenizer.ggml.token_type", ValueType.INT32, vocab.token_types)
-    w.add_array("tokenizer.ggml.merges", ValueType.STRING, vocab.merges)
-    key_names = {"pad": "padding"}
-    for kind, tid in vocab.special_ids.items():
-        w.add_uint32(f"tokenizer.ggml.{key_names.get(kind, kind)}_token_id", tid)
-    for kind, flag in vocab.add_special.items():
-        w.add_bool(f"tokenizer.ggml.add_{kind}_token", flag)
-    if vocab.chat_template is not None:
-        w.add_string("tokenizer.chat_template", vocab.chat_template)
+    conv.add_tokenizer_kv(w, vocab)
 
 
 @functools.lru_cache(maxsize=1)
