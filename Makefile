@@ -28,13 +28,17 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu neon-check random-model help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models
 
 all: cpu
 
 help:
 	@echo "make cpu            build build/kipp (CLI: cpu-ref and cpu backends) and build/kipp_test"
+	@echo "make server         build build/kipp-server (OpenAI-compatible HTTP server, CPU)"
+	@echo "make chat           build build/kipp-chat (interactive multi-turn chat)"
+	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
+	@echo "make test-chat      chat CLI gate (piped stdin)"
 	@echo "make demo           build, create + convert the tiny checkpoint, generate text"
 	@echo "make test           unit, fuzz-corpus, tooling, docs and tiny-checkpoint model gates"
 	@echo "make test-sanitize  the same under ASan + UBSan"
@@ -73,6 +77,17 @@ $(BUILD)/libkipp.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
+SERVER_SRC := $(wildcard src/server/*.c)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+server: $(BUILD)/kipp-server
+$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(SERVER_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
+
+chat: $(BUILD)/kipp-chat
+$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/libkipp.a
@@ -122,7 +137,8 @@ fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
+         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d
 
 # ---- set-up ---------------------------------------------------------------------------
 
@@ -166,8 +182,14 @@ vectors: deps
 
 # ---- tests ------------------------------------------------------------------------------
 
-test: deps cpu $(FUZZERS) tiny-models
+test: deps cpu server chat $(FUZZERS) tiny-models
 	@BUILD=$(BUILD) tests/run_tests.sh
+
+test-server: deps server tiny-models
+	@BUILD=$(BUILD) tests/server/run_server_tests.sh
+
+test-chat: deps chat tiny-models
+	@BUILD=$(BUILD) tests/chat/test_chat.sh
 
 test-sanitize: deps tiny-models
 	$(MAKE) BUILD=build/san SAN=1 cpu build/san/fuzz_gguf build/san/fuzz_chat build/san/fuzz_tok

@@ -22,7 +22,8 @@ typedef enum {
     KIPP_ERR_BACKEND,       /* backend unknown, not built, or failed to start */
     KIPP_ERR_CONTEXT_FULL,  /* sequence would exceed the context length */
     KIPP_ERR_NUMERIC,       /* NaN/Inf in weights or activations */
-    KIPP_ERR_KV_FULL        /* the KV block pool has no free block left for the request */
+    KIPP_ERR_KV_FULL,       /* the KV block pool has no free block left for the request */
+    KIPP_ERR_BUSY           /* a bounded queue is full: try again later (the server's 503) */
 } kipp_status;
 
 /* Human-readable name of a status code ("ok", "format error", ...). Static storage. */

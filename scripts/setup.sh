@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(libjansson-dev libutf8proc-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
+pkgs=(libjansson-dev libutf8proc-dev libmicrohttpd-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
       gcc-aarch64-linux-gnu)
 missing=()
 for p in "${pkgs[@]}"; do

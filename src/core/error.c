@@ -16,6 +16,7 @@ const char *kipp_status_str(kipp_status s) {
     case KIPP_ERR_CONTEXT_FULL: return "context full";
     case KIPP_ERR_NUMERIC: return "numeric error";
     case KIPP_ERR_KV_FULL: return "KV cache full";
+    case KIPP_ERR_BUSY: return "busy";
     }
     return "unknown status";
 }

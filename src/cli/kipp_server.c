@@ -1,0 +1,208 @@
+/* kipp_server.c — the `kipp-server` command: parses flags, starts listening (so /health
+ * can say "loading"), loads the model, starts the scheduler and serves until SIGINT or
+ * SIGTERM. The only server code that prints or exits. Reference: docs/server.md. */
+#include "engine/sched.h"
+#include "kipp.h"
+#include "server/server.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KIPP_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kipp-server --model FILE.gguf [options]\n"
+            "\n"
+            "Serves a Qwen3 GGUF model over an OpenAI-compatible HTTP API:\n"
+            "POST /v1/chat/completions, POST /v1/completions (streaming or not), GET /v1/models,\n"
+            "GET /health, GET /metrics (Prometheus). Many clients at once: continuous batching\n"
+            "over one paged KV pool with automatic prefix caching. See docs/server.md.\n"
+            "\n"
+            "  -m, --model FILE          GGUF model file (required)\n"
+            "      --host H              address to bind (default 127.0.0.1: this machine only)\n"
+            "      --port P              TCP port (default 8080; 0 = any free port, printed)\n"
+            "      --backend NAME        cpu (default) or cpu-ref; unknown or unavailable is fatal\n"
+            "  -t, --threads N           compute threads (default 0 = physical cores)\n"
+            "      --model-name NAME     the model id clients send (default: file name without .gguf)\n"
+            "  -c, --ctx-size N          longest sequence, prompt + completion (default: model's,\n"
+            "                            capped at 4096)\n"
+            "      --parallel N          sequences decoded together (default 8)\n"
+            "      --kv-tokens N         shared KV pool size in tokens (default ctx-size x parallel)\n"
+            "      --queue N             requests that may wait; beyond: 503 + Retry-After (default 64)\n"
+            "      --batch-tokens N      prompt tokens prefilled per step (default 256)\n"
+            "      --max-body BYTES      request body limit, 413 beyond (default 1048576)\n"
+            "      --max-prompt-tokens N longest prompt accepted (default ctx-size - 1)\n"
+            "      --max-tokens N        completion length when a request gives none\n"
+            "                            (default: the rest of the context)\n"
+            "      --no-prefix-cache     do not keep finished sequences for prefix reuse\n"
+            "      --prefix-cache-entries N  sequences the prefix cache keeps (default 64)\n"
+            "      --api-key KEY         require 'Authorization: Bearer KEY' (401 otherwise)\n"
+            "      --api-key-file FILE   the same, key read from the first line of FILE\n"
+            "  -h, --help                this text\n"
+            "      --version             print the version\n");
+}
+
+/* Parses a whole decimal in [lo, hi]. */
+static int parse_ulong(const char *flag, const char *s, unsigned long long lo,
+                       unsigned long long hi, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    if (!s || *s == '-' || *s == 0) goto bad;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) goto bad;
+    *out = v;
+    return 0;
+bad:
+    fprintf(stderr, "kipp-server: %s needs a whole number in [%llu, %llu], got '%s'\n", flag, lo,
+            hi, s ? s : "");
+    return -1;
+}
+
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kipp-server: --api-key-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char line[1024];
+    char *key = NULL;
+    if (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0]) key = strdup(line);
+    }
+    fclose(f);
+    if (!key) fprintf(stderr, "kipp-server: --api-key-file %s: the first line is empty\n", path);
+    return key;
+}
+
+static char *default_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    char *n = strdup(b);
+    if (!n) return NULL;
+    const size_t l = strlen(n);
+    if (l > 5 && !strcmp(n + l - 5, ".gguf")) n[l - 5] = 0;
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *api_key = NULL, *key_file = NULL, *name = NULL;
+    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .max_body = 1u << 20};
+    kipp_sched_params kp = {.backend = "cpu", .max_running = 8, .max_queue = 64,
+                            .batch_tokens = 256, .prefix_cache_entries = 64};
+    int no_prefix = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        unsigned long long v;
+#define IS(s) (!strcmp(a, s))
+#define VAL() (i + 1 < argc ? argv[++i] : NULL)
+#define NEED(x)                                                                   \
+    do {                                                                          \
+        if (!(x)) {                                                               \
+            fprintf(stderr, "kipp-server: %s needs a value (see --help)\n", a);   \
+            return 2;                                                             \
+        }                                                                         \
+    } while (0)
+#define NUM(lo, hi) do { if (parse_ulong(a, VAL(), lo, hi, &v)) return 2; } while (0)
+        if (IS("-h") || IS("--help")) { usage(stdout); return 0; }
+        else if (IS("--version")) { printf("kipp-server %s\n", KIPP_VERSION); return 0; }
+        else if (IS("-m") || IS("--model")) { NEED(model = VAL()); }
+        else if (IS("--host")) { NEED(sp.host = VAL()); }
+        else if (IS("--port")) { NUM(0, 65535); sp.port = (uint16_t)v; }
+        else if (IS("--backend")) { NEED(kp.backend = VAL()); }
+        else if (IS("-t") || IS("--threads")) { NUM(0, 1024); kp.n_threads = (int)v; }
+        else if (IS("--model-name")) { NEED(name = VAL()); }
+        else if (IS("-c") || IS("--ctx-size")) { NUM(16, 1u << 20); kp.n_ctx = (uint32_t)v; }
+        else if (IS("--parallel")) { NUM(1, 256); kp.max_running = (uint32_t)v; }
+        else if (IS("--kv-tokens")) { NUM(16, 1u << 24); kp.n_kv_tokens = (uint32_t)v; }
+        else if (IS("--queue")) { NUM(1, 1u << 16); kp.max_queue = (uint32_t)v; }
+        else if (IS("--batch-tokens")) { NUM(1, 1u << 16); kp.batch_tokens = (uint32_t)v; }
+        else if (IS("--max-body")) { NUM(1024, 1ull << 32); sp.max_body = (size_t)v; }
+        else if (IS("--max-prompt-tokens")) { NUM(1, 1u << 24); sp.max_prompt_tokens = (uint32_t)v; }
+        else if (IS("--max-tokens")) { NUM(1, 1u << 24); sp.default_max_tokens = (uint32_t)v; }
+        else if (IS("--no-prefix-cache")) { no_prefix = 1; }
+        else if (IS("--prefix-cache-entries")) { NUM(1, 4096); kp.prefix_cache_entries = (uint32_t)v; }
+        else if (IS("--api-key")) { NEED(api_key = VAL()); }
+        else if (IS("--api-key-file")) { NEED(key_file = VAL()); }
+        else {
+            fprintf(stderr, "kipp-server: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "kipp-server: --model FILE.gguf is required (see --help)\n");
+        return 2;
+    }
+    if (api_key && key_file) {
+        fprintf(stderr, "kipp-server: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (api_key && !*api_key) {
+        fprintf(stderr, "kipp-server: --api-key must not be empty\n");
+        return 2;
+    }
+    if (no_prefix) kp.prefix_cache_entries = 0;
+    char *key = key_file ? read_key_file(key_file) : NULL;
+    if (key_file && !key) return 2;
+    char *model_name = name ? strdup(name) : default_name(model);
+    sp.api_key = key ? key : api_key;
+    sp.model_name = model_name;
+
+    /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[KIPP_ERR_LEN];
+    int rc = 1;
+    kipp_server *sv = NULL;
+    kipp_model *m = NULL;
+    kipp_sched *sched = NULL;
+    if (kipp_server_start(&sp, &sv, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "kipp-server: %s\n", err);
+        goto done;
+    }
+    printf("kipp-server: listening on http://%s%s%s:%u\n", strchr(sp.host, ':') ? "[" : "",
+           sp.host, strchr(sp.host, ':') ? "]" : "", kipp_server_port(sv));
+    fflush(stdout);
+    if (kipp_model_load(model, &m, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "kipp-server: %s\n", err);
+        goto done;
+    }
+    if (kipp_sched_start(m, &kp, &sched, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "kipp-server: %s\n", err);
+        goto done;
+    }
+    if (sp.max_prompt_tokens && sp.max_prompt_tokens >= kipp_sched_n_ctx(sched)) {
+        fprintf(stderr, "kipp-server: --max-prompt-tokens %u must be below the context size %u\n",
+                sp.max_prompt_tokens, kipp_sched_n_ctx(sched));
+        goto done;
+    }
+    kipp_server_attach(sv, m, sched);
+    fprintf(stderr, "kipp-server: model %s as '%s', backend %s, context %u, %u parallel\n", model,
+            model_name, kp.backend, kipp_sched_n_ctx(sched), kp.max_running);
+    printf("kipp-server: ready\n");
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "kipp-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+done:
+    kipp_server_shutdown(sv);
+    kipp_sched_stop(sched);   /* waiting handlers wake up with "cancelled" */
+    kipp_server_free(sv);     /* joins the connection threads */
+    kipp_sched_free(sched);
+    kipp_model_free(m);
+    free(model_name);
+    free(key);
+    return rc;
+}

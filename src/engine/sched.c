@@ -1,0 +1,612 @@
+/* sched.c — continuous batching (see sched.h). Locking: one mutex guards the queue, the
+ * running list, every request's published fields (n_out, finish, cancel, refs) and the
+ * statistics. The context, the KV pool and the prefix cache belong to the engine thread
+ * alone; admission runs on it too. A step is built and decoded without the lock; tokens
+ * are written past the published count and published under the lock afterwards. */
+#include "engine/sched.h"
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/prefix_cache.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const double kipp_hist_bounds[KIPP_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                    0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
+
+void kipp_hist_add(kipp_hist *h, double seconds) {
+    int b = 0;
+    while (b < KIPP_HIST_BUCKETS && seconds > kipp_hist_bounds[b]) b++;
+    h->count[b]++;
+    h->n++;
+    h->sum += seconds;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct kipp_req {
+    kipp_sched *s;
+    /* guarded by s->mu */
+    int refs;               /* the consumer's + the engine's while queued or running */
+    uint32_t n_out;         /* published tokens */
+    kipp_finish finish;     /* published once every token is */
+    int cancel;             /* 1: cancelled; 2: stopped early by its consumer (not counted) */
+    uint32_t n_cached_pub;
+    pthread_cond_t cv;
+    kipp_req *next;         /* queue link */
+    /* fixed at submit */
+    kipp_req_params p;
+    uint32_t cap;           /* n_prompt + max_tokens */
+    /* engine thread only */
+    int32_t *all;           /* [cap] prompt, then generated tokens */
+    uint32_t n_all;
+    uint32_t n_fed;         /* all[0..n_fed-1] are in the KV cache of seq */
+    uint32_t seq;
+    int has_seq, admitted_once;
+    uint32_t n_gen;         /* tokens written to out (published or not) */
+    kipp_finish pending;    /* decided this step, published with the tokens */
+    kipp_gen_token *out;    /* [max_tokens] */
+    kipp_sampler *smp;
+    double t_submit, t_last;
+    char err[KIPP_ERR_LEN];
+};
+
+struct kipp_sched {
+    kipp_model *m;
+    kipp_ctx *ctx;
+    kipp_prefix_cache *pc;
+    kipp_sched_params p;
+    uint32_t n_ctx, n_vocab;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* the engine waits here for requests */
+    int stop;
+    kipp_req *q_head, *q_tail;
+    uint32_t n_queue;
+    kipp_req **running; /* [max_running] in admission order */
+    uint32_t n_running;
+    kipp_sched_stats st;
+    /* engine-thread scratch */
+    int32_t *b_tok;
+    uint32_t *b_seq;
+    uint8_t *b_want;
+    uint32_t *b_chunk; /* tokens each running request contributes this step */
+    uint32_t *b_row;   /* its logits row when its last token is in the batch */
+    float *logits, *raw;
+};
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+static void req_free(kipp_req *r) {
+    if (!r) return;
+    pthread_cond_destroy(&r->cv);
+    kipp_sampler_free(r->smp);
+    free(r->all);
+    free(r->out);
+    free(r);
+}
+
+/* Drops one reference; the caller holds s->mu. Returns the request to free (outside the
+ * lock) or NULL. */
+static kipp_req *req_unref_locked(kipp_req *r) {
+    return --r->refs == 0 ? r : NULL;
+}
+
+uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *finish) {
+    kipp_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    if (r->n_out <= have && r->finish == KIPP_FINISH_NONE && timeout_ms != 0) {
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        if (timeout_ms > 0) {
+            dl.tv_sec += timeout_ms / 1000;
+            dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+        }
+        while (r->n_out <= have && r->finish == KIPP_FINISH_NONE) {
+            if (timeout_ms < 0) pthread_cond_wait(&r->cv, &s->mu);
+            else if (pthread_cond_timedwait(&r->cv, &s->mu, &dl) != 0) break;
+        }
+    }
+    const uint32_t n = r->n_out;
+    *finish = r->finish;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i) { return &r->out[i]; }
+
+uint32_t kipp_req_n_cached(kipp_req *r) {
+    pthread_mutex_lock(&r->s->mu);
+    const uint32_t n = r->n_cached_pub;
+    pthread_mutex_unlock(&r->s->mu);
+    return n;
+}
+
+const char *kipp_req_error(const kipp_req *r) { return r->finish == KIPP_FINISH_ERROR ? r->err : ""; }
+
+void kipp_req_cancel(kipp_req *r) {
+    kipp_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    if (!r->cancel) r->cancel = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kipp_req_stop(kipp_req *r) {
+    kipp_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    if (!r->cancel) r->cancel = 2;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kipp_req_release(kipp_req *r) {
+    if (!r) return;
+    kipp_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    if (!r->cancel) r->cancel = 1; /* nobody reads it any more: drop it at the next step */
+    pthread_cond_signal(&s->work);
+    kipp_req *dead = req_unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+    req_free(dead);
+}
+
+kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req **out, char *err,
+                              size_t err_len) {
+    *out = NULL;
+    if (p->n_prompt == 0 || !p->prompt)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "the prompt is empty");
+    if (p->n_prompt >= s->n_ctx)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "the prompt has %u tokens; the context holds %u (prompt + completion)",
+                         p->n_prompt, s->n_ctx);
+    if (p->max_tokens == 0)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "max_tokens must be at least 1");
+    if (p->top_logprobs > KIPP_MAX_TOP_LOGPROBS)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "top_logprobs is above %d",
+                         KIPP_MAX_TOP_LOGPROBS);
+    for (uint32_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= s->n_vocab)
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "prompt token %u is %d, outside the vocabulary [0, %u)", i,
+                             p->prompt[i], s->n_vocab);
+    kipp_req *r = calloc(1, sizeof *r);
+    if (!r) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
+    r->s = s;
+    r->p = *p;
+    const uint32_t room = s->n_ctx - p->n_prompt;
+    if (r->p.max_tokens > room) r->p.max_tokens = room;
+    r->cap = p->n_prompt + r->p.max_tokens;
+    r->all = malloc((size_t)r->cap * sizeof *r->all);
+    r->out = malloc((size_t)r->p.max_tokens * sizeof *r->out);
+    kipp_status st = KIPP_OK;
+    if (!r->all || !r->out) st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
+    if (st == KIPP_OK) st = kipp_sampler_init(&p->sampling, s->n_vocab, &r->smp, err, err_len);
+    if (st != KIPP_OK) {
+        free(r->all);
+        free(r->out);
+        kipp_sampler_free(r->smp);
+        free(r);
+        return st;
+    }
+    memcpy(r->all, p->prompt, (size_t)p->n_prompt * sizeof *r->all);
+    r->p.prompt = r->all;
+    r->n_all = p->n_prompt;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    r->refs = 2;
+    r->t_submit = now_s();
+
+    pthread_mutex_lock(&s->mu);
+    if (s->stop || s->n_queue >= s->p.max_queue) {
+        s->st.rejected += !s->stop;
+        const int stopping = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        req_free(r);
+        return kipp_errf(err, err_len, KIPP_ERR_BUSY,
+                         stopping ? "the server is shutting down"
+                                  : "the request queue is full (%u waiting)",
+                         s->p.max_queue);
+    }
+    if (s->q_tail) s->q_tail->next = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->n_queue++;
+    s->st.submitted++;
+    s->st.queue_depth = s->n_queue;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    *out = r;
+    return KIPP_OK;
+}
+
+/* ---- the engine thread: sequences ------------------------------------------------------- */
+
+static kipp_kv_pool *pool_of(kipp_sched *s) { return kipp_ctx_kv_pool(s->ctx); }
+
+/* Gives a request's sequence back: to the prefix cache (its fed tokens are valid K/V) or
+ * to the pool. */
+static void release_seq(kipp_sched *s, kipp_req *r, int keep) {
+    if (!r->has_seq) return;
+    if (s->pc && keep && r->n_fed > 0) kipp_pc_insert(s->pc, r->seq, r->all, r->n_fed);
+    else kipp_ctx_seq_free(s->ctx, r->seq, NULL, 0);
+    r->has_seq = 0;
+    r->n_fed = 0;
+}
+
+/* Publishes a finished request (lock held): wakes its consumer, drops the engine's ref. */
+static kipp_req *finish_locked(kipp_sched *s, kipp_req *r, kipp_finish f) {
+    r->n_out = r->n_gen;
+    r->finish = f;
+    s->st.finished++;
+    s->st.cancelled += f == KIPP_FINISH_CANCELLED;
+    s->st.errors += f == KIPP_FINISH_ERROR;
+    pthread_cond_broadcast(&r->cv);
+    return req_unref_locked(r);
+}
+
+static void running_remove(kipp_sched *s, uint32_t i) {
+    memmove(&s->running[i], &s->running[i + 1], (s->n_running - i - 1) * sizeof *s->running);
+    s->n_running--;
+}
+
+/* Blocks the request needs to run its next step: the rest of its tokens plus one. */
+static uint32_t blocks_needed(kipp_sched *s, const kipp_req *r, uint32_t n_have) {
+    const kipp_kv_pool *pool = pool_of(s);
+    const uint32_t want = kipp_kv_blocks_for(pool, r->n_all + 1);
+    const uint32_t have = kipp_kv_blocks_for(pool, n_have);
+    return want > have ? want - have : 0;
+}
+
+/* Moves queued requests into the running batch while a slot and memory are free (lock
+ * held; runs on the engine thread, which owns the pool). */
+static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
+    while (s->q_head && s->n_running < s->p.max_running) {
+        kipp_req *r = s->q_head;
+        if (!r->cancel) {
+            uint32_t seq = 0, n_hit = s->pc ? kipp_pc_acquire(s->pc, r->all, r->n_all, &seq) : 0;
+            if (n_hit == 0 && kipp_ctx_seq_new(s->ctx, &seq, NULL, 0) != KIPP_OK) return;
+            const uint32_t need = blocks_needed(s, r, n_hit);
+            while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
+            if (pool_of(s)->n_free < need && s->n_running > 0) { /* wait for room */
+                kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+                return;
+            }
+            if (s->pc) kipp_pc_note_lookup(s->pc, r->n_all, n_hit);
+            r->seq = seq;
+            r->has_seq = 1;
+            r->n_fed = n_hit;
+            if (!r->admitted_once) {
+                r->n_cached_pub = n_hit;
+                for (uint32_t i = 0; i < r->p.n_prompt; i++) kipp_sampler_accept(r->smp, r->all[i]);
+                s->st.prompt_tokens += r->p.n_prompt;
+                r->admitted_once = 1;
+            }
+            s->running[s->n_running++] = r;
+        }
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
+        r->next = NULL;
+        s->n_queue--;
+        if (r->cancel) {
+            kipp_req *d = finish_locked(s, r, r->cancel == 2 ? KIPP_FINISH_STOP : KIPP_FINISH_CANCELLED);
+            if (d) dead[(*n_dead)++] = d;
+        }
+    }
+}
+
+/* Frees the blocks of the most recently admitted request and puts it back at the front of
+ * the queue; it is recomputed from its prompt and the tokens it already produced. */
+static void preempt_newest(kipp_sched *s) {
+    kipp_req *r = s->running[s->n_running - 1];
+    release_seq(s, r, 1);
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    r->next = s->q_head;
+    s->q_head = r;
+    if (!s->q_tail) s->q_tail = r;
+    s->n_queue++;
+    s->st.preempted++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the engine thread: one step -------------------------------------------------------- */
+
+/* Log-probabilities of the raw logits: the chosen token's and the n most likely. */
+static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t, uint32_t n_top) {
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i < n_vocab; i++) mx = raw[i] > mx ? raw[i] : mx;
+    double sum = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) sum += exp((double)raw[i] - mx);
+    const double lse = mx + log(sum);
+    t->logprob = (float)(raw[t->id] - lse);
+    t->n_top = 0;
+    for (uint32_t i = 0; i < n_vocab && n_top; i++) { /* insertion into a short sorted list */
+        if (t->n_top == n_top && raw[i] <= raw[t->top_id[n_top - 1]]) continue;
+        uint32_t j = t->n_top < n_top ? t->n_top++ : n_top - 1;
+        while (j > 0 && raw[t->top_id[j - 1]] < raw[i]) { t->top_id[j] = t->top_id[j - 1]; j--; }
+        t->top_id[j] = (int32_t)i;
+    }
+    for (uint32_t k = 0; k < t->n_top; k++) t->top_logprob[k] = (float)(raw[t->top_id[k]] - lse);
+}
+
+/* Builds the batch: every decoding sequence's next token, then prompt chunks within the
+ * step's budget. Returns the batch size; b_chunk[i] is running[i]'s share. */
+static uint32_t build_batch(kipp_sched *s) {
+    uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < s->n_running; i++) {
+            kipp_req *r = s->running[i];
+            const uint32_t rem = r->n_all - r->n_fed;
+            if ((pass == 0) != (rem == 1)) continue;
+            uint32_t chunk = rem;
+            if (pass == 1) {
+                chunk = rem < budget ? rem : budget;
+                budget -= chunk;
+            }
+            s->b_chunk[i] = chunk;
+            for (uint32_t k = 0; k < chunk; k++) {
+                s->b_tok[n] = r->all[r->n_fed + k];
+                s->b_seq[n] = r->seq;
+                s->b_want[n] = r->n_fed + k + 1 == r->n_all;
+                if (s->b_want[n]) s->b_row[i] = n_rows++;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
+    char err[KIPP_ERR_LEN];
+    kipp_status st;
+    uint32_t n;
+    for (;;) {
+        memset(s->b_chunk, 0, s->n_running * sizeof *s->b_chunk);
+        n = build_batch(s);
+        const kipp_batch b = {.n = n, .tokens = s->b_tok, .seq_ids = s->b_seq, .want_logits = s->b_want};
+        st = kipp_decode_batch(s->ctx, &b, s->logits, err, sizeof err);
+        if (st != KIPP_ERR_KV_FULL) break;
+        if (s->pc && kipp_pc_evict_one(s->pc)) continue;
+        if (s->n_running > 1) { preempt_newest(s); continue; }
+        break; /* a lone sequence the pool cannot hold: it ends with "length" below */
+    }
+    const double t = now_s();
+    pthread_mutex_lock(&s->mu);
+    s->st.steps++;
+    s->st.batched_tokens += n;
+    pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        kipp_req *r = s->running[i];
+        if (st == KIPP_ERR_KV_FULL) { r->pending = KIPP_FINISH_LENGTH; continue; }
+        if (st != KIPP_OK) {
+            snprintf(r->err, sizeof r->err, "%s", err);
+            r->pending = KIPP_FINISH_ERROR;
+            continue;
+        }
+        const uint32_t chunk = s->b_chunk[i];
+        if (chunk == 0) continue;
+        if (r->n_fed + chunk < r->n_all) { r->n_fed += chunk; continue; } /* prefill goes on */
+        r->n_fed = r->n_all;
+        float *lg = s->logits + (size_t)s->b_row[i] * s->n_vocab;
+        if (r->p.logprobs) memcpy(s->raw, lg, (size_t)s->n_vocab * sizeof *lg);
+        const int32_t tok = kipp_sampler_sample(r->smp, lg);
+        kipp_sampler_accept(r->smp, tok);
+        kipp_gen_token *g = &r->out[r->n_gen];
+        g->id = tok;
+        g->logprob = 0;
+        g->n_top = 0;
+        if (r->p.logprobs) fill_logprobs(s->raw, s->n_vocab, g, r->p.top_logprobs);
+        r->all[r->n_all++] = tok;
+        r->n_gen++;
+        if (!r->p.ignore_eos && kipp_token_is_eog(s->m, tok)) r->pending = KIPP_FINISH_STOP;
+        else if (r->n_gen >= r->p.max_tokens || r->n_all >= s->n_ctx) r->pending = KIPP_FINISH_LENGTH;
+    }
+    /* publish */
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_running;) {
+        kipp_req *r = s->running[i];
+        if (r->n_gen > r->n_out) {
+            s->st.generated_tokens += r->n_gen - r->n_out;
+            if (r->n_out == 0) kipp_hist_add(&s->st.ttft, t - r->t_submit);
+            else kipp_hist_add(&s->st.itl, t - r->t_last);
+            r->t_last = t;
+            r->n_out = r->n_gen;
+            pthread_cond_broadcast(&r->cv);
+        }
+        if (r->pending == KIPP_FINISH_NONE) { i++; continue; }
+        pthread_mutex_unlock(&s->mu);
+        release_seq(s, r, r->pending != KIPP_FINISH_ERROR);
+        pthread_mutex_lock(&s->mu);
+        kipp_req *d = finish_locked(s, r, r->pending);
+        if (d) dead[(*n_dead)++] = d;
+        running_remove(s, i);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Snapshot of the pool for the statistics (engine thread, lock held). */
+static void pool_stats_locked(kipp_sched *s) {
+    const kipp_kv_pool *pool = pool_of(s);
+    s->st.kv_blocks_total = pool->n_blocks;
+    s->st.kv_blocks_used = pool->n_blocks - pool->n_free;
+    s->st.queue_depth = s->n_queue;
+    s->st.running = s->n_running;
+    if (s->pc) {
+        kipp_pc_stats ps;
+        kipp_pc_get_stats(s->pc, &ps);
+        s->st.kv_blocks_cached = ps.n_blocks_cached_only;
+        s->st.pc_lookups = ps.lookups;
+        s->st.pc_hits = ps.hits;
+        s->st.pc_lookup_tokens = ps.lookup_tokens;
+        s->st.pc_hit_tokens = ps.hit_tokens;
+    }
+}
+
+static void *engine_main(void *arg) {
+    kipp_sched *s = arg;
+    kipp_req **dead = malloc((2 * (size_t)s->p.max_running + s->p.max_queue + 1) * sizeof *dead);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        uint32_t n_dead = 0;
+        /* drop cancelled running requests */
+        for (uint32_t i = 0; i < s->n_running;) {
+            kipp_req *r = s->running[i];
+            if (!r->cancel) { i++; continue; }
+            pthread_mutex_unlock(&s->mu);
+            release_seq(s, r, 1);
+            pthread_mutex_lock(&s->mu);
+            kipp_req *d = finish_locked(s, r, r->cancel == 2 ? KIPP_FINISH_STOP : KIPP_FINISH_CANCELLED);
+            if (d) dead[n_dead++] = d;
+            running_remove(s, i);
+        }
+        admit_locked(s, dead, &n_dead);
+        pool_stats_locked(s);
+        if (n_dead) {
+            pthread_mutex_unlock(&s->mu);
+            for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        if (s->n_running == 0) {
+            pthread_cond_wait(&s->work, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        step(s, dead, &n_dead);
+        for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
+        pthread_mutex_lock(&s->mu);
+    }
+    /* stopping: every request still here ends as cancelled */
+    uint32_t n_dead = 0;
+    while (s->n_running) {
+        kipp_req *r = s->running[--s->n_running];
+        release_seq(s, r, 0);
+        kipp_req *d = finish_locked(s, r, KIPP_FINISH_CANCELLED);
+        if (d) dead[n_dead++] = d;
+    }
+    while (s->q_head) {
+        kipp_req *r = s->q_head;
+        s->q_head = r->next;
+        kipp_req *d = finish_locked(s, r, KIPP_FINISH_CANCELLED);
+        if (d) dead[n_dead++] = d;
+    }
+    s->q_tail = NULL;
+    s->n_queue = 0;
+    pool_stats_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
+    free(dead);
+    return NULL;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sched **out,
+                             char *err, size_t err_len) {
+    *out = NULL;
+    kipp_sched_params p = *pp;
+    if (!p.max_running) p.max_running = 8;
+    if (!p.max_queue) p.max_queue = 64;
+    if (!p.batch_tokens) p.batch_tokens = 256;
+    if (!p.block_size) p.block_size = 16;
+    kipp_model_info info;
+    kipp_model_get_info(m, &info);
+    uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    if (!p.n_kv_tokens) p.n_kv_tokens = n_ctx * p.max_running;
+    if (p.n_kv_tokens < n_ctx + p.block_size)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "the KV pool (%u tokens) must hold at least one full context (%u) "
+                         "plus one block (%u)",
+                         p.n_kv_tokens, n_ctx, p.block_size);
+    kipp_sched *s = calloc(1, sizeof *s);
+    if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
+    s->m = m;
+    s->p = p;
+    s->n_vocab = info.n_vocab;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    const kipp_ctx_params cp = {.backend = p.backend, .n_ctx = n_ctx, .n_threads = p.n_threads,
+                                .kv_block_size = p.block_size,
+                                .n_kv_blocks = (p.n_kv_tokens + p.block_size - 1) / p.block_size};
+    kipp_status st = kipp_ctx_init(m, &cp, &s->ctx, err, err_len);
+    if (st != KIPP_OK) goto fail;
+    s->n_ctx = kipp_ctx_n_ctx(s->ctx);
+    if (p.prefix_cache_entries &&
+        (st = kipp_pc_init(s->ctx, p.prefix_cache_entries, &s->pc, err, err_len)) != KIPP_OK)
+        goto fail;
+    const size_t max_batch = (size_t)p.batch_tokens + p.max_running;
+    s->running = calloc(p.max_running, sizeof *s->running);
+    s->b_chunk = calloc(p.max_running, sizeof *s->b_chunk);
+    s->b_row = calloc(p.max_running, sizeof *s->b_row);
+    s->b_tok = malloc(max_batch * sizeof *s->b_tok);
+    s->b_seq = malloc(max_batch * sizeof *s->b_seq);
+    s->b_want = malloc(max_batch);
+    s->logits = malloc((size_t)p.max_running * s->n_vocab * sizeof *s->logits);
+    s->raw = malloc((size_t)s->n_vocab * sizeof *s->raw);
+    if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
+        goto fail;
+    }
+    pool_stats_locked(s);
+    if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: cannot start the engine thread");
+        goto fail;
+    }
+    s->thread_started = 1;
+    *out = s;
+    return KIPP_OK;
+fail:
+    kipp_sched_free(s);
+    return st;
+}
+
+void kipp_sched_stop(kipp_sched *s) {
+    if (!s || !s->thread_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+}
+
+void kipp_sched_free(kipp_sched *s) {
+    if (!s) return;
+    kipp_sched_stop(s);
+    kipp_pc_free(s->pc);
+    kipp_ctx_free(s->ctx);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->mu);
+    free(s->running);
+    free(s->b_chunk);
+    free(s->b_row);
+    free(s->b_tok);
+    free(s->b_seq);
+    free(s->b_want);
+    free(s->logits);
+    free(s->raw);
+    free(s);
+}
+
+uint32_t kipp_sched_n_ctx(const kipp_sched *s) { return s->n_ctx; }
+
+void kipp_sched_get_stats(kipp_sched *s, kipp_sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    pthread_mutex_unlock(&s->mu);
+}

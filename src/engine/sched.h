@@ -1,0 +1,116 @@
+/* sched.h — the scheduler: continuous batching of many requests over one context. One
+ * engine thread owns the context; each step it decodes one token of every running sequence
+ * plus a budget of prompt tokens of sequences still prefilling, as one batch. Requests join
+ * at token boundaries, share the paged KV pool and the prefix cache, wait in a bounded queue
+ * when no slot or no memory is free, are preempted (and later recomputed) when the pool runs
+ * dry, and are cancelled by their consumer at any time. Thread-safe: submit, wait, cancel
+ * and stats may be called from any thread. Does not detokenize, apply stop strings or speak
+ * HTTP (src/server does). Design: docs/server.md ("Scheduling"). */
+#ifndef KIPP_ENGINE_SCHED_H
+#define KIPP_ENGINE_SCHED_H
+
+#include "kipp.h"
+
+#include <stdint.h>
+
+#define KIPP_MAX_TOP_LOGPROBS 20
+
+typedef struct kipp_sched kipp_sched;
+typedef struct kipp_req kipp_req;
+
+typedef struct {
+    const char *backend;           /* see kipp_ctx_params */
+    int n_threads;
+    uint32_t n_ctx;                /* longest sequence (prompt + completion); 0 = model's, <= 4096 */
+    uint32_t n_kv_tokens;          /* pool size in tokens; 0 = n_ctx * max_running */
+    uint32_t block_size;           /* 0 = 16 */
+    uint32_t max_running;          /* sequences in the running batch; 0 = 8 */
+    uint32_t max_queue;            /* waiting requests before submit says KIPP_ERR_BUSY; 0 = 64 */
+    uint32_t batch_tokens;         /* prompt tokens per step (chunked prefill); 0 = 256 */
+    uint32_t prefix_cache_entries; /* kept sequences; 0 = no prefix cache */
+} kipp_sched_params;
+
+typedef enum {
+    KIPP_FINISH_NONE = 0,  /* still running */
+    KIPP_FINISH_STOP,      /* an end-of-generation token */
+    KIPP_FINISH_LENGTH,    /* max_tokens or the context */
+    KIPP_FINISH_CANCELLED, /* the consumer cancelled */
+    KIPP_FINISH_ERROR      /* the backend failed; kipp_req_error says why */
+} kipp_finish;
+
+typedef struct {
+    const int32_t *prompt; /* [n_prompt] copied by submit */
+    uint32_t n_prompt;     /* >= 1 and < n_ctx */
+    uint32_t max_tokens;   /* >= 1; capped by the context */
+    kipp_sampler_params sampling;
+    int ignore_eos;
+    int logprobs;          /* record each token's log-probability */
+    uint32_t top_logprobs; /* and the n most likely alternatives (<= KIPP_MAX_TOP_LOGPROBS) */
+} kipp_req_params;
+
+/* One generated token. Log-probabilities are of the model's raw distribution (before
+ * penalties and temperature), as OpenAI and vLLM report them. */
+typedef struct {
+    int32_t id;
+    float logprob;
+    uint32_t n_top;
+    int32_t top_id[KIPP_MAX_TOP_LOGPROBS]; /* most likely first */
+    float top_logprob[KIPP_MAX_TOP_LOGPROBS];
+} kipp_gen_token;
+
+/* Fixed-bucket latency histogram (seconds), Prometheus style (cumulative on output). */
+#define KIPP_HIST_BUCKETS 14
+typedef struct {
+    uint64_t count[KIPP_HIST_BUCKETS + 1]; /* per bucket; the last is +Inf */
+    uint64_t n;
+    double sum;
+} kipp_hist;
+extern const double kipp_hist_bounds[KIPP_HIST_BUCKETS];
+void kipp_hist_add(kipp_hist *h, double seconds);
+
+typedef struct {
+    uint64_t steps, prompt_tokens, generated_tokens, batched_tokens;
+    uint64_t submitted, rejected, cancelled, preempted, finished, errors;
+    uint32_t queue_depth, running;
+    uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: held only by the cache */
+    uint64_t pc_lookups, pc_hits, pc_lookup_tokens, pc_hit_tokens;
+    kipp_hist ttft, itl; /* submit → first token; between consecutive tokens of a request */
+} kipp_sched_stats;
+
+/* Loads nothing: the model is the caller's and must outlive the scheduler. Starts the
+ * engine thread. Errors: the backend, memory, inconsistent sizes. */
+kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *p, kipp_sched **out,
+                             char *err, size_t err_len);
+/* Stops the engine thread; requests still queued or running finish as cancelled (their
+ * consumers wake up and may still read them). Idempotent. */
+void kipp_sched_stop(kipp_sched *s);
+/* Stops (if needed) and frees; every request must have been released. NULL is a no-op. */
+void kipp_sched_free(kipp_sched *s);
+
+uint32_t kipp_sched_n_ctx(const kipp_sched *s);
+void kipp_sched_get_stats(kipp_sched *s, kipp_sched_stats *out);
+
+/* Queues a request. KIPP_ERR_BUSY: the queue is full (tell the client to retry);
+ * KIPP_ERR_INVALID_ARG: bad parameters (err names which). *out is the caller's reference:
+ * release it with kipp_req_release. */
+kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req **out,
+                              char *err, size_t err_len);
+
+/* Waits until the request has more than `have` tokens or has finished, at most timeout_ms
+ * (< 0: forever). Returns the number of tokens available; *finish is set once every token
+ * is in (KIPP_FINISH_NONE before). Tokens 0..n-1 may then be read with kipp_req_token. */
+uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *finish);
+/* Token i < the count kipp_req_wait returned; valid until kipp_req_release. */
+const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i);
+/* Prompt tokens served from the prefix cache (final once the first token is out). */
+uint32_t kipp_req_n_cached(kipp_req *r);
+/* The backend's error message for KIPP_FINISH_ERROR ("" otherwise). */
+const char *kipp_req_error(const kipp_req *r);
+/* Asks the engine to drop the request at its next step; its blocks go back to the pool. */
+void kipp_req_cancel(kipp_req *r);
+/* Ends the request early as finished, not cancelled (a stop string matched). */
+void kipp_req_stop(kipp_req *r);
+/* Drops the caller's reference (cancelling the request if it still runs). NULL: no-op. */
+void kipp_req_release(kipp_req *r);
+
+#endif

@@ -1,0 +1,97 @@
+/* metrics.c — Prometheus text exposition format 0.0.4: HELP and TYPE lines, counters,
+ * gauges and cumulative histograms with le buckets, _sum and _count. */
+#include "server/metrics.h"
+
+#include "server/openai.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const int kipp_metrics_statuses[M_ST_N] = {200, 400, 401, 404, 405, 413, 500, 503, 0};
+const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "completions", "models",
+                                                    "health", "metrics", "other"};
+
+void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status) {
+    int k = 0;
+    while (k < M_ST_N - 1 && kipp_metrics_statuses[k] != status) k++;
+    c->requests[endpoint][k]++;
+}
+
+static void put(oai_buf *b, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0) oai_buf_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static void metric(oai_buf *b, const char *name, const char *type, const char *help, double v) {
+    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void histogram(oai_buf *b, const char *name, const char *help, const kipp_hist *h) {
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < KIPP_HIST_BUCKETS; i++) {
+        cum += h->count[i];
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, kipp_hist_bounds[i], (unsigned long long)cum);
+    }
+    cum += h->count[KIPP_HIST_BUCKETS];
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    put(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
+}
+
+char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s, int ready) {
+    oai_buf b = {0};
+    put(&b, "# HELP kipp_requests_total HTTP requests answered, by endpoint and status code.\n"
+            "# TYPE kipp_requests_total counter\n");
+    for (int e = 0; e < M_EP_N; e++)
+        for (int k = 0; k < M_ST_N; k++)
+            if (c->requests[e][k] || (k == 0 && e <= M_EP_COMPLETIONS)) {
+                if (kipp_metrics_statuses[k])
+                    put(&b, "kipp_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                        kipp_metrics_endpoints[e], kipp_metrics_statuses[k],
+                        (unsigned long long)c->requests[e][k]);
+                else
+                    put(&b, "kipp_requests_total{endpoint=\"%s\",status=\"other\"} %llu\n",
+                        kipp_metrics_endpoints[e], (unsigned long long)c->requests[e][k]);
+            }
+    metric(&b, "kipp_ready", "gauge", "1 once the model is loaded.", ready);
+    metric(&b, "kipp_requests_cancelled_total", "counter",
+           "Sequences dropped because the client disconnected or a stop string ended them early.",
+           (double)s->cancelled);
+    metric(&b, "kipp_requests_rejected_total", "counter", "503s because the wait queue was full.",
+           (double)s->rejected);
+    metric(&b, "kipp_requests_preempted_total", "counter",
+           "Sequences whose KV blocks were freed to make room (recomputed later).", (double)s->preempted);
+    metric(&b, "kipp_engine_errors_total", "counter", "Sequences that ended with a backend error.",
+           (double)s->errors);
+    metric(&b, "kipp_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+           (double)s->prompt_tokens);
+    metric(&b, "kipp_generated_tokens_total", "counter", "Tokens generated.", (double)s->generated_tokens);
+    metric(&b, "kipp_engine_steps_total", "counter", "Batched decode steps.", (double)s->steps);
+    metric(&b, "kipp_engine_batched_tokens_total", "counter", "Tokens run through the model.",
+           (double)s->batched_tokens);
+    metric(&b, "kipp_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.",
+           (double)s->pc_lookups);
+    metric(&b, "kipp_prefix_cache_hits_total", "counter", "Lookups that reused cached KV blocks.",
+           (double)s->pc_hits);
+    metric(&b, "kipp_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the cache.",
+           (double)s->pc_hit_tokens);
+    metric(&b, "kipp_prefix_cache_hit_rate", "gauge", "Cached prompt tokens / looked-up prompt tokens.",
+           s->pc_lookup_tokens ? (double)s->pc_hit_tokens / (double)s->pc_lookup_tokens : 0.0);
+    metric(&b, "kipp_queue_depth", "gauge", "Requests waiting for a running slot.", s->queue_depth);
+    metric(&b, "kipp_running_sequences", "gauge", "Sequences in the running batch.", s->running);
+    metric(&b, "kipp_kv_blocks_total", "gauge", "Blocks in the paged KV pool.", s->kv_blocks_total);
+    metric(&b, "kipp_kv_blocks_used", "gauge", "KV blocks referenced by a sequence or the prefix cache.",
+           s->kv_blocks_used);
+    metric(&b, "kipp_kv_blocks_cached", "gauge", "KV blocks held only by the prefix cache.",
+           s->kv_blocks_cached);
+    histogram(&b, "kipp_time_to_first_token_seconds", "From submission to the first token.", &s->ttft);
+    histogram(&b, "kipp_inter_token_latency_seconds", "Between consecutive tokens of a request.", &s->itl);
+    histogram(&b, "kipp_request_duration_seconds", "Generation requests, arrival to the last byte.",
+              &c->duration);
+    return b.p;
+}

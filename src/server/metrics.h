@@ -1,0 +1,25 @@
+/* metrics.h — the server's own counters (HTTP requests by endpoint and status, request
+ * durations) and the Prometheus text exposition of them together with the scheduler's
+ * statistics. Not thread-safe by itself: http.c guards the counters with its lock. */
+#ifndef KIPP_SERVER_METRICS_H
+#define KIPP_SERVER_METRICS_H
+
+#include "engine/sched.h"
+
+#include <stdint.h>
+
+enum { M_EP_CHAT, M_EP_COMPLETIONS, M_EP_MODELS, M_EP_HEALTH, M_EP_METRICS, M_EP_OTHER, M_EP_N };
+enum { M_ST_N = 9 };
+extern const int kipp_metrics_statuses[M_ST_N]; /* 200 400 401 404 405 413 500 503, other */
+extern const char *const kipp_metrics_endpoints[M_EP_N];
+
+typedef struct {
+    uint64_t requests[M_EP_N][M_ST_N];
+    kipp_hist duration; /* whole generation requests, arrival to last byte queued */
+} kipp_server_counters;
+
+void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status);
+/* The exposition text (malloc'd). ready: the model is loaded. */
+char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s, int ready);
+
+#endif

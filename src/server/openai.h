@@ -1,0 +1,95 @@
+/* openai.h — the OpenAI API mapping, independent of HTTP: parsing and validating a request
+ * body into an oai_request (every rejection names the field), and turning a request's
+ * generated tokens into text with stop strings and the Qwen3 reasoning split, as response
+ * objects or SSE chunks. Does not touch sockets (http.c) or the engine's threads. */
+#ifndef KIPP_SERVER_OPENAI_H
+#define KIPP_SERVER_OPENAI_H
+
+#include "engine/sched.h"
+#include "kipp.h"
+#include "tok/reasoning.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { OAI_CHAT = 0, OAI_COMPLETIONS = 1 } oai_endpoint;
+
+#define OAI_MAX_STOP 4
+#define OAI_MAX_STOP_BYTES 256
+
+typedef struct {
+    oai_endpoint ep;
+    char *model;
+    int stream, include_usage;
+    int64_t max_tokens;          /* -1: not given */
+    kipp_sampler_params sp;
+    int n_stop;
+    char *stop[OAI_MAX_STOP];
+    int logprobs;                /* chat: bool; completions: logprobs given */
+    uint32_t top_logprobs;
+    int ignore_eos;
+    int enable_thinking;         /* chat: chat_template_kwargs.enable_thinking (default 1) */
+    char *chat_body;             /* chat: JSON for kipp_chat_apply */
+    char *prompt_text;           /* completions: a string prompt, or */
+    size_t prompt_len;
+    int32_t *prompt_ids;         /* ... an array of token ids */
+    size_t n_prompt_ids;
+} oai_request;
+
+/* Parses body (len bytes, not necessarily NUL-terminated). On failure returns nonzero and
+ * fills msg and *param (a static field name, or NULL when the body as a whole is at fault).
+ * n_vocab bounds token-id prompts. free with oai_request_free (also after a failure). */
+int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *out,
+              char *msg, size_t msg_len, const char **param);
+void oai_request_free(oai_request *r);
+
+/* ---- turning tokens into a response --------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} oai_buf;
+int oai_buf_add(oai_buf *b, const char *s, size_t n); /* 0 ok, -1 out of memory */
+void oai_buf_free(oai_buf *b);
+
+typedef struct {
+    const kipp_model *m;
+    const oai_request *rq;
+    kipp_detokenizer *dt;
+    kipp_reasoning rs;
+    oai_buf held;               /* text held back: it may start a stop string */
+    oai_buf content, reasoning; /* text decided since the caller last took it */
+    int stopped;                /* a stop string matched: ignore later tokens */
+    uint32_t n_used;            /* tokens that count (up to and including the stop) */
+    int oom;
+} oai_gen;
+
+int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq);
+void oai_gen_free(oai_gen *g);
+/* Feeds one generated token. Returns 1 when a stop string just matched (cancel the
+ * request), 0 otherwise. */
+int oai_gen_push(oai_gen *g, const kipp_gen_token *t);
+/* The request finished: flushes everything held. */
+void oai_gen_finish(oai_gen *g);
+
+/* JSON (malloc'd, compact) for the response pieces. finish: NULL while streaming. */
+typedef struct {
+    const char *id, *model;
+    long long created;
+    const char *finish_reason;       /* NULL: not finished */
+    uint32_t n_prompt, n_completion, n_cached;
+} oai_meta;
+
+/* A streamed chunk with the text in g->content / g->reasoning (taken: the buffers are
+ * emptied) and the logprobs of tokens [tok0, tok1) of req. first: the chat role delta. */
+char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint32_t tok0,
+                     uint32_t tok1, int first);
+char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta);
+/* The whole non-streamed response (content/reasoning taken from g). */
+char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req);
+/* GET /v1/models: the one served model */
+char *oai_models_json(const char *name);
+/* {"error": {...}} */
+char *oai_error_json(const char *message, const char *type, const char *param, const char *code);
+
+#endif

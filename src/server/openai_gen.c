@@ -1,0 +1,316 @@
+/* openai_gen.c — from generated tokens to OpenAI responses: streaming detokenization, stop
+ * strings (text that may begin a stop string is held back until it cannot), the Qwen3
+ * reasoning split for chat, and the JSON of chunks, whole responses, usage and errors.
+ * Text is always valid UTF-8 (the detokenizer never emits half a character; stop strings
+ * are matched on bytes and cut only where a whole stop string begins). */
+#include "server/openai.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+int oai_buf_add(oai_buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+void oai_buf_free(oai_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static void emit_part(void *user, int is_reasoning, const char *bytes, size_t n) {
+    oai_gen *g = user;
+    if (oai_buf_add(is_reasoning ? &g->reasoning : &g->content, bytes, n)) g->oom = 1;
+}
+
+int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
+    memset(g, 0, sizeof *g);
+    g->m = m;
+    g->rq = rq;
+    kipp_reasoning_init(&g->rs, KIPP_REASONING_OPEN_BY_TAG, emit_part, g);
+    return kipp_detokenizer_init(m, 1, &g->dt, NULL, 0) == KIPP_OK ? 0 : -1;
+}
+
+void oai_gen_free(oai_gen *g) {
+    kipp_detokenizer_free(g->dt);
+    oai_buf_free(&g->held);
+    oai_buf_free(&g->content);
+    oai_buf_free(&g->reasoning);
+}
+
+/* Decided text: through the reasoning split for chat, straight to content otherwise. */
+static void emit_text(oai_gen *g, const char *s, size_t n) {
+    if (n == 0) return;
+    if (g->rq->ep == OAI_CHAT) kipp_reasoning_feed(&g->rs, s, n, NULL, 0);
+    else if (oai_buf_add(&g->content, s, n)) g->oom = 1;
+}
+
+/* Bytes at the end of the held text that could begin a stop string. */
+static size_t stop_holdback(const oai_gen *g) {
+    size_t keep = 0;
+    for (int i = 0; i < g->rq->n_stop; i++) {
+        const char *st = g->rq->stop[i];
+        const size_t ls = strlen(st);
+        for (size_t k = ls - 1 < g->held.n ? ls - 1 : g->held.n; k > keep; k--)
+            if (memcmp(g->held.p + g->held.n - k, st, k) == 0) { keep = k; break; }
+    }
+    return keep;
+}
+
+/* Moves the held text on: cut at the first stop string, or emit all that cannot start one. */
+static int settle(oai_gen *g) {
+    const char *first = NULL;
+    for (int i = 0; i < g->rq->n_stop && g->held.n; i++) {
+        const char *st = g->rq->stop[i];
+        const size_t ls = strlen(st);
+        for (size_t at = 0; at + ls <= g->held.n; at++)
+            if (memcmp(g->held.p + at, st, ls) == 0) {
+                if (!first || g->held.p + at < first) first = g->held.p + at;
+                break;
+            }
+    }
+    if (first) {
+        emit_text(g, g->held.p, (size_t)(first - g->held.p));
+        g->held.n = 0;
+        g->stopped = 1;
+        return 1;
+    }
+    const size_t keep = stop_holdback(g);
+    emit_text(g, g->held.p, g->held.n - keep);
+    memmove(g->held.p, g->held.p + g->held.n - keep, keep);
+    g->held.n = keep;
+    return 0;
+}
+
+int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
+    if (g->stopped) return 0;
+    g->n_used++;
+    size_t tok_len;
+    kipp_token_bytes(g->m, t->id, &tok_len);
+    char stack[1024];
+    const size_t cap = 3 * tok_len + 8;
+    char *out = cap <= sizeof stack ? stack : malloc(cap);
+    size_t n = 0;
+    if (!out || kipp_detokenizer_push(g->dt, t->id, out, cap, &n) != KIPP_OK) n = 0;
+    if (n && oai_buf_add(&g->held, out, n)) g->oom = 1;
+    if (out != stack) free(out);
+    return settle(g);
+}
+
+void oai_gen_finish(oai_gen *g) {
+    if (!g->stopped) {
+        char tail[64];
+        size_t n = 0;
+        if (kipp_detokenizer_flush(g->dt, tail, sizeof tail, &n) == KIPP_OK && n)
+            oai_buf_add(&g->held, tail, n);
+        if (!settle(g)) { /* no stop string: what was held back is plain text */
+            emit_text(g, g->held.p, g->held.n);
+            g->held.n = 0;
+        }
+    }
+    if (g->rq->ep == OAI_CHAT) kipp_reasoning_finish(&g->rs, NULL, 0);
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+/* A token's bytes as JSON text (invalid UTF-8 replaced, as HF decode does) and as a byte
+ * array (what OpenAI's "bytes" carries). */
+static json_t *token_text(const kipp_model *m, int32_t id, json_t **bytes_out) {
+    size_t n;
+    const char *b = kipp_token_bytes(m, id, &n);
+    char *s;
+    size_t sl;
+    json_t *txt = kipp_detokenize(m, &id, 1, 0, &s, &sl, NULL, 0) == KIPP_OK
+                      ? json_stringn(s, sl)
+                      : json_string("");
+    if (txt) free(s);
+    if (bytes_out) {
+        *bytes_out = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes_out, json_integer((unsigned char)b[i]));
+    }
+    return txt ? txt : json_string("");
+}
+
+static json_t *chat_logprobs(const kipp_model *m, const kipp_req *req, uint32_t t0, uint32_t t1) {
+    json_t *content = json_array();
+    for (uint32_t i = t0; i < t1; i++) {
+        const kipp_gen_token *t = kipp_req_token(req, i);
+        json_t *bytes, *e = json_object(), *tops = json_array();
+        json_object_set_new(e, "token", token_text(m, t->id, &bytes));
+        json_object_set_new(e, "logprob", json_real(t->logprob));
+        json_object_set_new(e, "bytes", bytes);
+        for (uint32_t k = 0; k < t->n_top; k++) {
+            json_t *tb, *te = json_object();
+            json_object_set_new(te, "token", token_text(m, t->top_id[k], &tb));
+            json_object_set_new(te, "logprob", json_real(t->top_logprob[k]));
+            json_object_set_new(te, "bytes", tb);
+            json_array_append_new(tops, te);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        json_array_append_new(content, e);
+    }
+    json_t *lp = json_object();
+    json_object_set_new(lp, "content", content);
+    return lp;
+}
+
+static json_t *completion_logprobs(const kipp_model *m, const kipp_req *req, uint32_t t0,
+                                   uint32_t t1, size_t offset0) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = offset0;
+    for (uint32_t i = t0; i < t1; i++) {
+        const kipp_gen_token *t = kipp_req_token(req, i);
+        json_t *tt = token_text(m, t->id, NULL);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += json_string_length(tt);
+        json_array_append_new(toks, tt);
+        json_array_append_new(lps, json_real(t->logprob));
+        json_t *top = json_object();
+        for (uint32_t k = 0; k < t->n_top; k++) {
+            json_t *s = token_text(m, t->top_id[k], NULL);
+            json_object_set_new(top, json_string_value(s), json_real(t->top_logprob[k]));
+            json_decref(s);
+        }
+        json_array_append_new(tops, top);
+    }
+    json_t *lp = json_object();
+    json_object_set_new(lp, "tokens", toks);
+    json_object_set_new(lp, "token_logprobs", lps);
+    json_object_set_new(lp, "top_logprobs", tops);
+    json_object_set_new(lp, "text_offset", offs);
+    return lp;
+}
+
+static json_t *usage_json(const oai_meta *meta) {
+    json_t *u = json_object(), *d = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(meta->n_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(meta->n_completion));
+    json_object_set_new(u, "total_tokens", json_integer((json_int_t)meta->n_prompt + meta->n_completion));
+    json_object_set_new(d, "cached_tokens", json_integer(meta->n_cached));
+    json_object_set_new(u, "prompt_tokens_details", d);
+    return u;
+}
+
+static json_t *envelope(const oai_meta *meta, const char *object) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(meta->id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer(meta->created));
+    json_object_set_new(o, "model", json_string(meta->model));
+    json_object_set_new(o, "system_fingerprint", json_string("kipp"));
+    return o;
+}
+
+static char *dump(json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static json_t *finish_json(const oai_meta *meta) {
+    return meta->finish_reason ? json_string(meta->finish_reason) : json_null();
+}
+
+/* Takes a buffer's text as a JSON string (NULL when empty and omit_empty) and empties it. */
+static json_t *take(oai_buf *b, int omit_empty) {
+    if (b->n == 0 && omit_empty) return NULL;
+    json_t *s = json_stringn(b->p ? b->p : "", b->n);
+    b->n = 0;
+    return s ? s : json_string("");
+}
+
+char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint32_t tok0,
+                     uint32_t tok1, int first) {
+    const int chat = g->rq->ep == OAI_CHAT;
+    json_t *o = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (chat) {
+        json_t *delta = json_object();
+        if (first) json_object_set_new(delta, "role", json_string("assistant"));
+        json_t *r = take(&g->reasoning, 1), *c = take(&g->content, !first);
+        if (r) json_object_set_new(delta, "reasoning_content", r);
+        if (c) json_object_set_new(delta, "content", c);
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", take(&g->content, 0));
+    }
+    json_object_set_new(choice, "logprobs",
+                        g->rq->logprobs && tok1 > tok0
+                            ? (chat ? chat_logprobs(g->m, req, tok0, tok1)
+                                    : completion_logprobs(g->m, req, tok0, tok1, 0))
+                            : json_null());
+    json_object_set_new(choice, "finish_reason", finish_json(meta));
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    return dump(o);
+}
+
+char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta) {
+    json_t *o = envelope(meta, g->rq->ep == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_json(meta));
+    return dump(o);
+}
+
+char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req) {
+    const int chat = g->rq->ep == OAI_CHAT;
+    json_t *o = envelope(meta, chat ? "chat.completion" : "text_completion");
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (chat) {
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", take(&g->content, 0));
+        json_t *r = take(&g->reasoning, 1);
+        json_object_set_new(msg, "reasoning_content", r ? r : json_null());
+        json_object_set_new(choice, "message", msg);
+    } else {
+        json_object_set_new(choice, "text", take(&g->content, 0));
+    }
+    json_object_set_new(choice, "logprobs",
+                        g->rq->logprobs ? (chat ? chat_logprobs(g->m, req, 0, g->n_used)
+                                                : completion_logprobs(g->m, req, 0, g->n_used, 0))
+                                        : json_null());
+    json_object_set_new(choice, "finish_reason", finish_json(meta));
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(meta));
+    return dump(o);
+}
+
+char *oai_error_json(const char *message, const char *type, const char *param, const char *code) {
+    json_t *e = json_object(), *o = json_object();
+    json_t *m = json_string(message);
+    json_object_set_new(e, "message", m ? m : json_string("(the message was not valid UTF-8)"));
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "param", param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", code ? json_string(code) : json_null());
+    json_object_set_new(o, "error", e);
+    return dump(o);
+}
+
+char *oai_models_json(const char *name) {
+    json_t *m = json_object(), *data = json_array(), *o = json_object();
+    json_object_set_new(m, "id", json_string(name));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(0));
+    json_object_set_new(m, "owned_by", json_string("kipp"));
+    json_array_append_new(data, m);
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    return dump(o);
+}

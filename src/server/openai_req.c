@@ -1,0 +1,273 @@
+/* openai_req.c — validates an OpenAI chat or completions request body (jansson) into an
+ * oai_request. Every rejection names the field, with OpenAI's ranges; unknown fields are
+ * ignored as OpenAI does. The chat messages themselves are checked by kipp_chat_apply
+ * later (it knows the template); here only their shape. */
+#include "server/openai.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    char *msg;
+    size_t msg_len;
+    const char **param;
+} perr;
+
+static int fail(perr *e, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, e->msg_len, fmt, ap);
+    va_end(ap);
+    *e->param = param;
+    return -1;
+}
+
+/* Optional number in [lo, hi]; absent or null leaves *out. */
+static int get_num(json_t *o, const char *key, double lo, double hi, double *out, perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return fail(e, key, "'%s' must be a number", key);
+    const double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return fail(e, key, "'%s' is %g; it must be in [%g, %g]", key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                   perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return fail(e, key, "'%s' must be an integer", key);
+    const long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return fail(e, key, "'%s' is %lld; it must be in [%lld, %lld]", key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, int *out, perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return fail(e, key, "'%s' must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int parse_stop(json_t *o, oai_request *r, perr *e) {
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v)) return 0;
+    json_t *one[1] = {v};
+    json_t **items = one;
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > OAI_MAX_STOP)
+            return fail(e, "stop", "'stop' has %zu strings; at most %d are allowed", n, OAI_MAX_STOP);
+    } else if (!json_is_string(v)) {
+        return fail(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : items[i];
+        if (!json_is_string(s)) return fail(e, "stop", "'stop' must contain only strings");
+        const size_t len = json_string_length(s);
+        if (len == 0) return fail(e, "stop", "'stop' strings must not be empty");
+        if (len > OAI_MAX_STOP_BYTES)
+            return fail(e, "stop", "a 'stop' string is longer than %d bytes", OAI_MAX_STOP_BYTES);
+        if (memchr(json_string_value(s), 0, len))
+            return fail(e, "stop", "'stop' strings must not contain NUL");
+        if (!(r->stop[r->n_stop] = strdup(json_string_value(s))))
+            return fail(e, NULL, "out of memory");
+        r->n_stop++;
+    }
+    return 0;
+}
+
+static int parse_sampling(json_t *o, oai_request *r, perr *e) {
+    double x;
+    long long k;
+    kipp_sampler_params *sp = &r->sp;
+    *sp = kipp_sampler_default_params();
+    /* OpenAI's defaults: temperature 1, no truncation, no penalties */
+    sp->temperature = 1.0f;
+    sp->top_k = 0;
+    sp->top_p = 1.0f;
+    sp->min_p = 0.0f;
+    sp->repetition_penalty = 1.0f;
+    sp->presence_penalty = sp->frequency_penalty = 0.0f;
+    sp->penalty_last_n = -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sp->seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
+    x = sp->temperature;
+    if (get_num(o, "temperature", 0, 2, &x, e)) return -1;
+    sp->temperature = (float)x;
+    x = sp->top_p;
+    if (get_num(o, "top_p", 0, 1, &x, e)) return -1;
+    if (x <= 0) return fail(e, "top_p", "'top_p' must be above 0");
+    sp->top_p = (float)x;
+    k = 0;
+    if (get_int(o, "top_k", -1, 1000000, &k, e)) return -1;
+    sp->top_k = (int32_t)(k < 0 ? 0 : k);
+    x = 0;
+    if (get_num(o, "min_p", 0, 1, &x, e)) return -1;
+    sp->min_p = (float)x;
+    x = 0;
+    if (get_num(o, "presence_penalty", -2, 2, &x, e)) return -1;
+    sp->presence_penalty = (float)x;
+    x = 0;
+    if (get_num(o, "frequency_penalty", -2, 2, &x, e)) return -1;
+    sp->frequency_penalty = (float)x;
+    x = 1;
+    if (get_num(o, "repetition_penalty", 0, 10, &x, e)) return -1;
+    if (x <= 0) return fail(e, "repetition_penalty", "'repetition_penalty' must be above 0");
+    sp->repetition_penalty = (float)x;
+    json_t *seed = json_object_get(o, "seed");
+    if (seed && !json_is_null(seed)) {
+        if (!json_is_integer(seed)) return fail(e, "seed", "'seed' must be an integer");
+        sp->seed = (uint64_t)json_integer_value(seed);
+    }
+    return 0;
+}
+
+static int parse_chat(json_t *o, oai_request *r, perr *e) {
+    json_t *msgs = json_object_get(o, "messages");
+    if (!msgs) return fail(e, "messages", "'messages' is required");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return fail(e, "messages", "'messages' must be a non-empty array");
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m)) return fail(e, "messages", "messages[%zu] must be an object", i);
+        if (!json_is_string(json_object_get(m, "role")))
+            return fail(e, "messages", "messages[%zu].role must be a string", i);
+    }
+    json_t *tools = json_object_get(o, "tools");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return fail(e, "tools", "'tools' must be an array");
+    json_t *kw = json_object_get(o, "chat_template_kwargs");
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r->enable_thinking = 1;
+    if (json_is_object(kw) && get_bool(kw, "enable_thinking", &r->enable_thinking, e)) {
+        *e->param = "chat_template_kwargs";
+        return -1;
+    }
+    int lp = 0;
+    if (get_bool(o, "logprobs", &lp, e)) return -1;
+    long long top = 0;
+    if (get_int(o, "top_logprobs", 0, KIPP_MAX_TOP_LOGPROBS, &top, e)) return -1;
+    if (top > 0 && !lp) return fail(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->logprobs = lp;
+    r->top_logprobs = (uint32_t)top;
+    json_t *body = json_object();
+    if (!body) return fail(e, NULL, "out of memory");
+    json_object_set(body, "messages", msgs);
+    if (json_is_array(tools)) json_object_set(body, "tools", tools);
+    json_object_set_new(body, "add_generation_prompt", json_true());
+    json_t *kwc = json_is_object(kw) ? json_deep_copy(kw) : json_object();
+    json_object_set_new(kwc, "enable_thinking", json_boolean(r->enable_thinking));
+    json_object_set_new(body, "chat_template_kwargs", kwc);
+    r->chat_body = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    return r->chat_body ? 0 : fail(e, NULL, "out of memory");
+}
+
+static int parse_completions(json_t *o, oai_request *r, uint32_t n_vocab, perr *e) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p) return fail(e, "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0); /* ["text"]: one prompt */
+    if (json_is_string(p)) {
+        r->prompt_len = json_string_length(p);
+        if (r->prompt_len == 0) return fail(e, "prompt", "'prompt' is empty");
+        if (!(r->prompt_text = malloc(r->prompt_len + 1))) return fail(e, NULL, "out of memory");
+        memcpy(r->prompt_text, json_string_value(p), r->prompt_len + 1);
+    } else if (json_is_array(p)) {
+        const size_t n = json_array_size(p);
+        if (n == 0) return fail(e, "prompt", "'prompt' is empty");
+        if (!(r->prompt_ids = malloc(n * sizeof *r->prompt_ids))) return fail(e, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            json_t *t = json_array_get(p, i);
+            if (!json_is_integer(t))
+                return fail(e, "prompt", "'prompt' must be a string or an array of token ids "
+                                         "(one prompt per request)");
+            const long long id = json_integer_value(t);
+            if (id < 0 || id >= (long long)n_vocab)
+                return fail(e, "prompt", "prompt[%zu] is token %lld, outside the vocabulary [0, %u)",
+                            i, id, n_vocab);
+            r->prompt_ids[i] = (int32_t)id;
+        }
+        r->n_prompt_ids = n;
+    } else {
+        return fail(e, "prompt", "'prompt' must be a string or an array of token ids");
+    }
+    long long lp = -1;
+    if (get_int(o, "logprobs", 0, KIPP_MAX_TOP_LOGPROBS, &lp, e)) return -1;
+    r->logprobs = lp >= 0;
+    r->top_logprobs = lp > 0 ? (uint32_t)lp : 0;
+    int echo = 0;
+    if (get_bool(o, "echo", &echo, e)) return -1;
+    if (echo) return fail(e, "echo", "'echo' is not supported");
+    json_t *suffix = json_object_get(o, "suffix");
+    if (suffix && !json_is_null(suffix)) return fail(e, "suffix", "'suffix' is not supported");
+    long long best_of = 1;
+    if (get_int(o, "best_of", 1, 1, &best_of, e)) return -1;
+    return 0;
+}
+
+int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
+              char *msg, size_t msg_len, const char **param) {
+    perr e = {msg, msg_len, param};
+    memset(r, 0, sizeof *r);
+    r->ep = ep;
+    r->max_tokens = -1;
+    *param = NULL;
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o) return fail(&e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
+                        je.line, je.column);
+    int rc = -1;
+    if (!json_is_object(o)) {
+        fail(&e, NULL, "the body must be a JSON object");
+        goto out;
+    }
+    json_t *model = json_object_get(o, "model");
+    if (!model) { fail(&e, "model", "'model' is required"); goto out; }
+    if (!json_is_string(model)) { fail(&e, "model", "'model' must be a string"); goto out; }
+    if (!(r->model = strdup(json_string_value(model)))) { fail(&e, NULL, "out of memory"); goto out; }
+    long long n = 1, mt = -1;
+    if (get_int(o, "n", 1, 1, &n, &e)) {
+        snprintf(msg, msg_len, "'n' must be 1: one completion per request");
+        goto out;
+    }
+    if (get_int(o, "max_tokens", 1, 1 << 30, &mt, &e) ||
+        get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, &e))
+        goto out;
+    r->max_tokens = mt;
+    if (get_bool(o, "stream", &r->stream, &e) || get_bool(o, "ignore_eos", &r->ignore_eos, &e))
+        goto out;
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) { fail(&e, "stream_options", "'stream_options' must be an object"); goto out; }
+        if (get_bool(so, "include_usage", &r->include_usage, &e)) { *param = "stream_options"; goto out; }
+    }
+    if (parse_sampling(o, r, &e) || parse_stop(o, r, &e)) goto out;
+    if (ep == OAI_CHAT ? parse_chat(o, r, &e) : parse_completions(o, r, n_vocab, &e)) goto out;
+    rc = 0;
+out:
+    json_decref(o);
+    return rc;
+}
+
+void oai_request_free(oai_request *r) {
+    free(r->model);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->chat_body);
+    free(r->prompt_text);
+    free(r->prompt_ids);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,40 @@
+/* server.h — the HTTP front end of kipp-server: libmicrohttpd with a thread per
+ * connection, the OpenAI routes, API-key check, body and prompt limits, SSE streaming with
+ * disconnect detection, and Prometheus metrics. The engine (model + scheduler) is attached
+ * once loaded; until then /health says 503 "loading". Reference: docs/server.md. */
+#ifndef KIPP_SERVER_SERVER_H
+#define KIPP_SERVER_SERVER_H
+
+#include "engine/sched.h"
+#include "kipp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *host;            /* "127.0.0.1" unless told otherwise */
+    uint16_t port;               /* 0: any free port */
+    size_t max_body;             /* bytes */
+    uint32_t max_prompt_tokens;  /* 0: n_ctx - 1 */
+    uint32_t default_max_tokens; /* 0: the rest of the context */
+    const char *api_key;         /* NULL: no key needed */
+    const char *model_name;      /* the id clients must send */
+    uint32_t max_connections;    /* 0: 256 */
+} kipp_server_params;
+
+typedef struct kipp_server kipp_server;
+
+/* Binds and starts answering (everything but /health is 503 until an engine is attached). */
+kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, char *err,
+                              size_t err_len);
+uint16_t kipp_server_port(const kipp_server *sv);
+/* Attaches the loaded model and running scheduler: the server is ready. Both stay the
+ * caller's and must outlive kipp_server_free. */
+void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched);
+/* Tells every connection to stop waiting (requests end as cancelled); call before
+ * stopping the scheduler. */
+void kipp_server_shutdown(kipp_server *sv);
+/* Stops the daemon (joins connection threads) and frees. NULL is a no-op. */
+void kipp_server_free(kipp_server *sv);
+
+#endif
