@@ -188,7 +188,7 @@ test: deps cpu server chat $(FUZZERS) tiny-models
 test-server: deps server tiny-models
 	@BUILD=$(BUILD) tests/server/run_server_tests.sh
 
-test-chat: deps chat tiny-models
+test-chat: deps cpu chat tiny-models
 	@BUILD=$(BUILD) tests/chat/test_chat.sh
 
 test-sanitize: deps tiny-models

@@ -25,6 +25,8 @@ static const struct {
      kt_gate_cpu_vs_ref},
     {"--cpu-vs-ref-shape", "M", "cpu vs cpu-ref on a model without vectors (random real shapes)",
      kt_gate_cpu_vs_ref_shape},
+    {"--sched", "M", "scheduler: solo == batch of 8 == prefix cache == preemption; cancel, queue",
+     kt_gate_sched},
     {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", kt_tok_golden},
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
 };

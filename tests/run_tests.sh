@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_tests.sh — what `make test` runs (and `make test-sanitize` with BUILD=build/san):
 # native unit suites, the GGUF fuzz corpus plus a short fuzz run, the Python tooling tests,
-# docs drift, CLI bad-input tests, the model gates on the tiny checkpoints, the mutation
+# docs drift, CLI bad-input tests, the model gates on the tiny checkpoints (scheduler
+# included), the chat CLI and HTTP server gates, the mutation
 # cases and the KV fault-injection matrix.
 # Ends with "N passed, N failed"; exits non-zero on any failure.
 set -u
@@ -28,6 +29,8 @@ run_counted "neon kernels compile for arm64" tests/neon_check.sh
 for t in tiny-tied tiny-untied random-tiny; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done
+run_counted "chat CLI (make test-chat)" tests/chat/test_chat.sh
+run_counted "server over HTTP (make test-server)" tests/server/run_server_tests.sh
 # the mutation stage rebuilds copies of the tree with default flags; once is enough
 [ -n "${KIPP_SANITIZE:-}" ] || run_counted "mutation (gates catch planted bugs)" tests/model/mutation.sh
 # the KV fault matrix builds its own -DKIPP_FAULT_INJECT binary with default flags

@@ -680,7 +680,6 @@ int main(int argc, char **argv) {
             continue;
         }
         const char *text = line[0] == '/' ? line + 1 : line; /* "//x" sends "/x" */
-        g_interrupted = 0;
         if (!chat_turn(&s, text, len - (size_t)(text - line))) break;
     }
 done:

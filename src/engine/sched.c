@@ -527,7 +527,10 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     kipp_model_info info;
     kipp_model_get_info(m, &info);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
-    if (!p.n_kv_tokens) p.n_kv_tokens = n_ctx * p.max_running;
+    if (!p.n_kv_tokens) {
+        p.n_kv_tokens = n_ctx * p.max_running;
+        if (p.n_kv_tokens < n_ctx + p.block_size) p.n_kv_tokens = n_ctx + p.block_size;
+    }
     if (p.n_kv_tokens < n_ctx + p.block_size)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "the KV pool (%u tokens) must hold at least one full context (%u) "

@@ -19,4 +19,9 @@ int kt_gate_cpu_vs_ref(const char *model_path, const char *vec_dir);
  * token by token, one batch, two interleaved sequences. */
 int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused);
 
+/* The scheduler and prefix cache (tests/model/gates_sched.c): solo == batch of 8 == prefix
+ * cache == KV pressure with preemption; cancellation, busy queue, logprobs, prefix reuse vs
+ * recomputation. */
+int kt_gate_sched(const char *model_path, const char *unused);
+
 #endif

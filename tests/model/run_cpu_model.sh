@@ -34,6 +34,8 @@ random-*)
     for q in bf16 q8_0 q4_k_m; do
         run_counted "cpu vs cpu-ref $shape $q" "$BUILD/kipp_test" --cpu-vs-ref-shape "$rdir/qwen3-$shape-$q.gguf"
     done
+    # the scheduler on the integer kernels: solo == batch == prefix cache == preemption
+    run_counted "scheduler $shape q8_0" timeout 900 "$BUILD/kipp_test" --sched "$rdir/qwen3-$shape-q8_0.gguf"
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -75,6 +77,9 @@ for q in bf16 f32; do
     # the optimized backend against the oracle: every ISA level here, 1 and 2 threads
     run_counted "cpu vs cpu-ref $q" "$BUILD/kipp_test" --cpu-vs-ref "$m" "$vec"
 done
+# the scheduler (continuous batching, prefix cache, preemption, cancellation) on the cpu
+# backend; a hang (a scheduling bug can loop) is a failure, not a stuck CI job
+run_counted "scheduler bf16" timeout 600 "$BUILD/kipp_test" --sched "$dir/kipp-$name-bf16.gguf"
 # the integer (8-bit activation) kernels: the Q8_0 file against cpu-ref on the same file
 if [ -f "$dir/kipp-$name-q8_0.gguf" ]; then
     run_counted "cpu vs cpu-ref q8_0" "$BUILD/kipp_test" --cpu-vs-ref "$dir/kipp-$name-q8_0.gguf" "$vec"

@@ -1,0 +1,323 @@
+/* gates_sched.c — the scheduler and prefix-cache gates (kipp_test --sched M): a request's
+ * tokens are identical alone, in a concurrent batch of 8, with the prefix cache, and under
+ * KV-pool pressure that forces preemption and recomputation; cancellation returns every
+ * block; a full queue says busy; logprobs are consistent; a reused prefix decodes to the
+ * same logits as recomputation (1e-6). */
+#include "engine/engine.h"
+#include "engine/prefix_cache.h"
+#include "engine/sched.h"
+#include "gates.h"
+#include "kt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define N_REQ 8
+#define MAX_GEN 24
+#define CTX 160
+
+typedef struct {
+    int32_t ids[N_REQ][96];
+    uint32_t n[N_REQ];
+} prompts;
+
+typedef struct {
+    int32_t tok[N_REQ][MAX_GEN];
+    uint32_t n[N_REQ];
+} outputs;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Prompts with shared beginnings (so the prefix cache has whole blocks to reuse) and
+ * different lengths. */
+static int make_prompts(const kipp_model *m, prompts *p) {
+    static const char *stem[2] = {
+        "You are a helpful assistant. Answer briefly and precisely, citing the facts you use. ",
+        "System: the following is a conversation between a user and a very patient tutor. "};
+    char text[512];
+    for (int i = 0; i < N_REQ; i++) {
+        snprintf(text, sizeof text, "%sQuestion %d: how many legs do %d spiders have?%s", stem[i % 2],
+                 i, i + 2, i % 3 ? " Explain your reasoning step by step." : "");
+        size_t n;
+        if (kipp_tokenize(m, text, strlen(text), 1, p->ids[i], 96, &n, NULL, 0) != KIPP_OK) return -1;
+        p->n[i] = (uint32_t)n;
+    }
+    return 0;
+}
+
+static kipp_req_params req_params(const prompts *p, int i, float temp) {
+    kipp_req_params rp = {.prompt = p->ids[i], .n_prompt = p->n[i], .max_tokens = MAX_GEN,
+                          .ignore_eos = 1};
+    rp.sampling = kipp_sampler_default_params();
+    rp.sampling.temperature = temp;
+    rp.sampling.seed = 1234 + (uint64_t)i;
+    return rp;
+}
+
+static void collect(kipp_req *r, outputs *o, int i, kipp_finish *fin) {
+    uint32_t n = 0;
+    *fin = KIPP_FINISH_NONE;
+    while (*fin == KIPP_FINISH_NONE) n = kipp_req_wait(r, n, -1, fin);
+    o->n[i] = n;
+    for (uint32_t k = 0; k < n && k < MAX_GEN; k++) o->tok[i][k] = kipp_req_token(r, k)->id;
+}
+
+/* Runs the prompts one at a time (concurrent = 0) or all submitted at once. */
+static int run(kipp_model *m, const kipp_sched_params *sp, const prompts *p, int concurrent,
+               float temp, outputs *o, kipp_sched_stats *st) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched *s;
+    if (kipp_sched_start(m, sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return -1;
+    }
+    kipp_req *r[N_REQ] = {0};
+    kipp_finish fin;
+    int bad = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        const kipp_req_params rp = req_params(p, i, temp);
+        if (kipp_sched_submit(s, &rp, &r[i], err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "submit %d: %s", i, err);
+            bad = 1;
+            break;
+        }
+        if (!concurrent) {
+            collect(r[i], o, i, &fin);
+            KT_CHECK(fin == KIPP_FINISH_LENGTH, "request %d finished with %d", i, (int)fin);
+        }
+    }
+    for (int i = 0; i < N_REQ && concurrent && !bad; i++) {
+        collect(r[i], o, i, &fin);
+        KT_CHECK(fin == KIPP_FINISH_LENGTH, "request %d finished with %d", i, (int)fin);
+    }
+    for (int i = 0; i < N_REQ; i++) kipp_req_release(r[i]);
+    if (st) kipp_sched_get_stats(s, st);
+    kipp_sched_free(s);
+    return bad ? -1 : 0;
+}
+
+static void same(const outputs *a, const outputs *b, const char *what) {
+    for (int i = 0; i < N_REQ; i++) {
+        int eq = a->n[i] == b->n[i] && memcmp(a->tok[i], b->tok[i], a->n[i] * sizeof(int32_t)) == 0;
+        uint32_t k = 0;
+        while (eq == 0 && k < a->n[i] && k < b->n[i] && a->tok[i][k] == b->tok[i][k]) k++;
+        KT_CHECK(eq, "%s: request %d differs from its solo run (first at token %u of %u/%u)", what,
+                 i, k, a->n[i], b->n[i]);
+    }
+}
+
+/* Cancellation gives every block back; a full queue says busy. */
+static void gate_cancel_and_queue(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched_params sp = *base;
+    sp.max_running = 1;
+    sp.max_queue = 1;
+    kipp_sched *s;
+    if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    kipp_req_params rp = req_params(p, 0, 0.0f);
+    rp.max_tokens = CTX; /* runs until cancelled */
+    kipp_req *r0 = NULL, *r1 = NULL, *r2 = NULL;
+    KT_CHECK(kipp_sched_submit(s, &rp, &r0, err, sizeof err) == KIPP_OK, "submit: %s", err);
+    kipp_finish fin = KIPP_FINISH_NONE;
+    uint32_t n = 0;
+    while (r0 && n < 3 && fin == KIPP_FINISH_NONE) n = kipp_req_wait(r0, n, -1, &fin);
+    /* r0 runs, the queue holds one: the next is accepted, the one after is refused */
+    const kipp_req_params rq = req_params(p, 1, 0.0f);
+    KT_CHECK(kipp_sched_submit(s, &rq, &r1, err, sizeof err) == KIPP_OK, "queued submit: %s", err);
+    const kipp_status busy = kipp_sched_submit(s, &rq, &r2, err, sizeof err);
+    KT_CHECK(busy == KIPP_ERR_BUSY && r2 == NULL, "a full queue must refuse (got %s)",
+             kipp_status_str(busy));
+    if (r0) kipp_req_cancel(r0);
+    while (r0 && fin == KIPP_FINISH_NONE) n = kipp_req_wait(r0, n, -1, &fin);
+    KT_CHECK(fin == KIPP_FINISH_CANCELLED, "a cancelled request finished with %d", (int)fin);
+    KT_CHECK(n < CTX - p->n[0], "the cancelled request ran to its end (%u tokens)", n);
+    if (r1) collect(r1, &(outputs){0}, 0, &fin);
+    KT_CHECK(fin == KIPP_FINISH_LENGTH, "the queued request finished with %d", (int)fin);
+    kipp_sched_stats st = {0};
+    for (int tries = 0; tries < 200; tries++) { /* the engine publishes pool stats per loop */
+        kipp_sched_get_stats(s, &st);
+        if (st.running == 0 && st.kv_blocks_used == st.kv_blocks_cached) break;
+        sleep_ms(5);
+    }
+    KT_CHECK(st.cancelled == 1, "cancelled counter %llu, want 1", (unsigned long long)st.cancelled);
+    KT_CHECK(st.rejected == 1, "rejected counter %llu, want 1", (unsigned long long)st.rejected);
+    KT_CHECK(st.running == 0 && st.kv_blocks_used == st.kv_blocks_cached,
+             "idle but %u blocks used, %u of them cached, %u running", st.kv_blocks_used,
+             st.kv_blocks_cached, st.running);
+    kipp_req_release(r0);
+    kipp_req_release(r1);
+    kipp_sched_free(s);
+}
+
+/* Logprobs: at temperature 0 the chosen token is the most likely; top list sorted, <= 0. */
+static void gate_logprobs(kipp_model *m, const prompts *p, const kipp_sched_params *sp) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched *s;
+    if (kipp_sched_start(m, sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    kipp_req_params rp = req_params(p, 2, 0.0f);
+    rp.logprobs = 1;
+    rp.top_logprobs = 5;
+    kipp_req *r;
+    if (kipp_sched_submit(s, &rp, &r, err, sizeof err) == KIPP_OK) {
+        kipp_finish fin = KIPP_FINISH_NONE;
+        uint32_t n = 0;
+        while (fin == KIPP_FINISH_NONE) n = kipp_req_wait(r, n, -1, &fin);
+        for (uint32_t i = 0; i < n; i++) {
+            const kipp_gen_token *t = kipp_req_token(r, i);
+            double mass = 0;
+            int sorted = t->n_top == 5;
+            for (uint32_t k = 0; k < t->n_top; k++) {
+                mass += exp(t->top_logprob[k]);
+                if (k && t->top_logprob[k] > t->top_logprob[k - 1]) sorted = 0;
+            }
+            KT_CHECK(sorted && t->top_id[0] == t->id && t->logprob == t->top_logprob[0] &&
+                         t->logprob <= 0 && mass <= 1.0 + 1e-5,
+                     "token %u: id %d lp %g, top %d lp %g, %u tops, mass %g", i, t->id, t->logprob,
+                     t->top_id[0], t->top_logprob[0], t->n_top, mass);
+        }
+        kipp_req_release(r);
+    } else {
+        KT_CHECK(0, "submit: %s", err);
+    }
+    kipp_sched_free(s);
+}
+
+/* The prefix cache on a bare context: hits in whole blocks, capped below the prompt's end,
+ * verified, evicted; and a reused prefix decodes exactly like a recomputation. */
+static void gate_prefix_cache(kipp_model *m, const prompts *p) {
+    char err[KIPP_ERR_LEN];
+    kipp_ctx_params cp = kipp_ctx_default_params();
+    cp.backend = "cpu-ref";
+    cp.n_ctx = CTX;
+    cp.n_kv_blocks = 64;
+    kipp_ctx *ctx = NULL;
+    kipp_prefix_cache *pc = NULL;
+    if (kipp_ctx_init(m, &cp, &ctx, err, sizeof err) != KIPP_OK ||
+        kipp_pc_init(ctx, 2, &pc, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "context: %s", err);
+        kipp_ctx_free(ctx);
+        return;
+    }
+    kipp_model_info info;
+    kipp_model_get_info(m, &info);
+    const int32_t *a = p->ids[1]; /* 1 and 3 share the stem, 1 and 2 do not */
+    const uint32_t na = p->n[1];
+    uint32_t seq, got;
+    KT_CHECK(kipp_pc_acquire(pc, a, na, &seq) == 0, "an empty cache hit");
+    KT_CHECK(kipp_ctx_seq_new(ctx, &seq, err, sizeof err) == KIPP_OK, "%s", err);
+    uint32_t sids[96];
+    uint8_t want[96] = {0};
+    for (uint32_t i = 0; i < na; i++) sids[i] = seq;
+    const kipp_batch b = {.n = na, .tokens = a, .seq_ids = sids, .want_logits = NULL};
+    float *lg = malloc((size_t)na * info.n_vocab * sizeof *lg);
+    float *ref = malloc((size_t)info.n_vocab * sizeof *ref);
+    KT_CHECK(lg && ref && kipp_decode_batch(ctx, &b, lg, err, sizeof err) == KIPP_OK, "%s", err);
+    kipp_pc_insert(pc, seq, a, na);
+    kipp_pc_stats st;
+    kipp_pc_get_stats(pc, &st);
+    const uint32_t bs = 16, whole = na / bs * bs;
+    KT_CHECK(st.n_entries == 1 && st.n_blocks_cached_only == na / bs, "entries %u blocks %u",
+             st.n_entries, st.n_blocks_cached_only);
+    /* the same prompt: every whole block below its last token */
+    got = kipp_pc_acquire(pc, a, na, &seq);
+    KT_CHECK(got == (na - 1) / bs * bs, "same prompt hit %u tokens, want %u", got, (na - 1) / bs * bs);
+    /* a prompt sharing only the stem (prompt 3) */
+    const int32_t *c = p->ids[3];
+    uint32_t common = 0;
+    while (common < p->n[3] && common < na && c[common] == a[common]) common++;
+    uint32_t seq2;
+    const uint32_t got2 = kipp_pc_acquire(pc, c, p->n[3], &seq2);
+    uint32_t want2 = common / bs * bs;
+    if (want2 > (p->n[3] - 1) / bs * bs) want2 = (p->n[3] - 1) / bs * bs;
+    KT_CHECK(got2 == want2 && want2 > 0, "shared-stem hit %u tokens, want %u (%u in common)", got2,
+             want2, common);
+    /* reused prefix + the rest == recomputation (the cached-decode gate's bound) */
+    if (got2 == want2 && got2 > 0) {
+        const uint32_t rest = p->n[3] - got2;
+        for (uint32_t i = 0; i < rest; i++) sids[i] = seq2;
+        want[rest - 1] = 1;
+        const kipp_batch b2 = {.n = rest, .tokens = c + got2, .seq_ids = sids, .want_logits = want};
+        KT_CHECK(kipp_decode_batch(ctx, &b2, lg, err, sizeof err) == KIPP_OK, "%s", err);
+        KT_CHECK(kipp_forward_nocache(ctx, c, p->n[3], ref, err, sizeof err) == KIPP_OK, "%s", err);
+        double worst = 0;
+        for (uint32_t v = 0; v < info.n_vocab; v++) {
+            const double d = fabs((double)lg[v] - ref[v]);
+            worst = d > worst ? d : worst;
+        }
+        KT_CHECK(worst <= 1e-6, "a reused prefix decodes %.3g away from recomputation", worst);
+        kipp_ctx_seq_free(ctx, seq2, NULL, 0);
+    }
+    /* a prompt differing in its first token: no hit (verification, not just hashes) */
+    int32_t d[96];
+    memcpy(d, a, na * sizeof *d);
+    d[0] = a[0] + 1;
+    KT_CHECK(kipp_pc_acquire(pc, d, na, &seq2) == 0, "a different prompt hit the cache");
+    /* inserting what is already cached adds no entry; eviction empties the cache */
+    kipp_pc_insert(pc, seq, a, whole);
+    kipp_pc_get_stats(pc, &st);
+    KT_CHECK(st.n_entries == 1, "a duplicate made %u entries", st.n_entries);
+    KT_CHECK(kipp_pc_evict_one(pc) == 1 && kipp_pc_evict_one(pc) == 0, "eviction");
+    KT_CHECK(kipp_pc_acquire(pc, a, na, &seq2) == 0, "an evicted entry still hit");
+    kipp_kv_stats ks;
+    kipp_ctx_kv_stats(ctx, &ks);
+    KT_CHECK(ks.n_blocks_used == 0, "%u blocks still used after eviction", ks.n_blocks_used);
+    free(lg);
+    free(ref);
+    kipp_pc_free(pc);
+    kipp_ctx_free(ctx);
+}
+
+int kt_gate_sched(const char *model_path, const char *unused) {
+    (void)unused;
+    const int failed0 = kt_failed;
+    char err[KIPP_ERR_LEN];
+    kipp_model *m = NULL;
+    if (kipp_model_load(model_path, &m, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "%s", err);
+        return 1;
+    }
+    prompts p;
+    if (make_prompts(m, &p) != 0) {
+        KT_CHECK(0, "tokenize");
+        kipp_model_free(m);
+        return 1;
+    }
+    kipp_sched_params sp = {.backend = "cpu", .n_threads = 2, .n_ctx = CTX, .max_running = N_REQ,
+                            .max_queue = 64, .batch_tokens = 48};
+    outputs solo, batch, cached, pressed, sampled_solo, sampled_batch;
+    kipp_sched_stats st;
+    if (run(m, &sp, &p, 0, 0.0f, &solo, NULL) == 0) {
+        if (run(m, &sp, &p, 1, 0.0f, &batch, &st) == 0) same(&solo, &batch, "batch of 8");
+        KT_CHECK(st.steps < N_REQ * MAX_GEN, "8 requests took %llu steps: not batched",
+                 (unsigned long long)st.steps);
+        kipp_sched_params pcp = sp;
+        pcp.prefix_cache_entries = 16;
+        if (run(m, &pcp, &p, 0, 0.0f, &cached, &st) == 0) same(&solo, &cached, "prefix cache");
+        KT_CHECK(st.pc_hits > 0, "the prefix cache never hit (%llu lookups)",
+                 (unsigned long long)st.pc_lookups);
+        kipp_sched_params tight = pcp;
+        tight.n_kv_tokens = CTX + 16; /* room for about two of the eight */
+        if (run(m, &tight, &p, 1, 0.0f, &pressed, &st) == 0) same(&solo, &pressed, "KV pressure");
+        KT_CHECK(st.preempted > 0, "a pool for two never preempted");
+    }
+    if (run(m, &sp, &p, 0, 1.0f, &sampled_solo, NULL) == 0 &&
+        run(m, &sp, &p, 1, 1.0f, &sampled_batch, NULL) == 0)
+        same(&sampled_solo, &sampled_batch, "seeded sampling at temperature 1");
+    gate_cancel_and_queue(m, &p, &sp);
+    gate_logprobs(m, &p, &sp);
+    gate_prefix_cache(m, &p);
+    kipp_model_free(m);
+    return kt_failed - failed0;
+}
