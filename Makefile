@@ -131,7 +131,11 @@ $(BUILD)/fuzz_tok: tests/fuzz/fuzz_tok.c $(wildcard src/tok/*.c src/core/*.c) sr
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
 
-FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok
+$(BUILD)/fuzz_oai: tests/fuzz/fuzz_oai.c src/server/openai_req.c src/engine/sampler.c src/core/error.c
+	@mkdir -p $(BUILD)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
+
+FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok $(BUILD)/fuzz_oai
 
 fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus

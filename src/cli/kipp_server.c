@@ -33,7 +33,8 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N          longest sequence, prompt + completion (default: model's,\n"
             "                            capped at 4096)\n"
             "      --parallel N          sequences decoded together (default 8)\n"
-            "      --kv-tokens N         shared KV pool size in tokens (default ctx-size x parallel)\n"
+            "      --kv-tokens N         shared KV pool size in tokens (default ctx-size x parallel,\n"
+            "                            at most 2 GiB of KV; at least one context)\n"
             "      --queue N             requests that may wait; beyond: 503 + Retry-After (default 64)\n"
             "      --batch-tokens N      prompt tokens prefilled per step (default 256)\n"
             "      --max-body BYTES      request body limit, 413 beyond (default 1048576)\n"
@@ -188,8 +189,13 @@ int main(int argc, char **argv) {
         goto done;
     }
     kipp_server_attach(sv, m, sched);
-    fprintf(stderr, "kipp-server: model %s as '%s', backend %s, context %u, %u parallel\n", model,
-            model_name, kp.backend, kipp_sched_n_ctx(sched), kp.max_running);
+    kipp_sched_stats st;
+    kipp_sched_get_stats(sched, &st);
+    fprintf(stderr,
+            "kipp-server: model %s as '%s', backend %s, context %u, %u parallel, KV pool %u blocks "
+            "of 16 tokens\n",
+            model, model_name, kp.backend, kipp_sched_n_ctx(sched), kp.max_running,
+            st.kv_blocks_total);
     printf("kipp-server: ready\n");
     fflush(stdout);
     int sig = 0;

@@ -527,9 +527,13 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     kipp_model_info info;
     kipp_model_get_info(m, &info);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
-    if (!p.n_kv_tokens) {
-        p.n_kv_tokens = n_ctx * p.max_running;
-        if (p.n_kv_tokens < n_ctx + p.block_size) p.n_kv_tokens = n_ctx + p.block_size;
+    if (!p.n_kv_tokens) { /* a context per running sequence, within a memory budget */
+        const uint64_t per_token = (uint64_t)info.n_layer * 2 * info.n_head_kv * info.head_dim * sizeof(float);
+        uint64_t n = (uint64_t)n_ctx * p.max_running;
+        const uint64_t fit = KIPP_SCHED_DEFAULT_KV_BYTES / per_token;
+        if (n > fit) n = fit;
+        if (n < (uint64_t)n_ctx + p.block_size) n = (uint64_t)n_ctx + p.block_size;
+        p.n_kv_tokens = (uint32_t)n;
     }
     if (p.n_kv_tokens < n_ctx + p.block_size)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
@@ -564,6 +568,11 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
+    }
+    { /* touch the whole pool now: memory use is flat under load, and a machine short of
+         memory fails here rather than mid-request */
+        kipp_kv_pool *pool = pool_of(s);
+        memset(pool->data, 0, (size_t)pool->n_blocks * 2 * pool->part_floats * sizeof(float));
     }
     pool_stats_locked(s);
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #define KIPP_MAX_TOP_LOGPROBS 20
+#define KIPP_SCHED_DEFAULT_KV_BYTES (2ull << 30) /* default KV pool budget: 2 GiB */
 
 typedef struct kipp_sched kipp_sched;
 typedef struct kipp_req kipp_req;
@@ -22,7 +23,8 @@ typedef struct {
     const char *backend;           /* see kipp_ctx_params */
     int n_threads;
     uint32_t n_ctx;                /* longest sequence (prompt + completion); 0 = model's, <= 4096 */
-    uint32_t n_kv_tokens;          /* pool size in tokens; 0 = n_ctx * max_running */
+    uint32_t n_kv_tokens;          /* pool size in tokens; 0 = n_ctx * max_running, capped at
+                                      KIPP_SCHED_DEFAULT_KV_BYTES (at least n_ctx + a block) */
     uint32_t block_size;           /* 0 = 16 */
     uint32_t max_running;          /* sequences in the running batch; 0 = 8 */
     uint32_t max_queue;            /* waiting requests before submit says KIPP_ERR_BUSY; 0 = 64 */
