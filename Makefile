@@ -196,7 +196,8 @@ test-chat: deps cpu chat tiny-models
 	@BUILD=$(BUILD) tests/chat/test_chat.sh
 
 test-sanitize: deps tiny-models
-	$(MAKE) BUILD=build/san SAN=1 cpu build/san/fuzz_gguf build/san/fuzz_chat build/san/fuzz_tok
+	$(MAKE) BUILD=build/san SAN=1 cpu server chat build/san/fuzz_gguf build/san/fuzz_chat build/san/fuzz_tok \
+	    build/san/fuzz_oai
 	@BUILD=build/san KIPP_SANITIZE=1 tests/run_tests.sh
 
 test-cpu-model: deps cpu

@@ -15,6 +15,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -481,6 +482,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* ---- life cycle ------------------------------------------------------------------------- */
 
+/* libmicrohttpd's own messages (a client that left mid-response, a refused connection),
+ * marked as such on stderr. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\n")] = 0;
+    fprintf(stderr, "kipp-server: http: %s\n", line);
+}
+
 kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, char *err,
                               size_t err_len) {
     *out = NULL;
@@ -514,7 +525,8 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
                              MHD_OPTION_CONNECTION_LIMIT,
                              (unsigned)(p->max_connections ? p->max_connections : 256),
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
+                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!sv->d) {
         snprintf(err, err_len, "cannot listen on %s port %u (in use, or not an address of this host)",

@@ -60,7 +60,7 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
             }
     metric(&b, "kipp_ready", "gauge", "1 once the model is loaded.", ready);
     metric(&b, "kipp_requests_cancelled_total", "counter",
-           "Sequences dropped because the client disconnected or a stop string ended them early.",
+           "Sequences dropped because their client disconnected (or the server stopped).",
            (double)s->cancelled);
     metric(&b, "kipp_requests_rejected_total", "counter", "503s because the wait queue was full.",
            (double)s->rejected);
