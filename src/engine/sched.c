@@ -212,7 +212,10 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     r->t_submit = now_s();
 
     pthread_mutex_lock(&s->mu);
-    if (s->stop || s->n_queue >= s->p.max_queue) {
+    /* a free running slot takes a queued request at the engine's next look: such a request
+     * is not waiting, so it does not count against the queue's bound */
+    const uint32_t free_slots = s->p.max_running - s->n_running;
+    if (s->stop || s->n_queue >= s->p.max_queue + free_slots) {
         s->st.rejected += !s->stop;
         const int stopping = s->stop;
         pthread_mutex_unlock(&s->mu);
@@ -459,7 +462,7 @@ static void pool_stats_locked(kipp_sched *s) {
 
 static void *engine_main(void *arg) {
     kipp_sched *s = arg;
-    kipp_req **dead = malloc((2 * (size_t)s->p.max_running + s->p.max_queue + 1) * sizeof *dead);
+    kipp_req **dead = malloc((4 * (size_t)s->p.max_running + s->p.max_queue + 1) * sizeof *dead);
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         uint32_t n_dead = 0;

@@ -60,7 +60,7 @@ typedef struct {
     int first, done;
     oai_buf out; /* SSE bytes not yet handed to MHD */
     size_t out_pos;
-    double t_start;
+    double t_start, t_checked;
 } gen_state;
 
 static double now_s(void) {
@@ -130,17 +130,24 @@ static kipp_finish pump(gen_state *gs, int *gone) {
     *gone = 0;
     for (;;) {
         const uint32_t n = kipp_req_wait(gs->req, gs->n_seen, WAIT_SLICE_MS, &fin);
+        /* the socket is looked at every WAIT_SLICE_MS even while tokens flow: a fast model
+         * never leaves a wait idle long enough otherwise */
+        const double t = now_s();
+        if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || (n == gs->n_seen && fin == KIPP_FINISH_NONE)) {
+            gs->t_checked = t;
+            if (atomic_load(&gs->sv->stopping) || client_gone(gs->conn)) {
+                kipp_req_cancel(gs->req);
+                *gone = 1;
+                return KIPP_FINISH_CANCELLED;
+            }
+        }
         if (n > gs->n_seen || fin != KIPP_FINISH_NONE) {
             for (; gs->n_seen < n; gs->n_seen++)
                 if (oai_gen_push(&gs->g, kipp_req_token(gs->req, gs->n_seen)))
                     kipp_req_stop(gs->req); /* a stop string: the text is complete */
-            if (gs->g.stopped && fin == KIPP_FINISH_NONE) fin = KIPP_FINISH_STOP;
+            /* a stop string ends the text even when the engine also reached max_tokens */
+            if (gs->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
             return fin;
-        }
-        if (atomic_load(&gs->sv->stopping) || client_gone(gs->conn)) {
-            kipp_req_cancel(gs->req);
-            *gone = 1;
-            return KIPP_FINISH_CANCELLED;
         }
     }
 }
@@ -521,12 +528,12 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     sv->d = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, sv,
+                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv,
                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                              MHD_OPTION_CONNECTION_LIMIT,
                              (unsigned)(p->max_connections ? p->max_connections : 256),
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
-                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv, MHD_OPTION_END);
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!sv->d) {
         snprintf(err, err_len, "cannot listen on %s port %u (in use, or not an address of this host)",

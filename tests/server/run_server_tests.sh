@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# run_server_tests.sh — what `make test-server` runs: the kipp-server gate (tests/server,
+# pytest) over real HTTP with curl and the official openai package, against the tiny
+# checkpoint. Needs $BUILD/kipp-server (make server) and models/tiny-tied (make tiny-models).
+# Server logs go to $KIPP_SERVER_TEST_LOGS (default: a fresh temporary directory).
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+export BUILD
+if [ ! -x "$BUILD/kipp-server" ]; then
+    echo "run_server_tests.sh: $BUILD/kipp-server is missing (make server)" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+if [ ! -f models/tiny-tied/kipp-tiny-tied-bf16.gguf ]; then
+    echo "run_server_tests.sh: models/tiny-tied/kipp-tiny-tied-bf16.gguf is missing (make tiny-models)" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+if ! command -v curl >/dev/null; then
+    echo "run_server_tests.sh: curl is required" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+PY=${PYTHON:-.venv/bin/python}
+export KIPP_SERVER_TEST_LOGS=${KIPP_SERVER_TEST_LOGS:-$(mktemp -d -t kipp-server-tests-XXXXXX)}
+echo "server logs: $KIPP_SERVER_TEST_LOGS"
+exec "$PY" -m pytest -q -p no:cacheprovider tests/server "$@"

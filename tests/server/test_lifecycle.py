@@ -1,0 +1,108 @@
+"""Process behaviour: the startup lines on stdout, --port 0, --model-name, fatal start-up
+errors (unknown backend, missing model), and a clean stop on SIGTERM/SIGINT, idle or with
+a stream in flight."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import MODEL, MODEL_NAME, SERVER_BIN, Srv, curl, start_server
+import server_common as sc
+
+
+def test_startup_lines(server):
+    out = server.proc.stdout()
+    m = sc.LISTEN_RE.search(out)
+    assert m, out
+    assert m.group(1) == "127.0.0.1", "binds loopback by default"
+    assert int(m.group(2)) == server.port and server.port > 0
+    assert "kipp-server: listening on http://" in out
+    assert "kipp-server: ready" in out
+    assert out.index("listening on") < out.index("kipp-server: ready")
+
+
+def test_model_name_flag(nocache_server):
+    r = curl(nocache_server.url + "/v1/models")
+    assert [d["id"] for d in r.json()["data"]] == ["renamed-tiny"]
+    st, _, js = nocache_server.post("/v1/completions", {"model": MODEL_NAME, "prompt": "x", "max_tokens": 1})
+    assert st == 404 and js["error"]["code"] == "model_not_found"
+    js = nocache_server.complete("x", max_tokens=1)
+    assert js["model"] == "renamed-tiny"
+
+
+def _run_fatal(*args):
+    p = subprocess.run([SERVER_BIN, *args], capture_output=True, text=True, timeout=30)
+    return p
+
+
+def test_unknown_backend_is_fatal():
+    p = _run_fatal("--model", MODEL, "--port", "0", "--backend", "no-such-backend")
+    assert p.returncode != 0
+    assert "no-such-backend" in p.stderr, p.stderr
+
+
+def test_missing_model_is_fatal():
+    p = _run_fatal("--model", "/nonexistent/model.gguf", "--port", "0")
+    assert p.returncode != 0
+    assert "/nonexistent/model.gguf" in p.stderr, p.stderr
+
+
+def test_missing_model_flag_is_fatal():
+    p = _run_fatal("--port", "0")
+    assert p.returncode != 0 and p.stderr.strip()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_clean_stop_idle(sig):
+    s = start_server(f"stop-idle-{sig.name}", threads="1")
+    assert curl(s.base_url + "/health").status == 200
+    s.proc.send_signal(sig)
+    try:
+        rc = s.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        s.kill()
+        pytest.fail(f"{sig.name}: still running after 10 s")
+    assert rc == 0, f"{sig.name}: exit code {rc}\n{s.stderr_tail()}"
+
+
+def test_clean_stop_with_stream_in_flight():
+    s = start_server("stop-busy", threads="1")
+    srv = Srv(s)
+    got = {}
+
+    def reader():
+        try:
+            got["r"] = srv.stream("/v1/completions", {"model": MODEL_NAME, "prompt": "go", "max_tokens": 480,
+                                                      "temperature": 0, "ignore_eos": True, "stream": True},
+                                  timeout=30)
+        except Exception as e:  # the server may cut the stream when it stops
+            got["error"] = e
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while srv.metrics().get("kipp_running_sequences") < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    s.proc.send_signal(signal.SIGTERM)
+    try:
+        rc = s.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        s.kill()
+        pytest.fail("SIGTERM with a stream in flight: still running after 15 s")
+    t.join(30)
+    assert rc == 0, f"exit code {rc}\n{s.stderr_tail()}"
+
+
+def test_parallel_one_starts_with_default_kv_tokens():
+    """--parallel 1 alone: --kv-tokens defaults to ctx-size x parallel (docs/server.md), and
+    the server must accept its own defaults."""
+    s = start_server("parallel-1-default-kv", "--parallel", "1", threads="1")
+    try:
+        js = Srv(s).complete("hi", max_tokens=2, temperature=0)
+        assert js["usage"]["completion_tokens"] <= 2
+    finally:
+        s.stop()
