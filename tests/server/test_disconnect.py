@@ -121,3 +121,23 @@ def test_many_disconnects_leave_no_leak(server):
     assert m.get("kipp_kv_blocks_used") == m.get("kipp_kv_blocks_cached")
     js = server.complete(sc.synthetic_ids(30, offset=300), max_tokens=8, temperature=0, ignore_eos=True)
     assert js["usage"]["completion_tokens"] == 8
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_graceful_close_cancels(server, stream):
+    """A client that closes its socket politely (FIN, not RST) is noticed too: the server
+    peeks at the socket while the request generates."""
+    m0 = server.wait_idle()
+    sock = raw_post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": sc.synthetic_ids(10, offset=19),
+                                                "max_tokens": LONG, "temperature": 0, "ignore_eos": True,
+                                                "stream": stream})
+    deadline = time.monotonic() + 10
+    while server.metrics().get("kipp_running_sequences") < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    wait_cancelled(server, m0.get("kipp_requests_cancelled_total"))
+    m2 = server.wait_idle()
+    generated = m2.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total")
+    assert generated < LONG, f"the cancelled sequence ran to the end ({generated} tokens generated)"
+    assert m2.get("kipp_kv_blocks_used") == m2.get("kipp_kv_blocks_cached")
