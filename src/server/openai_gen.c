@@ -10,6 +10,7 @@
 #include <string.h>
 
 int oai_buf_add(oai_buf *b, const char *s, size_t n) {
+    if (n == 0 && b->p) return 0;
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1) cap *= 2;
@@ -18,7 +19,7 @@ int oai_buf_add(oai_buf *b, const char *s, size_t n) {
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
     return 0;
@@ -88,7 +89,7 @@ static int settle(oai_gen *g) {
     }
     const size_t keep = stop_holdback(g);
     emit_text(g, g->held.p, g->held.n - keep);
-    memmove(g->held.p, g->held.p + g->held.n - keep, keep);
+    if (keep) memmove(g->held.p, g->held.p + g->held.n - keep, keep);
     g->held.n = keep;
     return 0;
 }
