@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # mutation.sh — proves the model gates can fail: each case copies the source tree, plants
 # one deliberate bug in the cpu-ref forward pass, the KV addressing function (kipp_kv_row
-# in src/kv/kv.h), the pool's copy-on-write or the optimized cpu backend (whose gate is
-# --cpu-vs-ref against cpu-ref), rebuilds kipp_test in the copy, and
+# in src/kv/kv.h), the pool's copy-on-write, the optimized cpu backend (whose gate is
+# --cpu-vs-ref against cpu-ref) or the scheduler and prefix cache (--sched), rebuilds
+# kipp_test in the copy, and
 # requires the named gate to FAIL on the tiny checkpoint. A mutation the gates do not
 # catch is a test failure. Production sources are never modified.
 set -u
@@ -15,6 +16,8 @@ CPU=src/backend/cpu_ref/qwen3_forward.c  # the layer code cpu-ref runs
 FWD=src/backend/cpu/forward.c            # the cpu backend's batched pass
 KV=src/kv/kv.h
 KVC=src/kv/kv.c
+SCH=src/engine/sched.c                   # the server's scheduler
+PFX=src/engine/prefix_cache.c
 
 # name | gate flag | file | sed expression (with '#' delimiters) applied to that file
 #   [| GGUF type of the tiny-untied file to gate, default bf16]
@@ -30,6 +33,8 @@ cases=(
   "cpu: prefill query heads of another group|--cpu-vs-ref|$FWD|s#f->q + (size_t)(r->first + t0 + i) \* f->QD + (size_t)h \* G \* D#f->q + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * D#"
   "cpu: attention reads V one row late|--cpu-vs-ref|$FWD|s#kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h \* D;\$#kv_at(src, r->seq, l, t ? t - 1 : 0, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;#"
   "cpu: low activation plane dropped|--cpu-vs-ref|$FWD|s#y\[r\] = yh\[r\] + yl\[r\];#y[r] = yh[r];#|q8_0"
+  "sched: prefix-cache hit keeps the whole entry|--sched|$PFX|s#if (n_hit < en->n_tokens && kipp_ctx_seq_truncate#if (0 \&\& kipp_ctx_seq_truncate#"
+  "sched: a prefix-cache hit is prefilled again from position 0|--sched|$SCH|s#            r->n_fed = n_hit;#            r->n_fed = 0;#"
 )
 for c in "${cases[@]}"; do
     IFS='|' read -r name gate F expr mtype <<<"$c"
@@ -43,7 +48,9 @@ for c in "${cases[@]}"; do
     if ! make -s -C "$d" BUILD=build build/kipp_test >"$d/build.log" 2>&1; then
         fail=$((fail + 1)); echo "FAIL: mutation '$name' does not build"; tail -5 "$d/build.log"; continue
     fi
-    if "$d/build/kipp_test" "$gate" "$gm" "$V" >"$d/gate.log" 2>&1; then
+    args=("$gm" "$V")
+    [ "$gate" = --sched ] && args=("$gm") # one-argument mode
+    if "$d/build/kipp_test" "$gate" "${args[@]}" >"$d/gate.log" 2>&1; then
         fail=$((fail + 1)); echo "FAIL: gate $gate did not catch '$name'"
     else
         pass=$((pass + 1)); echo "caught: '$name' by $gate ($(grep -c '^FAIL' "$d/gate.log") failed checks)"
