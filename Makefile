@@ -76,7 +76,7 @@ $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/libkipp.a
+$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
@@ -87,7 +87,7 @@ $(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(SERVER_OBJ) $(BUILD)/
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
 
 chat: $(BUILD)/kipp-chat
-$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/libkipp.a
+$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/libkipp.a
@@ -142,7 +142,8 @@ fuzz: $(BUILD)/fuzz_gguf
 	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
 
 -include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
-         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d
+         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d \
+         $(BUILD)/obj/src/cli/cli_args.d
 
 # ---- set-up ---------------------------------------------------------------------------
 

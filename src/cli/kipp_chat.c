@@ -3,6 +3,7 @@
  * the model's chat template every turn and reuses the KV cache of the longest common token
  * prefix, so only the new part is prefilled. Design and user doc: docs/chat.md.
  * Not here: line editing (no readline), multi-line input, tools, several sequences. */
+#include "cli/cli_args.h"
 #include "kipp.h"
 #include "tok/reasoning.h"
 #include "tok/unicode.h"
@@ -88,32 +89,6 @@ static void commands_help(FILE *f) {
                "start a message with // to send a literal '/'\n");
 }
 
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi,
-                s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s expects a number in [%g, %g], got '%s'\n", flag, (double)lo,
-                (double)hi, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 /* Returns 0 to continue, 1 to exit successfully (help/version), 2 on a usage error. */
 static int parse_args(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
@@ -129,49 +104,20 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     (i + 1 < argc ? argv[++i]                                                                \
                   : (fprintf(stderr, PROG ": %s needs a value (see --help)\n", a), (char *)NULL))
         const char *v = NULL;
-        long l;
+        int r;
         if (IS("-h") || IS("--help")) { usage(stdout); return 1; }
         else if (IS("--version")) { printf(PROG " %s\n", KIPP_VERSION); return 1; }
         else if (IS("-m") || IS("--model")) { if (!(o->model = NEXT())) return 2; }
         else if (IS("--backend")) { if (!(o->backend = NEXT())) return 2; }
         else if (IS("--system")) { if (!(o->system = NEXT())) return 2; }
         else if (IS("-n") || IS("--n-predict")) {
-            if (!(v = NEXT()) || !parse_long(a, v, 1, 1 << 24, &o->n_predict)) return 2;
+            if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 1, 1 << 24, &o->n_predict)) return 2;
         } else if (IS("-c") || IS("--ctx-size")) {
-            if (!(v = NEXT()) || !parse_long(a, v, 1, 1 << 24, &o->n_ctx)) return 2;
+            if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 1, 1 << 24, &o->n_ctx)) return 2;
         } else if (IS("-t") || IS("--threads")) {
-            if (!(v = NEXT()) || !parse_long(a, v, 0, 1024, &o->n_threads)) return 2;
-        } else if (IS("--temp")) {
-            if (!(v = NEXT()) || !parse_float(a, v, 0.0f, 100.0f, &o->sp.temperature)) return 2;
-        } else if (IS("--greedy")) { o->sp.temperature = 0.0f; }
-        else if (IS("--top-k")) {
-            if (!(v = NEXT()) || !parse_long(a, v, 0, 1 << 24, &l)) return 2;
-            o->sp.top_k = (int32_t)l;
-        } else if (IS("--top-p")) {
-            if (!(v = NEXT()) || !parse_float(a, v, 1e-6f, 1.0f, &o->sp.top_p)) return 2;
-        } else if (IS("--min-p")) {
-            if (!(v = NEXT()) || !parse_float(a, v, 0.0f, 1.0f, &o->sp.min_p)) return 2;
-        } else if (IS("--repeat-penalty")) {
-            if (!(v = NEXT()) || !parse_float(a, v, 1e-3f, 100.0f, &o->sp.repetition_penalty))
-                return 2;
-        } else if (IS("--repeat-last-n")) {
-            if (!(v = NEXT()) || !parse_long(a, v, -1, 1 << 24, &l)) return 2;
-            o->sp.penalty_last_n = (int32_t)l;
-        } else if (IS("--presence-penalty")) {
-            if (!(v = NEXT()) || !parse_float(a, v, -2.0f, 2.0f, &o->sp.presence_penalty)) return 2;
-        } else if (IS("--frequency-penalty")) {
-            if (!(v = NEXT()) || !parse_float(a, v, -2.0f, 2.0f, &o->sp.frequency_penalty))
-                return 2;
-        } else if (IS("-s") || IS("--seed")) {
-            if (!(v = NEXT())) return 2;
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-') {
-                fprintf(stderr, PROG ": --seed expects a non-negative integer, got '%s'\n", v);
-                return 2;
-            }
-            o->sp.seed = s;
+            if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 0, 1024, &o->n_threads)) return 2;
+        } else if ((r = kipp_cli_sampling_flag(PROG, argc, argv, &i, &o->sp)) != 0) {
+            if (r == 2) return 2;
         } else if (IS("--no-think")) { o->no_think = 1; }
         else if (IS("--show-reasoning")) { o->show_reasoning = 1; }
         else if (IS("--hide-reasoning")) { o->show_reasoning = 0; }
