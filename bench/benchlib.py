@@ -7,6 +7,7 @@ the engine happens here."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import hashlib
 import json
@@ -21,6 +22,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (max - min) / median of Kipp's runs above this: the machine was too noisy (bench/README.md)
 DISPERSION_LIMIT = 0.10
+
+
+def positive(name: str, lo: int = 1):
+    """argparse type: an integer >= lo, the error naming the flag."""
+    def conv(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} expects an integer >= {lo}, got '{s}'")
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{name} expects an integer >= {lo}, got '{s}'")
+        return v
+    return conv
 
 
 def _run(cmd: list[str]) -> str:

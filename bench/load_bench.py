@@ -44,7 +44,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import server_common as sc  # noqa: E402
-from server_bench import add_server_args, check_paths, positive, record_header, start_server, write_record  # noqa: E402
+import benchlib  # noqa: E402
+from server_bench import add_server_args, check_paths, record_header, start_server, write_record  # noqa: E402
 
 TARGET_RSS_GROWTH = 0.01
 KINDS = ("short_chat", "short_chat_stream", "long_completion", "long_completion_stream",
@@ -191,16 +192,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="bench/load_bench.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(ap)
-    ap.add_argument("--duration", type=positive("--duration"), default=120, help="seconds of load (default 120)")
-    ap.add_argument("--clients", type=positive("--clients"), default=16, help="client threads (default 16)")
-    ap.add_argument("--parallel", type=positive("--parallel"), default=4, help="server --parallel (default 4)")
-    ap.add_argument("--queue", type=positive("--queue", 0), default=4, help="server --queue (default 4)")
-    ap.add_argument("--long-tokens", type=positive("--long-tokens"), default=384,
+    ap.add_argument("--duration", type=benchlib.positive("--duration"), default=120, help="seconds of load (default 120)")
+    ap.add_argument("--clients", type=benchlib.positive("--clients"), default=16, help="client threads (default 16)")
+    ap.add_argument("--parallel", type=benchlib.positive("--parallel"), default=4, help="server --parallel (default 4)")
+    ap.add_argument("--queue", type=benchlib.positive("--queue", 0), default=4, help="server --queue (default 4)")
+    ap.add_argument("--long-tokens", type=benchlib.positive("--long-tokens"), default=384,
                     help="prompt length of the long requests (default 384)")
     ap.add_argument("--max-tokens-range", default="8,64", help="max_tokens drawn from A,B (default 8,64)")
     ap.add_argument("--mix", default="2,2,1,2,2,1",
                     help="weights of " + ", ".join(KINDS) + " (default 2,2,1,2,2,1)")
-    ap.add_argument("--system-rules", type=positive("--system-rules"), default=30,
+    ap.add_argument("--system-rules", type=benchlib.positive("--system-rules"), default=30,
                     help="length of the shared system prompt, in rules of ~20 tokens (default 30)")
     ap.add_argument("--seed", type=int, default=20240601, help="workload seed (default 20240601)")
     ap.add_argument("--no-honor-retry-after", dest="honor_retry_after", action="store_false",

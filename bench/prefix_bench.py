@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 import server_common as sc  # noqa: E402
-from server_bench import add_server_args, check_paths, positive, record_header, start_server, write_record  # noqa: E402
+from server_bench import add_server_args, check_paths, record_header, start_server, write_record  # noqa: E402
 
 TARGET_RATIO = 5.0
 
@@ -125,11 +125,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="bench/prefix_bench.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(ap)
-    ap.add_argument("--prefix-tokens", type=positive("--prefix-tokens"), default=1000,
+    ap.add_argument("--prefix-tokens", type=benchlib.positive("--prefix-tokens"), default=1000,
                     help="rendered prompt length to aim for (default 1000)")
-    ap.add_argument("--requests", type=positive("--requests"), default=10,
+    ap.add_argument("--requests", type=benchlib.positive("--requests"), default=10,
                     help="measured requests per server (default 10)")
-    ap.add_argument("--max-tokens", type=positive("--max-tokens"), default=4,
+    ap.add_argument("--max-tokens", type=benchlib.positive("--max-tokens"), default=4,
                     help="tokens generated per request (default 4; TTFT only needs the first)")
     ap.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                     help="completions (default): the chat rendering sent as a prompt string, so the "

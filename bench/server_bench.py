@@ -46,25 +46,13 @@ import server_common as sc  # noqa: E402
 TARGET_RATIO = 3.0
 
 
-def positive(name: str, lo: int = 1):
-    def conv(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} expects an integer >= {lo}, got '{s}'")
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"{name} expects an integer >= {lo}, got '{s}'")
-        return v
-    return conv
-
-
 def add_server_args(ap: argparse.ArgumentParser) -> None:
     """Options every server bench shares."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     ap.add_argument("--model", required=True, help="Qwen3 GGUF file")
     ap.add_argument("--binary", default="build/kipp-server", help="server binary (default build/kipp-server)")
     ap.add_argument("--output", metavar="FILE", help="write the JSON record here (default: stdout)")
-    ap.add_argument("--threads", type=positive("--threads"), default=usable,
+    ap.add_argument("--threads", type=benchlib.positive("--threads"), default=usable,
                     help=f"server compute threads (default: usable CPUs, here {usable})")
     ap.add_argument("--backend", default="cpu", help="server backend (default cpu)")
     ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
@@ -72,7 +60,7 @@ def add_server_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke run, not a figure")
     ap.add_argument("--no-hash", action="store_true",
                     help="do not sha256 the model (trials only; such records are not committed)")
-    ap.add_argument("--timeout", type=positive("--timeout"), default=600,
+    ap.add_argument("--timeout", type=benchlib.positive("--timeout"), default=600,
                     help="seconds one request may take (default 600)")
 
 
@@ -290,15 +278,15 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(ap)
     ap.add_argument("--concurrency", default="1,4,8,16", help="comma-separated client counts (default 1,4,8,16)")
-    ap.add_argument("--requests-per-client", type=positive("--requests-per-client"), default=4,
+    ap.add_argument("--requests-per-client", type=benchlib.positive("--requests-per-client"), default=4,
                     help="requests each client sends per level (default 4)")
-    ap.add_argument("--prompt-tokens", type=positive("--prompt-tokens"), default=128,
+    ap.add_argument("--prompt-tokens", type=benchlib.positive("--prompt-tokens"), default=128,
                     help="synthetic prompt length (default 128)")
-    ap.add_argument("--max-tokens", type=positive("--max-tokens"), default=64, help="tokens per request (default 64)")
-    ap.add_argument("--parallel", type=positive("--parallel"), default=16, help="server --parallel (default 16)")
-    ap.add_argument("--runs", type=positive("--runs"), default=1,
+    ap.add_argument("--max-tokens", type=benchlib.positive("--max-tokens"), default=64, help="tokens per request (default 64)")
+    ap.add_argument("--parallel", type=benchlib.positive("--parallel"), default=16, help="server --parallel (default 16)")
+    ap.add_argument("--runs", type=benchlib.positive("--runs"), default=1,
                     help="repeat every level this many times, levels interleaved (default 1)")
-    ap.add_argument("--warmup", type=positive("--warmup", 0), default=2,
+    ap.add_argument("--warmup", type=benchlib.positive("--warmup", 0), default=2,
                     help="single warm-up requests before measuring (default 2)")
     args = ap.parse_args()
     check_paths(ap, args)

@@ -57,43 +57,31 @@ def ids_sha256(ids: list[int]) -> str:
     return hashlib.sha256(" ".join(map(str, ids)).encode()).hexdigest()
 
 
-def positive(name: str, lo: int = 1):
-    def conv(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} expects an integer >= {lo}, got '{s}'")
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"{name} expects an integer >= {lo}, got '{s}'")
-        return v
-    return conv
-
-
 def add_common_args(ap: argparse.ArgumentParser) -> None:
     """The options tools/bench.py and bench/peer_bench.py share."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     ap.add_argument("--model", required=True, help="Qwen3 GGUF file")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", metavar="TEXT", help="prompt text (tokenized by kipp)")
-    g.add_argument("--prompt-tokens", metavar="N", type=positive("--prompt-tokens"),
+    g.add_argument("--prompt-tokens", metavar="N", type=benchlib.positive("--prompt-tokens"),
                    help="synthetic prompt of exactly N token ids (kipp --prompt-tokens)")
-    ap.add_argument("--decode", metavar="N", type=positive("--decode"), default=64,
+    ap.add_argument("--decode", metavar="N", type=benchlib.positive("--decode"), default=64,
                     help="single-token decode steps after the prefill (default 64)")
-    ap.add_argument("--warmup", metavar="N", type=positive("--warmup", 0), default=1,
+    ap.add_argument("--warmup", metavar="N", type=benchlib.positive("--warmup", 0), default=1,
                     help="warm-up runs, not counted (default 1)")
-    ap.add_argument("--runs", metavar="N", type=positive("--runs"), default=5,
+    ap.add_argument("--runs", metavar="N", type=benchlib.positive("--runs"), default=5,
                     help="measured runs (default 5)")
-    ap.add_argument("--threads", metavar="N", type=positive("--threads"), default=usable,
+    ap.add_argument("--threads", metavar="N", type=benchlib.positive("--threads"), default=usable,
                     help=f"threads (default: usable CPUs, here {usable})")
     ap.add_argument("--backend", default="cpu", help="kipp backend (default cpu)")
     ap.add_argument("--binary", default="build/kipp", help="kipp CLI (default build/kipp)")
-    ap.add_argument("--ctx-size", metavar="N", type=positive("--ctx-size"),
+    ap.add_argument("--ctx-size", metavar="N", type=benchlib.positive("--ctx-size"),
                     help="context size for every run (default: prompt + decode + 1, rounded "
                          "up to a multiple of 256, at most the model's trained context)")
     ap.add_argument("--membw", metavar="PATH",
                     help="read-bandwidth probe (default: kipp-membw next to --binary, if built)")
     ap.add_argument("--no-membw", action="store_true", help="skip the bandwidth probe")
-    ap.add_argument("--timeout", metavar="S", type=positive("--timeout"), default=3600,
+    ap.add_argument("--timeout", metavar="S", type=benchlib.positive("--timeout"), default=3600,
                     help="seconds one run may take (default 3600)")
     ap.add_argument("--output", metavar="FILE", help="write the JSON record here (default: stdout)")
     ap.add_argument("--allow-noisy", action="store_true",
