@@ -29,7 +29,7 @@
 struct kipp_server {
     struct MHD_Daemon *d;
     kipp_server_params p;
-    char *host, *api_key, *model_name;
+    char *api_key, *model_name;
     uint16_t port;
     atomic_int ready, stopping;
     kipp_model *m;
@@ -158,6 +158,13 @@ static void fill_meta(gen_state *gs, kipp_finish fin) {
     gs->meta.n_cached = kipp_req_n_cached(gs->req);
 }
 
+/* A generation request's whole time, arrival to its last byte queued. */
+static void note_duration(gen_state *gs) {
+    pthread_mutex_lock(&gs->sv->mu);
+    kipp_hist_add(&gs->sv->counters.duration, now_s() - gs->t_start);
+    pthread_mutex_unlock(&gs->sv->mu);
+}
+
 static void gen_free(gen_state *gs) {
     if (!gs) return;
     kipp_req_release(gs->req);
@@ -216,9 +223,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             if (gs->rq.include_usage) sse(gs, oai_usage_chunk_json(&gs->g, &gs->meta));
             oai_buf_add(&gs->out, "data: [DONE]\n\n", 14);
             gs->done = 1;
-            pthread_mutex_lock(&gs->sv->mu);
-            kipp_hist_add(&gs->sv->counters.duration, now_s() - gs->t_start);
-            pthread_mutex_unlock(&gs->sv->mu);
+            note_duration(gs);
         }
     }
 }
@@ -296,10 +301,9 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     }
     const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
     if (n_ids == 0 || n_ids > max_prompt) {
-        snprintf(msg, sizeof msg,
-                 n_ids ? "the prompt has %zu tokens; this server accepts at most %u"
-                       : "the prompt is empty%.0zu%.0u",
-                 n_ids, max_prompt);
+        if (n_ids) snprintf(msg, sizeof msg, "the prompt has %zu tokens; this server accepts at most %u",
+                            n_ids, max_prompt);
+        else snprintf(msg, sizeof msg, "the prompt is empty");
         free(ids);
         res = send_error(sv, c, cs, 400, msg, "invalid_request_error",
                          ep == OAI_CHAT ? "messages" : "prompt", "context_length_exceeded");
@@ -369,9 +373,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     oai_gen_finish(&gs->g);
     fill_meta(gs, fin);
     res = send_json(sv, c, cs, 200, oai_response_json(&gs->g, &gs->meta, gs->req));
-    pthread_mutex_lock(&sv->mu);
-    kipp_hist_add(&sv->counters.duration, now_s() - gs->t_start);
-    pthread_mutex_unlock(&sv->mu);
+    note_duration(gs);
     gen_free(gs);
     return res;
 }
@@ -521,7 +523,6 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
         return KIPP_ERR_NOMEM;
     }
     sv->p = *p;
-    sv->host = strdup(host);
     sv->model_name = strdup(p->model_name ? p->model_name : "kipp");
     sv->api_key = p->api_key ? strdup(p->api_key) : NULL;
     pthread_mutex_init(&sv->mu, NULL);
@@ -568,7 +569,6 @@ void kipp_server_free(kipp_server *sv) {
     atomic_store(&sv->stopping, 1);
     if (sv->d) MHD_stop_daemon(sv->d);
     pthread_mutex_destroy(&sv->mu);
-    free(sv->host);
     free(sv->model_name);
     free(sv->api_key);
     free(sv);
