@@ -220,23 +220,29 @@ def test_body_just_under_limit_is_not_413(server):
     assert r.status == 200, r
 
 
+def read_head(sock: socket.socket, timeout: float = 10) -> bytes:
+    """What the server sends until the end of its response head (or it closes, or timeout)."""
+    sock.settimeout(timeout)
+    data = b""
+    t0 = time.monotonic()
+    while b"\r\n\r\n" not in data and time.monotonic() - t0 < timeout:
+        try:
+            chunk = sock.recv(4096)
+        except (socket.timeout, OSError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def test_declared_oversize_body_is_refused_early(server):
     """Content-Length far above --max-body: 413 without reading (or waiting for) the body."""
     sock = socket.create_connection((server.host, server.port), timeout=10)
     try:
         sock.sendall((f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       f"Content-Length: 100000000\r\n\r\n").encode() + b'{"model":')
-        sock.settimeout(10)
-        data = b""
-        t0 = time.monotonic()
-        while b"\r\n\r\n" not in data and time.monotonic() - t0 < 10:
-            try:
-                chunk = sock.recv(4096)
-            except socket.timeout:
-                break
-            if not chunk:
-                break
-            data += chunk
+        data = read_head(sock)
     finally:
         sock.close()
     assert data.startswith(b"HTTP/1.1 413") or data.startswith(b"HTTP/1.0 413"), data[:200]
@@ -256,15 +262,7 @@ def test_chunked_oversize_body(server):
             sock.sendall(b"0\r\n\r\n")
         except OSError:
             pass                           # the server may answer and close early
-        sock.settimeout(10)
-        while b"\r\n\r\n" not in data:
-            try:
-                chunk = sock.recv(4096)
-            except (socket.timeout, OSError):
-                break
-            if not chunk:
-                break
-            data += chunk
+        data = read_head(sock)
     finally:
         sock.close()
     assert data.startswith(b"HTTP/1.1 413"), data[:200]
