@@ -90,7 +90,8 @@ chat: $(BUILD)/kipp-chat
 $(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/libkipp.a
+# the OpenAI text path (not HTTP) is linked in: the detokenizer property test drives it
+$(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/obj/src/server/openai_gen.o $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kipp-tokbench: $(BUILD)/obj/bench/tok_bench.o $(BUILD)/libkipp.a

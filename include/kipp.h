@@ -150,25 +150,39 @@ kipp_status kipp_forward_nocache(kipp_ctx *c, const int32_t *tokens, uint32_t n,
 kipp_status kipp_tokenize(const kipp_model *m, const char *text, size_t len, int parse_special,
                           int32_t *ids, size_t cap, size_t *n_out, char *err, size_t err_len);
 
+/* The same, into a malloc'd array of exactly the ids the text encodes to (*ids, *n_out;
+ * free()): no buffer to size. Text can encode to more tokens than it has bytes — NFC may
+ * grow it (U+FB2C: 3 bytes -> 6), repaired invalid bytes become U+FFFD — so a caller that
+ * sizes a buffer from the byte length must use 3 x len, or this function. */
+kipp_status kipp_tokenize_alloc(const kipp_model *m, const char *text, size_t len,
+                                int parse_special, int32_t **ids, size_t *n_out, char *err,
+                                size_t err_len);
+
 /* Raw bytes of one token (byte-level BPE decoded; control tokens give ""), valid as long
  * as the model lives. */
 const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len);
 int kipp_token_is_eog(const kipp_model *m, int32_t id);
 
-/* Streaming detokenizer: never emits part of a UTF-8 character; a token that is a byte
- * fragment is held until its character completes; flush emits what is left with invalid
- * bytes replaced by U+FFFD (HF's decode). skip_special drops special tokens such as
- * <|im_end|> (HF skip_special_tokens=True); <think> and other non-special tokens are kept.
- * Streamed output concatenated equals kipp_detokenize of the whole sequence. */
+/* Streaming detokenizer — the one every front end (kipp, kipp-chat, kipp-server) streams
+ * generated text through: never emits part of a UTF-8 character; a token that is a byte
+ * fragment is held until its character completes; kipp_detokenizer_end emits what is left
+ * with invalid bytes replaced by U+FFFD (HF's decode). skip_special follows HF's
+ * skip_special_tokens=True: tokens the tokenizer marks special (<|im_end|>, <|endoftext|>,
+ * ...; GGUF token type CONTROL) are dropped; added tokens that are not special (<think>,
+ * <tool_call>, <|fim_prefix|>, ...) are kept as their text. Streamed output concatenated
+ * equals kipp_detokenize of the whole sequence. Tokens of any length are accepted. */
 typedef struct kipp_detokenizer kipp_detokenizer;
 kipp_status kipp_detokenizer_init(const kipp_model *m, int skip_special, kipp_detokenizer **out,
                                   char *err, size_t err_len);
 void kipp_detokenizer_free(kipp_detokenizer *d);
-/* Writes the text token id completes into out (at most 3 bytes per byte of the token plus 3;
- * too small a buffer is KIPP_ERR_INVALID_ARG with nothing consumed). */
-kipp_status kipp_detokenizer_push(kipp_detokenizer *d, int32_t id, char *out, size_t cap,
-                                  size_t *n_out);
-kipp_status kipp_detokenizer_flush(kipp_detokenizer *d, char *out, size_t cap, size_t *n_out);
+/* Feeds token id. *text points to the text it completes (whole characters, possibly none),
+ * in the detokenizer's own buffer, valid until the next call; *n_text is its length.
+ * Fails (KIPP_ERR_NOMEM, nothing consumed) only when the buffer cannot grow. */
+kipp_status kipp_detokenizer_next(kipp_detokenizer *d, int32_t id, const char **text,
+                                  size_t *n_text);
+/* End of the stream: the held-back bytes (as one U+FFFD), same contract as _next; the
+ * detokenizer is then ready for a new stream. */
+kipp_status kipp_detokenizer_end(kipp_detokenizer *d, const char **text, size_t *n_text);
 /* Whole-sequence decode into a malloc'd string (free()). */
 kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, int skip_special,
                             char **out, size_t *out_len, char *err, size_t err_len);

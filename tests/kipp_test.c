@@ -29,6 +29,8 @@ static const struct {
      kt_gate_sched},
     {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", kt_tok_golden},
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
+    {"--detok-paths", "M F", "CLI and server streaming text == whole decode on a corpus",
+     kt_detok_paths},
 };
 
 static void usage(void) {

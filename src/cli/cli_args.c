@@ -23,8 +23,12 @@ int kipp_cli_float(const char *prog, const char *flag, const char *s, float lo, 
                    float *out) {
     char *end;
     errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+    /* parsed as a double and then narrowed: strtof reports ERANGE for a float subnormal
+     * such as 1e-38, which is a valid (tiny) value; a double that underflows is ~0 */
+    double d = strtod(s, &end);
+    if (errno == ERANGE && fabs(d) < 1.0) errno = 0;
+    float v = (float)d;
+    if (errno || end == s || *end != '\0' || !isfinite(d) || d < lo || d > hi || !isfinite(v)) {
         fprintf(stderr, "%s: %s expects a number in [%g, %g], got '%s'\n", prog, flag, (double)lo,
                 (double)hi, s);
         return 0;

@@ -2,10 +2,14 @@
  * chosen backend and stream it to stdout; timings go to stderr. The only layer allowed to
  * print and exit. Does not do chat templating (see kipp-chat, later). */
 #include "cli/cli_args.h"
+#include "core/outfile.h"
 #include "kipp.h"
 
 #include <jansson.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,7 +244,11 @@ static char *render_chat(const kipp_model *m, const cli_opts *o, const char *pro
     return out;
 }
 
-/* --detokenize "1 2 3": whole-sequence decode, special tokens kept (as their text). */
+static int emit(kipp_detokenizer *dt, int32_t id, int end);
+static int out_write(const char *s, size_t n);
+
+/* --detokenize "1 2 3": the ids streamed one by one through the detokenizer generation
+ * uses (special tokens kept, as their text). */
 static int detokenize_ids(const kipp_model *m, const char *list) {
     size_t cap = strlen(list) / 2 + 1, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
@@ -259,18 +267,19 @@ static int detokenize_ids(const kipp_model *m, const char *list) {
         ids[n++] = (int32_t)v;
         p = end;
     }
-    char err[KIPP_ERR_LEN], *text = NULL;
-    size_t len = 0;
-    kipp_status st = kipp_detokenize(m, ids, n, 0, &text, &len, err, sizeof err);
-    free(ids);
-    if (st != KIPP_OK) {
+    kipp_detokenizer *dt = NULL;
+    char err[KIPP_ERR_LEN];
+    int rc = 0;
+    if (kipp_detokenizer_init(m, 0, &dt, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp: %s\n", err);
-        return 1;
+        rc = 1;
     }
-    fwrite(text, 1, len, stdout);
-    printf("\n");
-    free(text);
-    return 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        if (!emit(dt, ids[i], 0)) rc = 1;
+    if (!rc && (!emit(dt, 0, 1) || !out_write("\n", 1))) rc = 1;
+    kipp_detokenizer_free(dt);
+    free(ids);
+    return rc;
 }
 
 /* --prompt-tokens N: the synthetic benchmark prompt. Ordinary (non-special) ids spread over
@@ -319,9 +328,18 @@ static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx 
         fprintf(stderr, "kipp: --stats-json: out of memory\n");
         return 0;
     }
-    int ok = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS) == 0;
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
-    if (!ok) fprintf(stderr, "kipp: --stats-json %s: cannot write: %s\n", path, strerror(errno));
+    if (!text) {
+        fprintf(stderr, "kipp: --stats-json: out of memory\n");
+        return 0;
+    }
+    size_t len = strlen(text);
+    text[len] = '\n'; /* json_dumps' NUL becomes the final newline */
+    char err[KIPP_ERR_LEN];
+    int ok = kipp_outfile_write(path, text, len + 1, err, sizeof err) == KIPP_OK;
+    free(text);
+    if (!ok) fprintf(stderr, "kipp: --stats-json %s\n", err);
     return ok;
 }
 
@@ -343,16 +361,27 @@ static void print_info(const kipp_model *m) {
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
 }
 
-/* Streams decoded text to stdout; the detokenizer holds back unfinished characters. */
-static int emit(kipp_detokenizer *dt, int32_t id, int flush) {
-    static char buf[1 << 16]; /* > 3 x the longest token + 3 */
-    size_t n = 0;
-    kipp_status st = flush ? kipp_detokenizer_flush(dt, buf, sizeof buf, &n)
-                           : kipp_detokenizer_push(dt, id, buf, sizeof buf, &n);
-    if (st != KIPP_OK) return 0;
-    fwrite(buf, 1, n, stdout);
-    fflush(stdout);
+/* Writes text to stdout now (streaming). 0, with a message, when stdout cannot take it
+ * (a full disk, a closed pipe): the caller stops and exits non-zero. */
+static int out_write(const char *s, size_t n) {
+    if ((n && fwrite(s, 1, n, stdout) != n) || fflush(stdout) != 0) {
+        fprintf(stderr, "\nkipp: cannot write to stdout: %s\n", strerror(errno));
+        return 0;
+    }
     return 1;
+}
+
+/* Streams the text token id completes (or, with end, what is held back) through the
+ * detokenizer every front end shares; unfinished characters are held back. */
+static int emit(kipp_detokenizer *dt, int32_t id, int end) {
+    const char *s;
+    size_t n;
+    kipp_status st = end ? kipp_detokenizer_end(dt, &s, &n) : kipp_detokenizer_next(dt, id, &s, &n);
+    if (st != KIPP_OK) {
+        fprintf(stderr, "\nkipp: out of memory decoding token %d\n", id);
+        return 0;
+    }
+    return out_write(s, n);
 }
 
 int main(int argc, char **argv) {
@@ -362,15 +391,19 @@ int main(int argc, char **argv) {
     if (pr == 2) return 2;
 
     char err[KIPP_ERR_LEN];
-    int rc = 1, stats_written = 0;
-    if (o.stats_json) { /* fail before the (slow) model load when FILE cannot be written */
-        FILE *f = fopen(o.stats_json, "w");
-        if (!f) {
-            fprintf(stderr, "kipp: --stats-json %s: cannot write: %s\n", o.stats_json,
-                    strerror(errno));
-            return 1;
-        }
-        fclose(f);
+    int rc = 1;
+    /* A closed stdout would let the next open() take fd 1 and receive our text; a closed
+     * pipe is reported as a write error (EPIPE), not a silent death by SIGPIPE. */
+    if (fcntl(STDOUT_FILENO, F_GETFD) < 0) {
+        fprintf(stderr, "kipp: stdout is closed: there is nowhere to write the output\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    /* fail before the (slow) model load when FILE cannot be written; FILE itself is not
+     * touched until the record is complete (written beside it, then renamed over it) */
+    if (o.stats_json && kipp_outfile_check(o.stats_json, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "kipp: --stats-json %s\n", err);
+        return 1;
     }
     kipp_model *m = NULL;
     kipp_ctx *c = NULL;
@@ -431,14 +464,17 @@ int main(int argc, char **argv) {
 
     kipp_model_info info;
     kipp_model_get_info(m, &info);
-    size_t cap = (o.prompt_tokens ? (size_t)o.prompt_tokens : prompt_len) + 16, n_prompt = 0;
-    if (!(ids = malloc(cap * sizeof *ids))) { fprintf(stderr, "kipp: out of memory\n"); goto done; }
+    size_t n_prompt = 0;
     if (o.prompt_tokens) {
         n_prompt = (size_t)o.prompt_tokens;
+        if (!(ids = malloc(n_prompt * sizeof *ids))) {
+            fprintf(stderr, "kipp: out of memory\n");
+            goto done;
+        }
         synthetic_prompt(m, info.n_vocab, ids, n_prompt);
-    } else {
-        st = kipp_tokenize(m, prompt, prompt_len, o.parse_special, ids, cap, &n_prompt, err,
-                           sizeof err);
+    } else { /* may give more tokens than the prompt has bytes (NFC can grow text) */
+        st = kipp_tokenize_alloc(m, prompt, prompt_len, o.parse_special, &ids, &n_prompt, err,
+                                 sizeof err);
         if (st != KIPP_OK) { fprintf(stderr, "kipp: %s\n", err); goto done; }
     }
     if (o.tokenize) {
@@ -496,7 +532,7 @@ int main(int argc, char **argv) {
         n_gen++;
         if (!o.ignore_eos && kipp_token_is_eog(m, tok)) { hit_eog = 1; break; }
         kipp_sampler_accept(smp, tok);
-        emit(dt, tok, 0);
+        if (!emit(dt, tok, 0)) goto done;
         if (n_gen == o.n_predict) break;
         if (kipp_ctx_n_past(c) >= n_ctx) { hit_ctx = 1; break; }
         if ((st = kipp_decode(c, &tok, 1, logits, err, sizeof err)) != KIPP_OK) {
@@ -507,8 +543,7 @@ int main(int argc, char **argv) {
         n_decoded++;
     }
     double t_decode = now_s() - t1;
-    emit(dt, 0, 1);
-    printf("\n");
+    if (!emit(dt, 0, 1) || !out_write("\n", 1)) goto done;
     if (hit_ctx) fprintf(stderr, "kipp: stopped: the context (%u tokens) is full\n", n_ctx);
     if (o.stats) {
         kipp_kv_stats kv;
@@ -528,10 +563,12 @@ int main(int argc, char **argv) {
         !write_stats_json(o.stats_json, &o, c, n_prompt, t_prefill, n_gen, n_decoded, t_decode,
                           hit_ctx ? "ctx_full" : hit_eog ? "eog" : "n_predict"))
         goto done;
-    stats_written = o.stats_json != NULL;
     rc = 0;
 done:
-    if (o.stats_json && !stats_written) remove(o.stats_json); /* no stale or empty record */
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* --tokenize, --info, ... */
+        if (rc == 0) fprintf(stderr, "kipp: cannot write to stdout: %s\n", strerror(errno));
+        rc = 1;
+    }
     free(logits);
     free(ids);
     free(stdin_buf);

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -210,18 +211,17 @@ static int render_tokens(chat_session *s, size_t start) {
         fwrite(text, 1, text_len, stderr);
         fprintf(stderr, "\n--- end of prompt ---\n");
     }
-    size_t need = text_len + 16; /* a token is at least one byte, special tokens more */
-    if (need > s->ids_cap) {
-        int32_t *n = realloc(s->ids, need * sizeof *n);
-        if (!n) goto oom;
-        s->ids = n;
-        s->ids_cap = need;
-    }
-    st = kipp_tokenize(s->m, text, text_len, 1, s->ids, s->ids_cap, &s->n_ids, err, sizeof err);
+    /* the exact count (NFC can make more tokens than the text has bytes) */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    st = kipp_tokenize_alloc(s->m, text, text_len, 1, &ids, &n_ids, err, sizeof err);
     if (st != KIPP_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         goto done;
     }
+    free(s->ids);
+    s->ids = ids;
+    s->ids_cap = s->n_ids = n_ids;
     ok = 1;
     goto done;
 oom:
@@ -418,8 +418,8 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
     kipp_reasoning_init(&rs, KIPP_REASONING_OPEN_BY_TAG, show_part, s);
     s->reply_len = 0;
     s->shown_reasoning = s->shown_content = 0;
-    static char buf[1 << 16]; /* > 3 x the longest token + 3 */
-    size_t n_out = 0;
+    const char *text;
+    size_t n_text = 0;
     long n_gen = 0, n_decoded = 0;
     const char *stop = "n_predict";
     double t1 = now_s();
@@ -430,11 +430,12 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
         if (s->o->print_tokens) fprintf(stderr, " %d", tok);
         if (kipp_token_is_eog(s->m, tok)) { stop = "eog"; break; }
         kipp_sampler_accept(smp, tok);
-        if (kipp_detokenizer_push(dt, tok, buf, sizeof buf, &n_out) != KIPP_OK ||
-            !stream_text(s, &rs, buf, n_out)) {
+        if (kipp_detokenizer_next(dt, tok, &text, &n_text) != KIPP_OK ||
+            !stream_text(s, &rs, text, n_text)) {
             fprintf(stderr, "\n" PROG ": out of memory streaming the reply\n");
             goto done;
         }
+        if (ferror(stdout)) goto write_error;
         if (n_gen == s->o->n_predict) break;
         if (s->n_kv >= s->n_ctx) { stop = "ctx_full"; break; }
         if ((st = kipp_decode(s->c, &tok, 1, s->logits, err, sizeof err)) != KIPP_OK) {
@@ -446,8 +447,8 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
     }
     double t_decode = now_s() - t1;
     if (s->o->print_tokens) fprintf(stderr, "\n");
-    if (kipp_detokenizer_flush(dt, buf, sizeof buf, &n_out) != KIPP_OK ||
-        !stream_text(s, &rs, buf, n_out) ||
+    if (kipp_detokenizer_end(dt, &text, &n_text) != KIPP_OK ||
+        !stream_text(s, &rs, text, n_text) ||
         (!(!s->tty_out && s->o->show_reasoning) &&
          kipp_reasoning_finish(&rs, err, sizeof err) != KIPP_OK)) {
         fprintf(stderr, "\n" PROG ": out of memory streaming the reply\n");
@@ -455,7 +456,7 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
     }
     if (s->color && s->shown_reasoning && !s->shown_content) fputs(RESET, stdout);
     fputs("\n", stdout);
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) goto write_error;
     if (!strcmp(stop, "interrupted")) fprintf(stderr, PROG ": [reply interrupted]\n");
     if (!strcmp(stop, "ctx_full"))
         fprintf(stderr, PROG ": reply stopped: the context (%u tokens) is full\n", s->n_ctx);
@@ -467,6 +468,9 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
                 s->turn, n_prompt, lcp, n_prompt - lcp, t_prefill * 1e3, n_gen, t_decode * 1e3,
                 n_decoded / (t_decode > 0 ? t_decode : 1e-9), s->n_kv, s->n_ctx, stop);
     ok = 1;
+    goto done;
+write_error: /* a full disk or a closed pipe: no point in going on */
+    fprintf(stderr, "\n" PROG ": cannot write to stdout: %s\n", strerror(errno));
 done:
     kipp_sampler_free(smp);
     kipp_detokenizer_free(dt);
@@ -542,6 +546,11 @@ int main(int argc, char **argv) {
 
     char err[KIPP_ERR_LEN];
     int rc = 1;
+    if (fcntl(STDOUT_FILENO, F_GETFD) < 0) { /* see kipp.c */
+        fprintf(stderr, PROG ": stdout is closed: there is nowhere to write the replies\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error with a message */
     chat_session s;
     memset(&s, 0, sizeof s);
     s.o = &o;

@@ -458,13 +458,22 @@ int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
 
     cand *c = s->c;
     size_t n = s->n_vocab;
+    /* A tiny temperature (the server accepts any T > 0) can overflow l / T to +inf for
+     * every positive logit, which would make them all "the maximum". Then the logits are
+     * shifted by their maximum first: (l - max) / T <= 0 never overflows, the softmax is
+     * the same (it is shift-invariant) and the limit T -> 0 is greedy, ties included. */
+    float lmax = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (logits[i] > lmax)
+            lmax = logits[i];
+    const float shift = isfinite(lmax) && !isfinite(lmax / p->temperature) ? lmax : 0.0f;
     float vmax = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         float l = logits[i];
         if (isnan(l))
             l = -INFINITY; /* a NaN logit is never sampled */
-        else
-            l /= p->temperature; /* divide (not multiply by 1/T) to match llama.cpp bits */
+        else /* divide (not multiply by 1/T) to match llama.cpp bits */
+            l = shift != 0.0f ? (l - shift) / p->temperature : l / p->temperature;
         logits[i] = l;
         c[i].v = l;
         c[i].id = (int32_t)i;

@@ -261,6 +261,14 @@ kipp_status kipp_tokenize(const kipp_model *m, const char *text, size_t len, int
     return KIPP_OK;
 }
 
+kipp_status kipp_tokenize_alloc(const kipp_model *m, const char *text, size_t len,
+                                int parse_special, int32_t **ids, size_t *n_out, char *err,
+                                size_t err_len) {
+    *ids = NULL;
+    *n_out = 0;
+    return kipp_vocab_encode(m->vocab, text, len, parse_special, ids, n_out, err, err_len);
+}
+
 const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len) {
     return kipp_vocab_token_bytes(m->vocab, id, len);
 }
@@ -280,25 +288,58 @@ kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_
 
 struct kipp_detokenizer {
     kipp_detok d;
+    char *buf; /* output of the last call; grows to the longest token seen (x3 + 9) */
+    size_t cap;
 };
 
 kipp_status kipp_detokenizer_init(const kipp_model *m, int skip_special, kipp_detokenizer **out,
                                   char *err, size_t err_len) {
-    *out = malloc(sizeof **out);
+    *out = calloc(1, sizeof **out);
     if (!*out) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "detokenizer: out of memory");
     kipp_detok_init(&(*out)->d, m->vocab, skip_special);
     return KIPP_OK;
 }
 
-void kipp_detokenizer_free(kipp_detokenizer *d) { free(d); }
-
-kipp_status kipp_detokenizer_push(kipp_detokenizer *d, int32_t id, char *out, size_t cap,
-                                  size_t *n_out) {
-    return kipp_detok_push(&d->d, id, out, cap, n_out);
+void kipp_detokenizer_free(kipp_detokenizer *d) {
+    if (!d) return;
+    free(d->buf);
+    free(d);
 }
 
-kipp_status kipp_detokenizer_flush(kipp_detokenizer *d, char *out, size_t cap, size_t *n_out) {
-    return kipp_detok_flush(&d->d, out, cap, n_out);
+static int detok_reserve(kipp_detokenizer *d, size_t need) {
+    if (need <= d->cap) return 1;
+    size_t cap = d->cap ? d->cap : 256;
+    while (cap < need) cap *= 2;
+    char *p = realloc(d->buf, cap);
+    if (!p) return 0;
+    d->buf = p;
+    d->cap = cap;
+    return 1;
+}
+
+kipp_status kipp_detokenizer_next(kipp_detokenizer *d, int32_t id, const char **text,
+                                  size_t *n_text) {
+    *text = "";
+    *n_text = 0;
+    if (!detok_reserve(d, kipp_detok_bound(&d->d, id))) return KIPP_ERR_NOMEM;
+    size_t n = 0;
+    kipp_status st = kipp_detok_push(&d->d, id, d->buf, d->cap, &n);
+    if (st != KIPP_OK) return st;
+    *text = d->buf ? d->buf : "";
+    *n_text = n;
+    return KIPP_OK;
+}
+
+kipp_status kipp_detokenizer_end(kipp_detokenizer *d, const char **text, size_t *n_text) {
+    *text = "";
+    *n_text = 0;
+    if (!detok_reserve(d, KIPP_DETOK_FLUSH_MAX)) return KIPP_ERR_NOMEM;
+    size_t n = 0;
+    kipp_status st = kipp_detok_flush(&d->d, d->buf, d->cap, &n);
+    if (st != KIPP_OK) return st;
+    *text = d->buf;
+    *n_text = n;
+    return KIPP_OK;
 }
 
 kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, int skip_special,

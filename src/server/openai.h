@@ -61,6 +61,9 @@ typedef struct {
     oai_buf content, reasoning; /* text decided since the caller last took it */
     int stopped;                /* a stop string matched: ignore later tokens */
     uint32_t n_used;            /* tokens that count (up to and including the stop) */
+    uint32_t *text_offset;      /* [n_used] characters (code points) of text decoded before
+                                   each token: the completions logprobs' text_offset */
+    size_t text_offset_cap, n_chars;
     int oom;
 } oai_gen;
 

@@ -45,6 +45,7 @@ int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
 
 void oai_gen_free(oai_gen *g) {
     kipp_detokenizer_free(g->dt);
+    free(g->text_offset);
     oai_buf_free(&g->held);
     oai_buf_free(&g->content);
     oai_buf_free(&g->reasoning);
@@ -94,27 +95,44 @@ static int settle(oai_gen *g) {
     return 0;
 }
 
+/* Code points in valid UTF-8 text: the bytes that do not continue a character. */
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
 int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
     if (g->stopped) return 0;
-    g->n_used++;
-    size_t tok_len;
-    kipp_token_bytes(g->m, t->id, &tok_len);
-    char stack[1024];
-    const size_t cap = 3 * tok_len + 8;
-    char *out = cap <= sizeof stack ? stack : malloc(cap);
-    size_t n = 0;
-    if (!out || kipp_detokenizer_push(g->dt, t->id, out, cap, &n) != KIPP_OK) n = 0;
-    if (n && oai_buf_add(&g->held, out, n)) g->oom = 1;
-    if (out != stack) free(out);
+    if (g->n_used == g->text_offset_cap) {
+        size_t cap = g->text_offset_cap ? 2 * g->text_offset_cap : 64;
+        uint32_t *p = realloc(g->text_offset, cap * sizeof *p);
+        if (!p) {
+            g->oom = 1;
+            return 1;
+        }
+        g->text_offset = p;
+        g->text_offset_cap = cap;
+    }
+    g->text_offset[g->n_used++] = (uint32_t)g->n_chars;
+    /* the same streaming detokenizer kipp and kipp-chat print through */
+    const char *text;
+    size_t n;
+    if (kipp_detokenizer_next(g->dt, t->id, &text, &n) != KIPP_OK) {
+        g->oom = 1;
+        return 1;
+    }
+    g->n_chars += utf8_chars(text, n);
+    if (n && oai_buf_add(&g->held, text, n)) g->oom = 1;
     return settle(g);
 }
 
 void oai_gen_finish(oai_gen *g) {
     if (!g->stopped) {
-        char tail[64];
+        const char *text;
         size_t n = 0;
-        if (kipp_detokenizer_flush(g->dt, tail, sizeof tail, &n) == KIPP_OK && n)
-            oai_buf_add(&g->held, tail, n);
+        if (kipp_detokenizer_end(g->dt, &text, &n) != KIPP_OK) g->oom = 1;
+        else if (n && oai_buf_add(&g->held, text, n)) g->oom = 1;
         if (!settle(g)) { /* no stop string: what was held back is plain text */
             emit_text(g, g->held.p, g->held.n);
             g->held.n = 0;
@@ -166,15 +184,18 @@ static json_t *chat_logprobs(const kipp_model *m, const kipp_req *req, uint32_t 
     return lp;
 }
 
-static json_t *completion_logprobs(const kipp_model *m, const kipp_req *req, uint32_t t0,
-                                   uint32_t t1, size_t offset0) {
+/* text_offset: where each token's text begins in the completion's text, in characters,
+ * from the streaming decode (a token that only starts a character shares the offset of the
+ * one that completes it). */
+static json_t *completion_logprobs(const oai_gen *g, const kipp_req *req, uint32_t t0,
+                                   uint32_t t1) {
+    const kipp_model *m = g->m;
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t off = offset0;
     for (uint32_t i = t0; i < t1; i++) {
         const kipp_gen_token *t = kipp_req_token(req, i);
         json_t *tt = token_text(m, t->id, NULL);
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        off += json_string_length(tt);
+        json_array_append_new(offs, json_integer(i < g->n_used ? (json_int_t)g->text_offset[i]
+                                                               : (json_int_t)g->n_chars));
         json_array_append_new(toks, tt);
         json_array_append_new(lps, json_real(t->logprob));
         json_t *top = json_object();
@@ -250,7 +271,7 @@ char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint
     json_object_set_new(choice, "logprobs",
                         g->rq->logprobs && tok1 > tok0
                             ? (chat ? chat_logprobs(g->m, req, tok0, tok1)
-                                    : completion_logprobs(g->m, req, tok0, tok1, 0))
+                                    : completion_logprobs(g, req, tok0, tok1))
                             : json_null());
     json_object_set_new(choice, "finish_reason", finish_json(meta));
     json_t *choices = json_array();
@@ -283,7 +304,7 @@ char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req) {
     }
     json_object_set_new(choice, "logprobs",
                         g->rq->logprobs ? (chat ? chat_logprobs(g->m, req, 0, g->n_used)
-                                                : completion_logprobs(g->m, req, 0, g->n_used, 0))
+                                                : completion_logprobs(g, req, 0, g->n_used))
                                         : json_null());
     json_object_set_new(choice, "finish_reason", finish_json(meta));
     json_t *choices = json_array();

@@ -339,5 +339,21 @@ rc=0; "$C" -m README.md </dev/null >/dev/null 2>"$tmp/notgguf.err" || rc=$?
 chat badbackend "$tmp/in_empty" --backend warp
 rc_is badbackend 1; err_has badbackend "unknown backend 'warp'"
 
+# --- issue 11 regressions ---
+# a 22,000-byte token in the reply is shown whole (was: "out of memory streaming the reply")
+.venv/bin/python tests/cli/make_bad_models.py "$M" "$tmp" >/dev/null 2>&1 || bad "make_bad_models.py"
+printf 'The capital of France is\n' >"$tmp/in_long"
+rc=0; "$C" -m "$tmp/long-token.gguf" "${COMMON[@]}" -n 2 --no-think <"$tmp/in_long" >"$tmp/long.out" 2>"$tmp/long.err" || rc=$?
+[ "$rc" = 0 ] && [ "$(wc -c <"$tmp/long.out")" -ge 22016 ] && grep -q '<|fim_middle|>xxxx' "$tmp/long.out" && ok ||
+    { bad "22,000-byte token: exit $rc, $(wc -c <"$tmp/long.out") bytes"; head -c 300 "$tmp/long.err"; }
+# a line that grows under NFC (40 x U+FB2C -> 200 tokens from 120 bytes; was: "do not fit the buffer")
+for i in $(seq 40); do printf '\ufb2c'; done >"$tmp/in_nfc"; echo >>"$tmp/in_nfc"
+chat nfc "$tmp/in_nfc"
+rc_is nfc 0
+grep -q "do not fit" "$tmp/nfc.err" && bad "NFC-growing line: $(cat "$tmp/nfc.err")" || ok
+# a full disk on stdout: non-zero with a message (was: exit 0, text lost)
+rc=0; "$C" -m "$M" "${COMMON[@]}" <"$tmp/in_long" >/dev/full 2>"$tmp/full.err" || rc=$?
+[ "$rc" = 1 ] && grep -q "cannot write to stdout" "$tmp/full.err" && ok || { bad "kipp-chat >/dev/full: exit $rc"; cat "$tmp/full.err"; }
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -129,5 +129,50 @@ expect_fail "--no-think without chat" "need --chat" "$K" -m "$M" -p hi --no-thin
 expect_fail "bad --detokenize" "is not a token id" "$K" -m "$M" --detokenize "12 abc"
 expect_fail "not a gguf" "gguf: .*magic" "$K" -m README.md -p hi
 
+# --- --stats-json never destroys what the user named (regression: it was truncated at
+# start and unlinked on failure, through symlinks) ---
+printf 'precious\n' >"$tmp/keep.json"
+"$K" -m "$tmp/nope.gguf" -p hi --stats-json "$tmp/keep.json" >/dev/null 2>&1
+[ "$(cat "$tmp/keep.json")" = precious ] && ok || bad "--stats-json: a failed run (missing model) changed the file"
+"$K" -m "$M" -p "" --stats-json "$tmp/keep.json" >/dev/null 2>&1
+[ "$(cat "$tmp/keep.json")" = precious ] && ok || bad "--stats-json: a failed run (empty prompt) changed the file"
+ln -s keep.json "$tmp/link.json"
+"$K" -m "$tmp/nope.gguf" -p hi --stats-json "$tmp/link.json" >/dev/null 2>&1
+[ -L "$tmp/link.json" ] && [ "$(cat "$tmp/keep.json")" = precious ] && ok || bad "--stats-json: a failed run broke the symlink or its target"
+"$K" -m "$M" -p hi -n 2 --stats-json "$tmp/link.json" >/dev/null 2>&1 && ok || bad "--stats-json through a symlink"
+[ -L "$tmp/link.json" ] && grep -q '"decode"' "$tmp/keep.json" && ok || bad "--stats-json: the symlink was replaced or its target not written"
+ls "$tmp" | grep -q '\.tmp\.' && bad "--stats-json left a temporary file: $(ls "$tmp")" || ok
+"$K" -m "$M" -p hi -n 2 --stats-json /dev/null >/dev/null 2>&1 && [ -c /dev/null ] && ok || bad "--stats-json /dev/null"
+
+# --- text: a 22,000-byte token is printed whole (regression: dropped, exit 0) ---
+out=$("$K" -m "$tmp/long-token.gguf" -p "The capital of France is" -n 2 --temp 0 --no-stats 2>"$tmp/err")
+[ "${#out}" -ge 22016 ] && [[ "$out" == "<|fim_prefix|>xxxx"* ]] && ok || bad "22,000-byte token: got ${#out} bytes: $(head -c 200 "$tmp/err")"
+# --detokenize streams through the same detokenizer: 4-byte characters split into byte tokens
+out=$("$K" -m "$M" --detokenize "$("$K" -m "$M" --tokenize -p '𝔘 𠀀 😀 <|fim_prefix|>x' 2>/dev/null)" 2>/dev/null)
+[ "$out" = '𝔘 𠀀 😀 <|fim_prefix|>x' ] && ok || bad "--detokenize round trip: '$out'"
+
+# --- prompts that grow under NFC (U+FB2C: 10 characters -> 50 tokens; regression: "do
+# not fit the buffer") and the other expanding code points ---
+for cp in '\ufb2c' '\u0958' '\U0001d15e' '\u0344'; do
+    p=$(printf "$cp%.0s" 1 2 3 4 5 6 7 8 9 10)
+    n=$("$K" -m "$M" --tokenize -p "$p" 2>"$tmp/err" | wc -w)
+    [ "$n" -ge 10 ] && ok || bad "NFC-growing prompt $cp: --tokenize gave $n ids: $(cat "$tmp/err")"
+    "$K" -m "$M" -p "$p" -n 2 --no-stats >/dev/null 2>"$tmp/err" && ok || bad "NFC-growing prompt $cp: $(cat "$tmp/err")"
+done
+
+# --- a tiny temperature is greedy (regression: rejected by the CLI as outside [0, 100],
+# and the sampler took the lowest id with a positive logit) ---
+g0=$("$K" -m "$M" -p "The capital of France is" -n 8 --temp 0 --no-stats 2>/dev/null)
+g1=$("$K" -m "$M" -p "The capital of France is" -n 8 --temp 1e-38 --no-stats 2>"$tmp/err")
+[ -n "$g0" ] && [ "$g0" = "$g1" ] && ok || bad "--temp 1e-38 is not greedy: '$g1' vs '$g0' $(cat "$tmp/err")"
+
+# --- output errors: a full disk, a closed stdout, a closed pipe: non-zero with a message ---
+"$K" -m "$M" -p hi -n 4 --no-stats >/dev/full 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write to stdout: No space left" "$tmp/err" && ok || bad "kipp >/dev/full: exit $rc: $(cat "$tmp/err")"
+"$K" -m "$M" -p hi -n 4 --no-stats >&- 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "stdout is closed" "$tmp/err" && ok || bad "kipp >&-: exit $rc: $(cat "$tmp/err")"
+"$K" -m "$M" -p hi -n 400 --ignore-eos --no-stats 2>"$tmp/err" | head -c 1 >/dev/null; rc=${PIPESTATUS[0]}
+[ $rc -eq 1 ] && grep -q "Broken pipe" "$tmp/err" && ok || bad "kipp | head -c 1: exit $rc: $(cat "$tmp/err")"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

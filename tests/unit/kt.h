@@ -35,6 +35,9 @@ void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
  * vocab.c: the UTF-8 text (1 or 2 bytes) of byte b's vocabulary symbol. */
 size_t kt_byte_token_text(unsigned b, char out[2]);
 
+/* Streaming text through the CLI and server paths vs whole decode, for each line of a
+ * corpus file (tests/unit/test_detok_paths.c): returns mismatches, or -1. */
+int kt_detok_paths(const char *gguf_path, const char *corpus_path);
 /* Tokenizer vs HF ids in a JSONL file: returns mismatches, or -1 if inputs are unusable. */
 int kt_tok_golden(const char *gguf_path, const char *jsonl_path);
 /* Chat renderings vs HF apply_chat_template goldens in a directory: returns mismatches, or

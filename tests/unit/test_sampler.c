@@ -403,7 +403,34 @@ static void test_invalid(void) {
     kipp_sampler_free(s);
 }
 
+/* Every accepted temperature is well defined: below ~1e-37 logits / T overflows to +inf
+ * for every positive logit, and the old sampler then took the lowest such id. The limit
+ * T -> 0 is greedy, also when every logit is negative (l / T -> -inf for all). */
+static void test_tiny_temperature(void) {
+    const float base[2][8] = {{0.5f, 1.0f, -2.0f, 3.0f, 7.25f, 2.0f, 7.0f, 0.1f},
+                              {-9.0f, -3.0f, -8.0f, -7.0f, -0.5f, -2.0f, -6.0f, -1.0f}};
+    const float temps[] = {1e-38f, 1e-45f, 1e-30f, 1e-20f};
+    for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++)
+        for (int b = 0; b < 2; b++) {
+            kipp_sampler_params sp = kipp_sampler_default_params();
+            sp.temperature = temps[t];
+            sp.top_k = b ? 3 : 0;
+            kipp_sampler *smp = NULL;
+            char err[KIPP_ERR_LEN];
+            KT_CHECK(kipp_sampler_init(&sp, 8, &smp, err, sizeof err) == KIPP_OK, "%s", err);
+            for (int r = 0; smp && r < 8; r++) {
+                float l[8];
+                memcpy(l, base[b], sizeof l);
+                int32_t id = kipp_sampler_sample(smp, l);
+                KT_CHECK(id == 4, "temperature %g, logits set %d: sampled id %d, argmax is 4",
+                         (double)temps[t], b, id);
+            }
+            kipp_sampler_free(smp);
+        }
+}
+
 void kt_suite_sampler(void) {
+    test_tiny_temperature();
     test_defaults();
     test_greedy();
     test_top_k();
