@@ -17,9 +17,12 @@ import re
 import statistics
 import struct
 import subprocess
+import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import atomic_file  # noqa: E402  (tools/atomic_file.py: standard library only)
 # (max - min) / median of Kipp's runs above this: the machine was too noisy (bench/README.md)
 DISPERSION_LIMIT = 0.10
 
@@ -362,3 +365,12 @@ def run_measured(cmd: list[str], timeout: float | None = None, env: dict | None 
         err = fe.read().decode("utf-8", "replace")
     return {"rc": p.returncode, "stdout": out, "stderr": err, "wall_s": wall,
             "peak_rss_bytes": ru.ru_maxrss * 1024}
+
+
+def write_record_file(path: str, text: str) -> None:
+    """A record (or any output the user named) written beside path and renamed over it
+    only when complete: a failed or interrupted run never truncates or removes path."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    atomic_file.write_text(path, text if text.endswith("\n") else text + "\n")

@@ -120,10 +120,7 @@ def main() -> int:
                      "0-4; requests are freed after 10-400 output tokens"),
         "results": results,
     }
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(rec, f, indent=2)
-        f.write("\n")
+    benchlib.write_record_file(args.output, json.dumps(rec, indent=2))
     for bs, r in results.items():
         print(f"block {bs:>2}: utilization {r['utilization_median_over_seeds']['median']:.4f}, "
               f"internal fragmentation {r['internal_fragmentation_fraction_median_over_seeds']['median']:.4f} "

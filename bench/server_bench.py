@@ -111,8 +111,7 @@ def write_record(rec: dict, output: str | None) -> None:
     rec["load_average"]["after"] = list(os.getloadavg())
     text = json.dumps(rec, indent=1, default=float)
     if output:
-        with open(output, "w") as f:
-            f.write(text + "\n")
+        benchlib.write_record_file(output, text)
         print(f"wrote {output}", file=sys.stderr)
     else:
         print(text)

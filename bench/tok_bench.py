@@ -164,10 +164,7 @@ def main() -> int:
     }
     spread = (max(kipp_mbs) - min(kipp_mbs)) / med_k
     rec["kipp_dispersion"] = spread
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(rec, f, indent=2)
-        f.write("\n")
+    benchlib.write_record_file(args.output, json.dumps(rec, indent=2))
     print(f"kipp {med_k:.2f} MB/s, HF tokenizers {med_h:.2f} MB/s, ratio {med_k / med_h:.2f}x, "
           f"ids equal: {rec['ids_equal']}, record: {args.output}")
     return 0 if rec["ids_equal"] else 1

@@ -277,10 +277,7 @@ def finish(rec: dict, dispersions: list[float], args) -> int:
               f"written. Rerun on an idle machine, or pass --allow-noisy (the record is then "
               f"marked noisy; see bench/README.md).", file=sys.stderr)
         return EXIT_NOISY
-    tmp = args.output + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, args.output)
+    benchlib.write_record_file(args.output, text)
     print(f"bench: record written to {args.output}", file=sys.stderr)
     return 0
 

@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kipp_gguf_writer import GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType  # noqa: E402
+from kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType,  # noqa: E402
+                              write_atomic)
 
 ARCH = "qwen3"
 HF_ARCH = "Qwen3ForCausalLM"
@@ -569,13 +570,7 @@ def convert(hf_dir: Path, outtype: str, outfile: Path | None = None, progress: b
     if progress:
         from tqdm import tqdm
         wrap = _progress_bar(tqdm, outfile.name)
-    tmp = outfile.with_name(outfile.name + ".tmp")
-    try:
-        writer.write(tmp, tensor_data, progress=wrap)
-        os.replace(tmp, outfile)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomic(writer, outfile, tensor_data, progress=wrap)
     return outfile
 
 

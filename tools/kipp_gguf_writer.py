@@ -26,6 +26,8 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Sequence
 
+from atomic_file import replace_on_success
+
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
 DEFAULT_ALIGNMENT = 32
@@ -354,13 +356,12 @@ def ordered_results(pool, calls: Iterable[Callable[[], object]], limit: int, bar
         yield take()
 
 
-def write_atomic(writer: "GGUFWriter", path, tensor_data) -> None:
-    """writer.write() into PATH.tmp, renamed over path only when complete (the .tmp file is
-    removed on any failure), so an interrupted run never leaves a truncated GGUF."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        writer.write(tmp, tensor_data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def write_atomic(writer: "GGUFWriter", path, tensor_data, progress=None) -> None:
+    """writer.write() into a temporary file beside path, renamed over it only when complete
+    (tools/atomic_file.py): an interrupted run never leaves a truncated GGUF, and a failed
+    one never touches what path held."""
+    with replace_on_success(path) as tmp:
+        if progress is None:
+            writer.write(tmp, tensor_data)
+        else:
+            writer.write(tmp, tensor_data, progress=progress)
