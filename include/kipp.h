@@ -158,6 +158,15 @@ kipp_status kipp_tokenize_alloc(const kipp_model *m, const char *text, size_t le
                                 int parse_special, int32_t **ids, size_t *n_out, char *err,
                                 size_t err_len);
 
+/* kipp_tokenize_alloc with special tokens parsed except where they begin inside one of
+ * the n_plain ranges plain[2i] .. plain[2i+1] (byte offsets into text): there they are
+ * plain text, as HF's split_special_tokens=True reads them (non-special added tokens such
+ * as <think> are still matched). Used to keep user content from injecting <|im_end|>.
+ * If text is not valid UTF-8 the whole of it is read that way. */
+kipp_status kipp_tokenize_spans(const kipp_model *m, const char *text, size_t len,
+                                const size_t *plain, size_t n_plain, int32_t **ids,
+                                size_t *n_out, char *err, size_t err_len);
+
 /* Raw bytes of one token (byte-level BPE decoded; control tokens give ""), valid as long
  * as the model lives. */
 const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len);
@@ -200,6 +209,14 @@ kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, i
  * Tokenize it with parse_special = 1. */
 kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_t len,
                             char **out, size_t *out_len, char *err, size_t err_len);
+/* The same, plus where the request's own text landed: *spans (malloc'd, free()) holds
+ * *n_spans ranges as 2 * *n_spans byte offsets [begin, end) into *out, covering message
+ * content and reasoning, tool-call names and arguments and tool schemas — everything but
+ * the template's own markup. Tokenize with kipp_tokenize_spans to read special-token text
+ * there as plain text. */
+kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json, size_t len,
+                                  char **out, size_t *out_len, size_t **spans, size_t *n_spans,
+                                  char *err, size_t err_len);
 
 /* ---- sampling ------------------------------------------------------------------------- */
 

@@ -31,6 +31,8 @@ static const struct {
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
     {"--detok-paths", "M F", "CLI and server streaming text == whole decode on a corpus",
      kt_detok_paths},
+    {"--content-special", "M", "special-token text in chat content read as text when asked",
+     kt_content_special},
 };
 
 static void usage(void) {

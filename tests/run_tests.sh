@@ -26,6 +26,8 @@ run_counted "docs drift" scripts/docs.sh check
 run_counted "chat template vs HF" "$BUILD/kipp_test" --chat-golden models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/chat_golden
 run_counted "streamed text == whole decode (CLI and server paths)" "$BUILD/kipp_test" --detok-paths \
     models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/multibyte_corpus.txt
+run_counted "special-token text in chat content as text" "$BUILD/kipp_test" --content-special \
+    models/tiny-tied/kipp-tiny-tied-bf16.gguf
 run_counted "cli bad input" tests/cli/test_cli.sh
 run_counted "neon kernels compile for arm64" tests/neon_check.sh
 for t in tiny-tied tiny-untied random-tiny; do

@@ -269,6 +269,15 @@ kipp_status kipp_tokenize_alloc(const kipp_model *m, const char *text, size_t le
     return kipp_vocab_encode(m->vocab, text, len, parse_special, ids, n_out, err, err_len);
 }
 
+kipp_status kipp_tokenize_spans(const kipp_model *m, const char *text, size_t len,
+                                const size_t *plain, size_t n_plain, int32_t **ids,
+                                size_t *n_out, char *err, size_t err_len) {
+    *ids = NULL;
+    *n_out = 0;
+    return kipp_vocab_encode_spans(m->vocab, text, len, plain, n_plain, ids, n_out, err,
+                                   err_len);
+}
+
 const char *kipp_token_bytes(const kipp_model *m, int32_t id, size_t *len) {
     return kipp_vocab_token_bytes(m->vocab, id, len);
 }
@@ -282,6 +291,19 @@ kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_
     kipp_status st = kipp_chat_template_check(m->gguf, &kind, err, err_len);
     if (st != KIPP_OK) return st;
     return kipp_chat_render_json(kind, request_json, len, out, out_len, err, err_len);
+}
+
+kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json, size_t len,
+                                  char **out, size_t *out_len, size_t **spans, size_t *n_spans,
+                                  char *err, size_t err_len) {
+    kipp_chat_template_kind kind;
+    *out = NULL;
+    *spans = NULL;
+    *n_spans = 0;
+    kipp_status st = kipp_chat_template_check(m->gguf, &kind, err, err_len);
+    if (st != KIPP_OK) return st;
+    return kipp_chat_render_json_spans(kind, request_json, len, out, out_len, spans, n_spans,
+                                       err, err_len);
 }
 
 /* ---- detokenizer: the public handle around the tokenizer's streaming state ------------- */

@@ -253,9 +253,32 @@ static int encode_fragment(scratch *w, kipp_tok_nfc_buf *nb, const kipp_vocab *v
     return 1;
 }
 
+static kipp_status encode(const kipp_vocab *v, const char *text, size_t len, int parse_special,
+                          const size_t *plain, size_t n_plain, int32_t **ids_out,
+                          size_t *n_out, char *err, size_t err_len);
+
 kipp_status kipp_vocab_encode(const kipp_vocab *v, const char *text, size_t len,
                               int parse_special, int32_t **ids_out, size_t *n_out, char *err,
                               size_t err_len) {
+    return encode(v, text, len, parse_special, NULL, 0, ids_out, n_out, err, err_len);
+}
+
+kipp_status kipp_vocab_encode_spans(const kipp_vocab *v, const char *text, size_t len,
+                                    const size_t *plain, size_t n_plain, int32_t **ids_out,
+                                    size_t *n_out, char *err, size_t err_len) {
+    return encode(v, text, len, 1, plain, n_plain, ids_out, n_out, err, err_len);
+}
+
+/* Whether byte offset p lies in one of the plain ranges (sorted or not: few of them). */
+static int in_plain(const size_t *plain, size_t n_plain, size_t p) {
+    for (size_t i = 0; i < n_plain; i++)
+        if (p >= plain[2 * i] && p < plain[2 * i + 1]) return 1;
+    return 0;
+}
+
+static kipp_status encode(const kipp_vocab *v, const char *text, size_t len, int parse_special,
+                          const size_t *plain, size_t n_plain, int32_t **ids_out,
+                          size_t *n_out, char *err, size_t err_len) {
     if (!ids_out || !n_out)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "encode: ids_out/n_out is NULL");
     *ids_out = NULL;
@@ -285,12 +308,19 @@ kipp_status kipp_vocab_encode(const kipp_vocab *v, const char *text, size_t len,
         memcpy(repaired, t, valid);
         tn = valid + kipp_tok_utf8_repair(t + valid, len - valid, repaired + valid);
         t = repaired;
+        if (n_plain) parse_special = 0; /* offsets moved: every special token is text */
+        n_plain = 0;
     }
     for (size_t start = 0; start < tn;) {
         int32_t id = -1;
         size_t tok_len = 0;
         size_t at = kipp_vocab_next_added(v, (const char *)t, tn, start, parse_special, &id,
                                           &tok_len);
+        /* a special token that begins in a plain range is text: like HF's
+         * split_special_tokens, the match is dropped whole and the search goes on after it */
+        while (n_plain && at < tn && kipp_vocab_is_special(v, id) && in_plain(plain, n_plain, at))
+            at = kipp_vocab_next_added(v, (const char *)t, tn, at + tok_len, parse_special, &id,
+                                       &tok_len);
         if (at > start && !encode_fragment(&w, &nb, v, t + start, at - start))
             goto nomem;
         if (at >= tn)

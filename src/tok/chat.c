@@ -395,7 +395,20 @@ static int ends_with(span s, const char *x) {
     return s.n >= k && memcmp(s.p + s.n - k, x, k) == 0;
 }
 
-static void put(kipp_sbuf *b, span s) { kipp_sbuf_put(b, s.p, s.n); }
+/* Text from the request (message content, reasoning, tool-call names and arguments, tool
+ * schemas) is marked: the caller may tokenize it with special tokens as plain text. */
+static void put(kipp_sbuf *b, span s) {
+    size_t at = b->len;
+    kipp_sbuf_put(b, s.p, s.n);
+    kipp_sbuf_mark(b, at);
+}
+
+static kipp_status put_json(const json_t *v, kipp_sbuf *b, char *err, size_t err_len) {
+    size_t at = b->len;
+    kipp_status st = kipp_pyjson_dump(v, b, err, err_len);
+    kipp_sbuf_mark(b, at);
+    return st;
+}
 
 /* ---- the Qwen3 hybrid template -------------------------------------------------------------- */
 
@@ -411,7 +424,7 @@ static kipp_status render_tool_calls(kipp_sbuf *b, const json_t *calls, span con
         if (json_is_string(args)) { /* a JSON text already: pasted as is */
             put(b, str_span(args));
         } else {
-            kipp_status st = kipp_pyjson_dump(args, b, err, err_len);
+            kipp_status st = put_json(args, b, err, err_len);
             if (st) return st;
         }
         kipp_sbuf_puts(b, "}\n</tool_call>");
@@ -433,7 +446,7 @@ static kipp_status render_qwen3(kipp_sbuf *b, const msg_t *m, size_t n, const js
                           "<tools></tools> XML tags:\n<tools>");
         for (size_t j = 0; j < json_array_size(tools); j++) {
             kipp_sbuf_puts(b, "\n");
-            kipp_status st = kipp_pyjson_dump(json_array_get(tools, j), b, err, err_len);
+            kipp_status st = put_json(json_array_get(tools, j), b, err, err_len);
             if (st) return st;
         }
         kipp_sbuf_puts(b, "\n</tools>\n\nFor each function call, return a json object with "
@@ -538,12 +551,26 @@ static kipp_status render_chatml(kipp_sbuf *b, const msg_t *m, size_t n, const j
 
 /* ---- entry points --------------------------------------------------------------------------- */
 
+static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
+                          const json_t *tools, int add_generation_prompt, int enable_thinking,
+                          char **out, size_t *out_len, size_t **spans, size_t *n_spans,
+                          char *err, size_t err_len);
+
 kipp_status kipp_chat_render(kipp_chat_template_kind kind, const json_t *messages,
                              const json_t *tools, int add_generation_prompt,
                              int enable_thinking, char **out, size_t *out_len, char *err,
                              size_t err_len) {
+    return render(kind, messages, tools, add_generation_prompt, enable_thinking, out, out_len,
+                  NULL, NULL, err, err_len);
+}
+
+static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
+                          const json_t *tools, int add_generation_prompt, int enable_thinking,
+                          char **out, size_t *out_len, size_t **spans, size_t *n_spans,
+                          char *err, size_t err_len) {
     *out = NULL;
     if (out_len) *out_len = 0;
+    if (spans) *spans = NULL, *n_spans = 0;
     if (kind != KIPP_CHAT_TEMPLATE_QWEN3 && kind != KIPP_CHAT_TEMPLATE_CHATML)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "no chat template selected (%d)",
                          (int)kind);
@@ -553,6 +580,7 @@ kipp_status kipp_chat_render(kipp_chat_template_kind kind, const json_t *message
     if (tools && json_is_null(tools)) tools = NULL;
     size_t n = json_array_size(messages);
     kipp_sbuf b = {0};
+    b.track = spans != NULL;
     st = kind == KIPP_CHAT_TEMPLATE_QWEN3
              ? render_qwen3(&b, m, n, tools, add_generation_prompt, enable_thinking, err, err_len)
              : render_chatml(&b, m, n, tools, add_generation_prompt, err, err_len);
@@ -561,8 +589,15 @@ kipp_status kipp_chat_render(kipp_chat_template_kind kind, const json_t *message
         kipp_sbuf_free(&b);
         return st;
     }
+    size_t *marks = b.marks, n_marks = b.n_marks;
+    b.marks = NULL;
     *out = kipp_sbuf_take(&b, out_len);
-    if (!*out) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory rendering the chat");
+    if (!*out) {
+        free(marks);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory rendering the chat");
+    }
+    if (spans) *spans = marks, *n_spans = n_marks;
+    else free(marks);
     return KIPP_OK;
 }
 
@@ -580,6 +615,14 @@ static kipp_status get_bool(const json_t *obj, const char *where, const char *ke
 kipp_status kipp_chat_render_json(kipp_chat_template_kind kind, const char *request,
                                   size_t request_len, char **out, size_t *out_len, char *err,
                                   size_t err_len) {
+    return kipp_chat_render_json_spans(kind, request, request_len, out, out_len, NULL, NULL,
+                                       err, err_len);
+}
+
+kipp_status kipp_chat_render_json_spans(kipp_chat_template_kind kind, const char *request,
+                                        size_t request_len, char **out, size_t *out_len,
+                                        size_t **spans, size_t *n_spans, char *err,
+                                        size_t err_len) {
     *out = NULL;
     if (out_len) *out_len = 0;
     json_error_t jerr;
@@ -607,8 +650,8 @@ kipp_status kipp_chat_render_json(kipp_chat_template_kind kind, const char *requ
         (json_is_object(kw) &&
          (st = get_bool(kw, "chat_template_kwargs.", "enable_thinking", &think, err, err_len))))
         goto done;
-    st = kipp_chat_render(kind, json_object_get(req, "messages"), json_object_get(req, "tools"),
-                          agp, think, out, out_len, err, err_len);
+    st = render(kind, json_object_get(req, "messages"), json_object_get(req, "tools"), agp,
+                think, out, out_len, spans, n_spans, err, err_len);
 done:
     json_decref(req);
     return st;

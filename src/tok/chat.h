@@ -56,5 +56,11 @@ kipp_status kipp_chat_render(kipp_chat_template_kind kind, const json_t *message
 kipp_status kipp_chat_render_json(kipp_chat_template_kind kind, const char *request,
                                   size_t request_len, char **out, size_t *out_len, char *err,
                                   size_t err_len);
+/* The same, plus the ranges of *out that came from the request's strings (see
+ * kipp_chat_apply_spans). spans may be NULL. */
+kipp_status kipp_chat_render_json_spans(kipp_chat_template_kind kind, const char *request,
+                                        size_t request_len, char **out, size_t *out_len,
+                                        size_t **spans, size_t *n_spans, char *err,
+                                        size_t err_len);
 
 #endif

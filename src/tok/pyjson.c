@@ -47,9 +47,32 @@ void kipp_sbuf_puts(kipp_sbuf *b, const char *s) { kipp_sbuf_put(b, s, strlen(s)
 
 void kipp_sbuf_free(kipp_sbuf *b) {
     free(b->ptr);
+    free(b->marks);
     b->ptr = NULL;
-    b->len = b->cap = 0;
+    b->marks = NULL;
+    b->len = b->cap = b->n_marks = b->cap_marks = 0;
     b->oom = 0;
+}
+
+void kipp_sbuf_mark(kipp_sbuf *b, size_t from) {
+    if (!b->track || b->oom || from >= b->len) return;
+    if (b->n_marks && b->marks[2 * b->n_marks - 1] == from) { /* adjacent: extend */
+        b->marks[2 * b->n_marks - 1] = b->len;
+        return;
+    }
+    if (b->n_marks == b->cap_marks) {
+        size_t cap = b->cap_marks ? 2 * b->cap_marks : 16;
+        size_t *m = realloc(b->marks, 2 * cap * sizeof *m);
+        if (!m) {
+            b->oom = 1;
+            return;
+        }
+        b->marks = m;
+        b->cap_marks = cap;
+    }
+    b->marks[2 * b->n_marks] = from;
+    b->marks[2 * b->n_marks + 1] = b->len;
+    b->n_marks++;
 }
 
 char *kipp_sbuf_take(kipp_sbuf *b, size_t *len) {

@@ -20,7 +20,15 @@ typedef struct {
     char *ptr;
     size_t len, cap;
     int oom;
+    /* Optional: with track set, kipp_sbuf_mark records byte ranges [at, end) (pairs in
+     * marks); the chat renderer marks the text that came from the request's strings. */
+    int track;
+    size_t *marks, n_marks, cap_marks;
 } kipp_sbuf;
+
+/* Records [from, b->len) as a marked range (nothing when !b->track or it is empty); an
+ * allocation failure sets oom. */
+void kipp_sbuf_mark(kipp_sbuf *b, size_t from);
 
 void kipp_sbuf_put(kipp_sbuf *b, const void *bytes, size_t n);
 void kipp_sbuf_puts(kipp_sbuf *b, const char *s);

@@ -63,6 +63,11 @@ uint32_t kipp_vocab_bos_id(const kipp_vocab *v);
 kipp_status kipp_vocab_encode(const kipp_vocab *v, const char *text, size_t len,
                               int parse_special, int32_t **ids_out, size_t *n_out, char *err,
                               size_t err_len);
+/* The same with special tokens parsed except where they begin inside one of n_plain
+ * ranges plain[2i] .. plain[2i+1] (split_special_tokens there); see kipp_tokenize_spans. */
+kipp_status kipp_vocab_encode_spans(const kipp_vocab *v, const char *text, size_t len,
+                                    const size_t *plain, size_t n_plain, int32_t **ids_out,
+                                    size_t *n_out, char *err, size_t err_len);
 
 /* Raw bytes the token stands for: NORMAL (and BYTE) through the inverse GPT-2 byte map,
  * USER_DEFINED as its literal text, CONTROL, UNKNOWN and UNUSED as "" (len 0). NULL for
