@@ -965,7 +965,8 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)sv->p.max_connections,
                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)sv->p.max_connections_per_ip,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                             MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)(sv->p.read_timeout_s > 300 ? sv->p.read_timeout_s : 300),
                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, sv,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
