@@ -1,6 +1,6 @@
 /* kipp_server.c — the `kipp-server` command: parses flags, starts listening (so /health
- * can say "loading"), loads the model, starts the scheduler and serves until SIGINT or
- * SIGTERM. The only server code that prints or exits. Reference: docs/server.md. */
+ * can say "loading"), loads the model, checks its chat template, starts the scheduler and
+ * serves until SIGINT or SIGTERM, then drains. The only server code that prints or exits. Reference: docs/server.md. */
 #include "engine/sched.h"
 #include "kipp.h"
 #include "server/server.h"
@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define KIPP_VERSION "0.1.0"
 
@@ -44,9 +46,28 @@ static void usage(FILE *f) {
             "      --no-prefix-cache     do not keep finished sequences for prefix reuse\n"
             "      --prefix-cache-entries N  sequences the prefix cache keeps (default 64)\n"
             "      --api-key KEY         require 'Authorization: Bearer KEY' (401 otherwise)\n"
-            "      --api-key-file FILE   the same, key read from the first line of FILE\n"
+            "      --api-key-file FILE   the same, key read from the first line of FILE (--api-key\n"
+            "                            shows in ps; the file does not)\n"
+            "      --max-connections N   open connections at most (default 256)\n"
+            "      --max-connections-per-ip N  open connections per client address (default 64)\n"
+            "      --read-timeout SECONDS  a whole request, headers and body, must arrive within\n"
+            "                            this (not reset by each byte; default 30)\n"
+            "      --max-parsing N       requests parsed and tokenized at once; others wait up\n"
+            "                            to 10 s, then 503 (default 4)\n"
+            "      --shutdown-timeout SECONDS  on SIGTERM/SIGINT, how long requests in flight may\n"
+            "                            still run before they are cut (default 30)\n"
+            "      --allowed-host H      also accept this Host header name (repeatable; '*' =\n"
+            "                            any); loopback names and the --host address always\n"
+            "      --cors-origin ORIGIN  allow browser requests from this Origin (repeatable;\n"
+            "                            '*' = any); same-origin requests always\n"
             "  -h, --help                this text\n"
             "      --version             print the version\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Parses a whole decimal in [lo, hi]. */
@@ -92,9 +113,29 @@ static char *default_name(const char *path) {
     return n;
 }
 
+#define MAX_LIST 64
+
+/* A dry render of a trivial chat: a template the renderer does not support fails here, at
+ * start, rather than at the first chat request. */
+static int check_template(kipp_model *m) {
+    static const char req[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    char err[KIPP_ERR_LEN], *out = NULL;
+    size_t n = 0;
+    const kipp_status st = kipp_chat_apply(m, req, sizeof req - 1, &out, &n, err, sizeof err);
+    free(out);
+    if (st == KIPP_OK) return 0;
+    fprintf(stderr, "kipp-server: the model's chat template cannot be rendered: %s\n", err);
+    return -1;
+}
+
 int main(int argc, char **argv) {
     const char *model = NULL, *api_key = NULL, *key_file = NULL, *name = NULL;
-    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .max_body = 1u << 20};
+    const char *hosts[MAX_LIST], *origins[MAX_LIST];
+    size_t n_hosts = 0, n_origins = 0;
+    unsigned shutdown_timeout = 30;
+    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .max_body = 1u << 20,
+                             .max_connections = 256, .max_connections_per_ip = 64,
+                             .read_timeout_s = 30, .max_parsing = 4};
     kipp_sched_params kp = {.backend = "cpu", .max_running = 8, .max_queue = 64,
                             .batch_tokens = 256, .prefix_cache_entries = 64};
     int no_prefix = 0;
@@ -131,6 +172,22 @@ int main(int argc, char **argv) {
         else if (IS("--prefix-cache-entries")) { NUM(1, 4096); kp.prefix_cache_entries = (uint32_t)v; }
         else if (IS("--api-key")) { NEED(api_key = VAL()); }
         else if (IS("--api-key-file")) { NEED(key_file = VAL()); }
+        else if (IS("--max-connections")) { NUM(1, 65536); sp.max_connections = (uint32_t)v; }
+        else if (IS("--max-connections-per-ip")) { NUM(1, 65536); sp.max_connections_per_ip = (uint32_t)v; }
+        else if (IS("--read-timeout")) { NUM(1, 86400); sp.read_timeout_s = (uint32_t)v; }
+        else if (IS("--max-parsing")) { NUM(1, 1024); sp.max_parsing = (uint32_t)v; }
+        else if (IS("--shutdown-timeout")) { NUM(0, 86400); shutdown_timeout = (unsigned)v; }
+        else if (IS("--allowed-host") || IS("--cors-origin")) {
+            const int is_host = IS("--allowed-host");
+            const char *h = VAL();
+            NEED(h && *h);
+            if ((is_host ? n_hosts : n_origins) == MAX_LIST) {
+                fprintf(stderr, "kipp-server: at most %d %s flags\n", MAX_LIST, a);
+                return 2;
+            }
+            if (is_host) hosts[n_hosts++] = h;
+            else origins[n_origins++] = h;
+        }
         else {
             fprintf(stderr, "kipp-server: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -154,6 +211,10 @@ int main(int argc, char **argv) {
     char *model_name = name ? strdup(name) : default_name(model);
     sp.api_key = key ? key : api_key;
     sp.model_name = model_name;
+    sp.allowed_hosts = hosts;
+    sp.n_allowed_hosts = n_hosts;
+    sp.cors_origins = origins;
+    sp.n_cors_origins = n_origins;
 
     /* SIGINT/SIGTERM are taken by sigwait below; every thread inherits the mask */
     sigset_t sigs;
@@ -179,6 +240,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;
     }
+    if (check_template(m) != 0) goto done;
     if (kipp_sched_start(m, &kp, &sched, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;
@@ -200,7 +262,32 @@ int main(int argc, char **argv) {
     fflush(stdout);
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "kipp-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* drain: no new connections or requests; those in flight run on until they are done or
+     * --shutdown-timeout passes, then are cut with proper endings. A second signal: now. */
+    fprintf(stderr, "kipp-server: %s, draining (%d requests in flight, at most %u s; a second "
+                    "signal exits at once)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", kipp_server_active(sv), shutdown_timeout);
+    kipp_server_drain(sv);
+    const double t_end = now_s() + shutdown_timeout;
+    int cut = 0;
+    for (;;) {
+        const double t = now_s();
+        if (kipp_server_active(sv) == 0) break;
+        if (!cut && t >= t_end) {
+            fprintf(stderr, "kipp-server: shutdown timeout: ending %d requests now\n",
+                    kipp_server_active(sv));
+            kipp_server_shutdown(sv);
+            cut = 1;
+        }
+        if (cut && t >= t_end + 10) break; /* endings not taken by stalled clients: give up */
+        struct timespec ts = {0, 50 * 1000000L};
+        if (sigtimedwait(&sigs, NULL, &ts) > 0) {
+            fprintf(stderr, "kipp-server: second signal, exiting now\n");
+            fflush(stderr);
+            _exit(1);
+        }
+    }
+    fprintf(stderr, "kipp-server: drained, stopping\n");
     rc = 0;
 done:
     kipp_server_shutdown(sv);

@@ -1,10 +1,12 @@
 /* http.c — kipp-server's HTTP layer on libmicrohttpd (a thread per connection, so a handler
- * may block while its request generates). Routes, the API key (constant-time compare),
- * the body limit (413 before the body is read when Content-Length says so), JSON errors,
- * SSE streaming through a content-reader callback, and disconnect detection: while a
- * handler waits for tokens it peeks at its socket, so a client that leaves is cancelled at
- * the next step even when no byte is being written. Not here: the OpenAI field mapping
- * (openai_req.c / openai_gen.c) and scheduling (src/engine/sched.c). */
+ * may block while its request generates). Routes, Host/Origin/Content-Type rules, the API
+ * key (constant-time compare), the body limit (413 before the body is read when
+ * Content-Length says so), JSON errors, SSE streaming through a content-reader callback,
+ * disconnect detection (a reset or error on the socket cancels at once; a FIN is probed
+ * with a harmless write, so a half-closed client still gets its answer), a bound on
+ * requests being parsed and tokenized at once, a watchdog thread that enforces the read
+ * deadline MHD's per-byte idle timeout cannot, and drain on shutdown. Not here: the OpenAI
+ * field mapping (openai_req.c / openai_gen.c) and scheduling (src/engine/sched.c). */
 #include "server/server.h"
 
 #include "server/metrics.h"
@@ -12,8 +14,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -23,21 +27,42 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
-#define WAIT_SLICE_MS 20 /* how often a waiting handler looks at its socket */
+#define WAIT_SLICE_MS 20     /* how often a waiting handler looks at its socket */
+#define WATCHDOG_TICK_MS 100 /* how often the watchdog looks at the connections */
+#define LINE_DEADLINE_S 1.0  /* first byte of a request to its complete request line */
+#define PARSE_WAIT_S 10      /* longest wait for a parsing slot before 503 */
+#define BYTES_PER_TOKEN 16   /* prompt bytes > this x max prompt tokens + 4096: 400 untokenized */
+
+/* One connection as the watchdog sees it (MHD's socket context). */
+enum { WD_WAIT, WD_READ, WD_BUSY, WD_KILLED };
+typedef struct wd_conn {
+    struct wd_conn *prev, *next;
+    int fd, state, bad_path;
+    double t0, t_first; /* when the wait for this request began; its first byte (0: none) */
+    uint64_t base;      /* bytes received before this request */
+} wd_conn;
 
 struct kipp_server {
     struct MHD_Daemon *d;
     kipp_server_params p;
     char *api_key, *model_name;
     uint16_t port;
-    atomic_int ready, stopping;
+    atomic_int ready, draining, stopping, active;
     kipp_model *m;
     kipp_sched *sched;
     uint32_t n_vocab, n_ctx;
     pthread_mutex_t mu; /* counters, ids */
     kipp_server_counters counters;
     uint64_t next_id;
+    int parsing;              /* requests being parsed/tokenized (under mu) */
+    pthread_cond_t parse_cv;
+    wd_conn *conns;           /* under wd_mu */
+    pthread_mutex_t wd_mu;
+    pthread_t wd;
+    int wd_started;
+    atomic_int wd_stop;
 };
 
 typedef struct {
@@ -45,6 +70,9 @@ typedef struct {
     oai_buf body;
     int too_large, responded;
     double t_start;
+    const char *cors; /* the Origin to echo in Access-Control-Allow-Origin, or NULL */
+    int close;        /* answer with Connection: close */
+    int http11;       /* HTTP/1.1 or later: an interim 1xx may be sent */
 } conn_state;
 
 /* A generation in progress: shared by the blocking non-stream path and the SSE reader. */
@@ -58,6 +86,7 @@ typedef struct {
     char id[48];
     uint32_t n_prompt, n_seen;
     int first, done;
+    int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
     oai_buf out; /* SSE bytes not yet handed to MHD */
     size_t out_pos;
     double t_start, t_checked;
@@ -77,15 +106,26 @@ static void count(kipp_server *sv, int endpoint, int status) {
     pthread_mutex_unlock(&sv->mu);
 }
 
+/* What every response gets: CORS for an allowed cross-origin caller, and Connection: close
+ * while draining (the client should reconnect elsewhere). */
+static void common_headers(kipp_server *sv, const conn_state *cs, struct MHD_Response *r) {
+    if (cs->cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->cors);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (cs->close || atomic_load(&sv->draining)) MHD_add_response_header(r, "Connection", "close");
+}
+
 static enum MHD_Result send_body(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                  int status, char *body, const char *ctype, const char *retry) {
     if (!body) body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
     struct MHD_Response *r = MHD_create_response_from_buffer(body ? strlen(body) : 0, body,
                                                              MHD_RESPMEM_MUST_FREE);
     if (!r) { free(body); return MHD_NO; }
-    MHD_add_response_header(r, "Content-Type", ctype);
+    if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
     if (retry) MHD_add_response_header(r, "Retry-After", retry);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    common_headers(sv, cs, r);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     cs->responded = 1;
@@ -107,14 +147,28 @@ static enum MHD_Result send_json(kipp_server *sv, struct MHD_Connection *c, conn
 
 /* ---- the client is gone? ---------------------------------------------------------------- */
 
-static int client_gone(struct MHD_Connection *c) {
+enum { PEER_OK, PEER_GONE, PEER_FIN };
+
+/* PEER_GONE: a reset, an error, or both directions closed; PEER_FIN: the peer sent FIN,
+ * which is a half-close (it still reads) or a close (it does not): only a write can tell,
+ * as a closed socket answers it with a reset. Costs one poll, no read. */
+static int peer_state(int fd) {
+    if (fd < 0) return PEER_GONE;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0) return PEER_OK;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return PEER_GONE;
+    if (p.revents & POLLIN) {
+        char b;
+        const ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) return PEER_FIN;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return PEER_GONE;
+    }
+    return PEER_OK; /* alive, or a pipelined next request is waiting */
+}
+
+static int conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 1;
-    char b;
-    const ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return 1; /* orderly shutdown by the peer */
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
-    return 0; /* alive, or a pipelined next request is waiting */
+    return ci ? ci->connect_fd : -1;
 }
 
 /* ---- generation ------------------------------------------------------------------------- */
@@ -124,7 +178,11 @@ static const char *finish_reason(kipp_finish f) {
 }
 
 /* Pulls the request's new tokens through the text pipeline. Returns the finish state
- * (KIPP_FINISH_NONE while running); *gone is set when the client left. */
+ * (KIPP_FINISH_NONE while running); *gone is set when the client left. When the peer sent
+ * FIN, the first time: a streaming request returns KIPP_FINISH_NONE with an SSE comment in
+ * gs->out (the write that tells a closed socket from a half-closed one); a non-streaming
+ * HTTP/1.1 one sends "100 Continue" (which clients skip) for the same reason. After the
+ * shutdown deadline (kipp_server_shutdown) the request ends at once as "length". */
 static kipp_finish pump(gen_state *gs, int *gone) {
     kipp_finish fin = KIPP_FINISH_NONE;
     *gone = 0;
@@ -135,10 +193,29 @@ static kipp_finish pump(gen_state *gs, int *gone) {
         const double t = now_s();
         if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || (n == gs->n_seen && fin == KIPP_FINISH_NONE)) {
             gs->t_checked = t;
-            if (atomic_load(&gs->sv->stopping) || client_gone(gs->conn)) {
+            const int ps = peer_state(gs->fd);
+            if (ps == PEER_GONE) {
                 kipp_req_cancel(gs->req);
                 *gone = 1;
                 return KIPP_FINISH_CANCELLED;
+            }
+            if (ps == PEER_FIN && !gs->probed) {
+                gs->probed = 1;
+                if (gs->rq.stream) {
+                    oai_buf_add(&gs->out, ": probe\n\n", 10);
+                    return KIPP_FINISH_NONE;
+                }
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                if (gs->http11 && send(gs->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+                    errno != EAGAIN && errno != EWOULDBLOCK) {
+                    kipp_req_cancel(gs->req);
+                    *gone = 1;
+                    return KIPP_FINISH_CANCELLED;
+                }
+            }
+            if (atomic_load(&gs->sv->stopping) && fin == KIPP_FINISH_NONE) {
+                kipp_req_cancel(gs->req); /* the shutdown deadline: end it as cut short */
+                return KIPP_FINISH_LENGTH;
             }
         }
         if (n > gs->n_seen || fin != KIPP_FINISH_NONE) {
@@ -147,6 +224,8 @@ static kipp_finish pump(gen_state *gs, int *gone) {
                     kipp_req_stop(gs->req); /* a stop string: the text is complete */
             /* a stop string ends the text even when the engine also reached max_tokens */
             if (gs->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
+            /* the engine stopping (kipp_sched_stop) after the deadline also ends as cut */
+            if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) fin = KIPP_FINISH_LENGTH;
             return fin;
         }
     }
@@ -167,6 +246,7 @@ static void note_duration(gen_state *gs) {
 
 static void gen_free(gen_state *gs) {
     if (!gs) return;
+    atomic_fetch_sub(&gs->sv->active, 1);
     kipp_req_release(gs->req);
     oai_gen_free(&gs->g);
     oai_request_free(&gs->rq);
@@ -238,6 +318,8 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     const char *text = gs->rq.prompt_text;
     size_t len = gs->rq.prompt_len;
     char *rendered = NULL;
+    const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
+    const uint64_t max_bytes = (uint64_t)BYTES_PER_TOKEN * max_prompt + 4096;
     if (gs->rq.ep == OAI_CHAT) {
         if (kipp_chat_apply(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body), &rendered, &len,
                             err, sizeof err) != KIPP_OK) {
@@ -245,6 +327,17 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
             return 400;
         }
         text = rendered;
+    }
+    if (text && len > max_bytes) { /* far too long to fit: not worth tokenizing */
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "the prompt is %zu bytes; this server accepts at most %u tokens and refuses "
+                 "prompts over %llu bytes without tokenizing them",
+                 len, max_prompt, (unsigned long long)max_bytes);
+        free(rendered);
+        *res = send_error(sv, c, cs, 400, msg, "invalid_request_error",
+                          gs->rq.ep == OAI_CHAT ? "messages" : "prompt", "context_length_exceeded");
+        return 400;
     }
     if (!text) { /* token ids */
         *ids = gs->rq.prompt_ids;
@@ -269,33 +362,75 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     return 0;
 }
 
+/* At most --max-parsing requests are parsed, rendered and tokenized at once (their memory
+ * is many times the body's); the others wait up to PARSE_WAIT_S. 0: a slot; -1: none. */
+static int parse_enter(kipp_server *sv) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += PARSE_WAIT_S;
+    int rc = 0;
+    pthread_mutex_lock(&sv->mu);
+    while (sv->parsing >= (int)sv->p.max_parsing && rc == 0)
+        if (pthread_cond_timedwait(&sv->parse_cv, &sv->mu, &dl) == ETIMEDOUT) rc = -1;
+    if (rc == 0) sv->parsing++;
+    pthread_mutex_unlock(&sv->mu);
+    return rc;
+}
+
+static void parse_leave(kipp_server *sv) {
+    pthread_mutex_lock(&sv->mu);
+    sv->parsing--;
+    pthread_cond_signal(&sv->parse_cv);
+    pthread_mutex_unlock(&sv->mu);
+}
+
 static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                        oai_endpoint ep) {
     char msg[KIPP_ERR_LEN];
     const char *param = NULL;
     gen_state *gs = calloc(1, sizeof *gs);
     if (!gs) return send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
+    atomic_fetch_add(&sv->active, 1); /* before the draining check: drain waits for it */
     gs->sv = sv;
     gs->conn = c;
+    gs->fd = conn_fd(c);
+    gs->http11 = cs->http11;
     gs->first = 1;
     gs->t_start = cs->t_start;
     enum MHD_Result res;
+    if (atomic_load(&sv->draining)) {
+        res = send_error(sv, c, cs, 503, "the server is shutting down", "server_error", NULL,
+                         "shutting_down");
+        gen_free(gs);
+        return res;
+    }
+    if (parse_enter(sv) != 0) {
+        res = send_error(sv, c, cs, 503, "too many requests are being parsed; retry", "server_error",
+                         NULL, "overloaded");
+        gen_free(gs);
+        return res;
+    }
     if (oai_parse(cs->body.p ? cs->body.p : "", cs->body.n, ep, sv->n_vocab, &gs->rq, msg,
                   sizeof msg, &param) != 0) {
+        parse_leave(sv);
         res = send_error(sv, c, cs, 400, msg, "invalid_request_error", param, NULL);
         gen_free(gs);
         return res;
     }
+    oai_buf_free(&cs->body); /* parsed: the body is not needed any more */
     if (strcmp(gs->rq.model, sv->model_name) != 0) {
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'",
                  gs->rq.model, sv->model_name);
+        parse_leave(sv);
         res = send_error(sv, c, cs, 404, msg, "invalid_request_error", "model", "model_not_found");
         gen_free(gs);
         return res;
     }
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (build_prompt(sv, c, cs, gs, &ids, &n_ids, &res) != 0) {
+    const int bad = build_prompt(sv, c, cs, gs, &ids, &n_ids, &res);
+    parse_leave(sv);
+    if (bad) {
         gen_free(gs);
         return res;
     }
@@ -348,6 +483,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        common_headers(sv, cs, r);
         res = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         cs->responded = 1;
@@ -396,6 +532,233 @@ static int key_ok(const kipp_server *sv, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* ---- Host, Origin, Content-Type --------------------------------------------------------- */
+
+static int is_wildcard_addr(const char *h) { return !strcmp(h, "0.0.0.0") || !strcmp(h, "::"); }
+
+/* The name part of a Host value ("name", "name:port", "[v6]", "[v6]:port") into out;
+ * 0, or -1 when it is malformed. */
+static int host_name(const char *h, char *out, size_t cap) {
+    size_t n;
+    const char *rest;
+    if (h[0] == '[') {
+        const char *e = strchr(h, ']');
+        if (!e) return -1;
+        n = (size_t)(e - h - 1);
+        h++;
+        rest = e + 1;
+    } else {
+        const char *col = strchr(h, ':');
+        if (col && strchr(col + 1, ':')) return -1; /* an unbracketed IPv6 address */
+        n = col ? (size_t)(col - h) : strlen(h);
+        rest = h + n;
+    }
+    if (*rest == ':') {
+        rest++;
+        if (!*rest) return -1;
+        for (; *rest; rest++)
+            if (*rest < '0' || *rest > '9') return -1;
+    } else if (*rest) {
+        return -1;
+    }
+    if (n == 0 || n >= cap) return -1;
+    memcpy(out, h, n);
+    out[n] = 0;
+    return 0;
+}
+
+/* A loopback name, or the address the server is bound to (when it is a specific one). */
+static int own_name(const kipp_server *sv, const char *name) {
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "127.0.0.1") || !strcmp(name, "::1"))
+        return 1;
+    const char *bound = sv->p.host ? sv->p.host : "127.0.0.1";
+    return !is_wildcard_addr(bound) && !strcasecmp(name, bound);
+}
+
+static int host_ok(const kipp_server *sv, const char *h) {
+    for (size_t i = 0; i < sv->p.n_allowed_hosts; i++)
+        if (!strcmp(sv->p.allowed_hosts[i], "*")) return 1;
+    if (!h) return 1; /* HTTP/1.0 without Host: not a browser */
+    char name[256];
+    if (host_name(h, name, sizeof name) != 0) return 0;
+    if (own_name(sv, name)) return 1;
+    for (size_t i = 0; i < sv->p.n_allowed_hosts; i++)
+        if (!strcasecmp(sv->p.allowed_hosts[i], name) || !strcasecmp(sv->p.allowed_hosts[i], h))
+            return 1;
+    return 0;
+}
+
+/* 0: refused; 1: same origin (http://<loopback or bound address>:<our port>); 2: allowed
+ * cross-origin by --cors-origin. */
+static int origin_ok(const kipp_server *sv, const char *o) {
+    if (!strncasecmp(o, "http://", 7)) {
+        char name[256];
+        const char *hp = o + 7;
+        const char *col = hp[0] == '[' ? strstr(hp, "]:") : strrchr(hp, ':');
+        if (col && host_name(hp, name, sizeof name) == 0 && own_name(sv, name)) {
+            const char *port = col + (hp[0] == '[' ? 2 : 1);
+            if (strtoul(port, NULL, 10) == sv->port) return 1;
+        }
+    }
+    for (size_t i = 0; i < sv->p.n_cors_origins; i++)
+        if (!strcmp(sv->p.cors_origins[i], "*") || !strcasecmp(sv->p.cors_origins[i], o)) return 2;
+    return 0;
+}
+
+/* "application/json", any case, optionally followed by parameters (";charset=utf-8"). */
+static int json_ctype(const char *ct) {
+    if (!ct) return 0;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    if (strncasecmp(ct, "application/json", 16) != 0) return 0;
+    ct += 16;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    return *ct == 0 || *ct == ';';
+}
+
+typedef struct {
+    int n;
+    int bad;
+} cl_scan;
+
+static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
+    (void)kind;
+    cl_scan *sc = cls;
+    if (key && !strcasecmp(key, "Content-Length")) {
+        sc->n++;
+        if (!value || !*value || strspn(value, "0123456789") != strlen(value) || strlen(value) > 18)
+            sc->bad = 1;
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result send_preflight(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
+    if (cs->cors) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        const char *req = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                      "Access-Control-Request-Headers");
+        const int plain = req && strlen(req) < 1024 &&
+                          strspn(req, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789-_, ") == strlen(req);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                plain ? req : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    common_headers(sv, cs, r);
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+    MHD_destroy_response(r);
+    cs->responded = 1;
+    count(sv, cs->endpoint, 204);
+    return ok;
+}
+
+/* ---- the watchdog ------------------------------------------------------------------------- */
+
+static uint64_t bytes_received(int fd) {
+    struct tcp_info ti;
+    socklen_t l = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0) return 0;
+    return l >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received
+               ? ti.tcpi_bytes_received
+               : 0;
+}
+
+static wd_conn *wd_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void wd_set(kipp_server *sv, struct MHD_Connection *c, int state) {
+    wd_conn *w = wd_of(c);
+    if (!w) return;
+    pthread_mutex_lock(&sv->wd_mu);
+    if (w->state != WD_KILLED) {
+        w->state = state;
+        if (state == WD_WAIT) {
+            w->t0 = now_s();
+            w->t_first = 0;
+            w->base = bytes_received(w->fd);
+        }
+    }
+    pthread_mutex_unlock(&sv->wd_mu);
+}
+
+/* Closes (shutdown: MHD's thread then sees EOF and cleans up) every connection that has not
+ * delivered a whole request within --read-timeout of the wait for it starting, or whose
+ * request line is not complete LINE_DEADLINE_S after its first byte (garbage, TLS). */
+static void *watchdog(void *arg) {
+    kipp_server *sv = arg;
+    const double limit = sv->p.read_timeout_s;
+    while (!atomic_load(&sv->wd_stop)) {
+        const double t = now_s();
+        pthread_mutex_lock(&sv->wd_mu);
+        for (wd_conn *w = sv->conns; w; w = w->next) {
+            if (w->state == WD_BUSY || w->state == WD_KILLED) continue;
+            int kill = t - w->t0 > limit;
+            if (!kill && w->state == WD_WAIT) {
+                if (!w->t_first) {
+                    if (bytes_received(w->fd) > w->base) w->t_first = t;
+                } else if (t - w->t_first > LINE_DEADLINE_S) {
+                    kill = 1;
+                }
+            }
+            if (kill) {
+                shutdown(w->fd, SHUT_RDWR);
+                w->state = WD_KILLED;
+            }
+        }
+        pthread_mutex_unlock(&sv->wd_mu);
+        struct timespec ts = {0, WATCHDOG_TICK_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    kipp_server *sv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        wd_conn *w = calloc(1, sizeof *w);
+        if (!w) return;
+        w->fd = conn_fd(c);
+        w->state = WD_WAIT;
+        w->t0 = now_s();
+        pthread_mutex_lock(&sv->wd_mu);
+        w->next = sv->conns;
+        if (sv->conns) sv->conns->prev = w;
+        sv->conns = w;
+        pthread_mutex_unlock(&sv->wd_mu);
+        *socket_context = w;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        wd_conn *w = *socket_context;
+        pthread_mutex_lock(&sv->wd_mu);
+        if (w->prev) w->prev->next = w->next;
+        else sv->conns = w->next;
+        if (w->next) w->next->prev = w->prev;
+        pthread_mutex_unlock(&sv->wd_mu);
+        free(w);
+        *socket_context = NULL;
+    }
+}
+
+/* Called when a request line has been parsed, with the raw (still escaped) URI. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    kipp_server *sv = cls;
+    wd_conn *w = wd_of(c);
+    if (w) {
+        pthread_mutex_lock(&sv->wd_mu);
+        if (w->state != WD_KILLED) w->state = WD_READ;
+        /* %00 would end the unescaped path early ("/health%00x" reads as "/health") */
+        w->bad_path = uri && strstr(uri, "%00") != NULL;
+        pthread_mutex_unlock(&sv->wd_mu);
+    }
+    return NULL;
+}
+
 /* ---- the access handler ----------------------------------------------------------------- */
 
 static int route(const char *url, int *post) {
@@ -409,35 +772,83 @@ static int route(const char *url, int *post) {
     return M_EP_OTHER;
 }
 
+/* The checks made once the headers are in, before any of the body is read. */
+static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
+                                  const char *url, const char *method) {
+    int is_post;
+    cs->endpoint = route(url, &is_post);
+    const wd_conn *w = wd_of(c);
+    if (w && w->bad_path)
+        return send_error(sv, c, cs, 400, "the path contains an encoded NUL (%00)",
+                          "invalid_request_error", NULL, NULL);
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!host_ok(sv, host)) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "the Host header '%.200s' is not this server's name (allow it with --allowed-host)",
+                 host);
+        return send_error(sv, c, cs, 403, msg, "invalid_request_error", NULL, "host_not_allowed");
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin) {
+        const int ok = origin_ok(sv, origin);
+        if (!ok) {
+            char msg[400];
+            snprintf(msg, sizeof msg,
+                     "cross-origin requests from Origin '%.200s' are not allowed (allow it with "
+                     "--cors-origin)",
+                     origin);
+            return send_error(sv, c, cs, 403, msg, "invalid_request_error", NULL,
+                              "origin_not_allowed");
+        }
+        if (ok == 2) cs->cors = origin;
+    }
+    cl_scan sc = {0, 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &sc);
+    if (sc.n > 1 || sc.bad) {
+        cs->close = 1; /* which length would frame the next request? none: close */
+        return send_error(sv, c, cs, 400,
+                          sc.n > 1 ? "more than one Content-Length header"
+                                   : "the Content-Length header is not a number",
+                          "invalid_request_error", NULL, NULL);
+    }
+    if (cs->endpoint == M_EP_OTHER)
+        return send_error(sv, c, cs, 404, "no such endpoint", "not_found_error", NULL, NULL);
+    if (!strcmp(method, "OPTIONS")) return send_preflight(sv, c, cs);
+    const int method_ok = is_post ? !strcmp(method, "POST")
+                                  : !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (!method_ok)
+        return send_error(sv, c, cs, 405, is_post ? "this endpoint takes POST" : "this endpoint takes GET",
+                          "invalid_request_error", NULL, NULL);
+    if (cs->endpoint != M_EP_HEALTH && !key_ok(sv, c))
+        return send_error(sv, c, cs, 401, "missing or incorrect API key", "authentication_error",
+                          NULL, "invalid_api_key");
+    if (is_post && !json_ctype(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
+        return send_error(sv, c, cs, 415, "the Content-Type header must be application/json",
+                          "invalid_request_error", NULL, "unsupported_media_type");
+    if (is_post && atomic_load(&sv->draining))
+        return send_error(sv, c, cs, 503, "the server is shutting down", "server_error", NULL,
+                          "shutting_down");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > sv->p.max_body) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
+        return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
     kipp_server *sv = cls;
-    (void)version;
     conn_state *cs = *con_cls;
-    int is_post;
     if (!cs) { /* first call: headers only */
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
         cs->t_start = now_s();
-        cs->endpoint = route(url, &is_post);
-        if (cs->endpoint == M_EP_OTHER)
-            return send_error(sv, c, cs, 404, "no such endpoint", "not_found_error", NULL, NULL);
-        const int want_post = is_post;
-        if (strcmp(method, want_post ? "POST" : "GET") != 0)
-            return send_error(sv, c, cs, 405,
-                              want_post ? "this endpoint takes POST" : "this endpoint takes GET",
-                              "invalid_request_error", NULL, NULL);
-        if (cs->endpoint != M_EP_HEALTH && !key_ok(sv, c))
-            return send_error(sv, c, cs, 401, "missing or incorrect API key",
-                              "authentication_error", NULL, "invalid_api_key");
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > sv->p.max_body) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
-            return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
-        }
-        return MHD_YES;
+        cs->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
+        return on_headers(sv, c, cs, url, method);
     }
     if (cs->responded) { /* an early error: discard the body */
         *upload_size = 0;
@@ -449,6 +860,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    wd_set(sv, c, WD_BUSY); /* the whole request is in: no read deadline while answering */
     if (cs->too_large) {
         char msg[128];
         snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
@@ -456,10 +868,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     const int ready = atomic_load(&sv->ready);
     switch (cs->endpoint) {
-    case M_EP_HEALTH:
-        return send_body(sv, c, cs, ready ? 200 : 503,
-                         strdup(ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}"),
-                         "application/json", ready ? NULL : "1");
+    case M_EP_HEALTH: {
+        const int draining = atomic_load(&sv->draining);
+        return send_body(sv, c, cs, ready && !draining ? 200 : 503,
+                         strdup(draining ? "{\"status\":\"draining\"}"
+                                         : ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}"),
+                         "application/json", ready && !draining ? NULL : "1");
+    }
     case M_EP_METRICS: {
         kipp_sched_stats st = {0};
         if (ready) kipp_sched_get_stats(sv->sched, &st);
@@ -479,9 +894,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
+    kipp_server *sv = cls;
     (void)toe;
+    wd_set(sv, c, WD_WAIT); /* the read deadline starts again for the next request */
     conn_state *cs = *con_cls;
     if (!cs) return;
     oai_buf_free(&cs->body);
@@ -525,15 +940,35 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     sv->p = *p;
     sv->model_name = strdup(p->model_name ? p->model_name : "kipp");
     sv->api_key = p->api_key ? strdup(p->api_key) : NULL;
+    if (!sv->p.max_connections) sv->p.max_connections = 256;
+    if (!sv->p.max_connections_per_ip) sv->p.max_connections_per_ip = 64;
+    if (!sv->p.read_timeout_s) sv->p.read_timeout_s = 30;
+    if (!sv->p.max_parsing) sv->p.max_parsing = 4;
     pthread_mutex_init(&sv->mu, NULL);
+    pthread_mutex_init(&sv->wd_mu, NULL);
+    pthread_cond_init(&sv->parse_cv, NULL);
+    if (pthread_create(&sv->wd, NULL, watchdog, sv) != 0) {
+        freeaddrinfo(ai);
+        snprintf(err, err_len, "cannot start the watchdog thread");
+        kipp_server_free(sv);
+        return KIPP_ERR_NOMEM;
+    }
+    sv->wd_started = 1;
+    /* MHD_USE_ITC: MHD_quiesce_daemon (drain) needs it in this threading mode */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    /* MHD's own timeout restarts with every byte: it only catches dead connections while a
+     * response is written; the read deadline is the watchdog's */
     sv->d = MHD_start_daemon(flags, p->port, NULL, NULL, on_request, sv,
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv,
                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                             MHD_OPTION_CONNECTION_LIMIT,
-                             (unsigned)(p->max_connections ? p->max_connections : 256),
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)sv->p.max_connections,
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)sv->p.max_connections_per_ip,
+                             MHD_OPTION_CONNECTION_TIMEOUT,
+                             (unsigned)(sv->p.read_timeout_s > 300 ? sv->p.read_timeout_s : 300),
+                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
+                             MHD_OPTION_URI_LOG_CALLBACK, on_uri, sv,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!sv->d) {
@@ -560,6 +995,16 @@ void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched) {
     atomic_store(&sv->ready, 1);
 }
 
+void kipp_server_drain(kipp_server *sv) {
+    if (!sv || atomic_exchange(&sv->draining, 1)) return;
+    if (sv->d) {
+        const MHD_socket ls = MHD_quiesce_daemon(sv->d); /* no new connections */
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
+}
+
+int kipp_server_active(kipp_server *sv) { return sv ? atomic_load(&sv->active) : 0; }
+
 void kipp_server_shutdown(kipp_server *sv) {
     if (sv) atomic_store(&sv->stopping, 1);
 }
@@ -568,7 +1013,13 @@ void kipp_server_free(kipp_server *sv) {
     if (!sv) return;
     atomic_store(&sv->stopping, 1);
     if (sv->d) MHD_stop_daemon(sv->d);
+    if (sv->wd_started) {
+        atomic_store(&sv->wd_stop, 1);
+        pthread_join(sv->wd, NULL);
+    }
     pthread_mutex_destroy(&sv->mu);
+    pthread_mutex_destroy(&sv->wd_mu);
+    pthread_cond_destroy(&sv->parse_cv);
     free(sv->model_name);
     free(sv->api_key);
     free(sv);

@@ -1,6 +1,7 @@
 /* server.h — the HTTP front end of kipp-server: libmicrohttpd with a thread per
- * connection, the OpenAI routes, API-key check, body and prompt limits, SSE streaming with
- * disconnect detection, and Prometheus metrics. The engine (model + scheduler) is attached
+ * connection, the OpenAI routes, Host/Origin rules, API-key check, body, prompt and
+ * connection limits, a read deadline, SSE streaming with disconnect detection, drain on
+ * shutdown, and Prometheus metrics. The engine (model + scheduler) is attached
  * once loaded; until then /health says 503 "loading". Reference: docs/server.md. */
 #ifndef KIPP_SERVER_SERVER_H
 #define KIPP_SERVER_SERVER_H
@@ -20,6 +21,13 @@ typedef struct {
     const char *api_key;         /* NULL: no key needed */
     const char *model_name;      /* the id clients must send */
     uint32_t max_connections;    /* 0: 256 */
+    uint32_t max_connections_per_ip; /* 0: 64 */
+    uint32_t read_timeout_s;     /* a whole request (headers + body) within this; 0: 30 */
+    uint32_t max_parsing;        /* requests parsed/tokenized at once; 0: 4 */
+    const char *const *allowed_hosts; /* extra Host names ("*": any); loopback always */
+    size_t n_allowed_hosts;
+    const char *const *cors_origins;  /* Origins allowed cross-origin ("*": any) */
+    size_t n_cors_origins;
 } kipp_server_params;
 
 typedef struct kipp_server kipp_server;
@@ -31,8 +39,13 @@ uint16_t kipp_server_port(const kipp_server *sv);
 /* Attaches the loaded model and running scheduler: the server is ready. Both stay the
  * caller's and must outlive kipp_server_free. */
 void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched);
-/* Tells every connection to stop waiting (requests end as cancelled); call before
- * stopping the scheduler. */
+/* Starts draining: no new connections, new requests get 503, /health says "draining";
+ * requests in flight go on. Idempotent. */
+void kipp_server_drain(kipp_server *sv);
+/* Generation requests not yet fully answered (parsing, queued, running or being written). */
+int kipp_server_active(kipp_server *sv);
+/* The drain deadline: every request still in flight ends now with a proper ending
+ * (finish_reason "length", then [DONE] when streaming); call before stopping the scheduler. */
 void kipp_server_shutdown(kipp_server *sv);
 /* Stops the daemon (joins connection threads) and frees. NULL is a no-op. */
 void kipp_server_free(kipp_server *sv);

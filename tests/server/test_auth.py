@@ -84,3 +84,11 @@ def test_api_key_file():
         assert curl(s.url + "/health").status == 200
     finally:
         s.proc.stop()
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
+def test_bearer_scheme_is_case_insensitive(auth_server, scheme):
+    """docs/server.md: the scheme name is case-insensitive (RFC 9110), the key is not."""
+    r = curl(auth_server.url + "/v1/models", headers=[f"Authorization: {scheme} {API_KEY}"])
+    assert r.status == 200, r
+    check_401(curl(auth_server.url + "/v1/models", headers=[f"Authorization: {scheme} {API_KEY.upper()}"]))

@@ -1,7 +1,10 @@
 """Cancellation: a streaming client that disconnects mid-stream, and a non-streaming client
 that disconnects while waiting, get their sequence dropped (kipp_requests_cancelled_total),
 its KV blocks returned (kv_blocks_used - kv_blocks_cached back to 0) and no more tokens
-generated for it; the server keeps serving."""
+generated for it; the server keeps serving. "Disconnects" is what clients really do when
+they go away: close() the socket (a FIN; the server's next write is answered with a
+reset), the openai package closing an abandoned stream, or a reset (SO_LINGER 0, a killed
+process). A client that only half-closes (shutdown(SHUT_WR)) is not gone: test_halfclose.py."""
 
 from __future__ import annotations
 
@@ -125,8 +128,9 @@ def test_many_disconnects_leave_no_leak(server):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_graceful_close_cancels(server, stream):
-    """A client that closes its socket politely (FIN, not RST) is noticed too: the server
-    peeks at the socket while the request generates."""
+    """A client that closes its socket politely (close(): FIN, not RST) is noticed too: the
+    server sees the FIN, writes a probe (an SSE comment, or an interim 100 Continue), and the
+    closed socket answers it with a reset."""
     m0 = server.wait_idle()
     sock = raw_post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": sc.synthetic_ids(10, offset=19),
                                                 "max_tokens": LONG, "temperature": 0, "ignore_eos": True,
@@ -134,10 +138,32 @@ def test_graceful_close_cancels(server, stream):
     deadline = time.monotonic() + 10
     while server.metrics().get("kipp_running_sequences") < 1 and time.monotonic() < deadline:
         time.sleep(0.005)
-    sock.shutdown(socket.SHUT_RDWR)
     sock.close()
     wait_cancelled(server, m0.get("kipp_requests_cancelled_total"))
     m2 = server.wait_idle()
     generated = m2.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total")
     assert generated < LONG, f"the cancelled sequence ran to the end ({generated} tokens generated)"
     assert m2.get("kipp_kv_blocks_used") == m2.get("kipp_kv_blocks_cached")
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_openai_client_abandoned_stream_cancels(server, endpoint):
+    """The openai package: iterate a stream for a few chunks, then close() it (what `with`
+    blocks and garbage collection do): the connection is closed and the sequence dropped."""
+    m0 = server.wait_idle()
+    c = server.client()
+    if endpoint == "completions":
+        stream = c.completions.create(model=MODEL_NAME, prompt="rivers", max_tokens=LONG, temperature=0,
+                                      stream=True, extra_body={"ignore_eos": True})
+    else:
+        stream = c.chat.completions.create(model=MODEL_NAME, max_tokens=LONG, temperature=0, stream=True,
+                                           messages=[{"role": "user", "content": "Talk about rivers."}],
+                                           extra_body={"ignore_eos": True})
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    wait_cancelled(server, m0.get("kipp_requests_cancelled_total"))
+    m2 = server.wait_idle()
+    generated = m2.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total")
+    assert generated < LONG, f"the abandoned stream ran to the end ({generated} tokens generated)"

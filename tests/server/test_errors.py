@@ -240,7 +240,7 @@ def test_declared_oversize_body_is_refused_early(server):
     """Content-Length far above --max-body: 413 without reading (or waiting for) the body."""
     sock = socket.create_connection((server.host, server.port), timeout=10)
     try:
-        sock.sendall((f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall((f"POST {CHAT} HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nContent-Type: application/json\r\n"
                       f"Content-Length: 100000000\r\n\r\n").encode() + b'{"model":')
         data = read_head(sock)
     finally:
@@ -253,7 +253,7 @@ def test_chunked_oversize_body(server):
     sock = socket.create_connection((server.host, server.port), timeout=20)
     data = b""
     try:
-        sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: {server.host}:{server.port}\r\nContent-Type: application/json\r\n"
                      f"Transfer-Encoding: chunked\r\n\r\n".encode())
         piece = b"x" * 8192
         try:
