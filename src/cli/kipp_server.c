@@ -60,6 +60,10 @@ static void usage(FILE *f) {
             "                            any); loopback names and the --host address always\n"
             "      --cors-origin ORIGIN  allow browser requests from this Origin (repeatable;\n"
             "                            '*' = any); same-origin requests always\n"
+            "      --content-special-tokens parse|text  special-token text (<|im_end|>, ...)\n"
+            "                            in prompts and message content: parsed as the tokens\n"
+            "                            (default, as HF and llama.cpp) or plain text; a request\n"
+            "                            may override it with \"content_special_tokens\"\n"
             "  -h, --help                this text\n"
             "      --version             print the version\n");
 }
@@ -177,6 +181,15 @@ int main(int argc, char **argv) {
         else if (IS("--read-timeout")) { NUM(1, 86400); sp.read_timeout_s = (uint32_t)v; }
         else if (IS("--max-parsing")) { NUM(1, 1024); sp.max_parsing = (uint32_t)v; }
         else if (IS("--shutdown-timeout")) { NUM(0, 86400); shutdown_timeout = (unsigned)v; }
+        else if (IS("--content-special-tokens")) {
+            const char *m = VAL();
+            NEED(m);
+            if (strcmp(m, "parse") && strcmp(m, "text")) {
+                fprintf(stderr, "kipp-server: --content-special-tokens expects parse or text, got '%s'\n", m);
+                return 2;
+            }
+            sp.content_text = strcmp(m, "text") == 0;
+        }
         else if (IS("--allowed-host") || IS("--cors-origin")) {
             const int is_host = IS("--allowed-host");
             const char *h = VAL();

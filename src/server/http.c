@@ -318,11 +318,17 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     const char *text = gs->rq.prompt_text;
     size_t len = gs->rq.prompt_len;
     char *rendered = NULL;
+    size_t *spans = NULL, n_spans = 0;
+    /* special-token text the client sent: parsed (<|im_end|> is the token) or plain text */
+    const int parse = gs->rq.content_special >= 0 ? gs->rq.content_special : !sv->p.content_text;
     const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
     const uint64_t max_bytes = (uint64_t)BYTES_PER_TOKEN * max_prompt + 4096;
     if (gs->rq.ep == OAI_CHAT) {
-        if (kipp_chat_apply(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body), &rendered, &len,
-                            err, sizeof err) != KIPP_OK) {
+        if ((parse ? kipp_chat_apply(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body),
+                                     &rendered, &len, err, sizeof err)
+                   : kipp_chat_apply_spans(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body),
+                                           &rendered, &len, &spans, &n_spans, err,
+                                           sizeof err)) != KIPP_OK) {
             *res = send_error(sv, c, cs, 400, err, "invalid_request_error", "messages", NULL);
             return 400;
         }
@@ -335,6 +341,7 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
                  "prompts over %llu bytes without tokenizing them",
                  len, max_prompt, (unsigned long long)max_bytes);
         free(rendered);
+        free(spans);
         *res = send_error(sv, c, cs, 400, msg, "invalid_request_error",
                           gs->rq.ep == OAI_CHAT ? "messages" : "prompt", "context_length_exceeded");
         return 400;
@@ -345,17 +352,22 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
         gs->rq.prompt_ids = NULL;
         return 0;
     }
-    size_t cap = len + 16, n = 0;
-    int32_t *buf = malloc(cap * sizeof *buf);
-    kipp_status st = buf ? kipp_tokenize(sv->m, text, len, 1, buf, cap, &n, err, sizeof err)
-                         : KIPP_ERR_NOMEM;
+    /* exactly sized: NFC can make more tokens than the text has bytes */
+    size_t n = 0;
+    int32_t *buf = NULL;
+    kipp_status st =
+        gs->rq.ep == OAI_CHAT && !parse
+            ? kipp_tokenize_spans(sv->m, text, len, spans, n_spans, &buf, &n, err, sizeof err)
+            : kipp_tokenize_alloc(sv->m, text, len, parse, &buf, &n, err, sizeof err);
     free(rendered);
+    free(spans);
     if (st != KIPP_OK) {
         free(buf);
-        *res = send_error(sv, c, cs, 400, st == KIPP_ERR_NOMEM ? "out of memory" : err,
-                          "invalid_request_error", gs->rq.ep == OAI_CHAT ? "messages" : "prompt",
-                          NULL);
-        return 400;
+        const int oom = st == KIPP_ERR_NOMEM;
+        *res = send_error(sv, c, cs, oom ? 500 : 400, oom ? "out of memory tokenizing the prompt" : err,
+                          oom ? "server_error" : "invalid_request_error",
+                          gs->rq.ep == OAI_CHAT ? "messages" : "prompt", NULL);
+        return oom ? 500 : 400;
     }
     *ids = buf;
     *n_ids = n;

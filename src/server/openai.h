@@ -28,6 +28,8 @@ typedef struct {
     int logprobs;                /* chat: bool; completions: logprobs given */
     uint32_t top_logprobs;
     int ignore_eos;
+    int content_special;         /* "content_special_tokens": -1 not given (the server's
+                                    default), 1 "parse", 0 "text" */
     int enable_thinking;         /* chat: chat_template_kwargs.enable_thinking (default 1) */
     char *chat_body;             /* chat: JSON for kipp_chat_apply */
     char *prompt_text;           /* completions: a string prompt, or */

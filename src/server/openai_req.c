@@ -255,6 +255,16 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
         if (!json_is_object(so)) { fail(&e, "stream_options", "'stream_options' must be an object"); goto out; }
         if (get_bool(so, "include_usage", &r->include_usage, &e)) { *param = "stream_options"; goto out; }
     }
+    r->content_special = -1;
+    json_t *cst = json_object_get(o, "content_special_tokens");
+    if (cst && !json_is_null(cst)) {
+        const char *v = json_is_string(cst) ? json_string_value(cst) : "";
+        if (strcmp(v, "parse") && strcmp(v, "text")) {
+            fail(&e, "content_special_tokens", "'content_special_tokens' must be \"parse\" or \"text\"");
+            goto out;
+        }
+        r->content_special = strcmp(v, "parse") == 0;
+    }
     if (parse_sampling(o, r, &e) || parse_stop(o, r, &e)) goto out;
     if (ep == OAI_CHAT ? parse_chat(o, r, &e) : parse_completions(o, r, n_vocab, &e)) goto out;
     rc = 0;

@@ -28,6 +28,9 @@ typedef struct {
     size_t n_allowed_hosts;
     const char *const *cors_origins;  /* Origins allowed cross-origin ("*": any) */
     size_t n_cors_origins;
+    int content_text;            /* special-token text in prompts and message content is
+                                    plain text unless a request says "parse" (default 0:
+                                    parsed, as HF and llama.cpp do) */
 } kipp_server_params;
 
 typedef struct kipp_server kipp_server;

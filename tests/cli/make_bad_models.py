@@ -1,6 +1,6 @@
 """make_bad_models.py SRC.gguf OUTDIR — derives broken model files from a good tiny GGUF for
 the CLI bad-input tests: wrong architecture, truncated file, NaN in a norm vector, NaN in a
-large weight matrix, a 22,000-byte token. Byte patches located with the PyPI gguf reader; writes nothing else."""
+large weight matrix, 22,000-byte tokens. Byte patches located with the PyPI gguf reader; writes nothing else."""
 import sys
 import numpy as np
 from gguf import GGUFReader
@@ -51,6 +51,10 @@ def main():
         old_tok = bytes(tokens.parts[idx])
         cuts.append((addr(tokens.parts[idx - 1]), addr(tokens.parts[idx]) + len(old_tok),
                      old_tok + b"x" * (32 * 688)))  # + 22,016 bytes
+    # and <|fim_suffix|> (151661, typed CONTROL but not special for HF: kept in text) as
+    # the first token for the prompt "Once upon a time" (whose pick is 104278)
+    a, b = int(out_w.data_offset) + 104278 * row, int(out_w.data_offset) + 151661 * row
+    patched[a:a + row], patched[b:b + row] = data[b:b + row], data[a:a + row]
     big, pos = bytearray(), 0
     for len_off, end, tok in sorted(cuts):
         big += patched[pos:len_off] + np.uint64(len(tok)).tobytes() + tok

@@ -55,12 +55,12 @@ def _log_dir() -> str:
 LOG_DIR = _log_dir()
 
 
-def start_server(name: str, *args: str, threads: str = THREADS) -> sc.ServerProcess:
+def start_server(name: str, *args: str, threads: str = THREADS, model: str = MODEL) -> sc.ServerProcess:
     if not (os.path.isfile(SERVER_BIN) and os.access(SERVER_BIN, os.X_OK)):
         pytest.fail(f"{SERVER_BIN} is missing (make server)", pytrace=False)
-    if not os.path.isfile(MODEL):
-        pytest.fail(f"{MODEL} is missing (make tiny-models)", pytrace=False)
-    s = sc.ServerProcess(SERVER_BIN, MODEL, ["--backend", "cpu", "--threads", threads, *args],
+    if not os.path.isfile(model):
+        pytest.fail(f"{model} is missing (make tiny-models)", pytrace=False)
+    s = sc.ServerProcess(SERVER_BIN, model, ["--backend", "cpu", "--threads", threads, *args],
                          log_dir=LOG_DIR, name=name)
     _servers.append(s)
     s.start(timeout=60)
