@@ -7,6 +7,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -133,6 +136,15 @@ static int check_template(kipp_model *m) {
 }
 
 int main(int argc, char **argv) {
+#ifdef __GLIBC__
+    /* Request bodies and their parses are megabytes and short-lived, on many connection
+     * threads: glibc would raise its mmap threshold after the first one and keep them in
+     * per-thread arenas, so RSS would grow with every client that ever sent a big body.
+     * A fixed threshold keeps them mmap'd, returned to the system when freed; few arenas
+     * keep the small leftovers of many threads from piling up. */
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
+    mallopt(M_ARENA_MAX, 4);
+#endif
     const char *model = NULL, *api_key = NULL, *key_file = NULL, *name = NULL;
     const char *hosts[MAX_LIST], *origins[MAX_LIST];
     size_t n_hosts = 0, n_origins = 0;

@@ -58,6 +58,9 @@ struct kipp_server {
     uint64_t next_id;
     int parsing;              /* requests being parsed/tokenized (under mu) */
     pthread_cond_t parse_cv;
+    size_t body_bytes;        /* request-body bytes reserved by connections (under mu) ... */
+    size_t body_budget;       /* ... at most this: --max-parsing x --max-body */
+    pthread_cond_t body_cv;
     wd_conn *conns;           /* under wd_mu */
     pthread_mutex_t wd_mu;
     pthread_t wd;
@@ -69,6 +72,8 @@ typedef struct {
     int endpoint; /* M_EP_* */
     oai_buf body;
     int too_large, responded;
+    size_t body_reserved; /* bytes of sv->body_bytes this request holds */
+    int body_refused;     /* no room for the body in time: 503 once it has been read */
     double t_start;
     const char *cors; /* the Origin to echo in Access-Control-Allow-Origin, or NULL */
     int close;        /* answer with Connection: close */
@@ -396,6 +401,43 @@ static void parse_leave(kipp_server *sv) {
     pthread_mutex_unlock(&sv->mu);
 }
 
+/* Request bodies held in memory are bounded too (32 clients each sending a maximal body at
+ * once must not cost 32 bodies): a request reserves its whole Content-Length (or --max-body
+ * when it is chunked) before its first byte is stored, so no two requests can each hold
+ * part of the budget and wait for the other. While it waits its connection is not read
+ * (TCP pushes back on the client); after PARSE_WAIT_S it gets 503. 0: reserved; -1: not. */
+static int body_reserve(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    size_t need = sv->p.max_body;
+    if (cl) {
+        unsigned long long v = strtoull(cl, NULL, 10);
+        if (v < need) need = (size_t)v;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += PARSE_WAIT_S;
+    int rc = 0;
+    pthread_mutex_lock(&sv->mu);
+    while (sv->body_bytes + need > sv->body_budget && rc == 0)
+        if (pthread_cond_timedwait(&sv->body_cv, &sv->mu, &dl) == ETIMEDOUT) rc = -1;
+    if (rc == 0) {
+        sv->body_bytes += need;
+        cs->body_reserved = need;
+    }
+    pthread_mutex_unlock(&sv->mu);
+    return rc;
+}
+
+static void body_release(kipp_server *sv, conn_state *cs) {
+    oai_buf_free(&cs->body);
+    if (!cs->body_reserved) return;
+    pthread_mutex_lock(&sv->mu);
+    sv->body_bytes -= cs->body_reserved;
+    cs->body_reserved = 0;
+    pthread_cond_broadcast(&sv->body_cv);
+    pthread_mutex_unlock(&sv->mu);
+}
+
 static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                        oai_endpoint ep) {
     char msg[KIPP_ERR_LEN];
@@ -429,7 +471,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         gen_free(gs);
         return res;
     }
-    oai_buf_free(&cs->body); /* parsed: the body is not needed any more */
+    body_release(sv, cs); /* parsed: the body is not needed any more */
     if (strcmp(gs->rq.model, sv->model_name) != 0) {
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'",
                  gs->rq.model, sv->model_name);
@@ -867,8 +909,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (cs->body.n + *upload_size > sv->p.max_body) cs->too_large = 1;
-        else if (oai_buf_add(&cs->body, upload, *upload_size)) return MHD_NO;
+        if (!cs->body_reserved && !cs->body_refused && !cs->too_large &&
+            body_reserve(sv, c, cs) != 0)
+            cs->body_refused = 1;
+        if (cs->body_refused || cs->too_large) { /* read and dropped */
+        } else if (cs->body.n + *upload_size > cs->body_reserved) {
+            cs->too_large = 1; /* past --max-body, or past what Content-Length said */
+            body_release(sv, cs);
+        } else if (oai_buf_add(&cs->body, upload, *upload_size)) {
+            return MHD_NO;
+        }
         *upload_size = 0;
         return MHD_YES;
     }
@@ -878,6 +928,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
         return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
     }
+    if (cs->body_refused)
+        return send_error(sv, c, cs, 503, "too many request bodies are being received; retry",
+                          "server_error", NULL, "overloaded");
     const int ready = atomic_load(&sv->ready);
     switch (cs->endpoint) {
     case M_EP_HEALTH: {
@@ -911,7 +964,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     wd_set(sv, c, WD_WAIT); /* the read deadline starts again for the next request */
     conn_state *cs = *con_cls;
     if (!cs) return;
-    oai_buf_free(&cs->body);
+    body_release(sv, cs);
     free(cs);
     *con_cls = NULL;
 }
@@ -956,9 +1009,12 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     if (!sv->p.max_connections_per_ip) sv->p.max_connections_per_ip = 64;
     if (!sv->p.read_timeout_s) sv->p.read_timeout_s = 30;
     if (!sv->p.max_parsing) sv->p.max_parsing = 4;
+    if (!sv->p.max_body) sv->p.max_body = 1u << 20;
+    sv->body_budget = (size_t)sv->p.max_parsing * sv->p.max_body;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_mutex_init(&sv->wd_mu, NULL);
     pthread_cond_init(&sv->parse_cv, NULL);
+    pthread_cond_init(&sv->body_cv, NULL);
     if (pthread_create(&sv->wd, NULL, watchdog, sv) != 0) {
         freeaddrinfo(ai);
         snprintf(err, err_len, "cannot start the watchdog thread");
@@ -1032,6 +1088,7 @@ void kipp_server_free(kipp_server *sv) {
     pthread_mutex_destroy(&sv->mu);
     pthread_mutex_destroy(&sv->wd_mu);
     pthread_cond_destroy(&sv->parse_cv);
+    pthread_cond_destroy(&sv->body_cv);
     free(sv->model_name);
     free(sv->api_key);
     free(sv);
