@@ -34,7 +34,9 @@ rss      Idle VmRSS after start (the KV pool is touched at start) and one warm-u
          GGUF header.
 slow     Baseline: M (--slow-requests) sequential short requests (max_tokens 4), latency
          each. Then K (--slow-clients, 1000) slowloris connections, each sending a request
-         header one byte every --slow-interval seconds, from source addresses 127.0.0.2 …
+         header one byte every --slow-interval seconds (--slow-mode headers, the default: the
+         request line and real headers at once first, then an endless header; trickle: byte
+         by byte from the start), from source addresses 127.0.0.2 …
          127.0.0.254 (so a per-IP limit sees ~K/253 each; --slow-same-ip: all from
          127.0.0.1), while the same M requests run again. Target: p99 with / p99 without
          <= 2.0 and no failed normal request. Records how many slow connections were
@@ -1100,8 +1102,10 @@ def normal_requests(srv, model: str, m: int, budget_s: float, timeout: float) ->
 class SlowClients:
     """K connections that trickle a request header one byte every interval seconds."""
 
-    def __init__(self, host: str, port: int, k: int, interval: float, same_ip: bool):
+    def __init__(self, host: str, port: int, k: int, interval: float, same_ip: bool,
+                 first: int = 1):
         self.host, self.port, self.k, self.interval, self.same_ip = host, port, k, interval, same_ip
+        self.first = first  # bytes sent at once on connecting (then one per interval)
         self.socks: list[socket.socket | None] = []
         self.pos: list[int] = []
         self.state: list[str] = []        # open / closed / answered / connect_failed
@@ -1120,9 +1124,9 @@ class SlowClients:
                 s.settimeout(3)
                 s.connect((self.host, self.port))
                 s.setblocking(False)
-                s.send(SLOW_HEADER[:1])
+                s.send(SLOW_HEADER[:self.first])
                 self.socks.append(s)
-                self.pos.append(1)
+                self.pos.append(self.first)
                 self.state.append("open")
                 self.sources.add(src)
             except OSError as e:
@@ -1195,6 +1199,7 @@ def phase_slow(b: Bench) -> dict:
            "normal_requests": a.slow_requests, "server_limits": server_limits(srv.pid),
            "harness_nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
            "source_addresses": "127.0.0.1" if a.slow_same_ip else "127.0.0.2-127.0.0.254 (bind before connect)",
+           "slow_mode": a.slow_mode,
            "server_connection_flags": {f: arg_value(srv.argv, f) for f in
                                        ("--max-connections", "--max-connections-per-ip", "--read-timeout")}}
     slow = None
@@ -1203,7 +1208,9 @@ def phase_slow(b: Bench) -> dict:
         res["baseline"] = normal_requests(srv, b.model_name, a.slow_requests, a.slow_budget, a.deadline)
         base_status = proc_status(srv.pid)
         t0 = time.monotonic()
-        slow = SlowClients(srv.connect_host, srv.port, a.slow_clients, a.slow_interval, a.slow_same_ip).open()
+        first = 1 if a.slow_mode == "trickle" else SLOW_HEADER.index(b"X-Slow: ")
+        slow = SlowClients(srv.connect_host, srv.port, a.slow_clients, a.slow_interval, a.slow_same_ip,
+                           first).open()
         res["open_s"] = round(time.monotonic() - t0, 2)
         res["distinct_source_addresses"] = len(slow.sources)
         res["connect_errors"] = dict(slow.connect_errors)
@@ -1487,6 +1494,10 @@ def main() -> int:
     ap.add_argument("--slow-budget", type=float, default=60.0, help="at most this many seconds per normal run")
     ap.add_argument("--slow-hold", type=float, default=20.0, help="keep the slow clients at least this long (s)")
     ap.add_argument("--slow-same-ip", action="store_true", help="all slow clients from 127.0.0.1")
+    ap.add_argument("--slow-mode", choices=("headers", "trickle"), default="headers",
+                    help="headers (default): the request line and the real headers at once, then one "
+                         "byte of an endless header per interval (only a read deadline stops it); "
+                         "trickle: one byte per interval from the first")
     ap.add_argument("--drain-streams", type=pos("--drain-streams"), default=8, help="streams at SIGTERM (8)")
     ap.add_argument("--drain-max-tokens", type=pos("--drain-max-tokens"), default=480,
                     help="max_tokens of each drain stream (capped at context - 16)")

@@ -12,6 +12,7 @@
 #endif
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ static void usage(FILE *f) {
             "      --api-key KEY         require 'Authorization: Bearer KEY' (401 otherwise)\n"
             "      --api-key-file FILE   the same, key read from the first line of FILE (--api-key\n"
             "                            shows in ps; the file does not)\n"
-            "      --max-connections N   open connections at most (default 256)\n"
+            "      --max-connections N   open connections at most (default 2048)\n"
             "      --max-connections-per-ip N  open connections per client address (default 64)\n"
             "      --read-timeout SECONDS  a whole request, headers and body, must arrive within\n"
             "                            this (not reset by each byte; default 30)\n"
@@ -75,6 +76,22 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Each connection is a descriptor (and a thread): the soft limit on open files is raised
+ * toward the hard one so that --max-connections can be reached (Debian's default soft
+ * limit is 1024). Says so when the hard limit is too low. */
+static void raise_nofile(uint32_t max_connections) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    const rlim_t want = (rlim_t)max_connections + 256; /* model, logs, listen socket, ... */
+    if (rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+        fprintf(stderr,
+                "kipp-server: warning: the open-file limit (%llu) is below --max-connections %u "
+                "+ 256; raise it (ulimit -n) or lower --max-connections\n",
+                (unsigned long long)rl.rlim_cur, max_connections);
 }
 
 /* Parses a whole decimal in [lo, hi]. */
@@ -150,7 +167,7 @@ int main(int argc, char **argv) {
     size_t n_hosts = 0, n_origins = 0;
     unsigned shutdown_timeout = 30;
     kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .max_body = 1u << 20,
-                             .max_connections = 256, .max_connections_per_ip = 64,
+                             .max_connections = 2048, .max_connections_per_ip = 64,
                              .read_timeout_s = 30, .max_parsing = 4};
     kipp_sched_params kp = {.backend = "cpu", .max_running = 8, .max_queue = 64,
                             .batch_tokens = 256, .prefix_cache_entries = 64};
@@ -254,6 +271,7 @@ int main(int argc, char **argv) {
     kipp_server *sv = NULL;
     kipp_model *m = NULL;
     kipp_sched *sched = NULL;
+    raise_nofile(sp.max_connections ? sp.max_connections : 2048);
     if (kipp_server_start(&sp, &sv, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;

@@ -1005,7 +1005,7 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     sv->p = *p;
     sv->model_name = strdup(p->model_name ? p->model_name : "kipp");
     sv->api_key = p->api_key ? strdup(p->api_key) : NULL;
-    if (!sv->p.max_connections) sv->p.max_connections = 256;
+    if (!sv->p.max_connections) sv->p.max_connections = 2048;
     if (!sv->p.max_connections_per_ip) sv->p.max_connections_per_ip = 64;
     if (!sv->p.read_timeout_s) sv->p.read_timeout_s = 30;
     if (!sv->p.max_parsing) sv->p.max_parsing = 4;
@@ -1023,8 +1023,10 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     }
     sv->wd_started = 1;
     /* MHD_USE_ITC: MHD_quiesce_daemon (drain) needs it in this threading mode */
+    /* MHD_USE_POLL: descriptors above FD_SETSIZE (1024) must work with thousands of
+     * connections */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_POLL |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     /* MHD's own timeout restarts with every byte: it only catches dead connections while a
      * response is written; the read deadline is the watchdog's */
@@ -1032,6 +1034,10 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv,
                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)sv->p.max_connections,
+                             /* a thread per connection: slow clients held by the thousand
+                              * must be cheap (the deepest stack use, jansson's 2048-level
+                              * parse, is far below this) */
+                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)sv->p.max_connections_per_ip,
                              MHD_OPTION_CONNECTION_TIMEOUT,
                              (unsigned)(sv->p.read_timeout_s > 300 ? sv->p.read_timeout_s : 300),

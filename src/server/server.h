@@ -20,7 +20,7 @@ typedef struct {
     uint32_t default_max_tokens; /* 0: the rest of the context */
     const char *api_key;         /* NULL: no key needed */
     const char *model_name;      /* the id clients must send */
-    uint32_t max_connections;    /* 0: 256 */
+    uint32_t max_connections;    /* 0: 2048 */
     uint32_t max_connections_per_ip; /* 0: 64 */
     uint32_t read_timeout_s;     /* a whole request (headers + body) within this; 0: 30 */
     uint32_t max_parsing;        /* requests parsed/tokenized at once; 0: 4 */
