@@ -35,6 +35,13 @@
 #define PARSE_WAIT_S 10      /* longest wait for a parsing slot before 503 */
 #define BYTES_PER_TOKEN 16   /* prompt bytes > this x max prompt tokens + 4096: 400 untokenized */
 
+/* A counted resource under kipp_server.mu: at most cap units taken at once; a taker waits
+ * up to PARSE_WAIT_S for room. */
+typedef struct {
+    size_t used, cap;
+    pthread_cond_t cv;
+} budget;
+
 /* One connection as the watchdog sees it (MHD's socket context). */
 enum { WD_WAIT, WD_READ, WD_BUSY, WD_KILLED };
 typedef struct wd_conn {
@@ -56,11 +63,8 @@ struct kipp_server {
     pthread_mutex_t mu; /* counters, ids */
     kipp_server_counters counters;
     uint64_t next_id;
-    int parsing;              /* requests being parsed/tokenized (under mu) */
-    pthread_cond_t parse_cv;
-    size_t body_bytes;        /* request-body bytes reserved by connections (under mu) ... */
-    size_t body_budget;       /* ... at most this: --max-parsing x --max-body */
-    pthread_cond_t body_cv;
+    budget parsing;           /* requests parsed/tokenized at once: --max-parsing */
+    budget bodies;            /* request-body bytes held: --max-parsing x --max-body */
     wd_conn *conns;           /* under wd_mu */
     pthread_mutex_t wd_mu;
     pthread_t wd;
@@ -72,7 +76,7 @@ typedef struct {
     int endpoint; /* M_EP_* */
     oai_buf body;
     int too_large, responded;
-    size_t body_reserved; /* bytes of sv->body_bytes this request holds */
+    size_t body_reserved; /* bytes of sv->bodies this request holds */
     int body_refused;     /* no room for the body in time: 503 once it has been read */
     double t_start;
     const char *cors; /* the Origin to echo in Access-Control-Allow-Origin, or NULL */
@@ -148,6 +152,12 @@ static enum MHD_Result send_error(kipp_server *sv, struct MHD_Connection *c, con
 static enum MHD_Result send_json(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                  int status, char *json) {
     return send_body(sv, c, cs, status, json, "application/json", NULL);
+}
+
+static enum MHD_Result send_too_large(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
+    return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
 }
 
 /* ---- the client is gone? ---------------------------------------------------------------- */
@@ -379,27 +389,32 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     return 0;
 }
 
-/* At most --max-parsing requests are parsed, rendered and tokenized at once (their memory
- * is many times the body's); the others wait up to PARSE_WAIT_S. 0: a slot; -1: none. */
-static int parse_enter(kipp_server *sv) {
+/* Takes n units of b, waiting up to PARSE_WAIT_S for room (a taker of more than b->cap
+ * never gets them). 0: taken; -1: not. */
+static int budget_take(kipp_server *sv, budget *b, size_t n) {
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += PARSE_WAIT_S;
     int rc = 0;
     pthread_mutex_lock(&sv->mu);
-    while (sv->parsing >= (int)sv->p.max_parsing && rc == 0)
-        if (pthread_cond_timedwait(&sv->parse_cv, &sv->mu, &dl) == ETIMEDOUT) rc = -1;
-    if (rc == 0) sv->parsing++;
+    while (b->used + n > b->cap && rc == 0)
+        if (pthread_cond_timedwait(&b->cv, &sv->mu, &dl) == ETIMEDOUT) rc = -1;
+    if (rc == 0) b->used += n;
     pthread_mutex_unlock(&sv->mu);
     return rc;
 }
 
-static void parse_leave(kipp_server *sv) {
+static void budget_give(kipp_server *sv, budget *b, size_t n) {
     pthread_mutex_lock(&sv->mu);
-    sv->parsing--;
-    pthread_cond_signal(&sv->parse_cv);
+    b->used -= n;
+    pthread_cond_broadcast(&b->cv); /* takers want different amounts: wake them all */
     pthread_mutex_unlock(&sv->mu);
 }
+
+/* At most --max-parsing requests are parsed, rendered and tokenized at once (their memory
+ * is many times the body's); the others wait up to PARSE_WAIT_S. 0: a slot; -1: none. */
+static int parse_enter(kipp_server *sv) { return budget_take(sv, &sv->parsing, 1); }
+static void parse_leave(kipp_server *sv) { budget_give(sv, &sv->parsing, 1); }
 
 /* Request bodies held in memory are bounded too (32 clients each sending a maximal body at
  * once must not cost 32 bodies): a request reserves its whole Content-Length (or --max-body
@@ -413,29 +428,16 @@ static int body_reserve(kipp_server *sv, struct MHD_Connection *c, conn_state *c
         unsigned long long v = strtoull(cl, NULL, 10);
         if (v < need) need = (size_t)v;
     }
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += PARSE_WAIT_S;
-    int rc = 0;
-    pthread_mutex_lock(&sv->mu);
-    while (sv->body_bytes + need > sv->body_budget && rc == 0)
-        if (pthread_cond_timedwait(&sv->body_cv, &sv->mu, &dl) == ETIMEDOUT) rc = -1;
-    if (rc == 0) {
-        sv->body_bytes += need;
-        cs->body_reserved = need;
-    }
-    pthread_mutex_unlock(&sv->mu);
-    return rc;
+    if (budget_take(sv, &sv->bodies, need) != 0) return -1;
+    cs->body_reserved = need;
+    return 0;
 }
 
 static void body_release(kipp_server *sv, conn_state *cs) {
     oai_buf_free(&cs->body);
     if (!cs->body_reserved) return;
-    pthread_mutex_lock(&sv->mu);
-    sv->body_bytes -= cs->body_reserved;
+    budget_give(sv, &sv->bodies, cs->body_reserved);
     cs->body_reserved = 0;
-    pthread_cond_broadcast(&sv->body_cv);
-    pthread_mutex_unlock(&sv->mu);
 }
 
 static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
@@ -885,9 +887,7 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
                           "shutting_down");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > sv->p.max_body) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
-        return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
+        return send_too_large(sv, c, cs);
     }
     return MHD_YES;
 }
@@ -924,9 +924,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     wd_set(sv, c, WD_BUSY); /* the whole request is in: no read deadline while answering */
     if (cs->too_large) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
-        return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
+        return send_too_large(sv, c, cs);
     }
     if (cs->body_refused)
         return send_error(sv, c, cs, 503, "too many request bodies are being received; retry",
@@ -1010,11 +1008,12 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     if (!sv->p.read_timeout_s) sv->p.read_timeout_s = 30;
     if (!sv->p.max_parsing) sv->p.max_parsing = 4;
     if (!sv->p.max_body) sv->p.max_body = 1u << 20;
-    sv->body_budget = (size_t)sv->p.max_parsing * sv->p.max_body;
+    sv->parsing.cap = sv->p.max_parsing;
+    sv->bodies.cap = (size_t)sv->p.max_parsing * sv->p.max_body;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_mutex_init(&sv->wd_mu, NULL);
-    pthread_cond_init(&sv->parse_cv, NULL);
-    pthread_cond_init(&sv->body_cv, NULL);
+    pthread_cond_init(&sv->parsing.cv, NULL);
+    pthread_cond_init(&sv->bodies.cv, NULL);
     if (pthread_create(&sv->wd, NULL, watchdog, sv) != 0) {
         freeaddrinfo(ai);
         snprintf(err, err_len, "cannot start the watchdog thread");
@@ -1093,8 +1092,8 @@ void kipp_server_free(kipp_server *sv) {
     }
     pthread_mutex_destroy(&sv->mu);
     pthread_mutex_destroy(&sv->wd_mu);
-    pthread_cond_destroy(&sv->parse_cv);
-    pthread_cond_destroy(&sv->body_cv);
+    pthread_cond_destroy(&sv->parsing.cv);
+    pthread_cond_destroy(&sv->bodies.cv);
     free(sv->model_name);
     free(sv->api_key);
     free(sv);
