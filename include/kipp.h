@@ -213,7 +213,7 @@ kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_
  * *n_spans ranges as 2 * *n_spans byte offsets [begin, end) into *out, covering message
  * content and reasoning, tool-call names and arguments and tool schemas — everything but
  * the template's own markup. Tokenize with kipp_tokenize_spans to read special-token text
- * there as plain text. */
+ * there as plain text. spans and n_spans may be NULL: then this is kipp_chat_apply. */
 kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json, size_t len,
                                   char **out, size_t *out_len, size_t **spans, size_t *n_spans,
                                   char *err, size_t err_len);

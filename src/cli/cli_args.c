@@ -2,10 +2,13 @@
 #include "cli/cli_args.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 int kipp_cli_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out) {
     char *end;
@@ -79,4 +82,13 @@ int kipp_cli_sampling_flag(const char *prog, int argc, char **argv, int *i,
     }
 #undef IS
     return ok ? 1 : 2;
+}
+
+int kipp_cli_stdout_ready(const char *prog) {
+    if (fcntl(STDOUT_FILENO, F_GETFD) < 0) {
+        fprintf(stderr, "%s: stdout is closed: there is nowhere to write the output\n", prog);
+        return 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return 1;
 }

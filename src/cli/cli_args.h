@@ -1,5 +1,6 @@
-/* cli_args.h — flag-value parsing shared by the command-line front ends (kipp, kipp-chat):
- * bounded integers and numbers, and the sampling flags both take. Messages go to stderr,
+/* cli_args.h — what the command-line front ends (kipp, kipp-chat) share: flag-value
+ * parsing (bounded integers and numbers, the sampling flags both take) and the stdout
+ * check before streaming text. Messages go to stderr,
  * prefixed with the program's name. Not for the library (it never prints). */
 #ifndef KIPP_CLI_ARGS_H
 #define KIPP_CLI_ARGS_H
@@ -17,5 +18,10 @@ int kipp_cli_float(const char *prog, const char *flag, const char *s, float lo, 
  * value is missing or bad. Any other flag: 0, nothing consumed. */
 int kipp_cli_sampling_flag(const char *prog, int argc, char **argv, int *i,
                            kipp_sampler_params *sp);
+
+/* Before a front end writes text to stdout: 0, with a message, when stdout is closed (the
+ * next open() would take fd 1 and receive the text); otherwise SIGPIPE is ignored, so a
+ * closed pipe becomes a write error the caller reports (EPIPE), not a silent death. */
+int kipp_cli_stdout_ready(const char *prog);
 
 #endif

@@ -7,9 +7,6 @@
 
 #include <jansson.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,8 +241,28 @@ static char *render_chat(const kipp_model *m, const cli_opts *o, const char *pro
     return out;
 }
 
-static int emit(kipp_detokenizer *dt, int32_t id, int end);
-static int out_write(const char *s, size_t n);
+/* Writes text to stdout now (streaming). 0, with a message, when stdout cannot take it
+ * (a full disk, a closed pipe): the caller stops and exits non-zero. */
+static int out_write(const char *s, size_t n) {
+    if ((n && fwrite(s, 1, n, stdout) != n) || fflush(stdout) != 0) {
+        fprintf(stderr, "\nkipp: cannot write to stdout: %s\n", strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+/* Streams the text token id completes (or, with end, what is held back) through the
+ * detokenizer every front end shares; unfinished characters are held back. */
+static int emit(kipp_detokenizer *dt, int32_t id, int end) {
+    const char *s;
+    size_t n;
+    kipp_status st = end ? kipp_detokenizer_end(dt, &s, &n) : kipp_detokenizer_next(dt, id, &s, &n);
+    if (st != KIPP_OK) {
+        fprintf(stderr, "\nkipp: out of memory decoding token %d\n", id);
+        return 0;
+    }
+    return out_write(s, n);
+}
 
 /* --detokenize "1 2 3": the ids streamed one by one through the detokenizer generation
  * uses (special tokens kept, as their text). */
@@ -361,29 +378,6 @@ static void print_info(const kipp_model *m) {
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
 }
 
-/* Writes text to stdout now (streaming). 0, with a message, when stdout cannot take it
- * (a full disk, a closed pipe): the caller stops and exits non-zero. */
-static int out_write(const char *s, size_t n) {
-    if ((n && fwrite(s, 1, n, stdout) != n) || fflush(stdout) != 0) {
-        fprintf(stderr, "\nkipp: cannot write to stdout: %s\n", strerror(errno));
-        return 0;
-    }
-    return 1;
-}
-
-/* Streams the text token id completes (or, with end, what is held back) through the
- * detokenizer every front end shares; unfinished characters are held back. */
-static int emit(kipp_detokenizer *dt, int32_t id, int end) {
-    const char *s;
-    size_t n;
-    kipp_status st = end ? kipp_detokenizer_end(dt, &s, &n) : kipp_detokenizer_next(dt, id, &s, &n);
-    if (st != KIPP_OK) {
-        fprintf(stderr, "\nkipp: out of memory decoding token %d\n", id);
-        return 0;
-    }
-    return out_write(s, n);
-}
-
 int main(int argc, char **argv) {
     cli_opts o;
     int pr = parse_args(argc, argv, &o);
@@ -392,13 +386,7 @@ int main(int argc, char **argv) {
 
     char err[KIPP_ERR_LEN];
     int rc = 1;
-    /* A closed stdout would let the next open() take fd 1 and receive our text; a closed
-     * pipe is reported as a write error (EPIPE), not a silent death by SIGPIPE. */
-    if (fcntl(STDOUT_FILENO, F_GETFD) < 0) {
-        fprintf(stderr, "kipp: stdout is closed: there is nowhere to write the output\n");
-        return 1;
-    }
-    signal(SIGPIPE, SIG_IGN);
+    if (!kipp_cli_stdout_ready("kipp")) return 1;
     /* fail before the (slow) model load when FILE cannot be written; FILE itself is not
      * touched until the record is complete (written beside it, then renamed over it) */
     if (o.stats_json && kipp_outfile_check(o.stats_json, err, sizeof err) != KIPP_OK) {

@@ -10,7 +10,6 @@
 
 #include <jansson.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -169,8 +168,8 @@ typedef struct {
     long turn;             /* turns since start or /reset: sampler seed offset */
     int32_t *kv;           /* [n_ctx] tokens in sequence 0's KV cache, kv[0..n_kv) */
     uint32_t n_kv;
-    int32_t *ids;          /* [ids_cap] the current rendering's tokens */
-    size_t ids_cap, n_ids;
+    int32_t *ids;          /* [n_ids] the current rendering's tokens */
+    size_t n_ids;
     float *logits;         /* [n_vocab] */
     char *reply;           /* [reply_cap] the reply's text as generated (skip_special) */
     size_t reply_len, reply_cap;
@@ -221,7 +220,7 @@ static int render_tokens(chat_session *s, size_t start) {
     }
     free(s->ids);
     s->ids = ids;
-    s->ids_cap = s->n_ids = n_ids;
+    s->n_ids = n_ids;
     ok = 1;
     goto done;
 oom:
@@ -546,11 +545,7 @@ int main(int argc, char **argv) {
 
     char err[KIPP_ERR_LEN];
     int rc = 1;
-    if (fcntl(STDOUT_FILENO, F_GETFD) < 0) { /* see kipp.c */
-        fprintf(stderr, PROG ": stdout is closed: there is nowhere to write the replies\n");
-        return 1;
-    }
-    signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error with a message */
+    if (!kipp_cli_stdout_ready(PROG)) return 1;
     chat_session s;
     memset(&s, 0, sizeof s);
     s.o = &o;

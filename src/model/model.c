@@ -286,20 +286,16 @@ int kipp_token_is_eog(const kipp_model *m, int32_t id) { return kipp_vocab_is_eo
 
 kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_t len,
                             char **out, size_t *out_len, char *err, size_t err_len) {
-    kipp_chat_template_kind kind;
-    *out = NULL;
-    kipp_status st = kipp_chat_template_check(m->gguf, &kind, err, err_len);
-    if (st != KIPP_OK) return st;
-    return kipp_chat_render_json(kind, request_json, len, out, out_len, err, err_len);
+    return kipp_chat_apply_spans(m, request_json, len, out, out_len, NULL, NULL, err, err_len);
 }
 
+/* spans may be NULL (kipp_chat_apply): the renderer then records none */
 kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json, size_t len,
                                   char **out, size_t *out_len, size_t **spans, size_t *n_spans,
                                   char *err, size_t err_len) {
     kipp_chat_template_kind kind;
     *out = NULL;
-    *spans = NULL;
-    *n_spans = 0;
+    if (spans) *spans = NULL, *n_spans = 0;
     kipp_status st = kipp_chat_template_check(m->gguf, &kind, err, err_len);
     if (st != KIPP_OK) return st;
     return kipp_chat_render_json_spans(kind, request_json, len, out, out_len, spans, n_spans,
@@ -339,29 +335,29 @@ static int detok_reserve(kipp_detokenizer *d, size_t need) {
     return 1;
 }
 
-kipp_status kipp_detokenizer_next(kipp_detokenizer *d, int32_t id, const char **text,
-                                  size_t *n_text) {
+/* _next (end = 0) and _end (end = 1): the text into d's own buffer, grown first. */
+static kipp_status detok_step(kipp_detokenizer *d, int32_t id, int end, const char **text,
+                              size_t *n_text) {
     *text = "";
     *n_text = 0;
-    if (!detok_reserve(d, kipp_detok_bound(&d->d, id))) return KIPP_ERR_NOMEM;
+    if (!detok_reserve(d, end ? KIPP_DETOK_FLUSH_MAX : kipp_detok_bound(&d->d, id)))
+        return KIPP_ERR_NOMEM;
     size_t n = 0;
-    kipp_status st = kipp_detok_push(&d->d, id, d->buf, d->cap, &n);
+    kipp_status st = end ? kipp_detok_flush(&d->d, d->buf, d->cap, &n)
+                         : kipp_detok_push(&d->d, id, d->buf, d->cap, &n);
     if (st != KIPP_OK) return st;
     *text = d->buf ? d->buf : "";
     *n_text = n;
     return KIPP_OK;
 }
 
+kipp_status kipp_detokenizer_next(kipp_detokenizer *d, int32_t id, const char **text,
+                                  size_t *n_text) {
+    return detok_step(d, id, 0, text, n_text);
+}
+
 kipp_status kipp_detokenizer_end(kipp_detokenizer *d, const char **text, size_t *n_text) {
-    *text = "";
-    *n_text = 0;
-    if (!detok_reserve(d, KIPP_DETOK_FLUSH_MAX)) return KIPP_ERR_NOMEM;
-    size_t n = 0;
-    kipp_status st = kipp_detok_flush(&d->d, d->buf, d->cap, &n);
-    if (st != KIPP_OK) return st;
-    *text = d->buf;
-    *n_text = n;
-    return KIPP_OK;
+    return detok_step(d, 0, 1, text, n_text);
 }
 
 kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, int skip_special,

@@ -339,11 +339,10 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
     const uint64_t max_bytes = (uint64_t)BYTES_PER_TOKEN * max_prompt + 4096;
     if (gs->rq.ep == OAI_CHAT) {
-        if ((parse ? kipp_chat_apply(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body),
-                                     &rendered, &len, err, sizeof err)
-                   : kipp_chat_apply_spans(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body),
-                                           &rendered, &len, &spans, &n_spans, err,
-                                           sizeof err)) != KIPP_OK) {
+        /* the request's own text is marked only when it is to be read as plain text */
+        if (kipp_chat_apply_spans(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body), &rendered,
+                                  &len, parse ? NULL : &spans, parse ? NULL : &n_spans, err,
+                                  sizeof err) != KIPP_OK) {
             *res = send_error(sv, c, cs, 400, err, "invalid_request_error", "messages", NULL);
             return 400;
         }
