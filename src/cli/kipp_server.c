@@ -166,9 +166,8 @@ int main(int argc, char **argv) {
     const char *hosts[MAX_LIST], *origins[MAX_LIST];
     size_t n_hosts = 0, n_origins = 0;
     unsigned shutdown_timeout = 30;
-    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .max_body = 1u << 20,
-                             .max_connections = 2048, .max_connections_per_ip = 64,
-                             .read_timeout_s = 30, .max_parsing = 4};
+    /* the limits left 0 get kipp_server_start's defaults (server.h) */
+    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080};
     kipp_sched_params kp = {.backend = "cpu", .max_running = 8, .max_queue = 64,
                             .batch_tokens = 256, .prefix_cache_entries = 64};
     int no_prefix = 0;
@@ -271,7 +270,7 @@ int main(int argc, char **argv) {
     kipp_server *sv = NULL;
     kipp_model *m = NULL;
     kipp_sched *sched = NULL;
-    raise_nofile(sp.max_connections ? sp.max_connections : 2048);
+    raise_nofile(sp.max_connections ? sp.max_connections : KIPP_SERVER_DEFAULT_MAX_CONNECTIONS);
     if (kipp_server_start(&sp, &sv, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;

@@ -1002,11 +1002,12 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     sv->p = *p;
     sv->model_name = strdup(p->model_name ? p->model_name : "kipp");
     sv->api_key = p->api_key ? strdup(p->api_key) : NULL;
-    if (!sv->p.max_connections) sv->p.max_connections = 2048;
-    if (!sv->p.max_connections_per_ip) sv->p.max_connections_per_ip = 64;
-    if (!sv->p.read_timeout_s) sv->p.read_timeout_s = 30;
-    if (!sv->p.max_parsing) sv->p.max_parsing = 4;
-    if (!sv->p.max_body) sv->p.max_body = 1u << 20;
+    if (!sv->p.max_connections) sv->p.max_connections = KIPP_SERVER_DEFAULT_MAX_CONNECTIONS;
+    if (!sv->p.max_connections_per_ip)
+        sv->p.max_connections_per_ip = KIPP_SERVER_DEFAULT_MAX_CONNECTIONS_PER_IP;
+    if (!sv->p.read_timeout_s) sv->p.read_timeout_s = KIPP_SERVER_DEFAULT_READ_TIMEOUT_S;
+    if (!sv->p.max_parsing) sv->p.max_parsing = KIPP_SERVER_DEFAULT_MAX_PARSING;
+    if (!sv->p.max_body) sv->p.max_body = KIPP_SERVER_DEFAULT_MAX_BODY;
     sv->parsing.cap = sv->p.max_parsing;
     sv->bodies.cap = (size_t)sv->p.max_parsing * sv->p.max_body;
     pthread_mutex_init(&sv->mu, NULL);

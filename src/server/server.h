@@ -12,18 +12,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What a 0 in kipp_server_params means (kipp_server_start fills them in). */
+#define KIPP_SERVER_DEFAULT_MAX_BODY (1u << 20)
+#define KIPP_SERVER_DEFAULT_MAX_CONNECTIONS 2048
+#define KIPP_SERVER_DEFAULT_MAX_CONNECTIONS_PER_IP 64
+#define KIPP_SERVER_DEFAULT_READ_TIMEOUT_S 30
+#define KIPP_SERVER_DEFAULT_MAX_PARSING 4
+
 typedef struct {
     const char *host;            /* "127.0.0.1" unless told otherwise */
     uint16_t port;               /* 0: any free port */
-    size_t max_body;             /* bytes */
+    size_t max_body;             /* bytes; 0: KIPP_SERVER_DEFAULT_MAX_BODY (1 MiB) */
     uint32_t max_prompt_tokens;  /* 0: n_ctx - 1 */
     uint32_t default_max_tokens; /* 0: the rest of the context */
     const char *api_key;         /* NULL: no key needed */
     const char *model_name;      /* the id clients must send */
-    uint32_t max_connections;    /* 0: 2048 */
-    uint32_t max_connections_per_ip; /* 0: 64 */
-    uint32_t read_timeout_s;     /* a whole request (headers + body) within this; 0: 30 */
-    uint32_t max_parsing;        /* requests parsed/tokenized at once; 0: 4 */
+    uint32_t max_connections;    /* 0: KIPP_SERVER_DEFAULT_MAX_CONNECTIONS, and so on */
+    uint32_t max_connections_per_ip;
+    uint32_t read_timeout_s;     /* a whole request (headers + body) within this */
+    uint32_t max_parsing;        /* requests parsed/tokenized at once */
     const char *const *allowed_hosts; /* extra Host names ("*": any); loopback always */
     size_t n_allowed_hosts;
     const char *const *cors_origins;  /* Origins allowed cross-origin ("*": any) */
