@@ -36,13 +36,38 @@ const char *kipp_status_str(kipp_status s);
 typedef struct kipp_model kipp_model; /* weights (mmapped GGUF) + hyper-parameters + vocab */
 typedef struct kipp_ctx kipp_ctx;     /* sequences in one KV block pool, scratch, backend */
 
+/* Element type of the KV cache. Each context chooses one; the backend stores K and V rows
+ * in it and attention reads them back as f32 (docs/kv-cache.md, "KV types"). */
+typedef enum {
+    KIPP_KV_TYPE_DEFAULT = 0, /* the backend's default: f32 on cpu-ref, f16 on cpu */
+    KIPP_KV_TYPE_F32 = 1,
+    KIPP_KV_TYPE_F16 = 2,     /* IEEE half, round to nearest even */
+    KIPP_KV_TYPE_BF16 = 3     /* bfloat16, round to nearest even */
+} kipp_kv_type;
+
+/* "default", "f32", "f16", "bf16" (static storage; "?" for a value out of range). */
+const char *kipp_kv_type_name(kipp_kv_type t);
+/* Parses "f32", "f16" or "bf16" (also "default"); anything else is KIPP_ERR_INVALID_ARG
+ * with a message listing the choices. */
+kipp_status kipp_kv_type_parse(const char *s, kipp_kv_type *out, char *err, size_t err_len);
+
 typedef struct {
-    const char *backend;    /* "cpu-ref", "cpu", "cuda", "metal"; NULL means "cpu-ref" */
+    const char *backend;    /* "cpu-ref", "cpu", "cuda", "metal"; NULL = kipp_backend_default() */
     uint32_t n_ctx;         /* longest sequence; 0 = the model's context length, capped at 4096 */
     int n_threads;          /* backends with threads; 0 = default */
     uint32_t kv_block_size; /* tokens per KV block; 0 = 16 */
     uint32_t n_kv_blocks;   /* blocks in the KV pool; 0 = enough for one sequence of n_ctx */
+    kipp_kv_type kv_type;   /* 0 = the backend's default */
+    const char *isa;        /* cpu: kernel level (scalar, avx2, avx512, avx512vnni, neon);
+                               NULL = the best this CPU runs. A level the CPU lacks is an
+                               error. Ignored by backends without levels. */
+    int device;             /* device index for GPU backends; 0 = the first */
 } kipp_ctx_params;
+
+/* Comma-separated names of the backends built into this binary, fastest first (static). */
+const char *kipp_backend_names(void);
+/* The backend a binary uses when none is named: the fastest one built in ("cpu" here). */
+const char *kipp_backend_default(void);
 
 kipp_ctx_params kipp_ctx_default_params(void);
 
@@ -133,6 +158,21 @@ typedef struct {
 } kipp_kv_stats;
 
 void kipp_ctx_kv_stats(const kipp_ctx *c, kipp_kv_stats *out);
+
+/* What a context runs on, for start-up lines and `kipp --info`. Strings are static or live
+ * as long as the context. */
+typedef struct {
+    const char *backend;        /* backend name */
+    const char *isa;            /* kernel level in use ("scalar" for cpu-ref) */
+    int n_threads;              /* compute threads in use */
+    kipp_kv_type kv_type;       /* resolved: never KIPP_KV_TYPE_DEFAULT */
+    uint32_t n_ctx;             /* longest sequence */
+    uint32_t kv_block_size, kv_blocks;
+    uint64_t kv_bytes_per_token; /* K + V of one token, all layers, in kv_type */
+    uint64_t kv_bytes;           /* the whole pool (reserved; pages are touched on use) */
+} kipp_ctx_info;
+
+void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out);
 
 /* Recomputes the whole sequence tokens[0..n-1] from scratch, without reading any KV cache,
  * and writes the logits of the last token. The oracle for the cached-decode gate. */

@@ -20,7 +20,7 @@ static const struct {
 kipp_status kipp_backend_find(const char *name, const kipp_backend_ops **out, char *err,
                               size_t err_len) {
     *out = NULL;
-    if (!name) name = "cpu-ref";
+    if (!name) name = kipp_backend_default();
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++) {
         if (strcmp(registry[i].name, name) != 0) continue;
         if (!registry[i].ops)
@@ -37,4 +37,6 @@ kipp_status kipp_backend_find(const char *name, const kipp_backend_ops **out, ch
                      name, kipp_backend_list());
 }
 
-const char *kipp_backend_list(void) { return "cpu-ref,cpu"; }
+const char *kipp_backend_list(void) { return "cpu,cpu-ref"; }
+const char *kipp_backend_names(void) { return kipp_backend_list(); }
+const char *kipp_backend_default(void) { return "cpu"; }

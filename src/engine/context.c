@@ -31,8 +31,9 @@ struct kipp_ctx {
 };
 
 kipp_ctx_params kipp_ctx_default_params(void) {
-    kipp_ctx_params p = {.backend = "cpu-ref", .n_ctx = 0, .n_threads = 0, .kv_block_size = 0,
-                         .n_kv_blocks = 0};
+    kipp_ctx_params p = {.backend = NULL, .n_ctx = 0, .n_threads = 0, .kv_block_size = 0,
+                         .n_kv_blocks = 0, .kv_type = KIPP_KV_TYPE_DEFAULT, .isa = NULL,
+                         .device = 0};
     return p;
 }
 
@@ -42,6 +43,9 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     const kipp_backend_ops *ops;
     kipp_status st = kipp_backend_find(p->backend, &ops, err, err_len);
     if (st != KIPP_OK) return st;
+    if (p->kv_type != KIPP_KV_TYPE_DEFAULT && p->kv_type != KIPP_KV_TYPE_F32)
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "KV type %s is not supported yet",
+                         kipp_kv_type_name(p->kv_type));
     uint32_t n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train < KIPP_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
                                                                       : KIPP_DEFAULT_CTX_CAP;
@@ -88,6 +92,21 @@ kipp_kv_pool *kipp_ctx_kv_pool(kipp_ctx *c) { return c->pool; }
 uint32_t kipp_ctx_n_ctx(const kipp_ctx *c) { return c->n_ctx; }
 
 void kipp_ctx_kv_stats(const kipp_ctx *c, kipp_kv_stats *out) { kipp_kv_pool_stats(c->pool, out); }
+
+void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
+    kipp_kv_stats ks;
+    kipp_kv_pool_stats(c->pool, &ks);
+    memset(out, 0, sizeof *out);
+    out->backend = c->ops->name;
+    out->isa = "scalar";
+    out->n_threads = 1;
+    out->kv_type = KIPP_KV_TYPE_F32;
+    out->n_ctx = c->n_ctx;
+    out->kv_block_size = ks.block_size;
+    out->kv_blocks = ks.n_blocks;
+    out->kv_bytes_per_token = ks.n_bytes_per_token;
+    out->kv_bytes = ks.n_bytes_total;
+}
 
 /* ---- sequences -------------------------------------------------------------------------- */
 

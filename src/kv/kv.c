@@ -232,6 +232,27 @@ kipp_status kipp_kv_grow(kipp_kv_pool *pool, const uint32_t *ids, const uint32_t
     return KIPP_OK;
 }
 
+/* ---- KV types ---------------------------------------------------------------------------- */
+
+const char *kipp_kv_type_name(kipp_kv_type t) {
+    switch (t) {
+    case KIPP_KV_TYPE_DEFAULT: return "default";
+    case KIPP_KV_TYPE_F32: return "f32";
+    case KIPP_KV_TYPE_F16: return "f16";
+    case KIPP_KV_TYPE_BF16: return "bf16";
+    }
+    return "?";
+}
+
+kipp_status kipp_kv_type_parse(const char *s, kipp_kv_type *out, char *err, size_t err_len) {
+    static const kipp_kv_type all[] = {KIPP_KV_TYPE_DEFAULT, KIPP_KV_TYPE_F32, KIPP_KV_TYPE_F16,
+                                       KIPP_KV_TYPE_BF16};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, kipp_kv_type_name(all[i])) == 0) { *out = all[i]; return KIPP_OK; }
+    return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                     "unknown KV type '%s' (choose f32, f16, bf16 or default)", s ? s : "(null)");
+}
+
 /* ---- accounting ------------------------------------------------------------------------- */
 
 void kipp_kv_pool_stats(const kipp_kv_pool *pool, kipp_kv_stats *out) {

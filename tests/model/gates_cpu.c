@@ -177,6 +177,7 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused) {
     sg.ref = malloc((size_t)SHAPE_TOKENS * sg.V * sizeof(float));
     sg.got = malloc((size_t)2 * SHAPE_TOKENS * sg.V * sizeof(float));
     kipp_ctx_params p = kipp_ctx_default_params();
+    p.backend = "cpu-ref";
     p.n_ctx = 64;
     kipp_ctx *ref = NULL;
     if (!sg.ref || !sg.got || kipp_ctx_init(sg.m, &p, &ref, err, sizeof err) != KIPP_OK) {

@@ -118,6 +118,7 @@ static int kv_finish(kv_gate *k, const char *name) {
 static kipp_ctx *new_ctx(kv_gate *k, uint32_t n_ctx, uint32_t n_kv_blocks) {
     char err[KIPP_ERR_LEN];
     kipp_ctx_params cp = kipp_ctx_default_params();
+    cp.backend = "cpu-ref";
     cp.n_ctx = n_ctx;
     cp.n_kv_blocks = n_kv_blocks;
     kipp_ctx *c = NULL;
