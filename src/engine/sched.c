@@ -620,6 +620,8 @@ void kipp_sched_free(kipp_sched *s) {
 
 uint32_t kipp_sched_n_ctx(const kipp_sched *s) { return s->n_ctx; }
 
+void kipp_sched_ctx_info(const kipp_sched *s, kipp_ctx_info *out) { kipp_ctx_get_info(s->ctx, out); }
+
 void kipp_sched_get_stats(kipp_sched *s, kipp_sched_stats *out) {
     pthread_mutex_lock(&s->mu);
     *out = s->st;

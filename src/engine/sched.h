@@ -30,6 +30,10 @@ typedef struct {
     uint32_t max_queue;            /* waiting requests before submit says KIPP_ERR_BUSY; 0 = 64 */
     uint32_t batch_tokens;         /* prompt tokens per step (chunked prefill); 0 = 256 */
     uint32_t prefix_cache_entries; /* kept sequences; 0 = no prefix cache */
+    kipp_kv_type kv_type;          /* see kipp_ctx_params; 0 = the backend's default */
+    const char *isa;               /* see kipp_ctx_params; NULL = best */
+    uint64_t kv_memory;            /* with n_kv_tokens 0: the pool holds at most this many
+                                      bytes of K/V (0 = KIPP_SCHED_DEFAULT_KV_BYTES) */
 } kipp_sched_params;
 
 typedef enum {
@@ -89,6 +93,8 @@ void kipp_sched_stop(kipp_sched *s);
 /* Stops (if needed) and frees; every request must have been released. NULL is a no-op. */
 void kipp_sched_free(kipp_sched *s);
 
+/* The context the engine runs (backend, ISA level, threads, KV type and pool size). */
+void kipp_sched_ctx_info(const kipp_sched *s, kipp_ctx_info *out);
 uint32_t kipp_sched_n_ctx(const kipp_sched *s);
 void kipp_sched_get_stats(kipp_sched *s, kipp_sched_stats *out);
 
