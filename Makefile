@@ -156,21 +156,21 @@ venv: deps
 # ---- checkpoints, demo, vectors ---------------------------------------------------------
 
 models/%/config.json: tools/make_tiny_checkpoint.py
-	$(PYTHON) tools/make_tiny_checkpoint.py --name $*
+	$(PYTHON) -m tools.make_tiny_checkpoint --name $*
 
 define tiny_gguf_rule
 models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/config.json tools/convert_to_gguf.py
-	$$(PYTHON) tools/convert_to_gguf.py models/$(1) --outtype $(2)
+	$$(PYTHON) -m tools.convert_to_gguf models/$(1) --outtype $(2)
 endef
 $(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
 
 # ---- random-weight models of the real Qwen3 shapes (benchmarks, test-cpu-model) ----------
 models/random/qwen3-%-bf16.gguf: tools/make_random_model.py tools/kipp_quants.py
 	@mkdir -p models/random
-	$(PYTHON) tools/make_random_model.py --shape $* --type bf16 --output $@
+	$(PYTHON) -m tools.make_random_model --shape $* --type bf16 --output $@
 define random_quant_rule
 models/random/qwen3-%-$(1).gguf: models/random/qwen3-%-bf16.gguf tools/quantize.py tools/kipp_quants.py
-	$$(PYTHON) tools/quantize.py $$< $$@ --type $(1)
+	$$(PYTHON) -m tools.quantize $$< $$@ --type $(1)
 endef
 $(foreach q,q8_0 q4_0 q4_k_m q6_k,$(eval $(call random_quant_rule,$(q))))
 random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
@@ -184,7 +184,7 @@ demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
 vectors: deps
 	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
 	    .venv/bin/pip install -r tools/requirements-vectors.txt
-	$(PYTHON) tools/make_vectors.py --checkpoint $(CHECKPOINT)
+	$(PYTHON) -m tools.make_vectors --checkpoint $(CHECKPOINT)
 
 # ---- tests ------------------------------------------------------------------------------
 

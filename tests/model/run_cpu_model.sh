@@ -22,12 +22,12 @@ random-*)
     rdir=models/random
     mkdir -p "$rdir"
     if [ ! -f "$rdir/qwen3-$shape-bf16.gguf" ]; then
-        .venv/bin/python tools/make_random_model.py --shape "$shape" --type bf16 \
+        .venv/bin/python -m tools.make_random_model --shape "$shape" --type bf16 \
             --output "$rdir/qwen3-$shape-bf16.gguf" || { echo "0 passed, 1 failed"; exit 1; }
     fi
     for q in q8_0 q4_k_m; do
         if [ ! -f "$rdir/qwen3-$shape-$q.gguf" ]; then
-            .venv/bin/python tools/quantize.py "$rdir/qwen3-$shape-bf16.gguf" \
+            .venv/bin/python -m tools.quantize "$rdir/qwen3-$shape-bf16.gguf" \
                 "$rdir/qwen3-$shape-$q.gguf" --type "$q" || { echo "0 passed, 1 failed"; exit 1; }
         fi
     done
@@ -46,7 +46,7 @@ case "$name" in
 tiny-*) make -s "$dir/kipp-$name-bf16.gguf" "$dir/kipp-$name-f32.gguf" "$dir/kipp-$name-q8_0.gguf" >/dev/null || exit 1 ;;
 esac
 if [ ! -f "$dir/kipp-$name-bf16.gguf" ]; then
-    echo "model not found — run tools/download_model.sh $name && .venv/bin/python tools/convert_to_gguf.py $dir --outtype bf16" >&2
+    echo "model not found — run tools/download_model.sh $name && .venv/bin/python -m tools.convert_to_gguf $dir --outtype bf16" >&2
     echo "0 passed, 1 failed"
     exit 1
 fi
