@@ -77,14 +77,24 @@ struct kipp_cpu_fwd {
     const kipp_cpu_kernels *k;
     kipp_threadpool *tp;
     int n_threads;
+    /* H hidden size, F MLP size, D head dim, Nh query heads, Nkv KV heads, QD = Nh*D,
+     * kv_dim = Nkv*D, group = Nh/Nkv query heads per KV head */
     uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
     kipp_kv_type kv_type; /* the cache's; the private store rounds through it */
     /* norm weights dequantized once to f32 */
     float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm;
     double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
-    /* batch scratch, grown to the largest batch seen */
+    /* batch scratch for n <= cap tokens, grown to the largest batch seen; row t is token t */
     uint32_t cap;
-    float *x, *xn, *q, *kx, *vx, *att, *proj, *gate, *up;
+    float *x;    /* [cap][H]  residual stream */
+    float *xn;   /* [cap][H]  RMSNormed input of the current block */
+    float *q;    /* [cap][QD] queries (normed, roped), heads concatenated */
+    float *kx;   /* [cap][kv_dim] this layer's keys (normed, roped) before the cache write */
+    float *vx;   /* [cap][kv_dim] this layer's values */
+    float *att;  /* [cap][QD] attention output, heads concatenated */
+    float *proj; /* [cap][H]  output of wo / w_down, added into x */
+    float *gate; /* [cap][F]  gate projection, then silu(gate) * up */
+    float *up;   /* [cap][F]  up projection */
     float *rcos, *rsin; /* [cap][D/2] */
     unsigned char *act; /* converted activations */
     size_t act_cap;
@@ -692,16 +702,19 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
     for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
         tj.layer = l;
-        /* attention block */
+        /* attention block: x[n][H] -> xn[n][H] (RMSNorm) */
         tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
         par_tokens(f, n, norm_rows, &tj);
-        {
+        { /* xn[n][H] -> q[n][QD], kx[n][kv_dim], vx[n][kv_dim]: one converted input */
             const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
             float *ys[3] = {f->q, f->kx, f->vx};
             const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
             matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
         }
+        /* per-head RMSNorm + RoPE of q and k; k, v rows written to the cache at each
+         * token's position (converted to the KV type) */
         par_tokens(f, n, qk_rows, &tj);
+        /* q[n][QD] and the cache (positions 0..pos of each token's sequence) -> att[n][QD] */
         att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
                       .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
         atomic_init(&aj.next, 0u);
@@ -709,29 +722,30 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
             kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
         else
             att_worker(&aj, 0, 1, 0);
-        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n);
+        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n); /* att[n][QD] -> proj[n][H] */
         tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj);
-        /* MLP block */
+        par_tokens(f, n, add_rows, &tj); /* x += proj */
+        /* MLP block: x[n][H] -> xn[n][H] (RMSNorm) */
         tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn;
         par_tokens(f, n, norm_rows, &tj);
-        {
+        { /* xn[n][H] -> gate[n][F], up[n][F]: one converted input */
             const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
             float *ys[2] = {f->gate, f->up};
             const size_t ld[2] = {f->F, f->F};
             matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
         }
-        par_tokens(f, n, swiglu_rows, &tj);
-        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n);
+        par_tokens(f, n, swiglu_rows, &tj);                    /* gate = silu(gate) * up */
+        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
         tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj);
+        par_tokens(f, n, add_rows, &tj); /* x += proj */
     }
     free(item_run);
     free(item_t0);
     return KIPP_OK;
 }
 
-/* Final norm + lm_head for the rows listed in f->wanted. */
+/* Final norm + lm_head for the rows listed in f->wanted: x[wanted][H] -> xw[n_wanted][H]
+ * -> logits[n_wanted][n_vocab]. */
 static void logits_rows(kipp_cpu_fwd *f, uint32_t n_wanted, float *logits) {
     for (uint32_t i = 0; i < n_wanted; i++)
         rmsnorm(f->xw + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm, f->H,
