@@ -27,9 +27,9 @@ expect_fail() {
 .venv/bin/python tests/cli/make_bad_models.py "$M" "$tmp" || bad "make_bad_models.py"
 
 # --- good paths ---
-out1=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null) && ok || bad "greedy run"
+out1=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu-ref 2>/dev/null) && ok || bad "greedy run"
 [ -n "$out1" ] && ok || bad "greedy run printed nothing"
-out2=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null)
+out2=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu-ref 2>/dev/null)
 [ "$out1" = "$out2" ] && ok || bad "greedy not deterministic"
 out3=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu -t 2 2>/dev/null)
 [ "$out1" = "$out3" ] && ok || bad "--backend cpu greedy text differs from cpu-ref"
@@ -96,7 +96,7 @@ expect_fail "no --model" "--model FILE is required" "$K" -p hi
 expect_fail "wrong architecture" "architecture is 'llama'" "$K" -m "$tmp/wrong-arch.gguf" -p hi
 expect_fail "truncated file" "gguf: .*(past end|truncated|beyond)" "$K" -m "$tmp/truncated.gguf" -p hi
 expect_fail "NaN in norm" "output_norm.weight.* NaN" "$K" -m "$tmp/nan-norm.gguf" -p hi
-expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2
+expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2 --backend cpu-ref
 expect_fail "NaN in matrix (--check-weights)" "blk.0.attn_q.weight' row 0 element 0 is NaN" \
     "$K" -m "$tmp/nan-matrix.gguf" -p hi --check-weights
 expect_fail "empty prompt" "empty prompt" "$K" -m "$M" -p ""
