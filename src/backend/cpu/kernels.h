@@ -96,6 +96,10 @@ typedef struct {
     /* two-plane converters, indexed by KIPP_ACT_Q8_0 / KIPP_ACT_Q8_K; NULL: forward.c's
      * portable one (same results) */
     kipp_cpu_quant2_fn quant2[KIPP_ACT_COUNT];
+    /* KV rows to f32 (f16 / bf16 caches): dst[i] = src[i] exactly, n >= 1; NULL: the
+     * scalar conversion (src/backend/host_kv.c) */
+    void (*f16_to_f32)(const void *src, float *dst, uint64_t n);
+    void (*bf16_to_f32)(const void *src, float *dst, uint64_t n);
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;

@@ -1049,6 +1049,33 @@ static void quant2_q8_k(const float *x, void *out_hi, void *out_lo, uint64_t k) 
     }
 }
 
+/* ---- KV rows to f32 ---------------------------------------------------------------- */
+
+static void f16_to_f32(const void *src, float *dst, uint64_t n) {
+    const uint16_t *h = src;
+    uint64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+    }
+}
+
+static void bf16_to_f32(const void *src, float *dst, uint64_t n) {
+    const uint16_t *h = src;
+    uint64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
+
 #if KIPP_AVX512_VNNI
 const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni = {
     .isa = "avx512vnni",
@@ -1070,4 +1097,6 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
     .swiglu_f32 = swiglu_f32,
     .pv_f32 = pv_f32,
     .quant2 = {NULL, NULL, quant2_q8_0, quant2_q8_k},
+    .f16_to_f32 = f16_to_f32,
+    .bf16_to_f32 = bf16_to_f32,
 };
