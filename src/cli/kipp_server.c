@@ -315,13 +315,13 @@ int main(int argc, char **argv) {
                 sp.max_prompt_tokens, kipp_sched_n_ctx(sched));
         goto done;
     }
-    kipp_server_attach(sv, m, sched);
-    kipp_ctx_info ci;
+    kipp_ctx_info ci; /* the start-up line comes before /health says 200 */
     kipp_sched_ctx_info(sched, &ci);
     fprintf(stderr, "kipp-server: model %s as '%s', context %u, %u parallel; ", model, model_name,
             kipp_sched_n_ctx(sched), kp.max_running);
     kipp_cli_print_ctx_info(stderr, &ci);
     fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
+    kipp_server_attach(sv, m, sched);
     printf("kipp-server: ready\n");
     fflush(stdout);
     int sig = 0;
