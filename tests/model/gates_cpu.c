@@ -1,5 +1,5 @@
 /* gates_cpu.c — the cpu backend's gate: for every manifest prompt, every position's logits
- * from `cpu` (each ISA level this machine runs, forced through KIPP_CPU_ISA, on 1 and 2
+ * from `cpu` (each ISA level this machine runs, forced through kipp_ctx_params.isa, on 1 and 2
  * threads) must give cpu-ref's argmax and NMSE = sum((a-b)^2)/sum(b^2) <= 1e-4, both token
  * by token and for the whole prompt in one call. Does not compare against the golden vectors
  * (cpu-ref's own gates do that) nor time anything. */
@@ -30,13 +30,12 @@ static double nmse(const float *a, const float *b, uint32_t n) {
 static double run_config(kt_gate *g, const char *isa, int n_threads) {
     char err[KIPP_ERR_LEN];
     const uint32_t V = g->info.n_vocab;
-    setenv("KIPP_CPU_ISA", isa, 1);
     kipp_ctx_params p = kipp_ctx_default_params();
     p.backend = "cpu";
+    p.isa = isa;
     p.n_threads = n_threads;
     kipp_ctx *c = NULL;
     kipp_status st = kipp_ctx_init(g->m, &p, &c, err, sizeof err);
-    unsetenv("KIPP_CPU_ISA");
     KT_CHECK(st == KIPP_OK, "cpu backend (%s, %d threads): %s", isa, n_threads, err);
     if (st != KIPP_OK) return 1e30;
     double worst = 0.0;
@@ -118,14 +117,13 @@ static double check_pos(const shape_gate *sg, const float *got, uint32_t pos, co
 static double shape_config(shape_gate *sg, const char *isa, int n_threads) {
     char err[KIPP_ERR_LEN];
     const uint32_t V = sg->V, N = SHAPE_TOKENS;
-    setenv("KIPP_CPU_ISA", isa, 1);
     kipp_ctx_params p = kipp_ctx_default_params();
     p.backend = "cpu";
+    p.isa = isa;
     p.n_threads = n_threads;
     p.n_ctx = 64;
     kipp_ctx *c = NULL;
     kipp_status st = kipp_ctx_init(sg->m, &p, &c, err, sizeof err);
-    unsetenv("KIPP_CPU_ISA");
     KT_CHECK(st == KIPP_OK, "cpu backend (%s, %d threads): %s", isa, n_threads, err);
     if (st != KIPP_OK) return 1e30;
     double worst = 0.0, e;
