@@ -31,7 +31,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models
 
 all: cpu
@@ -43,7 +43,10 @@ help:
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin)"
 	@echo "make demo           build, create + convert the tiny checkpoint, generate text"
-	@echo "make test           unit, fuzz-corpus, tooling, docs and tiny-checkpoint model gates"
+	@echo "make check          fast tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
+	@echo "                    tiny bf16 model gates (cpu-ref and cpu), kipp-server smoke test"
+	@echo "make test           the full gate (CI): unit, fuzz, tooling, docs, model, CLI, chat, server,"
+	@echo "                    mutation and KV fault-matrix stages"
 	@echo "make test-sanitize  the same under ASan + UBSan"
 	@echo "make test-cpu-model CHECKPOINT=name   CPU model gates for one checkpoint"
 	@echo "make docs / docs-check   regenerate / verify docs/html from docs/*.md"
@@ -178,6 +181,9 @@ vectors: deps
 
 test: deps cpu server chat $(FUZZERS) tiny-models
 	@BUILD=$(BUILD) tests/run_tests.sh
+
+check: deps cpu server $(FUZZERS) tiny-models
+	@BUILD=$(BUILD) tests/check.sh
 
 test-server: deps server tiny-models
 	@BUILD=$(BUILD) tests/server/run_server_tests.sh
