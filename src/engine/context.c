@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/types.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +56,27 @@ static kipp_status resolve_options(const kipp_backend_ops *ops, const kipp_ctx_p
     return KIPP_OK;
 }
 
+/* Every weight of m must be of a type the backend runs (its capabilities). */
+static kipp_status check_weight_types(const kipp_backend_ops *ops, const kipp_model *m, char *err,
+                                      size_t err_len) {
+    kipp_backend_caps caps;
+    ops->caps(&caps);
+    const kipp_gguf_tensor *top[2] = {m->tok_embd, m->output};
+    for (uint32_t l = 0; l <= m->hp.n_layer; l++) {
+        const kipp_layer_weights *w = l < m->hp.n_layer ? &m->layers[l] : NULL;
+        const kipp_gguf_tensor *const ts[] = {
+            w ? w->wq : top[0], w ? w->wk : top[1], w ? w->wv : NULL, w ? w->wo : NULL,
+            w ? w->w_gate : NULL, w ? w->w_up : NULL, w ? w->w_down : NULL};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            if (!ts[i] || (ts[i]->type < 64 && (caps.weight_types >> ts[i]->type & 1))) continue;
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "backend '%s' cannot run weights of type %s (tensor %s)", ops->name,
+                             kipp_type_name(ts[i]->type), ts[i]->name);
+        }
+    }
+    return KIPP_OK;
+}
+
 kipp_status kipp_ctx_kv_bytes_per_token(const kipp_model *m, const kipp_ctx_params *p,
                                         uint64_t *out, kipp_kv_type *type, char *err,
                                         size_t err_len) {
@@ -75,6 +97,7 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     kipp_backend_options o;
     kipp_status st = kipp_backend_find(p->backend, &ops, err, err_len);
     if (st == KIPP_OK) st = resolve_options(ops, p, &o, err, err_len);
+    if (st == KIPP_OK) st = check_weight_types(ops, m, err, err_len);
     if (st != KIPP_OK) return st;
     uint32_t n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train < KIPP_DEFAULT_CTX_CAP ? m->hp.n_ctx_train

@@ -77,14 +77,24 @@ struct kipp_cpu_fwd {
     const kipp_cpu_kernels *k;
     kipp_threadpool *tp;
     int n_threads;
+    /* H hidden size, F MLP size, D head dim, Nh query heads, Nkv KV heads, QD = Nh*D,
+     * kv_dim = Nkv*D, group = Nh/Nkv query heads per KV head */
     uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
     kipp_kv_type kv_type; /* the cache's; the private store rounds through it */
     /* norm weights dequantized once to f32 */
     float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm;
     double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
-    /* batch scratch, grown to the largest batch seen */
+    /* batch scratch for n <= cap tokens, grown to the largest batch seen; row t is token t */
     uint32_t cap;
-    float *x, *xn, *q, *kx, *vx, *att, *proj, *gate, *up;
+    float *x;    /* [cap][H]  residual stream */
+    float *xn;   /* [cap][H]  RMSNormed input of the current block */
+    float *q;    /* [cap][QD] queries (normed, roped), heads concatenated */
+    float *kx;   /* [cap][kv_dim] this layer's keys (normed, roped) before the cache write */
+    float *vx;   /* [cap][kv_dim] this layer's values */
+    float *att;  /* [cap][QD] attention output, heads concatenated */
+    float *proj; /* [cap][H]  output of wo / w_down, added into x */
+    float *gate; /* [cap][F]  gate projection, then silu(gate) * up */
+    float *up;   /* [cap][F]  up projection */
     float *rcos, *rsin; /* [cap][D/2] */
     unsigned char *act; /* converted activations */
     size_t act_cap;
@@ -458,52 +468,68 @@ static uint32_t contiguous_end(const kipp_cpu_fwd *f, const kv_src *src, const r
     return e;
 }
 
-/* A single query token (decode): no gathering. Scores come from the f32 gemm straight over
- * the K rows of each contiguous run of positions (f32), or over a segment of at most
- * SEG_ROWS rows converted into the kc tile (f16/bf16); the output accumulates p * V the
- * same way. */
+typedef void (*pv_kv_fn)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
+                         size_t v_stride, uint32_t n, uint32_t d);
+
+/* A single query token (decode): no gathering. Scores come straight from the K rows of each
+ * run of positions contiguous in memory, through the gemm of the KV type (f32, or the f16 /
+ * bf16 weight gemm, which takes f32 activations); p·V reads the V rows in place the same
+ * way. A level without such a kernel converts a segment of at most SEG_ROWS rows into the
+ * kc tile and uses the f32 kernels. */
 static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
                        uint32_t l, uint32_t h, uint32_t tok) {
     const uint32_t D = f->D, G = f->group, n_kv = r->pos0 + 1;
     const size_t ld = a->cap_kv, kvd = f->kv_dim;
-    const int conv = src_type(src) != KIPP_KV_TYPE_F32;
-    const uint32_t max = conv ? SEG_ROWS : UINT32_MAX;
+    const kipp_kv_type ty = src_type(src);
+    const size_t esz = kipp_kv_type_size(ty), hoff = (size_t)h * D * esz;
+    kipp_cpu_gemm_fn kgemm = NULL; /* scores over rows of type ty; NULL: convert */
+    pv_kv_fn pv = NULL;            /* p·V over rows of type ty (f16/bf16); NULL: convert */
+    if (ty == KIPP_KV_TYPE_F32) {
+        kgemm = f->k->f32.gemm;
+    } else {
+        const kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ty == KIPP_KV_TYPE_F16 ? KIPP_TYPE_F16 : KIPP_TYPE_BF16);
+        if (mm.act == KIPP_ACT_F32) kgemm = mm.gemm;
+        pv = ty == KIPP_KV_TYPE_F16 ? f->k->pv_f16 : f->k->pv_bf16;
+    }
     const float *q = f->q + (size_t)tok * f->QD + (size_t)h * G * D; /* G heads, adjacent */
     for (uint32_t t = 0, e; t < n_kv; t = e) {
-        e = contiguous_end(f, src, r, l, KIPP_KV_K, t, n_kv, max);
-        const float *k0;
-        size_t stride;
-        if (conv) {
-            seg_to_f32(f, src, r, l, h, KIPP_KV_K, t, e, a->kc);
-            k0 = a->kc;
-            stride = D;
+        e = contiguous_end(f, src, r, l, KIPP_KV_K, t, n_kv, kgemm ? UINT32_MAX : SEG_ROWS);
+        const char *k0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + hoff;
+        if (kgemm) {
+            kgemm(k0, kvd * esz, e - t, q, D * sizeof(float), G, a->sc + t, ld, D);
         } else {
-            k0 = (const float *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
-            stride = kvd;
+            seg_to_f32(f, src, r, l, h, KIPP_KV_K, t, e, a->kc);
+            gemm_f32(f, a->kc, D * sizeof(float), e - t, q, D * sizeof(float), G, a->sc + t, ld, D);
         }
-        gemm_f32(f, k0, stride * sizeof(float), e - t, q, D * sizeof(float), G, a->sc + t, ld, D);
     }
     softmax_rows(f, a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
     float *o = f->att + (size_t)tok * f->QD + (size_t)h * G * D;
     memset(o, 0, (size_t)G * D * sizeof(float));
+    const int in_place = ty == KIPP_KV_TYPE_F32 ? f->k->pv_f32 != NULL : pv != NULL;
     for (uint32_t t = 0, e; t < n_kv; t = e) {
-        e = f->k->pv_f32 || conv ? contiguous_end(f, src, r, l, KIPP_KV_V, t, n_kv, max) : t + 1;
-        const float *v0;
-        size_t stride;
-        if (conv) {
+        e = contiguous_end(f, src, r, l, KIPP_KV_V, t, n_kv, in_place ? UINT32_MAX : SEG_ROWS);
+        const char *v0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + hoff;
+        if (in_place && ty == KIPP_KV_TYPE_F32) {
+            f->k->pv_f32(o, a->sc + t, ld, G, (const float *)v0, kvd, e - t, D);
+            continue;
+        }
+        if (in_place) {
+            pv(o, a->sc + t, ld, G, v0, kvd, e - t, D);
+            continue;
+        }
+        const float *vf = (const float *)v0; /* f32 rows in place, or converted into kc */
+        size_t stride = kvd;
+        if (ty != KIPP_KV_TYPE_F32) {
             seg_to_f32(f, src, r, l, h, KIPP_KV_V, t, e, a->kc);
-            v0 = a->kc;
+            vf = a->kc;
             stride = D;
-        } else {
-            v0 = (const float *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
-            stride = kvd;
         }
         if (f->k->pv_f32) {
-            f->k->pv_f32(o, a->sc + t, ld, G, v0, stride, e - t, D);
+            f->k->pv_f32(o, a->sc + t, ld, G, vf, stride, e - t, D);
         } else {
             for (uint32_t u = t; u < e; u++)
                 for (uint32_t g = 0; g < G; g++)
-                    f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + u], v0 + (size_t)(u - t) * stride, D);
+                    f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + u], vf + (size_t)(u - t) * stride, D);
         }
     }
 }
@@ -676,16 +702,19 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
     for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
         tj.layer = l;
-        /* attention block */
+        /* attention block: x[n][H] -> xn[n][H] (RMSNorm) */
         tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
         par_tokens(f, n, norm_rows, &tj);
-        {
+        { /* xn[n][H] -> q[n][QD], kx[n][kv_dim], vx[n][kv_dim]: one converted input */
             const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
             float *ys[3] = {f->q, f->kx, f->vx};
             const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
             matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
         }
+        /* per-head RMSNorm + RoPE of q and k; k, v rows written to the cache at each
+         * token's position (converted to the KV type) */
         par_tokens(f, n, qk_rows, &tj);
+        /* q[n][QD] and the cache (positions 0..pos of each token's sequence) -> att[n][QD] */
         att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
                       .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
         atomic_init(&aj.next, 0u);
@@ -693,29 +722,30 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
             kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
         else
             att_worker(&aj, 0, 1, 0);
-        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n);
+        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n); /* att[n][QD] -> proj[n][H] */
         tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj);
-        /* MLP block */
+        par_tokens(f, n, add_rows, &tj); /* x += proj */
+        /* MLP block: x[n][H] -> xn[n][H] (RMSNorm) */
         tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn;
         par_tokens(f, n, norm_rows, &tj);
-        {
+        { /* xn[n][H] -> gate[n][F], up[n][F]: one converted input */
             const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
             float *ys[2] = {f->gate, f->up};
             const size_t ld[2] = {f->F, f->F};
             matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
         }
-        par_tokens(f, n, swiglu_rows, &tj);
-        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n);
+        par_tokens(f, n, swiglu_rows, &tj);                    /* gate = silu(gate) * up */
+        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
         tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj);
+        par_tokens(f, n, add_rows, &tj); /* x += proj */
     }
     free(item_run);
     free(item_t0);
     return KIPP_OK;
 }
 
-/* Final norm + lm_head for the rows listed in f->wanted. */
+/* Final norm + lm_head for the rows listed in f->wanted: x[wanted][H] -> xw[n_wanted][H]
+ * -> logits[n_wanted][n_vocab]. */
 static void logits_rows(kipp_cpu_fwd *f, uint32_t n_wanted, float *logits) {
     for (uint32_t i = 0; i < n_wanted; i++)
         rmsnorm(f->xw + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm, f->H,

@@ -100,6 +100,11 @@ typedef struct {
      * scalar conversion (src/backend/host_kv.c) */
     void (*f16_to_f32)(const void *src, float *dst, uint64_t n);
     void (*bf16_to_f32)(const void *src, float *dst, uint64_t n);
+    /* pv_f32 over f16 / bf16 rows (v_stride in elements); NULL: rows converted to f32 */
+    void (*pv_f16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
+                   size_t v_stride, uint32_t n, uint32_t d);
+    void (*pv_bf16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
+                    size_t v_stride, uint32_t n, uint32_t d);
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;
