@@ -74,11 +74,12 @@ assert s["decode"]["ms"] > 0 and s["decode"]["tok_s"] > 0 and s["ignore_eos"] is
 assert s["kv"]["bytes_per_token"] == 768 and s["kv"]["n_tokens"] == 29, s
 assert s["kv_type"] == "f16" and s["isa"] in ("scalar", "avx2", "avx512", "avx512vnni", "neon"), s
 PY
-"$K" -m "$M" -p hi -n 2 --backend cpu-ref --kv-type bf16 --stats-json "$tmp/stats2.json" >/dev/null 2>&1 && ok || bad "--stats-json run (cpu-ref, bf16)"
+"$K" -m "$M" -p hi -n 2 --backend cpu-ref --kv-type bf16 -t 2 --stats-json "$tmp/stats2.json" >/dev/null 2>&1 && ok || bad "--stats-json run (cpu-ref, bf16)"
 .venv/bin/python - "$tmp/stats2.json" <<'PY' && ok || bad "--stats-json: isa and kv_type of a cpu-ref bf16 run"
 import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["backend"] == "cpu-ref" and s["isa"] == "scalar" and s["kv_type"] == "bf16", s
+assert s["threads"] == 1, s  # the threads in use (cpu-ref has one), not the -t asked for
 assert s["kv"]["bytes_per_token"] == 768, s
 PY
 # a run that ends before generating (--tokenize) leaves no stats file
