@@ -160,6 +160,14 @@ expect_fail "wrong architecture" "architecture is 'llama'" "$K" -m "$tmp/wrong-a
 expect_fail "truncated file" "gguf: .*(past end|truncated|beyond)" "$K" -m "$tmp/truncated.gguf" -p hi
 expect_fail "NaN in norm" "output_norm.weight.* NaN" "$K" -m "$tmp/nan-norm.gguf" -p hi
 expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2 --backend cpu-ref
+# the optimized backend at every level this CPU runs: a NaN weight must reach the logits check
+# (AVX-512's max/min used to turn a NaN into a clamp bound in exp)
+for isa in scalar avx2 avx512 avx512vnni; do
+    if "$K" -m "$tmp/nan-matrix.gguf" --info --backend cpu --isa "$isa" >/dev/null 2>&1; then
+        expect_fail "NaN in matrix (runtime, cpu $isa)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2 \
+            --backend cpu --isa "$isa"
+    fi
+done
 expect_fail "NaN in matrix (--check-weights)" "blk.0.attn_q.weight' row 0 element 0 is NaN" \
     "$K" -m "$tmp/nan-matrix.gguf" -p hi --check-weights
 expect_fail "empty prompt" "empty prompt" "$K" -m "$M" -p ""
