@@ -19,12 +19,15 @@ CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc -pthread
 LDLIBS   += -lutf8proc -ljansson -lm -pthread
 
 LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
-           src/backend/registry.c $(wildcard src/backend/cpu_ref/*.c) \
-           $(filter-out %/kernels_neon.c,$(wildcard src/backend/cpu/*.c))
-ifeq ($(shell uname -m),aarch64)
-LIB_SRC  += src/backend/cpu/kernels_neon.c
-endif
+           src/backend/registry.c src/backend/host_kv.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# Each backend's build rules live in its own fragment, src/backend/NAME/backend.mk, which
+# adds its sources to BACKEND_SRC (and may add targets and per-file flags). Backend objects
+# go on every binary's link line, not into libkipp.a: the registry finds them through weak
+# references (src/backend/registry.c), which do not pull archive members in.
+BACKEND_SRC :=
+include $(sort $(wildcard src/backend/*/backend.mk))
+BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
@@ -56,51 +59,36 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: CFLAGS += -Itests/unit -Itests/model
-# The CPU backend's ISA kernel files, and only they, get ISA flags (cpu.c checks cpuid first).
-$(BUILD)/obj/src/backend/cpu/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/obj/src/backend/cpu/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
-$(BUILD)/obj/src/backend/cpu/kernels_avx512vnni.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c \
-                                                       -mavx512vnni -mavx512bf16
-$(BUILD)/obj/src/backend/cpu/kernels_neon.o: CFLAGS += -march=armv8.2-a+dotprod+fp16
-
-# The NEON kernel file must compile for arm64 even on x86 hosts: cross-compile it alone
-# (Debian's gcc-aarch64-linux-gnu; `make deps` installs it).
-NEON_CC ?= aarch64-linux-gnu-gcc
-neon-check:
-	@mkdir -p $(BUILD)
-	$(NEON_CC) $(CSTD) $(WARN) -Werror -O2 -Iinclude -Isrc -march=armv8.2-a+dotprod+fp16 \
-	  -c src/backend/cpu/kernels_neon.c -o $(BUILD)/kernels_neon.aarch64.o
-	@echo "neon-check: src/backend/cpu/kernels_neon.c compiles for aarch64"
 
 $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/libkipp.a
+$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
 SERVER_SRC := $(wildcard src/server/*.c)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
 server: $(BUILD)/kipp-server
-$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(SERVER_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
 
 chat: $(BUILD)/kipp-chat
-$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/libkipp.a
+$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # the OpenAI text path (not HTTP) is linked in: the detokenizer property test drives it
-$(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/obj/src/server/openai_gen.o $(BUILD)/libkipp.a
+$(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/obj/src/server/openai_gen.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kipp-tokbench: $(BUILD)/obj/bench/tok_bench.o $(BUILD)/libkipp.a
+$(BUILD)/kipp-tokbench: $(BUILD)/obj/bench/tok_bench.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kipp-kvbench: $(BUILD)/obj/bench/kv_bench.o $(BUILD)/libkipp.a
+$(BUILD)/kipp-kvbench: $(BUILD)/obj/bench/kv_bench.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kipp-kernbench: $(BUILD)/obj/bench/kernel_bench.o $(BUILD)/libkipp.a
+$(BUILD)/kipp-kernbench: $(BUILD)/obj/bench/kernel_bench.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # memory read bandwidth (tools/bench.py records it next to decode's effective GB/s); a
@@ -142,7 +130,7 @@ fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
+-include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
          $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d \
          $(BUILD)/obj/src/cli/cli_args.d
 

@@ -12,6 +12,7 @@
  * 10 % of them instead verify 4 draft tokens and roll back 0-4 of them; 15 % of arrivals
  * fork a second branch right after the prompt (parallel sampling); a request is freed when
  * it reaches its output length (10-400 tokens). */
+#include "backend/host_kv.h"
 #include "kv/kv.h"
 
 #include <inttypes.h>
@@ -51,10 +52,17 @@ int main(int argc, char **argv) {
     rng_state = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
     const uint32_t steps = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 3000;
     char err[KIPP_ERR_LEN];
-    kipp_kv_params p = {.n_layer = N_LAYER, .kv_dim = KV_DIM, .block_size = bs,
-                        .n_blocks = bs ? CAPACITY_TOKENS / bs : 0};
+    /* f32 host storage, as cpu-ref keeps it; the pool's bookkeeping is what is measured */
+    const kipp_kv_layout lay = {.n_layer = N_LAYER, .kv_dim = KV_DIM, .block_size = bs,
+                                .type = KIPP_KV_TYPE_F32};
+    const kipp_kv_params p = {.block_size = bs, .n_blocks = bs ? CAPACITY_TOKENS / bs : 0,
+                              .bytes_per_token = 2ull * N_LAYER * KV_DIM * sizeof(float)};
+    void *store = NULL;
     kipp_kv_pool *pool;
-    if (kipp_kv_pool_init(&p, &pool, err, sizeof err) != KIPP_OK) {
+    if (kipp_host_kv_alloc(NULL, &lay, p.n_blocks, &store, err, sizeof err) != KIPP_OK ||
+        kipp_kv_pool_init(&p, &(kipp_kv_storage){.store = store,
+                                                 .copy_block = kipp_host_kv_copy_block},
+                          &pool, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kv_bench: %s\n", err);
         return 1;
     }
@@ -137,5 +145,6 @@ int main(int argc, char **argv) {
            s.n_bytes_per_token, s.n_bytes_per_block, s.n_bytes_total, arrivals, forks, cow_blocks,
            truncations, frees, full);
     kipp_kv_pool_free(pool);
+    kipp_host_kv_free(NULL, store);
     return 0;
 }

@@ -1,12 +1,14 @@
-/* context.c — sequences on one backend sharing one KV block pool: validates every request
- * (sequence ids, token ids, contiguous positions, context and pool room) before any state
- * changes, runs batches through the backend and checks that logits come back finite. The
- * single-sequence calls (kipp_decode, kipp_ctx_truncate, ...) work on sequence 0. Does not
- * schedule sequences or decide what to batch (the server's scheduler will). */
+/* context.c — sequences on one backend sharing one KV block pool: resolves the backend and
+ * its options (KV type, ISA level, threads), has the backend allocate the pool's storage,
+ * validates every request (sequence ids, token ids, contiguous positions, context and pool
+ * room) before any state changes, runs batches through the backend and checks that logits
+ * come back finite. The single-sequence calls (kipp_decode, kipp_ctx_truncate, ...) work on
+ * sequence 0. Does not schedule sequences or decide what to batch (src/engine/sched.c). */
 #include "engine/engine.h"
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/types.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +20,8 @@ struct kipp_ctx {
     kipp_model *m;
     const kipp_backend_ops *ops;
     void *state;
+    void *kv_store; /* the backend's KV storage behind pool */
+    kipp_kv_type kv_type;
     kipp_kv_pool *pool;
     uint32_t n_ctx; /* longest sequence */
     /* a batch normalized for the backend (no NULL defaults), grown on demand */
@@ -37,15 +41,64 @@ kipp_ctx_params kipp_ctx_default_params(void) {
     return p;
 }
 
+/* The options a backend gets for p, with the KV type resolved and checked against its
+ * capabilities. */
+static kipp_status resolve_options(const kipp_backend_ops *ops, const kipp_ctx_params *p,
+                                   kipp_backend_options *o, char *err, size_t err_len) {
+    kipp_backend_caps caps;
+    ops->caps(&caps);
+    *o = (kipp_backend_options){.n_threads = p->n_threads, .isa = p->isa, .device = p->device,
+                                .kv_type = p->kv_type ? p->kv_type : caps.kv_default};
+    if (o->kv_type < 0 || o->kv_type > KIPP_KV_TYPE_BF16 || !(caps.kv_types & (1u << o->kv_type)))
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                         "backend '%s' cannot store a KV cache of type %s", ops->name,
+                         kipp_kv_type_name(o->kv_type));
+    return KIPP_OK;
+}
+
+/* Every weight of m must be of a type the backend runs (its capabilities). */
+static kipp_status check_weight_types(const kipp_backend_ops *ops, const kipp_model *m, char *err,
+                                      size_t err_len) {
+    kipp_backend_caps caps;
+    ops->caps(&caps);
+    const kipp_gguf_tensor *top[2] = {m->tok_embd, m->output};
+    for (uint32_t l = 0; l <= m->hp.n_layer; l++) {
+        const kipp_layer_weights *w = l < m->hp.n_layer ? &m->layers[l] : NULL;
+        const kipp_gguf_tensor *const ts[] = {
+            w ? w->wq : top[0], w ? w->wk : top[1], w ? w->wv : NULL, w ? w->wo : NULL,
+            w ? w->w_gate : NULL, w ? w->w_up : NULL, w ? w->w_down : NULL};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            if (!ts[i] || (ts[i]->type < 64 && (caps.weight_types >> ts[i]->type & 1))) continue;
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "backend '%s' cannot run weights of type %s (tensor %s)", ops->name,
+                             kipp_type_name(ts[i]->type), ts[i]->name);
+        }
+    }
+    return KIPP_OK;
+}
+
+kipp_status kipp_ctx_kv_bytes_per_token(const kipp_model *m, const kipp_ctx_params *p,
+                                        uint64_t *out, kipp_kv_type *type, char *err,
+                                        size_t err_len) {
+    const kipp_backend_ops *ops;
+    kipp_backend_options o;
+    kipp_status st = kipp_backend_find(p->backend, &ops, err, err_len);
+    if (st == KIPP_OK) st = resolve_options(ops, p, &o, err, err_len);
+    if (st != KIPP_OK) return st;
+    if (type) *type = o.kv_type;
+    *out = 2ull * m->hp.n_layer * m->hp.n_head_kv * m->hp.head_dim * kipp_kv_type_size(o.kv_type);
+    return KIPP_OK;
+}
+
 kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **out, char *err,
                           size_t err_len) {
     *out = NULL;
     const kipp_backend_ops *ops;
+    kipp_backend_options o;
     kipp_status st = kipp_backend_find(p->backend, &ops, err, err_len);
+    if (st == KIPP_OK) st = resolve_options(ops, p, &o, err, err_len);
+    if (st == KIPP_OK) st = check_weight_types(ops, m, err, err_len);
     if (st != KIPP_OK) return st;
-    if (p->kv_type != KIPP_KV_TYPE_DEFAULT && p->kv_type != KIPP_KV_TYPE_F32)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "KV type %s is not supported yet",
-                         kipp_kv_type_name(p->kv_type));
     uint32_t n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train < KIPP_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
                                                                       : KIPP_DEFAULT_CTX_CAP;
@@ -53,35 +106,54 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "context size %u exceeds the model's trained context length %u", n_ctx,
                          m->hp.n_ctx_train);
-    kipp_kv_params kp = {.n_layer = m->hp.n_layer,
-                         .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
-                         .block_size = p->kv_block_size ? p->kv_block_size
-                                                        : KIPP_KV_DEFAULT_BLOCK_SIZE,
-                         .n_blocks = p->n_kv_blocks};
-    if (kp.n_blocks == 0) kp.n_blocks = (n_ctx + kp.block_size - 1) / kp.block_size;
+    const kipp_kv_layout lay = {.n_layer = m->hp.n_layer,
+                                .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
+                                .block_size = p->kv_block_size ? p->kv_block_size
+                                                               : KIPP_KV_DEFAULT_BLOCK_SIZE,
+                                .type = o.kv_type};
+    uint32_t n_blocks = p->n_kv_blocks;
+    if (n_blocks == 0) n_blocks = (n_ctx + lay.block_size - 1) / lay.block_size;
+    uint64_t per_token;
+    if ((st = kipp_ctx_kv_bytes_per_token(m, p, &per_token, NULL, err, err_len)) != KIPP_OK) return st;
+    kipp_backend_memory mem;
+    if ((st = ops->memory(&o, &mem, err, err_len)) != KIPP_OK) return st;
+    const uint64_t want = per_token * lay.block_size * n_blocks;
+    if (want > mem.total)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
+                         "a KV pool of %u blocks x %u tokens (%.2f GiB of %s K/V) exceeds the "
+                         "%.2f GiB of %s memory; ask for fewer blocks or a smaller KV type",
+                         n_blocks, lay.block_size, want / 1073741824.0,
+                         kipp_kv_type_name(o.kv_type), mem.total / 1073741824.0, mem.kind);
     kipp_ctx *c = calloc(1, sizeof *c);
     if (!c) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "context: out of memory");
     c->m = m;
     c->ops = ops;
     c->n_ctx = n_ctx;
+    c->kv_type = o.kv_type;
     uint32_t seq0;
-    if ((st = kipp_kv_pool_init(&kp, &c->pool, err, err_len)) != KIPP_OK ||
+    /* a failure here is fatal for the caller: never retried on another backend */
+    if ((st = ops->init(m, n_ctx, &o, &c->state, err, err_len)) != KIPP_OK ||
+        (st = ops->kv_alloc(c->state, &lay, n_blocks, &c->kv_store, err, err_len)) != KIPP_OK)
+        goto fail;
+    const kipp_kv_params kp = {.block_size = lay.block_size, .n_blocks = n_blocks,
+                               .bytes_per_token = per_token};
+    const kipp_kv_storage kst = {.ctx = c->state, .store = c->kv_store,
+                                 .copy_block = ops->kv_copy_block};
+    if ((st = kipp_kv_pool_init(&kp, &kst, &c->pool, err, err_len)) != KIPP_OK ||
         (st = kipp_kv_seq_new(c->pool, &seq0, err, err_len)) != KIPP_OK)
         goto fail;
-    if ((st = ops->init(m, n_ctx, p->n_threads, &c->state, err, err_len)) != KIPP_OK)
-        goto fail; /* fatal for the caller: never retried on another backend */
     *out = c;
     return KIPP_OK;
 fail:
-    kipp_kv_pool_free(c->pool);
-    free(c);
+    kipp_ctx_free(c);
     return st;
 }
 
 void kipp_ctx_free(kipp_ctx *c) {
     if (!c) return;
-    c->ops->free(c->state);
     kipp_kv_pool_free(c->pool);
+    if (c->kv_store) c->ops->kv_free(c->state, c->kv_store);
+    if (c->state) c->ops->free(c->state);
     free(c->seq_ids); free(c->positions); free(c->want);
     free(c->next_pos); free(c->n_add); free(c->grow_ids); free(c->grow_n);
     free(c);
@@ -98,9 +170,8 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     kipp_kv_pool_stats(c->pool, &ks);
     memset(out, 0, sizeof *out);
     out->backend = c->ops->name;
-    out->isa = "scalar";
-    out->n_threads = 1;
-    out->kv_type = KIPP_KV_TYPE_F32;
+    c->ops->describe(c->state, &out->isa, &out->n_threads);
+    out->kv_type = c->kv_type;
     out->n_ctx = c->n_ctx;
     out->kv_block_size = ks.block_size;
     out->kv_blocks = ks.n_blocks;

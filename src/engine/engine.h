@@ -1,6 +1,6 @@
 /* engine.h — engine internals shared inside the library and with its own tests and
  * benchmarks (never installed): borrowing a context's KV block pool to inspect block tables
- * and accounting. Applications use the kipp_ctx_* API in kipp.h instead. */
+ * and accounting, and sizing a pool before its context exists. Applications use the kipp_ctx_* API in kipp.h instead. */
 #ifndef KIPP_ENGINE_H
 #define KIPP_ENGINE_H
 
@@ -10,5 +10,12 @@
 /* The context's block pool, valid as long as the context lives. Read it; change it only
  * through the kipp_ctx_* calls, which keep the context's own bookkeeping in step. */
 kipp_kv_pool *kipp_ctx_kv_pool(kipp_ctx *c);
+
+/* Bytes of K + V per token a context with params p would store (its KV type resolved on its
+ * backend, into *type unless NULL), before creating it: for sizing pools. Errors as kipp_ctx_init's for an unknown
+ * backend or a KV type the backend lacks. */
+kipp_status kipp_ctx_kv_bytes_per_token(const kipp_model *m, const kipp_ctx_params *p,
+                                        uint64_t *out, kipp_kv_type *type, char *err,
+                                        size_t err_len);
 
 #endif

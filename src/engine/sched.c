@@ -530,11 +530,24 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     kipp_model_info info;
     kipp_model_get_info(m, &info);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
+    kipp_ctx_params cp = {.backend = p.backend, .n_ctx = n_ctx, .n_threads = p.n_threads,
+                          .kv_block_size = p.block_size, .kv_type = p.kv_type, .isa = p.isa};
+    uint64_t per_token;
+    kipp_kv_type kv_type;
+    kipp_status st = kipp_ctx_kv_bytes_per_token(m, &cp, &per_token, &kv_type, err, err_len);
+    if (st != KIPP_OK) return st;
     if (!p.n_kv_tokens) { /* a context per running sequence, within a memory budget */
-        const uint64_t per_token = (uint64_t)info.n_layer * 2 * info.n_head_kv * info.head_dim * sizeof(float);
         uint64_t n = (uint64_t)n_ctx * p.max_running;
-        const uint64_t fit = KIPP_SCHED_DEFAULT_KV_BYTES / per_token;
+        const uint64_t fit = (p.kv_memory ? p.kv_memory : KIPP_SCHED_DEFAULT_KV_BYTES) / per_token;
         if (n > fit) n = fit;
+        if (p.kv_memory && n < (uint64_t)n_ctx + p.block_size)
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "a KV memory limit of %llu bytes holds %llu tokens of %s K/V (%llu "
+                             "bytes each); one context of %u tokens plus a block needs %llu bytes",
+                             (unsigned long long)p.kv_memory, (unsigned long long)fit,
+                             kipp_kv_type_name(kv_type),
+                             (unsigned long long)per_token, n_ctx,
+                             (unsigned long long)(per_token * (n_ctx + p.block_size)));
         if (n < (uint64_t)n_ctx + p.block_size) n = (uint64_t)n_ctx + p.block_size;
         p.n_kv_tokens = (uint32_t)n;
     }
@@ -550,10 +563,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->n_vocab = info.n_vocab;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
-    const kipp_ctx_params cp = {.backend = p.backend, .n_ctx = n_ctx, .n_threads = p.n_threads,
-                                .kv_block_size = p.block_size,
-                                .n_kv_blocks = (p.n_kv_tokens + p.block_size - 1) / p.block_size};
-    kipp_status st = kipp_ctx_init(m, &cp, &s->ctx, err, err_len);
+    cp.n_kv_blocks = (p.n_kv_tokens + p.block_size - 1) / p.block_size;
+    st = kipp_ctx_init(m, &cp, &s->ctx, err, err_len);
     if (st != KIPP_OK) goto fail;
     s->n_ctx = kipp_ctx_n_ctx(s->ctx);
     if (p.prefix_cache_entries &&
@@ -571,11 +582,6 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
-    }
-    { /* touch the whole pool now: memory use is flat under load, and a machine short of
-         memory fails here rather than mid-request */
-        kipp_kv_pool *pool = pool_of(s);
-        memset(pool->data, 0, (size_t)pool->n_blocks * 2 * pool->part_floats * sizeof(float));
     }
     pool_stats_locked(s);
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {

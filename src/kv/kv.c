@@ -1,8 +1,8 @@
-/* kv.c — the KV block pool: allocation from a free-block stack, per-sequence block tables,
- * refcounts, copy-on-write when a shared block is about to be written, truncation, and
- * memory accounting. Every operation that can fail checks first and changes nothing on
- * failure. Does not read or write K/V values itself except to copy a block on write (the
- * backends use kipp_kv_row() in kv.h). Design: docs/kv-cache.md. */
+/* kv.c — the KV block pool's bookkeeping: allocation from a free-block stack, per-sequence
+ * block tables, refcounts, copy-on-write when a shared block is about to be written (the
+ * copy itself is the backend's storage's), truncation, and memory accounting. Every
+ * operation that can fail checks first and changes nothing on failure. Never reads or
+ * writes K/V bytes. Also the KV type names. Design: docs/kv-cache.md. */
 #include "kv/kv.h"
 
 #include "core/error.h"
@@ -10,44 +10,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-kipp_status kipp_kv_pool_init(const kipp_kv_params *p, kipp_kv_pool **out, char *err,
-                              size_t err_len) {
+kipp_status kipp_kv_pool_init(const kipp_kv_params *p, const kipp_kv_storage *st,
+                              kipp_kv_pool **out, char *err, size_t err_len) {
     *out = NULL;
     const uint32_t bs = p->block_size ? p->block_size : KIPP_KV_DEFAULT_BLOCK_SIZE;
-    if (p->n_layer == 0 || p->kv_dim == 0 || p->n_blocks == 0)
+    if (p->n_blocks == 0 || !st || !st->copy_block)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                         "KV pool: n_layer %u, kv_dim %u and n_blocks %u must all be > 0",
-                         p->n_layer, p->kv_dim, p->n_blocks);
-    uint64_t part, block, total;
-    if (!kipp_mul_ok((uint64_t)p->n_layer * bs, p->kv_dim, &part) ||
-        !kipp_mul_ok(part, 2, &block) || !kipp_mul_ok(block, p->n_blocks, &total) ||
-        total > SIZE_MAX / sizeof(float))
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "KV pool: %u blocks of %u tokens x %u layers x %u floats is too large",
-                         p->n_blocks, bs, p->n_layer, p->kv_dim);
+                         "KV pool: n_blocks %u must be > 0 and the storage must copy blocks",
+                         p->n_blocks);
     kipp_kv_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV pool: out of memory");
-    pool->n_layer = p->n_layer;
-    pool->kv_dim = p->kv_dim;
     pool->block_size = bs;
     pool->n_blocks = p->n_blocks;
-    pool->part_floats = (size_t)part;
-    pool->data = calloc((size_t)total, sizeof(float));
+    pool->bytes_per_token = p->bytes_per_token;
+    pool->storage = *st;
     pool->refs = calloc(p->n_blocks, sizeof *pool->refs);
     pool->free_ids = malloc((size_t)p->n_blocks * sizeof *pool->free_ids);
-    if (!pool->data || !pool->refs || !pool->free_ids) {
+    if (!pool->refs || !pool->free_ids) {
         kipp_kv_pool_free(pool);
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "KV pool: out of memory for %u blocks (%llu bytes)", p->n_blocks,
-                         (unsigned long long)(total * sizeof(float)));
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV pool: out of memory for %u blocks",
+                         p->n_blocks);
     }
     /* block 0 on top: a lone sequence in a fresh pool gets blocks 0, 1, 2, ... (identity) */
     for (uint32_t i = 0; i < p->n_blocks; i++) pool->free_ids[i] = p->n_blocks - 1 - i;
     pool->n_free = p->n_blocks;
-#ifdef KIPP_FAULT_INJECT
-    const char *mode = getenv("KIPP_FAULT"); /* read once; see kipp_kv_row() */
-    pool->fault = mode ? atoi(mode) : 0;
-#endif
     *out = pool;
     return KIPP_OK;
 }
@@ -56,7 +42,6 @@ void kipp_kv_pool_free(kipp_kv_pool *pool) {
     if (!pool) return;
     for (uint32_t i = 0; i < pool->seq_cap; i++) free(pool->seqs[i].blocks);
     free(pool->seqs);
-    free(pool->data);
     free(pool->refs);
     free(pool->free_ids);
     free(pool);
@@ -72,10 +57,6 @@ static uint32_t take_block(kipp_kv_pool *pool) { /* caller checked n_free > 0 */
 
 static void release_block(kipp_kv_pool *pool, uint32_t b) {
     if (--pool->refs[b] == 0) pool->free_ids[pool->n_free++] = b;
-}
-
-static float *block_data(const kipp_kv_pool *pool, uint32_t b) {
-    return pool->data + (size_t)b * 2 * pool->part_floats;
 }
 
 /* ---- sequences -------------------------------------------------------------------------- */
@@ -221,7 +202,7 @@ kipp_status kipp_kv_grow(kipp_kv_pool *pool, const uint32_t *ids, const uint32_t
         const uint32_t old = shared_tail(pool, s, n_new[i]);
         if (old != UINT32_MAX) {
             const uint32_t b = take_block(pool);
-            memcpy(block_data(pool, b), block_data(pool, old), 2 * pool->part_floats * sizeof(float));
+            pool->storage.copy_block(pool->storage.ctx, pool->storage.store, b, old);
             release_block(pool, old);
             s->blocks[s->n_blocks - 1] = b;
         }
@@ -244,6 +225,10 @@ const char *kipp_kv_type_name(kipp_kv_type t) {
     return "?";
 }
 
+size_t kipp_kv_type_size(kipp_kv_type t) {
+    return t == KIPP_KV_TYPE_F32 ? 4 : t == KIPP_KV_TYPE_F16 || t == KIPP_KV_TYPE_BF16 ? 2 : 0;
+}
+
 kipp_status kipp_kv_type_parse(const char *s, kipp_kv_type *out, char *err, size_t err_len) {
     static const kipp_kv_type all[] = {KIPP_KV_TYPE_DEFAULT, KIPP_KV_TYPE_F32, KIPP_KV_TYPE_F16,
                                        KIPP_KV_TYPE_BF16};
@@ -262,7 +247,7 @@ void kipp_kv_pool_stats(const kipp_kv_pool *pool, kipp_kv_stats *out) {
     out->n_blocks = pool->n_blocks;
     out->n_blocks_free = pool->n_free;
     out->n_blocks_used = pool->n_blocks - pool->n_free;
-    out->n_bytes_per_token = 2ull * pool->n_layer * pool->kv_dim * sizeof(float);
+    out->n_bytes_per_token = pool->bytes_per_token;
     out->n_bytes_per_block = out->n_bytes_per_token * bs;
     out->n_bytes_total = out->n_bytes_per_block * pool->n_blocks;
     out->n_bytes_used = out->n_bytes_per_block * out->n_blocks_used;

@@ -1,8 +1,11 @@
-/* kv.h — the paged KV cache: a pool of fixed-size blocks shared by all sequences, one block
- * table per sequence, refcounts with copy-on-write for forked prefixes, and THE addressing
- * function kipp_kv_row() through which every K/V row is written and read. Design, the
- * fault-injection hook and the fault matrix: docs/kv-cache.md. Does not compute attention
- * (the backends do) and does not hash prefixes (the engine's prefix cache will). */
+/* kv.h — the paged KV cache's bookkeeping: a pool of fixed-size blocks shared by all
+ * sequences, one block table per sequence, refcounts, copy-on-write decisions for forked
+ * prefixes, truncation and memory accounting. The K/V bytes are the backend's (its
+ * kv_alloc, src/backend/backend.h): the pool holds the storage handle and asks the backend
+ * to copy a block on write; the backends turn block tables into addresses (host backends:
+ * kipp_host_kv_row in src/backend/host_kv.h). Design, fault hook and fault matrix:
+ * docs/kv-cache.md. Does not compute attention and does not hash prefixes
+ * (src/engine/prefix_cache.c does). */
 #ifndef KIPP_KV_H
 #define KIPP_KV_H
 
@@ -16,11 +19,18 @@ typedef enum { KIPP_KV_K = 0, KIPP_KV_V = 1 } kipp_kv_part;
 typedef enum { KIPP_KV_WRITE = 0, KIPP_KV_READ = 1 } kipp_kv_access;
 
 typedef struct {
-    uint32_t n_layer;    /* layers whose K and V every block holds */
-    uint32_t kv_dim;     /* floats per K (or V) row: n_head_kv * head_dim */
-    uint32_t block_size; /* tokens per block; 0 = KIPP_KV_DEFAULT_BLOCK_SIZE */
-    uint32_t n_blocks;   /* blocks in the pool (> 0) */
+    uint32_t block_size;         /* tokens per block; 0 = KIPP_KV_DEFAULT_BLOCK_SIZE */
+    uint32_t n_blocks;           /* blocks in the pool (> 0) */
+    uint64_t bytes_per_token;    /* K + V of one token in the storage (accounting only) */
 } kipp_kv_params;
+
+/* The backend's storage behind a pool: an opaque handle and the one operation the pool's
+ * bookkeeping needs, a block copy (copy-on-write). */
+typedef struct {
+    void *ctx;   /* the backend's state */
+    void *store; /* the backend's storage handle */
+    void (*copy_block)(void *ctx, void *store, uint32_t dst, uint32_t src);
+} kipp_kv_storage;
 
 #define KIPP_KV_DEFAULT_BLOCK_SIZE 16u
 
@@ -34,22 +44,22 @@ typedef struct {
     int live;
 } kipp_kv_seq;
 
-/* Fields are read by kipp_kv_row() (inline, on the attention hot path); change them only
- * through the kipp_kv_* functions. */
+/* Fields are read by the backends' addressing functions (inline, on the attention hot
+ * path); change them only through the kipp_kv_* functions. */
 typedef struct kipp_kv_pool {
-    uint32_t n_layer, kv_dim, block_size, n_blocks;
-    size_t part_floats;  /* floats in one part (K or V) of a block: n_layer*block_size*kv_dim */
-    float *data;         /* [n_blocks][2 (K, V)][n_layer][block_size][kv_dim] */
+    uint32_t block_size, n_blocks;
+    uint64_t bytes_per_token;
+    kipp_kv_storage storage;
     uint32_t *refs;      /* [n_blocks] sequences whose table holds the block; 0 = free */
     uint32_t *free_ids;  /* [n_blocks] stack of free blocks, top at free_ids[n_free-1] */
     uint32_t n_free;
     kipp_kv_seq *seqs;   /* [seq_cap] indexed by sequence id; dead slots are reused */
     uint32_t seq_cap;
-    int fault;           /* KIPP_FAULT mode in the fault-injection build; always 0 otherwise */
 } kipp_kv_pool;
 
-kipp_status kipp_kv_pool_init(const kipp_kv_params *p, kipp_kv_pool **out, char *err,
-                              size_t err_len);
+/* A pool over storage st (which must hold p->n_blocks blocks of p->block_size tokens). */
+kipp_status kipp_kv_pool_init(const kipp_kv_params *p, const kipp_kv_storage *st,
+                              kipp_kv_pool **out, char *err, size_t err_len);
 void kipp_kv_pool_free(kipp_kv_pool *pool);
 
 /* Blocks a sequence of n_tokens positions occupies. */
@@ -83,37 +93,10 @@ static inline const kipp_kv_seq *kipp_kv_seq_get(const kipp_kv_pool *pool, uint3
     return id < pool->seq_cap && pool->seqs[id].live ? &pool->seqs[id] : NULL;
 }
 
+/* Bytes of one K or V element of a KV type (f32: 4, f16/bf16: 2; 0 for DEFAULT). */
+size_t kipp_kv_type_size(kipp_kv_type t);
+
 /* Accounting: blocks, slots, bytes (see kipp_kv_stats in kipp.h). */
 void kipp_kv_pool_stats(const kipp_kv_pool *pool, kipp_kv_stats *out);
-
-/* ---- the addressing function ------------------------------------------------------------ */
-
-/* The K or V row (kv_dim floats) of `layer` at logical position pos of sequence s. The
- * caller guarantees pos < s->n_tokens (kipp_kv_grow made the room) and, for writes, that the
- * block is private to s (kipp_kv_grow copied it if it was shared). The identity layout is
- * this same path with blocks[i] == i. */
-static inline float *kipp_kv_row(const kipp_kv_pool *pool, const kipp_kv_seq *s, uint32_t layer,
-                                 uint32_t pos, kipp_kv_part part, kipp_kv_access access) {
-    const uint32_t lblock = pos / pool->block_size;
-    uint32_t slot = pos % pool->block_size;
-    uint32_t block = s->blocks[lblock];
-    (void)access;
-#ifdef KIPP_FAULT_INJECT
-    /* Planted bugs for the fault matrix (docs/kv-cache.md); reads only, never writes. */
-    if (access == KIPP_KV_READ) {
-        switch (pool->fault) {
-        case 1: block = lblock % pool->n_blocks; break;             /* read-block: table ignored */
-        case 2: slot = slot ? slot - 1 : 0; break;                  /* read-slot: one slot early */
-        case 3:                                                      /* rollover into phys + 1 */
-            if (slot == pool->block_size - 1) { block = (block + 1) % pool->n_blocks; slot = 0; }
-            break;
-        case 4: part = part == KIPP_KV_K ? KIPP_KV_V : KIPP_KV_K; break; /* K/V swap */
-        default: break;
-        }
-    }
-#endif
-    return pool->data + (size_t)block * 2 * pool->part_floats + (size_t)part * pool->part_floats +
-           ((size_t)layer * pool->block_size + slot) * pool->kv_dim;
-}
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mutation.sh — proves the model gates can fail: each case copies the source tree, plants
-# one deliberate bug in the cpu-ref forward pass, the KV addressing function (kipp_kv_row
-# in src/kv/kv.h), the pool's copy-on-write, the optimized cpu backend (whose gate is
+# one deliberate bug in the cpu-ref forward pass, the KV addressing function (kipp_host_kv_row
+# in src/backend/host_kv.h), the pool's copy-on-write, the optimized cpu backend (whose gate is
 # --cpu-vs-ref against cpu-ref) or the scheduler and prefix cache (--sched), rebuilds
 # kipp_test in the copy, and
 # requires the named gate to FAIL on the tiny checkpoint. A mutation the gates do not
@@ -14,7 +14,7 @@ pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 CPU=src/backend/cpu_ref/qwen3_forward.c  # the layer code cpu-ref runs
 FWD=src/backend/cpu/forward.c            # the cpu backend's batched pass
-KV=src/kv/kv.h
+KV=src/backend/host_kv.h                 # the host backends' KV addressing
 KVC=src/kv/kv.c
 SCH=src/engine/sched.c                   # the server's scheduler
 PFX=src/engine/prefix_cache.c
@@ -26,12 +26,12 @@ cases=(
   "attention scale 1/D|--model|$CPU|s#1.0f / sqrtf((float)D)#1.0f / (float)D#"
   "GQA head mapping|--model|$CPU|s#(size_t)(h / group) \* D#(size_t)(h % hp->n_head_kv) * D#"
   "k-norm skipped|--model|$CPU|s#rmsnorm(kh, kh, kn, D, hp->rms_eps);#(void)kn;#"
-  "KV slot off by one|--phase2-model|$KV|s#uint32_t slot = pos % pool->block_size;#uint32_t slot = (pos ? pos - 1 : 0) % pool->block_size;#"
-  "KV layer aliasing|--phase2-model|$KV|s#((size_t)layer \* pool->block_size + slot)#((size_t)0 * layer * pool->block_size + slot)#"
+  "KV slot off by one|--phase2-model|$KV|s#uint32_t slot = pos % kv->block_size;#uint32_t slot = (pos ? pos - 1 : 0) % kv->block_size;#"
+  "KV layer aliasing|--phase2-model|$KV|s#((size_t)layer \* kv->block_size + slot)#((size_t)0 * layer * kv->block_size + slot)#"
   "KV block table ignored|--paged-cpu|$KV|s#uint32_t block = s->blocks\[lblock\];#uint32_t block = lblock;#"
   "KV copy-on-write skipped|--pooled-cpu|$KVC|s#    return pool->refs\[b\] > 1 ? b : UINT32_MAX;#    return UINT32_MAX;#"
   "cpu: prefill query heads of another group|--cpu-vs-ref|$FWD|s#f->q + (size_t)(r->first + t0 + i) \* f->QD + (size_t)h \* G \* D#f->q + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * D#"
-  "cpu: attention reads V one row late|--cpu-vs-ref|$FWD|s#kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h \* D;\$#kv_at(src, r->seq, l, t ? t - 1 : 0, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;#"
+  "cpu: attention reads V one row late|--cpu-vs-ref|$FWD|s#kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;#kv_at(src, r->seq, l, t ? t - 1 : 0, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;#"
   "cpu: low activation plane dropped|--cpu-vs-ref|$FWD|s#y\[r\] = yh\[r\] + yl\[r\];#y[r] = yh[r];#|q8_0"
   "sched: prefix-cache hit keeps the whole entry|--sched|$PFX|s#if (n_hit < en->n_tokens && kipp_ctx_seq_truncate#if (0 \&\& kipp_ctx_seq_truncate#"
   "sched: a prefix-cache hit is prefilled again from position 0|--sched|$SCH|s#            r->n_fed = n_hit;#            r->n_fed = 0;#"

@@ -1,19 +1,49 @@
-/* test_kv.c — unit suite for the KV block pool (src/kv): parameter checks, identity layout,
- * the addressing function, fork + refcounts, copy-on-write (data copied, source untouched,
- * exact block count when several holders write), truncation, out-of-blocks status with
- * state unchanged, sequence slot reuse and accounting. Small geometries, no model. */
+/* test_kv.c — unit suite for the KV block pool (src/kv) over the host KV storage
+ * (src/backend/host_kv.c): parameter checks, identity layout, the addressing function, fork
+ * + refcounts, copy-on-write (data copied, source untouched, exact block count when several
+ * holders write), truncation, out-of-blocks status with state unchanged, sequence slot reuse
+ * and accounting; f16/bf16 storage (row conversions, block copies of 2-byte elements). Small
+ * geometries, no model. */
+#include "backend/host_kv.h"
+#include "core/types.h"
 #include "kv/kv.h"
 #include "kt.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-static kipp_kv_pool *make(uint32_t n_layer, uint32_t kv_dim, uint32_t bs, uint32_t n_blocks) {
+#define KV(pool) ((kipp_host_kv *)(pool)->storage.store)
+#define ROW(pool, s, l, pos, part, acc) \
+    ((float *)kipp_host_kv_row(KV(pool), s, l, pos, (kipp_kv_part)(part), acc))
+
+static kipp_kv_pool *make_typed(uint32_t n_layer, uint32_t kv_dim, uint32_t bs, uint32_t n_blocks,
+                                kipp_kv_type type) {
     char err[KIPP_ERR_LEN] = "";
-    kipp_kv_params p = {.n_layer = n_layer, .kv_dim = kv_dim, .block_size = bs, .n_blocks = n_blocks};
+    const kipp_kv_layout lay = {.n_layer = n_layer, .kv_dim = kv_dim,
+                                .block_size = bs ? bs : KIPP_KV_DEFAULT_BLOCK_SIZE, .type = type};
+    void *store = NULL;
+    if (kipp_host_kv_alloc(NULL, &lay, n_blocks, &store, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "storage: %s", err);
+        return NULL;
+    }
+    const kipp_kv_params p = {.block_size = bs, .n_blocks = n_blocks,
+                              .bytes_per_token = 2ull * n_layer * kv_dim * kipp_kv_type_size(type)};
+    const kipp_kv_storage st = {.ctx = NULL, .store = store, .copy_block = kipp_host_kv_copy_block};
     kipp_kv_pool *pool = NULL;
-    KT_CHECK(kipp_kv_pool_init(&p, &pool, err, sizeof err) == KIPP_OK && pool, "init: %s", err);
+    KT_CHECK(kipp_kv_pool_init(&p, &st, &pool, err, sizeof err) == KIPP_OK && pool, "init: %s", err);
+    if (!pool) kipp_host_kv_free(NULL, store);
     return pool;
+}
+
+static kipp_kv_pool *make(uint32_t n_layer, uint32_t kv_dim, uint32_t bs, uint32_t n_blocks) {
+    return make_typed(n_layer, kv_dim, bs, n_blocks, KIPP_KV_TYPE_F32);
+}
+
+static void free_pool(kipp_kv_pool *pool) {
+    if (!pool) return;
+    kipp_host_kv_free(NULL, KV(pool));
+    kipp_kv_pool_free(pool);
 }
 
 static uint32_t new_seq(kipp_kv_pool *pool) {
@@ -36,22 +66,22 @@ static float pattern(uint32_t tag, uint32_t l, uint32_t pos, int part, uint32_t 
 /* Writes positions from..to-1 of sequence id with pattern(tag, ...). */
 static void write_rows(kipp_kv_pool *pool, uint32_t id, uint32_t tag, uint32_t from, uint32_t to) {
     const kipp_kv_seq *s = kipp_kv_seq_get(pool, id);
-    for (uint32_t l = 0; l < pool->n_layer; l++)
+    for (uint32_t l = 0; l < KV(pool)->n_layer; l++)
         for (uint32_t pos = from; pos < to; pos++)
             for (int part = 0; part < 2; part++) {
-                float *r = kipp_kv_row(pool, s, l, pos, (kipp_kv_part)part, KIPP_KV_WRITE);
-                for (uint32_t i = 0; i < pool->kv_dim; i++) r[i] = pattern(tag, l, pos, part, i);
+                float *r = ROW(pool, s, l, pos, part, KIPP_KV_WRITE);
+                for (uint32_t i = 0; i < KV(pool)->kv_dim; i++) r[i] = pattern(tag, l, pos, part, i);
             }
 }
 
 /* Do positions from..to-1 of sequence id read back pattern(tag, ...)? */
 static int rows_are(const kipp_kv_pool *pool, uint32_t id, uint32_t tag, uint32_t from, uint32_t to) {
     const kipp_kv_seq *s = kipp_kv_seq_get(pool, id);
-    for (uint32_t l = 0; l < pool->n_layer; l++)
+    for (uint32_t l = 0; l < KV(pool)->n_layer; l++)
         for (uint32_t pos = from; pos < to; pos++)
             for (int part = 0; part < 2; part++) {
-                const float *r = kipp_kv_row(pool, s, l, pos, (kipp_kv_part)part, KIPP_KV_READ);
-                for (uint32_t i = 0; i < pool->kv_dim; i++)
+                const float *r = ROW(pool, s, l, pos, part, KIPP_KV_READ);
+                for (uint32_t i = 0; i < KV(pool)->kv_dim; i++)
                     if (r[i] != pattern(tag, l, pos, part, i)) return 0;
             }
     return 1;
@@ -59,21 +89,83 @@ static int rows_are(const kipp_kv_pool *pool, uint32_t id, uint32_t tag, uint32_
 
 static void test_params(void) {
     char err[KIPP_ERR_LEN] = "";
-    kipp_kv_pool *pool = (kipp_kv_pool *)1;
-    kipp_kv_params p = {.n_layer = 0, .kv_dim = 4, .block_size = 4, .n_blocks = 4};
-    KT_CHECK(kipp_kv_pool_init(&p, &pool, err, sizeof err) == KIPP_ERR_INVALID_ARG && !pool &&
-                 strstr(err, "n_layer 0"),
+    void *store = (void *)1;
+    kipp_kv_layout lay = {.n_layer = 0, .kv_dim = 4, .block_size = 4, .type = KIPP_KV_TYPE_F32};
+    KT_CHECK(kipp_host_kv_alloc(NULL, &lay, 4, &store, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 !store && strstr(err, "n_layer 0"),
              "zero layers: %s", err);
-    p = (kipp_kv_params){.n_layer = UINT32_MAX, .kv_dim = UINT32_MAX, .block_size = 64,
-                         .n_blocks = UINT32_MAX};
-    KT_CHECK(kipp_kv_pool_init(&p, &pool, err, sizeof err) == KIPP_ERR_NOMEM && !pool,
+    lay = (kipp_kv_layout){.n_layer = UINT32_MAX, .kv_dim = UINT32_MAX, .block_size = 64,
+                           .type = KIPP_KV_TYPE_F16};
+    KT_CHECK(kipp_host_kv_alloc(NULL, &lay, UINT32_MAX, &store, err, sizeof err) == KIPP_ERR_NOMEM &&
+                 !store,
              "overflowing geometry: %s", err);
+    lay = (kipp_kv_layout){.n_layer = 1, .kv_dim = 4, .block_size = 4, .type = KIPP_KV_TYPE_DEFAULT};
+    KT_CHECK(kipp_host_kv_alloc(NULL, &lay, 4, &store, err, sizeof err) == KIPP_ERR_UNSUPPORTED &&
+                 !store,
+             "unresolved KV type accepted: %s", err);
+    kipp_kv_pool *pool = (kipp_kv_pool *)1;
+    const kipp_kv_params p0 = {.block_size = 4, .n_blocks = 0};
+    const kipp_kv_storage st = {.copy_block = kipp_host_kv_copy_block};
+    KT_CHECK(kipp_kv_pool_init(&p0, &st, &pool, err, sizeof err) == KIPP_ERR_INVALID_ARG && !pool,
+             "zero blocks: %s", err);
     pool = make(1, 2, 0, 2);
     if (!pool) return;
     KT_CHECK(pool->block_size == KIPP_KV_DEFAULT_BLOCK_SIZE, "default block size %u",
              pool->block_size);
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
     kipp_kv_pool_free(NULL);
+    kipp_kv_type t = KIPP_KV_TYPE_F32;
+    KT_CHECK(kipp_kv_type_parse("bf16", &t, err, sizeof err) == KIPP_OK && t == KIPP_KV_TYPE_BF16 &&
+                 kipp_kv_type_parse("q8_0", &t, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 strstr(err, "q8_0") && strstr(err, "f16"),
+             "KV type names: %s", err);
+}
+
+/* f16 / bf16 storage: rows are stored rounded to nearest even and read back exactly as
+ * rounded; copy-on-write copies 2-byte elements whole. */
+static void test_half_types(void) {
+    char err[KIPP_ERR_LEN];
+    const kipp_kv_type types[2] = {KIPP_KV_TYPE_F16, KIPP_KV_TYPE_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        const kipp_kv_type ty = types[ti];
+        kipp_kv_pool *pool = make_typed(2, 5, 4, 4, ty);
+        if (!pool) return;
+        uint32_t a = 0, f = 0;
+        KT_CHECK(kipp_kv_seq_new(pool, &a, err, sizeof err) == KIPP_OK, "%s", err);
+        grow1(pool, a, 6);
+        const kipp_kv_seq *s = kipp_kv_seq_get(pool, a);
+        float in[5] = {1.0f / 3.0f, -1000.5f, 3.14159265f, 1e-3f, 65504.0f}, out[5], want[5];
+        memcpy(want, in, sizeof in);
+        kipp_kv_round(ty, want, 5);
+        int exact = 1, rounded = 0;
+        for (uint32_t pos = 0; pos < 6; pos++) {
+            kipp_host_kv_put(ty, kipp_host_kv_row(KV(pool), s, 1, pos, KIPP_KV_V, KIPP_KV_WRITE), in, 5);
+        }
+        for (uint32_t pos = 0; pos < 6; pos++) {
+            kipp_host_kv_get(ty, out, kipp_host_kv_row(KV(pool), s, 1, pos, KIPP_KV_V, KIPP_KV_READ), 5);
+            for (int i = 0; i < 5; i++) {
+                exact &= out[i] == want[i];
+                rounded |= out[i] != in[i];
+                /* within half an ulp of the type: 2^-11 (f16) or 2^-8 (bf16) relative */
+                exact &= fabsf(out[i] - in[i]) <= fabsf(in[i]) * (ty == KIPP_KV_TYPE_F16 ? 0x1p-11f : 0x1p-8f);
+            }
+        }
+        KT_CHECK(exact && rounded, "%s rows: read back the rounded values (%d) and rounding happened (%d)",
+                 kipp_kv_type_name(ty), exact, rounded);
+        KT_CHECK(kipp_kv_seq_fork(pool, a, &f, err, sizeof err) == KIPP_OK && grow1(pool, f, 1) == KIPP_OK,
+                 "fork + grow: %s", err);
+        const kipp_kv_seq *sf = kipp_kv_seq_get(pool, f);
+        s = kipp_kv_seq_get(pool, a);
+        KT_CHECK(sf->blocks[1] != s->blocks[1], "%s: the shared tail was copied", kipp_kv_type_name(ty));
+        kipp_host_kv_get(ty, out, kipp_host_kv_row(KV(pool), sf, 1, 5, KIPP_KV_V, KIPP_KV_READ), 5);
+        KT_CHECK(memcmp(out, want, sizeof out) == 0, "%s: the copied block holds the rows",
+                 kipp_kv_type_name(ty));
+        kipp_kv_stats st;
+        kipp_kv_pool_stats(pool, &st);
+        KT_CHECK(st.n_bytes_per_token == 2ull * 2 * 5 * 2, "%s: %llu bytes per token", kipp_kv_type_name(ty),
+                 (unsigned long long)st.n_bytes_per_token);
+        free_pool(pool);
+    }
 }
 
 static void test_identity_and_rows(void) {
@@ -87,18 +179,19 @@ static void test_identity_and_rows(void) {
                  s->blocks[2] == 2,
              "a lone sequence in a fresh pool takes blocks 0, 1, 2");
     /* every (layer, pos, part) row is distinct and inside the pool */
-    const float *lo = pool->data, *hi = pool->data + (size_t)6 * 2 * pool->part_floats;
+    const float *lo = (const float *)KV(pool)->data,
+                *hi = lo + (size_t)6 * 2 * KV(pool)->part_bytes / sizeof(float);
     int inside = 1, distinct = 1;
     for (uint32_t l = 0; l < 2; l++)
         for (uint32_t pos = 0; pos < 10; pos++)
             for (int part = 0; part < 2; part++) {
-                const float *r = kipp_kv_row(pool, s, l, pos, (kipp_kv_part)part, KIPP_KV_WRITE);
+                const float *r = ROW(pool, s, l, pos, part, KIPP_KV_WRITE);
                 inside &= r >= lo && r + 3 <= hi;
                 for (uint32_t l2 = 0; l2 < 2; l2++)
                     for (uint32_t p2 = 0; p2 < 10; p2++)
                         for (int q = 0; q < 2; q++)
                             if ((l2 != l || p2 != pos || q != part) &&
-                                kipp_kv_row(pool, s, l2, p2, (kipp_kv_part)q, KIPP_KV_WRITE) == r)
+                                ROW(pool, s, l2, p2, q, KIPP_KV_WRITE) == r)
                                 distinct = 0;
             }
     KT_CHECK(inside && distinct, "rows inside the pool %d, distinct %d", inside, distinct);
@@ -110,7 +203,7 @@ static void test_identity_and_rows(void) {
     KT_CHECK(grow1(pool, a, 9) == KIPP_OK && s->blocks[0] == 0 && s->blocks[1] == 1 &&
                  s->blocks[2] == 2,
              "identity after truncate to 0");
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
 }
 
 static void test_fork_cow_truncate(void) {
@@ -167,7 +260,7 @@ static void test_fork_cow_truncate(void) {
              "accounting after COW: tokens %llu slots %llu used %u shared %u",
              (unsigned long long)st.n_tokens, (unsigned long long)st.n_slots_filled,
              st.n_blocks_used, st.n_blocks_shared);
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
 }
 
 static void test_full_and_atomic(void) {
@@ -198,7 +291,7 @@ static void test_full_and_atomic(void) {
                  strstr(err, "sequence 9"),
              "an unknown sequence: %s", err);
     KT_CHECK(grow1(pool, a, UINT32_MAX) == KIPP_ERR_INVALID_ARG, "length overflow");
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
 }
 
 /* k holders of a shared partial block all writing in one grow need k - 1 copies. */
@@ -232,7 +325,7 @@ static void test_cow_exact_count(void) {
     KT_CHECK(pool->refs[s[0]->blocks[0]] == 3 &&
                  kipp_kv_grow(pool, ids2, n2, 2, err, sizeof err) == KIPP_ERR_KV_FULL,
              "2 of 3 holders writing need 2 copies with 1 free: %s", err);
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
 }
 
 static void test_free_and_slots(void) {
@@ -262,7 +355,7 @@ static void test_free_and_slots(void) {
     for (int i = 0; i < 20; i++) kipp_kv_seq_free(pool, more[i], err, sizeof err);
     kipp_kv_seq_free(pool, a, err, sizeof err);
     KT_CHECK(pool->n_free == 4, "all blocks free again");
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
 }
 
 /* A shared block filled differently by its holders counts its largest fill once. */
@@ -284,10 +377,11 @@ static void test_shared_fill_accounting(void) {
     KT_CHECK(st.n_tokens == 9 && st.n_slots_filled == 5 && st.n_blocks_shared == 1,
              "tokens %llu, slots %llu", (unsigned long long)st.n_tokens,
              (unsigned long long)st.n_slots_filled);
-    kipp_kv_pool_free(pool);
+    free_pool(pool);
 }
 
 void kt_suite_kv(void) {
+    test_half_types();
     test_params();
     test_identity_and_rows();
     test_fork_cow_truncate();

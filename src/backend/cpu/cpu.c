@@ -1,9 +1,12 @@
 /* cpu.c — the optimized CPU backend ("cpu"): picks the best kernel level cpuid allows
- * (kernels_*.c: scalar, avx2, avx512, avx512vnni; neon on arm64), starts the thread pool, and
- * hands batches to the batched forward pass (forward.c). KIPP_CPU_ISA=<level> forces a level
- * (for testing); forcing one the CPU lacks is an error, never a silent fallback. Gated
- * against cpu-ref by tests/model/gates_cpu.c. */
+ * (kernels_*.c: scalar, avx2, avx512, avx512vnni; neon on arm64) or the one the context
+ * names (kipp_ctx_params.isa; a level the CPU lacks is an error, never a silent fallback),
+ * starts the thread pool, keeps the KV cache in the shared host storage (host_kv.c) and
+ * hands batches to the batched forward pass (forward.c). Gated against cpu-ref by the model
+ * gates run with --backend cpu (tests/model). */
 #include "backend/backend.h"
+
+#include "backend/host_kv.h"
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/forward.h"
@@ -53,7 +56,7 @@ kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **ou
         if (!kipp_cpu_isa_available(levels[i]->isa)) {
             if (!isa) continue;
             return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
-                             "cpu: KIPP_CPU_ISA=%s asks for an instruction set this CPU lacks "
+                             "cpu: ISA level %s asks for an instruction set this CPU lacks "
                              "(avx2 needs AVX2+FMA+F16C; avx512 also AVX-512F/BW/VL; avx512vnni "
                              "also AVX512-VNNI and AVX512-BF16)",
                              isa);
@@ -62,7 +65,7 @@ kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **ou
         return KIPP_OK;
     }
     return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
-                     "cpu: unknown KIPP_CPU_ISA '%s' (known: scalar, avx2, avx512, avx512vnni, "
+                     "cpu: unknown ISA level '%s' (known: scalar, avx2, avx512, avx512vnni, "
                      "neon)",
                      isa);
 }
@@ -97,17 +100,34 @@ static void cpu_free(void *state) {
     free(s);
 }
 
-static kipp_status cpu_init(const kipp_model *m, uint32_t n_ctx, int n_threads, void **state,
-                            char *err, size_t err_len) {
+static void cpu_caps(kipp_backend_caps *out) {
+    *out = (kipp_backend_caps){
+        .weight_types = 1ull << KIPP_TYPE_F32 | 1ull << KIPP_TYPE_F16 | 1ull << KIPP_TYPE_BF16 |
+                        1ull << KIPP_TYPE_Q8_0 | 1ull << KIPP_TYPE_Q4_0 | 1ull << KIPP_TYPE_Q4_K |
+                        1ull << KIPP_TYPE_Q6_K,
+        .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16,
+        /* f16: half the memory and KV traffic of f32 for an error far inside the gate
+         * (measurements: docs/kv-cache.md, bench/results/kv-type-*.json) */
+        .kv_default = KIPP_KV_TYPE_F16,
+        .max_batch = 0};
+}
+
+static void cpu_describe(void *state, const char **isa, int *n_threads) {
+    const cpu_state *s = state;
+    *isa = s->k->isa;
+    *n_threads = kipp_threadpool_n_threads(s->pool);
+}
+
+static kipp_status cpu_init(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,
+                            void **state, char *err, size_t err_len) {
     *state = NULL;
     cpu_state *s = calloc(1, sizeof *s);
     if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory");
-    const char *isa = getenv("KIPP_CPU_ISA");
-    kipp_status st = kipp_cpu_kernels_select(isa && *isa ? isa : NULL, &s->k, err, err_len);
+    kipp_status st = kipp_cpu_kernels_select(o->isa && *o->isa ? o->isa : NULL, &s->k, err, err_len);
     if (st != KIPP_OK) goto fail;
-    st = kipp_threadpool_init(n_threads, &s->pool, err, err_len);
+    st = kipp_threadpool_init(o->n_threads, &s->pool, err, err_len);
     if (st != KIPP_OK) goto fail;
-    st = kipp_cpu_fwd_init(m, n_ctx, s->k, s->pool, &s->fwd, err, err_len);
+    st = kipp_cpu_fwd_init(m, n_ctx, o->kv_type, s->k, s->pool, &s->fwd, err, err_len);
     if (st != KIPP_OK) goto fail;
     *state = s;
     return KIPP_OK;
@@ -130,8 +150,14 @@ static kipp_status cpu_forward_nocache(void *state, const int32_t *tokens, uint3
 
 const kipp_backend_ops kipp_backend_cpu = {
     .name = "cpu",
+    .caps = cpu_caps,
+    .memory = kipp_host_memory,
     .init = cpu_init,
     .free = cpu_free,
+    .describe = cpu_describe,
+    .kv_alloc = kipp_host_kv_alloc,
+    .kv_free = kipp_host_kv_free,
+    .kv_copy_block = kipp_host_kv_copy_block,
     .decode_batch = cpu_decode_batch,
     .forward_nocache = cpu_forward_nocache,
 };

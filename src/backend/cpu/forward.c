@@ -10,15 +10,20 @@
  * Attention: the batch is cut into runs (consecutive tokens of one sequence at consecutive
  * positions: a prompt being prefilled, or one token of a decoding sequence). Each work item
  * is (run, KV head, chunk of at most ATT_CHUNK of the run's tokens): it gathers the K rows
- * 0..last position into a contiguous tile and V transposed — every row through kipp_kv_row(),
- * the one addressing function — then computes scores = K·q for all the chunk's query heads
- * with the f32 gemm, a causal softmax, and out = V^T·p with the gemm again. Items are pulled
- * from an atomic counter so causal imbalance evens out over the threads.
+ * 0..last position into a contiguous f32 tile and V transposed — every row through
+ * kipp_host_kv_row(), the one addressing function, converted from the KV type — then
+ * computes scores = K·q for all the chunk's query heads with the f32 gemm, a causal softmax,
+ * and out = V^T·p with the gemm again. A lone decoding token reads the rows in place (f32)
+ * or converts them a segment at a time into a small f32 tile (f16/bf16: half the memory
+ * traffic). Items are pulled from an atomic counter so causal imbalance evens out over the
+ * threads.
  *
- * The recomputation path (forward_nocache) is the same code with a private, contiguous K/V
- * store instead of the block pool. No ISA-specific code here: only kernels_*.c use
- * intrinsics. */
+ * The recomputation path (forward_nocache) is the same code with a private, contiguous f32
+ * K/V store instead of the pool, holding K/V rounded through the KV type. No ISA-specific
+ * code here: only kernels_*.c use intrinsics. */
 #include "backend/cpu/forward.h"
+
+#include "backend/host_kv.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -30,18 +35,25 @@
 
 #define ATT_CHUNK 64u   /* query tokens per attention work item */
 #define PAR_MIN_TOKENS 4 /* below this, per-token elementwise work stays on the caller */
+#define SEG_ROWS 64u     /* f16/bf16 decode: KV rows converted to f32 at a time */
 
-/* Where attention reads and writes K/V: the context's block pool, or (recomputation) a
- * private contiguous store of the current layer for a single sequence. */
+/* Where attention reads and writes K/V: the context's host KV storage, or (recomputation) a
+ * private contiguous f32 store of the current layer for a single sequence. */
 typedef struct {
-    kipp_kv_pool *pool;  /* NULL: private store */
+    const kipp_host_kv *kv; /* NULL: private store */
     float *priv_k, *priv_v; /* [n][kv_dim], current layer (private store only) */
 } kv_src;
 
-static float *kv_at(const kv_src *src, const kipp_kv_seq *seq, uint32_t layer, uint32_t pos,
-                    kipp_kv_part part, kipp_kv_access access, uint32_t kv_dim) {
-    if (!src->pool) return (part == KIPP_KV_K ? src->priv_k : src->priv_v) + (size_t)pos * kv_dim;
-    return kipp_kv_row(src->pool, seq, layer, pos, part, access);
+/* The address of a K or V row: kv_dim elements of the storage's type (f32 in the private
+ * store). The block table is turned into addresses here and only here. */
+static void *kv_at(const kv_src *src, const kipp_kv_seq *seq, uint32_t layer, uint32_t pos,
+                   kipp_kv_part part, kipp_kv_access access, uint32_t kv_dim) {
+    if (!src->kv) return (part == KIPP_KV_K ? src->priv_k : src->priv_v) + (size_t)pos * kv_dim;
+    return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);
+}
+
+static kipp_kv_type src_type(const kv_src *src) {
+    return src->kv ? src->kv->type : KIPP_KV_TYPE_F32;
 }
 
 typedef struct {
@@ -65,13 +77,24 @@ struct kipp_cpu_fwd {
     const kipp_cpu_kernels *k;
     kipp_threadpool *tp;
     int n_threads;
+    /* H hidden size, F MLP size, D head dim, Nh query heads, Nkv KV heads, QD = Nh*D,
+     * kv_dim = Nkv*D, group = Nh/Nkv query heads per KV head */
     uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
+    kipp_kv_type kv_type; /* the cache's; the private store rounds through it */
     /* norm weights dequantized once to f32 */
     float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm;
     double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
-    /* batch scratch, grown to the largest batch seen */
+    /* batch scratch for n <= cap tokens, grown to the largest batch seen; row t is token t */
     uint32_t cap;
-    float *x, *xn, *q, *kx, *vx, *att, *proj, *gate, *up;
+    float *x;    /* [cap][H]  residual stream */
+    float *xn;   /* [cap][H]  RMSNormed input of the current block */
+    float *q;    /* [cap][QD] queries (normed, roped), heads concatenated */
+    float *kx;   /* [cap][kv_dim] this layer's keys (normed, roped) before the cache write */
+    float *vx;   /* [cap][kv_dim] this layer's values */
+    float *att;  /* [cap][QD] attention output, heads concatenated */
+    float *proj; /* [cap][H]  output of wo / w_down, added into x */
+    float *gate; /* [cap][F]  gate projection, then silu(gate) * up */
+    float *up;   /* [cap][F]  up projection */
     float *rcos, *rsin; /* [cap][D/2] */
     unsigned char *act; /* converted activations */
     size_t act_cap;
@@ -310,10 +333,15 @@ static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         }
         const kipp_kv_seq *seq = j->run_of ? j->runs[j->run_of[t]].seq : NULL;
         const uint32_t pos = j->b ? j->b->positions[t] : (uint32_t)t;
-        memcpy(kv_at(j->src, seq, l, pos, KIPP_KV_K, KIPP_KV_WRITE, f->kv_dim), k,
-               f->kv_dim * sizeof(float));
-        memcpy(kv_at(j->src, seq, l, pos, KIPP_KV_V, KIPP_KV_WRITE, f->kv_dim),
-               f->vx + t * f->kv_dim, f->kv_dim * sizeof(float));
+        float *v = f->vx + t * f->kv_dim;
+        void *kd = kv_at(j->src, seq, l, pos, KIPP_KV_K, KIPP_KV_WRITE, f->kv_dim);
+        void *vd = kv_at(j->src, seq, l, pos, KIPP_KV_V, KIPP_KV_WRITE, f->kv_dim);
+        if (!j->src->kv) { /* private store: the values the cache would hold */
+            kipp_kv_round(f->kv_type, k, f->kv_dim);
+            kipp_kv_round(f->kv_type, v, f->kv_dim);
+        }
+        kipp_host_kv_put(src_type(j->src), kd, k, f->kv_dim);
+        kipp_host_kv_put(src_type(j->src), vd, v, f->kv_dim);
     }
 }
 
@@ -408,38 +436,101 @@ static void softmax_rows(const kipp_cpu_fwd *f, float *sc, size_t ld, uint32_t r
     }
 }
 
-/* A single query token (decode): no gathering. Scores come from the f32 gemm straight over
- * each KV block's K rows when kipp_kv_row() gives them contiguously (slots of one block are
- * kv_dim floats apart), row by row otherwise; the output accumulates p * V row by row. */
+/* n elements of a K/V row of type t at src into f32 dst. */
+static void row_to_f32(const kipp_cpu_fwd *f, kipp_kv_type t, float *dst, const void *src,
+                       uint32_t n) {
+    if (t == KIPP_KV_TYPE_F16 && f->k->f16_to_f32) f->k->f16_to_f32(src, dst, n);
+    else if (t == KIPP_KV_TYPE_BF16 && f->k->bf16_to_f32) f->k->bf16_to_f32(src, dst, n);
+    else kipp_host_kv_get(t, dst, src, n);
+}
+
+/* Head h's D values of rows t..e-1 (a segment) of part at f32 tile dst (D floats apart). */
+static void seg_to_f32(const kipp_cpu_fwd *f, const kv_src *src, const run_t *r, uint32_t l,
+                       uint32_t h, kipp_kv_part part, uint32_t t, uint32_t e, float *dst) {
+    const kipp_kv_type ty = src_type(src);
+    const size_t off = (size_t)h * f->D * kipp_kv_type_size(ty);
+    for (uint32_t u = t; u < e; u++)
+        row_to_f32(f, ty, dst + (size_t)(u - t) * f->D,
+                   (const char *)kv_at(src, r->seq, l, u, part, KIPP_KV_READ, f->kv_dim) + off, f->D);
+}
+
+/* The end of the run of positions t.. whose rows of part follow each other in memory (one
+ * block's slots, or neighbouring blocks), at most t + max. */
+static uint32_t contiguous_end(const kipp_cpu_fwd *f, const kv_src *src, const run_t *r,
+                               uint32_t l, kipp_kv_part part, uint32_t t, uint32_t n_kv,
+                               uint32_t max) {
+    const size_t row = (size_t)f->kv_dim * kipp_kv_type_size(src_type(src));
+    const char *p0 = kv_at(src, r->seq, l, t, part, KIPP_KV_READ, f->kv_dim);
+    uint32_t e = t + 1;
+    while (e < n_kv && e - t < max &&
+           (const char *)kv_at(src, r->seq, l, e, part, KIPP_KV_READ, f->kv_dim) == p0 + (e - t) * row)
+        e++;
+    return e;
+}
+
+typedef void (*pv_kv_fn)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
+                         size_t v_stride, uint32_t n, uint32_t d);
+
+/* A single query token (decode): no gathering. Scores come straight from the K rows of each
+ * run of positions contiguous in memory, through the gemm of the KV type (f32, or the f16 /
+ * bf16 weight gemm, which takes f32 activations); p·V reads the V rows in place the same
+ * way. A level without such a kernel converts a segment of at most SEG_ROWS rows into the
+ * kc tile and uses the f32 kernels. */
 static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
                        uint32_t l, uint32_t h, uint32_t tok) {
     const uint32_t D = f->D, G = f->group, n_kv = r->pos0 + 1;
     const size_t ld = a->cap_kv, kvd = f->kv_dim;
+    const kipp_kv_type ty = src_type(src);
+    const size_t esz = kipp_kv_type_size(ty), hoff = (size_t)h * D * esz;
+    kipp_cpu_gemm_fn kgemm = NULL; /* scores over rows of type ty; NULL: convert */
+    pv_kv_fn pv = NULL;            /* p·V over rows of type ty (f16/bf16); NULL: convert */
+    if (ty == KIPP_KV_TYPE_F32) {
+        kgemm = f->k->f32.gemm;
+    } else {
+        const kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ty == KIPP_KV_TYPE_F16 ? KIPP_TYPE_F16 : KIPP_TYPE_BF16);
+        if (mm.act == KIPP_ACT_F32) kgemm = mm.gemm;
+        pv = ty == KIPP_KV_TYPE_F16 ? f->k->pv_f16 : f->k->pv_bf16;
+    }
     const float *q = f->q + (size_t)tok * f->QD + (size_t)h * G * D; /* G heads, adjacent */
-    uint32_t t = 0;
-    while (t < n_kv) {
-        const float *k0 = kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim);
-        uint32_t e = t + 1;
-        while (e < n_kv && kv_at(src, r->seq, l, e, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) == k0 + (e - t) * kvd)
-            e++;
-        gemm_f32(f, k0 + (size_t)h * D, kvd * sizeof(float), e - t, q, D * sizeof(float), G,
-                 a->sc + t, ld, D);
-        t = e;
+    for (uint32_t t = 0, e; t < n_kv; t = e) {
+        e = contiguous_end(f, src, r, l, KIPP_KV_K, t, n_kv, kgemm ? UINT32_MAX : SEG_ROWS);
+        const char *k0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + hoff;
+        if (kgemm) {
+            kgemm(k0, kvd * esz, e - t, q, D * sizeof(float), G, a->sc + t, ld, D);
+        } else {
+            seg_to_f32(f, src, r, l, h, KIPP_KV_K, t, e, a->kc);
+            gemm_f32(f, a->kc, D * sizeof(float), e - t, q, D * sizeof(float), G, a->sc + t, ld, D);
+        }
     }
     softmax_rows(f, a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
     float *o = f->att + (size_t)tok * f->QD + (size_t)h * G * D;
     memset(o, 0, (size_t)G * D * sizeof(float));
-    for (t = 0; t < n_kv;) {
-        const float *v0 = kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim);
-        uint32_t e = t + 1;
-        if (f->k->pv_f32) {
-            while (e < n_kv && kv_at(src, r->seq, l, e, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) == v0 + (e - t) * kvd) e++;
-            f->k->pv_f32(o, a->sc + t, ld, G, v0 + (size_t)h * D, kvd, e - t, D);
-        } else {
-            for (uint32_t g = 0; g < G; g++)
-                f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + t], v0 + (size_t)h * D, D);
+    const int in_place = ty == KIPP_KV_TYPE_F32 ? f->k->pv_f32 != NULL : pv != NULL;
+    for (uint32_t t = 0, e; t < n_kv; t = e) {
+        e = contiguous_end(f, src, r, l, KIPP_KV_V, t, n_kv, in_place ? UINT32_MAX : SEG_ROWS);
+        const char *v0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + hoff;
+        if (in_place && ty == KIPP_KV_TYPE_F32) {
+            f->k->pv_f32(o, a->sc + t, ld, G, (const float *)v0, kvd, e - t, D);
+            continue;
         }
-        t = e;
+        if (in_place) {
+            pv(o, a->sc + t, ld, G, v0, kvd, e - t, D);
+            continue;
+        }
+        const float *vf = (const float *)v0; /* f32 rows in place, or converted into kc */
+        size_t stride = kvd;
+        if (ty != KIPP_KV_TYPE_F32) {
+            seg_to_f32(f, src, r, l, h, KIPP_KV_V, t, e, a->kc);
+            vf = a->kc;
+            stride = D;
+        }
+        if (f->k->pv_f32) {
+            f->k->pv_f32(o, a->sc + t, ld, G, vf, stride, e - t, D);
+        } else {
+            for (uint32_t u = t; u < e; u++)
+                for (uint32_t g = 0; g < G; g++)
+                    f->k->axpy_f32(o + (size_t)g * D, a->sc[(size_t)g * ld + u], vf + (size_t)(u - t) * stride, D);
+        }
     }
 }
 
@@ -453,12 +544,16 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
     }
     const uint32_t last = r->pos0 + t0 + m - 1, n_kv = last + 1;
     const size_t ld = a->cap_kv; /* row stride of vt and sc */
-    /* gather K rows and V transposed for positions 0..last */
+    /* gather K rows (as f32) and V transposed for positions 0..last */
+    const kipp_kv_type ty = src_type(src);
+    const size_t off = (size_t)h * D * kipp_kv_type_size(ty);
+    float *vrow = a->oc; /* one converted V row; oc is written only after the gemms */
     for (uint32_t t = 0; t < n_kv; t++) {
-        const float *kr = kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
-        const float *vr = kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + (size_t)h * D;
-        memcpy(a->kc + (size_t)t * D, kr, D * sizeof(float));
-        for (uint32_t d = 0; d < D; d++) a->vt[(size_t)d * ld + t] = vr[d];
+        const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
+        const char *vr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
+        row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
+        row_to_f32(f, ty, vrow, vr, D);
+        for (uint32_t d = 0; d < D; d++) a->vt[(size_t)d * ld + t] = vrow[d];
     }
     /* query rows: token i of the chunk, head g of the group -> row i*G + g */
     for (uint32_t i = 0; i < m; i++)
@@ -607,16 +702,19 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
     for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
         tj.layer = l;
-        /* attention block */
+        /* attention block: x[n][H] -> xn[n][H] (RMSNorm) */
         tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
         par_tokens(f, n, norm_rows, &tj);
-        {
+        { /* xn[n][H] -> q[n][QD], kx[n][kv_dim], vx[n][kv_dim]: one converted input */
             const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
             float *ys[3] = {f->q, f->kx, f->vx};
             const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
             matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
         }
+        /* per-head RMSNorm + RoPE of q and k; k, v rows written to the cache at each
+         * token's position (converted to the KV type) */
         par_tokens(f, n, qk_rows, &tj);
+        /* q[n][QD] and the cache (positions 0..pos of each token's sequence) -> att[n][QD] */
         att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
                       .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
         atomic_init(&aj.next, 0u);
@@ -624,29 +722,30 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
             kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
         else
             att_worker(&aj, 0, 1, 0);
-        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n);
+        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n); /* att[n][QD] -> proj[n][H] */
         tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj);
-        /* MLP block */
+        par_tokens(f, n, add_rows, &tj); /* x += proj */
+        /* MLP block: x[n][H] -> xn[n][H] (RMSNorm) */
         tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn;
         par_tokens(f, n, norm_rows, &tj);
-        {
+        { /* xn[n][H] -> gate[n][F], up[n][F]: one converted input */
             const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
             float *ys[2] = {f->gate, f->up};
             const size_t ld[2] = {f->F, f->F};
             matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
         }
-        par_tokens(f, n, swiglu_rows, &tj);
-        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n);
+        par_tokens(f, n, swiglu_rows, &tj);                    /* gate = silu(gate) * up */
+        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
         tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj);
+        par_tokens(f, n, add_rows, &tj); /* x += proj */
     }
     free(item_run);
     free(item_t0);
     return KIPP_OK;
 }
 
-/* Final norm + lm_head for the rows listed in f->wanted. */
+/* Final norm + lm_head for the rows listed in f->wanted: x[wanted][H] -> xw[n_wanted][H]
+ * -> logits[n_wanted][n_vocab]. */
 static void logits_rows(kipp_cpu_fwd *f, uint32_t n_wanted, float *logits) {
     for (uint32_t i = 0; i < n_wanted; i++)
         rmsnorm(f->xw + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm, f->H,
@@ -677,7 +776,7 @@ kipp_status kipp_cpu_fwd_decode_batch(kipp_cpu_fwd *f, kipp_kv_pool *pool, const
     }
     embed_rows(f, b->tokens, n);
     rope_tables(f, b->positions, n);
-    const kv_src src = {.pool = pool};
+    const kv_src src = {.kv = pool->storage.store};
     st = layers(f, b, &src, f->runs, n_runs, run_of, n, err, err_len);
     free(run_of);
     if (st != KIPP_OK) return st;
@@ -694,7 +793,7 @@ kipp_status kipp_cpu_fwd_nocache(kipp_cpu_fwd *f, const int32_t *tokens, uint32_
     kipp_status st = ensure_batch(f, n, err, err_len);
     if (st != KIPP_OK) return st;
     /* all layers' attention reads the current layer only: one layer of private K/V */
-    kv_src src = {.pool = NULL};
+    kv_src src = {.kv = NULL};
     src.priv_k = malloc((size_t)n * f->kv_dim * sizeof(float));
     src.priv_v = malloc((size_t)n * f->kv_dim * sizeof(float));
     if (!src.priv_k || !src.priv_v) {
@@ -744,9 +843,9 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     free(f);
 }
 
-kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, const kipp_cpu_kernels *k,
-                              kipp_threadpool *tp, kipp_cpu_fwd **out, char *err,
-                              size_t err_len) {
+kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                              const kipp_cpu_kernels *k, kipp_threadpool *tp, kipp_cpu_fwd **out,
+                              char *err, size_t err_len) {
     *out = NULL;
     const kipp_model_info *hp = &m->hp;
     kipp_cpu_fwd *f = calloc(1, sizeof *f);
@@ -756,6 +855,7 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, const kipp_cp
     f->tp = tp;
     f->n_threads = kipp_threadpool_n_threads(tp);
     f->n_ctx = n_ctx;
+    f->kv_type = kv_type;
     f->H = hp->n_embd;
     f->F = hp->n_ff;
     f->D = hp->head_dim;

@@ -12,9 +12,11 @@
 
 typedef struct kipp_cpu_fwd kipp_cpu_fwd;
 
-kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, const kipp_cpu_kernels *k,
-                              kipp_threadpool *pool, kipp_cpu_fwd **out, char *err,
-                              size_t err_len);
+/* kv_type: the type of the context's KV storage (src/backend/host_kv.h); recomputation
+ * rounds K/V through it. */
+kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                              const kipp_cpu_kernels *k, kipp_threadpool *pool,
+                              kipp_cpu_fwd **out, char *err, size_t err_len);
 void kipp_cpu_fwd_free(kipp_cpu_fwd *f);
 /* The decode_batch / forward_nocache contracts of backend.h. */
 kipp_status kipp_cpu_fwd_decode_batch(kipp_cpu_fwd *f, kipp_kv_pool *pool, const kipp_batch *b,

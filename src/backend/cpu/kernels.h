@@ -96,6 +96,15 @@ typedef struct {
     /* two-plane converters, indexed by KIPP_ACT_Q8_0 / KIPP_ACT_Q8_K; NULL: forward.c's
      * portable one (same results) */
     kipp_cpu_quant2_fn quant2[KIPP_ACT_COUNT];
+    /* KV rows to f32 (f16 / bf16 caches): dst[i] = src[i] exactly, n >= 1; NULL: the
+     * scalar conversion (src/backend/host_kv.c) */
+    void (*f16_to_f32)(const void *src, float *dst, uint64_t n);
+    void (*bf16_to_f32)(const void *src, float *dst, uint64_t n);
+    /* pv_f32 over f16 / bf16 rows (v_stride in elements); NULL: rows converted to f32 */
+    void (*pv_f16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
+                   size_t v_stride, uint32_t n, uint32_t d);
+    void (*pv_bf16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
+                    size_t v_stride, uint32_t n, uint32_t d);
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;

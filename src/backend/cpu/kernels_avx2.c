@@ -287,6 +287,29 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
 GEMM_DRIVER(gemm_q4_k, tile_q4_k, kipp_act_q8_k)
 GEMM_DRIVER(gemm_q6_k, tile_q6_k, kipp_act_q8_k)
 
+/* ---- KV rows to f32 ---------------------------------------------------------------- */
+
+static void f16_to_f32(const void *src, float *dst, uint64_t n) {
+    const uint16_t *h = src;
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(h[i]);
+}
+
+static void bf16_to_f32(const void *src, float *dst, uint64_t n) {
+    const uint16_t *h = src;
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) {
+        const uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(dst + i, &u, 4);
+    }
+}
+
 const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .isa = "avx2",
     .f32 = {KIPP_ACT_F32, gemm_f32},
@@ -300,4 +323,6 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
               kipp_cpu_quant_q8_k_scalar},
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
+    .f16_to_f32 = f16_to_f32,
+    .bf16_to_f32 = bf16_to_f32,
 };

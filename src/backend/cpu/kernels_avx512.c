@@ -962,7 +962,18 @@ static void swiglu_f32(float *g, const float *u, uint64_t n) {
 /* ---- attention p·V ------------------------------------------------------------------------ */
 
 /* Two heads x up to 128 dims of output stay in 16 registers while the V rows stream by. */
-static void pv_f32(float *o, const float *p, size_t ps, uint32_t G, const float *v0, size_t vs, uint32_t n, uint32_t d) {
+/* 16 (masked) values of a KV row of element type ty (0 f32, 1 f16, 2 bf16) as f32 */
+INLINE __m512 load_kv16(int ty, __mmask16 m, const void *v, size_t i) {
+    if (ty == 0) return _mm512_maskz_loadu_ps(m, (const float *)v + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)v + i);
+    if (ty == 1) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* p·V over rows of element type ty, vs elements apart (kernels.h: pv_f32 / pv_f16 / pv_bf16) */
+INLINE void pv_any(int ty, float *o, const float *p, size_t ps, uint32_t G, const void *v0, size_t vs,
+                   uint32_t n, uint32_t d) {
+    const size_t esz = ty == 0 ? 4 : 2;
     for (uint32_t g0 = 0; g0 < G; g0 += 2) {
         const int gg = G - g0 >= 2 ? 2 : 1;
         for (uint32_t d0 = 0; d0 < d; d0 += 128) {
@@ -978,10 +989,10 @@ static void pv_f32(float *o, const float *p, size_t ps, uint32_t G, const float 
             }
             const float *p0 = p + (size_t)g0 * ps, *p1 = p0 + ps;
             for (uint32_t t = 0; t < n; t++) {
-                const float *v = v0 + (size_t)t * vs + d0;
+                const void *v = (const char *)v0 + ((size_t)t * vs + d0) * esz;
                 const __m512 b0 = _mm512_set1_ps(p0[t]), b1 = _mm512_set1_ps(gg == 2 ? p1[t] : 0.0f);
                 UNROLL for (int j = 0; j < 8; j++) {
-                    const __m512 vv = _mm512_maskz_loadu_ps(m[j], v + 16 * j);
+                    const __m512 vv = load_kv16(ty, m[j], v, 16 * (size_t)j);
                     a0[j] = _mm512_fmadd_ps(b0, vv, a0[j]);
                     a1[j] = _mm512_fmadd_ps(b1, vv, a1[j]);
                 }
@@ -992,6 +1003,16 @@ static void pv_f32(float *o, const float *p, size_t ps, uint32_t G, const float 
             }
         }
     }
+}
+
+static void pv_f32(float *o, const float *p, size_t ps, uint32_t G, const float *v0, size_t vs, uint32_t n, uint32_t d) {
+    pv_any(0, o, p, ps, G, v0, vs, n, d);
+}
+static void pv_f16(float *o, const float *p, size_t ps, uint32_t G, const void *v0, size_t vs, uint32_t n, uint32_t d) {
+    pv_any(1, o, p, ps, G, v0, vs, n, d);
+}
+static void pv_bf16(float *o, const float *p, size_t ps, uint32_t G, const void *v0, size_t vs, uint32_t n, uint32_t d) {
+    pv_any(2, o, p, ps, G, v0, vs, n, d);
 }
 
 /* ---- two-plane 8-bit activations (kernels.h: kipp_cpu_quant2_fn) -------------------------- */
@@ -1049,6 +1070,33 @@ static void quant2_q8_k(const float *x, void *out_hi, void *out_lo, uint64_t k) 
     }
 }
 
+/* ---- KV rows to f32 ---------------------------------------------------------------- */
+
+static void f16_to_f32(const void *src, float *dst, uint64_t n) {
+    const uint16_t *h = src;
+    uint64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+    }
+}
+
+static void bf16_to_f32(const void *src, float *dst, uint64_t n) {
+    const uint16_t *h = src;
+    uint64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
+
 #if KIPP_AVX512_VNNI
 const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni = {
     .isa = "avx512vnni",
@@ -1070,4 +1118,8 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
     .swiglu_f32 = swiglu_f32,
     .pv_f32 = pv_f32,
     .quant2 = {NULL, NULL, quant2_q8_0, quant2_q8_k},
+    .f16_to_f32 = f16_to_f32,
+    .bf16_to_f32 = bf16_to_f32,
+    .pv_f16 = pv_f16,
+    .pv_bf16 = pv_bf16,
 };

@@ -1,10 +1,13 @@
-/* cpu_ref.c — the scalar CPU reference backend ("cpu-ref"): the shared Qwen3 forward pass
- * (qwen3_forward.c) driven by the plainest matvec there is, single-threaded, weights read in
- * their stored block format one row at a time. It is the oracle every optimized backend is
- * gated against, so it favours clarity over speed and contains no ISA-specific code. */
+/* cpu_ref.c — the scalar CPU reference backend ("cpu-ref"): the reference Qwen3 forward pass
+ * (qwen3_forward.c, one token at a time) driven by the plainest matvec there is,
+ * single-threaded, weights read in their stored block format one row at a time, KV cache in
+ * the shared host storage (host_kv.c, f32 by default). It is the oracle every optimized
+ * backend is gated against, so it favours clarity over speed and contains no ISA-specific
+ * code. */
 #include "backend/backend.h"
 
 #include "backend/cpu_ref/qwen3_forward.h"
+#include "backend/host_kv.h"
 #include "core/types.h"
 
 /* y[n] = sum_k W[n][k] * x[k] for the n_out rows of W (ne = [n_in, n_out]). Each row is
@@ -22,16 +25,32 @@ static void matvec(void *ctx, const kipp_gguf_tensor *w, const float *x, float *
     }
 }
 
-static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, int n_threads, void **state,
-                                char *err, size_t err_len) {
-    (void)n_threads; /* the reference is single-threaded by design */
+static void cpu_ref_caps(kipp_backend_caps *out) {
+    *out = (kipp_backend_caps){
+        .weight_types = 1ull << KIPP_TYPE_F32 | 1ull << KIPP_TYPE_F16 | 1ull << KIPP_TYPE_BF16 |
+                        1ull << KIPP_TYPE_Q8_0 | 1ull << KIPP_TYPE_Q4_0 | 1ull << KIPP_TYPE_Q4_K |
+                        1ull << KIPP_TYPE_Q6_K,
+        .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16,
+        .kv_default = KIPP_KV_TYPE_F32, /* the oracle: the 1e-6 phase-2 gate is on f32 */
+        .max_batch = 0};
+}
+
+static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,
+                                void **state, char *err, size_t err_len) {
+    /* single-threaded by design; no ISA levels (o->isa is ignored) */
     kipp_fwd_state *s;
-    kipp_status st = kipp_fwd_init(m, n_ctx, matvec, NULL, &s, err, err_len);
+    kipp_status st = kipp_fwd_init(m, n_ctx, o->kv_type, matvec, NULL, &s, err, err_len);
     *state = st == KIPP_OK ? s : NULL;
     return st;
 }
 
 static void cpu_ref_free(void *state) { kipp_fwd_free(state); }
+
+static void cpu_ref_describe(void *state, const char **isa, int *n_threads) {
+    (void)state;
+    *isa = "scalar";
+    *n_threads = 1;
+}
 
 /* Token by token in batch order (each token's arithmetic is exactly that of a lone decode
  * step, so a batch equals the single steps bit for bit). */
@@ -47,8 +66,14 @@ static kipp_status cpu_ref_forward_nocache(void *state, const int32_t *tokens, u
 
 const kipp_backend_ops kipp_backend_cpu_ref = {
     .name = "cpu-ref",
+    .caps = cpu_ref_caps,
+    .memory = kipp_host_memory,
     .init = cpu_ref_init,
     .free = cpu_ref_free,
+    .describe = cpu_ref_describe,
+    .kv_alloc = kipp_host_kv_alloc,
+    .kv_free = kipp_host_kv_free,
+    .kv_copy_block = kipp_host_kv_copy_block,
     .decode_batch = cpu_ref_decode_batch,
     .forward_nocache = cpu_ref_forward_nocache,
 };

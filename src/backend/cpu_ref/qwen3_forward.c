@@ -1,9 +1,12 @@
 /* qwen3_forward.c — the reference (cpu-ref) Qwen3 forward pass: plain C11, one token at a
  * time, f32 activations and f32 accumulation (sums of squares in double, as ggml does).
  * Every weight matrix goes through the caller's matvec (cpu-ref: scalar dequantize-and-dot). Contains
- * no ISA-specific code. K/V live in the context's block pool and are addressed through
- * kipp_kv_row() only (src/kv/kv.h); the recomputation oracle keeps private buffers. */
+ * no ISA-specific code. K/V live in the context's host KV storage, f32/f16/bf16, and are
+ * addressed through kipp_host_kv_row() only (src/backend/host_kv.h); the recomputation
+ * oracle keeps private f32 buffers holding the same rounded values. */
 #include "backend/cpu_ref/qwen3_forward.h"
+
+#include "backend/host_kv.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -18,7 +21,9 @@ struct kipp_fwd_state {
     void *mv_ctx;
     uint32_t n_ctx;
     uint32_t kv_dim; /* Nkv * D */
+    kipp_kv_type kv_type;
     const float **k_rows, **v_rows; /* [n_ctx] one layer's K/V rows of positions 0..pos */
+    float *kbuf, *vbuf; /* [n_ctx][kv_dim] f32 copies of f16/bf16 rows (NULL for f32) */
     /* scratch, one token at a time */
     float *x;      /* [H]  residual stream */
     float *xb;     /* [H]  normed input */
@@ -162,15 +167,16 @@ static void final_logits(cpu_ref_state *s, const float *x, float *logits) {
 void kipp_fwd_free(kipp_fwd_state *state) {
     cpu_ref_state *s = state;
     if (!s) return;
-    free(s->k_rows); free(s->v_rows);
+    free(s->k_rows); free(s->v_rows); free(s->kbuf); free(s->vbuf);
     free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->proj); free(s->gate); free(s->up); free(s->scores); free(s->row);
     free(s->rope_cos); free(s->rope_sin);
     free(s);
 }
 
-kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_fwd_matvec_fn matvec,
-                          void *mv_ctx, kipp_fwd_state **state, char *err, size_t err_len) {
+kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                          kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
+                          char *err, size_t err_len) {
     *state = NULL;
     const kipp_model_info *hp = &m->hp;
     cpu_ref_state *s = calloc(1, sizeof *s);
@@ -180,6 +186,11 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_fwd_matvec_f
     s->mv_ctx = mv_ctx;
     s->n_ctx = n_ctx;
     s->kv_dim = hp->n_head_kv * hp->head_dim;
+    s->kv_type = kv_type;
+    if (kv_type != KIPP_KV_TYPE_F32) {
+        s->kbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
+        s->vbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
+    }
     const size_t QD = (size_t)hp->n_head * hp->head_dim;
     size_t max_in = hp->n_embd;
     if (hp->n_ff > max_in) max_in = hp->n_ff;
@@ -200,7 +211,8 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_fwd_matvec_f
     s->rope_cos = calloc(hp->head_dim / 2, sizeof(float));
     s->rope_sin = calloc(hp->head_dim / 2, sizeof(float));
     if (!s->k_rows || !s->v_rows || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att ||
-        !s->proj || !s->gate || !s->up || !s->scores || !s->row || !s->rope_cos || !s->rope_sin) {
+        !s->proj || !s->gate || !s->up || !s->scores || !s->row || !s->rope_cos || !s->rope_sin ||
+        (kv_type != KIPP_KV_TYPE_F32 && (!s->kbuf || !s->vbuf))) {
         kipp_fwd_free(s);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
                          "forward pass: out of memory allocating scratch for %u positions",
@@ -217,18 +229,31 @@ kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, con
                                         float *logits, char *err, size_t err_len) {
     (void)err; (void)err_len;
     cpu_ref_state *s = state;
-    const size_t n_vocab = s->m->hp.n_vocab;
+    const kipp_host_kv *kv = pool->storage.store;
+    const size_t n_vocab = s->m->hp.n_vocab, kvd = s->kv_dim;
     for (uint32_t i = 0; i < b->n; i++) {
         const kipp_kv_seq *seq = kipp_kv_seq_get(pool, b->seq_ids[i]);
         const uint32_t p = b->positions[i];
         embed(s, b->tokens[i], s->x);
         rope_angles(s, p);
         for (uint32_t l = 0; l < s->m->hp.n_layer; l++) {
-            layer_qkv(s, l, s->x, kipp_kv_row(pool, seq, l, p, KIPP_KV_K, KIPP_KV_WRITE),
-                      kipp_kv_row(pool, seq, l, p, KIPP_KV_V, KIPP_KV_WRITE));
+            layer_qkv(s, l, s->x, s->k, s->v);
+            kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, seq, l, p, KIPP_KV_K, KIPP_KV_WRITE),
+                             s->k, s->kv_dim);
+            kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, seq, l, p, KIPP_KV_V, KIPP_KV_WRITE),
+                             s->v, s->kv_dim);
             for (uint32_t t = 0; t <= p; t++) {
-                s->k_rows[t] = kipp_kv_row(pool, seq, l, t, KIPP_KV_K, KIPP_KV_READ);
-                s->v_rows[t] = kipp_kv_row(pool, seq, l, t, KIPP_KV_V, KIPP_KV_READ);
+                const void *kr = kipp_host_kv_row(kv, seq, l, t, KIPP_KV_K, KIPP_KV_READ);
+                const void *vr = kipp_host_kv_row(kv, seq, l, t, KIPP_KV_V, KIPP_KV_READ);
+                if (kv->type == KIPP_KV_TYPE_F32) {
+                    s->k_rows[t] = kr;
+                    s->v_rows[t] = vr;
+                    continue;
+                }
+                kipp_host_kv_get(kv->type, s->kbuf + t * kvd, kr, s->kv_dim);
+                kipp_host_kv_get(kv->type, s->vbuf + t * kvd, vr, s->kv_dim);
+                s->k_rows[t] = s->kbuf + t * kvd;
+                s->v_rows[t] = s->vbuf + t * kvd;
             }
             layer_rest(s, l, s->x, p + 1);
         }
@@ -262,6 +287,8 @@ kipp_status kipp_fwd_forward_nocache(kipp_fwd_state *state, const int32_t *token
             float *x = xs + (size_t)p * hp->n_embd;
             rope_angles(s, p);
             layer_qkv(s, l, x, ks + (size_t)p * s->kv_dim, vs + (size_t)p * s->kv_dim);
+            kipp_kv_round(s->kv_type, ks + (size_t)p * s->kv_dim, s->kv_dim);
+            kipp_kv_round(s->kv_type, vs + (size_t)p * s->kv_dim, s->kv_dim);
             s->k_rows[p] = ks + (size_t)p * s->kv_dim;
             s->v_rows[p] = vs + (size_t)p * s->kv_dim;
             layer_rest(s, l, x, p + 1);

@@ -13,8 +13,11 @@ typedef void (*kipp_fwd_matvec_fn)(void *ctx, const kipp_gguf_tensor *w, const f
 
 typedef struct kipp_fwd_state kipp_fwd_state;
 
-kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_fwd_matvec_fn matvec,
-                          void *mv_ctx, kipp_fwd_state **state, char *err, size_t err_len);
+/* kv_type: the type the KV cache stores (host storage, src/backend/host_kv.h); K and V are
+ * rounded through it on both paths. */
+kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                          kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
+                          char *err, size_t err_len);
 void kipp_fwd_free(kipp_fwd_state *s);
 /* The decode_batch / forward_nocache contracts of backend.h. */
 kipp_status kipp_fwd_decode_batch(kipp_fwd_state *s, kipp_kv_pool *pool, const kipp_batch *b,
