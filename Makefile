@@ -64,18 +64,18 @@ $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
 SERVER_SRC := $(wildcard src/server/*.c)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
 server: $(BUILD)/kipp-server
-$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
 
 chat: $(BUILD)/kipp-chat
-$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # the OpenAI text path (not HTTP) is linked in: the detokenizer property test drives it
@@ -132,7 +132,7 @@ fuzz: $(BUILD)/fuzz_gguf
 
 -include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
          $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d \
-         $(BUILD)/obj/src/cli/cli_args.d
+         $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/generate.d
 
 # ---- set-up ---------------------------------------------------------------------------
 

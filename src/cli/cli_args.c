@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int kipp_cli_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out) {
@@ -37,6 +38,41 @@ int kipp_cli_float(const char *prog, const char *flag, const char *s, float lo, 
         return 0;
     }
     *out = v;
+    return 1;
+}
+
+int kipp_cli_bytes(const char *prog, const char *flag, const char *s, uint64_t lo, uint64_t hi,
+                   uint64_t *out) {
+    static const struct { const char *name; uint64_t mult; } suffix[] = {
+        {"", 1}, {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"M", 1ull << 20}, {"MiB", 1ull << 20},
+        {"G", 1ull << 30}, {"GiB", 1ull << 30}};
+    char *end;
+    errno = 0;
+    const int digit = s[0] >= '0' && s[0] <= '9';
+    unsigned long long v = digit ? strtoull(s, &end, 10) : 0;
+    const int overflow = digit && errno == ERANGE;
+    uint64_t mult = 0;
+    if (digit)
+        for (size_t k = 0; k < sizeof suffix / sizeof suffix[0]; k++)
+            if (strcmp(end, suffix[k].name) == 0) mult = suffix[k].mult;
+    if (!mult) {
+        fprintf(stderr,
+                "%s: %s expects a size in bytes: a whole number with an optional suffix K, M, "
+                "G, KiB, MiB or GiB (powers of 1024), e.g. 512M; got '%s'\n",
+                prog, flag, s);
+        return 0;
+    }
+    if (overflow || v > UINT64_MAX / mult || v * mult > hi) {
+        fprintf(stderr, "%s: %s %s is too large (at most %llu bytes)\n", prog, flag, s,
+                (unsigned long long)hi);
+        return 0;
+    }
+    if (v * mult < lo) {
+        fprintf(stderr, "%s: %s %s is too small (at least %llu byte%s)\n", prog, flag, s,
+                (unsigned long long)lo, lo == 1 ? "" : "s");
+        return 0;
+    }
+    *out = v * mult;
     return 1;
 }
 
@@ -82,6 +118,128 @@ int kipp_cli_sampling_flag(const char *prog, int argc, char **argv, int *i,
     }
 #undef IS
     return ok ? 1 : 2;
+}
+
+void kipp_cli_runtime_init(kipp_cli_runtime *rt) {
+    memset(rt, 0, sizeof *rt);
+    rt->backend = kipp_backend_default();
+}
+
+int kipp_cli_runtime_flag(const char *prog, int argc, char **argv, int *i, kipp_cli_runtime *rt) {
+    const char *a = argv[*i], **dst;
+    if (!strcmp(a, "--backend")) dst = &rt->backend;
+    else if (!strcmp(a, "--isa")) dst = &rt->isa;
+    else if (!strcmp(a, "--kv-type")) dst = &rt->kv_flag;
+    else if (!strcmp(a, "--cache-type-k")) dst = &rt->cache_k;
+    else if (!strcmp(a, "--cache-type-v")) dst = &rt->cache_v;
+    else return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value (see --help)\n", prog, a);
+        return 2;
+    }
+    const char *v = argv[++*i];
+    if (!*v) {
+        fprintf(stderr, "%s: %s expects a name, got ''\n", prog, a);
+        return 2;
+    }
+    *dst = v;
+    return 1;
+}
+
+/* Parses the value of flag into *t; 0 after printing why not. */
+static int kv_type_value(const char *prog, const char *flag, const char *v, kipp_kv_type *t) {
+    char err[KIPP_ERR_LEN];
+    if (kipp_kv_type_parse(v, t, err, sizeof err) == KIPP_OK) return 1;
+    fprintf(stderr, "%s: %s: %s\n", prog, flag, err);
+    return 0;
+}
+
+int kipp_cli_runtime_finish(const char *prog, kipp_cli_runtime *rt) {
+    kipp_kv_type k = KIPP_KV_TYPE_DEFAULT, v = KIPP_KV_TYPE_DEFAULT;
+    if (rt->kv_flag && !kv_type_value(prog, "--kv-type", rt->kv_flag, &rt->kv_type)) return 0;
+    if (rt->cache_k && !kv_type_value(prog, "--cache-type-k", rt->cache_k, &k)) return 0;
+    if (rt->cache_v && !kv_type_value(prog, "--cache-type-v", rt->cache_v, &v)) return 0;
+    if (!rt->cache_k != !rt->cache_v) {
+        fprintf(stderr,
+                "%s: %s %s is given without %s: Kipp keeps K and V in one type; give both with "
+                "the same value, or --kv-type %s\n",
+                prog, rt->cache_k ? "--cache-type-k" : "--cache-type-v",
+                rt->cache_k ? rt->cache_k : rt->cache_v,
+                rt->cache_k ? "--cache-type-v" : "--cache-type-k",
+                rt->cache_k ? rt->cache_k : rt->cache_v);
+        return 0;
+    }
+    if (rt->cache_k && k != v) {
+        fprintf(stderr,
+                "%s: --cache-type-k %s and --cache-type-v %s differ: Kipp keeps K and V in one "
+                "type (--kv-type); give both the same value\n",
+                prog, rt->cache_k, rt->cache_v);
+        return 0;
+    }
+    if (rt->cache_k && rt->kv_flag && k != rt->kv_type) {
+        fprintf(stderr, "%s: --kv-type %s and --cache-type-k/-v %s disagree; give one of them\n",
+                prog, rt->kv_flag, rt->cache_k);
+        return 0;
+    }
+    if (rt->cache_k) rt->kv_type = k;
+    const char *env = getenv("KIPP_CPU_ISA");
+    if (!rt->isa && env && *env) {
+        rt->isa = env;
+        rt->isa_from_env = 1;
+    }
+    return 1;
+}
+
+/* One help entry: the flag padded to the description column, then lines of text. */
+static void help_entry(FILE *f, int width, const char *flag, const char *const *lines) {
+    fprintf(f, "      %-*s%s\n", width - 6, flag, lines[0]);
+    for (int k = 1; lines[k]; k++) fprintf(f, "%*s%s\n", width, "", lines[k]);
+}
+
+void kipp_cli_runtime_help(FILE *f, int width) {
+    char backend[2][96];
+    snprintf(backend[0], sizeof backend[0], "backend: %s (default); this binary has %s",
+             kipp_backend_default(), kipp_backend_names());
+    snprintf(backend[1], sizeof backend[1], "(cpu-ref: the scalar reference). A named one");
+    const char *b[] = {backend[0], backend[1],
+                       "that is unknown, missing or fails to start is fatal:",
+                       "Kipp never falls back to another backend.", NULL};
+    const char *i[] = {"cpu kernel level: scalar, avx2, avx512, avx512vnni,",
+                       "neon (default: $KIPP_CPU_ISA when set, else the best",
+                       "this CPU runs; a level it lacks is an error)", NULL};
+    const char *k[] = {"KV cache element type: f32, f16 or bf16 (default:",
+                       "the backend's own; the start-up line says which)", NULL};
+    const char *c[] = {"llama.cpp's spelling of --kv-type: Kipp keeps K and V",
+                       "in one type, so give both, with the same value", NULL};
+    help_entry(f, width, "--backend NAME", b);
+    help_entry(f, width, "--isa LEVEL", i);
+    help_entry(f, width, "--kv-type T", k);
+    fprintf(f, "      --cache-type-k T, --cache-type-v T\n");
+    help_entry(f, width, "", c);
+}
+
+void kipp_cli_ctx_error(const char *prog, const kipp_cli_runtime *rt, const char *err) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    if (rt->isa_from_env && strstr(err, rt->isa))
+        fprintf(stderr, "%s: the ISA level '%s' comes from the environment variable "
+                        "KIPP_CPU_ISA (--isa LEVEL overrides it)\n", prog, rt->isa);
+}
+
+void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci) {
+    fprintf(f,
+            "backend %s, ISA %s, %d thread%s, KV %s, KV pool %u blocks of %u tokens (%llu "
+            "tokens, %llu bytes = %.2f MiB, %llu bytes/token)",
+            ci->backend, ci->isa, ci->n_threads, ci->n_threads == 1 ? "" : "s",
+            kipp_kv_type_name(ci->kv_type), ci->kv_blocks, ci->kv_block_size,
+            (unsigned long long)ci->kv_blocks * ci->kv_block_size,
+            (unsigned long long)ci->kv_bytes, ci->kv_bytes / 1048576.0,
+            (unsigned long long)ci->kv_bytes_per_token);
+}
+
+double kipp_cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 int kipp_cli_stdout_ready(const char *prog) {

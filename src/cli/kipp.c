@@ -1,7 +1,12 @@
-/* kipp.c — the `kipp` command: load a GGUF, encode a prompt, generate text on an explicitly
- * chosen backend and stream it to stdout; timings go to stderr. The only layer allowed to
- * print and exit. Does not do chat templating (see kipp-chat, later). */
+/* kipp.c — the `kipp` command: load a GGUF, encode a prompt (plain text, a synthetic
+ * benchmark prompt, or a chat rendered with the model's template: --chat, --system,
+ * --messages), generate text on the default or the named backend and stream it to stdout;
+ * the start-up line, timings and KV use go to stderr, --stats-json writes them as JSON.
+ * Also --info (hyper-parameters and what a context runs on), --tokenize, --detokenize and
+ * --print-prompt. Multi-turn chat is kipp-chat; the generation loop both share is in
+ * generate.c. The only layer allowed to print and exit. */
 #include "cli/cli_args.h"
+#include "cli/generate.h"
 #include "core/outfile.h"
 #include "kipp.h"
 
@@ -11,13 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define KIPP_VERSION "0.1.0"
 #define MAX_PROMPT_BYTES (64u << 20)
 
 typedef struct {
-    const char *model, *prompt, *backend;
+    const char *model, *prompt;
     const char *system, *messages_file; /* chat mode */
     const char *detokenize;             /* ids to decode */
     const char *stats_json;             /* --stats-json FILE */
@@ -26,6 +30,7 @@ typedef struct {
     int info, tokenize, check_weights, parse_special, stats, ignore_eos;
     int chat, no_think, print_prompt;
     kipp_sampler_params sp;
+    kipp_cli_runtime rt; /* --backend, --isa, --kv-type */
 } cli_opts;
 
 static void usage(FILE *f) {
@@ -33,7 +38,8 @@ static void usage(FILE *f) {
             "usage: kipp --model FILE.gguf [options]\n"
             "\n"
             "Generates text from a prompt with a Qwen3 GGUF model and streams it to stdout.\n"
-            "Prefill and decode speed are printed on stderr.\n"
+            "A start-up line (backend, ISA level, threads, KV type and pool, load time),\n"
+            "prefill and decode speed are printed on stderr.\n"
             "\n"
             "  -m, --model FILE        GGUF model file (required)\n"
             "  -p, --prompt TEXT       prompt text; without it the prompt is read from stdin\n"
@@ -43,9 +49,10 @@ static void usage(FILE *f) {
             "  -n, --n-predict N       tokens to generate (default 64; stops early at end-of-text)\n"
             "      --ignore-eos        do not stop at end-of-text: generate exactly N tokens\n"
             "  -c, --ctx-size N        context size in tokens (default: model's, capped at 4096)\n"
-            "      --backend NAME      cpu-ref (default; the scalar reference), cpu, cuda, metal.\n"
-            "                          A backend that is unknown or not built in is a fatal error.\n"
-            "  -t, --threads N         threads for backends that use them (default 0 = auto)\n"
+            "  -t, --threads N         threads for backends that use them (default 0 = physical\n"
+            "                          cores)\n");
+    kipp_cli_runtime_help(f, 26);
+    fprintf(f,
             "\n"
             "sampling (defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, seed 12648430):\n"
             "      --temp F            temperature; 0 = greedy\n"
@@ -70,11 +77,13 @@ static void usage(FILE *f) {
             "      --no-special        treat special-token text like <|im_start|> as plain text\n"
             "      --tokenize          print the prompt's token ids and exit\n"
             "      --detokenize \"IDS\"  print the text of space-separated token ids and exit\n"
-            "      --info              print the model's hyper-parameters and exit\n"
+            "      --info              print the model's hyper-parameters and what a context with\n"
+            "                          these flags runs on (backend, ISA level, threads, KV type\n"
+            "                          and pool) and the load time, as JSON, and exit\n"
             "      --check-weights     scan every weight for NaN/Inf before running (slow)\n"
-            "      --no-stats          do not print timings on stderr\n"
+            "      --no-stats          do not print the start-up line and timings on stderr\n"
             "      --stats-json FILE   write the timings (prefill and decode tokens, ms, tok/s),\n"
-            "                          backend, threads and KV cache use to FILE as JSON\n"
+            "                          backend, ISA level, threads, KV type and use to FILE as JSON\n"
             "  -h, --help              this help\n"
             "      --version           print the version\n");
 }
@@ -82,7 +91,7 @@ static void usage(FILE *f) {
 /* Returns 0 to continue, 1 to exit successfully (help/version), 2 on a usage error. */
 static int parse_args(int argc, char **argv, cli_opts *o) {
     memset(o, 0, sizeof *o);
-    o->backend = "cpu-ref";
+    kipp_cli_runtime_init(&o->rt);
     o->n_predict = 64;
     o->parse_special = 1;
     o->stats = 1;
@@ -110,7 +119,6 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         }
         else if (IS("-m") || IS("--model")) { if (!(o->model = NEXT())) return 2; }
         else if (IS("-p") || IS("--prompt")) { if (!(o->prompt = NEXT())) return 2; }
-        else if (IS("--backend")) { if (!(o->backend = NEXT())) return 2; }
         else if (IS("-n") || IS("--n-predict")) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp", a, v, 0, 1 << 24, &o->n_predict)) return 2;
         } else if (IS("--prompt-tokens")) {
@@ -126,7 +134,8 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp", a, v, 1, 1 << 24, &o->n_ctx)) return 2;
         } else if (IS("-t") || IS("--threads")) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp", a, v, 0, 1024, &o->n_threads)) return 2;
-        } else if ((r = kipp_cli_sampling_flag("kipp", argc, argv, &i, &o->sp)) != 0) {
+        } else if ((r = kipp_cli_sampling_flag("kipp", argc, argv, &i, &o->sp)) != 0 ||
+                   (r = kipp_cli_runtime_flag("kipp", argc, argv, &i, &o->rt)) != 0) {
             if (r == 2) return 2;
         } else if (IS("--chat")) { o->chat = 1; }
         else if (IS("--system")) { if (!(o->system = NEXT())) return 2; o->chat = 1; }
@@ -150,6 +159,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         fprintf(stderr, "kipp: --model FILE is required (see --help)\n");
         return 2;
     }
+    if (!kipp_cli_runtime_finish("kipp", &o->rt)) return 2;
     if (o->messages_file && (o->prompt || o->system)) {
         fprintf(stderr, "kipp: --messages FILE replaces --prompt and --system; give one or the other\n");
         return 2;
@@ -318,24 +328,26 @@ static void synthetic_prompt(const kipp_model *m, uint32_t n_vocab, int32_t *ids
 
 /* --stats-json FILE: one JSON object with the run's figures. */
 static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx *c,
-                            size_t n_prompt, double t_prefill, long n_gen, long n_decoded,
-                            double t_decode, const char *stop) {
+                            size_t n_prompt, double t_prefill, const kipp_gen_result *g) {
     kipp_kv_stats kv;
     kipp_ctx_kv_stats(c, &kv);
+    kipp_ctx_info ci;
+    kipp_ctx_get_info(c, &ci);
     json_t *j = json_pack(
-        "{s:s, s:s, s:s, s:I, s:I, s:b, s:s, s:s,"
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:b, s:s, s:s,"
         " s:{s:I, s:f, s:f},"
         " s:{s:I, s:I, s:f, s:f},"
         " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-        "kipp_version", KIPP_VERSION, "model", o->model, "backend", o->backend,
-        "threads", (json_int_t)o->n_threads, "n_ctx", (json_int_t)kipp_ctx_n_ctx(c),
+        "kipp_version", KIPP_VERSION, "model", o->model, "backend", ci.backend, "isa", ci.isa,
+        "kv_type", kipp_kv_type_name(ci.kv_type),
+        "threads", (json_int_t)ci.n_threads, "n_ctx", (json_int_t)kipp_ctx_n_ctx(c),
         "ignore_eos", o->ignore_eos,
         "prompt_source", o->prompt_tokens ? "synthetic" : (o->chat ? "chat" : "text"),
-        "stop", stop,
+        "stop", g->stop,
         "prefill", "tokens", (json_int_t)n_prompt, "ms", t_prefill * 1e3,
         "tok_s", t_prefill > 0 ? n_prompt / t_prefill : 0.0,
-        "decode", "tokens", (json_int_t)n_decoded, "generated", (json_int_t)n_gen,
-        "ms", t_decode * 1e3, "tok_s", t_decode > 0 ? n_decoded / t_decode : 0.0,
+        "decode", "tokens", (json_int_t)g->n_decoded, "generated", (json_int_t)g->n_gen,
+        "ms", g->t_decode * 1e3, "tok_s", g->t_decode > 0 ? g->n_decoded / g->t_decode : 0.0,
         "kv", "block_size", (json_int_t)kv.block_size, "n_blocks", (json_int_t)kv.n_blocks,
         "n_blocks_used", (json_int_t)kv.n_blocks_used, "n_tokens", (json_int_t)kv.n_tokens,
         "bytes_per_token", (json_int_t)kv.n_bytes_per_token,
@@ -360,22 +372,51 @@ static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx 
     return ok;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+/* Creates the context the flags ask for (backend, ISA level, KV type, threads, size);
+ * *load_s grows by the time it took. NULL after printing why not. */
+static kipp_ctx *start_ctx(kipp_model *m, const cli_opts *o, double *load_s) {
+    char err[KIPP_ERR_LEN];
+    kipp_ctx_params cp = kipp_ctx_default_params();
+    cp.backend = o->rt.backend;
+    cp.isa = o->rt.isa;
+    cp.kv_type = o->rt.kv_type;
+    cp.n_ctx = (uint32_t)o->n_ctx;
+    cp.n_threads = (int)o->n_threads;
+    kipp_ctx *c = NULL;
+    double t0 = kipp_cli_now();
+    if (kipp_ctx_init(m, &cp, &c, err, sizeof err) != KIPP_OK) {
+        kipp_cli_ctx_error("kipp", &o->rt, err);
+        return NULL;
+    }
+    *load_s += kipp_cli_now() - t0;
+    return c;
 }
 
-static void print_info(const kipp_model *m) {
+/* --info: one JSON object, the hyper-parameters first, then what the context runs on. */
+static void print_info(const kipp_model *m, const kipp_ctx *c, double load_s) {
     kipp_model_info i;
     kipp_model_get_info(m, &i);
+    kipp_ctx_info ci;
+    kipp_ctx_get_info(c, &ci);
     printf("{\"architecture\": \"qwen3\", \"n_layer\": %u, \"n_embd\": %u, \"n_head\": %u, "
            "\"n_head_kv\": %u, \"head_dim\": %u, \"n_ff\": %u, \"n_vocab\": %u, "
            "\"n_ctx_train\": %u, \"rope_theta\": %g, \"rms_eps\": %g, \"tied_embeddings\": %s, "
-           "\"bos_id\": %u, \"eos_id\": %u}\n",
+           "\"bos_id\": %u, \"eos_id\": %u, ",
            i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_ff, i.n_vocab,
            i.n_ctx_train, (double)i.rope_theta, (double)i.rms_eps,
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
+    printf("\"backend\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
+           "\"n_ctx\": %u, \"kv_pool\": {\"blocks\": %u, \"block_size\": %u, \"tokens\": %llu, "
+           "\"bytes\": %llu, \"bytes_per_token\": %llu}, \"load_ms\": %.1f}\n",
+           ci.backend, ci.isa, ci.n_threads, kipp_kv_type_name(ci.kv_type), ci.n_ctx,
+           ci.kv_blocks, ci.kv_block_size, (unsigned long long)ci.kv_blocks * ci.kv_block_size,
+           (unsigned long long)ci.kv_bytes, (unsigned long long)ci.kv_bytes_per_token,
+           load_s * 1e3);
+}
+
+static int text_out(void *user, const char *s, size_t n) {
+    (void)user;
+    return out_write(s, n);
 }
 
 int main(int argc, char **argv) {
@@ -401,7 +442,9 @@ int main(int argc, char **argv) {
     int32_t *ids = NULL;
     float *logits = NULL;
 
+    double load_s = kipp_cli_now(); /* model load + context creation */
     kipp_status st = kipp_model_load(o.model, &m, err, sizeof err);
+    load_s = kipp_cli_now() - load_s;
     if (st != KIPP_OK) {
         fprintf(stderr, "kipp: %s\n", err);
         if (st == KIPP_ERR_IO && strstr(o.model, "models/"))
@@ -410,7 +453,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (o.info) {
-        print_info(m);
+        if (!(c = start_ctx(m, &o, &load_s))) goto done;
+        print_info(m, c, load_s);
         rc = 0;
         goto done;
     }
@@ -476,13 +520,13 @@ int main(int argc, char **argv) {
         goto done;
     }
 
-    kipp_ctx_params cp = kipp_ctx_default_params();
-    cp.backend = o.backend;
-    cp.n_ctx = (uint32_t)o.n_ctx;
-    cp.n_threads = (int)o.n_threads;
-    if ((st = kipp_ctx_init(m, &cp, &c, err, sizeof err)) != KIPP_OK) {
-        fprintf(stderr, "kipp: %s\n", err);
-        goto done;
+    if (!(c = start_ctx(m, &o, &load_s))) goto done;
+    kipp_ctx_info ci;
+    kipp_ctx_get_info(c, &ci);
+    if (o.stats) {
+        fputs("kipp: ", stderr);
+        kipp_cli_print_ctx_info(stderr, &ci);
+        fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
     }
     const uint32_t n_ctx = kipp_ctx_n_ctx(c);
     if (n_prompt >= n_ctx) {
@@ -502,37 +546,23 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < n_prompt; i++) kipp_sampler_accept(smp, ids[i]);
 
-    double t0 = now_s();
+    double t0 = kipp_cli_now();
     if ((st = kipp_decode(c, ids, (uint32_t)n_prompt, logits, err, sizeof err)) != KIPP_OK) {
         fprintf(stderr, "kipp: %s\n", err);
         goto done;
     }
-    double t_prefill = now_s() - t0;
+    double t_prefill = kipp_cli_now() - t0;
     if ((st = kipp_detokenizer_init(m, 1, &dt, err, sizeof err)) != KIPP_OK) {
         fprintf(stderr, "kipp: %s\n", err);
         goto done;
     }
-    long n_gen = 0, n_decoded = 0; /* sampled tokens; single-token forward passes */
-    int hit_ctx = 0, hit_eog = 0;
-    double t1 = now_s();
-    while (n_gen < o.n_predict) {
-        int32_t tok = kipp_sampler_sample(smp, logits);
-        n_gen++;
-        if (!o.ignore_eos && kipp_token_is_eog(m, tok)) { hit_eog = 1; break; }
-        kipp_sampler_accept(smp, tok);
-        if (!emit(dt, tok, 0)) goto done;
-        if (n_gen == o.n_predict) break;
-        if (kipp_ctx_n_past(c) >= n_ctx) { hit_ctx = 1; break; }
-        if ((st = kipp_decode(c, &tok, 1, logits, err, sizeof err)) != KIPP_OK) {
-            emit(dt, 0, 1);
-            fprintf(stderr, "\nkipp: %s\n", err);
-            goto done;
-        }
-        n_decoded++;
-    }
-    double t_decode = now_s() - t1;
-    if (!emit(dt, 0, 1) || !out_write("\n", 1)) goto done;
-    if (hit_ctx) fprintf(stderr, "kipp: stopped: the context (%u tokens) is full\n", n_ctx);
+    kipp_gen_params gp = {.prog = "kipp", .ctx = c, .model = m, .sampler = smp, .detok = dt,
+                          .logits = logits, .n_predict = o.n_predict,
+                          .ignore_eos = o.ignore_eos, .on_text = text_out};
+    kipp_gen_result g;
+    if (!kipp_generate(&gp, &g) || !out_write("\n", 1)) goto done;
+    if (!strcmp(g.stop, "ctx_full"))
+        fprintf(stderr, "kipp: stopped: the context (%u tokens) is full\n", n_ctx);
     if (o.stats) {
         kipp_kv_stats kv;
         kipp_ctx_kv_stats(c, &kv);
@@ -544,12 +574,11 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "kipp: backend %s; prefill %zu tokens in %.1f ms (%.2f tok/s); generated %ld "
                 "tokens, %ld decode steps in %.1f ms (%.2f tok/s)\n",
-                o.backend, n_prompt, t_prefill * 1e3, n_prompt / (t_prefill > 0 ? t_prefill : 1e-9),
-                n_gen, n_decoded, t_decode * 1e3, n_decoded / (t_decode > 0 ? t_decode : 1e-9));
+                ci.backend, n_prompt, t_prefill * 1e3,
+                n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), g.n_gen, g.n_decoded,
+                g.t_decode * 1e3, g.n_decoded / (g.t_decode > 0 ? g.t_decode : 1e-9));
     }
-    if (o.stats_json &&
-        !write_stats_json(o.stats_json, &o, c, n_prompt, t_prefill, n_gen, n_decoded, t_decode,
-                          hit_ctx ? "ctx_full" : hit_eog ? "eog" : "n_predict"))
+    if (o.stats_json && !write_stats_json(o.stats_json, &o, c, n_prompt, t_prefill, &g))
         goto done;
     rc = 0;
 done:

@@ -1,9 +1,11 @@
 /* kipp_chat.c — the `kipp-chat` command: an interactive (or piped) multi-turn chat with a
  * Qwen3 GGUF model. Keeps the conversation as OpenAI-style messages, renders all of it with
  * the model's chat template every turn and reuses the KV cache of the longest common token
- * prefix, so only the new part is prefilled. Design and user doc: docs/chat.md.
+ * prefix, so only the new part is prefilled; replies stream through the generation loop
+ * it shares with kipp (generate.c). Design and user doc: docs/chat.md.
  * Not here: line editing (no readline), multi-line input, tools, several sequences. */
 #include "cli/cli_args.h"
+#include "cli/generate.h"
 #include "kipp.h"
 #include "tok/reasoning.h"
 #include "tok/unicode.h"
@@ -15,17 +17,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define KIPP_VERSION "0.1.0"
 #define PROG "kipp-chat"
 
 typedef struct {
-    const char *model, *backend, *system;
+    const char *model, *system;
     long n_predict, n_ctx, n_threads;
     int no_think, show_reasoning, stats, print_prompt, print_tokens;
     kipp_sampler_params sp;
+    kipp_cli_runtime rt; /* --backend, --isa, --kv-type */
 } chat_opts;
 
 /* ---- flags ----------------------------------------------------------------------------- */
@@ -36,14 +38,16 @@ static void usage(FILE *f) {
             "\n"
             "Multi-turn chat with a Qwen3 GGUF model. Each line read from stdin is one user\n"
             "message; the reply streams to stdout, followed by a newline. When stdin is a\n"
-            "terminal a \"> \" prompt is shown on stderr. Banners and per-turn timings go to\n"
+            "terminal a \"> \" prompt is shown on stderr. The start-up line (backend, ISA\n"
+            "level, threads, KV type and pool, load time) and per-turn timings go to\n"
             "stderr only. The KV cache of the common prefix of the conversation is reused\n"
             "between turns. End the session with /quit or end-of-file (Ctrl-D).\n"
             "\n"
             "  -m, --model FILE        GGUF model file (required)\n"
-            "      --backend NAME      cpu (default), cpu-ref (the scalar reference), cuda, metal.\n"
-            "                          A backend that is unknown or not built in is a fatal error.\n"
-            "  -t, --threads N         threads for backends that use them (default 0 = auto)\n"
+            "  -t, --threads N         threads for backends that use them (default 0 = physical\n"
+            "                          cores)\n");
+    kipp_cli_runtime_help(f, 26);
+    fprintf(f,
             "  -c, --ctx-size N        context size in tokens (default: model's, capped at 4096);\n"
             "                          the oldest exchanges are dropped when it is full\n"
             "  -n, --n-predict N       most tokens per reply (default 1024)\n"
@@ -92,7 +96,7 @@ static void commands_help(FILE *f) {
 /* Returns 0 to continue, 1 to exit successfully (help/version), 2 on a usage error. */
 static int parse_args(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
-    o->backend = "cpu";
+    kipp_cli_runtime_init(&o->rt);
     o->n_predict = 1024;
     o->show_reasoning = 1;
     o->stats = 1;
@@ -108,7 +112,6 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         if (IS("-h") || IS("--help")) { usage(stdout); return 1; }
         else if (IS("--version")) { printf(PROG " %s\n", KIPP_VERSION); return 1; }
         else if (IS("-m") || IS("--model")) { if (!(o->model = NEXT())) return 2; }
-        else if (IS("--backend")) { if (!(o->backend = NEXT())) return 2; }
         else if (IS("--system")) { if (!(o->system = NEXT())) return 2; }
         else if (IS("-n") || IS("--n-predict")) {
             if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 1, 1 << 24, &o->n_predict)) return 2;
@@ -116,7 +119,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
             if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 1, 1 << 24, &o->n_ctx)) return 2;
         } else if (IS("-t") || IS("--threads")) {
             if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 0, 1024, &o->n_threads)) return 2;
-        } else if ((r = kipp_cli_sampling_flag(PROG, argc, argv, &i, &o->sp)) != 0) {
+        } else if ((r = kipp_cli_sampling_flag(PROG, argc, argv, &i, &o->sp)) != 0 ||
+                   (r = kipp_cli_runtime_flag(PROG, argc, argv, &i, &o->rt)) != 0) {
             if (r == 2) return 2;
         } else if (IS("--no-think")) { o->no_think = 1; }
         else if (IS("--show-reasoning")) { o->show_reasoning = 1; }
@@ -135,6 +139,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         fprintf(stderr, PROG ": --model FILE is required (see --help)\n");
         return 2;
     }
+    if (!kipp_cli_runtime_finish(PROG, &o->rt)) return 2;
     if (o->system && kipp_tok_utf8_valid_prefix((const uint8_t *)o->system,
                                                 strlen(o->system)) != strlen(o->system)) {
         fprintf(stderr, PROG ": --system: the text is not valid UTF-8\n");
@@ -178,12 +183,6 @@ typedef struct {
     int shown_reasoning;   /* the dim reasoning part was opened on the terminal */
     int shown_content;
 } chat_session;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Renders system + msgs[start..] with the template and tokenizes the result into s->ids.
  * Returns 0 after printing why it failed (a template error names the message at fault). */
@@ -336,6 +335,35 @@ static int stream_text(chat_session *s, kipp_reasoning *rs, const char *bytes, s
     return kipp_reasoning_feed(rs, bytes, n, err, sizeof err) == KIPP_OK;
 }
 
+/* What the generation loop calls back during one reply. */
+typedef struct {
+    chat_session *s;
+    kipp_reasoning *rs;
+} turn_io;
+
+static int turn_text(void *user, const char *bytes, size_t n) {
+    turn_io *t = user;
+    if (!stream_text(t->s, t->rs, bytes, n)) {
+        fprintf(stderr, "\n" PROG ": out of memory streaming the reply\n");
+        return 0;
+    }
+    if (ferror(stdout)) { /* a full disk or a closed pipe: no point in going on */
+        fprintf(stderr, "\n" PROG ": cannot write to stdout: %s\n", strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+static void turn_sampled(void *user, int32_t id) {
+    turn_io *t = user;
+    if (t->s->o->print_tokens) fprintf(stderr, " %d", id);
+}
+
+static void turn_decoded(void *user, int32_t id) {
+    turn_io *t = user;
+    t->s->kv[t->s->n_kv++] = id;
+}
+
 /* Adds the reply to the history: content and reasoning_content split as the template
  * expects them back. */
 static int store_reply(chat_session *s) {
@@ -403,7 +431,7 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
         fprintf(stderr, "\n" PROG ": turn %ld sampled ids:", s->turn);
     }
 
-    double t0 = now_s();
+    double t0 = kipp_cli_now();
     st = kipp_decode(s->c, s->ids + lcp, n_prompt - lcp, s->logits, err, sizeof err);
     if (st != KIPP_OK) {
         fprintf(stderr, PROG ": %s\n", err);
@@ -411,61 +439,39 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
     }
     memcpy(s->kv + lcp, s->ids + lcp, (n_prompt - lcp) * sizeof *s->kv);
     s->n_kv = n_prompt;
-    double t_prefill = now_s() - t0;
+    double t_prefill = kipp_cli_now() - t0;
 
     kipp_reasoning rs;
     kipp_reasoning_init(&rs, KIPP_REASONING_OPEN_BY_TAG, show_part, s);
     s->reply_len = 0;
     s->shown_reasoning = s->shown_content = 0;
-    const char *text;
-    size_t n_text = 0;
-    long n_gen = 0, n_decoded = 0;
-    const char *stop = "n_predict";
-    double t1 = now_s();
-    while (n_gen < s->o->n_predict) {
-        if (g_interrupted) { stop = "interrupted"; break; }
-        int32_t tok = kipp_sampler_sample(smp, s->logits);
-        n_gen++;
-        if (s->o->print_tokens) fprintf(stderr, " %d", tok);
-        if (kipp_token_is_eog(s->m, tok)) { stop = "eog"; break; }
-        kipp_sampler_accept(smp, tok);
-        if (kipp_detokenizer_next(dt, tok, &text, &n_text) != KIPP_OK ||
-            !stream_text(s, &rs, text, n_text)) {
-            fprintf(stderr, "\n" PROG ": out of memory streaming the reply\n");
-            goto done;
-        }
-        if (ferror(stdout)) goto write_error;
-        if (n_gen == s->o->n_predict) break;
-        if (s->n_kv >= s->n_ctx) { stop = "ctx_full"; break; }
-        if ((st = kipp_decode(s->c, &tok, 1, s->logits, err, sizeof err)) != KIPP_OK) {
-            fprintf(stderr, "\n" PROG ": %s\n", err);
-            goto done;
-        }
-        s->kv[s->n_kv++] = tok;
-        n_decoded++;
-    }
-    double t_decode = now_s() - t1;
+    turn_io io = {s, &rs};
+    kipp_gen_params gp = {.prog = PROG, .ctx = s->c, .model = s->m, .sampler = smp,
+                          .detok = dt, .logits = s->logits, .n_predict = s->o->n_predict,
+                          .interrupted = &g_interrupted, .on_text = turn_text,
+                          .on_sampled = turn_sampled, .on_decoded = turn_decoded, .user = &io};
+    kipp_gen_result g;
+    if (!kipp_generate(&gp, &g)) goto done;
     if (s->o->print_tokens) fprintf(stderr, "\n");
-    if (kipp_detokenizer_end(dt, &text, &n_text) != KIPP_OK ||
-        !stream_text(s, &rs, text, n_text) ||
-        (!(!s->tty_out && s->o->show_reasoning) &&
-         kipp_reasoning_finish(&rs, err, sizeof err) != KIPP_OK)) {
+    if (!(!s->tty_out && s->o->show_reasoning) &&
+        kipp_reasoning_finish(&rs, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "\n" PROG ": out of memory streaming the reply\n");
         goto done;
     }
     if (s->color && s->shown_reasoning && !s->shown_content) fputs(RESET, stdout);
     fputs("\n", stdout);
     if (fflush(stdout) != 0 || ferror(stdout)) goto write_error;
-    if (!strcmp(stop, "interrupted")) fprintf(stderr, PROG ": [reply interrupted]\n");
-    if (!strcmp(stop, "ctx_full"))
+    if (!strcmp(g.stop, "interrupted")) fprintf(stderr, PROG ": [reply interrupted]\n");
+    if (!strcmp(g.stop, "ctx_full"))
         fprintf(stderr, PROG ": reply stopped: the context (%u tokens) is full\n", s->n_ctx);
     if (!store_reply(s)) goto done;
     if (s->o->stats)
         fprintf(stderr,
                 PROG ": turn %ld: prompt %u tokens (reused %u, prefilled %u) in %.1f ms; "
                 "generated %ld tokens in %.1f ms (%.2f tok/s); context %u of %u; stop %s\n",
-                s->turn, n_prompt, lcp, n_prompt - lcp, t_prefill * 1e3, n_gen, t_decode * 1e3,
-                n_decoded / (t_decode > 0 ? t_decode : 1e-9), s->n_kv, s->n_ctx, stop);
+                s->turn, n_prompt, lcp, n_prompt - lcp, t_prefill * 1e3, g.n_gen,
+                g.t_decode * 1e3, g.n_decoded / (g.t_decode > 0 ? g.t_decode : 1e-9), s->n_kv,
+                s->n_ctx, g.stop);
     ok = 1;
     goto done;
 write_error: /* a full disk or a closed pipe: no point in going on */
@@ -556,6 +562,7 @@ int main(int argc, char **argv) {
     char *line = NULL;
     size_t line_cap = 0;
 
+    double load_s = kipp_cli_now(); /* model load + context creation */
     kipp_status st = kipp_model_load(o.model, &s.m, err, sizeof err);
     if (st != KIPP_OK) {
         fprintf(stderr, PROG ": %s\n", err);
@@ -565,13 +572,16 @@ int main(int argc, char **argv) {
     kipp_model_get_info(s.m, &info);
     s.n_vocab = info.n_vocab;
     kipp_ctx_params cp = kipp_ctx_default_params();
-    cp.backend = o.backend;
+    cp.backend = o.rt.backend;
+    cp.isa = o.rt.isa;
+    cp.kv_type = o.rt.kv_type;
     cp.n_ctx = (uint32_t)o.n_ctx;
     cp.n_threads = (int)o.n_threads;
     if ((st = kipp_ctx_init(s.m, &cp, &s.c, err, sizeof err)) != KIPP_OK) {
-        fprintf(stderr, PROG ": %s\n", err);
+        kipp_cli_ctx_error(PROG, &o.rt, err);
         goto done;
     }
+    load_s = kipp_cli_now() - load_s;
     s.n_ctx = kipp_ctx_n_ctx(s.c);
     s.kv = malloc((size_t)s.n_ctx * sizeof *s.kv);
     s.logits = malloc((size_t)s.n_vocab * sizeof *s.logits);
@@ -596,8 +606,12 @@ int main(int argc, char **argv) {
     sa.sa_flags = 0; /* no SA_RESTART: Ctrl-C at the prompt interrupts the read */
     sigaction(SIGINT, &sa, NULL);
 
-    fprintf(stderr, PROG ": %s on backend %s, context %u tokens, thinking %s%s\n", o.model,
-            o.backend, s.n_ctx, s.think ? "on" : "off",
+    kipp_ctx_info ci;
+    kipp_ctx_get_info(s.c, &ci);
+    fprintf(stderr, PROG ": %s, context %u tokens, thinking %s; ", o.model, s.n_ctx,
+            s.think ? "on" : "off");
+    kipp_cli_print_ctx_info(stderr, &ci);
+    fprintf(stderr, "; loaded in %.1f ms%s\n", load_s * 1e3,
             s.tty_in ? "; /help lists the commands, /quit or Ctrl-D ends" : "");
     for (;;) {
         if (s.tty_in) {

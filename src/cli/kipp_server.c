@@ -1,6 +1,10 @@
-/* kipp_server.c — the `kipp-server` command: parses flags, starts listening (so /health
- * can say "loading"), loads the model, checks its chat template, starts the scheduler and
- * serves until SIGINT or SIGTERM, then drains. The only server code that prints or exits. Reference: docs/server.md. */
+/* kipp_server.c — the `kipp-server` command: parses flags (the runtime and size flags
+ * through cli_args.c, shared with kipp and kipp-chat), starts listening (so /health can say
+ * "loading"), loads the model, checks its chat template, starts the scheduler, prints the
+ * start-up line (backend, ISA level, threads, KV type and pool, load time) and serves until
+ * SIGINT or SIGTERM, then drains. The only server code that prints or exits. Reference:
+ * docs/server.md. */
+#include "cli/cli_args.h"
 #include "engine/sched.h"
 #include "kipp.h"
 #include "server/server.h"
@@ -16,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define KIPP_VERSION "0.1.0"
@@ -33,14 +36,18 @@ static void usage(FILE *f) {
             "  -m, --model FILE          GGUF model file (required)\n"
             "      --host H              address to bind (default 127.0.0.1: this machine only)\n"
             "      --port P              TCP port (default 8080; 0 = any free port, printed)\n"
-            "      --backend NAME        cpu (default) or cpu-ref; unknown or unavailable is fatal\n"
-            "  -t, --threads N           compute threads (default 0 = physical cores)\n"
+            "  -t, --threads N           compute threads (default 0 = physical cores)\n");
+    kipp_cli_runtime_help(f, 28);
+    fprintf(f,
             "      --model-name NAME     the model id clients send (default: file name without .gguf)\n"
             "  -c, --ctx-size N          longest sequence, prompt + completion (default: model's,\n"
             "                            capped at 4096)\n"
             "      --parallel N          sequences decoded together (default 8)\n"
-            "      --kv-tokens N         shared KV pool size in tokens (default ctx-size x parallel,\n"
-            "                            at most 2 GiB of KV; at least one context)\n"
+            "      --kv-tokens N         shared KV pool size in tokens (default: ctx-size x\n"
+            "                            parallel, capped by --kv-memory; at least one context)\n"
+            "      --kv-memory BYTES     the most K/V bytes the pool may take when --kv-tokens is\n"
+            "                            not given (default %llu GiB; suffixes K, M, G, KiB, MiB,\n"
+            "                            GiB are powers of 1024): e.g. 512M\n"
             "      --queue N             requests that may wait; beyond: 503 + Retry-After (default 64)\n"
             "      --batch-tokens N      prompt tokens prefilled per step (default 256)\n"
             "      --max-body BYTES      request body limit, 413 beyond (default 1048576)\n"
@@ -69,13 +76,8 @@ static void usage(FILE *f) {
             "                            (default, as HF and llama.cpp) or plain text; a request\n"
             "                            may override it with \"content_special_tokens\"\n"
             "  -h, --help                this text\n"
-            "      --version             print the version\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+            "      --version             print the version\n",
+            (unsigned long long)(KIPP_SCHED_DEFAULT_KV_BYTES >> 30));
 }
 
 /* Each connection is a descriptor (and a thread): the soft limit on open files is raised
@@ -168,12 +170,15 @@ int main(int argc, char **argv) {
     unsigned shutdown_timeout = 30;
     /* the limits left 0 get kipp_server_start's defaults (server.h) */
     kipp_server_params sp = {.host = "127.0.0.1", .port = 8080};
-    kipp_sched_params kp = {.backend = "cpu", .max_running = 8, .max_queue = 64,
-                            .batch_tokens = 256, .prefix_cache_entries = 64};
+    kipp_sched_params kp = {.max_running = 8, .max_queue = 64, .batch_tokens = 256,
+                            .prefix_cache_entries = 64};
+    kipp_cli_runtime rt;
+    kipp_cli_runtime_init(&rt);
     int no_prefix = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long v;
+        int r;
 #define IS(s) (!strcmp(a, s))
 #define VAL() (i + 1 < argc ? argv[++i] : NULL)
 #define NEED(x)                                                                   \
@@ -189,12 +194,16 @@ int main(int argc, char **argv) {
         else if (IS("-m") || IS("--model")) { NEED(model = VAL()); }
         else if (IS("--host")) { NEED(sp.host = VAL()); }
         else if (IS("--port")) { NUM(0, 65535); sp.port = (uint16_t)v; }
-        else if (IS("--backend")) { NEED(kp.backend = VAL()); }
         else if (IS("-t") || IS("--threads")) { NUM(0, 1024); kp.n_threads = (int)v; }
         else if (IS("--model-name")) { NEED(name = VAL()); }
         else if (IS("-c") || IS("--ctx-size")) { NUM(16, 1u << 20); kp.n_ctx = (uint32_t)v; }
         else if (IS("--parallel")) { NUM(1, 256); kp.max_running = (uint32_t)v; }
         else if (IS("--kv-tokens")) { NUM(16, 1u << 24); kp.n_kv_tokens = (uint32_t)v; }
+        else if (IS("--kv-memory")) {
+            const char *b = VAL();
+            NEED(b);
+            if (!kipp_cli_bytes("kipp-server", a, b, 1, UINT64_MAX, &kp.kv_memory)) return 2;
+        }
         else if (IS("--queue")) { NUM(1, 1u << 16); kp.max_queue = (uint32_t)v; }
         else if (IS("--batch-tokens")) { NUM(1, 1u << 16); kp.batch_tokens = (uint32_t)v; }
         else if (IS("--max-body")) { NUM(1024, 1ull << 32); sp.max_body = (size_t)v; }
@@ -229,6 +238,9 @@ int main(int argc, char **argv) {
             if (is_host) hosts[n_hosts++] = h;
             else origins[n_origins++] = h;
         }
+        else if ((r = kipp_cli_runtime_flag("kipp-server", argc, argv, &i, &rt)) != 0) {
+            if (r == 2) return 2;
+        }
         else {
             fprintf(stderr, "kipp-server: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -238,6 +250,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kipp-server: --model FILE.gguf is required (see --help)\n");
         return 2;
     }
+    if (!kipp_cli_runtime_finish("kipp-server", &rt)) return 2;
+    if (kp.n_kv_tokens && kp.kv_memory) {
+        fprintf(stderr, "kipp-server: give --kv-tokens (the pool in tokens) or --kv-memory (a "
+                        "cap in bytes), not both\n");
+        return 2;
+    }
+    kp.backend = rt.backend;
+    kp.isa = rt.isa;
+    kp.kv_type = rt.kv_type;
     if (api_key && key_file) {
         fprintf(stderr, "kipp-server: give --api-key or --api-key-file, not both\n");
         return 2;
@@ -278,28 +299,29 @@ int main(int argc, char **argv) {
     printf("kipp-server: listening on http://%s%s%s:%u\n", strchr(sp.host, ':') ? "[" : "",
            sp.host, strchr(sp.host, ':') ? "]" : "", kipp_server_port(sv));
     fflush(stdout);
+    double load_s = kipp_cli_now(); /* model load, template check, scheduler start */
     if (kipp_model_load(model, &m, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;
     }
     if (check_template(m) != 0) goto done;
     if (kipp_sched_start(m, &kp, &sched, err, sizeof err) != KIPP_OK) {
-        fprintf(stderr, "kipp-server: %s\n", err);
+        kipp_cli_ctx_error("kipp-server", &rt, err);
         goto done;
     }
+    load_s = kipp_cli_now() - load_s;
     if (sp.max_prompt_tokens && sp.max_prompt_tokens >= kipp_sched_n_ctx(sched)) {
         fprintf(stderr, "kipp-server: --max-prompt-tokens %u must be below the context size %u\n",
                 sp.max_prompt_tokens, kipp_sched_n_ctx(sched));
         goto done;
     }
+    kipp_ctx_info ci; /* the start-up line comes before /health says 200 */
+    kipp_sched_ctx_info(sched, &ci);
+    fprintf(stderr, "kipp-server: model %s as '%s', context %u, %u parallel; ", model, model_name,
+            kipp_sched_n_ctx(sched), kp.max_running);
+    kipp_cli_print_ctx_info(stderr, &ci);
+    fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
     kipp_server_attach(sv, m, sched);
-    kipp_sched_stats st;
-    kipp_sched_get_stats(sched, &st);
-    fprintf(stderr,
-            "kipp-server: model %s as '%s', backend %s, context %u, %u parallel, KV pool %u blocks "
-            "of 16 tokens\n",
-            model, model_name, kp.backend, kipp_sched_n_ctx(sched), kp.max_running,
-            st.kv_blocks_total);
     printf("kipp-server: ready\n");
     fflush(stdout);
     int sig = 0;
@@ -310,10 +332,10 @@ int main(int argc, char **argv) {
                     "signal exits at once)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", kipp_server_active(sv), shutdown_timeout);
     kipp_server_drain(sv);
-    const double t_end = now_s() + shutdown_timeout;
+    const double t_end = kipp_cli_now() + shutdown_timeout;
     int cut = 0;
     for (;;) {
-        const double t = now_s();
+        const double t = kipp_cli_now();
         if (kipp_server_active(sv) == 0) break;
         if (!cut && t >= t_end) {
             fprintf(stderr, "kipp-server: shutdown timeout: ending %d requests now\n",

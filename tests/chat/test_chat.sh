@@ -3,8 +3,9 @@
 # untied checkpoint (random weights, so the replies are gibberish but deterministic and
 # depend on the whole prompt). The reference for every reply is build/kipp run on the same
 # conversation from scratch (--chat / --messages, no KV reuse), so the multi-turn KV prefix
-# reuse must be exact. Also: commands, thinking on/off, context overflow, bad flags and
-# input, EOF and Ctrl-C. Ends with "N passed, N failed"; exits non-zero on any failure.
+# reuse must be exact. Also: commands, thinking on/off, context overflow, the start-up line
+# (default backend cpu, cpu-ref by name, --kv-type, --isa), bad flags and input, EOF and
+# Ctrl-C. Ends with "N passed, N failed"; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -315,10 +316,45 @@ else
     echo "note: the reply finished before SIGINT arrived (rc $rc); interrupt path not exercised"
 fi
 
+# --- backend, ISA level and KV type: the start-up line says what runs; replies match kipp's
+#     with the same flags ---
+lines "$tmp/in_u1" "$U1"
+rc=0; "$C" -m "$M" -t 2 -n 4 --greedy <"$tmp/in_u1" >/dev/null 2>"$tmp/default.err" || rc=$?
+[ "$rc" = 0 ] && grep -qE "^kipp-chat: $M, context 512 tokens, thinking on; backend cpu, ISA [a-z0-9]+, 2 threads, KV f16, KV pool 32 blocks of 16 tokens \(512 tokens, 393216 bytes = 0.38 MiB, 768 bytes/token\); loaded in [0-9.]+ ms$" "$tmp/default.err" &&
+    ok || { bad "start-up line of the default backend (exit $rc)"; cat "$tmp/default.err"; }
+chat cref "$tmp/in_u1" --backend cpu-ref -c 128
+rc_is cref 0
+err_has cref "^kipp-chat: .*, context 128 tokens, thinking on; backend cpu-ref, ISA scalar, 1 thread, KV f32, KV pool 8 blocks of 16 tokens \(128 tokens, 196608 bytes"
+ref cref_ref --chat -p "$U1" --backend cpu-ref -c 128
+same "--backend cpu-ref reply vs kipp --backend cpu-ref" "$tmp/cref.out" "$tmp/cref_ref.out"
+for t in f32 bf16; do
+    chat kv_$t "$tmp/in_u1" --kv-type $t --isa scalar
+    rc_is kv_$t 0
+    err_has kv_$t "; backend cpu, ISA scalar, 2 threads, KV $t, KV pool"
+    ref kv_${t}_ref --chat -p "$U1" --kv-type $t --isa scalar
+    same "--kv-type $t reply vs kipp --kv-type $t" "$tmp/kv_$t.out" "$tmp/kv_${t}_ref.out"
+done
+chat cachetype "$tmp/in_u1" --cache-type-k bf16 --cache-type-v bf16
+err_has cachetype "; backend cpu, .* KV bf16, KV pool"
+chat badkv "$tmp/in_empty" --kv-type q8_0
+rc_is badkv 2; err_has badkv "--kv-type: unknown KV type 'q8_0' \(choose f32, f16, bf16"
+chat kvdiff "$tmp/in_empty" --cache-type-k f16 --cache-type-v f32
+rc_is kvdiff 2; err_has kvdiff "--cache-type-k f16 and --cache-type-v f32 differ: Kipp keeps K and V in one type"
+chat kvhalf "$tmp/in_empty" --cache-type-v bf16
+rc_is kvhalf 2; err_has kvhalf "--cache-type-v bf16 is given without --cache-type-k"
+rc=0; KIPP_CPU_ISA=avx9 "$C" -m "$M" </dev/null >/dev/null 2>"$tmp/envisa.err" || rc=$?
+[ "$rc" = 1 ] && grep -q "the ISA level 'avx9' comes from the environment variable KIPP_CPU_ISA" "$tmp/envisa.err" && ok ||
+    { bad "KIPP_CPU_ISA=avx9: exit $rc"; cat "$tmp/envisa.err"; }
+rc=0; KIPP_CPU_ISA=avx9 "$C" -m "$M" "${COMMON[@]}" --isa scalar <"$tmp/in_u1" >/dev/null 2>"$tmp/envisa2.err" || rc=$?
+[ "$rc" = 0 ] && grep -q "ISA scalar" "$tmp/envisa2.err" && ok || { bad "--isa scalar over KIPP_CPU_ISA=avx9: exit $rc"; cat "$tmp/envisa2.err"; }
+chat badisa "$tmp/in_empty" --isa avx9
+rc_is badisa 1; err_has badisa "unknown ISA level 'avx9'"
+
 # --- flags and bad input ---
 chat help "$tmp/in_empty" --help
 grep -q -- "--hide-reasoning" "$tmp/help.out" && ok || bad "--help lacks --hide-reasoning"
-for f in /reset /think /history /quit --print-prompt --no-stats --system --greedy; do
+for f in /reset /think /history /quit --print-prompt --no-stats --system --greedy --kv-type --isa \
+    --cache-type-k "backend: cpu (default)"; do
     grep -q -- "$f" "$tmp/help.out" || bad "--help lacks $f"
 done
 "$C" --version | grep -q "^kipp-chat " && ok || bad "--version"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test_cli.sh — build/kipp end to end on the tiny checkpoint: generation, determinism,
-# stdin prompts, --info/--tokenize, and every bad input the issue names (missing model, wrong
-# architecture, truncated file, NaN weights, empty prompt, prompt longer than the context,
-# unknown/unavailable backend, bad flags): each must exit non-zero with a message naming
-# the problem, never crash (exit codes >= 128 are signals and fail the test).
+# stdin prompts, --info/--tokenize, the default backend (cpu) and cpu-ref by name, the
+# start-up line, --isa/KIPP_CPU_ISA and --kv-type/--cache-type-k/-v, and every bad input the
+# issue names (missing model, wrong architecture, truncated file, NaN weights, empty prompt,
+# prompt longer than the context, unknown/unavailable backend, bad flags): each must exit
+# non-zero with a message naming the problem, never crash (exit codes >= 128 are signals
+# and fail the test).
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -27,9 +29,9 @@ expect_fail() {
 .venv/bin/python tests/cli/make_bad_models.py "$M" "$tmp" || bad "make_bad_models.py"
 
 # --- good paths ---
-out1=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null) && ok || bad "greedy run"
+out1=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu-ref 2>/dev/null) && ok || bad "greedy run"
 [ -n "$out1" ] && ok || bad "greedy run printed nothing"
-out2=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats 2>/dev/null)
+out2=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu-ref 2>/dev/null)
 [ "$out1" = "$out2" ] && ok || bad "greedy not deterministic"
 out3=$("$K" -m "$M" -p "The capital of France is" -n 16 --temp 0 --no-stats --backend cpu -t 2 2>/dev/null)
 [ "$out1" = "$out3" ] && ok || bad "--backend cpu greedy text differs from cpu-ref"
@@ -42,7 +44,7 @@ o3=$(echo -n "The capital of France is" | "$K" -m "$M" -n 16 --temp 0 --no-stats
 [ "$o3" = "$out1" ] && ok || bad "stdin prompt differs from --prompt"
 "$K" -m "$M" -p "Hi" -n 4 --temp 0 2>"$tmp/err" >/dev/null
 grep -qE "prefill .* tok/s.*decode steps .* tok/s" "$tmp/err" && ok || bad "no speed line on stderr"
-grep -qE "KV cache [0-9.]+ of [0-9.]+ MiB used \(1 of [0-9]+ blocks of 16 tokens, 1536 bytes/token\)" "$tmp/err" && ok || bad "no KV accounting line on stderr"
+grep -qE "KV cache [0-9.]+ of [0-9.]+ MiB used \(1 of [0-9]+ blocks of 16 tokens, 768 bytes/token\)" "$tmp/err" && ok || bad "no KV accounting line on stderr (f16 KV: 768 bytes/token)"
 "$K" -m "$M" --info | grep -q "\"head_dim\": 32, \"n_ff\": 256" && ok || bad "--info"
 ids=$("$K" -m "$M" -p "Hello world" --tokenize)
 [ "$ids" = "9707 1879" ] && ok || bad "--tokenize gave '$ids'"
@@ -69,11 +71,72 @@ assert s["backend"] == "cpu" and s["threads"] == 2 and s["prompt_source"] == "sy
 assert s["prefill"]["tokens"] == 20 and s["prefill"]["ms"] > 0 and s["prefill"]["tok_s"] > 0, s
 assert s["decode"]["generated"] == 10 and s["decode"]["tokens"] == 9 and s["stop"] == "n_predict", s
 assert s["decode"]["ms"] > 0 and s["decode"]["tok_s"] > 0 and s["ignore_eos"] is True, s
-assert s["kv"]["bytes_per_token"] == 1536 and s["kv"]["n_tokens"] == 29, s
+assert s["kv"]["bytes_per_token"] == 768 and s["kv"]["n_tokens"] == 29, s
+assert s["kv_type"] == "f16" and s["isa"] in ("scalar", "avx2", "avx512", "avx512vnni", "neon"), s
+PY
+"$K" -m "$M" -p hi -n 2 --backend cpu-ref --kv-type bf16 -t 2 --stats-json "$tmp/stats2.json" >/dev/null 2>&1 && ok || bad "--stats-json run (cpu-ref, bf16)"
+.venv/bin/python - "$tmp/stats2.json" <<'PY' && ok || bad "--stats-json: isa and kv_type of a cpu-ref bf16 run"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["backend"] == "cpu-ref" and s["isa"] == "scalar" and s["kv_type"] == "bf16", s
+assert s["threads"] == 1, s  # the threads in use (cpu-ref has one), not the -t asked for
+assert s["kv"]["bytes_per_token"] == 768, s
 PY
 # a run that ends before generating (--tokenize) leaves no stats file
 "$K" -m "$M" -p hi -n 2 --tokenize --stats-json "$tmp/none.json" >/dev/null 2>&1
 [ ! -e "$tmp/none.json" ] && ok || bad "--stats-json left a file behind a --tokenize run"
+
+# --- backend, ISA level, KV type: the default backend is cpu, cpu-ref is asked for by name;
+# the start-up line (stderr) and --info say what the context runs on ---
+"$K" -m "$M" -p hi -n 2 -t 2 >/dev/null 2>"$tmp/err"
+grep -qE "^kipp: backend cpu, ISA [a-z0-9]+, 2 threads, KV f16, KV pool 32 blocks of 16 tokens \(512 tokens, 393216 bytes = 0.38 MiB, 768 bytes/token\); loaded in [0-9.]+ ms$" "$tmp/err" &&
+    ok || bad "start-up line of the default backend: $(cat "$tmp/err")"
+"$K" -m "$M" -p hi -n 2 --backend cpu-ref -c 64 >/dev/null 2>"$tmp/err" && ok || bad "--backend cpu-ref: $(cat "$tmp/err")"
+grep -qE "^kipp: backend cpu-ref, ISA scalar, 1 thread, KV f32, KV pool 4 blocks of 16 tokens \(64 tokens, 98304 bytes = 0.09 MiB, 1536 bytes/token\); loaded in [0-9.]+ ms$" "$tmp/err" &&
+    ok || bad "start-up line of cpu-ref: $(cat "$tmp/err")"
+"$K" -m "$M" -p hi -n 2 --no-stats 2>"$tmp/err" >/dev/null
+[ ! -s "$tmp/err" ] && ok || bad "--no-stats printed on stderr: $(cat "$tmp/err")"
+# info_is NAME PYEXPR ARGS... : kipp --info ARGS prints one JSON object i for which PYEXPR holds
+info_is() {
+    local name=$1 expr=$2; shift 2
+    if ! "$K" -m "$M" --info "$@" >"$tmp/info.json" 2>"$tmp/err"; then bad "$name: --info $*: $(cat "$tmp/err")"; return; fi
+    .venv/bin/python - "$tmp/info.json" "$expr" <<'PY' && ok || bad "$name: --info $* gave $(cat "$tmp/info.json")"
+import json, sys
+text = open(sys.argv[1]).read()
+i = json.loads(text)
+assert text.count("\n") == 1 and eval("(" + sys.argv[2] + ")")
+PY
+}
+LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "neon")'
+info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "rope_theta", "rms_eps", "tied_embeddings", "bos_id", "eos_id"]
+    and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "load_ms"]
+    and i["backend"] == "cpu" and i["isa"] in '"$LEVELS"' and i["threads"] >= 1 and i["kv_type"] == "f16"
+    and i["n_ctx"] == 512 and i["load_ms"] > 0
+    and i["kv_pool"] == {"blocks": 32, "block_size": 16, "tokens": 512, "bytes": 393216, "bytes_per_token": 768}'
+info_is "--info --backend cpu-ref" 'i["backend"] == "cpu-ref" and i["isa"] == "scalar" and i["threads"] == 1
+    and i["kv_type"] == "f32" and i["n_ctx"] == 64 and i["kv_pool"]["tokens"] == 64 and i["kv_pool"]["bytes"] == 98304' \
+    --backend cpu-ref -c 64
+info_is "--info -t 2 --isa scalar --kv-type bf16" 'i["backend"] == "cpu" and i["threads"] == 2 and i["isa"] == "scalar"
+    and i["kv_type"] == "bf16" and i["kv_pool"]["bytes_per_token"] == 768' -t 2 --isa scalar --kv-type bf16
+info_is "--kv-type f32" 'i["kv_type"] == "f32" and i["kv_pool"]["bytes_per_token"] == 1536' --kv-type f32
+info_is "--kv-type default" 'i["kv_type"] == "f16"' --kv-type default
+info_is "--cache-type-k/-v f32 (both equal)" 'i["kv_type"] == "f32" and i["kv_pool"]["bytes"] == 786432' \
+    --cache-type-k f32 --cache-type-v f32
+info_is "--kv-type and equal --cache-type-k/-v" 'i["kv_type"] == "bf16"' --kv-type bf16 --cache-type-k bf16 --cache-type-v bf16
+KIPP_CPU_ISA=scalar info_is "KIPP_CPU_ISA is --isa's default" 'i["isa"] == "scalar"'
+KIPP_CPU_ISA=avx9 info_is "--isa overrides KIPP_CPU_ISA" 'i["isa"] == "scalar"' --isa scalar
+# every KV type end to end: generation runs and the start-up line names the type
+for t in f32 f16 bf16; do
+    for b in cpu cpu-ref; do
+        out=$("$K" -m "$M" -p "The capital of France is" -n 8 --temp 0 --backend $b -t 2 --kv-type $t 2>"$tmp/err")
+        [ -n "$out" ] && grep -qE "^kipp: backend $b, .* KV $t, KV pool" "$tmp/err" && ok || bad "--backend $b --kv-type $t: $(cat "$tmp/err")"
+    done
+done
+"$K" --help >"$tmp/help"
+grep -q "backend: cpu (default)" "$tmp/help" && ok || bad "--help does not name cpu as the default backend"
+for f in --isa --kv-type --cache-type-k --cache-type-v KIPP_CPU_ISA; do
+    grep -q -- "$f" "$tmp/help" && ok || bad "--help lacks $f"
+done
 
 # --- chat template ---
 want=$(printf '<|im_start|>system\nYou are Kipp.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n')
@@ -96,7 +159,15 @@ expect_fail "no --model" "--model FILE is required" "$K" -p hi
 expect_fail "wrong architecture" "architecture is 'llama'" "$K" -m "$tmp/wrong-arch.gguf" -p hi
 expect_fail "truncated file" "gguf: .*(past end|truncated|beyond)" "$K" -m "$tmp/truncated.gguf" -p hi
 expect_fail "NaN in norm" "output_norm.weight.* NaN" "$K" -m "$tmp/nan-norm.gguf" -p hi
-expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2
+expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2 --backend cpu-ref
+# the optimized backend at every level this CPU runs: a NaN weight must reach the logits check
+# (AVX-512's max/min used to turn a NaN into a clamp bound in exp)
+for isa in scalar avx2 avx512 avx512vnni; do
+    if "$K" -m "$tmp/nan-matrix.gguf" --info --backend cpu --isa "$isa" >/dev/null 2>&1; then
+        expect_fail "NaN in matrix (runtime, cpu $isa)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2 \
+            --backend cpu --isa "$isa"
+    fi
+done
 expect_fail "NaN in matrix (--check-weights)" "blk.0.attn_q.weight' row 0 element 0 is NaN" \
     "$K" -m "$tmp/nan-matrix.gguf" -p hi --check-weights
 expect_fail "empty prompt" "empty prompt" "$K" -m "$M" -p ""
@@ -106,7 +177,20 @@ expect_fail "prompt longer than context" "prompt has [0-9]+ tokens but the conte
 expect_fail "context beyond training" "exceeds the model's trained context" "$K" -m "$M" -c 100000 -p hi
 expect_fail "unknown backend" "unknown backend 'warp'" "$K" -m "$M" -p hi --backend warp
 expect_fail "cuda not built" "backend 'cuda' is not available.*does not fall back" "$K" -m "$M" -p hi --backend cuda
-KIPP_CPU_ISA=avx9 expect_fail "cpu: unknown KIPP_CPU_ISA" "unknown KIPP_CPU_ISA 'avx9'" "$K" -m "$M" -p hi --backend cpu
+KIPP_CPU_ISA=avx9 expect_fail "cpu: unknown KIPP_CPU_ISA" "ISA level 'avx9' comes from the environment variable KIPP_CPU_ISA" "$K" -m "$M" -p hi
+expect_fail "unknown --isa" "unknown ISA level 'avx9'" "$K" -m "$M" -p hi --isa avx9
+expect_fail "unknown --isa (--info)" "unknown ISA level 'avx9'" "$K" -m "$M" --info --isa avx9
+expect_fail "empty --isa" "--isa expects a name, got ''" "$K" -m "$M" -p hi --isa ""
+expect_fail "bad --kv-type" "--kv-type: unknown KV type 'q8_0' \(choose f32, f16, bf16" "$K" -m "$M" -p hi --kv-type q8_0
+expect_fail "--kv-type without value" "--kv-type needs a value" "$K" -m "$M" -p hi --kv-type
+expect_fail "--cache-type-k/-v differ" "--cache-type-k f16 and --cache-type-v bf16 differ: Kipp keeps K and V in one type" \
+    "$K" -m "$M" -p hi --cache-type-k f16 --cache-type-v bf16
+expect_fail "--cache-type-k alone" "--cache-type-k f16 is given without --cache-type-v: Kipp keeps K and V in one type" \
+    "$K" -m "$M" -p hi --cache-type-k f16
+expect_fail "--cache-type-v alone" "--cache-type-v f32 is given without --cache-type-k" "$K" -m "$M" -p hi --cache-type-v f32
+expect_fail "bad --cache-type-v" "--cache-type-v: unknown KV type 'q4_0'" "$K" -m "$M" -p hi --cache-type-k f16 --cache-type-v q4_0
+expect_fail "--kv-type vs --cache-type-k/-v" "--kv-type f32 and --cache-type-k/-v f16 disagree" \
+    "$K" -m "$M" -p hi --kv-type f32 --cache-type-k f16 --cache-type-v f16
 expect_fail "bad top-p" "--top-p expects a number" "$K" -m "$M" -p hi --top-p 2
 expect_fail "bad -n" "-n expects an integer" "$K" -m "$M" -p hi -n abc
 expect_fail "bad --prompt-tokens" "--prompt-tokens expects an integer" "$K" -m "$M" --prompt-tokens 0

@@ -1,0 +1,207 @@
+"""What a server runs on (docs/server.md, "Flags"): the start-up line on stderr names the
+backend (cpu unless --backend names another; cpu-ref by name), the ISA level, threads, the
+KV type and the pool in blocks, tokens and bytes, and the load time; --kv-type (and
+llama.cpp's --cache-type-k/-v, only when equal), --isa (default: $KIPP_CPU_ISA) and
+--kv-memory reach the scheduler; bad values are fatal with a message naming the flag.
+
+The tiny checkpoint's K + V is 1024 bytes per token in f32 and 512 in f16 or bf16 (2 layers
+x 2 KV heads x 32 x 2), so the pool sizes below are exact."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+import conftest
+from conftest import MODEL, MODEL_NAME, SERVER_BIN, Srv
+import server_common as sc
+
+LINE_RE = re.compile(
+    r"^kipp-server: model (?P<model>\S+) as '(?P<name>[^']+)', context (?P<ctx>\d+), (?P<par>\d+) parallel; "
+    r"backend (?P<backend>[a-z0-9-]+), ISA (?P<isa>[a-z0-9]+), (?P<threads>\d+) threads?, "
+    r"KV (?P<kv>f32|f16|bf16), KV pool (?P<blocks>\d+) blocks of (?P<bs>\d+) tokens "
+    r"\((?P<tokens>\d+) tokens, (?P<bytes>\d+) bytes = [0-9.]+ MiB, (?P<bpt>\d+) bytes/token\); "
+    r"loaded in [0-9.]+ ms$", re.M)
+LEVELS = ("scalar", "avx2", "avx512", "avx512vnni", "neon")
+
+
+def startup_line(proc: sc.ServerProcess) -> dict:
+    with open(proc.stderr_path, errors="replace") as f:
+        err = f.read()
+    m = LINE_RE.search(err)
+    assert m, f"no start-up line on stderr:\n{err}"
+    d = m.groupdict()
+    return {k: (int(v) if v.isdigit() else v) for k, v in d.items()}
+
+
+def start(name: str, *args: str, env: dict | None = None) -> Srv:
+    """A server with exactly these flags (no --backend unless given), stopped at the end."""
+    full_env = None if env is None else {**os.environ, **env}
+    p = sc.ServerProcess(SERVER_BIN, MODEL, list(args), log_dir=conftest.LOG_DIR, name=name, env=full_env)
+    conftest._servers.append(p)
+    p.start(timeout=60)
+    return Srv(p)
+
+
+def stop(s: Srv) -> None:
+    assert s.proc.stop(timeout=15) == 0, s.proc.stderr_tail()
+
+
+def fatal(*args: str, env: dict | None = None, model: bool = True) -> subprocess.CompletedProcess:
+    argv = [SERVER_BIN, *(["--model", MODEL] if model else []), "--port", "0", *args]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                       env=None if env is None else {**os.environ, **env})
+    assert 0 < p.returncode < 128, (p.returncode, p.stderr)
+    return p
+
+
+def test_main_server_startup_line(server):
+    """The shared server (--backend cpu --threads 2, defaults otherwise): ctx 512 x 8 parallel."""
+    d = startup_line(server.proc)
+    assert (d["name"], d["ctx"], d["par"]) == (MODEL_NAME, 512, 8), d
+    assert (d["backend"], d["threads"], d["kv"]) == ("cpu", int(conftest.THREADS), "f16"), d
+    assert d["isa"] in LEVELS, d
+    assert d["bs"] == 16 and d["blocks"] * 16 == d["tokens"] == 512 * 8, d
+    assert d["bpt"] == 512 and d["bytes"] == d["tokens"] * 512, d
+    assert server.metrics().get("kipp_kv_blocks_total") == d["blocks"]
+
+
+def test_default_backend_is_cpu():
+    s = start("default-backend", "--threads", "1", "-c", "64", "--parallel", "2")
+    d = startup_line(s.proc)
+    # the pool: ctx x parallel = 128 tokens, f16 (cpu's default KV type)
+    assert (d["backend"], d["threads"], d["kv"]) == ("cpu", 1, "f16"), d
+    assert (d["blocks"], d["tokens"], d["bytes"], d["bpt"]) == (8, 128, 65536, 512), d
+    assert s.complete("Hello", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
+    stop(s)
+
+
+def test_cpu_ref_by_name():
+    s = start("cpu-ref", "--backend", "cpu-ref", "-c", "64", "--parallel", "2")
+    d = startup_line(s.proc)
+    assert (d["backend"], d["isa"], d["threads"], d["kv"]) == ("cpu-ref", "scalar", 1, "f32"), d
+    assert (d["blocks"], d["tokens"], d["bytes"], d["bpt"]) == (8, 128, 131072, 1024), d
+    assert s.complete("Hello", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
+    stop(s)
+
+
+@pytest.mark.parametrize("size", ["1M", "1MiB", "1024K", "1048576"])
+def test_kv_memory_caps_the_pool(size):
+    """512 x 8 = 4096 tokens asked for; 1 MiB of f16 K/V holds 2048."""
+    s = start(f"kv-memory-{size}", "--threads", "1", "--kv-memory", size)
+    d = startup_line(s.proc)
+    assert (d["kv"], d["tokens"], d["blocks"], d["bytes"]) == ("f16", 2048, 128, 1 << 20), d
+    assert s.metrics().get("kipp_kv_blocks_total") == 128
+    stop(s)
+
+
+def test_kv_memory_does_not_grow_the_pool():
+    """A cap above ctx x parallel leaves the pool at ctx x parallel."""
+    s = start("kv-memory-big", "--threads", "1", "-c", "64", "--parallel", "2", "--kv-memory", "1G")
+    d = startup_line(s.proc)
+    assert (d["tokens"], d["bytes"]) == (128, 65536), d
+    stop(s)
+
+
+def test_kv_type_and_memory_together():
+    """96 KiB holds 192 bf16 tokens or 96 f32 tokens (both at least one context of 64 plus a
+    block): the KV type reaches the scheduler's sizing."""
+    s = start("kv-bf16", "--threads", "1", "-c", "64", "--parallel", "8", "--kv-type", "bf16",
+              "--kv-memory", "96K")
+    d = startup_line(s.proc)
+    assert (d["kv"], d["tokens"], d["blocks"], d["bytes"], d["bpt"]) == ("bf16", 192, 12, 98304, 512), d
+    stop(s)
+    s = start("kv-f32", "--threads", "1", "-c", "64", "--parallel", "8", "--kv-type", "f32",
+              "--kv-memory", "96K")
+    d = startup_line(s.proc)
+    assert (d["kv"], d["tokens"], d["blocks"], d["bytes"], d["bpt"]) == ("f32", 96, 6, 98304, 1024), d
+    stop(s)
+
+
+def test_cache_type_k_v_equal():
+    s = start("cache-type", "--threads", "1", "-c", "64", "--parallel", "2", "--cache-type-k", "f32",
+              "--cache-type-v", "f32")
+    d = startup_line(s.proc)
+    assert (d["kv"], d["bytes"]) == ("f32", 131072), d
+    stop(s)
+
+
+def test_isa_flag_and_env():
+    s = start("isa-env", "--threads", "1", "-c", "64", "--parallel", "2", env={"KIPP_CPU_ISA": "scalar"})
+    assert startup_line(s.proc)["isa"] == "scalar"
+    stop(s)
+    s = start("isa-flag", "--threads", "1", "-c", "64", "--parallel", "2", "--isa", "scalar",
+              env={"KIPP_CPU_ISA": "avx9"})
+    assert startup_line(s.proc)["isa"] == "scalar"
+    stop(s)
+
+
+@pytest.mark.parametrize("value,message", [
+    ("12X", "--kv-memory expects a size in bytes: a whole number with an optional suffix K, M, G, KiB, MiB or GiB"),
+    ("1.5G", "--kv-memory expects a size in bytes"),
+    ("-1", "--kv-memory expects a size in bytes"),
+    ("512MB", "--kv-memory expects a size in bytes"),
+    ("", "--kv-memory expects a size in bytes"),
+    ("0", "--kv-memory 0 is too small"),
+    ("0K", "--kv-memory 0K is too small"),
+    ("99999999999999999999", "--kv-memory 99999999999999999999 is too large"),
+    ("99999999999G", "--kv-memory 99999999999G is too large"),
+])
+def test_kv_memory_bad_values(value, message):
+    p = fatal("--kv-memory", value)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_kv_memory_errors():
+    p = fatal("--kv-memory")
+    assert p.returncode == 2 and "--kv-memory needs a value" in p.stderr, p.stderr
+    p = fatal("--kv-memory", "1M", "--kv-tokens", "1024")
+    assert p.returncode == 2 and "give --kv-tokens" in p.stderr and "not both" in p.stderr, p.stderr
+    # too small for one context (64 tokens + a block of f32 K/V = 81920 bytes): fatal at start
+    p = fatal("-c", "64", "--kv-type", "f32", "--kv-memory", "64K")
+    assert p.returncode == 1 and "65536 bytes" in p.stderr and "f32" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kv-type", "q8_0"], "--kv-type: unknown KV type 'q8_0' (choose f32, f16, bf16"),
+    (["--kv-type"], "--kv-type needs a value"),
+    (["--cache-type-k", "f16", "--cache-type-v", "bf16"],
+     "--cache-type-k f16 and --cache-type-v bf16 differ: Kipp keeps K and V in one type"),
+    (["--cache-type-k", "f16"], "--cache-type-k f16 is given without --cache-type-v"),
+    (["--cache-type-v", "q4_0", "--cache-type-k", "q4_0"], "--cache-type-k: unknown KV type 'q4_0'"),
+    (["--kv-type", "bf16", "--cache-type-k", "f16", "--cache-type-v", "f16"],
+     "--kv-type bf16 and --cache-type-k/-v f16 disagree"),
+    (["--isa", ""], "--isa expects a name"),
+])
+def test_runtime_flag_usage_errors(args, message):
+    p = fatal(*args)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_start_failures_are_fatal():
+    p = fatal("--isa", "avx9")
+    assert p.returncode == 1 and "unknown ISA level 'avx9'" in p.stderr, p.stderr
+    p = fatal(env={"KIPP_CPU_ISA": "avx9"})
+    assert p.returncode == 1 and "the ISA level 'avx9' comes from the environment variable KIPP_CPU_ISA" \
+        in p.stderr, p.stderr
+    p = fatal("--backend", "cuda")
+    assert p.returncode == 1 and "backend 'cuda' is not available" in p.stderr, p.stderr
+
+
+def test_help_names_the_flags():
+    out = subprocess.run([SERVER_BIN, "--help"], capture_output=True, text=True, timeout=30).stdout
+    for flag in ("backend: cpu (default)", "--isa LEVEL", "KIPP_CPU_ISA", "--kv-type T", "--cache-type-k",
+                 "--kv-memory BYTES"):
+        assert flag in out, flag
+
+
+def test_kv_memory_is_a_ceiling_in_whole_blocks():
+    """100 KiB of f16 K/V (512 bytes/token) is 200 tokens: the pool keeps whole blocks within
+    the limit, 12 blocks = 192 tokens = 98304 bytes, never 13 (106496 bytes, over it)."""
+    s = start("kv-memory-ceiling", "--threads", "1", "-c", "64", "--parallel", "4", "--kv-memory", "100K")
+    d = startup_line(s.proc)
+    assert d["bytes"] <= 100 * 1024 and (d["blocks"], d["tokens"], d["bytes"]) == (12, 192, 98304), d
+    stop(s)
