@@ -153,12 +153,24 @@ define tiny_gguf_rule
 models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/config.json tools/convert_to_gguf.py
 	$$(PYTHON) -m tools.convert_to_gguf models/$(1) --outtype $(2)
 endef
-$(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+$(foreach t,$(TINY),$(foreach q,bf16 f32 f16 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+# Q4_0 from the bf16 file (K-quants would fall back to Q8_0: the tiny rows are 64 and 96 long,
+# not multiples of 256; the random-tiny shape carries Q4_K and Q6_K)
+define tiny_quant_rule
+models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/kipp-$(1)-bf16.gguf tools/quantize.py tools/kipp_quants.py
+	$$(PYTHON) -m tools.quantize $$< $$@ --type $(2) --no-progress
+endef
+$(foreach t,$(TINY),$(eval $(call tiny_quant_rule,$(t),q4_0)))
+# every weight type the cpu backend runs, per tiny checkpoint (the model gates use them all)
+TINY_TYPES := bf16 f32 f16 q8_0 q4_0
 
 # ---- random-weight models of the real Qwen3 shapes (benchmarks, test-cpu-model) ----------
-models/random/qwen3-%-bf16.gguf: tools/make_random_model.py tools/kipp_quants.py
+define random_float_rule
+models/random/qwen3-%-$(1).gguf: tools/make_random_model.py tools/kipp_quants.py
 	@mkdir -p models/random
-	$(PYTHON) -m tools.make_random_model --shape $* --type bf16 --output $@
+	$$(PYTHON) -m tools.make_random_model --shape $$* --type $(1) --output $$@
+endef
+$(foreach q,bf16 f16 f32,$(eval $(call random_float_rule,$(q))))
 define random_quant_rule
 models/random/qwen3-%-$(1).gguf: models/random/qwen3-%-bf16.gguf tools/quantize.py tools/kipp_quants.py
 	$$(PYTHON) -m tools.quantize $$< $$@ --type $(1)
@@ -166,7 +178,10 @@ endef
 $(foreach q,q8_0 q4_0 q4_k_m q6_k,$(eval $(call random_quant_rule,$(q))))
 random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
 
-tiny-models: deps $(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,models/$(t)/kipp-$(t)-$(q).gguf))
+# the random-tiny shape in every weight type the cpu backend runs (Q4_K and Q6_K included)
+RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k
+tiny-models: deps $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
+             $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf)
 
 demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
 	$(BUILD)/kipp --model models/tiny-untied/kipp-tiny-untied-bf16.gguf \
