@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # check.sh — what `make check` runs: the fast tier for the edit loop, a few minutes on 2
 # cores from a built tree. The unit suites, every fuzz corpus replayed once (no timed
-# fuzzing), the model gates on the tiny bf16 checkpoints, and a kipp-server smoke test
-# (start, /health, one chat completion checked against the kipp CLI, SIGTERM).
+# fuzzing), the model gates on the tiny bf16 checkpoints (cpu-ref and cpu), and a
+# kipp-server smoke test (start, /health, one chat completion checked against the kipp
+# CLI, SIGTERM).
 # `make test` (tests/run_tests.sh) is the full gate; this is a subset of it plus the smoke
 # test. Ends with "N passed, N failed"; exits non-zero on any failure.
 set -u
@@ -20,11 +21,20 @@ for f in gguf chat tok oai; do
 done
 
 # The model gates (docs/testing.md) on both tiny bf16 files: golden, phase-2, multi-logit,
-# paged and pooled KV on cpu-ref, and the cpu backend against cpu-ref.
+# paged and pooled KV on cpu-ref and on cpu, and cpu against cpu-ref (every ISA level, 1 and
+# 2 threads). The gates tests/model/gate.sh lists as pending run but are not counted.
+K=$BUILD/kipp_test
+. tests/model/gate.sh
 for t in tiny-untied tiny-tied; do
-    for mode in --model --phase2-model --multilogit --paged-cpu --pooled-cpu --cpu-vs-ref; do
-        run_counted "$t bf16 $mode" "$BUILD/kipp_test" "$mode" "models/$t/kipp-$t-bf16.gguf" "tests/test-vectors/$t"
+    m=models/$t/kipp-$t-bf16.gguf v=tests/test-vectors/$t
+    for b in cpu-ref cpu; do
+        gate "golden $b bf16 $t" --model "$m" "$v" --backend "$b"
+        gate "phase-2 $b bf16 $t" --phase2-model "$m" "$v" --backend "$b"
+        gate "multi-logit $b bf16 $t" --multilogit "$m" "$v" --backend "$b"
+        gate "paged KV $b bf16 $t" --paged-cpu "$m" "$v" --backend "$b"
+        gate "pooled KV $b bf16 $t" --pooled-cpu "$m" "$v" --backend "$b"
     done
+    gate "cpu vs cpu-ref bf16 $t" --cpu-vs-ref "$m" "$v"
 done
 
 # kipp-server smoke test: a server on a free port, /health, one greedy chat completion whose
@@ -110,5 +120,7 @@ PY
 run_counted "kipp-server smoke test" server_smoke
 
 echo
-echo "$passed passed, $failed failed"
+note=
+[ "$pending" -gt 0 ] && note=" ($pending pending gates not counted)"
+echo "$passed passed, $failed failed$note"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,44 @@
+# gate.sh — sourced (after tests/lib.sh, with K set to the kipp_test binary) by
+# tests/model/run_cpu_model.sh and tests/check.sh: gate LABEL ARGS... runs one model gate of
+# kipp_test and counts it like run_counted, except the gates pending_reason names, which
+# run and show but add to $pending instead. Labels are "GATE BACKEND TYPE[ ...]".
+
+# Gates that fail today for a reason reported to the lead and not papered over by a looser
+# tolerance. They run and their output shows, but they are not counted; one that passes is
+# a failure until its entry here is removed (so an entry cannot outlive its reason).
+pending_reason() { # gate label -> reason, or nothing
+    case "$1" in
+    "phase-2 cpu "* | "multi-logit cpu "* | "paged KV cpu "* | "longctx cpu "*)
+        echo "cpu: several tokens of one sequence in a batch (prefill attention) are not the" \
+             "single-step logits within 1e-6" ;;
+    "pooled KV cpu "*q8_0 | "pooled KV cpu "*q4_0 | "pooled KV cpu "*q4_k_m | "pooled KV cpu "*q6_k)
+        echo "cpu: with integer-kernel weights a batch of several sequences is not the" \
+             "single-step logits within 1e-6" ;;
+    esac
+}
+# Runs one gate of build/kipp_test; a hang (a scheduling bug can loop) is a failure after
+# GATE_TIMEOUT seconds, not a stuck CI job.
+gate() { # label, kipp_test arguments...
+    local label=$1 why t0=$SECONDS
+    shift
+    why=$(pending_reason "$label")
+    if [ -z "$why" ]; then
+        run_counted "$label" timeout "${GATE_TIMEOUT:-900}" "$K" "$@"
+        echo "   ($((SECONDS - t0)) s)"
+        return
+    fi
+    echo "== $label (pending: not counted): $K $*"
+    local out rc
+    out=$(timeout "${GATE_TIMEOUT:-900}" "$K" "$@" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -v '^FAIL' | tail -n 3 | sed 's/^/   /'
+    printf '%s\n' "$out" | grep '^FAIL' | head -n 2 | sed 's/^/   /'
+    if [ "$rc" -eq 0 ]; then
+        echo "   -> $label: now passes; remove it from pending_reason in tests/model/gate.sh"
+        failed=$((failed + 1))
+    else
+        echo "   -> $label: pending ($why)"
+        pending=$((pending + 1))
+    fi
+    echo "   ($((SECONDS - t0)) s)"
+}
+pending=0
