@@ -62,6 +62,20 @@ double kt_max_abs_diff(const float *a, const float *b, uint32_t n) {
     return e;
 }
 
+int kt_same_ok(const kt_gate *g, const float *got, const float *ref, uint32_t n, double *e,
+               double *tol, const char **what) {
+    if (g->cp.backend && strcmp(g->cp.backend, KT_REF_BACKEND) == 0) {
+        *what = "max |a-b|";
+        *tol = KT_EXACT_TOL;
+        *e = kt_max_abs_diff(got, ref, n);
+    } else {
+        *what = "NMSE";
+        *tol = KT_SAME_NMSE_TOL;
+        *e = kt_nmse(got, ref, n);
+    }
+    return *e <= *tol;
+}
+
 double kt_nmse(const float *a, const float *b, uint32_t n) {
     double num = 0.0, den = 0.0;
     for (uint32_t i = 0; i < n; i++) {

@@ -12,7 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KT_EXACT_TOL 1e-6 /* cache layouts, batching, recomputation: same arithmetic */
+#define KT_EXACT_TOL 1e-6 /* cache layouts, batching, recomputation on cpu-ref: max |a-b| */
+/* The same comparisons on an optimized backend, whose batched, single-token and
+ * recomputation paths sum in different orders (gemm tiles, 8-bit activations grouped per
+ * call) and whose f16/bf16 KV can round a last-bit difference to the neighbouring value:
+ * NMSE, plus the exact argmax. Measured: <= 2.3e-6 (q4_k_m, bf16 KV); a mis-addressed row
+ * is >= 1e-3 on these checkpoints (docs/testing.md). */
+#define KT_SAME_NMSE_TOL 1e-5
 #define KT_NMSE_TOL 1e-4  /* another backend or KV type vs cpu-ref: sum (a-b)^2 / sum b^2 */
 #define KT_REF_BACKEND "cpu-ref"
 #define KT_MAX_PROMPTS 16 /* manifest prompts a gate reads */
@@ -64,6 +70,11 @@ uint32_t kt_argmax(const float *x, uint32_t n);
 double kt_max_abs_diff(const float *a, const float *b, uint32_t n);
 /* sum (a-b)^2 / sum b^2 against the reference b; NaN counts as 1e30 */
 double kt_nmse(const float *a, const float *b, uint32_t n);
+/* The same-backend comparison of got with ref (cache layouts, batching, recomputation):
+ * on cpu-ref max |a-b| <= KT_EXACT_TOL, elsewhere NMSE <= KT_SAME_NMSE_TOL; *e receives the
+ * measure, *tol its bound and what it is ("max |a-b|" or "NMSE") goes to *what. */
+int kt_same_ok(const kt_gate *g, const float *got, const float *ref, uint32_t n, double *e,
+               double *tol, const char **what);
 /* Same argmax as ref and NMSE <= KT_NMSE_TOL; *nmse receives the NMSE. */
 int kt_matches_ref(const float *got, const float *ref, uint32_t n, double *nmse);
 
