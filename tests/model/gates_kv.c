@@ -260,6 +260,24 @@ static void check_limits(kv_gate *k) {
     KT_CHECK(kipp_ctx_seq_free(c, 0, err, sizeof err) == KIPP_ERR_INVALID_ARG,
              "sequence 0 can be freed");
     kipp_ctx_free(c);
+    /* the backend's memory query: a pool beyond the machine's memory (2^32 - 1 blocks) is
+     * refused before anything is allocated, naming its size and the memory */
+    kipp_ctx_params cp = kipp_ctx_default_params();
+    cp.backend = k->g.cp.backend;
+    cp.kv_type = k->g.cp.kv_type;
+    cp.n_kv_blocks = UINT32_MAX;
+    c = NULL;
+    const kipp_status st = kipp_ctx_init(k->g.m, &cp, &c, err, sizeof err);
+    KT_CHECK(st == KIPP_ERR_NOMEM && !c && strstr(err, "exceeds") && strstr(err, "GiB of host memory"),
+             "a pool of 2^32 - 1 blocks: status %d, %s", (int)st, err);
+    kipp_ctx_free(c);
+    /* a KV type the backend does not list is refused, never quietly replaced */
+    cp.n_kv_blocks = 0;
+    cp.kv_type = (kipp_kv_type)7;
+    KT_CHECK(kipp_ctx_init(k->g.m, &cp, &c, err, sizeof err) == KIPP_ERR_UNSUPPORTED && !c &&
+                 strstr(err, "cannot store"),
+             "an unknown KV type: %s", err);
+    kipp_ctx_free(c);
 }
 
 int kt_gate_multilogit(const char *model_path, const char *vec_dir, const kt_opts *o) {
