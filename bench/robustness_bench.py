@@ -56,7 +56,7 @@ Not a test: it never fails on the figures (exit 0 once the record is written; 2 
 error, 1 when the harness itself fails — then --output is not touched). The record is
 written atomically (a temporary file beside it, then os.replace).
 
-  .venv/bin/python bench/robustness_bench.py --output bench/results/server-robustness-tiny-tied-bf16.json
+  .venv/bin/python -m bench.robustness_bench --output bench/results/server-robustness-tiny-tied-bf16.json
 """
 
 from __future__ import annotations
@@ -78,12 +78,10 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import server_common as sc  # noqa: E402
-import benchlib  # noqa: E402
-from server_bench import record_header, split_server_args  # noqa: E402
-from robustness_cases import (exchange, _j, _chat, _cmpl, _rand_text, hostile_classes, classify)  # noqa: E402
+from bench import benchlib
+from bench import server_common as sc
+from bench.robustness_cases import (exchange, _j, _chat, _cmpl, _rand_text, hostile_classes, classify)
+from bench.server_bench import record_header, split_server_args
 
 PHASES = ("hostile", "rss", "slow", "drain")
 OUTCOMES = ("clear_4xx", "unclear_4xx", "served", "other_status", "closed", "hang", "crash")

@@ -5,7 +5,14 @@
 # --cpu-vs-ref against cpu-ref) or the scheduler and prefix cache (--sched), rebuilds
 # kipp_test in the copy, and
 # requires the named gate to FAIL on the tiny checkpoint. A mutation the gates do not
-# catch is a test failure. Production sources are never modified.
+# catch, or one that does not apply or does not build, is a test failure. Production
+# sources are never modified.
+#
+# kipp_test is built once, unmutated, in a pristine copy ($tmp/base: the sources with their
+# timestamps kept, seeded with this tree's build/obj when there is one, so only what is
+# out of date there is compiled). Each case copies that tree with its timestamps
+# (sources, objects and .d files), so make recompiles only the mutated file and what
+# includes it, then relinks kipp_test.
 set -u
 cd "$(dirname "$0")/../.."
 M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
@@ -42,13 +49,20 @@ cases=(
   "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
   "cpu: KV lookup ignores the block table (pooled)|--pooled-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
 )
+base=$tmp/base
+mkdir -p "$base/build"
+cp -a Makefile include src tests "$base/"
+[ -d build/obj ] && cp -a build/obj "$base/build/"
+if ! make -s -C "$base" BUILD=build build/kipp_test >"$tmp/base-build.log" 2>&1; then
+    echo "FAIL: the unmutated tree does not build"; tail -5 "$tmp/base-build.log"
+    echo "0 passed, 1 failed"; exit 1
+fi
 for c in "${cases[@]}"; do
     IFS='|' read -r name gate F expr mtype flags <<<"$c"
     gm=$M
     [ -n "${mtype:-}" ] && gm=models/tiny-untied/kipp-tiny-untied-$mtype.gguf
     d=$tmp/$(echo "$name" | tr ' /' '__')
-    mkdir -p "$d"
-    cp -r Makefile include src tests "$d/"
+    cp -a "$base" "$d"
     sed -i "$expr" "$d/$F"
     if cmp -s "$F" "$d/$F"; then fail=$((fail + 1)); echo "FAIL: mutation '$name' did not apply"; continue; fi
     if ! make -s -C "$d" BUILD=build build/kipp_test >"$d/build.log" 2>&1; then

@@ -147,7 +147,7 @@ tiny-*)
     ;;
 esac
 if [ ! -f "$dir/kipp-$name-bf16.gguf" ]; then
-    echo "model not found — run tools/download_model.sh $name && .venv/bin/python tools/convert_to_gguf.py $dir --outtype bf16" >&2
+    echo "model not found — run tools/download_model.sh $name && .venv/bin/python -m tools.convert_to_gguf $dir --outtype bf16" >&2
     echo "0 passed, 1 failed"
     exit 1
 fi

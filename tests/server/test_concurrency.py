@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from conftest import MODEL_NAME, VARIED
-import server_common as sc
+from bench import server_common as sc
 
 TOPICS = ["the moon", "bread baking", "a lost key", "mountain trains", "jazz in winter",
           "the first computer", "whales", "a quiet library", "tea ceremonies", "volcanoes",

@@ -17,7 +17,7 @@ import pytest
 
 import conftest
 from conftest import MODEL, MODEL_NAME, SERVER_BIN, Srv
-import server_common as sc
+from bench import server_common as sc
 
 LINE_RE = re.compile(
     r"^kipp-server: model (?P<model>\S+) as '(?P<name>[^']+)', context (?P<ctx>\d+), (?P<par>\d+) parallel; "

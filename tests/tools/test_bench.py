@@ -15,13 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tools"))
-import bench as kbench  # noqa: E402  (tools/bench.py)
-import benchlib  # noqa: E402
+from bench import benchlib
+from tools import bench as kbench
 
-BENCH = ROOT / "tools" / "bench.py"
-PEER = ROOT / "bench" / "peer_bench.py"
+BENCH = "tools.bench"        # run as python -m MODULE from the repository root
+PEER = "bench.peer_bench"
 KIPP = os.environ.get("KIPP_BIN", "build/kipp")
 TIED = "models/tiny-tied/kipp-tiny-tied-bf16.gguf"
 UNTIED = "models/tiny-untied/kipp-tiny-untied-bf16.gguf"
@@ -33,11 +31,11 @@ def need(path: str) -> None:
         pytest.skip(f"{path} not built (make tiny-models / make cpu)")
 
 
-def run(script, *args, env_extra=None, timeout=300):
+def run(module, *args, env_extra=None, timeout=300):
     env = dict(os.environ)
     env["KIPP_BENCH_HASH_CACHE"] = env.get("KIPP_BENCH_HASH_CACHE_TEST", "/dev/null/none")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -51,7 +49,7 @@ def hash_cache(tmp_path, monkeypatch):
 
 # ---- argument errors ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", [BENCH, PEER])
+@pytest.mark.parametrize("module", [BENCH, PEER])
 @pytest.mark.parametrize("args,pattern", [
     ([], "the following arguments are required: --model"),
     (["--model", TIED], "one of the arguments --prompt --prompt-tokens is required"),
@@ -67,8 +65,8 @@ def hash_cache(tmp_path, monkeypatch):
     (["--model", TIED, "--prompt", "x", "--binary", KIPP, "--output", "/no/such/dir/x.json"],
      "--output /no/such/dir/x.json: directory /no/such/dir does not exist"),
 ])
-def test_argument_errors(script, args, pattern):
-    r = run(script, *args)
+def test_argument_errors(module, args, pattern):
+    r = run(module, *args)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert pattern in r.stderr, r.stderr
 
