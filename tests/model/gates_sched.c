@@ -301,6 +301,13 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     kipp_sched_params sp = {.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
                             .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
                             .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
+    kipp_sched *probe = NULL; /* a backend that cannot start fails once, not in every part */
+    if (kipp_sched_start(m, &sp, &probe, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler on %s: %s", sp.backend, err);
+        kipp_model_free(m);
+        return 1;
+    }
+    kipp_sched_free(probe);
     outputs solo, batch, cached, pressed, sampled_solo, sampled_batch;
     kipp_sched_stats st;
     if (run(m, &sp, &p, 0, 0.0f, &solo, NULL) == 0) {

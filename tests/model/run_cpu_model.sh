@@ -72,6 +72,34 @@ random-*)
     ;;
 esac
 
+# kipp_test's own flags (once, on tiny-tied): a bad one is a clear error, never a run
+flag_error() { # expected exit status, expected text, kipp_test arguments...
+    local want_rc=$1 want=$2 out rc
+    shift 2
+    out=$("$K" "$@" 2>&1); rc=$?
+    if [ "$rc" -eq "$want_rc" ] && printf '%s\n' "$out" | grep -qF -- "$want"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL: kipp_test $*: exit $rc, wanted $want_rc and '$want'"
+    fi
+}
+if [ "$name" = tiny-tied ]; then
+    echo "== kipp_test flag errors"; f0=$failed
+    m=$dir/kipp-$name-bf16.gguf
+    flag_error 2 "--backend needs a value" --model "$m" "$vec" --backend
+    flag_error 2 "--kv-type: unknown KV type 'f8'" --model "$m" "$vec" --kv-type f8
+    flag_error 2 "unknown argument '--bogus'" --phase2-model "$m" "$vec" --bogus 1
+    flag_error 2 "--backend given twice" --paged-cpu "$m" "$vec" --backend cpu --backend cpu
+    flag_error 2 "--tok-golden does not take --backend" --tok-golden "$m" x --backend cpu
+    flag_error 2 "--model does not take --ctx" --model "$m" "$vec" --ctx 100
+    flag_error 2 "--ctx needs a positive number, not '0'" --longctx "$m" --ctx 0
+    flag_error 2 "--multilogit needs M V" --multilogit "$m"
+    flag_error 2 "--kv-type T      KV cache type" --no-such-mode
+    flag_error 1 "nosuch" --sched "$m" --backend nosuch
+    echo "   -> kipp_test flag errors: $((failed - f0)) failed of 10"
+fi
+
 types="bf16 f32"
 case "$name" in
 tiny-*)
