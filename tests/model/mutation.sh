@@ -43,9 +43,7 @@ cases=(
   "sched: prefix-cache hit keeps the whole entry|--sched|$PFX|s#if (n_hit < en->n_tokens && kipp_ctx_seq_truncate#if (0 \&\& kipp_ctx_seq_truncate#"
   "sched: a prefix-cache hit is prefilled again from position 0|--sched|$SCH|s#            r->n_fed = n_hit;#            r->n_fed = 0;#"
   # the cpu backend's own table lookup (kv_at) addresses every sequence as if in the
-  # identity layout: the paged gate on cpu must see it (it also fails unmutated today,
-  # tests/model/run_cpu_model.sh pending_reason, so the pooled gate, which passes on cpu,
-  # carries the proof until then)
+  # identity layout: the paged and the pooled gate on cpu must see it
   "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
   "cpu: KV lookup ignores the block table (pooled)|--pooled-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
 )
