@@ -91,7 +91,7 @@ int kt_gate_phase2(const char *model_path, const char *vec_dir, const kt_opts *o
             KT_CHECK(kt_same_ok(&g, cached, fresh, info.n_vocab, &e, &tol, &what),
                      "%s prompt %zu position %zu: cached vs recomputed %s %.3g > %g", g.label, pi,
                      pos, what, e, tol);
-            KT_CHECK(kt_argmax(cached, info.n_vocab) == kt_argmax(fresh, info.n_vocab),
+            KT_CHECK(kt_same_argmax(&g, cached, fresh, info.n_vocab),
                      "%s prompt %zu position %zu: argmax differs", g.label, pi, pos);
             const double ea = kt_max_abs_diff(cached, fresh, info.n_vocab);
             if (ea > worst) worst = ea;

@@ -49,7 +49,7 @@ static void compare(kv_gate *k, const float *got, const float *ref, const char *
     KT_CHECK(kt_same_ok(&k->g, got, ref, k->n_vocab, &e, &tol, &measure),
              "%s %s position %zu: logits vs reference %s %.3g > %g", k->g.label, what, pos,
              measure, e, tol);
-    KT_CHECK(kt_argmax(got, k->n_vocab) == kt_argmax(ref, k->n_vocab),
+    KT_CHECK(kt_same_argmax(&k->g, got, ref, k->n_vocab),
              "%s %s position %zu: argmax %u, reference %u", k->g.label, what, pos,
              kt_argmax(got, k->n_vocab), kt_argmax(ref, k->n_vocab));
     if (e > k->worst) k->worst = e;

@@ -117,7 +117,7 @@ int kt_gate_longctx(const char *model_path, const char *vec_dir, const kt_opts *
         double e, tol;
         const char *what;
         const int same = kt_same_ok(&g, got, g.a, V, &e, &tol, &what);
-        KT_CHECK(same && kt_argmax(got, V) == kt_argmax(g.a, V),
+        KT_CHECK(same && kt_same_argmax(&g, got, g.a, V),
                  "%s position %u: cached vs recomputed %s %.3g > %g or argmax %u vs %u", g.label,
                  at[i], what, e, tol, kt_argmax(got, V), kt_argmax(g.a, V));
         if (e > worst) worst = e;
