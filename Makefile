@@ -31,7 +31,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models
 
 all: cpu
@@ -43,7 +43,10 @@ help:
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin)"
 	@echo "make demo           build, create + convert the tiny checkpoint, generate text"
-	@echo "make test           unit, fuzz-corpus, tooling, docs and tiny-checkpoint model gates"
+	@echo "make check          fast tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
+	@echo "                    tiny bf16 model gates (cpu-ref and cpu), kipp-server smoke test"
+	@echo "make test           the full gate (CI): unit, fuzz, tooling, docs, model, CLI, chat, server,"
+	@echo "                    mutation and KV fault-matrix stages"
 	@echo "make test-sanitize  the same under ASan + UBSan"
 	@echo "make test-cpu-model CHECKPOINT=name   CPU model gates for one checkpoint"
 	@echo "make docs / docs-check   regenerate / verify docs/html from docs/*.md"
@@ -144,26 +147,41 @@ venv: deps
 # ---- checkpoints, demo, vectors ---------------------------------------------------------
 
 models/%/config.json: tools/make_tiny_checkpoint.py
-	$(PYTHON) tools/make_tiny_checkpoint.py --name $*
+	$(PYTHON) -m tools.make_tiny_checkpoint --name $*
 
 define tiny_gguf_rule
 models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/config.json tools/convert_to_gguf.py
-	$$(PYTHON) tools/convert_to_gguf.py models/$(1) --outtype $(2)
+	$$(PYTHON) -m tools.convert_to_gguf models/$(1) --outtype $(2)
 endef
-$(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+$(foreach t,$(TINY),$(foreach q,bf16 f32 f16 q8_0,$(eval $(call tiny_gguf_rule,$(t),$(q)))))
+# Q4_0 from the bf16 file (K-quants would fall back to Q8_0: the tiny rows are 64 and 96 long,
+# not multiples of 256; the random-tiny shape carries Q4_K and Q6_K)
+define tiny_quant_rule
+models/$(1)/kipp-$(1)-$(2).gguf: models/$(1)/kipp-$(1)-bf16.gguf tools/quantize.py tools/kipp_quants.py
+	$$(PYTHON) -m tools.quantize $$< $$@ --type $(2) --no-progress
+endef
+$(foreach t,$(TINY),$(eval $(call tiny_quant_rule,$(t),q4_0)))
+# every weight type the cpu backend runs, per tiny checkpoint (the model gates use them all)
+TINY_TYPES := bf16 f32 f16 q8_0 q4_0
 
 # ---- random-weight models of the real Qwen3 shapes (benchmarks, test-cpu-model) ----------
-models/random/qwen3-%-bf16.gguf: tools/make_random_model.py tools/kipp_quants.py
+define random_float_rule
+models/random/qwen3-%-$(1).gguf: tools/make_random_model.py tools/kipp_quants.py
 	@mkdir -p models/random
-	$(PYTHON) tools/make_random_model.py --shape $* --type bf16 --output $@
+	$$(PYTHON) -m tools.make_random_model --shape $$* --type $(1) --output $$@
+endef
+$(foreach q,bf16 f16 f32,$(eval $(call random_float_rule,$(q))))
 define random_quant_rule
 models/random/qwen3-%-$(1).gguf: models/random/qwen3-%-bf16.gguf tools/quantize.py tools/kipp_quants.py
-	$$(PYTHON) tools/quantize.py $$< $$@ --type $(1)
+	$$(PYTHON) -m tools.quantize $$< $$@ --type $(1)
 endef
 $(foreach q,q8_0 q4_0 q4_k_m q6_k,$(eval $(call random_quant_rule,$(q))))
 random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
 
-tiny-models: deps $(foreach t,$(TINY),$(foreach q,bf16 f32 q8_0,models/$(t)/kipp-$(t)-$(q).gguf))
+# the random-tiny shape in every weight type the cpu backend runs (Q4_K and Q6_K included)
+RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k
+tiny-models: deps $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
+             $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf)
 
 demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
 	$(BUILD)/kipp --model models/tiny-untied/kipp-tiny-untied-bf16.gguf \
@@ -172,12 +190,15 @@ demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
 vectors: deps
 	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
 	    .venv/bin/pip install -r tools/requirements-vectors.txt
-	$(PYTHON) tools/make_vectors.py --checkpoint $(CHECKPOINT)
+	$(PYTHON) -m tools.make_vectors --checkpoint $(CHECKPOINT)
 
 # ---- tests ------------------------------------------------------------------------------
 
 test: deps cpu server chat $(FUZZERS) tiny-models
 	@BUILD=$(BUILD) tests/run_tests.sh
+
+check: deps cpu server $(FUZZERS) tiny-models
+	@BUILD=$(BUILD) tests/check.sh
 
 test-server: deps server tiny-models
 	@BUILD=$(BUILD) tests/server/run_server_tests.sh

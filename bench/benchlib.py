@@ -17,12 +17,11 @@ import re
 import statistics
 import struct
 import subprocess
-import sys
 import time
 
+from tools import atomic_file  # standard library only
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import atomic_file  # noqa: E402  (tools/atomic_file.py: standard library only)
 # (max - min) / median of Kipp's runs above this: the machine was too noisy (bench/README.md)
 DISPERSION_LIMIT = 0.10
 

@@ -15,7 +15,7 @@ run() { # shape type decode runs
     local shape=$1 type=$2 decode=$3 runs=$4
     # made only when missing (make would remake them whenever the tools are newer)
     [ -f "models/random/qwen3-$shape-$type.gguf" ] || make -s random-model SHAPE="$shape" TYPE="$type"
-    .venv/bin/python bench/peer_bench.py --model "models/random/qwen3-$shape-$type.gguf" \
+    .venv/bin/python -m bench.peer_bench --model "models/random/qwen3-$shape-$type.gguf" \
         --prompt-tokens 512 --decode "$decode" --threads 2 --warmup 1 --runs "$runs" \
         --output "$tmp/cpu-$shape-$type.json" ${ALLOW_NOISY:+--allow-noisy}
 }

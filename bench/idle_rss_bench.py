@@ -10,7 +10,7 @@ record has, per binary, its sha256 and the commit of the checkout it sits in, th
 lines it printed, every run and min/median/max, and the ratio of each binary's medians to the
 first one's. A memory figure, not a speed: the machine's load matters little, but is recorded.
 
-  .venv/bin/python bench/idle_rss_bench.py --server before=/tmp/wt-old/build/kipp-server \\
+  .venv/bin/python -m bench.idle_rss_bench --server before=/tmp/wt-old/build/kipp-server \\
       --server after=build/kipp-server --output bench/results/kv-type-server-idle-rss.json
 """
 
@@ -24,11 +24,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
-import server_common as sc  # noqa: E402
+from bench import benchlib
+from bench import server_common as sc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEFAULT_MODEL = "models/random/qwen3-0.6b-q8_0.gguf"
 

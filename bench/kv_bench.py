@@ -29,10 +29,9 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
+from bench import benchlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(binary: str, block_size: int, seed: int, steps: int) -> dict:

@@ -17,7 +17,7 @@ and ratios (median over median, and the worst case: the numerator's slowest run 
 denominator's fastest): each type over f32 and over llama.cpp, bf16 over f16. The target of
 issue 12 (at --target-context: f16 >= 1.3x f32 and >= 1.3x llama.cpp) is stated with both.
 
-  .venv/bin/python bench/kv_type_bench.py --threads 2 --output bench/results/kv-type-0.6b-q8_0.json
+  .venv/bin/python -m bench.kv_type_bench --threads 2 --output bench/results/kv-type-0.6b-q8_0.json
 """
 
 from __future__ import annotations
@@ -27,13 +27,10 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import benchlib  # noqa: E402
-import bench as kbench  # noqa: E402  (tools/bench.py)
-import peer_bench  # noqa: E402
+from bench import benchlib, peer_bench
+from tools import bench as kbench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEFAULT_MODEL = "models/random/qwen3-0.6b-q8_0.gguf"
 # llama.cpp's worker environments tried by --peer-wait auto: its OpenMP build spins between

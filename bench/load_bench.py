@@ -24,7 +24,7 @@ for the server to be idle and records its state (running sequences, queue, KV bl
 besides the prefix cache: all should be 0) and whether it still answers /health.
 Not a test: it never fails on the figures. --quick: a 10-second smoke run.
 
-  .venv/bin/python bench/load_bench.py --model models/random/qwen3-0.6b-q8_0.gguf \\
+  .venv/bin/python -m bench.load_bench --model models/random/qwen3-0.6b-q8_0.gguf \\
       --threads 2 --duration 120 --output bench/results/server-load-0.6b-q8_0.json
 """
 
@@ -34,18 +34,15 @@ import argparse
 import collections
 import http.client
 import json
-import os
 import random
 import socket
 import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import server_common as sc  # noqa: E402
-import benchlib  # noqa: E402
-from server_bench import add_server_args, check_paths, record_header, start_server, write_record  # noqa: E402
+from bench import benchlib
+from bench import server_common as sc
+from bench.server_bench import add_server_args, check_paths, record_header, start_server, write_record
 
 TARGET_RSS_GROWTH = 0.01
 KINDS = ("short_chat", "short_chat_stream", "long_completion", "long_completion_stream",

@@ -16,7 +16,7 @@ llama_decode call (timed), then --decode single-token llama_decode calls with gr
 synthetic ids), handed to the worker, so both sides see identical ids; the record has their
 sha256 from both sides.
 
-  .venv/bin/python bench/peer_bench.py --model M --prompt-tokens 512 --decode 64 \\
+  .venv/bin/python -m bench.peer_bench --model M --prompt-tokens 512 --decode 64 \\
       --threads 2 --warmup 1 --runs 5 --output bench/results/peer-X.json
 """
 
@@ -29,12 +29,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import benchlib  # noqa: E402
-import bench as kbench  # noqa: E402  (tools/bench.py)
+from bench import benchlib
+from tools import bench as kbench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---- the llama.cpp worker (runs in its own process) --------------------------------------
@@ -42,6 +40,7 @@ import bench as kbench  # noqa: E402  (tools/bench.py)
 # substrings of llama.cpp log lines the worker keeps (with describe): the flash-attention
 # setting and what "auto" resolved to, and the KV cache's size and K/V types
 LOG_NOTES = ("flash_attn", "Flash Attention", "llama_kv_cache: size")
+
 
 def worker_main(spec_json: str) -> int:
     """One llama.cpp run described by spec (JSON): prints one JSON object on stdout."""
@@ -208,8 +207,8 @@ class Llama:
         spec = {"model": os.path.abspath(self.a.model), "ids": self.kipp.ids,
                 "n_ctx": self.kipp.n_ctx, "threads": self.a.threads, "decode": self.a.decode,
                 "text": self.a.prompt, "describe": describe}
-        r = benchlib.run_measured([self.py, os.path.abspath(__file__), "--llama-worker",
-                                   json.dumps(spec)], timeout=self.a.timeout,
+        r = benchlib.run_measured([self.py, "-m", "bench.peer_bench", "--llama-worker",
+                                   json.dumps(spec)], timeout=self.a.timeout, cwd=ROOT,
                                   env={**os.environ, **self.env} if self.env else None)
         try:
             res = json.loads(r["stdout"].strip().splitlines()[-1])

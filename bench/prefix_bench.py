@@ -15,23 +15,20 @@ cached_tokens each request reported, and the ratio median TTFT without cache / w
 (target >= 5x), also the caching server's slowest over the other's fastest.
 Not a test: it never fails on the figures. --quick: tiny counts for a smoke run.
 
-  .venv/bin/python bench/prefix_bench.py --model models/random/qwen3-0.6b-q8_0.gguf \\
+  .venv/bin/python -m bench.prefix_bench --model models/random/qwen3-0.6b-q8_0.gguf \\
       --threads 2 --output bench/results/server-prefix-0.6b-q8_0.json
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
-import server_common as sc  # noqa: E402
-from server_bench import add_server_args, check_paths, record_header, start_server, write_record  # noqa: E402
+from bench import benchlib
+from bench import server_common as sc
+from bench.server_bench import add_server_args, check_paths, record_header, start_server, write_record
 
 TARGET_RATIO = 5.0
 

@@ -32,8 +32,8 @@ rss      Idle VmRSS after start (the KV pool is touched at start) and one warm-u
          may be rejected as too long — the point is memory). VmRSS is sampled every 10 ms;
          VmHWM is read before and after. Target: peak <= 1.25 x idle + kv_pool_bytes.
          kv_pool_bytes = kipp_kv_blocks_total (/metrics) x block tokens (server log line,
-         16) x 2 (K and V) x n_layer x n_head_kv x head_dim x 4 (f32), the shape from the
-         GGUF header.
+         16) x bytes per token (the start-up line, in the pool's KV type; servers without it:
+         2 (K and V) x n_layer x n_head_kv x head_dim x 4 (f32) from the GGUF header).
 slow     Baseline: M (--slow-requests) sequential short requests (max_tokens 4), latency
          each. Then K (--slow-clients, 1000) slowloris connections, each sending a request
          header one byte every --slow-interval seconds (--slow-mode headers, the default: the
@@ -56,7 +56,7 @@ Not a test: it never fails on the figures (exit 0 once the record is written; 2 
 error, 1 when the harness itself fails — then --output is not touched). The record is
 written atomically (a temporary file beside it, then os.replace).
 
-  .venv/bin/python bench/robustness_bench.py --output bench/results/server-robustness-tiny-tied-bf16.json
+  .venv/bin/python -m bench.robustness_bench --output bench/results/server-robustness-tiny-tied-bf16.json
 """
 
 from __future__ import annotations
@@ -78,12 +78,10 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import server_common as sc  # noqa: E402
-import benchlib  # noqa: E402
-from server_bench import record_header, split_server_args  # noqa: E402
-from robustness_cases import (exchange, _j, _chat, _cmpl, _rand_text, hostile_classes, classify)  # noqa: E402
+from bench import benchlib
+from bench import server_common as sc
+from bench.robustness_cases import (exchange, _j, _chat, _cmpl, _rand_text, hostile_classes, classify)
+from bench.server_bench import record_header, split_server_args
 
 PHASES = ("hostile", "rss", "slow", "drain")
 OUTCOMES = ("clear_4xx", "unclear_4xx", "served", "other_status", "closed", "hang", "crash")
@@ -176,8 +174,11 @@ class Bench:
         srv.start(timeout=300)
         self.argvs.append(srv.argv)
         self.model_name = srv.served_model()
-        m = KV_POOL_RE.search(open(srv.stderr_path, errors="replace").read())
+        log = open(srv.stderr_path, errors="replace").read()
+        m = KV_POOL_RE.search(log)
         srv.kv_log = (int(m.group(1)), int(m.group(2))) if m else None
+        bpt = re.search(r"(\d+) bytes/token", log)  # the start-up line, in the pool's KV type
+        srv.kv_bytes_per_token = int(bpt.group(1)) if bpt else None
         ctx_m = re.search(r"context (\d+)", open(srv.stderr_path, errors="replace").read())
         if ctx_m:
             self.ctx = int(ctx_m.group(1))
@@ -268,7 +269,7 @@ def phase_hostile(b: Bench) -> dict:
 
 def kv_pool_bytes(b: Bench, srv) -> tuple[int | None, str]:
     """Bytes of the paged KV pool: blocks (from /metrics) x tokens per block (log line) x bytes
-    per token (GGUF shape, f32 K and V)."""
+    per token (the start-up line, which knows the KV type; else the GGUF shape in f32)."""
     try:
         meta = benchlib.read_gguf_header(b.args.model)["metadata"]
         arch = meta.get("general.architecture", "qwen3")
@@ -280,11 +281,13 @@ def kv_pool_bytes(b: Bench, srv) -> tuple[int | None, str]:
     except (KeyError, ValueError, OSError, sc.ServerError) as e:
         return None, f"not derivable: {type(e).__name__}: {e}"
     bs = srv.kv_log[1] if srv.kv_log else 16
-    per_token = 2 * n_layer * n_kv * head_dim * 4
+    logged = getattr(srv, "kv_bytes_per_token", None)
+    per_token = logged or 2 * n_layer * n_kv * head_dim * 4
+    how = ("server start-up line" if logged else
+           f"2 x {n_layer} layers x {n_kv} KV heads x {head_dim} head_dim x 4 bytes f32, GGUF header")
     return blocks * bs * per_token, (
         f"kipp_kv_blocks_total {blocks} (/metrics) x {bs} tokens/block "
-        f"({'server log line' if srv.kv_log else 'assumed'}) x {per_token} bytes/token "
-        f"(2 x {n_layer} layers x {n_kv} KV heads x {head_dim} head_dim x 4 bytes f32, GGUF header)")
+        f"({'server log line' if srv.kv_log else 'assumed'}) x {per_token} bytes/token ({how})")
 
 
 def big_prompt_body(model: str, rng: random.Random, max_body: int, chat: bool) -> bytes:

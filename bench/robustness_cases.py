@@ -14,7 +14,7 @@ import socket
 import time
 import zlib
 
-import server_common as sc
+from bench import server_common as sc
 
 HALF_CLOSE_AFTER = 1.5   # framing cases: half-close when the server still waits after this
 

@@ -23,7 +23,7 @@ Target (issue): agg_decode_tps(C=8) / agg_decode_tps(C=1) >= 3.0; the record say
 it is met (medians over --runs, and C=8's slowest run over C=1's fastest).
 Not a test: it never fails on the figures. --quick: tiny counts for a smoke run.
 
-  .venv/bin/python bench/server_bench.py --model models/random/qwen3-0.6b-q8_0.gguf \\
+  .venv/bin/python -m bench.server_bench --model models/random/qwen3-0.6b-q8_0.gguf \\
       --threads 2 --output bench/results/server-0.6b-q8_0.json
 """
 
@@ -37,11 +37,8 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
-import server_common as sc  # noqa: E402
+from bench import benchlib
+from bench import server_common as sc
 
 TARGET_RATIO = 3.0
 

@@ -25,10 +25,9 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
+from bench import benchlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["RAYON_NUM_THREADS"] = "1"

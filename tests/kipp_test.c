@@ -4,43 +4,110 @@
 #include "gates.h"
 #include "kt.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int kt_passed, kt_failed;
 
-/* Gates and golden checks: (model, dir-or-file) → failures (< 0: inputs unusable). */
+/* Modes: (model, dir-or-file) → failures (< 0: inputs unusable). Model gates (gate set)
+ * take the trailing flags; the tokenizer and text checks (run set) take none. */
+enum { NO_FLAGS = 0, BACKEND_FLAGS = 1, CTX_FLAG = 2 };
 static const struct {
     const char *flag, *args, *what;
+    int (*gate)(const char *, const char *, const kt_opts *);
     int (*run)(const char *, const char *);
+    int flags;
 } modes[] = {
-    {"--model", "M V", "cpu-ref logits vs golden vectors (bound, exact argmax)", kt_gate_golden},
-    {"--phase2-model", "M V", "cached decode vs full recomputation (1e-6)", kt_gate_phase2},
-    {"--multilogit", "M V", "N-token forward vs N single-token steps (1e-6)", kt_gate_multilogit},
-    {"--paged-cpu", "M V", "adversarial block tables vs identity layout (1e-6)", kt_gate_paged},
-    {"--pooled-cpu", "M V", "interleaved sequences in one pool vs solo runs (1e-6)", kt_gate_pooled},
-    {"--fault-reference", "M V", "identity-layout tolerance gate vs golden vectors",
-     kt_gate_fault_reference},
-    {"--cpu-vs-ref", "M V", "cpu backend vs cpu-ref, every ISA level, 1/2 threads (NMSE 1e-4)",
-     kt_gate_cpu_vs_ref},
-    {"--cpu-vs-ref-shape", "M", "cpu vs cpu-ref on a model without vectors (random real shapes)",
-     kt_gate_cpu_vs_ref_shape},
-    {"--sched", "M", "scheduler: solo == batch of 8 == prefix cache == preemption; cancel, queue",
-     kt_gate_sched},
-    {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", kt_tok_golden},
-    {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", kt_chat_golden},
-    {"--detok-paths", "M F", "CLI and server streaming text == whole decode on a corpus",
-     kt_detok_paths},
-    {"--content-special", "M", "special-token text in chat content read as text when asked",
-     kt_content_special},
+    {"--model", "M V", "golden vectors: bound + exact argmax on cpu-ref; elsewhere argmax + NMSE 1e-4 vs cpu-ref",
+     kt_gate_golden, NULL, BACKEND_FLAGS},
+    {"--phase2-model", "M V", "cached decode vs full recomputation, same backend (1e-6)", kt_gate_phase2,
+     NULL, BACKEND_FLAGS},
+    {"--multilogit", "M V", "N-token forward vs N single-token steps (1e-6)", kt_gate_multilogit, NULL,
+     BACKEND_FLAGS},
+    {"--paged-cpu", "M V", "adversarial block tables vs identity layout (1e-6)", kt_gate_paged, NULL,
+     BACKEND_FLAGS},
+    {"--pooled-cpu", "M V", "interleaved sequences in one pool vs solo runs (1e-6)", kt_gate_pooled, NULL,
+     BACKEND_FLAGS},
+    {"--fault-reference", "M V", "the golden checks on the identity layout (fault matrix)",
+     kt_gate_fault_reference, NULL, BACKEND_FLAGS},
+    {"--longctx", "M [V]", "decode to n_ctx_train: cached vs recomputed (1e-6) far out, vs cpu-ref",
+     kt_gate_longctx, NULL, BACKEND_FLAGS | CTX_FLAG},
+    {"--cpu-vs-ref", "M V", "a backend (default cpu: every ISA level) vs cpu-ref, 1/2 threads (NMSE 1e-4)",
+     kt_gate_cpu_vs_ref, NULL, BACKEND_FLAGS},
+    {"--cpu-vs-ref-shape", "M", "the same on a model without vectors (random real shapes)",
+     kt_gate_cpu_vs_ref_shape, NULL, BACKEND_FLAGS},
+    {"--sched", "M", "scheduler (default cpu): solo == batch of 8 == prefix cache == preemption",
+     kt_gate_sched, NULL, BACKEND_FLAGS},
+    {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", NULL, kt_tok_golden, NO_FLAGS},
+    {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", NULL, kt_chat_golden,
+     NO_FLAGS},
+    {"--detok-paths", "M F", "CLI and server streaming text == whole decode on a corpus", NULL,
+     kt_detok_paths, NO_FLAGS},
+    {"--content-special", "M", "special-token text in chat content read as text when asked", NULL,
+     kt_content_special, NO_FLAGS},
 };
+#define N_MODES (sizeof modes / sizeof modes[0])
 
 static void usage(void) {
     fprintf(stderr, "usage: kipp_test [--unit]\n");
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
-        fprintf(stderr, "       kipp_test %-17s %s  %s\n", modes[i].flag, modes[i].args,
+    for (size_t i = 0; i < N_MODES; i++)
+        fprintf(stderr, "       kipp_test %-17s %-5s  %s\n", modes[i].flag, modes[i].args,
                 modes[i].what);
-    fprintf(stderr, "M is a GGUF file, V a directory made by tools/make_vectors.py.\n");
+    fprintf(stderr,
+            "M is a GGUF file, V a directory made by tools/make_vectors.py.\n"
+            "Model gates (--model ... --sched) take trailing flags:\n"
+            "  --backend NAME   backend under test (%s); default cpu-ref, cpu for --sched and\n"
+            "                   --cpu-vs-ref*; the reference is always cpu-ref with f32 KV\n"
+            "  --kv-type T      KV cache type: f32, f16, bf16 or default (the backend's)\n"
+            "  --ctx N          --longctx only: positions to reach (default: n_ctx_train)\n",
+            kipp_backend_names());
+}
+
+/* Parses the trailing flags argv[i..argc) into o; 0 (after saying why) on a bad one. */
+static int parse_flags(int flags, const char *mode, int i, int argc, char **argv, kt_opts *o) {
+    int seen_kv = 0;
+    for (; i < argc; i += 2) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const int is_backend = strcmp(f, "--backend") == 0, is_kv = strcmp(f, "--kv-type") == 0,
+                  is_ctx = strcmp(f, "--ctx") == 0;
+        if (!is_backend && !is_kv && !is_ctx) {
+            fprintf(stderr, "kipp_test: %s: unknown argument '%s'\n", mode, f);
+            return 0;
+        }
+        if (!(flags & BACKEND_FLAGS) || (is_ctx && !(flags & CTX_FLAG))) {
+            fprintf(stderr, "kipp_test: %s does not take %s\n", mode, f);
+            return 0;
+        }
+        if (!v || !*v || strncmp(v, "--", 2) == 0) {
+            fprintf(stderr, "kipp_test: %s needs a value\n", f);
+            return 0;
+        }
+        if ((is_backend && o->backend) || (is_kv && seen_kv) || (is_ctx && o->ctx)) {
+            fprintf(stderr, "kipp_test: %s given twice\n", f);
+            return 0;
+        }
+        if (is_backend) o->backend = v;
+        if (is_kv) {
+            char err[KIPP_ERR_LEN];
+            if (kipp_kv_type_parse(v, &o->kv_type, err, sizeof err) != KIPP_OK) {
+                fprintf(stderr, "kipp_test: --kv-type: %s\n", err);
+                return 0;
+            }
+            seen_kv = 1;
+        }
+        if (is_ctx) {
+            char *end;
+            unsigned long n = strtoul(v, &end, 10);
+            if (*end || n == 0 || n > UINT32_MAX || v[0] == '-') {
+                fprintf(stderr, "kipp_test: --ctx needs a positive number, not '%s'\n", v);
+                return 0;
+            }
+            o->ctx = (uint32_t)n;
+        }
+    }
+    return 1;
 }
 
 int main(int argc, char **argv) {
@@ -55,18 +122,34 @@ int main(int argc, char **argv) {
         kt_suite_kv();
         kt_suite_cpu_kernels();
     } else {
-        size_t i = 0, n = sizeof modes / sizeof modes[0];
-        /* modes take two arguments ("M V") or one ("M") */
-        while (i < n && !(argc == (modes[i].args[1] ? 4 : 3) && strcmp(argv[1], modes[i].flag) == 0))
-            i++;
-        if (i == n) {
+        size_t i = 0;
+        while (i < N_MODES && strcmp(argv[1], modes[i].flag) != 0) i++;
+        if (i == N_MODES) {
+            fprintf(stderr, "kipp_test: unknown mode '%s'\n", argv[1]);
             usage();
             return 2;
         }
+        /* positional arguments: "M V" two, "M" one, "M [V]" one or two */
+        const char *args = modes[i].args;
+        const int n_req = args[1] && args[2] != '[' ? 2 : 1, n_opt = args[1] && args[2] == '[';
+        int n_pos = 0;
+        while (2 + n_pos < argc && n_pos < n_req + n_opt && strncmp(argv[2 + n_pos], "--", 2) != 0)
+            n_pos++;
+        kt_opts o = {0};
+        if (n_pos < n_req) {
+            fprintf(stderr, "kipp_test: %s needs %s\n", modes[i].flag, args);
+            usage();
+            return 2;
+        }
+        if (!parse_flags(modes[i].flags, modes[i].flag, 2 + n_pos, argc, argv, &o)) {
+            usage();
+            return 2;
+        }
+        const char *a2 = n_pos == 2 ? argv[3] : NULL;
         /* Passes are counted inside. A mode returns its failures: those it did not already
          * count with KT_CHECK are added, and unusable inputs (< 0) count as one. */
         int failed0 = kt_failed;
-        int bad = modes[i].run(argv[2], argc == 4 ? argv[3] : NULL);
+        int bad = modes[i].gate ? modes[i].gate(argv[2], a2, &o) : modes[i].run(argv[2], a2);
         if (bad > 0 && kt_failed - failed0 < bad) kt_failed = failed0 + bad;
         if (bad < 0 && kt_failed == failed0) kt_failed++;
     }

@@ -19,7 +19,7 @@ bandwidth (build/kipp-membw, when built), and peak RSS against model file + KV p
 It refuses to write --output when Kipp's dispersion exceeds the protocol's limit (10 %),
 unless --allow-noisy (the record is then marked "noisy": true). Standard library only.
 
-  python3 tools/bench.py --backend cpu --model M --prompt "The capital of France is" \\
+  python3 -m tools.bench --backend cpu --model M --prompt "The capital of France is" \\
       --decode 64 --warmup 1 --runs 5 --output bench/results/X.json
 """
 
@@ -32,9 +32,9 @@ import os
 import sys
 import tempfile
 
+from bench import benchlib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import benchlib  # noqa: E402
 
 EXIT_USAGE, EXIT_RUN, EXIT_NOISY = 2, 1, 3
 KV_TYPES = ("f32", "f16", "bf16")  # kipp --kv-type

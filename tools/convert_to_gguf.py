@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Converts a Hugging Face Qwen3 (dense) checkpoint directory to a GGUF v3 file.
 
 What it does: reads config.json, model.safetensors (or the shards listed in
@@ -19,7 +18,7 @@ quantizations (K-quants, Q4_0, ...), imatrix, vocab-only files, split GGUFs,
 or the tokenizer fingerprinting that llama.cpp uses to pick `tokenizer.ggml.pre`
 (the Qwen2 pre-tokenizer regex is checked in tokenizer.json instead).
 
-Usage: tools/convert_to_gguf.py HF_DIR --outtype {f32,f16,bf16,q8_0} [--outfile PATH]
+Usage: python -m tools.convert_to_gguf HF_DIR --outtype {f32,f16,bf16,q8_0} [--outfile PATH]
 Default outfile: HF_DIR/kipp-<dirname>-<outtype>.gguf
 """
 
@@ -35,8 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType,  # noqa: E402
+from tools.kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType,
                               write_atomic)
 
 ARCH = "qwen3"

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Sequence
 
-from atomic_file import replace_on_success
+from tools.atomic_file import replace_on_success
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kipp_gguf_writer import GGML_BLOCK, GGMLType
+from tools.kipp_gguf_writer import GGML_BLOCK, GGMLType
 
 QK_K = 256
 GROUP_MAX_EPS = 1e-15  # ggml: a (sub-)block whose largest |x| is below this is all zeros
@@ -61,7 +61,7 @@ def bf16_to_f32(b: np.ndarray) -> np.ndarray:
 
 def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """ggml's quantize_row_q8_0_ref (shared with the converter, bit-exact)."""
-    from convert_to_gguf import quantize_q8_0 as q8
+    from tools.convert_to_gguf import quantize_q8_0 as q8
     return q8(x)
 
 

@@ -23,7 +23,7 @@ the full one).
 
 What it does not do: make the model say anything meaningful.
 
-Usage: tools/make_random_model.py --shape {0.6b,1.7b,4b,8b} --type {bf16,f16,f32,q8_0}
+Usage: python -m tools.make_random_model --shape {0.6b,1.7b,4b,8b} --type {bf16,f16,f32,q8_0}
            --output PATH [--seed N] [--layers N] [--no-progress]
 """
 
@@ -40,10 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import convert_to_gguf as conv  # noqa: E402
-import kipp_quants as kq  # noqa: E402
-from kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType,  # noqa: E402
+from tools import convert_to_gguf as conv
+from tools import kipp_quants as kq
+from tools.kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, TensorInfo, ValueType,
                               ordered_results, write_atomic)
 
 TOKENIZER_DIR = Path(__file__).resolve().parent / "data" / "qwen3-tokenizer"

@@ -15,7 +15,7 @@ What it does not do: train anything or make the model say anything sensible.
 Weight scales are only chosen so that logits are well spread (clear top-1
 tokens), which makes argmax comparisons between implementations meaningful.
 
-Usage: tools/make_tiny_checkpoint.py --name tiny-tied [--out DIR] [--shards N]
+Usage: python -m tools.make_tiny_checkpoint --name tiny-tied [--out DIR] [--shards N]
 """
 
 from __future__ import annotations

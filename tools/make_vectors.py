@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Generates golden test vectors for a checkpoint from Hugging Face transformers.
 
 What it does: loads models/NAME with transformers' Qwen3ForCausalLM twice, in
@@ -22,7 +21,7 @@ tools/requirements-vectors.txt into .venv). As a side effect it converts the
 checkpoint to models/NAME/kipp-NAME-{f32,bf16}.gguf (to hash them), and it
 generates models/NAME first if NAME is a tiny checkpoint that is missing.
 
-Usage: tools/make_vectors.py --checkpoint NAME [--models-dir DIR] [--out DIR]
+Usage: python -m tools.make_vectors --checkpoint NAME [--models-dir DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "tools"))
 
 PROMPTS = [
     "Question: What is the capital of France? Answer: The capital of France is",
@@ -118,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
               "or: .venv/bin/pip install -r tools/requirements-vectors.txt", file=sys.stderr)
         return 1
 
-    import convert_to_gguf
-    import make_tiny_checkpoint
+    from tools import convert_to_gguf, make_tiny_checkpoint
 
     ckpt = args.models_dir / name
     if not (ckpt / "config.json").is_file():

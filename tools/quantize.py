@@ -21,7 +21,7 @@ quantizers; Q4_K/Q6_K with ggml's layouts and a shorter scale search).
 What it does not do: importance matrices, other ftypes, requantizing an already
 quantized file, or --pure / per-tensor overrides.
 
-Usage: tools/quantize.py INPUT.gguf OUTPUT.gguf --type {q8_0,q4_0,q4_k_m,q6_k}
+Usage: python -m tools.quantize INPUT.gguf OUTPUT.gguf --type {q8_0,q4_0,q4_k_m,q6_k}
            [--threads N] [--no-progress]
 """
 
@@ -41,9 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kipp_quants as kq  # noqa: E402
-from kipp_gguf_writer import (_SCALAR_FMT, DEFAULT_ALIGNMENT, GGML_BLOCK, GGMLType,  # noqa: E402
+from tools import kipp_quants as kq
+from tools.kipp_gguf_writer import (_SCALAR_FMT, DEFAULT_ALIGNMENT, GGML_BLOCK, GGMLType,
                               GGUFWriter, GGUFWriteError, TensorInfo, ValueType, ordered_results,
                               write_atomic)
 

@@ -197,20 +197,20 @@ static void help_entry(FILE *f, int width, const char *flag, const char *const *
 }
 
 void kipp_cli_runtime_help(FILE *f, int width) {
-    char backend[160];
-    snprintf(backend, sizeof backend, "backend: %s (default) or any of %s built into this",
+    char backend[2][96];
+    snprintf(backend[0], sizeof backend[0], "backend: %s (default); this binary has %s",
              kipp_backend_default(), kipp_backend_names());
-    const char *b[] = {backend,
-                       "binary (cpu-ref: the scalar reference); cuda and metal are not built.",
-                       "A named backend that is unknown, missing or fails to start is fatal:",
+    snprintf(backend[1], sizeof backend[1], "(cpu-ref: the scalar reference). A named one");
+    const char *b[] = {backend[0], backend[1],
+                       "that is unknown, missing or fails to start is fatal:",
                        "Kipp never falls back to another backend.", NULL};
-    const char *i[] = {"cpu kernel level: scalar, avx2, avx512, avx512vnni (x86), neon (arm64);",
-                       "default: $KIPP_CPU_ISA when set, else the best this CPU runs. A level",
-                       "the CPU lacks is an error. Backends without levels ignore it.", NULL};
-    const char *k[] = {"KV cache element type: f32, f16 or bf16 (default: the backend's own;",
-                       "the start-up line says which)", NULL};
-    const char *c[] = {"llama.cpp's spelling of --kv-type: Kipp keeps K and V in",
-                       "one type, so both must be given, with the same value", NULL};
+    const char *i[] = {"cpu kernel level: scalar, avx2, avx512, avx512vnni,",
+                       "neon (default: $KIPP_CPU_ISA when set, else the best",
+                       "this CPU runs; a level it lacks is an error)", NULL};
+    const char *k[] = {"KV cache element type: f32, f16 or bf16 (default:",
+                       "the backend's own; the start-up line says which)", NULL};
+    const char *c[] = {"llama.cpp's spelling of --kv-type: Kipp keeps K and V",
+                       "in one type, so give both, with the same value", NULL};
     help_entry(f, width, "--backend NAME", b);
     help_entry(f, width, "--isa LEVEL", i);
     help_entry(f, width, "--kv-type T", k);

@@ -340,7 +340,7 @@ static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx 
         " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
         "kipp_version", KIPP_VERSION, "model", o->model, "backend", ci.backend, "isa", ci.isa,
         "kv_type", kipp_kv_type_name(ci.kv_type),
-        "threads", (json_int_t)o->n_threads, "n_ctx", (json_int_t)kipp_ctx_n_ctx(c),
+        "threads", (json_int_t)ci.n_threads, "n_ctx", (json_int_t)kipp_ctx_n_ctx(c),
         "ignore_eos", o->ignore_eos,
         "prompt_source", o->prompt_tokens ? "synthetic" : (o->chat ? "chat" : "text"),
         "stop", g->stop,

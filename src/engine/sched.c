@@ -549,6 +549,7 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
                              (unsigned long long)per_token, n_ctx,
                              (unsigned long long)(per_token * (n_ctx + p.block_size)));
         if (n < (uint64_t)n_ctx + p.block_size) n = (uint64_t)n_ctx + p.block_size;
+        if (p.kv_memory) n -= n % p.block_size; /* whole blocks, within the limit */
         p.n_kv_tokens = (uint32_t)n;
     }
     if (p.n_kv_tokens < n_ctx + p.block_size)

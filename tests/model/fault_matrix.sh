@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # fault_matrix.sh — the KV fault-injection matrix: builds build/kipp_test_fault (the same
 # sources with -DKIPP_FAULT_INJECT), runs the identity-layout tolerance gate
-# (--fault-reference) and the adversarial block-table gate (--paged-cpu) under each
-# KIPP_FAULT mode, and compares caught/missed with the expected table in docs/kv-cache.md.
-# Also checks the fault build passes with no fault set, that each gate catches a class the
-# other misses, and that the production binaries carry no fault hook. Never edits sources.
+# (--fault-reference) and the adversarial block-table gate (--paged-cpu) on each backend
+# column of the expected table in docs/kv-cache.md under each KIPP_FAULT mode, and compares
+# caught/missed with that table. Also checks each column passes on the fault build with no
+# fault set, that on each backend each gate catches a class the other misses, and that the
+# production binaries carry no fault hook. Does not care where the hook lives; never edits
+# sources.
 set -u
 cd "$(dirname "$0")/../.."
 M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
@@ -14,6 +16,14 @@ FAULT_BIN=build/kipp_test_fault
 pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+trim() { local s=$1; s=${s#"${s%%[! ]*}"}; printf '%s' "${s%"${s##*[! ]}"}"; }
+
+# Columns whose gate fails on that backend even with no fault, for a reason reported to
+# the lead (tests/model/run_cpu_model.sh, pending_reason). There a fault counts as caught
+# when the gate's number of failed checks differs from the no-fault run (with a passing
+# no-fault run that is the same as failing). A listed column that passes with no fault is
+# a failure until it is removed from this list.
+baseline_pending=("--paged-cpu cpu")
 
 if ! make -s build/kipp build/kipp_test build/kipp_test_fault >/tmp/fault_matrix_build.$$ 2>&1; then
     tail -20 /tmp/fault_matrix_build.$$; rm -f /tmp/fault_matrix_build.$$
@@ -30,46 +40,90 @@ done
 n=$(strings -a "$FAULT_BIN" | grep -c 'KIPP_FAULT' || true)
 if [ "$n" -gt 0 ]; then ok "$FAULT_BIN has the fault hook"; else bad "$FAULT_BIN lacks the KIPP_FAULT hook"; fi
 
-# Expected table: the rows after the header line below, up to the first non-table line.
-header='| KIPP_FAULT | fault | --fault-reference | --paged-cpu |'
-expected=$(awk -v h="$header" '
-    index($0, h) == 1 { on = 1; next }
+# Expected table: the header line starting with the prefix below (its columns after
+# "fault" name "GATE BACKEND"), then its rows up to the first non-table line.
+prefix='| KIPP_FAULT | fault |'
+table=$(awk -v h="$prefix" '
+    index($0, h) == 1 { on = 1; print; next }
     on && /^\|[- |]+\|$/ { next }
     on && /^\|/ { print; next }
-    on { exit }' "$DOC" |
-    awk -F'|' '{ for (i = 2; i <= 5; i++) { gsub(/^ +| +$/, "", $i) } print $2 "|" $3 "|" $4 "|" $5 }')
-if [ "$(printf '%s\n' "$expected" | grep -c '^[1-4]|')" -ne 4 ]; then
-    bad "$DOC has no fault table with modes 1-4 under '$header'"
+    on { exit }' "$DOC")
+IFS='|' read -r -a hcells <<<"$(printf '%s\n' "$table" | head -n 1)"
+cols=()
+for ((i = 3; i < ${#hcells[@]}; i++)); do
+    c=$(trim "${hcells[i]}")
+    [ -n "$c" ] && cols+=("$c")
+done
+rows=$(printf '%s\n' "$table" | tail -n +2)
+backends=""
+for c in "${cols[@]}"; do
+    if ! [[ "$c" =~ ^(--fault-reference|--paged-cpu)\ ([a-z0-9-]+)$ ]]; then
+        bad "$DOC: fault table column '$c' is not 'GATE BACKEND'"; continue
+    fi
+    case " $backends " in *" ${BASH_REMATCH[2]} "*) ;; *) backends="$backends ${BASH_REMATCH[2]}" ;; esac
+done
+for b in $(printf "%s\n" cpu-ref cpu $backends | sort -u); do
+    for g in --fault-reference --paged-cpu; do
+        case " ${cols[*]} " in *" $g $b "*) ;; *) bad "$DOC: fault table has no column '$g $b'" ;; esac
+    done
+done
+if [ "$(printf '%s\n' "$rows" | grep -cE '^\| *[1-4] *\|')" -ne 4 ] || [ "$fail" -gt 0 ]; then
+    bad "$DOC has no fault table with modes 1-4 and a column per gate and backend under '$prefix'"
     echo "$pass passed, $fail failed"; exit 1
 fi
 
-run_gate() { # mode gate -> "caught" | "missed"
-    if KIPP_FAULT=$1 "$FAULT_BIN" "$2" "$M" "$V" >/dev/null 2>&1; then echo missed; else echo caught; fi
+# run GATE BACKEND MODE -> sets rc and nf (the gate's failed checks)
+run() {
+    local out
+    out=$(KIPP_FAULT=$3 "$FAULT_BIN" "$1" "$M" "$V" --backend "$2" 2>&1); rc=$?
+    nf=$(printf '%s\n' "$out" | sed -n 's/^[0-9]* passed, \([0-9]*\) failed$/\1/p' | tail -n 1)
+    nf=${nf:-unknown}
 }
-for g in --fault-reference --paged-cpu; do
-    if [ "$(run_gate 0 "$g")" = missed ]; then ok "no fault: $g passes on the fault build"
-    else bad "no fault: $g fails on the fault build (every 'caught' below would mean nothing)"; fi
+declare -A base_rc base_nf got
+for c in "${cols[@]}"; do
+    read -r g b <<<"$c"
+    run "$g" "$b" 0
+    base_rc[$c]=$rc; base_nf[$c]=$nf
+    listed=0
+    for p in "${baseline_pending[@]}"; do [ "$p" = "$c" ] && listed=1; done
+    if [ "$rc" -eq 0 ] && [ "$listed" -eq 0 ]; then ok "no fault: $c passes on the fault build"
+    elif [ "$rc" -eq 0 ]; then bad "no fault: $c now passes; remove it from baseline_pending in $0"
+    elif [ "$listed" -eq 1 ]; then echo "pending: no fault: $c fails ($nf failed checks, reported); a fault is caught when that count changes"
+    else bad "no fault: $c fails on the fault build (every 'caught' below would mean nothing)"; fi
 done
 
-ref_only=0; paged_only=0; missed_by_both=0
-while IFS='|' read -r mode name want_ref want_paged; do
-    got_ref=$(run_gate "$mode" --fault-reference)
-    got_paged=$(run_gate "$mode" --paged-cpu)
-    for pair in "--fault-reference:$want_ref:$got_ref" "--paged-cpu:$want_paged:$got_paged"; do
-        IFS=: read -r g want got <<<"$pair"
-        if [ "$want" = "$got" ]; then ok "KIPP_FAULT=$mode ($name): $g $got"
-        else bad "KIPP_FAULT=$mode ($name): $g $got, $DOC expects $want"; fi
+while IFS='|' read -r _ mode name rest; do
+    mode=$(trim "$mode"); name=$(trim "$name")
+    IFS='|' read -r -a want <<<"$rest"
+    for i in "${!cols[@]}"; do
+        c=${cols[i]}
+        w=$(trim "${want[i]:-}")
+        read -r g b <<<"$c"
+        run "$g" "$b" "$mode"
+        if [ "$rc" -ne 0 ] && { [ "${base_rc[$c]}" -eq 0 ] || [ "$nf" != "${base_nf[$c]}" ]; }; then r=caught; else r=missed; fi
+        got[$mode,$c]=$r
+        if [ "$w" = "$r" ]; then ok "KIPP_FAULT=$mode ($name): $c $r"
+        else bad "KIPP_FAULT=$mode ($name): $c $r, $DOC expects '$w'"; fi
     done
-    [ "$got_ref" = caught ] && [ "$got_paged" = missed ] && ref_only=$((ref_only + 1))
-    [ "$got_ref" = missed ] && [ "$got_paged" = caught ] && paged_only=$((paged_only + 1))
-    [ "$got_ref" = missed ] && [ "$got_paged" = missed ] && missed_by_both=$((missed_by_both + 1))
-done <<<"$expected"
-if [ "$ref_only" -gt 0 ]; then ok "--fault-reference catches $ref_only class(es) --paged-cpu misses"
-else bad "--fault-reference catches nothing that --paged-cpu misses"; fi
-if [ "$paged_only" -gt 0 ]; then ok "--paged-cpu catches $paged_only class(es) --fault-reference misses"
-else bad "--paged-cpu catches nothing that --fault-reference misses"; fi
-if [ "$missed_by_both" -eq 0 ]; then ok "every fault class is caught by at least one gate"
-else bad "$missed_by_both fault class(es) caught by neither gate"; fi
+done <<<"$rows"
+
+# On each backend: each gate catches a class the other misses, every class caught once.
+modes=$(printf '%s\n' "$rows" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }')
+for b in $backends; do
+    ref_only=0; paged_only=0; neither=0
+    for m in $modes; do
+        r=${got[$m,--fault-reference $b]:-} p=${got[$m,--paged-cpu $b]:-}
+        [ "$r" = caught ] && [ "$p" = missed ] && ref_only=$((ref_only + 1))
+        [ "$r" = missed ] && [ "$p" = caught ] && paged_only=$((paged_only + 1))
+        [ "$r" = missed ] && [ "$p" = missed ] && neither=$((neither + 1))
+    done
+    if [ "$ref_only" -gt 0 ]; then ok "$b: --fault-reference catches $ref_only class(es) --paged-cpu misses"
+    else bad "$b: --fault-reference catches nothing that --paged-cpu misses"; fi
+    if [ "$paged_only" -gt 0 ]; then ok "$b: --paged-cpu catches $paged_only class(es) --fault-reference misses"
+    else bad "$b: --paged-cpu catches nothing that --fault-reference misses"; fi
+    if [ "$neither" -eq 0 ]; then ok "$b: every fault class is caught by at least one gate"
+    else bad "$b: $neither fault class(es) caught by neither gate"; fi
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,6 +1,7 @@
 /* gate_common.c — shared helpers of the model gates: manifest loading (jansson), opening a
- * model + cpu-ref context, logits comparison, and the golden check of one position. Runs
- * no gate by itself. */
+ * model + a context on the gate's backend and KV type (and the cpu-ref reference), logits
+ * comparison (max |a-b|, NMSE), and the golden check of one position. Runs no gate by
+ * itself. */
 #include "gate_common.h"
 
 #include "kt.h"
@@ -61,33 +62,75 @@ double kt_max_abs_diff(const float *a, const float *b, uint32_t n) {
     return e;
 }
 
+double kt_nmse(const float *a, const float *b, uint32_t n) {
+    double num = 0.0, den = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    if (num != num) return 1e30; /* NaN: as far as it gets */
+    return den > 0.0 ? num / den : num;
+}
+
+int kt_matches_ref(const float *got, const float *ref, uint32_t n, double *nmse) {
+    *nmse = kt_nmse(got, ref, n);
+    return kt_argmax(got, n) == kt_argmax(ref, n) && *nmse <= KT_NMSE_TOL;
+}
+
+const char *kt_backend(const kt_opts *o, const char *dflt) {
+    return o && o->backend ? o->backend : dflt;
+}
+
+kipp_ctx_params kt_ctx_params(const kt_opts *o, const char *dflt) {
+    kipp_ctx_params p = kipp_ctx_default_params();
+    p.backend = kt_backend(o, dflt);
+    p.kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT;
+    return p;
+}
+
+int kt_params_are_ref(const kipp_ctx_params *p) {
+    return p->backend && strcmp(p->backend, KT_REF_BACKEND) == 0 &&
+           (p->kv_type == KIPP_KV_TYPE_DEFAULT || p->kv_type == KIPP_KV_TYPE_F32);
+}
+
+const char *kt_label(const kipp_ctx_params *p, char *buf, size_t len) {
+    if (p->kv_type == KIPP_KV_TYPE_DEFAULT) snprintf(buf, len, "%s", p->backend);
+    else snprintf(buf, len, "%s/%s", p->backend, kipp_kv_type_name(p->kv_type));
+    return buf;
+}
+
 void kt_gate_close(kt_gate *g) {
     free(g->a);
     free(g->b);
     kipp_ctx_free(g->c);
+    kipp_ctx_free(g->ref);
     kipp_model_free(g->m);
     if (g->mf.root) json_decref(g->mf.root);
     g->a = g->b = NULL;
-    g->c = NULL;
+    g->c = g->ref = NULL;
     g->m = NULL;
     g->mf.root = NULL;
 }
 
-int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir,
+int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir, const kt_opts *o,
                  const kipp_ctx_params *cp) {
     char err[KIPP_ERR_LEN];
     memset(g, 0, sizeof *g);
     g->failed0 = kt_failed;
-    if (!load_manifest(vec_dir, &g->mf)) return 0;
+    if (vec_dir && !load_manifest(vec_dir, &g->mf)) return 0;
     if (kipp_model_load(model_path, &g->m, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "gate: %s\n", err);
         kt_gate_close(g);
         return 0;
     }
-    kipp_ctx_params p = cp ? *cp : kipp_ctx_default_params();
-    p.backend = "cpu-ref";
-    if (kipp_ctx_init(g->m, &p, &g->c, err, sizeof err) != KIPP_OK) {
-        fprintf(stderr, "gate: %s\n", err);
+    g->cp = cp ? *cp : kipp_ctx_default_params();
+    g->cp.backend = kt_backend(o, KT_REF_BACKEND);
+    g->cp.kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT;
+    g->is_ref = kt_params_are_ref(&g->cp);
+    kt_label(&g->cp, g->label, sizeof g->label);
+    if (kipp_ctx_init(g->m, &g->cp, &g->c, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "gate: %s: %s\n", g->label, err);
         kt_gate_close(g);
         return 0;
     }
@@ -100,6 +143,18 @@ int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir,
         return 0;
     }
     return 1;
+}
+
+kipp_ctx *kt_gate_ref(kt_gate *g) {
+    if (g->ref) return g->ref;
+    char err[KIPP_ERR_LEN];
+    kipp_ctx_params p = kipp_ctx_default_params();
+    p.backend = KT_REF_BACKEND;
+    p.kv_type = KIPP_KV_TYPE_F32;
+    p.n_ctx = g->cp.n_ctx;
+    const kipp_status st = kipp_ctx_init(g->m, &p, &g->ref, err, sizeof err);
+    KT_CHECK(st == KIPP_OK, "reference context (cpu-ref, f32 KV): %s", err);
+    return g->ref;
 }
 
 /* Reads row r of n floats from a little-endian f32 file. */
@@ -115,18 +170,26 @@ static int read_logits_row(const char *dir, const char *file, size_t r, uint32_t
     return ok;
 }
 
+/* Exact argmax of logits vs the oracle's at position pos of prompt pi. */
+static void golden_argmax(const kt_gate *g, size_t pi, size_t pos, const float *logits) {
+    json_t *p = json_array_get(json_object_get(g->mf.root, "prompts"), pi);
+    json_t *am = json_object_get(p, "argmax");
+    uint32_t want = (uint32_t)json_integer_value(json_array_get(am, pos));
+    uint32_t got = kt_argmax(logits, g->info.n_vocab);
+    KT_CHECK(got == want, "%s prompt %zu position %zu: argmax %u, oracle %u", g->label, pi, pos,
+             got, want);
+}
+
 double kt_golden_check(const kt_gate *g, const char *vec_dir, size_t pi, size_t pos,
                        const float *logits, float *ref) {
     const kt_manifest *mf = &g->mf;
     const uint32_t n_vocab = g->info.n_vocab;
     json_t *p = json_array_get(json_object_get(mf->root, "prompts"), pi);
-    json_t *am = json_object_get(p, "argmax"), *tki = json_object_get(p, "topk_ids"),
+    json_t *tki = json_object_get(p, "topk_ids"),
            *tkl = json_object_get(p, "topk_logits"),
            *flp = json_object_get(p, "full_logits_positions"),
            *flf = json_object_get(p, "full_logits_file");
-    uint32_t want = (uint32_t)json_integer_value(json_array_get(am, pos));
-    uint32_t got = kt_argmax(logits, n_vocab);
-    KT_CHECK(got == want, "prompt %zu position %zu: argmax %u, oracle %u", pi, pos, got, want);
+    golden_argmax(g, pi, pos, logits);
     json_t *ids_k = json_array_get(tki, pos), *lg_k = json_array_get(tkl, pos);
     double worst = 0.0;
     for (size_t j = 0; j < json_array_size(ids_k); j++) {
@@ -152,4 +215,23 @@ double kt_golden_check(const kt_gate *g, const char *vec_dir, size_t pi, size_t 
         if (e_full > worst) worst = e_full;
     }
     return worst;
+}
+
+double kt_golden_position(kt_gate *g, const char *vec_dir, size_t pi, const int32_t *ids,
+                          size_t pos, const float *logits) {
+    if (g->is_ref) return kt_golden_check(g, vec_dir, pi, pos, logits, g->b);
+    golden_argmax(g, pi, pos, logits);
+    char err[KIPP_ERR_LEN];
+    kipp_ctx *ref = kt_gate_ref(g);
+    if (!ref) return 1e30;
+    if (kipp_forward_nocache(ref, ids, (uint32_t)pos + 1, g->b, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "cpu-ref recomputation, prompt %zu position %zu: %s", pi, pos, err);
+        return 1e30;
+    }
+    double e;
+    KT_CHECK(kt_matches_ref(logits, g->b, g->info.n_vocab, &e),
+             "%s prompt %zu position %zu: argmax %u vs cpu-ref %u, NMSE %.3g > %g", g->label, pi,
+             pos, kt_argmax(logits, g->info.n_vocab), kt_argmax(g->b, g->info.n_vocab), e,
+             KT_NMSE_TOL);
+    return e;
 }

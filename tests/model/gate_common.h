@@ -1,9 +1,11 @@
-/* gate_common.h — what the model gates (gates.c, gates_kv.c) share: the golden-vector
- * manifest, a model + cpu-ref context + two logits buffers, the comparison helpers, and
- * the oracle check of one position's logits. Does not decide what a gate runs. */
+/* gate_common.h — what the model gates (gates.c, gates_kv.c, gates_long.c, gates_cpu.c)
+ * share: the golden-vector manifest, a model + a context on the gate's backend and KV type +
+ * two logits buffers, the cpu-ref reference context, the comparison helpers (max |a-b|,
+ * NMSE) and the golden check of one position. Does not decide what a gate runs. */
 #ifndef KIPP_GATE_COMMON_H
 #define KIPP_GATE_COMMON_H
 
+#include "gates.h"
 #include "kipp.h"
 
 #include <jansson.h>
@@ -11,6 +13,9 @@
 #include <stdint.h>
 
 #define KT_EXACT_TOL 1e-6 /* cache layouts, batching, recomputation: same arithmetic */
+#define KT_NMSE_TOL 1e-4  /* another backend or KV type vs cpu-ref: sum (a-b)^2 / sum b^2 */
+#define KT_REF_BACKEND "cpu-ref"
+#define KT_MAX_PROMPTS 16 /* manifest prompts a gate reads */
 
 typedef struct {
     json_t *root;
@@ -19,32 +24,59 @@ typedef struct {
     uint32_t n_vocab;
 } kt_manifest;
 
-/* The vectors, the model on cpu-ref, and two logits buffers. */
+/* The vectors, the model, a context on the gate's backend, and two logits buffers. */
 typedef struct {
     kt_manifest mf;
     kipp_model *m;
-    kipp_ctx *c;
+    kipp_ctx *c;        /* the backend and KV type under test */
+    kipp_ctx *ref;      /* cpu-ref with f32 KV, opened by kt_gate_ref (NULL until then) */
     kipp_model_info info;
-    float *a, *b; /* n_vocab floats each */
-    int failed0;  /* kt_failed when the gate opened */
+    kipp_ctx_params cp; /* c's parameters (backend and kv_type filled in) */
+    int is_ref;         /* c is the reference itself: cpu-ref with f32 KV */
+    char label[48];     /* "cpu-ref", "cpu/f16", ... for messages */
+    float *a, *b;       /* n_vocab floats each */
+    int failed0;        /* kt_failed when the gate opened */
 } kt_gate;
 
-/* Opens V/manifest.json, the model and a cpu-ref context (cp NULL: default params).
- * Returns 0 (after printing why) when the inputs are unusable. */
-int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir,
+/* The backend a gate runs on: o->backend, else dflt. */
+const char *kt_backend(const kt_opts *o, const char *dflt);
+/* Default context params with o's backend (else dflt) and KV type. */
+kipp_ctx_params kt_ctx_params(const kt_opts *o, const char *dflt);
+/* Whether these params are the reference configuration (cpu-ref, f32 KV). */
+int kt_params_are_ref(const kipp_ctx_params *p);
+/* "backend" or "backend/kv-type" into buf. */
+const char *kt_label(const kipp_ctx_params *p, char *buf, size_t len);
+
+/* Opens V/manifest.json (vec_dir NULL: none), the model and a context on o's backend
+ * (default cpu-ref) and KV type; cp (NULL: defaults) gives the other params. Returns 0
+ * (after printing why) when the inputs are unusable. */
+int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir, const kt_opts *o,
                  const kipp_ctx_params *cp);
 void kt_gate_close(kt_gate *g);
+/* The cpu-ref, f32-KV context on the gate's model with n_ctx = g->cp.n_ctx, opened on first
+ * use; NULL (a counted failure) if it cannot be made. */
+kipp_ctx *kt_gate_ref(kt_gate *g);
 
 /* Token ids of one manifest prompt, malloc'd; NULL when it has none. */
 int32_t *kt_prompt_tokens(json_t *prompt, size_t *n);
 uint32_t kt_argmax(const float *x, uint32_t n);
 /* max_i |a_i - b_i|, with NaN counted as infinitely far */
 double kt_max_abs_diff(const float *a, const float *b, uint32_t n);
+/* sum (a-b)^2 / sum b^2 against the reference b; NaN counts as 1e30 */
+double kt_nmse(const float *a, const float *b, uint32_t n);
+/* Same argmax as ref and NMSE <= KT_NMSE_TOL; *nmse receives the NMSE. */
+int kt_matches_ref(const float *got, const float *ref, uint32_t n, double *nmse);
 
-/* Checks cpu-ref's logits at position pos of manifest prompt pi against the oracle: exact
- * argmax, every top-k logit within the bound, and the full vocabulary within the bound
- * where the vectors have it. Counts with KT_CHECK; returns the worst error seen. */
+/* Checks logits at position pos of manifest prompt pi against the oracle: exact argmax,
+ * every top-k logit within the bound, and the full vocabulary within the bound where the
+ * vectors have it. Counts with KT_CHECK; returns the worst error seen. */
 double kt_golden_check(const kt_gate *g, const char *vec_dir, size_t pi, size_t pos,
                        const float *logits, float *scratch);
+/* The golden gate's check of one position of g->c: on the reference kt_golden_check; on
+ * any other backend or KV type exact argmax vs the oracle and NMSE vs cpu-ref, recomputed
+ * by kipp_forward_nocache on ids[0..pos] (never reads a KV cache, so a KV fault cannot
+ * reach the reference). Uses g->b as scratch. Returns the worst error (abs or NMSE). */
+double kt_golden_position(kt_gate *g, const char *vec_dir, size_t pi, const int32_t *ids,
+                          size_t pos, const float *logits);
 
 #endif

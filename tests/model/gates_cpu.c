@@ -1,8 +1,10 @@
 /* gates_cpu.c — the cpu backend's gate: for every manifest prompt, every position's logits
- * from `cpu` (each ISA level this machine runs, forced through kipp_ctx_params.isa, on 1 and 2
- * threads) must give cpu-ref's argmax and NMSE = sum((a-b)^2)/sum(b^2) <= 1e-4, both token
- * by token and for the whole prompt in one call. Does not compare against the golden vectors
- * (cpu-ref's own gates do that) nor time anything. */
+ * from `cpu` (each ISA level this machine runs, asked for with kipp_ctx_params.isa and
+ * checked with kipp_ctx_get_info, on 1 and 2 threads) must give cpu-ref's argmax and
+ * NMSE = sum((a-b)^2)/sum(b^2) <= 1e-4, both token by token and for the whole prompt in one
+ * call. --backend names another backend to gate the same way (one configuration per thread
+ * count: only cpu has levels), --kv-type its KV type; the reference is cpu-ref with f32 KV.
+ * Does not compare against the golden vectors (the golden gate does) nor time anything. */
 #include "gates.h"
 
 #include "backend/cpu/kernels.h"
@@ -12,80 +14,145 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#define CPU_NMSE_TOL 1e-4
+#define CPU_NMSE_TOL KT_NMSE_TOL
 
-static double nmse(const float *a, const float *b, uint32_t n) {
-    double num = 0.0, den = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        const double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
+static const char *const all_isas[] = {"avx512vnni", "avx512", "avx2", "scalar"}; /* best first */
+
+/* The levels to run: every level this CPU has for the cpu backend, else one configuration
+ * with the backend's own choice (NULL). Returns how many. */
+static size_t levels(const kipp_ctx_params *p, const char **out) {
+    if (strcmp(p->backend, "cpu") != 0) {
+        out[0] = NULL;
+        return 1;
     }
-    if (num != num) return 1e30; /* NaN: as far as it gets */
-    return den > 0.0 ? num / den : num;
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof all_isas / sizeof all_isas[0]; i++) {
+        if (kipp_cpu_isa_available(all_isas[i])) out[n++] = all_isas[i];
+        else printf("cpu-vs-ref gate: %s not available on this CPU, skipped\n", all_isas[i]);
+    }
+    return n;
 }
 
-/* One cpu configuration against cpu-ref (g->c) over every prompt; returns the worst NMSE. */
-static double run_config(kt_gate *g, const char *isa, int n_threads) {
-    char err[KIPP_ERR_LEN];
-    const uint32_t V = g->info.n_vocab;
-    kipp_ctx_params p = kipp_ctx_default_params();
-    p.backend = "cpu";
+/* A context of the backend under test (p) at level isa (NULL: its default) on n_threads;
+ * the level it runs is checked (a level asked for and not used would gate nothing). */
+static kipp_ctx *open_tested(kipp_model *m, kipp_ctx_params p, const char *isa, int n_threads) {
+    char err[KIPP_ERR_LEN], label[48];
     p.isa = isa;
     p.n_threads = n_threads;
     kipp_ctx *c = NULL;
-    kipp_status st = kipp_ctx_init(g->m, &p, &c, err, sizeof err);
-    KT_CHECK(st == KIPP_OK, "cpu backend (%s, %d threads): %s", isa, n_threads, err);
-    if (st != KIPP_OK) return 1e30;
-    double worst = 0.0;
+    kipp_status st = kipp_ctx_init(m, &p, &c, err, sizeof err);
+    KT_CHECK(st == KIPP_OK, "%s (%s, %d threads): %s", kt_label(&p, label, sizeof label),
+             isa ? isa : "default level", n_threads, err);
+    if (st != KIPP_OK) return NULL;
+    kipp_ctx_info ci;
+    kipp_ctx_get_info(c, &ci);
+    KT_CHECK(!isa || (ci.isa && strcmp(ci.isa, isa) == 0),
+             "%s asked for ISA level %s, the context runs %s", p.backend, isa,
+             ci.isa ? ci.isa : "(none)");
+    return c;
+}
+
+/* cpu-ref's logits at every position of every prompt, computed once for all configurations. */
+typedef struct {
+    int32_t *ids[KT_MAX_PROMPTS];
+    size_t n[KT_MAX_PROMPTS];
+    float *ref[KT_MAX_PROMPTS]; /* [n][V] */
+    size_t n_prompts;
+} ref_rows;
+
+static void ref_rows_free(ref_rows *r) {
+    for (size_t i = 0; i < r->n_prompts; i++) {
+        free(r->ids[i]);
+        free(r->ref[i]);
+    }
+}
+
+static int ref_rows_make(kt_gate *g, ref_rows *r) {
+    char err[KIPP_ERR_LEN];
+    const uint32_t V = g->info.n_vocab;
+    memset(r, 0, sizeof *r);
     json_t *prompts = json_object_get(g->mf.root, "prompts");
-    for (size_t pi = 0; pi < json_array_size(prompts); pi++) {
+    KT_CHECK(json_array_size(prompts) <= KT_MAX_PROMPTS, "more than %d prompts", KT_MAX_PROMPTS);
+    for (size_t pi = 0; pi < json_array_size(prompts) && pi < KT_MAX_PROMPTS; pi++) {
         size_t n;
         int32_t *ids = kt_prompt_tokens(json_array_get(prompts, pi), &n);
         if (!ids) { KT_CHECK(0, "prompt %zu has no tokens", pi); continue; }
+        float *ref = malloc(n * V * sizeof *ref);
+        r->ids[r->n_prompts] = ids;
+        r->n[r->n_prompts] = n;
+        r->ref[r->n_prompts++] = ref;
+        if (!ref) { KT_CHECK(0, "out of memory"); return 0; }
         kipp_ctx_truncate(g->c, 0, err, sizeof err);
+        for (size_t pos = 0; pos < n; pos++)
+            if (kipp_decode(g->c, &ids[pos], 1, ref + pos * V, err, sizeof err) != KIPP_OK) {
+                KT_CHECK(0, "ref: %s", err);
+                return 0;
+            }
+    }
+    return 1;
+}
+
+/* One configuration of the tested backend against the cpu-ref rows; returns the worst NMSE. */
+static double run_config(kt_gate *g, const ref_rows *r, const kipp_ctx_params *tp, const char *isa,
+                         int n_threads) {
+    char err[KIPP_ERR_LEN];
+    const uint32_t V = g->info.n_vocab;
+    kipp_ctx *c = open_tested(g->m, *tp, isa, n_threads);
+    if (!c) return 1e30;
+    const char *lvl = isa ? isa : "default";
+    double worst = 0.0, e;
+    for (size_t pi = 0; pi < r->n_prompts; pi++) {
+        const int32_t *ids = r->ids[pi];
+        const size_t n = r->n[pi];
         kipp_ctx_truncate(c, 0, err, sizeof err);
         for (size_t pos = 0; pos < n; pos++) {
-            KT_CHECK(kipp_decode(g->c, &ids[pos], 1, g->b, err, sizeof err) == KIPP_OK, "ref: %s", err);
-            KT_CHECK(kipp_decode(c, &ids[pos], 1, g->a, err, sizeof err) == KIPP_OK, "cpu: %s", err);
-            const double e = nmse(g->a, g->b, V);
+            const float *ref = r->ref[pi] + pos * V;
+            KT_CHECK(kipp_decode(c, &ids[pos], 1, g->a, err, sizeof err) == KIPP_OK, "%s: %s", tp->backend, err);
+            KT_CHECK(kt_matches_ref(g->a, ref, V, &e),
+                     "%s/%dt prompt %zu pos %zu: argmax %u vs ref %u, NMSE %.3g", lvl, n_threads, pi,
+                     pos, kt_argmax(g->a, V), kt_argmax(ref, V), e);
             if (e > worst) worst = e;
-            KT_CHECK(kt_argmax(g->a, V) == kt_argmax(g->b, V) && e <= CPU_NMSE_TOL,
-                     "%s/%dt prompt %zu pos %zu: argmax %u vs ref %u, NMSE %.3g", isa, n_threads, pi,
-                     pos, kt_argmax(g->a, V), kt_argmax(g->b, V), e);
         }
         /* the whole prompt in one call: the multi-token path against the ref's last step */
+        const float *last = r->ref[pi] + (n - 1) * V;
         kipp_ctx_truncate(c, 0, err, sizeof err);
-        KT_CHECK(kipp_decode(c, ids, n, g->a, err, sizeof err) == KIPP_OK, "cpu: %s", err);
-        const double e = nmse(g->a, g->b, V);
+        KT_CHECK(kipp_decode(c, ids, n, g->a, err, sizeof err) == KIPP_OK, "%s: %s", tp->backend, err);
+        KT_CHECK(kt_matches_ref(g->a, last, V, &e), "%s/%dt prompt %zu as one batch: NMSE %.3g", lvl,
+                 n_threads, pi, e);
         if (e > worst) worst = e;
-        KT_CHECK(kt_argmax(g->a, V) == kt_argmax(g->b, V) && e <= CPU_NMSE_TOL,
-                 "%s/%dt prompt %zu as one batch: NMSE %.3g", isa, n_threads, pi, e);
-        free(ids);
     }
     kipp_ctx_free(c);
     return worst;
 }
 
-int kt_gate_cpu_vs_ref(const char *model_path, const char *vec_dir) {
+int kt_gate_cpu_vs_ref(const char *model_path, const char *vec_dir, const kt_opts *o) {
     kt_gate g;
-    if (!kt_gate_open(&g, model_path, vec_dir, NULL)) return 1;
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
+    if (!kt_gate_open(&g, model_path, vec_dir, NULL, NULL)) return 1; /* the reference */
+    const kipp_ctx_params tp = kt_ctx_params(o, "cpu");
+    ref_rows r;
+    if (!ref_rows_make(&g, &r)) {
+        ref_rows_free(&r);
+        kt_gate_close(&g);
+        return kt_failed - g.failed0;
+    }
+    const char *isas[8];
+    const size_t n_isas = levels(&tp, isas);
     static const int threads[] = {1, 2};
     double worst = 0.0;
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        if (!kipp_cpu_isa_available(isas[i])) {
-            printf("cpu-vs-ref gate: %s not available on this CPU, skipped\n", isas[i]);
-            continue;
-        }
+    char label[48];
+    for (size_t i = 0; i < n_isas; i++) {
         for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
-            const double e = run_config(&g, isas[i], threads[t]);
-            printf("cpu-vs-ref gate: %-6s %d thread(s): worst NMSE %.3g\n", isas[i], threads[t], e);
+            const double e = run_config(&g, &r, &tp, isas[i], threads[t]);
+            printf("cpu-vs-ref gate: %s %-10s %d thread(s): worst NMSE %.3g\n",
+                   kt_label(&tp, label, sizeof label), isas[i] ? isas[i] : "default", threads[t], e);
             if (e > worst) worst = e;
         }
     }
-    printf("cpu-vs-ref gate: worst NMSE %.3g, tolerance %.0e\n", worst, CPU_NMSE_TOL);
+    printf("cpu-vs-ref gate: %s worst NMSE %.3g, tolerance %.0e\n", kt_label(&tp, label, sizeof label),
+           worst, CPU_NMSE_TOL);
+    ref_rows_free(&r);
     kt_gate_close(&g);
     return kt_failed - g.failed0;
 }
@@ -96,6 +163,7 @@ int kt_gate_cpu_vs_ref(const char *model_path, const char *vec_dir) {
 
 typedef struct {
     kipp_model *m;
+    kipp_ctx_params tp; /* the backend under test */
     uint32_t V;
     int32_t ids[SHAPE_TOKENS];
     float *ref; /* [SHAPE_TOKENS][V] cpu-ref logits at every position */
@@ -105,7 +173,7 @@ typedef struct {
 static double check_pos(const shape_gate *sg, const float *got, uint32_t pos, const char *what,
                         const char *isa, int n_threads) {
     const float *ref = sg->ref + (size_t)pos * sg->V;
-    const double e = nmse(got, ref, sg->V);
+    const double e = kt_nmse(got, ref, sg->V);
     KT_CHECK(kt_argmax(got, sg->V) == kt_argmax(ref, sg->V) && e <= CPU_NMSE_TOL,
              "%s/%dt %s pos %u: argmax %u vs ref %u, NMSE %.3g", isa, n_threads, what, pos,
              kt_argmax(got, sg->V), kt_argmax(ref, sg->V), e);
@@ -114,18 +182,14 @@ static double check_pos(const shape_gate *sg, const float *got, uint32_t pos, co
 
 /* One cpu configuration: token by token, the prompt as one batch with every logit wanted,
  * and two sequences interleaved in one batch. Returns the worst NMSE. */
-static double shape_config(shape_gate *sg, const char *isa, int n_threads) {
+static double shape_config(shape_gate *sg, const char *isa_or_null, int n_threads) {
     char err[KIPP_ERR_LEN];
     const uint32_t V = sg->V, N = SHAPE_TOKENS;
-    kipp_ctx_params p = kipp_ctx_default_params();
-    p.backend = "cpu";
-    p.isa = isa;
-    p.n_threads = n_threads;
+    kipp_ctx_params p = sg->tp;
     p.n_ctx = 64;
-    kipp_ctx *c = NULL;
-    kipp_status st = kipp_ctx_init(sg->m, &p, &c, err, sizeof err);
-    KT_CHECK(st == KIPP_OK, "cpu backend (%s, %d threads): %s", isa, n_threads, err);
-    if (st != KIPP_OK) return 1e30;
+    kipp_ctx *c = open_tested(sg->m, p, isa_or_null, n_threads);
+    const char *isa = isa_or_null ? isa_or_null : "default";
+    if (!c) return 1e30;
     double worst = 0.0, e;
     for (uint32_t pos = 0; pos < N; pos++) {
         KT_CHECK(kipp_decode(c, &sg->ids[pos], 1, sg->got, err, sizeof err) == KIPP_OK, "cpu: %s", err);
@@ -158,11 +222,12 @@ static double shape_config(shape_gate *sg, const char *isa, int n_threads) {
     return worst;
 }
 
-int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused) {
+int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused, const kt_opts *o) {
     (void)unused;
     const int failed0 = kt_failed;
-    char err[KIPP_ERR_LEN];
+    char err[KIPP_ERR_LEN], label[48];
     shape_gate sg = {0};
+    sg.tp = kt_ctx_params(o, "cpu");
     if (kipp_model_load(model_path, &sg.m, err, sizeof err) != KIPP_OK) {
         KT_CHECK(0, "%s", err);
         return 1;
@@ -197,23 +262,20 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused) {
         printf("cpu-vs-ref shape gate: %s: %u layers, last position top1-top2 logit gap %.3f\n",
                model_path, info.n_layer, top1 - top2);
     }
-    static const char *const isas[] = {"avx512vnni", "avx512", "avx2", "scalar"};
+    const char *isas[8];
+    const size_t n_isas = levels(&sg.tp, isas);
     double worst = 0.0;
-    int best_done = 0;
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        if (!kipp_cpu_isa_available(isas[i])) {
-            printf("cpu-vs-ref shape gate: %s not available on this CPU, skipped\n", isas[i]);
-            continue;
-        }
+    kt_label(&sg.tp, label, sizeof label);
+    for (size_t i = 0; i < n_isas; i++) {
         /* the best level on 1 and 2 threads, the others on 2 */
-        for (int t = best_done ? 2 : 1; t <= 2; t++) {
+        for (int t = i ? 2 : 1; t <= 2; t++) {
             const double e = shape_config(&sg, isas[i], t);
-            printf("cpu-vs-ref shape gate: %-10s %d thread(s): worst NMSE %.3g\n", isas[i], t, e);
+            printf("cpu-vs-ref shape gate: %s %-10s %d thread(s): worst NMSE %.3g\n", label,
+                   isas[i] ? isas[i] : "default", t, e);
             if (e > worst) worst = e;
         }
-        best_done = 1;
     }
-    printf("cpu-vs-ref shape gate: worst NMSE %.3g, tolerance %.0e\n", worst, CPU_NMSE_TOL);
+    printf("cpu-vs-ref shape gate: %s worst NMSE %.3g, tolerance %.0e\n", label, worst, CPU_NMSE_TOL);
 done:
     free(sg.ref);
     free(sg.got);

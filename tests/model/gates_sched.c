@@ -2,10 +2,12 @@
  * tokens are identical alone, in a concurrent batch of 8, with the prefix cache, and under
  * KV-pool pressure that forces preemption and recomputation; cancellation returns every
  * block; a full queue says busy; logprobs are consistent; a reused prefix decodes to the
- * same logits as recomputation (1e-6). */
+ * same logits as recomputation (1e-6). Runs on the backend and KV type the flags name
+ * (default cpu), the scheduler's context and the bare prefix-cache context alike. */
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 #include "engine/sched.h"
+#include "gate_common.h"
 #include "gates.h"
 #include "kt.h"
 
@@ -196,10 +198,12 @@ static void gate_logprobs(kipp_model *m, const prompts *p, const kipp_sched_para
 
 /* The prefix cache on a bare context: hits in whole blocks, capped below the prompt's end,
  * verified, evicted; and a reused prefix decodes exactly like a recomputation. */
-static void gate_prefix_cache(kipp_model *m, const prompts *p) {
+static void gate_prefix_cache(kipp_model *m, const prompts *p, const kipp_sched_params *sp) {
     char err[KIPP_ERR_LEN];
     kipp_ctx_params cp = kipp_ctx_default_params();
-    cp.backend = "cpu-ref";
+    cp.backend = sp->backend;
+    cp.kv_type = sp->kv_type;
+    cp.n_threads = sp->n_threads;
     cp.n_ctx = CTX;
     cp.n_kv_blocks = 64;
     kipp_ctx *ctx = NULL;
@@ -279,7 +283,7 @@ static void gate_prefix_cache(kipp_model *m, const prompts *p) {
     kipp_ctx_free(ctx);
 }
 
-int kt_gate_sched(const char *model_path, const char *unused) {
+int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) {
     (void)unused;
     const int failed0 = kt_failed;
     char err[KIPP_ERR_LEN];
@@ -294,8 +298,9 @@ int kt_gate_sched(const char *model_path, const char *unused) {
         kipp_model_free(m);
         return 1;
     }
-    kipp_sched_params sp = {.backend = "cpu", .n_threads = 2, .n_ctx = CTX, .max_running = N_REQ,
-                            .max_queue = 64, .batch_tokens = 48};
+    kipp_sched_params sp = {.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
+                            .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
+                            .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
     outputs solo, batch, cached, pressed, sampled_solo, sampled_batch;
     kipp_sched_stats st;
     if (run(m, &sp, &p, 0, 0.0f, &solo, NULL) == 0) {
@@ -317,7 +322,13 @@ int kt_gate_sched(const char *model_path, const char *unused) {
         same(&sampled_solo, &sampled_batch, "seeded sampling at temperature 1");
     gate_cancel_and_queue(m, &p, &sp);
     gate_logprobs(m, &p, &sp);
-    gate_prefix_cache(m, &p);
+    gate_prefix_cache(m, &p, &sp);
     kipp_model_free(m);
+    kipp_ctx_params lp = kipp_ctx_default_params();
+    lp.backend = sp.backend;
+    lp.kv_type = sp.kv_type;
+    char label[48];
+    printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
+           "cancel and queue, logprobs, prefix reuse\n", kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }

@@ -19,16 +19,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from bench import server_common as sc
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-import server_common as sc  # noqa: E402
 
 BUILD = os.environ.get("BUILD", "build")
 SERVER_BIN = str(ROOT / BUILD / "kipp-server")

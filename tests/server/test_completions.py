@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from conftest import CTX, MODEL_NAME, VARIED, curl, parse_sse
-import server_common as sc
+from bench import server_common as sc
 
 PROMPT = "The history of the lighthouse begins"
 

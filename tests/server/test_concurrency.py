@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from conftest import MODEL_NAME, VARIED
-import server_common as sc
+from bench import server_common as sc
 
 TOPICS = ["the moon", "bread baking", "a lost key", "mountain trains", "jazz in winter",
           "the first computer", "whales", "a quiet library", "tea ceremonies", "volcanoes",
@@ -55,11 +55,17 @@ def test_greedy_completions_mixed_lengths_concurrent(server):
     assert par == seq
 
 
+TOL = 3e-4  # relative; see the docstring below
+
+
 def test_logprobs_identical_alone_and_batched(nocache_server):
     """docs/server.md: a request's logits do not depend on the rest of the batch up to float
     rounding (the batched kernels sum in another order): the tokens are identical and the
-    log-probabilities agree to a few parts per million, checked within 1e-5 relative here. (On the
-    --no-prefix-cache server, so that the second run cannot reuse the first one's KV.)"""
+    log-probabilities agree to a few parts per million in f32, and to about 1e-4 with the
+    default f16 KV cache (a last-bit difference in a K/V value may round to the neighbouring
+    f16 value, one part in 2,048), checked within 3e-4 relative here; a request mixed up with
+    another would be off by far more. (On the --no-prefix-cache server, so that the second run
+    cannot reuse the first one's KV.)"""
     prompts = [sc.synthetic_ids(n, offset=2000 + n) for n in (5, 33, 71, 140, 12, 260)]
 
     def one(p):
@@ -72,11 +78,11 @@ def test_logprobs_identical_alone_and_batched(nocache_server):
         assert par[i][0] == seq[i][0], f"prompt {i}: text differs"
         assert len(par[i][1]) == len(seq[i][1])
         for a, b in zip(par[i][1], seq[i][1]):
-            assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"prompt {i}: logprobs differ alone vs batched:\n{seq[i][1]}\n{par[i][1]}"
+            assert abs(a - b) <= TOL * max(1.0, abs(b)), f"prompt {i}: logprobs differ alone vs batched:\n{seq[i][1]}\n{par[i][1]}"
         for ta, tb in zip(par[i][2], seq[i][2]):
             assert set(ta) == set(tb), f"prompt {i}: top_logprobs tokens differ alone vs batched"
             for k in ta:
-                assert abs(ta[k] - tb[k]) <= 1e-5 * max(1.0, abs(tb[k])), f"prompt {i}: top_logprobs differ alone vs batched"
+                assert abs(ta[k] - tb[k]) <= TOL * max(1.0, abs(tb[k])), f"prompt {i}: top_logprobs differ alone vs batched"
 
 
 def test_seeded_sampling_concurrent_equals_sequential(server):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import CTX, MODEL_NAME
-import server_common as sc
+from bench import server_common as sc
 
 LONG = CTX - 40     # tokens to ask for: near the whole context
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import MODEL_NAME, Srv, start_server
-import server_common as sc
+from bench import server_common as sc
 
 
 def in_flight(srv: Srv, n: int, timeout: float = 20):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import MODEL, MODEL_NAME, SERVER_BIN, Srv, curl, start_server
-import server_common as sc
+from bench import server_common as sc
 
 
 def test_startup_lines(server):

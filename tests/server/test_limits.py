@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import MODEL_NAME, Srv, start_server
-import server_common as sc
+from bench import server_common as sc
 
 
 def vm_hwm(pid: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from conftest import MODEL_NAME, curl
-import server_common as sc
+from bench import server_common as sc
 
 # docs/server.md, "Metrics": family -> type
 SPEC = {

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import MODEL_NAME, curl
-import server_common as sc
+from bench import server_common as sc
 
 
 def burst(s, n, stream):

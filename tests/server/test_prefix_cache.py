@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import MODEL_NAME, VARIED, start_server, Srv
-import server_common as sc
+from bench import server_common as sc
 
 SHARED = sc.synthetic_ids(320, offset=7000)          # 20 blocks of 16 (or 10 of 32, 5 of 64)
 SYSTEM = ("You are the ship's librarian aboard the Nautilus. " +

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from conftest import MODEL_NAME, VARIED
-import server_common as sc
+from bench import server_common as sc
 
 PROMPT = "Once upon a time, in a village by the river,"
 CHAT = [{"role": "user", "content": "Write a short poem about autumn leaves."}]

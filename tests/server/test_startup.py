@@ -17,7 +17,7 @@ import pytest
 
 import conftest
 from conftest import MODEL, MODEL_NAME, SERVER_BIN, Srv
-import server_common as sc
+from bench import server_common as sc
 
 LINE_RE = re.compile(
     r"^kipp-server: model (?P<model>\S+) as '(?P<name>[^']+)', context (?P<ctx>\d+), (?P<par>\d+) parallel; "
@@ -196,3 +196,12 @@ def test_help_names_the_flags():
     for flag in ("backend: cpu (default)", "--isa LEVEL", "KIPP_CPU_ISA", "--kv-type T", "--cache-type-k",
                  "--kv-memory BYTES"):
         assert flag in out, flag
+
+
+def test_kv_memory_is_a_ceiling_in_whole_blocks():
+    """100 KiB of f16 K/V (512 bytes/token) is 200 tokens: the pool keeps whole blocks within
+    the limit, 12 blocks = 192 tokens = 98304 bytes, never 13 (106496 bytes, over it)."""
+    s = start("kv-memory-ceiling", "--threads", "1", "-c", "64", "--parallel", "4", "--kv-memory", "100K")
+    d = startup_line(s.proc)
+    assert d["bytes"] <= 100 * 1024 and (d["blocks"], d["tokens"], d["bytes"]) == (12, 192, 98304), d
+    stop(s)

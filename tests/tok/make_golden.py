@@ -32,12 +32,12 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import make_ascii_golden as ascii_set  # tests/tok/make_ascii_golden.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TOKENIZER = ROOT / "tools/data/qwen3-tokenizer/tokenizer.json"
 OUT = HERE / "golden.jsonl"
-sys.path.insert(0, str(HERE))
-import make_ascii_golden as ascii_set  # noqa: E402
 
 ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
          "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",

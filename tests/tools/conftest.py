@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tools import make_tiny_checkpoint
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS = REPO_ROOT / "tools"
-sys.path.insert(0, str(TOOLS))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import make_tiny_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +39,15 @@ def tiny_tied_sharded(ckpt_root) -> Path:
     return make_tiny_checkpoint.write_checkpoint("tiny-tied", ckpt_root / "sharded" / "tiny-tied", n_shards=3)
 
 
-def run_tool(*args, env=None, check=False, timeout=600) -> subprocess.CompletedProcess:
-    """Runs a command (Python tools are run with this interpreter)."""
+def run_tool(*args, env=None, check=False, timeout=600, cwd=None) -> subprocess.CompletedProcess:
+    """Runs a command (a Python file is run with this interpreter)."""
     cmd = [str(a) for a in args]
     if cmd[0].endswith(".py"):
         cmd = [sys.executable] + cmd
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, check=check, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, check=check, timeout=timeout, cwd=cwd)
+
+
+def run_module(module, *args, **kw) -> subprocess.CompletedProcess:
+    """Runs `python -m MODULE ARGS` (e.g. tools.quantize) from the repository root, as the
+    Makefile and the docs do."""
+    return run_tool(sys.executable, "-m", module, *args, cwd=REPO_ROOT, **kw)

@@ -68,8 +68,8 @@ def main() -> int:
     args = ap.parse_args()
     ckpt: Path = args.checkpoint
     if not (ckpt / "config.json").is_file() and ckpt.name == "tiny-tied":
-        subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "make_tiny_checkpoint.py"),
-                        "--name", "tiny-tied", "--out", str(ckpt)], check=True)
+        subprocess.run([sys.executable, "-m", "tools.make_tiny_checkpoint",
+                        "--name", "tiny-tied", "--out", str(ckpt.resolve())], check=True, cwd=REPO_ROOT)
 
     cfg = json.loads((ckpt / "config.json").read_text())
     qtype, ftype = FTYPES[args.outtype]

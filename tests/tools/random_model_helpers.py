@@ -20,8 +20,8 @@ import gguf
 import numpy as np
 import pytest
 
-import make_random_model as rm
-import quantize as qz
+from tools import make_random_model as rm
+from tools import quantize as qz
 from conftest import REPO_ROOT, run_tool
 
 _files: dict = {}

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
-from pathlib import Path
 
 import pytest
 
-import atomic_file
-import kipp_gguf_writer as gw
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import benchlib  # noqa: E402
+from bench import benchlib
+from tools import atomic_file
+from tools import kipp_gguf_writer as gw
 
 
 class Boom(RuntimeError):

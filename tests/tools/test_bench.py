@@ -15,13 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tools"))
-import bench as kbench  # noqa: E402  (tools/bench.py)
-import benchlib  # noqa: E402
+from bench import benchlib
+from tools import bench as kbench
 
-BENCH = ROOT / "tools" / "bench.py"
-PEER = ROOT / "bench" / "peer_bench.py"
+BENCH = "tools.bench"        # run as python -m MODULE from the repository root
+PEER = "bench.peer_bench"
 KIPP = os.environ.get("KIPP_BIN", "build/kipp")
 TIED = "models/tiny-tied/kipp-tiny-tied-bf16.gguf"
 UNTIED = "models/tiny-untied/kipp-tiny-untied-bf16.gguf"
@@ -33,11 +31,11 @@ def need(path: str) -> None:
         pytest.skip(f"{path} not built (make tiny-models / make cpu)")
 
 
-def run(script, *args, env_extra=None, timeout=300):
+def run(module, *args, env_extra=None, timeout=300):
     env = dict(os.environ)
     env["KIPP_BENCH_HASH_CACHE"] = env.get("KIPP_BENCH_HASH_CACHE_TEST", "/dev/null/none")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -51,7 +49,7 @@ def hash_cache(tmp_path, monkeypatch):
 
 # ---- argument errors ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", [BENCH, PEER])
+@pytest.mark.parametrize("module", [BENCH, PEER])
 @pytest.mark.parametrize("args,pattern", [
     ([], "the following arguments are required: --model"),
     (["--model", TIED], "one of the arguments --prompt --prompt-tokens is required"),
@@ -68,8 +66,8 @@ def hash_cache(tmp_path, monkeypatch):
      "--output /no/such/dir/x.json: directory /no/such/dir does not exist"),
     (["--model", TIED, "--prompt", "x", "--kv-type", "q8_0"], "--kv-type: invalid choice: 'q8_0'"),
 ])
-def test_argument_errors(script, args, pattern):
-    r = run(script, *args)
+def test_argument_errors(module, args, pattern):
+    r = run(module, *args)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert pattern in r.stderr, r.stderr
 
@@ -185,7 +183,7 @@ def test_bench_end_to_end(tmp_path, hash_cache):
         assert sm["min"] <= sm["median"] <= sm["max"] and sm["n"] == 2
         assert k["dispersion"][key] == pytest.approx((sm["max"] - sm["min"]) / sm["median"])
     m = k["memory"]
-    # the cpu backend's default KV type is f16: half of f32's 1,536 bytes per token
+    # the cpu backend's default KV type is f16: half of the f32 1536 bytes per token
     assert m["kv_bytes_per_token"] == 768 and m["kv_pool_bytes"] == 768 * 256
     assert m["model_file_bytes"] == os.path.getsize(ROOT / UNTIED) and m["rss_over_file_plus_kv"] > 0
     assert rec["dispersion_limit"] == 0.10 and isinstance(rec["noisy"], bool)

@@ -16,8 +16,8 @@ import gguf
 import numpy as np
 import pytest
 
-import convert_to_gguf as conv
-from conftest import TOOLS, run_tool
+from tools import convert_to_gguf as conv
+from conftest import TOOLS, run_module, run_tool
 from make_gguf_with_gguf_py import read_safetensors
 
 HERE = Path(__file__).resolve().parent
@@ -287,7 +287,7 @@ def test_deterministic(tiny_untied, tmp_path):
 def test_cli_default_outfile_and_progress(tiny_tied, tmp_path):
     ckpt = tmp_path / "tiny-tied"
     shutil.copytree(tiny_tied, ckpt)
-    res = run_tool(TOOLS / "convert_to_gguf.py", ckpt, "--outtype", "f16")
+    res = run_module("tools.convert_to_gguf", ckpt, "--outtype", "f16")
     assert res.returncode == 0, res.stderr
     out = ckpt / "kipp-tiny-tied-f16.gguf"
     assert out.is_file() and str(out) in res.stdout
@@ -433,16 +433,16 @@ def test_errors(case, tiny_tied, tmp_path):
     shutil.copytree(tiny_tied, ckpt)
     setup, needle = ERROR_CASES[case]
     setup(ckpt)
-    res = run_tool(TOOLS / "convert_to_gguf.py", ckpt, "--outtype", "f32", "--no-progress")
+    res = run_module("tools.convert_to_gguf", ckpt, "--outtype", "f32", "--no-progress")
     assert_one_line_error(res, needle)
     assert not list(ckpt.glob("*.gguf*"))
 
 
 def test_error_missing_directory(tmp_path):
-    res = run_tool(TOOLS / "convert_to_gguf.py", tmp_path / "nope", "--outtype", "f32")
+    res = run_module("tools.convert_to_gguf", tmp_path / "nope", "--outtype", "f32")
     assert_one_line_error(res, f"missing checkpoint directory: {tmp_path / 'nope'}")
 
 
 def test_error_unsupported_outtype(tiny_tied, tmp_path):
-    res = run_tool(TOOLS / "convert_to_gguf.py", tiny_tied, "--outtype", "q4_0", "--outfile", tmp_path / "x.gguf")
+    res = run_module("tools.convert_to_gguf", tiny_tied, "--outtype", "q4_0", "--outfile", tmp_path / "x.gguf")
     assert_one_line_error(res, "unsupported outtype 'q4_0'")

@@ -8,7 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
-from kipp_gguf_writer import GGMLType, GGUFWriteError, GGUFWriter, ValueType, tensor_nbytes
+from tools.kipp_gguf_writer import GGMLType, GGUFWriteError, GGUFWriter, ValueType, tensor_nbytes
 
 VT = gguf.GGUFValueType
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import convert_to_gguf as conv
+from tools import convert_to_gguf as conv
 from conftest import run_tool
 
 HERE = Path(__file__).resolve().parent

@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tools"))
-import kv_type_bench as kvb  # noqa: E402
+from bench import kv_type_bench as kvb
 
-SCRIPT = ROOT / "bench" / "kv_type_bench.py"
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "bench.kv_type_bench"  # run as python -m MODULE from the repository root
 KIPP = os.environ.get("KIPP_BIN", "build/kipp")
 TIED = "models/tiny-tied/kipp-tiny-tied-bf16.gguf"
 
@@ -30,7 +28,7 @@ def need(path: str) -> None:
 
 def run(*args, timeout=300):
     env = dict(os.environ, KIPP_BENCH_HASH_CACHE="/dev/null/none")
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", MODULE, *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -145,13 +143,13 @@ def test_end_to_end_with_llama(tmp_path):
 
 # ---- bench/idle_rss_bench.py (the server's idle RSS before/after, same record family) ----
 
-RSS = ROOT / "bench" / "idle_rss_bench.py"
+RSS = "bench.idle_rss_bench"
 SERVER = os.environ.get("KIPP_SERVER_BIN", "build/kipp-server")
 
 
 def run_rss(*args, timeout=300):
     env = dict(os.environ, KIPP_BENCH_HASH_CACHE="/dev/null/none")
-    return subprocess.run([sys.executable, str(RSS), *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", RSS, *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-import make_tiny_checkpoint as mtc
-from conftest import TOOLS, run_tool
+from tools import make_tiny_checkpoint as mtc
+from conftest import run_module
 
 
 def sha256(path) -> str:
@@ -24,7 +24,7 @@ def read_header(path):
 
 
 def test_bytes_identical_across_runs(tiny_tied, tmp_path):
-    res = run_tool(TOOLS / "make_tiny_checkpoint.py", "--name", "tiny-tied", "--out", tmp_path / "again")
+    res = run_module("tools.make_tiny_checkpoint", "--name", "tiny-tied", "--out", tmp_path / "again")
     assert res.returncode == 0, res.stderr
     for f in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
               "tokenizer_config.json"):
@@ -114,7 +114,7 @@ def test_sharded_matches_single(tiny_tied, tiny_tied_sharded):
 
 
 def test_unknown_name_fails(tmp_path):
-    res = run_tool(TOOLS / "make_tiny_checkpoint.py", "--name", "huge", "--out", tmp_path / "x")
+    res = run_module("tools.make_tiny_checkpoint", "--name", "huge", "--out", tmp_path / "x")
     assert res.returncode == 1
     assert "unknown checkpoint name 'huge'" in res.stderr and "tiny-tied" in res.stderr
 

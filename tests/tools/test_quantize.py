@@ -14,10 +14,10 @@ import gguf
 import numpy as np
 import pytest
 
-import kipp_quants as kq
-import quantize as qz
-from conftest import TOOLS, run_tool
-from kipp_gguf_writer import GGMLType, GGUFWriter, GGUFWriteError
+from tools import kipp_quants as kq
+from tools import quantize as qz
+from conftest import run_module
+from tools.kipp_gguf_writer import GGMLType, GGUFWriter, GGUFWriteError
 from random_model_helpers import (dequant_gguf_py, kipp_dequant, kipp_generate, kipp_info,  # noqa: F401
                                   model_file, quantized_file, raw_bytes, tensors)
 
@@ -205,7 +205,7 @@ def test_bad_inputs(tmp_path, tmp_path_factory):
         ([good, tmp_path / "no" / "o.gguf", "--type", "q8_0"], "missing output directory"),
     ]
     for args, message in cases:
-        res = run_tool(TOOLS / "quantize.py", *args, "--no-progress")
+        res = run_module("tools.quantize", *args, "--no-progress")
         assert res.returncode == 1, (args, res.stdout, res.stderr)
         assert res.stderr.startswith("quantize: error: ") and message in res.stderr, (args, res.stderr)
         assert not (tmp_path / "o.gguf").exists()

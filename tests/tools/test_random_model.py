@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import make_random_model as rm
-import quantize as qz
-from conftest import TOOLS, run_tool
+from tools import make_random_model as rm
+from tools import quantize as qz
+from conftest import run_module
 from random_model_helpers import (dequant_gguf_py, forward, kipp_generate, kipp_info, model_file,
                                   quantized_file, tensors)
 from test_convert import EXPECTED_KEYS
@@ -74,7 +74,7 @@ def test_tiny_loads_in_kipp(tiny):
 
 def test_0_6b_one_layer_cli(tmp_path):
     out = tmp_path / "q06.gguf"
-    res = run_tool(TOOLS / "make_random_model.py", "--shape", "0.6b", "--type", "f16", "--layers", "1",
+    res = run_module("tools.make_random_model", "--shape", "0.6b", "--type", "f16", "--layers", "1",
                    "--seed", "7", "--output", out, "--no-progress")
     assert res.returncode == 0, res.stderr
     info = kipp_info(out)
@@ -136,12 +136,12 @@ def test_layers_override_keeps_the_first_layers(tmp_path_factory, tiny):
 ])
 def test_bad_arguments(tmp_path, args, message):
     out = tmp_path / "x.gguf"
-    res = run_tool(TOOLS / "make_random_model.py", *args, "--output", out, "--no-progress")
+    res = run_module("tools.make_random_model", *args, "--output", out, "--no-progress")
     assert res.returncode == 1
     assert res.stderr.startswith("make_random_model: error: ") and message in res.stderr, res.stderr
     assert not out.exists()
 
 
 def test_missing_output_directory(tmp_path):
-    res = run_tool(TOOLS / "make_random_model.py", "--shape", "tiny", "--output", tmp_path / "no" / "x.gguf")
+    res = run_module("tools.make_random_model", "--shape", "tiny", "--output", tmp_path / "no" / "x.gguf")
     assert res.returncode == 1 and "missing output directory" in res.stderr, res.stderr

@@ -16,8 +16,8 @@ import os
 import numpy as np
 import pytest
 
-import convert_to_gguf as conv
-from conftest import REPO_ROOT, run_tool
+from tools import convert_to_gguf as conv
+from conftest import REPO_ROOT, run_module
 
 VECTORS = REPO_ROOT / "tests" / "test-vectors"
 CHECKPOINTS = ["tiny-tied", "tiny-untied"]
@@ -29,7 +29,7 @@ PROMPT_KEYS = ["text", "tokens", "argmax", "top2_gap", "topk_ids", "topk_logits"
 
 def load(name):
     path = VECTORS / name / "manifest.json"
-    assert path.is_file(), f"{path} is missing: run tools/make_vectors.py --checkpoint {name}"
+    assert path.is_file(), f"{path} is missing: run .venv/bin/python -m tools.make_vectors --checkpoint {name}"
     return json.loads(path.read_text())
 
 
@@ -98,7 +98,7 @@ def test_make_vectors_explains_missing_torch(tmp_path):
     stub.mkdir()
     (stub / "torch.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
     env = dict(os.environ, PYTHONPATH=str(stub))
-    res = run_tool(REPO_ROOT / "tools" / "make_vectors.py", "--checkpoint", "tiny-tied", "--out", tmp_path / "v",
+    res = run_module("tools.make_vectors", "--checkpoint", "tiny-tied", "--out", tmp_path / "v",
                    env=env)
     assert res.returncode == 1
     assert "torch is not installed" in res.stderr and "make vectors" in res.stderr
@@ -110,7 +110,7 @@ def test_make_vectors_reproduces_committed_vectors(tmp_path):
     """Regenerates tiny-tied vectors in a scratch directory and compares (needs torch)."""
     pytest.importorskip("torch", reason="torch is only in tools/requirements-vectors.txt")
     pytest.importorskip("transformers")
-    res = run_tool(REPO_ROOT / "tools" / "make_vectors.py", "--checkpoint", "tiny-tied",
+    res = run_module("tools.make_vectors", "--checkpoint", "tiny-tied",
                    "--models-dir", tmp_path / "models", "--out", tmp_path / "v")
     assert res.returncode == 0, res.stderr
     new = json.loads((tmp_path / "v" / "manifest.json").read_text())

@@ -455,10 +455,18 @@ static void seg_to_f32(const kipp_cpu_fwd *f, const kv_src *src, const run_t *r,
 }
 
 /* The end of the run of positions t.. whose rows of part follow each other in memory (one
- * block's slots, or neighbouring blocks), at most t + max. */
+ * block's slots, or neighbouring blocks), at most t + max. With aligned set it also stops
+ * at the end of t's block, so a kernel whose rounding depends on how many rows one call
+ * gets sees the same calls whatever the block table (adversarial layouts, batches of
+ * several sequences) and gives the same result as the identity layout. */
 static uint32_t contiguous_end(const kipp_cpu_fwd *f, const kv_src *src, const run_t *r,
                                uint32_t l, kipp_kv_part part, uint32_t t, uint32_t n_kv,
-                               uint32_t max) {
+                               uint32_t max, int aligned) {
+    if (aligned) {
+        const uint32_t bs = src->kv ? src->kv->block_size : KIPP_KV_DEFAULT_BLOCK_SIZE;
+        const uint32_t to_end = bs - t % bs;
+        if (to_end < max) max = to_end;
+    }
     const size_t row = (size_t)f->kv_dim * kipp_kv_type_size(src_type(src));
     const char *p0 = kv_at(src, r->seq, l, t, part, KIPP_KV_READ, f->kv_dim);
     uint32_t e = t + 1;
@@ -493,7 +501,9 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
     }
     const float *q = f->q + (size_t)tok * f->QD + (size_t)h * G * D; /* G heads, adjacent */
     for (uint32_t t = 0, e; t < n_kv; t = e) {
-        e = contiguous_end(f, src, r, l, KIPP_KV_K, t, n_kv, kgemm ? UINT32_MAX : SEG_ROWS);
+        /* the f16/bf16 gemm's rounding depends on the row count: block-aligned calls */
+        e = contiguous_end(f, src, r, l, KIPP_KV_K, t, n_kv, kgemm ? UINT32_MAX : SEG_ROWS,
+                           ty != KIPP_KV_TYPE_F32);
         const char *k0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + hoff;
         if (kgemm) {
             kgemm(k0, kvd * esz, e - t, q, D * sizeof(float), G, a->sc + t, ld, D);
@@ -507,7 +517,8 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
     memset(o, 0, (size_t)G * D * sizeof(float));
     const int in_place = ty == KIPP_KV_TYPE_F32 ? f->k->pv_f32 != NULL : pv != NULL;
     for (uint32_t t = 0, e; t < n_kv; t = e) {
-        e = contiguous_end(f, src, r, l, KIPP_KV_V, t, n_kv, in_place ? UINT32_MAX : SEG_ROWS);
+        e = contiguous_end(f, src, r, l, KIPP_KV_V, t, n_kv, in_place ? UINT32_MAX : SEG_ROWS,
+                           ty != KIPP_KV_TYPE_F32);
         const char *v0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + hoff;
         if (in_place && ty == KIPP_KV_TYPE_F32) {
             f->k->pv_f32(o, a->sc + t, ld, G, (const float *)v0, kvd, e - t, D);

@@ -911,7 +911,9 @@ GEMM_Q(gemm_q6_k, Q_Q6_K)
  * p the degree-6 Taylor polynomial (relative error < 2e-7); inputs clamped to [-87.3, 88.7]
  * so 2^n stays a normal float (smaller gives a tiny positive, not 0: harmless in a softmax). */
 INLINE __m512 exp512(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+    /* constants first: max/min return their second operand when either is NaN, so a NaN
+     * x stays NaN (and the decode's NaN check sees it) instead of becoming a bound */
+    x = _mm512_min_ps(_mm512_set1_ps(88.7f), _mm512_max_ps(_mm512_set1_ps(-87.3f), x));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
