@@ -37,6 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ---- the llama.cpp worker (runs in its own process) --------------------------------------
 
+# substrings of llama.cpp log lines the worker keeps (with describe): the flash-attention
+# setting and what "auto" resolved to, and the KV cache's size and K/V types
+LOG_NOTES = ("flash_attn", "Flash Attention", "llama_kv_cache: size")
+
+
 def worker_main(spec_json: str) -> int:
     """One llama.cpp run described by spec (JSON): prints one JSON object on stdout."""
     import ctypes
@@ -45,10 +50,19 @@ def worker_main(spec_json: str) -> int:
     import llama_cpp as L
 
     spec = json.loads(spec_json)
+    # llama.cpp's log lines that say what it resolved (flash attention "auto" -> enabled or
+    # not, the KV cache's types): kept for the record even when the log is silenced
+    notes = []
+
+    def keep(text: bytes) -> None:
+        line = text.decode("utf-8", "replace").strip()
+        if any(k in line for k in LOG_NOTES) and line not in notes:
+            notes.append(line)
+
     if not spec.get("verbose"):
         @L.llama_log_callback
         def _quiet(level, text, user_data):  # noqa: ARG001
-            pass
+            keep(text)
         L.llama_log_set(_quiet, ctypes.c_void_p(0))
         worker_main._keep = _quiet  # keep the callback alive
     L.llama_backend_init()
@@ -129,6 +143,7 @@ def worker_main(spec_json: str) -> int:
         res["system_info"] = L.llama_print_system_info().decode("utf-8", "replace").strip()
         res["flash_attn_type"] = cp.flash_attn_type
         res["type_k"], res["type_v"] = cp.type_k, cp.type_v
+        res["log_notes"] = notes
         res["model_n_params"] = L.llama_model_n_params(model)
         res["model_size_bytes"] = L.llama_model_size(model)
         desc = ctypes.create_string_buffer(256)
@@ -183,15 +198,18 @@ def llama_python(args) -> str:
 
 
 class Llama:
-    def __init__(self, args, kipp: kbench.Kipp, python: str):
+    def __init__(self, args, kipp: kbench.Kipp, python: str, env: dict | None = None):
+        """env: extra environment variables for the worker (e.g. OMP_WAIT_POLICY)."""
         self.a, self.kipp, self.py = args, kipp, python
+        self.env = dict(env or {})
 
     def run_once(self, describe: bool = False) -> dict:
         spec = {"model": os.path.abspath(self.a.model), "ids": self.kipp.ids,
                 "n_ctx": self.kipp.n_ctx, "threads": self.a.threads, "decode": self.a.decode,
                 "text": self.a.prompt, "describe": describe}
         r = benchlib.run_measured([self.py, "-m", "bench.peer_bench", "--llama-worker",
-                                   json.dumps(spec)], timeout=self.a.timeout, cwd=ROOT)
+                                   json.dumps(spec)], timeout=self.a.timeout, cwd=ROOT,
+                                  env={**os.environ, **self.env} if self.env else None)
         try:
             res = json.loads(r["stdout"].strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -260,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                      "n_threads": args.threads, "n_threads_batch": args.threads, "mmap": True,
                      "flash_attn_type": info.get("flash_attn_type"),
                      "type_k": info.get("type_k"), "type_v": info.get("type_v"),
+                     "log_notes": info.get("log_notes"),
                      "sampling": "greedy argmax (numpy) between single-token llama_decode calls"},
         "model": {"n_params": info.get("model_n_params"), "size_bytes": info.get("model_size_bytes"),
                   "desc": info.get("model_desc")},

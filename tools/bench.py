@@ -37,6 +37,7 @@ from bench import benchlib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EXIT_USAGE, EXIT_RUN, EXIT_NOISY = 2, 1, 3
+KV_TYPES = ("f32", "f16", "bf16")  # kipp --kv-type
 
 
 class BenchError(Exception):
@@ -75,6 +76,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
                     help=f"threads (default: usable CPUs, here {usable})")
     ap.add_argument("--backend", default="cpu", help="kipp backend (default cpu)")
     ap.add_argument("--binary", default="build/kipp", help="kipp CLI (default build/kipp)")
+    ap.add_argument("--kv-type", choices=KV_TYPES,
+                    help="KV cache element type, passed to kipp as --kv-type (default: not "
+                         "passed, the backend's own; the record has the type each run used)")
     ap.add_argument("--ctx-size", metavar="N", type=benchlib.positive("--ctx-size"),
                     help="context size for every run (default: prompt + decode + 1, rounded "
                          "up to a multiple of 256, at most the model's trained context)")
@@ -120,6 +124,7 @@ class Kipp:
         self.prompt_args = (["--prompt", args.prompt] if args.prompt is not None
                             else ["--prompt-tokens", str(args.prompt_tokens)])
         self.ids = self._tokenize()
+        self.kv_type_used = None  # the KV type kipp reported (--stats-json kv_type)
         self.n_prompt = len(self.ids)
         n_train = int(manifest["shape"].get("context_length") or 0)
         need = self.n_prompt + args.decode + 1
@@ -154,8 +159,9 @@ class Kipp:
 
     def command(self, stats_path: str) -> list[str]:
         a = self.a
+        kv = ["--kv-type", a.kv_type] if getattr(a, "kv_type", None) else []
         return [a.binary, "-m", a.model, "--backend", a.backend, "-t", str(a.threads),
-                "-c", str(self.n_ctx), *self.prompt_args, "-n", str(a.decode + 1),
+                "-c", str(self.n_ctx), *kv, *self.prompt_args, "-n", str(a.decode + 1),
                 "--temp", "0", "--ignore-eos", "--stats-json", stats_path]
 
     def run_once(self) -> dict:
@@ -173,6 +179,12 @@ class Kipp:
         if s["prefill"]["tokens"] != self.n_prompt or s["decode"]["tokens"] != self.a.decode:
             raise BenchError(f"kipp ran {s['prefill']['tokens']} prefill / {s['decode']['tokens']} "
                              f"decode tokens, expected {self.n_prompt} / {self.a.decode} (stop: {s['stop']})")
+        want_kv = getattr(self.a, "kv_type", None)
+        if want_kv and s.get("kv_type") != want_kv:
+            raise BenchError(f"kipp ran with KV type {s.get('kv_type')}, asked for {want_kv}")
+        if self.kv_type_used not in (None, s.get("kv_type")):
+            raise BenchError(f"kipp's KV type changed between runs: {self.kv_type_used}, {s.get('kv_type')}")
+        self.kv_type_used = s.get("kv_type")
         wbytes = self.manifest["weight_bytes_read_per_decoded_token"]
         return {
             "prefill_tokens": s["prefill"]["tokens"], "prefill_ms": s["prefill"]["ms"],
@@ -181,7 +193,8 @@ class Kipp:
             "decode_tok_s": s["decode"]["tok_s"],
             "decode_effective_gbps": wbytes * s["decode"]["tok_s"] / 1e9,
             "peak_rss_bytes": r["peak_rss_bytes"], "wall_s": r["wall_s"],
-            "kv": s["kv"], "threads": s["threads"], "n_ctx": s["n_ctx"],
+            "kv": s["kv"], "kv_type": s.get("kv_type"), "isa": s.get("isa"),
+            "threads": s["threads"], "n_ctx": s["n_ctx"],
         }
 
 
@@ -247,6 +260,8 @@ def base_record(args, argv: list[str], kipp: Kipp, manifest: dict, membw) -> dic
         "model": manifest,
         "settings": {
             "backend": args.backend, "threads": args.threads, "n_ctx": kipp.n_ctx,
+            # --kv-type as asked (null: not passed, the backend's default) and as run
+            "kv_type": getattr(args, "kv_type", None), "kv_type_used": kipp.kv_type_used,
             "prompt": ({"kind": "text", "text": args.prompt} if args.prompt is not None
                        else {"kind": "synthetic", "n": args.prompt_tokens}),
             "prompt_tokens": kipp.n_prompt, "prompt_ids_sha256": ids_sha256(kipp.ids),

@@ -64,6 +64,7 @@ def hash_cache(tmp_path, monkeypatch):
      "--binary build/no-such-kipp: not an executable file"),
     (["--model", TIED, "--prompt", "x", "--binary", KIPP, "--output", "/no/such/dir/x.json"],
      "--output /no/such/dir/x.json: directory /no/such/dir does not exist"),
+    (["--model", TIED, "--prompt", "x", "--kv-type", "q8_0"], "--kv-type: invalid choice: 'q8_0'"),
 ])
 def test_argument_errors(module, args, pattern):
     r = run(module, *args)
@@ -200,6 +201,28 @@ def test_bench_prompt_text_to_stdout(hash_cache):
     assert rec["model"]["sha256"] is None and rec["memory_bandwidth"] is None
 
 
+@pytest.mark.parametrize("kv_type,used,bytes_per_token", [(None, "f16", 768), ("f32", "f32", 1536),
+                                                          ("bf16", "bf16", 768)])
+def test_bench_kv_type(kv_type, used, bytes_per_token, hash_cache):
+    """--kv-type reaches kipp's command line and the record; without it kipp's cpu default
+    (f16) runs and the record says so."""
+    need(UNTIED)
+    need(KIPP)
+    extra = ["--kv-type", kv_type] if kv_type else []
+    r = run(BENCH, "--model", UNTIED, "--binary", KIPP, "--prompt-tokens", "8", "--decode", "2",
+            "--warmup", "0", "--runs", "1", "--no-membw", "--no-hash", *extra)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["settings"]["kv_type"] == kv_type and rec["settings"]["kv_type_used"] == used
+    cmd = rec["kipp"]["command"]
+    if kv_type:
+        assert cmd[cmd.index("--kv-type") + 1] == kv_type
+    else:
+        assert "--kv-type" not in cmd
+    assert rec["kipp"]["runs"][0]["kv_type"] == used
+    assert rec["kipp"]["memory"]["kv_bytes_per_token"] == bytes_per_token
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama_cpp not installed")
 def test_peer_end_to_end(tmp_path, hash_cache):
     need(TIED)
@@ -214,6 +237,8 @@ def test_peer_end_to_end(tmp_path, hash_cache):
     assert peer["llama_cpp_python"] and peer["system_info"]
     assert peer["ids_sha256"] == rec["settings"]["prompt_ids_sha256"]
     assert peer["settings"]["n_batch"] == 16 and peer["settings"]["n_threads"] == 2
+    notes = peer["settings"]["log_notes"]  # what llama.cpp resolved: flash attention, KV types
+    assert any("flash_attn" in n for n in notes) and any("K (f16)" in n for n in notes), notes
     assert len(peer["runs"]) == 2 and len(rec["kipp"]["runs"]) == 2
     for run_ in peer["runs"]:
         assert run_["prefill_tokens"] == 16 and run_["decode_tokens"] == 4
