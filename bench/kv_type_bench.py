@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = "models/random/qwen3-0.6b-q8_0.gguf"
 # llama.cpp's worker environments tried by --peer-wait auto: its OpenMP build spins between
 # graph computations by default, which is fastest on an idle machine and collapses when the
-# cores are shared (a 2-core machine under load: 0.7-1.6 against 8-10 decode tok/s passive)
+# cores are shared (several times slower than passive on the 2-core machine under load)
 PEER_WAIT = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
 TARGET_RATIO = 1.3  # issue 12: f16 KV decode over f32 KV and over llama.cpp, at 4096
 
