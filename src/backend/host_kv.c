@@ -86,13 +86,6 @@ kipp_status kipp_host_memory(const kipp_backend_options *o, kipp_backend_memory 
 
 /* ---- conversions ------------------------------------------------------------------------- */
 
-static uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 void kipp_host_kv_put(kipp_kv_type t, void *dst, const float *src, uint32_t n) {
     uint16_t *h = dst;
     switch (t) {
@@ -100,7 +93,7 @@ void kipp_host_kv_put(kipp_kv_type t, void *dst, const float *src, uint32_t n) {
         for (uint32_t i = 0; i < n; i++) h[i] = kipp_f32_to_f16(src[i]);
         break;
     case KIPP_KV_TYPE_BF16:
-        for (uint32_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
+        for (uint32_t i = 0; i < n; i++) h[i] = kipp_f32_to_bf16(src[i]);
         break;
     default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     }
@@ -123,5 +116,5 @@ void kipp_kv_round(kipp_kv_type t, float *x, uint32_t n) {
     if (t == KIPP_KV_TYPE_F16)
         for (uint32_t i = 0; i < n; i++) x[i] = kipp_f16_to_f32(kipp_f32_to_f16(x[i]));
     else if (t == KIPP_KV_TYPE_BF16)
-        for (uint32_t i = 0; i < n; i++) x[i] = kipp_bf16_to_f32(f32_to_bf16(x[i]));
+        for (uint32_t i = 0; i < n; i++) x[i] = kipp_bf16_to_f32(kipp_f32_to_bf16(x[i]));
 }

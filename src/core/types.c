@@ -246,3 +246,10 @@ void kipp_dequantize_row(uint32_t type_id, const void *row, float *out, uint64_t
     case KIPP_TYPE_Q6_K: dequant_q6_k(b, out, n / 256); return;
     }
 }
+
+uint16_t kipp_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}

@@ -30,6 +30,9 @@ uint64_t kipp_type_row_bytes(uint32_t type_id, uint64_t n);
 
 float kipp_f16_to_f32(uint16_t h);
 uint16_t kipp_f32_to_f16(float f); /* round to nearest even */
+/* round to nearest even (a carry into the exponent is correct, up to inf); a NaN stays a
+ * quiet NaN with its sign and top payload */
+uint16_t kipp_f32_to_bf16(float f);
 static inline float kipp_bf16_to_f32(uint16_t b) {
     union { uint32_t u; float f; } v;
     v.u = (uint32_t)b << 16;

@@ -30,21 +30,10 @@ static inline float round_ne(float v) {
     return (v + magic) - magic;
 }
 
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k) {
     uint16_t *o = out;
-    for (uint64_t i = 0; i < k; i++) {
-        const uint32_t u = f32_bits(x[i]);
-        if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, force quiet */
-            o[i] = (uint16_t)((u >> 16) | 0x0040u);
-        else /* round to nearest even; a carry into the exponent is correct (up to inf) */
-            o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    for (uint64_t i = 0; i < k; i++) o[i] = kipp_f32_to_bf16(x[i]);
 }
 
 static float block_amax(const float *x, int n) {
