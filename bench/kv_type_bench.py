@@ -109,13 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="interpreter with llama_cpp for the worker (default: this one or .venv)")
     ap.add_argument("--target-context", metavar="N", type=benchlib.positive("--target-context"),
                     default=4096, help="context the issue's target is stated at (default 4096)")
-    ap.add_argument("--timeout", metavar="S", type=benchlib.positive("--timeout"), default=3600,
-                    help="seconds one run may take (default 3600)")
-    ap.add_argument("--output", metavar="FILE", help="write the JSON record here (default: stdout)")
-    ap.add_argument("--allow-noisy", action="store_true",
-                    help="write the record even above the dispersion limit (marked noisy)")
-    ap.add_argument("--no-hash", action="store_true",
-                    help="do not sha256 the model (quick trials; such records are not committed)")
+    kbench.add_record_args(ap)
     return ap
 
 

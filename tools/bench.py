@@ -58,6 +58,17 @@ def ids_sha256(ids: list[int]) -> str:
     return hashlib.sha256(" ".join(map(str, ids)).encode()).hexdigest()
 
 
+def add_record_args(ap: argparse.ArgumentParser) -> None:
+    """The run and record options every benchmark writing a record takes."""
+    ap.add_argument("--timeout", metavar="S", type=benchlib.positive("--timeout"), default=3600,
+                    help="seconds one run may take (default 3600)")
+    ap.add_argument("--output", metavar="FILE", help="write the JSON record here (default: stdout)")
+    ap.add_argument("--allow-noisy", action="store_true",
+                    help="write the record even above the dispersion limit (marked noisy)")
+    ap.add_argument("--no-hash", action="store_true",
+                    help="do not sha256 the model (quick trials; such records are not committed)")
+
+
 def add_common_args(ap: argparse.ArgumentParser) -> None:
     """The options tools/bench.py and bench/peer_bench.py share."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -85,13 +96,7 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--membw", metavar="PATH",
                     help="read-bandwidth probe (default: kipp-membw next to --binary, if built)")
     ap.add_argument("--no-membw", action="store_true", help="skip the bandwidth probe")
-    ap.add_argument("--timeout", metavar="S", type=benchlib.positive("--timeout"), default=3600,
-                    help="seconds one run may take (default 3600)")
-    ap.add_argument("--output", metavar="FILE", help="write the JSON record here (default: stdout)")
-    ap.add_argument("--allow-noisy", action="store_true",
-                    help="write the record even above the dispersion limit (marked noisy)")
-    ap.add_argument("--no-hash", action="store_true",
-                    help="do not sha256 the model (quick trials; such records are not committed)")
+    add_record_args(ap)
 
 
 def build_parser() -> argparse.ArgumentParser:
