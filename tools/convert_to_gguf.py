@@ -19,7 +19,8 @@ or the tokenizer fingerprinting that llama.cpp uses to pick `tokenizer.ggml.pre`
 (the Qwen2 pre-tokenizer regex is checked in tokenizer.json instead).
 
 Usage: python -m tools.convert_to_gguf HF_DIR --outtype {f32,f16,bf16,q8_0} [--outfile PATH]
-Default outfile: HF_DIR/kipp-<dirname>-<outtype>.gguf
+Default outfile: HF_DIR/kipp-<dirname>-<outtype>.gguf (HF_DIR/<dirname>-<outtype>.gguf when
+<dirname> starts with kipp-, as Kipp's own models do)
 """
 
 from __future__ import annotations
@@ -556,11 +557,16 @@ def _progress_bar(tqdm, label: str):
     return wrap
 
 
+def default_name(name: str, outtype: str) -> str:
+    """kipp-NAME-TYPE.gguf; Kipp's own models (NAME kipp-*) keep their name: kipp-tiny-bf16.gguf."""
+    return f"{name}-{outtype}.gguf" if name.startswith("kipp-") else f"kipp-{name}-{outtype}.gguf"
+
+
 def convert(hf_dir: Path, outtype: str, outfile: Path | None = None, progress: bool = True) -> Path:
     hf_dir = Path(hf_dir)
     writer, tensor_data = build_writer(hf_dir, outtype)
     if outfile is None:
-        outfile = hf_dir / f"kipp-{hf_dir.resolve().name}-{outtype}.gguf"
+        outfile = hf_dir / default_name(hf_dir.resolve().name, outtype)
     outfile = Path(outfile)
     if not outfile.parent.is_dir():
         raise ConvertError(f"missing output directory: {outfile.parent}")
