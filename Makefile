@@ -32,7 +32,7 @@ TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
-        fuzz clean tiny-models
+        fuzz clean tiny-models trained-models
 
 all: cpu
 
@@ -55,7 +55,7 @@ help:
 	@echo "make neon-check     cross-compile the arm64 NEON kernels (also in make test)"
 	@echo "make fuzz           run the GGUF fuzzer for FUZZ_SECONDS (default 60)"
 
-cpu: $(BUILD)/kipp $(BUILD)/kipp_test
+cpu: $(BUILD)/kipp $(BUILD)/kipp-perplexity $(BUILD)/kipp_test
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -76,6 +76,10 @@ SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
 server: $(BUILD)/kipp-server
 $(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
+
+# perplexity / KL-divergence over a text (bench/ppl_bench.py drives it)
+$(BUILD)/kipp-perplexity: $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 chat: $(BUILD)/kipp-chat
 $(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
@@ -134,7 +138,7 @@ fuzz: $(BUILD)/fuzz_gguf
 	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
 
 -include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
-         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d \
+         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d $(BUILD)/obj/src/cli/kipp_perplexity.d \
          $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/generate.d
 
 # ---- set-up ---------------------------------------------------------------------------
@@ -164,6 +168,22 @@ $(foreach t,$(TINY),$(eval $(call tiny_quant_rule,$(t),q4_0)))
 # every weight type the cpu backend runs, per tiny checkpoint (the model gates use them all)
 TINY_TYPES := bf16 f32 f16 q8_0 q4_0
 
+# Kipp's trained models (tools/train_tiny.py): the bf16 file ships xz-compressed in weights/
+# and is unpacked and sha256-checked (weights/MANIFEST.json); the quantized files are made
+# from it by tools/quantize.py. Every row length is a multiple of 256, so Q4_K and Q6_K apply.
+TRAINED       := kipp-tiny kipp-tiny-draft
+TRAINED_TYPES := bf16 q8_0 q6_k q4_k_m q4_0
+define trained_rule
+models/$(1)/$(1)-bf16.gguf: weights/$(1)-bf16.gguf.xz scripts/unpack_weights.sh
+	scripts/unpack_weights.sh $(1)
+$(foreach q,q8_0 q6_k q4_k_m q4_0,
+models/$(1)/$(1)-$(q).gguf: models/$(1)/$(1)-bf16.gguf tools/quantize.py tools/kipp_quants.py
+	$$(PYTHON) -m tools.quantize $$< $$@ --type $(q) --no-progress
+)
+endef
+$(foreach t,$(TRAINED),$(eval $(call trained_rule,$(t))))
+trained-models: deps $(foreach t,$(TRAINED),$(foreach q,$(TRAINED_TYPES),models/$(t)/$(t)-$(q).gguf))
+
 # ---- random-weight models of the real Qwen3 shapes (benchmarks, test-cpu-model) ----------
 define random_float_rule
 models/random/qwen3-%-$(1).gguf: tools/make_random_model.py tools/kipp_quants.py
@@ -180,12 +200,12 @@ random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
 
 # the random-tiny shape in every weight type the cpu backend runs (Q4_K and Q6_K included)
 RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k
-tiny-models: deps $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
+tiny-models: deps trained-models $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
              $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf)
 
-demo: deps cpu models/tiny-untied/kipp-tiny-untied-bf16.gguf
-	$(BUILD)/kipp --model models/tiny-untied/kipp-tiny-untied-bf16.gguf \
-	    --prompt "The capital of France is" -n 24 --seed 42
+demo: deps cpu models/kipp-tiny/kipp-tiny-bf16.gguf
+	$(BUILD)/kipp --model models/kipp-tiny/kipp-tiny-bf16.gguf --chat --greedy -n 96 \
+	    --prompt "What is a generator in Python?"
 
 vectors: deps
 	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \

@@ -28,8 +28,8 @@ GROUP_MAX_EPS = 1e-15  # ggml: a (sub-)block whose largest |x| is below this is 
 # Candidate step sizes searched per sub-block, as offsets "is" in ggml's formulas:
 # Q4_K: iscale = (nmax - 1 + 0.1*is) / (max - min), is in 0..20 in ggml (10 = plain max-min).
 # Q6_K: iscale = -(nmax + 0.1*is) / max, is in -9..9 in ggml (the is = 0 start is always tried).
-Q4_K_STEPS = (0, 5, 10, 15, 20)
-Q6_K_STEPS = (-6, -3, 3)
+Q4_K_STEPS = tuple(range(21))
+Q6_K_STEPS = tuple(i for i in range(-9, 10) if i)
 
 
 def _f16_bits(x: np.ndarray) -> np.ndarray:

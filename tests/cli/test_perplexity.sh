@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_perplexity.sh — build/kipp-perplexity on the trained kipp-tiny: its perplexity over
+# the held-out text is far below the unigram baseline's (a trained model, a working tool),
+# cpu and cpu-ref agree, a file against itself has KL-divergence 0 and full top-1 agreement,
+# a quantized file has a KL-divergence above 0 and below a bound, q4_0 loses more than q8_0,
+# and bad input (missing file, short text, bad --ctx, bad flag) is a clear error.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+P=$BUILD/kipp-perplexity
+M=models/kipp-tiny/kipp-tiny-bf16.gguf
+Q8=models/kipp-tiny/kipp-tiny-q8_0.gguf
+Q4=models/kipp-tiny/kipp-tiny-q4_0.gguf
+T=bench/data/kipp-tiny-heldout.txt
+pass=0; fail=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect_fail() { # name, stderr pattern, command...
+    local name=$1 pat=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
+    if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then bad "$name: exit $rc"; cat "$tmp/err"; return; fi
+    if grep -qE -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
+}
+for f in "$M" "$Q8" "$Q4"; do [ -f "$f" ] || make -s "$f" >/dev/null || bad "make $f"; done
+field() { .venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+cmp_le() { .venv/bin/python -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$1" "$2"; }
+
+A=(--file "$T" --ctx 128 --chunks 4 --json --quiet)
+"$P" -m "$M" "${A[@]}" --backend cpu >"$tmp/cpu.json" && ok || bad "cpu run"
+"$P" -m "$M" "${A[@]}" --backend cpu-ref >"$tmp/ref.json" && ok || bad "cpu-ref run"
+ppl=$(field "$tmp/cpu.json" ppl); ref=$(field "$tmp/ref.json" ppl)
+n=$(field "$tmp/cpu.json" scored_tokens)
+[ "$n" = $((4 * 63)) ] && ok || bad "scored tokens $n, want 4 chunks x 63"
+# the unigram baseline of the held-out prose is ~900 (weights/MANIFEST.json); trained: far below
+cmp_le "$ppl" 100 && ok || bad "kipp-tiny perplexity $ppl is not below 100: untrained weights or a broken tool"
+cmp_le 1.5 "$ppl" && ok || bad "perplexity $ppl is implausibly low"
+.venv/bin/python -c "import sys; a,b=map(float,sys.argv[1:]); sys.exit(0 if abs(a/b-1) < 1e-3 else 1)" "$ppl" "$ref" \
+    && ok || bad "cpu perplexity $ppl differs from cpu-ref's $ref by more than 0.1 %"
+
+"$P" -m "$M" "${A[@]}" --kl-base "$M" >"$tmp/self.json" && ok || bad "self KL run"
+[ "$(field "$tmp/self.json" kld_max)" = 0.0 ] && ok || bad "KL of a file against itself: $(field "$tmp/self.json" kld_max), want 0"
+[ "$(field "$tmp/self.json" same_top1)" = 1.0 ] && ok || bad "top-1 agreement with itself is not 1"
+"$P" -m "$Q8" "${A[@]}" --kl-base "$M" >"$tmp/q8.json" && ok || bad "q8_0 KL run"
+"$P" -m "$Q4" "${A[@]}" --kl-base "$M" >"$tmp/q4.json" && ok || bad "q4_0 KL run"
+k8=$(field "$tmp/q8.json" kld_mean); k4=$(field "$tmp/q4.json" kld_mean)
+cmp_le 1e-9 "$k8" && cmp_le "$k8" 0.01 && ok || bad "q8_0 KLD $k8 not in (0, 0.01]"
+cmp_le "$k8" "$k4" && ok || bad "q4_0 KLD $k4 is below q8_0's $k8"
+[ "$(field "$tmp/q8.json" ppl_base)" = "$ppl" ] && ok || bad "ppl_base of the KL run differs from the base's own ppl"
+"$P" -m "$M" --file "$T" --ctx 128 --chunks 1 --quiet | grep -qE '^PPL = [0-9.]+ \+/- [0-9.]+ over 63 tokens' \
+    && ok || bad "text output"
+
+# bad input
+expect_fail "missing model" "cannot open|No such file" "$P" -m "$tmp/none.gguf" --file "$T"
+expect_fail "missing text" "cannot open $tmp/none.txt" "$P" -m "$M" --file "$tmp/none.txt"
+printf 'short text' >"$tmp/short.txt"
+expect_fail "short text" "fewer than one chunk" "$P" -m "$M" --file "$tmp/short.txt"
+expect_fail "ctx too small" "--ctx expects" "$P" -m "$M" --file "$T" --ctx 8
+expect_fail "ctx beyond training" "training context" "$P" -m "$M" --file "$T" --ctx 1000000
+expect_fail "no --file" "--model and --file are required" "$P" -m "$M"
+expect_fail "unknown flag" "unknown option '--bogus'" "$P" -m "$M" --file "$T" --bogus
+expect_fail "missing KL base" "none-base" "$P" -m "$M" --file "$T" --kl-base "$tmp/none-base.gguf"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
