@@ -42,7 +42,7 @@ help:
 	@echo "make chat           build build/kipp-chat (interactive multi-turn chat)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin)"
-	@echo "make demo           build, create + convert the tiny checkpoint, generate text"
+	@echo "make demo           build, unpack the shipped kipp-tiny model, answer a question with it"
 	@echo "make check          fast tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
 	@echo "                    tiny bf16 model gates (cpu-ref and cpu), kipp-server smoke test"
 	@echo "make test           the full gate (CI): unit, fuzz, tooling, docs, model, CLI, chat, server,"
@@ -204,8 +204,8 @@ tiny-models: deps trained-models $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),m
              $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf)
 
 demo: deps cpu models/kipp-tiny/kipp-tiny-bf16.gguf
-	$(BUILD)/kipp --model models/kipp-tiny/kipp-tiny-bf16.gguf --chat --greedy -n 96 \
-	    --prompt "What is a generator in Python?"
+	$(BUILD)/kipp --model models/kipp-tiny/kipp-tiny-bf16.gguf --chat --no-think --greedy -n 96 \
+	    --prompt "What does the function \`json.dumps\` do?"
 
 vectors: deps
 	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \

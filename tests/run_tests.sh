@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_tests.sh — what `make test` runs (and `make test-sanitize` with BUILD=build/san):
 # native unit suites, the GGUF fuzz corpus plus a short fuzz run, the Python tooling tests,
-# docs drift, CLI bad-input tests, the model gates on the tiny checkpoints (scheduler
-# included), the chat CLI and HTTP server gates, the mutation
+# docs drift, CLI bad-input tests, kipp-perplexity and the shipped weights' unpacking, the
+# model gates on kipp-tiny and the tiny checkpoints (scheduler included), the chat CLI and
+# HTTP server gates, the mutation
 # cases and the KV fault-injection matrix.
 # Ends with "N passed, N failed"; exits non-zero on any failure.
 set -u
@@ -29,8 +30,10 @@ run_counted "streamed text == whole decode (CLI and server paths)" "$BUILD/kipp_
 run_counted "special-token text in chat content as text" "$BUILD/kipp_test" --content-special \
     models/tiny-tied/kipp-tiny-tied-bf16.gguf
 run_counted "cli bad input" tests/cli/test_cli.sh
+run_counted "kipp-perplexity on kipp-tiny" tests/cli/test_perplexity.sh
+run_counted "shipped weights unpack (sha256, failures)" tests/cli/test_weights.sh
 run_counted "neon kernels compile for arm64" tests/neon_check.sh
-for t in tiny-tied tiny-untied random-tiny; do
+for t in kipp-tiny tiny-tied tiny-untied random-tiny; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done
 run_counted "chat CLI (make test-chat)" tests/chat/test_chat.sh

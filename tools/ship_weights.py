@@ -19,7 +19,6 @@ Usage: python -m tools.ship_weights --name kipp-tiny [--checkpoint DIR]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ import sys
 from pathlib import Path
 
 from tools import atomic_file, convert_to_gguf, corpus
+from tools.make_vectors import sha256_file as sha256
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = REPO_ROOT / "weights"
@@ -35,14 +35,6 @@ REPORT_KEYS = ("shape", "trained_parameters", "file_parameters", "kept_tokens", 
                "steps", "tokens_seen", "seq_len", "batch", "lr", "seed", "mix", "teacher",
                "train_minutes", "threads", "command", "commit", "cpu", "versions",
                "debian_packages", "heldout", "samples")
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def main(argv=None) -> int:

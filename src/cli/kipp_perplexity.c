@@ -239,11 +239,6 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    if ((uint32_t)o.n_ctx > mi.n_ctx_train) {
-        fprintf(stderr, "kipp-perplexity: --ctx %ld is beyond the model's training context (%u)\n",
-                o.n_ctx, mi.n_ctx_train);
-        goto out;
-    }
     char err[512];
     size_t n_tok = 0;
     if (kipp_tokenize_alloc(rm.m, text, n_text, 0, &toks, &n_tok, err, sizeof err) != KIPP_OK) {

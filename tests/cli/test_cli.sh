@@ -11,19 +11,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 K=$BUILD/kipp
 M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
-pass=0; fail=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_fail NAME PATTERN CMD... : exit 1 or 2 (not a signal), stderr matches PATTERN
-expect_fail() {
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
-    if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then bad "$name: exit $rc"; cat "$tmp/err"; return; fi
-    if grep -qE -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
-}
+. tests/cli/expect.sh
 
 [ -f "$M" ] || make -s "$M" >/dev/null
 .venv/bin/python tests/cli/make_bad_models.py "$M" "$tmp" || bad "make_bad_models.py"

@@ -12,16 +12,7 @@ M=models/kipp-tiny/kipp-tiny-bf16.gguf
 Q8=models/kipp-tiny/kipp-tiny-q8_0.gguf
 Q4=models/kipp-tiny/kipp-tiny-q4_0.gguf
 T=bench/data/kipp-tiny-heldout.txt
-pass=0; fail=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect_fail() { # name, stderr pattern, command...
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
-    if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then bad "$name: exit $rc"; cat "$tmp/err"; return; fi
-    if grep -qE -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
-}
+. tests/cli/expect.sh
 for f in "$M" "$Q8" "$Q4"; do [ -f "$f" ] || make -s "$f" >/dev/null || bad "make $f"; done
 field() { .venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 cmp_le() { .venv/bin/python -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$1" "$2"; }
@@ -56,7 +47,7 @@ expect_fail "missing text" "cannot open $tmp/none.txt" "$P" -m "$M" --file "$tmp
 printf 'short text' >"$tmp/short.txt"
 expect_fail "short text" "fewer than one chunk" "$P" -m "$M" --file "$tmp/short.txt"
 expect_fail "ctx too small" "--ctx expects" "$P" -m "$M" --file "$T" --ctx 8
-expect_fail "ctx beyond training" "training context" "$P" -m "$M" --file "$T" --ctx 1000000
+expect_fail "ctx beyond training" "exceeds the model.s trained context length 1024" "$P" -m "$M" --file "$T" --ctx 1000000
 expect_fail "no --file" "--model and --file are required" "$P" -m "$M"
 expect_fail "unknown flag" "unknown option '--bogus'" "$P" -m "$M" --file "$T" --bogus
 expect_fail "missing KL base" "none-base" "$P" -m "$M" --file "$T" --kl-base "$tmp/none-base.gguf"

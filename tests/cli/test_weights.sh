@@ -6,16 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 U=scripts/unpack_weights.sh
-pass=0; fail=0
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-expect_fail() { # name, stderr pattern, command...
-    local name=$1 pat=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; local rc=$?
-    if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then bad "$name: exit $rc"; cat "$tmp/err"; return; fi
-    if grep -qE -- "$pat" "$tmp/err"; then ok; else bad "$name: stderr lacks /$pat/:"; cat "$tmp/err"; fi
-}
+. tests/cli/expect.sh
 for n in kipp-tiny kipp-tiny-draft; do
     WEIGHTS_DIR=weights MODELS_DIR="$tmp/m" "$U" "$n" >/dev/null && ok || bad "unpack $n"
     want=$(python3 -c 'import json,sys; print(json.load(open("weights/MANIFEST.json"))["models"][sys.argv[1]]["gguf_sha256"])' "$n")

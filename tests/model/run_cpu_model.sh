@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # run_cpu_model.sh NAME — the model gates for one checkpoint on both host backends
-# (`make test-cpu-model`, and `make test` for tiny-tied, tiny-untied and random-tiny).
+# (`make test-cpu-model`, and `make test` for kipp-tiny, tiny-tied, tiny-untied and random-tiny).
+#   kipp-tiny (trained, shipped in weights/): as tiny-*, on the bf16 file and its q8_0, q6_k,
+#     q4_k_m and q4_0 quantizations (tools/quantize.py); no f32/f16 file (no checkpoint).
 #   tiny-* and downloaded checkpoints (golden vectors in tests/test-vectors/NAME): on the
 #     bf16 and f32 GGUFs (sha256 checked against the manifest) the golden and phase-2 gates
 #     on cpu-ref and cpu; on bf16 the multi-logit, paged, pooled and long-context gates on
@@ -100,16 +102,21 @@ if [ "$name" = tiny-tied ]; then
     echo "   -> kipp_test flag errors: $((failed - f0)) failed of 10"
 fi
 
+# the GGUF of type $1: models/NAME/kipp-NAME-TYPE.gguf; Kipp's own trained models (kipp-*)
+# keep their name: models/kipp-tiny/kipp-tiny-bf16.gguf
+gguf() { case "$name" in kipp-*) echo "$dir/$name-$1.gguf" ;; *) echo "$dir/kipp-$name-$1.gguf" ;; esac; }
 types="bf16 f32"
 case "$name" in
-tiny-*)
+tiny-* | kipp-*)
     types="bf16 f32 f16 q8_0 q4_0"
+    # trained: shipped bf16 (the vectors' file) and what tools/quantize.py makes of it
+    case "$name" in kipp-*) types="bf16 q8_0 q6_k q4_k_m q4_0" ;; esac
     files=()
-    for q in $types; do files+=("$dir/kipp-$name-$q.gguf"); done
+    for q in $types; do files+=("$(gguf "$q")"); done
     make_models "${files[@]}"
     ;;
 esac
-if [ ! -f "$dir/kipp-$name-bf16.gguf" ]; then
+if [ ! -f "$(gguf bf16)" ]; then
     echo "model not found — run tools/download_model.sh $name && .venv/bin/python -m tools.convert_to_gguf $dir --outtype bf16" >&2
     echo "0 passed, 1 failed"
     exit 1
@@ -120,7 +127,7 @@ if [ ! -f "$vec/manifest.json" ]; then
     exit 1
 fi
 for q in $types; do
-    m=$dir/kipp-$name-$q.gguf
+    m=$(gguf "$q")
     [ -f "$m" ] || continue
     case "$q" in
     bf16 | f32)
@@ -166,9 +173,9 @@ for q in $types; do
 done
 # the scheduler (continuous batching, prefix cache, preemption, cancellation) on both
 # backends; cpu-ref only on the smallest checkpoint: it is the slowest gate there is.
-gate "scheduler cpu bf16" --sched "$dir/kipp-$name-bf16.gguf" --backend cpu
-[ "$name" = tiny-tied ] && gate "scheduler cpu-ref bf16" --sched "$dir/kipp-$name-bf16.gguf" --backend cpu-ref
+gate "scheduler cpu bf16" --sched "$(gguf bf16)" --backend cpu
+[ "$name" = tiny-tied ] && gate "scheduler cpu-ref bf16" --sched "$(gguf bf16)" --backend cpu-ref
 for j in tests/tok/golden.jsonl tests/tok/ascii_golden.jsonl; do
-    run_counted "tokenizer golden $(basename "$j")" "$K" --tok-golden "$dir/kipp-$name-bf16.gguf" "$j"
+    run_counted "tokenizer golden $(basename "$j")" "$K" --tok-golden "$(gguf bf16)" "$j"
 done
 finish
