@@ -9,7 +9,9 @@ and writes tests/test-vectors/NAME/:
                   sha256 of the checkpoint files and of our f32/bf16 GGUF
                   conversions, and the library versions used;
   logits_<i>.f32  little-endian float32 rows (n_vocab each) of the float32
-                  logits of prompt i at the positions listed in the manifest.
+                  logits of prompt i at the positions listed in the manifest
+                  (for Kipp's trained models, kipp-*, also logits_<i>.f32.xz: the
+                  committed form, which the Makefile unpacks).
 The bound is B = max(S*G, F), where G is the largest |float32 - float64| logit
 difference of the oracle itself over all prompts, positions and vocab entries.
 It refuses to write vectors whose argmax is ambiguous (top1-top2 gap <= 2B at
@@ -207,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  prompt {i}: {len(p['tokens']):2d} tokens, min top2_gap {min(p['top2_gap']):.4f} "
               f"(= {min(p['top2_gap']) / bound:.0f} B), "
               f"last argmax {p['argmax'][-1]}")
+    if name.startswith("kipp-"):  # Kipp's trained models: committed as .f32.xz (Makefile unpacks)
+        import subprocess
+        for p in prompts:
+            subprocess.run(["xz", "-9", "-k", "-f", str(out_dir / p["full_logits_file"])], check=True)
     print(f"wrote {out_dir}/manifest.json and {len(prompts)} logits files")
     return 0
 

@@ -69,7 +69,7 @@ MODELS = {
                       seed=1301, minutes=45),
     "kipp-tiny-draft": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=64, intermediate_size=512,
-                            kept=4096, seq=256, batch=16, lr=3e-3, steps=700, warmup=60,
+                            kept=4096, seq=256, batch=16, lr=3e-3, steps=360, warmup=60,
                             seed=1302, minutes=15),
 }
 
@@ -161,6 +161,7 @@ def main(argv=None) -> int:
     random.seed(spec["seed"])
     np.random.seed(spec["seed"])
     t_start = time.time()
+    commit = git_commit()  # the code that trains is the code at the start
 
     log(f"corpus (held-out split: sha256(name)[0] < {corpus.HELDOUT_BYTE}):")
     docs = corpus.load()
@@ -289,7 +290,7 @@ def main(argv=None) -> int:
         "teacher": str(args.teacher) if args.teacher else None,
         "train_minutes": round(train_minutes, 1), "threads": args.threads,
         "command": "python -m tools.train_tiny " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": git_commit(), "cpu": cpu_name(),
+        "commit": commit, "cpu": cpu_name(),
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
                      "python": platform.python_version()},
         "debian_packages": corpus.package_versions(),
