@@ -222,16 +222,16 @@ def llama_info() -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    types = [t for t in args.types.split(",") if t]
+    bad = [t for t in types if t not in LLAMA_FTYPE]
+    if bad:
+        ap.error(f"--types: unknown {', '.join(bad)} (choose from {', '.join(TYPES)})")
     for p, what in ((args.model, "--model"), (args.text, "--text"), (args.binary, "--binary"),
                     (args.kipp, "--kipp")):
         if not os.path.exists(p):
             hint = (" (download and convert qwen3-4b-base first, or name a bf16 GGUF with --model)"
                     if p == DEFAULT_4B else " (run `make cpu`)" if what in ("--binary", "--kipp") else "")
             ap.error(f"{what} {p} does not exist{hint}")
-    types = [t for t in args.types.split(",") if t]
-    bad = [t for t in types if t not in LLAMA_FTYPE]
-    if bad:
-        ap.error(f"--types: unknown {', '.join(bad)} (choose from {', '.join(TYPES)})")
     work = args.work_dir or os.path.dirname(os.path.abspath(args.model))
     os.makedirs(work, exist_ok=True)
     stem = os.path.basename(args.model).removesuffix(".gguf").removesuffix("-bf16")

@@ -27,12 +27,12 @@ def run(*args, timeout=600):
 def test_targets_met_and_missed():
     kipp = {"bf16": {"ppl": 10.0}, "q8_0": {"kld_mean": 0.010}, "llama-q8_0": {"kld_mean": 0.0099},
             "q4_0": {"kld_mean": 0.2}, "llama-q4_0": {"error": "cannot load"}}
-    peer = {"bf16": {"ppl": 10.005}, "q8_0": {"kld_mean": 0.011}, "llama-q8_0": {"kld_mean": 0.010},
+    peer = {"bf16": {"ppl": 10.005}, "q8_0": {"kld_mean": 0.0104}, "llama-q8_0": {"kld_mean": 0.010},
             "q4_0": {"kld_mean": 0.30}, "llama-q4_0": {"kld_mean": 0.25}}
     t = pb.targets(kipp, peer, ["q8_0", "q4_0"])
     assert t["bf16_ppl"]["met"] is True and abs(t["bf16_ppl"]["ratio"] - 10.0 / 10.005) < 1e-12
     assert t["q8_0"]["kipp"]["met"] is True          # 0.010 <= 1.05 * 0.0099
-    assert t["q8_0"]["llama_cpp"]["met"] is True     # 0.011 <= 1.05 * 0.010
+    assert t["q8_0"]["llama_cpp"]["met"] is True     # 0.0104 <= 1.05 * 0.010
     assert t["q4_0"]["llama_cpp"]["met"] is False    # 0.30 > 1.05 * 0.25
     assert abs(t["q4_0"]["llama_cpp"]["ratio"] - 1.2) < 1e-12
     assert t["q4_0"]["kipp"] == {"error": "cannot load"}
