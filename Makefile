@@ -37,7 +37,9 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 all: cpu
 
 help:
-	@echo "make cpu            build build/kipp (CLI: cpu-ref and cpu backends) and build/kipp_test"
+	@echo "make cpu            build build/kipp (CLI: cpu-ref and cpu backends), build/kipp-perplexity"
+	@echo "                    and build/kipp_test"
+	@echo "make trained-models unpack weights/ (kipp-tiny, kipp-tiny-draft; sha256-checked), quantize them"
 	@echo "make server         build build/kipp-server (OpenAI-compatible HTTP server, CPU)"
 	@echo "make chat           build build/kipp-chat (interactive multi-turn chat)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
