@@ -25,7 +25,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -74,10 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", help="write the JSON record here (default: stdout)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="per command, seconds")
     return ap
-
-
-def sha256_text(path: str) -> str:
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 def run(cmd: list[str], timeout: float) -> str:
@@ -255,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
            "argv": sys.argv[1:] if argv is None else argv,
            "method": "chunks of ctx tokens from position 0, the second half scored (llama-perplexity); "
                      "KLD = mean over scored positions of KL(base || file) over the full vocabulary",
-           "text": {"path": os.path.relpath(args.text, ROOT), "sha256": sha256_text(args.text),
+           "text": {"path": os.path.relpath(args.text, ROOT), "sha256": benchlib.sha256_file(args.text),
                     "bytes": os.path.getsize(args.text), "tokens": len(ids)},
            "ctx": args.ctx, "chunks": n_chunks, "backend": args.backend, "threads": args.threads,
            "base": benchlib.model_manifest(args.model),

@@ -236,6 +236,32 @@ void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci) {
             (unsigned long long)ci->kv_bytes_per_token);
 }
 
+char *kipp_cli_read_all(FILE *f, size_t max, size_t *len, int *too_big) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    *too_big = 0;
+    if (!buf) return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap >= max) {
+                *too_big = 1;
+                free(buf);
+                return NULL;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); return NULL; }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
 double kipp_cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -54,6 +54,11 @@ void kipp_cli_ctx_error(const char *prog, const kipp_cli_runtime *rt, const char
  * 393216 bytes, 1536 bytes/token)" — what a context runs on, for start-up lines. */
 void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci);
 
+/* Reads f to its end into a malloc'd, NUL-terminated buffer holding fewer than max bytes;
+ * *len is the byte count. NULL with *too_big = 1 when f holds more, NULL with *too_big = 0
+ * when memory runs out. Read errors end the text like end of file (check ferror(f)). */
+char *kipp_cli_read_all(FILE *f, size_t max, size_t *len, int *too_big);
+
 /* Seconds on a monotonic clock. */
 double kipp_cli_now(void);
 

@@ -177,27 +177,9 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
 }
 
 static char *read_stdin(size_t *len) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap >= MAX_PROMPT_BYTES) {
-                fprintf(stderr, "kipp: prompt on stdin exceeds %u bytes\n", MAX_PROMPT_BYTES);
-                free(buf);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); return NULL; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
-        n += got;
-        if (got == 0) break;
-    }
-    buf[n] = '\0';
-    *len = n;
+    int too_big;
+    char *buf = kipp_cli_read_all(stdin, MAX_PROMPT_BYTES, len, &too_big);
+    if (too_big) fprintf(stderr, "kipp: prompt on stdin exceeds %u bytes\n", MAX_PROMPT_BYTES);
     return buf;
 }
 

@@ -98,34 +98,17 @@ static char *read_text(const char *path, size_t *n) {
         fprintf(stderr, "kipp-perplexity: cannot open %s: %s\n", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        if (len == cap) {
-            if (cap >= MAX_TEXT_BYTES) {
-                fprintf(stderr, "kipp-perplexity: %s is larger than %u MiB\n", path, MAX_TEXT_BYTES >> 20);
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
+    int too_big;
+    char *buf = kipp_cli_read_all(f, MAX_TEXT_BYTES, n, &too_big);
+    const int bad = ferror(f);
     fclose(f);
-    if (!buf || bad) {
+    if (too_big) {
+        fprintf(stderr, "kipp-perplexity: %s is larger than %u MiB\n", path, MAX_TEXT_BYTES >> 20);
+    } else if (!buf || bad) {
         fprintf(stderr, "kipp-perplexity: cannot read %s%s\n", path, buf ? "" : ": out of memory");
         free(buf);
         return NULL;
     }
-    *n = len;
     return buf;
 }
 
