@@ -69,14 +69,14 @@ $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
 SERVER_SRC := $(wildcard src/server/*.c)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
 server: $(BUILD)/kipp-server
-$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
 
 # perplexity / KL-divergence over a text (bench/ppl_bench.py drives it)
@@ -84,7 +84,7 @@ $(BUILD)/kipp-perplexity: $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/sr
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 chat: $(BUILD)/kipp-chat
-$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # the OpenAI text path (not HTTP) is linked in: the detokenizer property test drives it
@@ -141,7 +141,7 @@ fuzz: $(BUILD)/fuzz_gguf
 
 -include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
          $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d $(BUILD)/obj/src/cli/kipp_perplexity.d \
-         $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/generate.d
+         $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/cli_spec.d $(BUILD)/obj/src/cli/generate.d
 
 # ---- set-up ---------------------------------------------------------------------------
 

@@ -283,6 +283,37 @@ void kipp_sampler_accept(kipp_sampler *s, int32_t id);
 /* Picks the next token. logits are modified in place (penalties, temperature). */
 int32_t kipp_sampler_sample(kipp_sampler *s, float *logits);
 
+/* ---- speculative decoding (docs/speculative.md) --------------------------------------- */
+
+typedef struct {
+    int32_t id;
+    float p;
+} kipp_token_prob;
+
+/* The processed distribution kipp_sampler_sample draws from: penalties, temperature, top-k,
+ * top-p and min-p applied exactly as it applies them, renormalized, as *out[0..n) (the
+ * sampler's buffer, valid until the next call). Greedy gives one entry with p = 1. logits
+ * are modified in place as by kipp_sampler_sample; nothing is drawn or accepted. */
+uint32_t kipp_sampler_dist(kipp_sampler *s, float *logits, const kipp_token_prob **out);
+/* Draws one id from dist[0..n) (weights need not sum to 1) with the sampler's generator. */
+int32_t kipp_sampler_draw(kipp_sampler *s, const kipp_token_prob *dist, uint32_t n);
+/* Verifies a drafted token against the target's logits (modified in place): with p the
+ * processed distribution and q[0..nq) the one the draft was drawn from (NULL: a point mass
+ * on draft, as for greedy or n-gram drafts), the draft is kept with probability
+ * min(1, p(draft) / q(draft)) and *accepted = 1; otherwise *accepted = 0 and the returned
+ * token is drawn from normalize(max(0, p - q)). Either way the returned token is
+ * distributed exactly as kipp_sampler_sample's; with greedy params it is the argmax. The
+ * caller accepts (kipp_sampler_accept) the returned token. */
+int32_t kipp_sampler_verify(kipp_sampler *s, float *logits, int32_t draft,
+                            const kipp_token_prob *q, uint32_t nq, int *accepted);
+/* Starts recording accepts so that kipp_sampler_rollback can undo them (a mark replaces an
+ * earlier one). */
+void kipp_sampler_mark(kipp_sampler *s);
+/* Undoes every accept since kipp_sampler_mark, restoring the penalty history exactly, and
+ * ends the recording. 0 if more than 256 accepts were made (only the newest 256 were
+ * undone: the history is then not what it was), else 1. */
+int kipp_sampler_rollback(kipp_sampler *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #ifndef KIPP_CLI_GENERATE_H
 #define KIPP_CLI_GENERATE_H
 
+#include "engine/spec.h"
 #include "kipp.h"
 
 #include <signal.h>
@@ -26,11 +27,21 @@ typedef struct {
     void (*on_sampled)(void *user, int32_t id); /* NULL, or every sampled id (eog included) */
     void (*on_decoded)(void *user, int32_t id); /* NULL, or each id added to the KV cache */
     void *user;
+    /* speculative decoding (NULL: none): the drafter's slot 0 drafts, the target verifies
+     * each draft run in one batch; hist[0..n_hist) = the tokens sequence 0 holds */
+    kipp_drafter *drafter;
+    uint32_t k_max, k_min; /* tokens drafted per step at most; fewer than k_min: none */
+    int fixed_k;           /* always draft k_max (else K adapts to acceptance and timing) */
+    const int32_t *hist;
+    uint32_t n_hist;
 } kipp_gen_params;
 
 typedef struct {
     long n_gen;        /* tokens sampled */
-    long n_decoded;    /* single-token forward passes */
+    long n_decoded;    /* generated tokens that entered the KV cache */
+    long n_steps;      /* target forward passes (without speculation: n_decoded) */
+    long n_drafted, n_accepted; /* speculative: drafted tokens verified, and kept */
+    double t_draft;    /* seconds spent drafting */
     double t_decode;   /* seconds from the first sample to the last decode */
     const char *stop;  /* "n_predict", "eog", "ctx_full" or "interrupted" */
 } kipp_gen_result;

@@ -6,6 +6,7 @@
  * --print-prompt. Multi-turn chat is kipp-chat; the generation loop both share is in
  * generate.c. The only layer allowed to print and exit. */
 #include "cli/cli_args.h"
+#include "cli/cli_spec.h"
 #include "cli/generate.h"
 #include "core/outfile.h"
 #include "kipp.h"
@@ -31,6 +32,7 @@ typedef struct {
     int chat, no_think, print_prompt;
     kipp_sampler_params sp;
     kipp_cli_runtime rt; /* --backend, --isa, --kv-type */
+    kipp_cli_spec spec;  /* --draft-model, --spec-ngram, ... */
 } cli_opts;
 
 static void usage(FILE *f) {
@@ -52,6 +54,11 @@ static void usage(FILE *f) {
             "  -t, --threads N         threads for backends that use them (default 0 = physical\n"
             "                          cores)\n");
     kipp_cli_runtime_help(f, 26);
+    fprintf(f,
+            "\n"
+            "\n"
+            "speculative decoding (the output is what it would be without it; docs/speculative.md):\n");
+    kipp_cli_spec_help(f, 26);
     fprintf(f,
             "\n"
             "sampling (defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, seed 12648430):\n"
@@ -92,6 +99,7 @@ static void usage(FILE *f) {
 static int parse_args(int argc, char **argv, cli_opts *o) {
     memset(o, 0, sizeof *o);
     kipp_cli_runtime_init(&o->rt);
+    kipp_cli_spec_init(&o->spec);
     o->n_predict = 64;
     o->parse_special = 1;
     o->stats = 1;
@@ -135,7 +143,8 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         } else if (IS("-t") || IS("--threads")) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp", a, v, 0, 1024, &o->n_threads)) return 2;
         } else if ((r = kipp_cli_sampling_flag("kipp", argc, argv, &i, &o->sp)) != 0 ||
-                   (r = kipp_cli_runtime_flag("kipp", argc, argv, &i, &o->rt)) != 0) {
+                   (r = kipp_cli_runtime_flag("kipp", argc, argv, &i, &o->rt)) != 0 ||
+                   (r = kipp_cli_spec_flag("kipp", argc, argv, &i, &o->spec)) != 0) {
             if (r == 2) return 2;
         } else if (IS("--chat")) { o->chat = 1; }
         else if (IS("--system")) { if (!(o->system = NEXT())) return 2; o->chat = 1; }
@@ -160,6 +169,7 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
         return 2;
     }
     if (!kipp_cli_runtime_finish("kipp", &o->rt)) return 2;
+    if (!kipp_cli_spec_finish("kipp", &o->spec)) return 2;
     if (o->messages_file && (o->prompt || o->system)) {
         fprintf(stderr, "kipp: --messages FILE replaces --prompt and --system; give one or the other\n");
         return 2;
@@ -319,7 +329,8 @@ static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx 
         "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:b, s:s, s:s,"
         " s:{s:I, s:f, s:f},"
         " s:{s:I, s:I, s:f, s:f},"
-        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
+        " s:{s:s, s:I, s:I, s:I, s:f, s:f}}",
         "kipp_version", KIPP_VERSION, "model", o->model, "backend", ci.backend, "isa", ci.isa,
         "kv_type", kipp_kv_type_name(ci.kv_type),
         "threads", (json_int_t)ci.n_threads, "n_ctx", (json_int_t)kipp_ctx_n_ctx(c),
@@ -334,7 +345,12 @@ static int write_stats_json(const char *path, const cli_opts *o, const kipp_ctx 
         "n_blocks_used", (json_int_t)kv.n_blocks_used, "n_tokens", (json_int_t)kv.n_tokens,
         "bytes_per_token", (json_int_t)kv.n_bytes_per_token,
         "bytes_per_block", (json_int_t)kv.n_bytes_per_block,
-        "bytes_total", (json_int_t)kv.n_bytes_total, "bytes_used", (json_int_t)kv.n_bytes_used);
+        "bytes_total", (json_int_t)kv.n_bytes_total, "bytes_used", (json_int_t)kv.n_bytes_used,
+        "spec", "drafter", o->spec.draft_model ? "model" : o->spec.ngram ? "ngram" : "none",
+        "steps", (json_int_t)g->n_steps, "drafted", (json_int_t)g->n_drafted,
+        "accepted", (json_int_t)g->n_accepted,
+        "acceptance", g->n_drafted ? (double)g->n_accepted / (double)g->n_drafted : 0.0,
+        "draft_ms", g->t_draft * 1e3);
     if (!j) {
         fprintf(stderr, "kipp: --stats-json: out of memory\n");
         return 0;
@@ -416,8 +432,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kipp: --stats-json %s\n", err);
         return 1;
     }
-    kipp_model *m = NULL;
+    kipp_model *m = NULL, *dm = NULL;
     kipp_ctx *c = NULL;
+    kipp_drafter *drafter = NULL;
     kipp_sampler *smp = NULL;
     kipp_detokenizer *dt = NULL;
     char *stdin_buf = NULL, *chat_buf = NULL;
@@ -538,9 +555,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kipp: %s\n", err);
         goto done;
     }
+    {
+        kipp_ctx_params cp = kipp_ctx_default_params();
+        cp.backend = o.rt.backend;
+        cp.isa = o.rt.isa;
+        cp.kv_type = o.rt.kv_type;
+        cp.n_threads = (int)o.n_threads;
+        if (!kipp_cli_spec_start("kipp", &o.spec, m, &cp, n_ctx, 1, &dm, &drafter)) goto done;
+        if (drafter && (st = kipp_drafter_open(drafter, 0, &o.sp, err, sizeof err)) != KIPP_OK) {
+            fprintf(stderr, "kipp: %s\n", err);
+            goto done;
+        }
+        if (drafter && o.stats)
+            fprintf(stderr, "kipp: speculative decoding: %s\n", kipp_drafter_describe(drafter));
+    }
     kipp_gen_params gp = {.prog = "kipp", .ctx = c, .model = m, .sampler = smp, .detok = dt,
                           .logits = logits, .n_predict = o.n_predict,
-                          .ignore_eos = o.ignore_eos, .on_text = text_out};
+                          .ignore_eos = o.ignore_eos, .on_text = text_out,
+                          .drafter = drafter, .k_max = (uint32_t)o.spec.draft_max,
+                          .k_min = (uint32_t)o.spec.draft_min, .fixed_k = o.spec.fixed,
+                          .hist = ids, .n_hist = (uint32_t)n_prompt};
     kipp_gen_result g;
     if (!kipp_generate(&gp, &g) || !out_write("\n", 1)) goto done;
     if (!strcmp(g.stop, "ctx_full"))
@@ -559,6 +593,13 @@ int main(int argc, char **argv) {
                 ci.backend, n_prompt, t_prefill * 1e3,
                 n_prompt / (t_prefill > 0 ? t_prefill : 1e-9), g.n_gen, g.n_decoded,
                 g.t_decode * 1e3, g.n_decoded / (g.t_decode > 0 ? g.t_decode : 1e-9));
+        if (drafter)
+            fprintf(stderr,
+                    "kipp: speculative: %ld target steps, %ld drafted, %ld accepted (%.1f %%), "
+                    "%.2f tokens per step, drafting %.1f ms\n",
+                    g.n_steps, g.n_drafted, g.n_accepted,
+                    g.n_drafted ? 100.0 * g.n_accepted / g.n_drafted : 0.0,
+                    g.n_steps ? (double)g.n_decoded / g.n_steps : 0.0, g.t_draft * 1e3);
     }
     if (o.stats_json && !write_stats_json(o.stats_json, &o, c, n_prompt, t_prefill, &g))
         goto done;
@@ -574,6 +615,8 @@ done:
     free(chat_buf);
     kipp_sampler_free(smp);
     kipp_detokenizer_free(dt);
+    kipp_drafter_free(drafter);
+    kipp_model_free(dm);
     kipp_ctx_free(c);
     kipp_model_free(m);
     return rc;

@@ -30,6 +30,7 @@ typedef struct {
  * order-preserving float key (sign, exponent, 7 mantissa bits: buckets 1/128 of an octave
  * wide), so only the one bucket holding the cutoff is selected or sorted. */
 #define N_BUCKETS 65536
+#define KIPP_SAMPLER_UNDO 256 /* accepts kipp_sampler_rollback can undo */
 
 struct kipp_sampler {
     kipp_sampler_params p;
@@ -48,6 +49,12 @@ struct kipp_sampler {
     uint32_t n_distinct;
 
     cand *c, *c2;  /* [n_vocab] scratch */
+    kipp_token_prob *dist; /* [n_vocab] kipp_sampler_dist's output */
+    float *qdense;         /* [n_vocab] zero between kipp_sampler_verify calls */
+    /* undo log of the accepts since kipp_sampler_mark (speculative rollback) */
+    struct { int32_t id, evicted; } undo[KIPP_SAMPLER_UNDO];
+    uint32_t n_undo;
+    int marked, undo_lost;
     uint32_t *hist; /* [N_BUCKETS] counts per logit bucket (top-k) */
     double *mass;   /* [N_BUCKETS / 2] probability mass per bucket (top-p) */
 };
@@ -153,7 +160,10 @@ kipp_status kipp_sampler_init(const kipp_sampler_params *p, uint32_t n_vocab, ki
     s->c2 = malloc((size_t)n_vocab * sizeof *s->c2);
     s->hist = malloc(N_BUCKETS * sizeof *s->hist);
     s->mass = malloc(N_BUCKETS / 2 * sizeof *s->mass);
-    if (!s->count || !s->distinct || !s->where || !s->c || !s->c2 || !s->hist || !s->mass)
+    s->dist = malloc((size_t)n_vocab * sizeof *s->dist);
+    s->qdense = calloc(n_vocab, sizeof *s->qdense);
+    if (!s->count || !s->distinct || !s->where || !s->c || !s->c2 || !s->hist || !s->mass ||
+        !s->dist || !s->qdense)
         goto nomem;
     uint64_t x = params.seed;
     for (int i = 0; i < 4; i++)
@@ -177,6 +187,8 @@ void kipp_sampler_free(kipp_sampler *s) {
     free(s->c2);
     free(s->hist);
     free(s->mass);
+    free(s->dist);
+    free(s->qdense);
     free(s);
 }
 
@@ -221,13 +233,27 @@ static int ring_grow(kipp_sampler *s, uint32_t window) {
     return 1;
 }
 
+/* Notes an accept for kipp_sampler_rollback (evicted: the id that left the window, -1 none). */
+static void undo_push(kipp_sampler *s, int32_t id, int32_t evicted) {
+    if (!s->marked)
+        return;
+    if (s->n_undo == KIPP_SAMPLER_UNDO) {
+        s->undo_lost = 1;
+        return;
+    }
+    s->undo[s->n_undo].id = id;
+    s->undo[s->n_undo++].evicted = evicted;
+}
+
 void kipp_sampler_accept(kipp_sampler *s, int32_t id) {
     /* Out-of-range ids cannot be penalized; ignoring them keeps this API void and safe. */
     if (!s || id < 0 || (uint32_t)id >= s->n_vocab || s->p.penalty_last_n == 0)
         return;
     if (s->p.penalty_last_n < 0) { /* whole history: counts only, nothing ever leaves */
-        if (s->count[id] < UINT32_MAX)
+        if (s->count[id] < UINT32_MAX) {
             count_add(s, id);
+            undo_push(s, id, -1);
+        }
         return;
     }
     uint32_t window = (uint32_t)s->p.penalty_last_n;
@@ -236,14 +262,47 @@ void kipp_sampler_accept(kipp_sampler *s, int32_t id) {
     if (s->ring_cap == 0)
         return; /* no memory for any history */
     if (s->ring_len == s->ring_cap) { /* full: evict the oldest */
-        count_remove(s, s->ring[s->ring_head]);
+        int32_t old = s->ring[s->ring_head];
+        count_remove(s, old);
         s->ring[s->ring_head] = id;
         s->ring_head = (s->ring_head + 1) % s->ring_cap;
+        undo_push(s, id, old);
     } else {
         s->ring[(s->ring_head + s->ring_len) % s->ring_cap] = id;
         s->ring_len++;
+        undo_push(s, id, -1);
     }
     count_add(s, id);
+}
+
+void kipp_sampler_mark(kipp_sampler *s) {
+    if (!s)
+        return;
+    s->marked = 1;
+    s->n_undo = 0;
+    s->undo_lost = 0;
+}
+
+int kipp_sampler_rollback(kipp_sampler *s) {
+    if (!s)
+        return 0;
+    const int ok = !s->undo_lost;
+    while (s->n_undo > 0) { /* newest first: each step is the exact inverse of an accept */
+        const int32_t id = s->undo[--s->n_undo].id, old = s->undo[s->n_undo].evicted;
+        count_remove(s, id);
+        if (s->p.penalty_last_n < 0)
+            continue;
+        s->ring_len--; /* the newest entry is the tail */
+        if (old >= 0) { /* the evicted id comes back as the oldest */
+            s->ring_head = (s->ring_head + s->ring_cap - 1) % s->ring_cap;
+            s->ring[s->ring_head] = old;
+            s->ring_len++;
+            count_add(s, old);
+        }
+    }
+    s->marked = 0;
+    s->undo_lost = 0;
+    return ok;
 }
 
 /* Each distinct token in the window once: repetition (HF/llama.cpp form), then OpenAI
@@ -448,15 +507,21 @@ static int32_t argmax(const float *logits, uint32_t n) {
     return best;
 }
 
-int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
-    if (!s || !logits)
-        return -1;
+/* The processed distribution: the candidates that survive penalties, temperature, top-k,
+ * top-p and min-p, with their probabilities (not yet renormalized: *total is their sum), in
+ * the order the draw walks them. Greedy (temperature <= 0, or +inf logits) and degenerate
+ * cases give one candidate with probability 1 and *certain = 1: no draw follows (a filter
+ * that leaves one candidate still draws, as the sampler always has). Returns the count. */
+static size_t processed(kipp_sampler *s, float *logits, double *total, int *certain) {
     const kipp_sampler_params *p = &s->p;
-    apply_penalties(s, logits);
-    if (p->temperature <= 0.0f)
-        return argmax(logits, s->n_vocab);
-
     cand *c = s->c;
+    apply_penalties(s, logits);
+    *total = 1.0;
+    *certain = 1;
+    if (p->temperature <= 0.0f) {
+        c[0] = (cand){1.0f, argmax(logits, s->n_vocab)};
+        return 1;
+    }
     size_t n = s->n_vocab;
     /* A tiny temperature (the server accepts any T > 0) can overflow l / T to +inf for
      * every positive logit, which would make them all "the maximum". Then the logits are
@@ -480,11 +545,16 @@ int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
         if (l > vmax)
             vmax = l;
     }
-    if (vmax == -INFINITY)
-        return 0; /* every logit is -inf or NaN: nothing to normalize, lowest id */
-    if (vmax == INFINITY)
-        return argmax(logits, s->n_vocab); /* +inf dominates; softmax would give NaN */
+    if (vmax == -INFINITY) { /* every logit is -inf or NaN: nothing to normalize, lowest id */
+        c[0] = (cand){1.0f, 0};
+        return 1;
+    }
+    if (vmax == INFINITY) { /* +inf dominates; softmax would give NaN */
+        c[0] = (cand){1.0f, argmax(logits, s->n_vocab)};
+        return 1;
+    }
 
+    *certain = 0;
     int sorted = 0;
     if (p->top_k > 0 && (size_t)p->top_k < n) {
         top_k_hist(s, c, n, (size_t)p->top_k);
@@ -507,12 +577,18 @@ int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
     }
     if (t_minp > 0.0f) {
         n = keep_at_least(c, n, t_minp);
-        if (n == 0) /* cannot happen (p_max passes: min_p <= 1); c is clobbered if it did */
-            return argmax(logits, s->n_vocab);
+        if (n == 0) { /* cannot happen (p_max passes: min_p <= 1); c is clobbered if it did */
+            c[0] = (cand){1.0f, argmax(logits, s->n_vocab)};
+            *certain = 1;
+            return 1;
+        }
     }
+    *total = cand_sum(c, n);
+    return n;
+}
 
-    /* Renormalize implicitly: draw u in [0, total). */
-    double total = cand_sum(c, n);
+/* Draws from c[0..n) with weights summing to total: u in [0, total), walked in order. */
+static int32_t draw(kipp_sampler *s, const cand *c, size_t n, double total) {
     double target = rng_uniform(s->rng) * total, cum = 0.0;
     for (size_t i = 0; i < n; i++) {
         cum += c[i].v;
@@ -520,4 +596,117 @@ int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
             return c[i].id;
     }
     return c[n - 1].id; /* target landed on the rounding edge */
+}
+
+int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
+    if (!s || !logits)
+        return -1;
+    double total;
+    int certain;
+    size_t n = processed(s, logits, &total, &certain);
+    return certain ? s->c[0].id : draw(s, s->c, n, total);
+}
+
+/* ---- speculative decoding -------------------------------------------------------------- */
+
+uint32_t kipp_sampler_dist(kipp_sampler *s, float *logits, const kipp_token_prob **out) {
+    if (!s || !logits || !out)
+        return 0;
+    double total;
+    int certain;
+    size_t n = processed(s, logits, &total, &certain);
+    kipp_token_prob *d = s->dist;
+    const double inv = 1.0 / total;
+    for (size_t i = 0; i < n; i++)
+        d[i] = (kipp_token_prob){s->c[i].id, (float)(s->c[i].v * inv)};
+    *out = d;
+    return (uint32_t)n;
+}
+
+int32_t kipp_sampler_draw(kipp_sampler *s, const kipp_token_prob *dist, uint32_t n) {
+    if (!s || !dist || n == 0)
+        return -1;
+    if (n == 1)
+        return dist[0].id;
+    double total = 0.0, cum = 0.0;
+    for (uint32_t i = 0; i < n; i++)
+        total += dist[i].p;
+    double target = rng_uniform(s->rng) * total;
+    for (uint32_t i = 0; i < n; i++) {
+        cum += dist[i].p;
+        if (target < cum)
+            return dist[i].id;
+    }
+    return dist[n - 1].id;
+}
+
+/* The speculative rule (Leviathan et al. 2023; Chen et al. 2023): with p the target's
+ * processed distribution and q the draft's, the drafted token x ~ q is kept with
+ * probability min(1, p(x) / q(x)); otherwise the token is drawn from
+ * normalize(max(0, p - q)). Whatever q is, the token that comes out is distributed
+ * exactly as p. q = NULL (nq 0) is a point mass on the draft (n-gram or greedy drafts). */
+int32_t kipp_sampler_verify(kipp_sampler *s, float *logits, int32_t draft,
+                            const kipp_token_prob *q, uint32_t nq, int *accepted) {
+    *accepted = 0;
+    if (!s || !logits)
+        return -1;
+    double total;
+    int certain;
+    size_t n = processed(s, logits, &total, &certain);
+    cand *c = s->c;
+    if (n == 1) { /* greedy or degenerate: the target's token is certain */
+        *accepted = c[0].id == draft;
+        return c[0].id;
+    }
+    double px = 0.0, qx = 1.0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].id == draft) {
+            px = c[i].v / total;
+            break;
+        }
+    if (q) {
+        qx = 0.0;
+        for (uint32_t i = 0; i < nq; i++)
+            if (q[i].id == draft) {
+                qx = q[i].p;
+                break;
+            }
+    }
+#ifdef KIPP_MUTATE_SPEC_ACCEPT_ALWAYS
+    px = qx = 1.0; /* planted wrong rule (tests/model/mutation.sh): every draft is kept */
+#endif
+    if (px > 0.0 && (qx <= px || rng_uniform(s->rng) * qx < px)) {
+        *accepted = 1;
+        return draft;
+    }
+    /* rejected: residual r(x) = max(0, p(x) - q(x)) over the target's candidates (tokens
+     * outside them have p = 0, so their residual is 0) */
+    float *qd = s->qdense;
+    if (q)
+        for (uint32_t i = 0; i < nq; i++)
+            if (q[i].id >= 0 && (uint32_t)q[i].id < s->n_vocab)
+                qd[q[i].id] = q[i].p;
+    double rtotal = 0.0;
+    const double inv = 1.0 / total;
+    for (size_t i = 0; i < n; i++) {
+        double pi = c[i].v * inv;
+        double qi = q ? (double)qd[c[i].id] : (c[i].id == draft ? 1.0 : 0.0);
+#ifdef KIPP_MUTATE_SPEC_RESAMPLE_P
+        qi = 0.0; /* planted wrong rule: resample from p instead of p - q */
+#endif
+        double r = pi > qi ? pi - qi : 0.0;
+        c[i].v = (float)r;
+        rtotal += r;
+    }
+    if (q)
+        for (uint32_t i = 0; i < nq; i++)
+            if (q[i].id >= 0 && (uint32_t)q[i].id < s->n_vocab)
+                qd[q[i].id] = 0.0f;
+    if (!(rtotal > 0.0)) /* p <= q everywhere but x rejected: only rounding gets here */
+        return draw(s, c, n, total);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].v > 0.0f)
+            c[m++] = c[i];
+    return draw(s, c, m, cand_sum(c, m));
 }

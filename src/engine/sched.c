@@ -58,6 +58,12 @@ struct kipp_req {
     kipp_sampler *smp;
     double t_submit, t_last;
     char err[KIPP_ERR_LEN];
+    kipp_req_state state;
+    /* speculative decoding (engine thread; drafted/accepted published under s->mu) */
+    int slot;               /* the drafter's slot, -1: none */
+    kipp_spec_seq spec;
+    kipp_draft_job job;     /* this step's drafts */
+    uint64_t drafted_pub, accepted_pub;
 };
 
 struct kipp_sched {
@@ -83,6 +89,15 @@ struct kipp_sched {
     uint32_t *b_chunk; /* tokens each running request contributes this step */
     uint32_t *b_row;   /* its logits row when its last token is in the batch */
     float *logits, *raw;
+    /* speculative decoding */
+    kipp_drafter *drafter;
+    uint32_t k_max, k_min;
+    int fixed_k;
+    kipp_spec_timing timing;
+    uint8_t *slot_used;      /* [max_running] */
+    kipp_draft_job *jobs;    /* [max_running] scratch for kipp_drafter_run */
+    kipp_spec_seq **sq;      /* [max_running] */
+    uint32_t *cap, *kk;      /* [max_running] */
 };
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -131,6 +146,13 @@ uint32_t kipp_req_n_cached(kipp_req *r) {
     const uint32_t n = r->n_cached_pub;
     pthread_mutex_unlock(&r->s->mu);
     return n;
+}
+
+void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted) {
+    pthread_mutex_lock(&r->s->mu);
+    *drafted = r->drafted_pub;
+    *accepted = r->accepted_pub;
+    pthread_mutex_unlock(&r->s->mu);
 }
 
 const char *kipp_req_error(const kipp_req *r) { return r->finish == KIPP_FINISH_ERROR ? r->err : ""; }
@@ -210,6 +232,8 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     pthread_condattr_destroy(&ca);
     r->refs = 2;
     r->t_submit = now_s();
+    r->slot = -1;
+    kipp_spec_seq_init(&r->spec);
 
     pthread_mutex_lock(&s->mu);
     /* a free running slot takes a queued request at the engine's next look: such a request
@@ -249,6 +273,9 @@ static void release_seq(kipp_sched *s, kipp_req *r, int keep) {
     else kipp_ctx_seq_free(s->ctx, r->seq, NULL, 0);
     r->has_seq = 0;
     r->n_fed = 0;
+    if (r->slot >= 0) s->slot_used[r->slot] = 0; /* the drafter keeps its KV for reuse */
+    r->slot = -1;
+    r->state = KIPP_REQ_QUEUED;
 }
 
 /* Publishes a finished request (lock held): wakes its consumer, drops the engine's ref. */
@@ -293,6 +320,15 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             r->seq = seq;
             r->has_seq = 1;
             r->n_fed = n_hit;
+            r->state = KIPP_REQ_PREFILL;
+            if (s->drafter) { /* a slot is free: at most max_running requests run */
+                uint32_t k = 0;
+                while (s->slot_used[k]) k++;
+                if (kipp_drafter_open(s->drafter, k, &r->p.sampling, NULL, 0) == KIPP_OK) {
+                    s->slot_used[k] = 1;
+                    r->slot = (int)k;
+                } /* else this request runs without speculation */
+            }
             if (!r->admitted_once) {
                 r->n_cached_pub = n_hit;
                 for (uint32_t i = 0; i < r->p.n_prompt; i++) kipp_sampler_accept(r->smp, r->all[i]);
@@ -347,20 +383,29 @@ static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t,
     for (uint32_t k = 0; k < t->n_top; k++) t->top_logprob[k] = (float)(raw[t->top_id[k]] - lse);
 }
 
-/* Builds the batch: every decoding sequence's next token, then prompt chunks within the
- * step's budget. Returns the batch size; b_chunk[i] is running[i]'s share. */
+/* Builds the batch: every decoding sequence's pending token and its drafts, then prompt
+ * chunks within the step's budget. Returns the batch size; b_chunk[i] is running[i]'s
+ * share, b_row[i] its first logits row. */
 static uint32_t build_batch(kipp_sched *s) {
     uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < s->n_running; i++) {
             kipp_req *r = s->running[i];
-            const uint32_t rem = r->n_all - r->n_fed;
-            if ((pass == 0) != (rem == 1)) continue;
-            uint32_t chunk = rem;
-            if (pass == 1) {
-                chunk = rem < budget ? rem : budget;
-                budget -= chunk;
+            if ((pass == 0) != (r->state == KIPP_REQ_DECODE)) continue;
+            if (pass == 0) {
+                s->b_chunk[i] = 1 + r->job.n_draft;
+                s->b_row[i] = n_rows;
+                for (uint32_t k = 0; k <= r->job.n_draft; k++) {
+                    s->b_tok[n] = k ? r->job.draft[k - 1] : r->all[r->n_fed];
+                    s->b_seq[n] = r->seq;
+                    s->b_want[n++] = 1;
+                    n_rows++;
+                }
+                continue;
             }
+            const uint32_t rem = r->n_all - r->n_fed;
+            const uint32_t chunk = rem < budget ? rem : budget;
+            budget -= chunk;
             s->b_chunk[i] = chunk;
             for (uint32_t k = 0; k < chunk; k++) {
                 s->b_tok[n] = r->all[r->n_fed + k];
@@ -374,25 +419,129 @@ static uint32_t build_batch(kipp_sched *s) {
     return n;
 }
 
+/* Drafts for every decoding request with a drafter slot: K per request from its measured
+ * acceptance and the step-time model (kipp_spec_choose_k), one batched draft run. */
+static void draft(kipp_sched *s) {
+    uint32_t n = 0, prefill = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        kipp_req *r = s->running[i];
+        r->job.n_draft = 0;
+        if (r->state != KIPP_REQ_DECODE) {
+            const uint32_t rem = r->n_all - r->n_fed;
+            prefill += rem < s->p.batch_tokens ? rem : s->p.batch_tokens;
+            continue;
+        }
+        if (r->slot < 0) continue;
+        uint32_t cap = s->k_max;
+        const uint32_t room = s->n_ctx - r->n_all, left = r->p.max_tokens - r->n_gen - 1;
+        if (cap > room) cap = room;
+        if (cap > left) cap = left;
+        s->sq[n] = &r->spec;
+        s->cap[n] = cap;
+        s->jobs[n].slot = (uint32_t)i; /* running index, for now */
+        n++;
+    }
+    if (!s->drafter || n == 0) return;
+    if (prefill > s->p.batch_tokens) prefill = s->p.batch_tokens;
+    kipp_spec_choose_k(&s->timing, s->sq, s->cap, n, prefill, s->k_min, s->fixed_k, s->kk);
+    uint32_t nj = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        kipp_req *r = s->running[s->jobs[j].slot];
+        if (s->kk[j] == 0) { kipp_spec_seq_update(&r->spec, 0, 0); continue; }
+        kipp_draft_job *job = &s->jobs[nj++];
+        job->slot = (uint32_t)r->slot;
+        job->hist = r->all;
+        job->n_hist = r->n_all;
+        job->k = s->kk[j];
+    }
+    if (nj == 0) return;
+    char err[KIPP_ERR_LEN];
+    const double t0 = now_s();
+    if (kipp_drafter_run(s->drafter, s->jobs, nj, &s->timing, err, sizeof err) != KIPP_OK) {
+        for (uint32_t j = 0; j < nj; j++) s->jobs[j].n_draft = 0; /* decode without drafts */
+        return;
+    }
+    const double dt = now_s() - t0;
+    for (uint32_t j = 0; j < nj; j++) { /* jobs follow running order */
+        kipp_draft_job *job = &s->jobs[j];
+        for (uint32_t i = 0; i < s->n_running; i++) {
+            kipp_req *r = s->running[i];
+            if (r->slot != (int)job->slot || r->state != KIPP_REQ_DECODE) continue;
+            r->job = *job;
+            if (r->job.n_draft < s->k_min) r->job.n_draft = 0;
+            if (r->job.n_draft == 0) kipp_spec_seq_update(&r->spec, 1, 0); /* declined */
+            break;
+        }
+    }
+    s->st.spec_draft_seconds += dt; /* engine thread; read under the lock by stats */
+}
+
+/* Appends one final token to a request; 0 when it finished the request. */
+static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
+    kipp_gen_token *g = &r->out[r->n_gen];
+    g->id = tok;
+    g->logprob = 0;
+    g->n_top = 0;
+    if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+    r->all[r->n_all++] = tok;
+    r->n_gen++;
+    if (!r->p.ignore_eos && kipp_token_is_eog(s->m, tok)) r->pending = KIPP_FINISH_STOP;
+    else if (r->n_gen >= r->p.max_tokens || r->n_all >= s->n_ctx) r->pending = KIPP_FINISH_LENGTH;
+    return r->pending == KIPP_FINISH_NONE;
+}
+
+/* A decoding request's rows: verify its drafts (none: plain sampling), roll rejected drafts
+ * out of the KV cache, emit the final tokens. */
+static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
+    const uint32_t k = r->job.n_draft, N = r->n_all; /* all[N-1] was pending */
+    if (r->p.logprobs) memcpy(s->raw, rows, (size_t)(k + 1) * s->n_vocab * sizeof *rows);
+    int32_t out[KIPP_SPEC_MAX_K + 1];
+    uint32_t m = 0, n_out;
+    if (k == 0) {
+        out[0] = kipp_sampler_sample(r->smp, rows);
+        kipp_sampler_accept(r->smp, out[0]);
+        n_out = 1;
+    } else {
+        n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
+        kipp_spec_seq_update(&r->spec, k, m);
+        if (m < k && kipp_ctx_seq_truncate(s->ctx, r->seq, N + m, r->err, sizeof r->err) != KIPP_OK) {
+            r->pending = KIPP_FINISH_ERROR;
+            return;
+        }
+        s->st.spec_steps++;
+        s->st.spec_drafted += k;
+        s->st.spec_accepted += m;
+    }
+    r->n_fed = N + m;
+    for (uint32_t i = 0; i < n_out; i++)
+        if (!emit(s, r, out[i], s->raw + (size_t)i * s->n_vocab)) break;
+}
+
 static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     char err[KIPP_ERR_LEN];
     kipp_status st;
     uint32_t n;
+    draft(s);
+    double t0;
     for (;;) {
         memset(s->b_chunk, 0, s->n_running * sizeof *s->b_chunk);
         n = build_batch(s);
         const kipp_batch b = {.n = n, .tokens = s->b_tok, .seq_ids = s->b_seq, .want_logits = s->b_want};
+        t0 = now_s();
         st = kipp_decode_batch(s->ctx, &b, s->logits, err, sizeof err);
         if (st != KIPP_ERR_KV_FULL) break;
+        int had_drafts = 0; /* memory is short: drop this step's drafts first */
+        for (uint32_t i = 0; i < s->n_running; i++) {
+            had_drafts |= s->running[i]->job.n_draft > 0;
+            s->running[i]->job.n_draft = 0;
+        }
+        if (had_drafts) continue;
         if (s->pc && kipp_pc_evict_one(s->pc)) continue;
         if (s->n_running > 1) { preempt_newest(s); continue; }
         break; /* a lone sequence the pool cannot hold: it ends with "length" below */
     }
     const double t = now_s();
-    pthread_mutex_lock(&s->mu);
-    s->st.steps++;
-    s->st.batched_tokens += n;
-    pthread_mutex_unlock(&s->mu);
+    if (st == KIPP_OK && s->drafter) kipp_spec_timing_target(&s->timing, n, t - t0);
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (st == KIPP_ERR_KV_FULL) { r->pending = KIPP_FINISH_LENGTH; continue; }
@@ -403,26 +552,25 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         }
         const uint32_t chunk = s->b_chunk[i];
         if (chunk == 0) continue;
+        float *rows = s->logits + (size_t)s->b_row[i] * s->n_vocab;
+        if (r->state == KIPP_REQ_DECODE) {
+            finish_decode(s, r, rows);
+            continue;
+        }
         if (r->n_fed + chunk < r->n_all) { r->n_fed += chunk; continue; } /* prefill goes on */
-        r->n_fed = r->n_all;
-        float *lg = s->logits + (size_t)s->b_row[i] * s->n_vocab;
-        if (r->p.logprobs) memcpy(s->raw, lg, (size_t)s->n_vocab * sizeof *lg);
-        const int32_t tok = kipp_sampler_sample(r->smp, lg);
-        kipp_sampler_accept(r->smp, tok);
-        kipp_gen_token *g = &r->out[r->n_gen];
-        g->id = tok;
-        g->logprob = 0;
-        g->n_top = 0;
-        if (r->p.logprobs) fill_logprobs(s->raw, s->n_vocab, g, r->p.top_logprobs);
-        r->all[r->n_all++] = tok;
-        r->n_gen++;
-        if (!r->p.ignore_eos && kipp_token_is_eog(s->m, tok)) r->pending = KIPP_FINISH_STOP;
-        else if (r->n_gen >= r->p.max_tokens || r->n_all >= s->n_ctx) r->pending = KIPP_FINISH_LENGTH;
+        r->n_fed = r->n_all - 1; /* the prompt's last token is in; its logits give token 1 */
+        r->job.n_draft = 0;
+        finish_decode(s, r, rows);
+        if (r->pending == KIPP_FINISH_NONE) r->state = KIPP_REQ_DECODE;
     }
     /* publish */
     pthread_mutex_lock(&s->mu);
+    s->st.steps++;
+    s->st.batched_tokens += n;
     for (uint32_t i = 0; i < s->n_running;) {
         kipp_req *r = s->running[i];
+        r->drafted_pub = r->spec.drafted;
+        r->accepted_pub = r->spec.accepted;
         if (r->n_gen > r->n_out) {
             s->st.generated_tokens += r->n_gen - r->n_out;
             if (r->n_out == 0) kipp_hist_add(&s->st.ttft, t - r->t_submit);
@@ -434,6 +582,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         if (r->pending == KIPP_FINISH_NONE) { i++; continue; }
         pthread_mutex_unlock(&s->mu);
         release_seq(s, r, r->pending != KIPP_FINISH_ERROR);
+        r->state = KIPP_REQ_DONE;
         pthread_mutex_lock(&s->mu);
         kipp_req *d = finish_locked(s, r, r->pending);
         if (d) dead[(*n_dead)++] = d;
@@ -571,15 +720,36 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     if (p.prefix_cache_entries &&
         (st = kipp_pc_init(s->ctx, p.prefix_cache_entries, &s->pc, err, err_len)) != KIPP_OK)
         goto fail;
-    const size_t max_batch = (size_t)p.batch_tokens + p.max_running;
+    uint32_t rows_per = 1;
+    if (p.spec) {
+        kipp_spec_params sp = *p.spec;
+        sp.n_ctx = s->n_ctx;
+        sp.n_slots = p.max_running;
+        if ((st = kipp_drafter_init(m, &sp, &s->drafter, err, err_len)) != KIPP_OK) goto fail;
+        s->k_max = sp.k_max;
+        s->k_min = sp.k_min;
+        s->fixed_k = sp.fixed_k;
+        rows_per = 1 + sp.k_max;
+        kipp_spec_timing_init(&s->timing);
+        s->slot_used = calloc(p.max_running, 1);
+        s->jobs = calloc(p.max_running, sizeof *s->jobs);
+        s->sq = calloc(p.max_running, sizeof *s->sq);
+        s->cap = calloc(p.max_running, sizeof *s->cap);
+        s->kk = calloc(p.max_running, sizeof *s->kk);
+        if (!s->slot_used || !s->jobs || !s->sq || !s->cap || !s->kk) {
+            st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
+            goto fail;
+        }
+    }
+    const size_t max_batch = (size_t)p.batch_tokens + (size_t)p.max_running * rows_per;
     s->running = calloc(p.max_running, sizeof *s->running);
     s->b_chunk = calloc(p.max_running, sizeof *s->b_chunk);
     s->b_row = calloc(p.max_running, sizeof *s->b_row);
     s->b_tok = malloc(max_batch * sizeof *s->b_tok);
     s->b_seq = malloc(max_batch * sizeof *s->b_seq);
     s->b_want = malloc(max_batch);
-    s->logits = malloc((size_t)p.max_running * s->n_vocab * sizeof *s->logits);
-    s->raw = malloc((size_t)s->n_vocab * sizeof *s->raw);
+    s->logits = malloc((size_t)p.max_running * rows_per * s->n_vocab * sizeof *s->logits);
+    s->raw = malloc((size_t)rows_per * s->n_vocab * sizeof *s->raw);
     if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
@@ -611,6 +781,12 @@ void kipp_sched_free(kipp_sched *s) {
     if (!s) return;
     kipp_sched_stop(s);
     kipp_pc_free(s->pc);
+    kipp_drafter_free(s->drafter);
+    free(s->slot_used);
+    free(s->jobs);
+    free(s->sq);
+    free(s->cap);
+    free(s->kk);
     kipp_ctx_free(s->ctx);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->mu);

@@ -9,6 +9,7 @@
 #ifndef KIPP_ENGINE_SCHED_H
 #define KIPP_ENGINE_SCHED_H
 
+#include "engine/spec.h"
 #include "kipp.h"
 
 #include <stdint.h>
@@ -34,7 +35,15 @@ typedef struct {
     const char *isa;               /* see kipp_ctx_params; NULL = best */
     uint64_t kv_memory;            /* with n_kv_tokens 0: the pool holds at most this many
                                       bytes of K/V (0 = KIPP_SCHED_DEFAULT_KV_BYTES) */
+    const kipp_spec_params *spec;  /* speculative decoding (NULL: none): the drafter gets a
+                                      slot per running sequence; n_ctx and n_slots are set
+                                      here; ctx.n_threads etc. as given */
 } kipp_sched_params;
+
+/* A request's life: queued (waiting for a slot and memory), prefilling its prompt in
+ * chunks, decoding (one token per step, or a verified draft run with speculation), done.
+ * Preemption sends a running request back to queued. */
+typedef enum { KIPP_REQ_QUEUED = 0, KIPP_REQ_PREFILL, KIPP_REQ_DECODE, KIPP_REQ_DONE } kipp_req_state;
 
 typedef enum {
     KIPP_FINISH_NONE = 0,  /* still running */
@@ -80,6 +89,8 @@ typedef struct {
     uint32_t queue_depth, running;
     uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: held only by the cache */
     uint64_t pc_lookups, pc_hits, pc_lookup_tokens, pc_hit_tokens;
+    uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding */
+    double spec_draft_seconds;
     kipp_hist ttft, itl; /* submit → first token; between consecutive tokens of a request */
 } kipp_sched_stats;
 
@@ -112,6 +123,8 @@ uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *
 const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i);
 /* Prompt tokens served from the prefix cache (final once the first token is out). */
 uint32_t kipp_req_n_cached(kipp_req *r);
+/* Speculative decoding: tokens drafted for the request and verified, and kept (0 without). */
+void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted);
 /* The backend's error message for KIPP_FINISH_ERROR ("" otherwise). */
 const char *kipp_req_error(const kipp_req *r);
 /* Asks the engine to drop the request at its next step; its blocks go back to the pool. */
