@@ -40,6 +40,10 @@ static const struct {
      kt_gate_cpu_vs_ref_shape, NULL, BACKEND_FLAGS},
     {"--sched", "M", "scheduler (default cpu): solo == batch of 8 == prefix cache == preemption",
      kt_gate_sched, NULL, BACKEND_FLAGS},
+    {"--draft-spec", "M D", "speculative decoding: greedy == plain with the target, each draft in D (comma-separated) and prompt lookup, alone and batched (default cpu); rollback",
+     kt_gate_draft_spec, NULL, BACKEND_FLAGS},
+    {"--spec-stat", "", "speculative sampling: emitted tokens distributed as plain sampling (chi-square)",
+     kt_gate_spec_stat, NULL, NO_FLAGS},
     {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", NULL, kt_tok_golden, NO_FLAGS},
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", NULL, kt_chat_golden,
      NO_FLAGS},
@@ -131,7 +135,8 @@ int main(int argc, char **argv) {
         }
         /* positional arguments: "M V" two, "M" one, "M [V]" one or two */
         const char *args = modes[i].args;
-        const int n_req = args[1] && args[2] != '[' ? 2 : 1, n_opt = args[1] && args[2] == '[';
+        const int n_req = !args[0] ? 0 : args[1] && args[2] != '[' ? 2 : 1,
+                  n_opt = args[0] && args[1] && args[2] == '[';
         int n_pos = 0;
         while (2 + n_pos < argc && n_pos < n_req + n_opt && strncmp(argv[2 + n_pos], "--", 2) != 0)
             n_pos++;
@@ -149,7 +154,8 @@ int main(int argc, char **argv) {
         /* Passes are counted inside. A mode returns its failures: those it did not already
          * count with KT_CHECK are added, and unusable inputs (< 0) count as one. */
         int failed0 = kt_failed;
-        int bad = modes[i].gate ? modes[i].gate(argv[2], a2, &o) : modes[i].run(argv[2], a2);
+        const char *a1 = n_pos >= 1 ? argv[2] : NULL;
+        int bad = modes[i].gate ? modes[i].gate(a1, a2, &o) : modes[i].run(a1, a2);
         if (bad > 0 && kt_failed - failed0 < bad) kt_failed = failed0 + bad;
         if (bad < 0 && kt_failed == failed0) kt_failed++;
     }

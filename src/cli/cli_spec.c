@@ -77,9 +77,13 @@ void kipp_cli_spec_help(FILE *f, int width) {
         {"", "P (default 0.75)"},
         {"--draft-fixed", "always draft --draft-max tokens (no adaptation)"},
     };
-    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
-        fprintf(f, "%s%-*s%s\n", e[i][0][0] == '-' && e[i][0][1] == 'm' ? "  " : "      ",
-                width - (e[i][0][0] == '-' && e[i][0][1] == 'm' ? 2 : 6), e[i][0], e[i][1]);
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+        const int pad = e[i][0][0] == '-' && e[i][0][1] == 'm' ? 2 : 6; /* -md: short form */
+        if (pad + (int)strlen(e[i][0]) >= width) /* too long for the column: own line */
+            fprintf(f, "%*s%s\n%*s%s\n", pad, "", e[i][0], width, "", e[i][1]);
+        else
+            fprintf(f, "%*s%-*s%s\n", pad, "", width - pad, e[i][0], e[i][1]);
+    }
 }
 
 kipp_spec_params kipp_cli_spec_params(const kipp_cli_spec *o, kipp_model *model,

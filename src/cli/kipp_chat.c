@@ -5,6 +5,7 @@
  * it shares with kipp (generate.c). Design and user doc: docs/chat.md.
  * Not here: line editing (no readline), multi-line input, tools, several sequences. */
 #include "cli/cli_args.h"
+#include "cli/cli_spec.h"
 #include "cli/generate.h"
 #include "kipp.h"
 #include "tok/reasoning.h"
@@ -28,6 +29,7 @@ typedef struct {
     int no_think, show_reasoning, stats, print_prompt, print_tokens;
     kipp_sampler_params sp;
     kipp_cli_runtime rt; /* --backend, --isa, --kv-type */
+    kipp_cli_spec spec;  /* --draft-model, --spec-ngram, ... */
 } chat_opts;
 
 /* ---- flags ----------------------------------------------------------------------------- */
@@ -47,6 +49,7 @@ static void usage(FILE *f) {
             "  -t, --threads N         threads for backends that use them (default 0 = physical\n"
             "                          cores)\n");
     kipp_cli_runtime_help(f, 26);
+    kipp_cli_spec_help(f, 26);
     fprintf(f,
             "  -c, --ctx-size N        context size in tokens (default: model's, capped at 4096);\n"
             "                          the oldest exchanges are dropped when it is full\n"
@@ -97,6 +100,7 @@ static void commands_help(FILE *f) {
 static int parse_args(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
     kipp_cli_runtime_init(&o->rt);
+    kipp_cli_spec_init(&o->spec);
     o->n_predict = 1024;
     o->show_reasoning = 1;
     o->stats = 1;
@@ -120,7 +124,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         } else if (IS("-t") || IS("--threads")) {
             if (!(v = NEXT()) || !kipp_cli_long(PROG, a, v, 0, 1024, &o->n_threads)) return 2;
         } else if ((r = kipp_cli_sampling_flag(PROG, argc, argv, &i, &o->sp)) != 0 ||
-                   (r = kipp_cli_runtime_flag(PROG, argc, argv, &i, &o->rt)) != 0) {
+                   (r = kipp_cli_runtime_flag(PROG, argc, argv, &i, &o->rt)) != 0 ||
+                   (r = kipp_cli_spec_flag(PROG, argc, argv, &i, &o->spec)) != 0) {
             if (r == 2) return 2;
         } else if (IS("--no-think")) { o->no_think = 1; }
         else if (IS("--show-reasoning")) { o->show_reasoning = 1; }
@@ -140,6 +145,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         return 2;
     }
     if (!kipp_cli_runtime_finish(PROG, &o->rt)) return 2;
+    if (!kipp_cli_spec_finish(PROG, &o->spec)) return 2;
     if (o->system && kipp_tok_utf8_valid_prefix((const uint8_t *)o->system,
                                                 strlen(o->system)) != strlen(o->system)) {
         fprintf(stderr, PROG ": --system: the text is not valid UTF-8\n");
@@ -182,6 +188,8 @@ typedef struct {
     /* display state of one reply */
     int shown_reasoning;   /* the dim reasoning part was opened on the terminal */
     int shown_content;
+    kipp_model *dm;          /* --draft-model */
+    kipp_drafter *drafter;   /* speculative decoding, or NULL */
 } chat_session;
 
 /* Renders system + msgs[start..] with the template and tokenizes the result into s->ids.
@@ -449,7 +457,14 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
     kipp_gen_params gp = {.prog = PROG, .ctx = s->c, .model = s->m, .sampler = smp,
                           .detok = dt, .logits = s->logits, .n_predict = s->o->n_predict,
                           .interrupted = &g_interrupted, .on_text = turn_text,
-                          .on_sampled = turn_sampled, .on_decoded = turn_decoded, .user = &io};
+                          .on_sampled = turn_sampled, .on_decoded = turn_decoded, .user = &io,
+                          .drafter = s->drafter, .k_max = (uint32_t)s->o->spec.draft_max,
+                          .k_min = (uint32_t)s->o->spec.draft_min, .fixed_k = s->o->spec.fixed,
+                          .hist = s->ids, .n_hist = n_prompt};
+    if (s->drafter && (st = kipp_drafter_open(s->drafter, 0, &sp, err, sizeof err)) != KIPP_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        goto done;
+    }
     kipp_gen_result g;
     if (!kipp_generate(&gp, &g)) goto done;
     if (s->o->print_tokens) fprintf(stderr, "\n");
@@ -581,8 +596,9 @@ int main(int argc, char **argv) {
         kipp_cli_ctx_error(PROG, &o.rt, err);
         goto done;
     }
-    load_s = kipp_cli_now() - load_s;
     s.n_ctx = kipp_ctx_n_ctx(s.c);
+    if (!kipp_cli_spec_start(PROG, &o.spec, s.m, &cp, s.n_ctx, 1, &s.dm, &s.drafter)) goto done;
+    load_s = kipp_cli_now() - load_s;
     s.kv = malloc((size_t)s.n_ctx * sizeof *s.kv);
     s.logits = malloc((size_t)s.n_vocab * sizeof *s.logits);
     s.msgs = json_array();
@@ -653,6 +669,8 @@ done:
     free(s.logits);
     free(s.reply);
     json_decref(s.msgs);
+    kipp_drafter_free(s.drafter);
+    kipp_model_free(s.dm);
     kipp_ctx_free(s.c);
     kipp_model_free(s.m);
     return rc;

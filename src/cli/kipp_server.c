@@ -5,6 +5,7 @@
  * SIGINT or SIGTERM, then drains. The only server code that prints or exits. Reference:
  * docs/server.md. */
 #include "cli/cli_args.h"
+#include "cli/cli_spec.h"
 #include "engine/sched.h"
 #include "kipp.h"
 #include "server/server.h"
@@ -38,6 +39,7 @@ static void usage(FILE *f) {
             "      --port P              TCP port (default 8080; 0 = any free port, printed)\n"
             "  -t, --threads N           compute threads (default 0 = physical cores)\n");
     kipp_cli_runtime_help(f, 28);
+    kipp_cli_spec_help(f, 28);
     fprintf(f,
             "      --model-name NAME     the model id clients send (default: file name without .gguf)\n"
             "  -c, --ctx-size N          longest sequence, prompt + completion (default: model's,\n"
@@ -173,6 +175,8 @@ int main(int argc, char **argv) {
     kipp_sched_params kp = {.max_running = 8, .max_queue = 64, .batch_tokens = 256,
                             .prefix_cache_entries = 64};
     kipp_cli_runtime rt;
+    kipp_cli_spec spec;
+    kipp_cli_spec_init(&spec);
     kipp_cli_runtime_init(&rt);
     int no_prefix = 0;
     for (int i = 1; i < argc; i++) {
@@ -238,7 +242,8 @@ int main(int argc, char **argv) {
             if (is_host) hosts[n_hosts++] = h;
             else origins[n_origins++] = h;
         }
-        else if ((r = kipp_cli_runtime_flag("kipp-server", argc, argv, &i, &rt)) != 0) {
+        else if ((r = kipp_cli_runtime_flag("kipp-server", argc, argv, &i, &rt)) != 0 ||
+                 (r = kipp_cli_spec_flag("kipp-server", argc, argv, &i, &spec)) != 0) {
             if (r == 2) return 2;
         }
         else {
@@ -251,6 +256,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!kipp_cli_runtime_finish("kipp-server", &rt)) return 2;
+    if (!kipp_cli_spec_finish("kipp-server", &spec)) return 2;
     if (kp.n_kv_tokens && kp.kv_memory) {
         fprintf(stderr, "kipp-server: give --kv-tokens (the pool in tokens) or --kv-memory (a "
                         "cap in bytes), not both\n");
@@ -289,7 +295,7 @@ int main(int argc, char **argv) {
     char err[KIPP_ERR_LEN];
     int rc = 1;
     kipp_server *sv = NULL;
-    kipp_model *m = NULL;
+    kipp_model *m = NULL, *dm = NULL;
     kipp_sched *sched = NULL;
     raise_nofile(sp.max_connections ? sp.max_connections : KIPP_SERVER_DEFAULT_MAX_CONNECTIONS);
     if (kipp_server_start(&sp, &sv, err, sizeof err) != KIPP_OK) {
@@ -305,6 +311,20 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (check_template(m) != 0) goto done;
+    kipp_spec_params spp;
+    if (spec.draft_model || spec.ngram) {
+        if (spec.draft_model && kipp_model_load(spec.draft_model, &dm, err, sizeof err) != KIPP_OK) {
+            fprintf(stderr, "kipp-server: --draft-model: %s\n", err);
+            goto done;
+        }
+        kipp_ctx_params dcp = kipp_ctx_default_params();
+        dcp.backend = kp.backend;
+        dcp.isa = kp.isa;
+        dcp.kv_type = kp.kv_type;
+        dcp.n_threads = kp.n_threads;
+        spp = kipp_cli_spec_params(&spec, dm, &dcp, 0, 0);
+        kp.spec = &spp;
+    }
     if (kipp_sched_start(m, &kp, &sched, err, sizeof err) != KIPP_OK) {
         kipp_cli_ctx_error("kipp-server", &rt, err);
         goto done;
@@ -321,6 +341,10 @@ int main(int argc, char **argv) {
             kipp_sched_n_ctx(sched), kp.max_running);
     kipp_cli_print_ctx_info(stderr, &ci);
     fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
+    if (kp.spec)
+        fprintf(stderr, "kipp-server: speculative decoding: %s, draft-max %ld%s\n",
+                spec.draft_model ? spec.draft_model : "prompt lookup", spec.draft_max,
+                spec.fixed ? " (fixed)" : " (adaptive per request)");
     kipp_server_attach(sv, m, sched);
     printf("kipp-server: ready\n");
     fflush(stdout);
@@ -359,6 +383,7 @@ done:
     kipp_server_free(sv);     /* joins the connection threads */
     kipp_sched_free(sched);
     kipp_model_free(m);
+    kipp_model_free(dm);
     free(model_name);
     free(key);
     return rc;

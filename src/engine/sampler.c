@@ -672,9 +672,6 @@ int32_t kipp_sampler_verify(kipp_sampler *s, float *logits, int32_t draft,
                 break;
             }
     }
-#ifdef KIPP_MUTATE_SPEC_ACCEPT_ALWAYS
-    px = qx = 1.0; /* planted wrong rule (tests/model/mutation.sh): every draft is kept */
-#endif
     if (px > 0.0 && (qx <= px || rng_uniform(s->rng) * qx < px)) {
         *accepted = 1;
         return draft;
@@ -691,9 +688,6 @@ int32_t kipp_sampler_verify(kipp_sampler *s, float *logits, int32_t draft,
     for (size_t i = 0; i < n; i++) {
         double pi = c[i].v * inv;
         double qi = q ? (double)qd[c[i].id] : (c[i].id == draft ? 1.0 : 0.0);
-#ifdef KIPP_MUTATE_SPEC_RESAMPLE_P
-        qi = 0.0; /* planted wrong rule: resample from p instead of p - q */
-#endif
         double r = pi > qi ? pi - qi : 0.0;
         c[i].v = (float)r;
         rtotal += r;

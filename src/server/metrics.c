@@ -82,6 +82,17 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            (double)s->pc_hit_tokens);
     metric(&b, "kipp_prefix_cache_hit_rate", "gauge", "Cached prompt tokens / looked-up prompt tokens.",
            s->pc_lookup_tokens ? (double)s->pc_hit_tokens / (double)s->pc_lookup_tokens : 0.0);
+    metric(&b, "kipp_spec_steps_total", "counter",
+           "Speculative verification steps (a request's drafts checked in one batch).",
+           (double)s->spec_steps);
+    metric(&b, "kipp_spec_drafted_tokens_total", "counter", "Drafted tokens verified.",
+           (double)s->spec_drafted);
+    metric(&b, "kipp_spec_accepted_tokens_total", "counter", "Drafted tokens kept.",
+           (double)s->spec_accepted);
+    metric(&b, "kipp_spec_acceptance_rate", "gauge", "Accepted / drafted tokens, all requests.",
+           s->spec_drafted ? (double)s->spec_accepted / (double)s->spec_drafted : 0.0);
+    metric(&b, "kipp_spec_draft_seconds_total", "counter", "Time spent drafting.",
+           s->spec_draft_seconds);
     metric(&b, "kipp_queue_depth", "gauge", "Requests waiting for a running slot.", s->queue_depth);
     metric(&b, "kipp_running_sequences", "gauge", "Sequences in the running batch.", s->running);
     metric(&b, "kipp_kv_blocks_total", "gauge", "Blocks in the paged KV pool.", s->kv_blocks_total);

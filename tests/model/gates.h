@@ -44,4 +44,14 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused, const k
  * logprobs, prefix reuse vs recomputation. */
 int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o);
 
+/* Speculative decoding (tests/model/gates_sched.c, gates_spec.c): greedy output with each
+ * drafter (the target itself, the comma-separated draft models, prompt lookup) identical to
+ * plain decoding in the scheduler, alone and batched, no leaked blocks; rollback: truncating
+ * rejected drafts leaves a cache that decodes like recomputation (1e-6, on o's backend). */
+int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts *o);
+void kt_spec_rollback(const kipp_model *m, const kt_opts *o);
+/* The rejection rule's statistics on synthetic distributions (no model): the tokens
+ * speculation emits are distributed as plain sampling's (chi-square, false alarm 1e-4). */
+int kt_gate_spec_stat(const char *unused1, const char *unused2, const kt_opts *o);
+
 #endif

@@ -99,6 +99,7 @@ static int run(kipp_model *m, const kipp_sched_params *sp, const prompts *p, int
         KT_CHECK(fin == KIPP_FINISH_LENGTH, "request %d finished with %d", i, (int)fin);
     }
     for (int i = 0; i < N_REQ; i++) kipp_req_release(r[i]);
+    kipp_sched_stop(s); /* the engine's last look at the pool refreshes the statistics */
     if (st) kipp_sched_get_stats(s, st);
     kipp_sched_free(s);
     return bad ? -1 : 0;
@@ -337,5 +338,95 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
            "cancel and queue, logprobs, prefix reuse\n", kt_label(&lp, label, sizeof label));
+    return kt_failed - failed0;
+}
+
+/* ---- speculative decoding in the scheduler (kipp_test --draft-spec M D[,D...]) ---------- */
+
+/* Greedy output with speculation == without, alone and in a batch of 8, for each drafter:
+ * the target itself (drafts always kept: acceptance must be 1), each draft model given
+ * (partial or no acceptance), prompt lookup; every block back in the pool afterwards. */
+static void spec_case(kipp_model *m, const prompts *p, const kipp_sched_params *base,
+                      const outputs *ref, kipp_model *dm, uint32_t ngram, int fixed,
+                      const char *what, int want_all_kept) {
+    kipp_spec_params spp = {.model = dm, .ngram = ngram, .k_max = 4, .k_min = 0,
+                            .p_min = 0.0f, .fixed_k = fixed};
+    spp.ctx = kipp_ctx_default_params();
+    spp.ctx.backend = base->backend;
+    spp.ctx.kv_type = base->kv_type;
+    spp.ctx.n_threads = base->n_threads;
+    kipp_sched_params sp = *base;
+    sp.spec = &spp;
+    outputs solo, batch;
+    kipp_sched_stats st;
+    char label[160];
+    snprintf(label, sizeof label, "speculative (%s), alone", what);
+    if (run(m, &sp, p, 0, 0.0f, &solo, &st) != 0) return;
+    same(ref, &solo, label);
+    KT_CHECK(st.spec_drafted > 0, "%s: nothing was drafted", label);
+    KT_CHECK(st.kv_blocks_used == 0, "%s: %u KV blocks still used after every request ended",
+             label, st.kv_blocks_used);
+    if (want_all_kept)
+        KT_CHECK(st.spec_accepted == st.spec_drafted, "%s: %llu of %llu drafts kept, not all",
+                 label, (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted);
+    printf("  %-40s drafted %5llu, accepted %5llu (%.0f %%)\n", what,
+           (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted,
+           st.spec_drafted ? 100.0 * st.spec_accepted / st.spec_drafted : 0.0);
+    snprintf(label, sizeof label, "speculative (%s), batch of 8", what);
+    if (run(m, &sp, p, 1, 0.0f, &batch, &st) != 0) return;
+    same(ref, &batch, label);
+    KT_CHECK(st.kv_blocks_used == 0, "%s: %u KV blocks still used after every request ended",
+             label, st.kv_blocks_used);
+    KT_CHECK(st.steps < N_REQ * MAX_GEN, "%s: %llu steps: not batched", label,
+             (unsigned long long)st.steps);
+}
+
+int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts *o) {
+    const int failed0 = kt_failed;
+    char err[KIPP_ERR_LEN];
+    kipp_model *m = NULL;
+    if (kipp_model_load(model_path, &m, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "%s", err);
+        return 1;
+    }
+    prompts p;
+    if (make_prompts(m, &p) != 0) {
+        KT_CHECK(0, "tokenize");
+        kipp_model_free(m);
+        return 1;
+    }
+    kipp_sched_params sp = {.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
+                            .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
+                            .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
+    outputs ref;
+    if (run(m, &sp, &p, 0, 0.0f, &ref, NULL) == 0) {
+        spec_case(m, &p, &sp, &ref, m, 0, 1, "draft = the target, K 4", 1);
+        spec_case(m, &p, &sp, &ref, NULL, 3, 0, "prompt lookup, n-gram 3", 0);
+        char list[1024];
+        snprintf(list, sizeof list, "%s", drafts);
+        for (char *save = NULL, *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+            kipp_model *dm = NULL;
+            if (kipp_model_load(f, &dm, err, sizeof err) != KIPP_OK) {
+                KT_CHECK(0, "draft %s: %s", f, err);
+                continue;
+            }
+            const char *base = strrchr(f, '/') ? strrchr(f, '/') + 1 : f;
+            char what[96];
+            snprintf(what, sizeof what, "%.60s, K 4", base);
+            spec_case(m, &p, &sp, &ref, dm, 0, 1, what, 0);
+            snprintf(what, sizeof what, "%.60s, adaptive", base);
+            spec_case(m, &p, &sp, &ref, dm, 0, 0, what, 0);
+            kipp_model_free(dm);
+        }
+    }
+    kt_spec_rollback(m, o);
+    kipp_model_free(m);
+    kipp_ctx_params lp = kipp_ctx_default_params();
+    lp.backend = sp.backend;
+    lp.kv_type = sp.kv_type;
+    char label[48];
+    printf("speculative decoding gate (%s): greedy output identical with every drafter, alone "
+           "and batched; no leaked blocks; rollback vs recomputation\n",
+           kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }
