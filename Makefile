@@ -31,7 +31,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu server chat test-server test-chat neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models trained-models
 
 all: cpu
@@ -44,6 +44,7 @@ help:
 	@echo "make chat           build build/kipp-chat (interactive multi-turn chat)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin)"
+	@echo "make test-draft-spec speculative decoding gates (greedy identity, sampling statistics)"
 	@echo "make demo           build, unpack the shipped kipp-tiny model, answer a question with it"
 	@echo "make check          fast tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
 	@echo "                    tiny bf16 model gates (cpu-ref and cpu), kipp-server smoke test"
@@ -229,6 +230,9 @@ check: deps cpu server $(FUZZERS) tiny-models
 
 test-server: deps server tiny-models
 	@BUILD=$(BUILD) tests/server/run_server_tests.sh
+
+test-draft-spec: deps cpu server chat tiny-models
+	@BUILD=$(BUILD) tests/model/test_draft_spec.sh
 
 test-chat: deps cpu chat tiny-models
 	@BUILD=$(BUILD) tests/chat/test_chat.sh

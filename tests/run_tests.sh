@@ -36,6 +36,7 @@ run_counted "neon kernels compile for arm64" tests/neon_check.sh
 for t in kipp-tiny tiny-tied tiny-untied random-tiny; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done
+run_counted "speculative decoding (make test-draft-spec)" tests/model/test_draft_spec.sh
 run_counted "chat CLI (make test-chat)" tests/chat/test_chat.sh
 run_counted "server over HTTP (make test-server)" tests/server/run_server_tests.sh
 # the mutation stage rebuilds copies of the tree with default flags; once is enough

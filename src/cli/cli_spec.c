@@ -79,7 +79,7 @@ void kipp_cli_spec_help(FILE *f, int width) {
     };
     for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
         const int pad = e[i][0][0] == '-' && e[i][0][1] == 'm' ? 2 : 6; /* -md: short form */
-        if (pad + (int)strlen(e[i][0]) >= width) /* too long for the column: own line */
+        if (pad + (int)strlen(e[i][0]) >= width - 1) /* too long for the column: own line */
             fprintf(f, "%*s%s\n%*s%s\n", pad, "", e[i][0], width, "", e[i][1]);
         else
             fprintf(f, "%*s%-*s%s\n", pad, "", width - pad, e[i][0], e[i][1]);

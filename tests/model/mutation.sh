@@ -46,6 +46,7 @@ cases=(
   # see a rule that keeps every draft, and one that resamples from p instead of p - q
   "spec: every draft accepted|--spec-stat|src/engine/sampler.c|s#if (px > 0.0 \&\& (qx <= px || rng_uniform(s->rng) \* qx < px)) {#if (1) {#"
   "spec: rejection resamples from p, not p - q|--spec-stat|src/engine/sampler.c|s#double r = pi > qi ? pi - qi : 0.0;#double r = pi;#"
+  "spec: greedy verification keeps every draft|--draft-spec|src/engine/sampler.c|s#\*accepted = c\[0\].id == draft;#*accepted = 1;#"
   # the cpu backend's own table lookup (kv_at) addresses every sequence as if in the
   # identity layout: the paged and the pooled gate on cpu must see it
   "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
@@ -73,6 +74,7 @@ for c in "${cases[@]}"; do
     args=("$gm" "$V")
     [ "$gate" = --sched ] && args=("$gm") # one-argument mode
     [ "$gate" = --spec-stat ] && args=()   # no model
+    [ "$gate" = --draft-spec ] && args=("$gm" "$gm") # the model drafts for itself (and lookup)
     # shellcheck disable=SC2086 # flags: words
     if "$d/build/kipp_test" "$gate" "${args[@]}" ${flags:-} >"$d/gate.log" 2>&1; then
         fail=$((fail + 1)); echo "FAIL: gate $gate did not catch '$name'"

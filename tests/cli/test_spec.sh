@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# test_spec.sh — speculative decoding through the binaries users run: kipp's greedy output
+# with each drafter (the target itself, kipp-tiny-draft, an unrelated random model, prompt
+# lookup) is byte-identical to its output without speculation, on cpu and cpu-ref; kipp-chat
+# likewise over two turns; kipp-server with a draft model answers greedy requests exactly as
+# a plain one and reports drafted/accepted tokens on /metrics; bad flags are clear errors.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+K=$BUILD/kipp
+M=models/kipp-tiny/kipp-tiny-bf16.gguf
+D=models/kipp-tiny-draft/kipp-tiny-draft-bf16.gguf
+R=models/random/qwen3-tiny-bf16.gguf
+. tests/cli/expect.sh
+for f in "$M" "$D" "$R"; do [ -f "$f" ] || make -s "$f" >/dev/null || bad "make $f"; done
+CODE='Repeat this function, renaming total to acc:
+def add_all(xs):
+    total = 0
+    for x in xs:
+        total += x
+    return total
+'
+for backend in cpu cpu-ref; do
+    n=40; [ $backend = cpu-ref ] && n=16
+    for prompt in "$CODE" "What does the function json.dumps do?"; do
+        G=(-m "$M" --backend $backend --greedy -n $n --ignore-eos --no-stats -p "$prompt")
+        "$K" "${G[@]}" >"$tmp/plain" 2>"$tmp/err" || { bad "$backend plain run"; cat "$tmp/err"; continue; }
+        for spec in "-md $M --draft-fixed --draft-max 4" "-md $D --draft-p-min 0" \
+                    "-md $D --draft-fixed --draft-max 3" "-md $R --draft-fixed --draft-max 3" \
+                    "--spec-ngram 3" "--spec-ngram 1 --draft-max 8 --draft-min 2"; do
+            # shellcheck disable=SC2086 # spec: words
+            if "$K" "${G[@]}" $spec >"$tmp/spec" 2>"$tmp/err"; then
+                cmp -s "$tmp/plain" "$tmp/spec" && ok || { bad "$backend '$spec': output differs"; diff "$tmp/plain" "$tmp/spec" | head -5; }
+            else
+                bad "$backend '$spec': exit $?"; cat "$tmp/err"
+            fi
+        done
+    done
+done
+# the stats line and --stats-json report the drafts; the target itself as draft keeps all
+"$K" -m "$M" --greedy -n 24 --ignore-eos -p "$CODE" -md "$M" --draft-fixed --draft-max 4 \
+    --stats-json "$tmp/s.json" >/dev/null 2>"$tmp/err" && ok || bad "stats run"
+grep -q "speculative: .* drafted, .* accepted (100.0 %)" "$tmp/err" && ok || { bad "self-draft acceptance is not 100 %"; cat "$tmp/err"; }
+.venv/bin/python -c "import json,sys; s=json.load(open(sys.argv[1]))['spec']; sys.exit(0 if s['drafter']=='model' and s['drafted']>0 and s['accepted']==s['drafted'] else 1)" "$tmp/s.json" \
+    && ok || bad "--stats-json spec figures"
+# sampling runs (exactness of the distribution: kipp_test --spec-stat)
+"$K" -m "$M" -n 24 --temp 0.9 -s 7 -p "$CODE" -md "$D" >/dev/null 2>"$tmp/err" && ok || { bad "sampled run"; cat "$tmp/err"; }
+# kipp-chat: two turns, same replies
+printf 'What does json.dumps do?\nAnd json.loads?\n' >"$tmp/turns"
+$BUILD/kipp-chat -m "$M" --greedy -n 32 --no-stats <"$tmp/turns" >"$tmp/c1" 2>/dev/null || bad "kipp-chat plain"
+$BUILD/kipp-chat -m "$M" --greedy -n 32 --no-stats -md "$D" --draft-p-min 0 <"$tmp/turns" >"$tmp/c2" 2>"$tmp/err" || { bad "kipp-chat -md"; cat "$tmp/err"; }
+$BUILD/kipp-chat -m "$M" --greedy -n 32 --no-stats --spec-ngram 2 <"$tmp/turns" >"$tmp/c3" 2>/dev/null || bad "kipp-chat --spec-ngram"
+cmp -s "$tmp/c1" "$tmp/c2" && ok || bad "kipp-chat with a draft model differs"
+cmp -s "$tmp/c1" "$tmp/c3" && ok || bad "kipp-chat with prompt lookup differs"
+# kipp-server with a draft model: same greedy answers as a plain server; /metrics counts
+serve() { # name, flags...: starts a server on a free port, sets PORT_<name>
+    local name=$1; shift
+    $BUILD/kipp-server -m "$M" --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.log" &
+    echo $! >"$tmp/$name.pid"
+    for _ in $(seq 100); do grep -q ready "$tmp/$name.out" 2>/dev/null && break; sleep 0.1; done
+    sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.out"
+}
+P1=$(serve plain); P2=$(serve spec -md "$D" --draft-p-min 0 --draft-max 4)
+body='{"model":"kipp-tiny-bf16","prompt":"def add(a, b):","max_tokens":32,"temperature":0,"ignore_eos":true}'
+for i in 1 2 3; do
+    a=$(curl -s "http://127.0.0.1:$P1/v1/completions" -H 'Content-Type: application/json' -d "$body" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])")
+    b=$(curl -s "http://127.0.0.1:$P2/v1/completions" -H 'Content-Type: application/json' -d "$body" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "server request $i: speculative answer differs ('$a' vs '$b')"
+done
+curl -s "http://127.0.0.1:$P2/metrics" >"$tmp/metrics"
+d=$(sed -n 's/^kipp_spec_drafted_tokens_total \(.*\)/\1/p' "$tmp/metrics")
+[ -n "$d" ] && [ "${d%%.*}" -gt 0 ] 2>/dev/null && ok || bad "/metrics: kipp_spec_drafted_tokens_total is '$d'"
+grep -q "^kipp_spec_acceptance_rate " "$tmp/metrics" && ok || bad "/metrics lacks kipp_spec_acceptance_rate"
+grep -q "speculative decoding: .*kipp-tiny-draft" "$tmp/spec.log" && ok || bad "server start-up line lacks the drafter"
+kill "$(cat "$tmp/plain.pid")" "$(cat "$tmp/spec.pid")" 2>/dev/null; wait 2>/dev/null
+# bad input
+expect_fail "tuning without a drafter" "needs --draft-model FILE or --spec-ngram" "$K" -m "$M" -p x --draft-max 4
+expect_fail "two drafters" "give one" "$K" -m "$M" -p x -md "$D" --spec-ngram 2
+expect_fail "draft-min above draft-max" "draft-min 5 is above --draft-max 2" "$K" -m "$M" -p x --spec-ngram 2 --draft-max 2 --draft-min 5
+expect_fail "draft-max out of range" "draft-max" "$K" -m "$M" -p x --spec-ngram 2 --draft-max 99
+expect_fail "missing draft file" "draft-model: .*no-such.gguf" "$K" -m "$M" -p x -md "$tmp/no-such.gguf"
+expect_fail "n-gram out of range" "spec-ngram" "$K" -m "$M" -p x --spec-ngram 9
+expect_fail "server: two drafters" "give one" $BUILD/kipp-server -m "$M" -md "$D" --spec-ngram 2
+expect_fail "chat: tuning without a drafter" "needs --draft-model" $BUILD/kipp-chat -m "$M" --draft-p-min 0.5
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
