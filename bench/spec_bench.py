@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""spec_bench.py — speculative decoding's speed: Kipp with and without speculation on the same
+model, prompt, threads and decode length, runs interleaved (plain, speculative, plain, ...),
+one `kipp` process per run (--stats-json). Before timing, --gate checks exactness and
+refuses to write a record if it fails: greedy = every speculative run's output is
+byte-identical to the plain run's; sampling = `kipp_test --spec-stat` (the rejection rule's
+chi-square gate) passes. The record (bench/results/spec-*.json) has tokens/s with and without
+speculation, the speed-up, acceptance, mean tokens per target step, the draft's share of the
+time and, with --llama-dir, llama.cpp's speculative example on the same pair of files.
+
+  .venv/bin/python -m bench.spec_bench --model M --draft-model D --decode 256 --runs 3 \\
+      --gate both --output bench/results/spec-kipp-tiny.json
+  .venv/bin/python -m bench.spec_bench --model M --spec-ngram 3 --prompt-file P ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+from bench import benchlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CODE_EDIT = """Repeat the function below exactly, but rename the variable total to acc.
+
+def add_all(xs):
+    total = 0
+    for x in xs:
+        if x is None:
+            continue
+        total += x
+    return total
+"""
+
+
+def kipp_run(a, spec: bool, tmp: str) -> dict:
+    stats = os.path.join(tmp, "stats.json")
+    cmd = [a.binary, "-m", a.model, "--backend", a.backend, "-t", str(a.threads),
+           "--greedy", "-n", str(a.decode), "--stats-json", stats, "-p", a.prompt_text]
+    if a.ignore_eos:
+        cmd.append("--ignore-eos")
+    if spec:
+        if a.draft_model:
+            cmd += ["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)]
+        else:
+            cmd += ["--spec-ngram", str(a.spec_ngram)]
+        cmd += ["--draft-max", str(a.draft_max)]
+        if a.draft_fixed:
+            cmd.append("--draft-fixed")
+    r = benchlib.run_measured(cmd, timeout=1800)
+    if r["rc"] != 0:
+        sys.exit(f"spec_bench: {' '.join(cmd)} failed ({r['rc']}): {r['stderr'][-500:]}")
+    with open(stats) as f:
+        s = json.load(f)
+    d = s["decode"]
+    out = {"tok_s": d["tokens"] / (d["ms"] / 1e3) if d["ms"] > 0 else 0.0,
+           "generated": d["generated"], "decode_ms": d["ms"], "text": r["stdout"]}
+    if spec:
+        sp = s["spec"]
+        out.update({"steps": sp["steps"], "drafted": sp["drafted"], "accepted": sp["accepted"],
+                    "acceptance": sp["acceptance"], "draft_ms": sp["draft_ms"],
+                    "tokens_per_step": d["tokens"] / sp["steps"] if sp["steps"] else 0.0,
+                    "draft_share": sp["draft_ms"] / d["ms"] if d["ms"] > 0 else 0.0})
+    return out
+
+
+LLAMA_SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+LLAMA_COUNT = re.compile(r"n_(drafted|accept)\s*=\s*(\d+)")
+
+
+def llama_run(a, spec: bool) -> dict:
+    """llama.cpp's speculative example (and, for spec False, the same binary with the target
+    as a draft of --draft-max 0 is not allowed, so llama-simple's greedy loop)."""
+    if spec:
+        cmd = [os.path.join(a.llama_dir, "llama-speculative-simple"), "-m", a.model,
+               "-md", a.draft_model, "-p", a.prompt_text, "-n", str(a.decode),
+               "-t", str(a.threads), "-td", str(a.threads), "--temp", "0", "--top-k", "1",
+               "--draft-max", str(a.draft_max), "--draft-min", "0",
+               "--draft-p-min", str(a.draft_p_min), "-c", "1024", "--seed", "1"]
+    else:
+        cmd = [os.path.join(a.llama_dir, "llama-simple"), "-m", a.model, "-n", str(a.decode),
+               a.prompt_text]
+    r = benchlib.run_measured(cmd, timeout=3600)
+    text = r["stdout"] + r["stderr"]
+    m = LLAMA_SPEED.findall(text)
+    if r["rc"] != 0 or not m:
+        return {"error": f"rc {r['rc']}", "tail": text[-800:], "command": cmd}
+    n, secs, speed = m[-1]
+    out = {"tok_s": float(speed), "decoded": int(n), "seconds": float(secs), "command": cmd}
+    for k, v in LLAMA_COUNT.findall(text):
+        out[k] = int(v)
+    if "drafted" in out and out["drafted"]:
+        out["acceptance"] = out.get("accept", 0) / out["drafted"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--draft-model")
+    ap.add_argument("--spec-ngram", type=benchlib.positive("--spec-ngram"))
+    ap.add_argument("--draft-max", type=benchlib.positive("--draft-max"), default=16)
+    ap.add_argument("--draft-p-min", type=float, default=0.75)
+    ap.add_argument("--draft-fixed", action="store_true")
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build/kipp"))
+    ap.add_argument("--kipp-test", default=os.path.join(ROOT, "build/kipp_test"))
+    ap.add_argument("--threads", type=benchlib.positive("--threads"), default=2)
+    ap.add_argument("--decode", type=benchlib.positive("--decode"), default=256)
+    ap.add_argument("--runs", type=benchlib.positive("--runs"), default=3)
+    ap.add_argument("--prompt", default=None)
+    ap.add_argument("--prompt-file")
+    ap.add_argument("--ignore-eos", action="store_true", default=True)
+    ap.add_argument("--gate", choices=["greedy", "sampling", "both", "none"], default="both")
+    ap.add_argument("--llama-dir", help="llama.cpp binaries (llama-speculative-simple, llama-simple)")
+    ap.add_argument("--output")
+    a = ap.parse_args()
+    if bool(a.draft_model) == bool(a.spec_ngram):
+        ap.error("give --draft-model FILE or --spec-ngram N (one)")
+    for p in [a.model, a.binary] + ([a.draft_model] if a.draft_model else []):
+        if not os.path.exists(p):
+            ap.error(f"{p}: no such file")
+    if a.prompt_file:
+        with open(a.prompt_file, encoding="utf-8") as f:
+            a.prompt_text = f.read()
+    else:
+        a.prompt_text = a.prompt if a.prompt is not None else CODE_EDIT
+
+    gate = {}
+    if a.gate in ("sampling", "both"):
+        r = benchlib.run_measured([a.kipp_test, "--spec-stat"], timeout=600)
+        gate["sampling"] = {"passed": r["rc"] == 0, "summary": r["stdout"].strip().splitlines()[-1:]}
+        if r["rc"] != 0:
+            sys.exit("spec_bench: the sampling exactness gate failed; no record written\n" + r["stdout"][-2000:])
+    plain, spec = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        kipp_run(a, False, tmp)  # warm-up (page cache, CPU frequency)
+        for _ in range(a.runs):
+            plain.append(kipp_run(a, False, tmp))
+            spec.append(kipp_run(a, True, tmp))
+    if a.gate in ("greedy", "both"):
+        same = all(s["text"] == plain[0]["text"] for s in spec + plain)
+        gate["greedy"] = {"passed": same, "runs_compared": len(spec) + len(plain)}
+        if not same:
+            sys.exit("spec_bench: speculative greedy output differs from plain output; no record written")
+    p_med = statistics.median(x["tok_s"] for x in plain)
+    s_med = statistics.median(x["tok_s"] for x in spec)
+    rec = {
+        "bench": "spec_bench",
+        "provenance": benchlib.provenance(a.binary),
+        "build": benchlib.build_info(a.binary),
+        "model": benchlib.model_manifest(a.model),
+        "draft": benchlib.model_manifest(a.draft_model) if a.draft_model else {"ngram": a.spec_ngram},
+        "config": {"backend": a.backend, "threads": a.threads, "decode": a.decode, "runs": a.runs,
+                   "draft_max": a.draft_max, "draft_p_min": a.draft_p_min if a.draft_model else None,
+                   "draft_fixed": a.draft_fixed, "prompt": a.prompt_text, "sampling": "greedy"},
+        "gate": gate,
+        "kipp": {
+            "plain_tok_s": benchlib.summary([x["tok_s"] for x in plain]),
+            "spec_tok_s": benchlib.summary([x["tok_s"] for x in spec]),
+            "speedup_median": s_med / p_med if p_med else None,
+            "acceptance": statistics.median(x["acceptance"] for x in spec),
+            "tokens_per_step": statistics.median(x["tokens_per_step"] for x in spec),
+            "draft_share": statistics.median(x["draft_share"] for x in spec),
+            "runs": {"plain": [{k: v for k, v in x.items() if k != "text"} for x in plain],
+                     "spec": [{k: v for k, v in x.items() if k != "text"} for x in spec]},
+            "dispersion": {"plain": benchlib.dispersion([x["tok_s"] for x in plain]),
+                           "spec": benchlib.dispersion([x["tok_s"] for x in spec])},
+        },
+    }
+    if a.llama_dir and a.draft_model:
+        lp = [llama_run(a, False) for _ in range(a.runs)]
+        ls = [llama_run(a, True) for _ in range(a.runs)]
+        ok_p = [x["tok_s"] for x in lp if "tok_s" in x]
+        ok_s = [x["tok_s"] for x in ls if "tok_s" in x]
+        rec["llama_cpp"] = {"plain": lp, "spec": ls,
+                            "speedup_median": (statistics.median(ok_s) / statistics.median(ok_p))
+                            if ok_p and ok_s else None}
+        if ok_s:
+            rec["ratios"] = {"kipp_spec_over_llama_spec": s_med / statistics.median(ok_s)}
+    text = json.dumps(rec, indent=2)
+    if a.output:
+        benchlib.write_record_file(a.output, text)
+    print(json.dumps({"plain_tok_s": p_med, "spec_tok_s": s_med, "speedup": rec["kipp"]["speedup_median"],
+                      "acceptance": rec["kipp"]["acceptance"],
+                      "llama_speedup": rec.get("llama_cpp", {}).get("speedup_median")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
