@@ -285,6 +285,15 @@ static kipp_req *finish_locked(kipp_sched *s, kipp_req *r, kipp_finish f) {
     s->st.finished++;
     s->st.cancelled += f == KIPP_FINISH_CANCELLED;
     s->st.errors += f == KIPP_FINISH_ERROR;
+    r->drafted_pub = r->spec.drafted;
+    r->accepted_pub = r->spec.accepted;
+    if (r->spec.drafted) {
+        const double a = (double)r->spec.accepted / (double)r->spec.drafted;
+        int b = (int)ceil(a * 10.0) - 1;
+        s->st.spec_req_acc[b < 0 ? 0 : b > 9 ? 9 : b]++;
+        s->st.spec_req_n++;
+        s->st.spec_req_acc_sum += a;
+    }
     pthread_cond_broadcast(&r->cv);
     return req_unref_locked(r);
 }

@@ -91,6 +91,10 @@ typedef struct {
     uint64_t pc_lookups, pc_hits, pc_lookup_tokens, pc_hit_tokens;
     uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding */
     double spec_draft_seconds;
+    /* finished requests that drafted, by acceptance: count[i] for (i/10, (i+1)/10], [0]
+     * includes 0 */
+    uint64_t spec_req_acc[10], spec_req_n;
+    double spec_req_acc_sum;
     kipp_hist ttft, itl; /* submit → first token; between consecutive tokens of a request */
 } kipp_sched_stats;
 

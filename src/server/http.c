@@ -250,6 +250,7 @@ static void fill_meta(gen_state *gs, kipp_finish fin) {
     gs->meta.finish_reason = fin == KIPP_FINISH_NONE ? NULL : finish_reason(fin);
     gs->meta.n_completion = gs->g.n_used;
     gs->meta.n_cached = kipp_req_n_cached(gs->req);
+    kipp_req_spec(gs->req, &gs->meta.spec_drafted, &gs->meta.spec_accepted);
 }
 
 /* A generation request's whole time, arrival to its last byte queued. */

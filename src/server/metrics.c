@@ -93,6 +93,17 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            s->spec_drafted ? (double)s->spec_accepted / (double)s->spec_drafted : 0.0);
     metric(&b, "kipp_spec_draft_seconds_total", "counter", "Time spent drafting.",
            s->spec_draft_seconds);
+    put(&b, "# HELP kipp_spec_request_acceptance Per-request acceptance (kept / drafted) of "
+            "finished requests that drafted.\n# TYPE kipp_spec_request_acceptance histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < 10; i++) {
+        cum += s->spec_req_acc[i];
+        put(&b, "kipp_spec_request_acceptance_bucket{le=\"%g\"} %llu\n", (i + 1) / 10.0,
+            (unsigned long long)cum);
+    }
+    put(&b, "kipp_spec_request_acceptance_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    put(&b, "kipp_spec_request_acceptance_sum %.17g\nkipp_spec_request_acceptance_count %llu\n",
+        s->spec_req_acc_sum, (unsigned long long)s->spec_req_n);
     metric(&b, "kipp_queue_depth", "gauge", "Requests waiting for a running slot.", s->queue_depth);
     metric(&b, "kipp_running_sequences", "gauge", "Sequences in the running batch.", s->running);
     metric(&b, "kipp_kv_blocks_total", "gauge", "Blocks in the paged KV pool.", s->kv_blocks_total);

@@ -83,6 +83,7 @@ typedef struct {
     long long created;
     const char *finish_reason;       /* NULL: not finished */
     uint32_t n_prompt, n_completion, n_cached;
+    uint64_t spec_drafted, spec_accepted; /* speculative decoding: drafted, kept (0, 0: off) */
 } oai_meta;
 
 /* A streamed chunk with the text in g->content / g->reasoning (taken: the buffers are

@@ -221,6 +221,13 @@ static json_t *usage_json(const oai_meta *meta) {
     json_object_set_new(u, "total_tokens", json_integer((json_int_t)meta->n_prompt + meta->n_completion));
     json_object_set_new(d, "cached_tokens", json_integer(meta->n_cached));
     json_object_set_new(u, "prompt_tokens_details", d);
+    if (meta->spec_drafted) { /* OpenAI's names for predicted tokens kept and rejected */
+        json_t *c = json_object();
+        json_object_set_new(c, "accepted_prediction_tokens", json_integer((json_int_t)meta->spec_accepted));
+        json_object_set_new(c, "rejected_prediction_tokens",
+                            json_integer((json_int_t)(meta->spec_drafted - meta->spec_accepted)));
+        json_object_set_new(u, "completion_tokens_details", c);
+    }
     return u;
 }
 

@@ -71,6 +71,15 @@ curl -s "http://127.0.0.1:$P2/metrics" >"$tmp/metrics"
 d=$(sed -n 's/^kipp_spec_drafted_tokens_total \(.*\)/\1/p' "$tmp/metrics")
 [ -n "$d" ] && [ "${d%%.*}" -gt 0 ] 2>/dev/null && ok || bad "/metrics: kipp_spec_drafted_tokens_total is '$d'"
 grep -q "^kipp_spec_acceptance_rate " "$tmp/metrics" && ok || bad "/metrics lacks kipp_spec_acceptance_rate"
+c=$(sed -n 's/^kipp_spec_request_acceptance_count \(.*\)/\1/p' "$tmp/metrics")
+[ "$c" = 3 ] && ok || bad "/metrics: per-request acceptance histogram counts '$c' requests, want 3"
+# usage reports the request's drafts as OpenAI's predicted-output token counts
+curl -s "http://127.0.0.1:$P2/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$tmp/u.json"
+.venv/bin/python -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['usage']['completion_tokens_details']
+sys.exit(0 if d['accepted_prediction_tokens'] + d['rejected_prediction_tokens'] > 0 else 1)" "$tmp/u.json" \
+    && ok || { bad "usage lacks completion_tokens_details with the drafts"; cat "$tmp/u.json"; }
 grep -q "speculative decoding: .*kipp-tiny-draft" "$tmp/spec.log" && ok || bad "server start-up line lacks the drafter"
 kill "$(cat "$tmp/plain.pid")" "$(cat "$tmp/spec.pid")" 2>/dev/null; wait 2>/dev/null
 # bad input
