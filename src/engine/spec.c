@@ -2,6 +2,8 @@
 #include "engine/spec.h"
 
 #include "core/error.h"
+#include "model/model.h"
+#include "tok/vocab.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -53,9 +55,9 @@ static kipp_status check_vocab(const kipp_model *t, const kipp_model *d, char *e
                          "speculative decoding needs both to use the same tokenizer",
                          di.n_vocab, ti.n_vocab);
     for (uint32_t i = 0; i < ti.n_vocab; i++) {
-        size_t nt, nd;
-        const char *bt = kipp_token_bytes(t, (int32_t)i, &nt);
-        const char *bd = kipp_token_bytes(d, (int32_t)i, &nd);
+        size_t nt, nd; /* the literal vocabulary strings, special tokens included */
+        const char *bt = kipp_vocab_token_text(t->vocab, (int32_t)i, &nt);
+        const char *bd = kipp_vocab_token_text(d->vocab, (int32_t)i, &nd);
         if (nt != nd || memcmp(bt, bd, nt) != 0 ||
             kipp_token_is_eog(t, (int32_t)i) != kipp_token_is_eog(d, (int32_t)i))
             return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,

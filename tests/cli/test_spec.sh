@@ -91,5 +91,21 @@ expect_fail "missing draft file" "draft-model: .*no-such.gguf" "$K" -m "$M" -p x
 expect_fail "n-gram out of range" "spec-ngram" "$K" -m "$M" -p x --spec-ngram 9
 expect_fail "server: two drafters" "give one" $BUILD/kipp-server -m "$M" -md "$D" --spec-ngram 2
 expect_fail "chat: tuning without a drafter" "needs --draft-model" $BUILD/kipp-chat -m "$M" --draft-p-min 0.5
+# a draft with another tokenizer: one token's bytes changed in a copy of tiny-tied
+.venv/bin/python - "$tmp/other-vocab.gguf" <<'PY'
+import sys
+from gguf import GGUFReader
+src = "models/tiny-tied/kipp-tiny-tied-bf16.gguf"
+r = GGUFReader(src)
+f = r.fields["tokenizer.ggml.tokens"]
+part = f.parts[f.data[151660]]
+off = part.__array_interface__["data"][0] - r.data.__array_interface__["data"][0]
+data = bytearray(open(src, "rb").read())
+assert bytes(data[off:off + len(part)]) == bytes(part)
+data[off + 3] ^= 0x01  # an added token (no merge uses it), one letter changed
+open(sys.argv[1], "wb").write(data)
+PY
+expect_fail "draft with another vocabulary" "draft model.s token 151660 .* differs from the target's .*same tokenizer" \
+    "$K" -m "$M" -p x -md "$tmp/other-vocab.gguf"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
