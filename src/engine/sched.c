@@ -98,6 +98,8 @@ struct kipp_sched {
     kipp_draft_job *jobs;    /* [max_running] scratch for kipp_drafter_run */
     kipp_spec_seq **sq;      /* [max_running] */
     uint32_t *cap, *kk;      /* [max_running] */
+    uint64_t e_steps, e_drafted, e_accepted; /* engine-side totals, published under mu */
+    double e_draft_s;
 };
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -482,7 +484,7 @@ static void draft(kipp_sched *s) {
             break;
         }
     }
-    s->st.spec_draft_seconds += dt; /* engine thread; read under the lock by stats */
+    s->e_draft_s += dt;
 }
 
 /* Appends one final token to a request; 0 when it finished the request. */
@@ -517,9 +519,9 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
             r->pending = KIPP_FINISH_ERROR;
             return;
         }
-        s->st.spec_steps++;
-        s->st.spec_drafted += k;
-        s->st.spec_accepted += m;
+        s->e_steps++;
+        s->e_drafted += k;
+        s->e_accepted += m;
     }
     r->n_fed = N + m;
     for (uint32_t i = 0; i < n_out; i++)
@@ -576,6 +578,10 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
     s->st.batched_tokens += n;
+    s->st.spec_steps = s->e_steps;
+    s->st.spec_drafted = s->e_drafted;
+    s->st.spec_accepted = s->e_accepted;
+    s->st.spec_draft_seconds = s->e_draft_s;
     for (uint32_t i = 0; i < s->n_running;) {
         kipp_req *r = s->running[i];
         r->drafted_pub = r->spec.drafted;
