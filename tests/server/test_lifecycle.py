@@ -114,9 +114,9 @@ def test_help_flags_match_docs():
     import re
     from conftest import ROOT
     help_text = subprocess.run([SERVER_BIN, "--help"], capture_output=True, text=True, check=True).stdout
-    help_flags = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", help_text, re.M)) - {"--help", "--version"}
+    help_flags = set(re.findall(r"^\s+(?:-\w+, )?(--[a-z][a-z0-9-]*)", help_text, re.M)) - {"--help", "--version"}
     doc = (ROOT / "docs" / "server.md").read_text()
     table = doc[doc.index("| flag | default | meaning |"):doc.index("\n\n", doc.index("| flag | default | meaning |"))]
-    doc_flags = set(re.findall(r"^\| `(?:-\w, )?(--[a-z][a-z0-9-]*)", table, re.M))
+    doc_flags = set(re.findall(r"^\| `(?:-\w+, )?(--[a-z][a-z0-9-]*)", table, re.M))
     assert help_flags == doc_flags, (f"only in --help: {sorted(help_flags - doc_flags)}; "
                                      f"only in docs/server.md: {sorted(doc_flags - help_flags)}")
