@@ -43,8 +43,9 @@ cases=(
   "sched: prefix-cache hit keeps the whole entry|--sched|$PFX|s#if (n_hit < en->n_tokens && kipp_ctx_seq_truncate#if (0 \&\& kipp_ctx_seq_truncate#"
   "sched: a prefix-cache hit is prefilled again from position 0|--sched|$SCH|s#            r->n_fed = n_hit;#            r->n_fed = 0;#"
   # speculative decoding's rejection rule (src/engine/sampler.c): the chi-square gate must
-  # see a rule that keeps every draft, and one that resamples from p instead of p - q
-  "spec: every draft accepted|--spec-stat|src/engine/sampler.c|s#if (px > 0.0 \&\& (qx <= px || rng_uniform(s->rng) \* qx < px)) {#if (1) {#"
+  # see a rule that keeps every draft (with p > 0), and one that resamples from p instead
+  # of p - q (the case strings are split at '|': no '|' in an expression)
+  "spec: every draft the target could emit is accepted|--spec-stat|src/engine/sampler.c|s#(qx <= px #(qx <= 1e9 #"
   "spec: rejection resamples from p, not p - q|--spec-stat|src/engine/sampler.c|s#double r = pi > qi ? pi - qi : 0.0;#double r = pi;#"
   "spec: greedy verification keeps every draft|--draft-spec|src/engine/sampler.c|s#\*accepted = c\[0\].id == draft;#*accepted = 1;#"
   # the cpu backend's own table lookup (kv_at) addresses every sequence as if in the
