@@ -70,33 +70,50 @@ def kipp_run(a, spec: bool, tmp: str) -> dict:
     return out
 
 
-LLAMA_SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
-LLAMA_COUNT = re.compile(r"n_(drafted|accept)\s*=\s*(\d+)")
+LLAMA_SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) (?:seconds|s), speed:\s+([\d.]+) t/s")
+LLAMA_EVAL = re.compile(r"(?<!prompt )\beval time =\s*([\d.]+) ms /\s*(\d+) runs")
+LLAMA_COUNT = re.compile(r"\bn_(drafted|accept)\s+=\s*(\d+)\s*$", re.M)
 
 
 def llama_run(a, spec: bool) -> dict:
-    """llama.cpp's speculative example (and, for spec False, the same binary with the target
-    as a draft of --draft-max 0 is not allowed, so llama-simple's greedy loop)."""
+    """llama.cpp built from the pinned llama-cpp-python sources (llama.cpp 0c1e57098):
+    llama-speculative-simple (--spec-type draft-simple; at this commit the draft flags are
+    --spec-draft-n-max/-n-min/-p-min) with speculation, llama-completion without (the
+    speculative example has no plain mode). Greedy (--temp 0 --top-k 1), same prompt,
+    tokens, threads and context as Kipp. Decode tokens/s: the example's "decoded N tokens
+    in S seconds" (everything after the prompt); llama-completion's eval-time line."""
+    t = str(a.llama_threads or a.threads)
+    common = ["-m", a.model, "-p", a.prompt_text, "-n", str(a.decode), "-t", t, "-tb", t,
+              "-c", "1024", "--temp", "0", "--top-k", "1", "--seed", "42"]
+    if a.ignore_eos:
+        common.append("--ignore-eos")
     if spec:
-        cmd = [os.path.join(a.llama_dir, "llama-speculative-simple"), "-m", a.model,
-               "-md", a.draft_model, "-p", a.prompt_text, "-n", str(a.decode),
-               "-t", str(a.threads), "-td", str(a.threads), "--temp", "0", "--top-k", "1",
-               "--draft-max", str(a.draft_max), "--draft-min", "0",
-               "--draft-p-min", str(a.draft_p_min), "-c", "1024", "--seed", "1"]
+        cmd = [os.path.join(a.llama_dir, "llama-speculative-simple")] + common + [
+            "-md", a.draft_model, "--spec-type", "draft-simple", "-td", t, "-tbd", t,
+            "--spec-draft-n-max", str(a.llama_draft_max or a.draft_max), "--spec-draft-n-min", "0",
+            "--spec-draft-p-min", str(a.draft_p_min)]
     else:
-        cmd = [os.path.join(a.llama_dir, "llama-simple"), "-m", a.model, "-n", str(a.decode),
-               a.prompt_text]
+        cmd = [os.path.join(a.llama_dir, "llama-completion")] + common + ["-no-cnv"]
     r = benchlib.run_measured(cmd, timeout=3600)
     text = r["stdout"] + r["stderr"]
-    m = LLAMA_SPEED.findall(text)
-    if r["rc"] != 0 or not m:
-        return {"error": f"rc {r['rc']}", "tail": text[-800:], "command": cmd}
-    n, secs, speed = m[-1]
-    out = {"tok_s": float(speed), "decoded": int(n), "seconds": float(secs), "command": cmd}
-    for k, v in LLAMA_COUNT.findall(text):
-        out[k] = int(v)
-    if "drafted" in out and out["drafted"]:
-        out["acceptance"] = out.get("accept", 0) / out["drafted"]
+    out: dict = {"command": cmd[1:], "rc": r["rc"]}
+    if spec:
+        m = LLAMA_SPEED.findall(text)
+        if r["rc"] != 0 or not m:
+            return {**out, "error": text[-800:]}
+        n, secs, speed = m[-1]
+        out.update({"tok_s": float(speed), "tokens": int(n), "seconds": float(secs)})
+        for k, v in LLAMA_COUNT.findall(text):
+            out[k] = int(v)
+        if out.get("drafted"):
+            out["acceptance"] = out.get("accept", 0) / out["drafted"]
+    else:
+        m = LLAMA_EVAL.findall(text)
+        if r["rc"] != 0 or not m:
+            return {**out, "error": text[-800:]}
+        ms, runs = m[-1]
+        out.update({"tok_s": int(runs) / (float(ms) / 1e3), "tokens": int(runs) + 1,
+                    "eval_ms": float(ms)})
     return out
 
 
@@ -118,7 +135,9 @@ def main() -> int:
     ap.add_argument("--prompt-file")
     ap.add_argument("--ignore-eos", action="store_true", default=True)
     ap.add_argument("--gate", choices=["greedy", "sampling", "both", "none"], default="both")
-    ap.add_argument("--llama-dir", help="llama.cpp binaries (llama-speculative-simple, llama-simple)")
+    ap.add_argument("--llama-dir", help="llama.cpp binaries (llama-speculative-simple, llama-completion)")
+    ap.add_argument("--llama-threads", type=int, help="llama.cpp's threads (default --threads)")
+    ap.add_argument("--llama-draft-max", type=int, help="llama.cpp's --spec-draft-n-max (default --draft-max)")
     ap.add_argument("--output")
     a = ap.parse_args()
     if bool(a.draft_model) == bool(a.spec_ngram):
@@ -179,11 +198,15 @@ def main() -> int:
         ls = [llama_run(a, True) for _ in range(a.runs)]
         ok_p = [x["tok_s"] for x in lp if "tok_s" in x]
         ok_s = [x["tok_s"] for x in ls if "tok_s" in x]
-        rec["llama_cpp"] = {"plain": lp, "spec": ls,
+        rec["llama_cpp"] = {"plain": lp, "spec": ls, "commit": "0c1e57098 (llama-cpp-python 0.3.36)",
+                            "threads": a.llama_threads or a.threads,
                             "speedup_median": (statistics.median(ok_s) / statistics.median(ok_p))
                             if ok_p and ok_s else None}
-        if ok_s:
-            rec["ratios"] = {"kipp_spec_over_llama_spec": s_med / statistics.median(ok_s)}
+        if ok_s and ok_p:
+            rec["ratios"] = {"kipp_spec_over_llama_spec": s_med / statistics.median(ok_s),
+                             "kipp_plain_over_llama_plain": p_med / statistics.median(ok_p),
+                             "kipp_speedup_over_llama_speedup":
+                                 rec["kipp"]["speedup_median"] / rec["llama_cpp"]["speedup_median"]}
     text = json.dumps(rec, indent=2)
     if a.output:
         benchlib.write_record_file(a.output, text)
