@@ -17,6 +17,7 @@ int kipp_cli_spec_flag(const char *prog, int argc, char **argv, int *i, kipp_cli
     const int fixed = !strcmp(a, "--draft-fixed");
     if (strcmp(a, "--draft-model") && strcmp(a, "-md") && strcmp(a, "--draft-max") &&
         strcmp(a, "--draft-min") && strcmp(a, "--draft-p-min") && strcmp(a, "--spec-ngram") &&
+        strcmp(a, "--draft-threads") && strcmp(a, "-td") &&
         !fixed)
         return 0;
     if (!o->first_flag) o->first_flag = a;
@@ -39,6 +40,8 @@ int kipp_cli_spec_flag(const char *prog, int argc, char **argv, int *i, kipp_cli
     } else if (!strcmp(a, "--draft-max")) ok = kipp_cli_long(prog, a, v, 1, KIPP_SPEC_MAX_K, &o->draft_max);
     else if (!strcmp(a, "--draft-min")) ok = kipp_cli_long(prog, a, v, 0, KIPP_SPEC_MAX_K, &o->draft_min);
     else if (!strcmp(a, "--spec-ngram")) ok = kipp_cli_long(prog, a, v, 1, 8, &o->ngram);
+    else if (!strcmp(a, "--draft-threads") || !strcmp(a, "-td"))
+        ok = kipp_cli_long(prog, a, v, 1, 1024, &o->draft_threads);
     else ok = kipp_cli_float(prog, a, v, 0.0f, 1.0f, &o->p_min);
     return ok ? 1 : 2;
 }
@@ -76,9 +79,10 @@ void kipp_cli_spec_help(FILE *f, int width) {
         {"--draft-p-min P", "a draft model stops drafting at a token it gives less than"},
         {"", "P (default 0.75)"},
         {"--draft-fixed", "always draft --draft-max tokens (no adaptation)"},
+        {"-td, --draft-threads N", "the draft model's threads (default: the target's)"},
     };
     for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
-        const int pad = e[i][0][0] == '-' && e[i][0][1] == 'm' ? 2 : 6; /* -md: short form */
+        const int pad = e[i][0][0] == '-' && e[i][0][1] != '-' ? 2 : 6; /* -md, -td: short */
         if (pad + (int)strlen(e[i][0]) >= width - 1) /* too long for the column: own line */
             fprintf(f, "%*s%s\n%*s%s\n", pad, "", e[i][0], width, "", e[i][1]);
         else
@@ -98,6 +102,7 @@ kipp_spec_params kipp_cli_spec_params(const kipp_cli_spec *o, kipp_model *model,
                            .n_ctx = n_ctx,
                            .n_slots = n_slots};
     sp.ctx.n_kv_blocks = 0;
+    if (o->draft_threads) sp.ctx.n_threads = (int)o->draft_threads;
     return sp;
 }
 

@@ -11,7 +11,7 @@
 
 typedef struct {
     const char *draft_model; /* --draft-model FILE */
-    long draft_max, draft_min, ngram;
+    long draft_max, draft_min, ngram, draft_threads; /* draft_threads 0: the target's */
     float p_min;
     int fixed;
     const char *first_flag;  /* the first speculation flag given (for messages) */

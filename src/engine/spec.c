@@ -403,14 +403,16 @@ uint32_t kipp_spec_verify(kipp_sampler *s, float *rows, uint32_t n_vocab, const 
 
 /* ---- choosing K ------------------------------------------------------------------------ */
 
-#define ACC_DECAY 0.9
+#define ACC_DECAY 0.85
 #define TIME_DECAY 0.97
-#define PROBE_EVERY 16
+#define PROBE_GAP 16
+#define PROBE_GAP_MAX 256
 
 void kipp_spec_seq_init(kipp_spec_seq *q) {
     memset(q, 0, sizeof *q);
-    q->acc_num = 2.0; /* prior: acceptance 2/3, so drafting starts and is then measured */
-    q->acc_den = 3.0;
+    q->acc_num = 1.0; /* prior: acceptance 1/2, so drafting starts and is then measured */
+    q->acc_den = 2.0;
+    q->probe_gap = PROBE_GAP;
 }
 
 void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
@@ -419,6 +421,7 @@ void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
         return;
     }
     q->idle_steps = 0;
+    q->probe_gap = m > 0 ? PROBE_GAP : q->probe_gap * 2 < PROBE_GAP_MAX ? q->probe_gap * 2 : PROBE_GAP_MAX;
     /* per-token acceptance of a geometric run: m successes, one failure unless all passed */
     q->acc_num = ACC_DECAY * q->acc_num + m;
     q->acc_den = ACC_DECAY * q->acc_den + m + (m < k);
@@ -508,7 +511,7 @@ void kipp_spec_choose_k(const kipp_spec_timing *t, kipp_spec_seq *const *seqs, c
         }
     }
     for (uint32_t i = 0; i < n; i++) {
-        if (k[i] == 0 && seqs[i]->idle_steps >= PROBE_EVERY && cap[i] > 0) k[i] = 1; /* probe */
+        if (k[i] == 0 && seqs[i]->idle_steps >= seqs[i]->probe_gap && cap[i] > 0) k[i] = 1; /* probe */
         if (k[i] > 0 && k[i] < k_min) k[i] = k_min <= cap[i] ? k_min : 0;
     }
 }
