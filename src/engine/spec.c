@@ -406,13 +406,11 @@ uint32_t kipp_spec_verify(kipp_sampler *s, float *rows, uint32_t n_vocab, const 
 #define ACC_DECAY 0.85
 #define TIME_DECAY 0.97
 #define PROBE_GAP 16
-#define PROBE_GAP_MAX 256
 
 void kipp_spec_seq_init(kipp_spec_seq *q) {
     memset(q, 0, sizeof *q);
     q->acc_num = 1.0; /* prior: acceptance 1/2, so drafting starts and is then measured */
     q->acc_den = 2.0;
-    q->probe_gap = PROBE_GAP;
 }
 
 void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
@@ -421,7 +419,6 @@ void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
         return;
     }
     q->idle_steps = 0;
-    q->probe_gap = m > 0 ? PROBE_GAP : q->probe_gap * 2 < PROBE_GAP_MAX ? q->probe_gap * 2 : PROBE_GAP_MAX;
     /* per-token acceptance of a geometric run: m successes, one failure unless all passed */
     q->acc_num = ACC_DECAY * q->acc_num + m;
     q->acc_den = ACC_DECAY * q->acc_den + m + (m < k);
@@ -510,8 +507,14 @@ void kipp_spec_choose_k(const kipp_spec_timing *t, kipp_spec_seq *const *seqs, c
             rate = best;
         }
     }
+    /* Probes: a sequence idle for the gap drafts one token. A probe step pays a draft round
+     * for the whole batch, so every sequence idle for half the gap probes with it (they stay
+     * in step), and the gap grows with the batch: 16 steps alone, 48 with 8 sequences. */
+    const uint32_t gap = PROBE_GAP * (1 + n / 4);
+    int probe = 0;
+    for (uint32_t i = 0; i < n; i++) probe |= k[i] == 0 && seqs[i]->idle_steps >= gap && cap[i] > 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (k[i] == 0 && seqs[i]->idle_steps >= seqs[i]->probe_gap && cap[i] > 0) k[i] = 1; /* probe */
+        if (probe && k[i] == 0 && seqs[i]->idle_steps >= gap / 2 && cap[i] > 0) k[i] = 1;
         if (k[i] > 0 && k[i] < k_min) k[i] = k_min <= cap[i] ? k_min : 0;
     }
 }

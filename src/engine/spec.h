@@ -73,8 +73,6 @@ uint32_t kipp_spec_verify(kipp_sampler *s, float *rows, uint32_t n_vocab, const 
 typedef struct {
     double acc_num, acc_den; /* decayed accepted / (accepted + rejections) */
     uint32_t idle_steps;     /* steps since the sequence last drafted */
-    uint32_t probe_gap;      /* idle steps before a probe: 16, doubled (to 256) while
-                                probes keep failing */
     uint64_t drafted, accepted, steps;
 } kipp_spec_seq;
 
@@ -97,9 +95,10 @@ void kipp_spec_timing_draft(kipp_spec_timing *t, double seconds_per_round);
 /* Chooses k[i] for n sequences (cap[i]: most each may draft) to maximize the expected
  * tokens per second of the whole step: sum E_i(k_i) / (alpha + beta (base + sum (k_i+1)) +
  * gamma max k_i), E(k) = (1 - a^(k+1)) / (1 - a) with a the sequence's acceptance. base:
- * other tokens in the step (prefill). fixed_k: k[i] = cap[i]. A sequence idle for its
- * probe gap (16 steps, doubling to 256 while probes fail) probes with k = 1, so a draft
- * that improves is noticed. k_min: a k in (0, k_min) becomes k_min. */
+ * other tokens in the step (prefill). fixed_k: k[i] = cap[i]. A sequence idle for 16 steps
+ * (16 x (1 + n/4) in a batch of n; those idle half as long join it) probes with k = 1, so
+ * a draft that improves is noticed (acceptance changes along a text: prompt lookup pays
+ * only where the output quotes). k_min: a k in (0, k_min) becomes k_min. */
 void kipp_spec_choose_k(const kipp_spec_timing *t, kipp_spec_seq *const *seqs, const uint32_t *cap,
                         uint32_t n, uint32_t base, uint32_t k_min, int fixed_k, uint32_t *k);
 

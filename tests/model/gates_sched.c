@@ -284,24 +284,35 @@ static void gate_prefix_cache(kipp_model *m, const prompts *p, const kipp_sched_
     kipp_ctx_free(ctx);
 }
 
-int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) {
-    (void)unused;
-    const int failed0 = kt_failed;
+/* The model, the prompts and the scheduler parameters both scheduler gates start from;
+ * NULL (a counted failure) when the model or its prompts cannot be had. */
+static kipp_model *open_gate(const char *model_path, const kt_opts *o, prompts *p,
+                             kipp_sched_params *sp) {
     char err[KIPP_ERR_LEN];
     kipp_model *m = NULL;
     if (kipp_model_load(model_path, &m, err, sizeof err) != KIPP_OK) {
         KT_CHECK(0, "%s", err);
-        return 1;
+        return NULL;
     }
-    prompts p;
-    if (make_prompts(m, &p) != 0) {
+    if (make_prompts(m, p) != 0) {
         KT_CHECK(0, "tokenize");
         kipp_model_free(m);
-        return 1;
+        return NULL;
     }
-    kipp_sched_params sp = {.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
-                            .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
-                            .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
+    *sp = (kipp_sched_params){.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
+                              .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
+                              .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
+    return m;
+}
+
+int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) {
+    (void)unused;
+    const int failed0 = kt_failed;
+    char err[KIPP_ERR_LEN];
+    prompts p;
+    kipp_sched_params sp;
+    kipp_model *m = open_gate(model_path, o, &p, &sp);
+    if (!m) return 1;
     kipp_sched *probe = NULL; /* a backend that cannot start fails once, not in every part */
     if (kipp_sched_start(m, &sp, &probe, err, sizeof err) != KIPP_OK) {
         KT_CHECK(0, "scheduler on %s: %s", sp.backend, err);
@@ -384,20 +395,10 @@ static void spec_case(kipp_model *m, const prompts *p, const kipp_sched_params *
 int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts *o) {
     const int failed0 = kt_failed;
     char err[KIPP_ERR_LEN];
-    kipp_model *m = NULL;
-    if (kipp_model_load(model_path, &m, err, sizeof err) != KIPP_OK) {
-        KT_CHECK(0, "%s", err);
-        return 1;
-    }
     prompts p;
-    if (make_prompts(m, &p) != 0) {
-        KT_CHECK(0, "tokenize");
-        kipp_model_free(m);
-        return 1;
-    }
-    kipp_sched_params sp = {.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
-                            .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
-                            .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
+    kipp_sched_params sp;
+    kipp_model *m = open_gate(model_path, o, &p, &sp);
+    if (!m) return 1;
     outputs ref;
     if (run(m, &sp, &p, 0, 0.0f, &ref, NULL) == 0) {
         spec_case(m, &p, &sp, &ref, m, 0, 1, "draft = the target, K 4", 1);
