@@ -11,6 +11,10 @@ time and, with --llama-dir, llama.cpp's speculative example on the same pair of 
   .venv/bin/python -m bench.spec_bench --model M --draft-model D --decode 256 --runs 3 \\
       --gate both --output bench/results/spec-kipp-tiny.json
   .venv/bin/python -m bench.spec_bench --model M --spec-ngram 3 --prompt-file P ...
+  .venv/bin/python -m bench.spec_bench --model M --draft-model D --server-clients 8 --runs 3 ...
+
+--server-clients N: kipp-server with and without the drafter (bench/server_bench.py, N
+streaming clients, 4 requests of 64 tokens each, 128-token synthetic prompts), alternating.
 """
 
 from __future__ import annotations
@@ -117,6 +121,45 @@ def llama_run(a, spec: bool) -> dict:
     return out
 
 
+def server_ab(a) -> dict:
+    """kipp-server with and without the drafter under --server-clients concurrent streaming
+    clients (bench/server_bench.py, one level, one run per call), runs alternating plain,
+    speculative, plain, ...; aggregate decode tokens/s of each (the window where every
+    client is busy), and the speculative server's /metrics figures from its stderr-free
+    record."""
+    import subprocess
+    runs = {"plain": [], "spec": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.runs):
+            for kind in ("plain", "spec"):
+                out = os.path.join(tmp, f"{kind}{i}.json")
+                cmd = [sys.executable, "-m", "bench.server_bench", "--model", a.model,
+                       "--threads", str(a.threads), "--backend", a.backend,
+                       "--concurrency", str(a.server_clients), "--parallel", str(a.server_clients),
+                       "--requests-per-client", "4", "--max-tokens", "64", "--runs", "1",
+                       "--output", out]
+                if kind == "spec":
+                    extra = (["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)] if a.draft_model
+                             else ["--spec-ngram", str(a.spec_ngram)]) + ["--draft-max", str(a.draft_max)]
+                    cmd += [f"--server-arg={x}" for x in extra]
+                p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+                if p.returncode != 0:
+                    sys.exit(f"spec_bench: server_bench failed: {p.stderr[-800:]}")
+                with open(out) as f:
+                    rec = json.load(f)
+                lvl = rec["levels"][str(a.server_clients)][0]
+                runs[kind].append({"agg_decode_tps": lvl["agg_decode_tps"],
+                                   "itl_p50_s": lvl["itl_s"]["p50"], "ttft_p50_s": lvl["ttft_s"]["p50"],
+                                   "engine_steps": lvl["server"]["engine_steps"],
+                                   "load_average": rec.get("load_average")})
+    med = {k: statistics.median(x["agg_decode_tps"] for x in v) for k, v in runs.items()}
+    return {"clients": a.server_clients, "requests_per_client": 4, "max_tokens": 64,
+            "prompt_tokens": 128, "runs": runs,
+            "plain_agg_tok_s": benchlib.summary([x["agg_decode_tps"] for x in runs["plain"]]),
+            "spec_agg_tok_s": benchlib.summary([x["agg_decode_tps"] for x in runs["spec"]]),
+            "ratio_median": med["spec"] / med["plain"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -138,6 +181,8 @@ def main() -> int:
     ap.add_argument("--llama-dir", help="llama.cpp binaries (llama-speculative-simple, llama-completion)")
     ap.add_argument("--llama-threads", type=int, help="llama.cpp's threads (default --threads)")
     ap.add_argument("--llama-draft-max", type=int, help="llama.cpp's --spec-draft-n-max (default --draft-max)")
+    ap.add_argument("--server-clients", type=int, default=0,
+                    help="instead: kipp-server with and without the drafter under N clients")
     ap.add_argument("--output")
     a = ap.parse_args()
     if bool(a.draft_model) == bool(a.spec_ngram):
@@ -151,6 +196,17 @@ def main() -> int:
     else:
         a.prompt_text = a.prompt if a.prompt is not None else CODE_EDIT
 
+    if a.server_clients:
+        rec = {"bench": "spec_bench --server-clients", "provenance": benchlib.provenance(a.binary),
+               "model": benchlib.model_manifest(a.model),
+               "draft": benchlib.model_manifest(a.draft_model) if a.draft_model else {"ngram": a.spec_ngram},
+               "config": {"backend": a.backend, "threads": a.threads, "draft_max": a.draft_max,
+                          "draft_p_min": a.draft_p_min, "runs": a.runs},
+               "server": server_ab(a)}
+        if a.output:
+            benchlib.write_record_file(a.output, json.dumps(rec, indent=2))
+        print(json.dumps({k: rec["server"][k] for k in ("plain_agg_tok_s", "spec_agg_tok_s", "ratio_median")}, indent=1))
+        return 0
     gate = {}
     if a.gate in ("sampling", "both"):
         r = benchlib.run_measured([a.kipp_test, "--spec-stat"], timeout=600)

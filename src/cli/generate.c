@@ -118,7 +118,7 @@ static int generate_spec(const kipp_gen_params *p, kipp_gen_result *r) {
         }
         r->t_draft += kipp_cli_now() - td;
         if (job.n_draft < p->k_min) job.n_draft = 0;
-        if (k > 0 && job.n_draft == 0) kipp_spec_seq_update(&seq, 1, 0); /* declined */
+        if (k > 0 && job.n_draft == 0) kipp_spec_seq_declined(&seq);
         int32_t btok[KIPP_SPEC_MAX_K + 1];
         btok[0] = tok;
         memcpy(btok + 1, job.draft, job.n_draft * sizeof *btok);

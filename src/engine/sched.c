@@ -99,6 +99,7 @@ struct kipp_sched {
     kipp_spec_seq **sq;      /* [max_running] */
     uint32_t *cap, *kk;      /* [max_running] */
     uint64_t e_steps, e_drafted, e_accepted; /* engine-side totals, published under mu */
+    kipp_spec_seq global;    /* acceptance over every request: a new request's prior */
     double e_draft_s;
 };
 
@@ -338,6 +339,12 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
                 if (kipp_drafter_open(s->drafter, k, &r->p.sampling, NULL, 0) == KIPP_OK) {
                     s->slot_used[k] = 1;
                     r->slot = (int)k;
+                    if (s->global.n_obs && !r->admitted_once) {
+                        /* start from what drafting has been worth to recent requests,
+                         * weighted as two observations, instead of the fixed prior */
+                        r->spec.acc_num = 2.0 * s->global.acc_num / s->global.acc_den;
+                        r->spec.acc_den = 2.0;
+                    }
                 } /* else this request runs without speculation */
             }
             if (!r->admitted_once) {
@@ -480,7 +487,10 @@ static void draft(kipp_sched *s) {
             if (r->slot != (int)job->slot || r->state != KIPP_REQ_DECODE) continue;
             r->job = *job;
             if (r->job.n_draft < s->k_min) r->job.n_draft = 0;
-            if (r->job.n_draft == 0) kipp_spec_seq_update(&r->spec, 1, 0); /* declined */
+            if (r->job.n_draft == 0) { /* declined */
+                kipp_spec_seq_declined(&r->spec);
+                kipp_spec_seq_declined(&s->global);
+            }
             break;
         }
     }
@@ -515,6 +525,7 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     } else {
         n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
         kipp_spec_seq_update(&r->spec, k, m);
+        kipp_spec_seq_update(&s->global, k, m);
         if (m < k && kipp_ctx_seq_truncate(s->ctx, r->seq, N + m, r->err, sizeof r->err) != KIPP_OK) {
             r->pending = KIPP_FINISH_ERROR;
             return;
@@ -746,6 +757,7 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
         s->fixed_k = sp.fixed_k;
         rows_per = 1 + sp.k_max;
         kipp_spec_timing_init(&s->timing);
+        kipp_spec_seq_init(&s->global);
         s->slot_used = calloc(p.max_running, 1);
         s->jobs = calloc(p.max_running, sizeof *s->jobs);
         s->sq = calloc(p.max_running, sizeof *s->sq);

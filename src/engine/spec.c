@@ -419,12 +419,20 @@ void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
         return;
     }
     q->idle_steps = 0;
+    q->n_obs++;
     /* per-token acceptance of a geometric run: m successes, one failure unless all passed */
     q->acc_num = ACC_DECAY * q->acc_num + m;
     q->acc_den = ACC_DECAY * q->acc_den + m + (m < k);
     q->drafted += k;
     q->accepted += m;
     q->steps++;
+}
+
+void kipp_spec_seq_declined(kipp_spec_seq *q) {
+    q->idle_steps = 0;
+    q->n_obs++;
+    q->acc_num = ACC_DECAY * q->acc_num;
+    q->acc_den = ACC_DECAY * q->acc_den + 1.0;
 }
 
 void kipp_spec_timing_init(kipp_spec_timing *t) { memset(t, 0, sizeof *t); }

@@ -74,11 +74,15 @@ typedef struct {
     double acc_num, acc_den; /* decayed accepted / (accepted + rejections) */
     uint32_t idle_steps;     /* steps since the sequence last drafted */
     uint64_t drafted, accepted, steps;
+    uint64_t n_obs;          /* outcomes learned (verifications and declined runs) */
 } kipp_spec_seq;
 
 void kipp_spec_seq_init(kipp_spec_seq *q);
 /* After a step that verified k drafts and kept m of them. */
 void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m);
+/* After a draft run that stopped (--draft-p-min) before its first token: acceptance learns a
+ * failure, the drafted/accepted counters do not change. */
+void kipp_spec_seq_declined(kipp_spec_seq *q);
 
 /* Step-time model, learned online: target step ~ alpha + beta * tokens, one draft round ~
  * gamma (seconds). */
