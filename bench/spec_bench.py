@@ -13,6 +13,10 @@ time and, with --llama-dir, llama.cpp's speculative example on the same pair of 
   .venv/bin/python -m bench.spec_bench --model M --spec-ngram 3 --prompt-file P ...
   .venv/bin/python -m bench.spec_bench --model M --draft-model D --server-clients 8 --runs 3 ...
 
+With --model alone (the seed's `python3 bench/spec_bench.py --model <gguf> --decode 256
+--runs 3 --gate both`) the drafter is prompt lookup, --spec-ngram 3, on the built-in
+code-editing prompt.
+
 --server-clients N: kipp-server with and without the drafter (bench/server_bench.py, N
 streaming clients, 4 requests of 64 tokens each, 128-token synthetic prompts), alternating.
 """
@@ -27,7 +31,10 @@ import statistics
 import sys
 import tempfile
 
-from bench import benchlib
+if __package__ in (None, ""):  # run as a script: python3 bench/spec_bench.py
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import benchlib  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -185,8 +192,10 @@ def main() -> int:
                     help="instead: kipp-server with and without the drafter under N clients")
     ap.add_argument("--output")
     a = ap.parse_args()
-    if bool(a.draft_model) == bool(a.spec_ngram):
-        ap.error("give --draft-model FILE or --spec-ngram N (one)")
+    if a.draft_model and a.spec_ngram:
+        ap.error("give --draft-model FILE or --spec-ngram N, not both")
+    if not a.draft_model and not a.spec_ngram:
+        a.spec_ngram = 3  # the seed's form (--model only): prompt lookup, no second model
     for p in [a.model, a.binary] + ([a.draft_model] if a.draft_model else []):
         if not os.path.exists(p):
             ap.error(f"{p}: no such file")
