@@ -392,6 +392,98 @@ static void spec_case(kipp_model *m, const prompts *p, const kipp_sched_params *
              (unsigned long long)st.steps);
 }
 
+/* Sampling through the model: N_SAMPLED requests (temperature 1, top-k 4, one seed each)
+ * with and without speculation; their (token 1, token 2) pairs must come from the same
+ * distribution (two-sample chi-square, false alarm 1e-4; cells with fewer than 20 pooled).
+ * Token 1 comes from the prompt's logits; token 2 is a verification outcome: the draft's
+ * K 2 run after token 1 (4 tokens are asked for, so the run has room). */
+#define N_SAMPLED 1000
+#define PAIR_CELLS 64
+
+typedef struct {
+    int32_t a[PAIR_CELLS], b[PAIR_CELLS];
+    long n[2][PAIR_CELLS];
+    int cells;
+} pair_hist;
+
+static void pair_add(pair_hist *h, int arm, int32_t x, int32_t y) {
+    int i = 0;
+    while (i < h->cells && !(h->a[i] == x && h->b[i] == y)) i++;
+    if (i == h->cells) {
+        if (h->cells == PAIR_CELLS) i = PAIR_CELLS - 1; /* overflow: the last cell pools */
+        else { h->a[i] = x; h->b[i] = y; h->cells++; }
+    }
+    h->n[arm][i]++;
+}
+
+static int sample_arm(kipp_model *m, const kipp_sched_params *sp, const prompts *p, int arm,
+                      pair_hist *h) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched *s;
+    if (kipp_sched_start(m, sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return -1;
+    }
+    int bad = 0;
+    for (int w = 0; w < N_SAMPLED && !bad; w += N_REQ) {
+        kipp_req *r[N_REQ] = {0};
+        for (int i = 0; i < N_REQ && w + i < N_SAMPLED; i++) {
+            kipp_req_params rp = req_params(p, 0, 1.0f);
+            rp.max_tokens = 4;
+            rp.sampling.top_k = 4;
+            rp.sampling.top_p = 1.0f;
+            rp.sampling.min_p = 0.0f;
+            rp.sampling.seed = 77 + (uint64_t)(w + i) * 1000003ull + (uint64_t)arm * 7;
+            if (kipp_sched_submit(s, &rp, &r[i], err, sizeof err) != KIPP_OK) {
+                KT_CHECK(0, "submit: %s", err);
+                bad = 1;
+                break;
+            }
+        }
+        for (int i = 0; i < N_REQ && r[i]; i++) {
+            kipp_finish fin = KIPP_FINISH_NONE;
+            uint32_t n = 0;
+            while (fin == KIPP_FINISH_NONE) n = kipp_req_wait(r[i], n, -1, &fin);
+            if (n == 4) pair_add(h, arm, kipp_req_token(r[i], 0)->id, kipp_req_token(r[i], 1)->id);
+            else bad = 1;
+            kipp_req_release(r[i]);
+        }
+    }
+    kipp_sched_free(s);
+    KT_CHECK(!bad, "sampled requests did not all give 4 tokens");
+    return bad ? -1 : 0;
+}
+
+static void spec_sampling_case(kipp_model *m, const prompts *p, const kipp_sched_params *base,
+                               kipp_model *dm, const char *what) {
+    kipp_spec_params spp = {.model = dm, .k_max = 2, .p_min = 0.0f, .fixed_k = 1};
+    spp.ctx = kipp_ctx_default_params();
+    spp.ctx.backend = base->backend;
+    spp.ctx.kv_type = base->kv_type;
+    spp.ctx.n_threads = base->n_threads;
+    kipp_sched_params with = *base;
+    with.spec = &spp;
+    static pair_hist h;
+    memset(&h, 0, sizeof h);
+    if (sample_arm(m, base, p, 0, &h) != 0 || sample_arm(m, &with, p, 1, &h) != 0) return;
+    double chi2 = 0.0, pa = 0.0, pb = 0.0;
+    int df = -1;
+    for (int i = 0; i < h.cells; i++) {
+        const double x = (double)h.n[0][i], y = (double)h.n[1][i];
+        if (x + y < 20.0) { pa += x; pb += y; continue; }
+        chi2 += (x - y) * (x - y) / (x + y);
+        df++;
+    }
+    if (pa + pb >= 20.0) { chi2 += (pa - pb) * (pa - pb) / (pa + pb); df++; }
+    const double a = 2.0 / (9.0 * (df > 0 ? df : 1)), c = 1.0 - a + 3.719 * sqrt(a);
+    const double crit = (df > 0 ? df : 1) * c * c * c;
+    KT_CHECK(df >= 2 && chi2 <= crit, "speculative sampling (%s): the first two tokens of %d "
+             "seeds are not distributed as without speculation (chi-square %.1f, critical "
+             "%.1f at 1e-4, %d degrees of freedom)", what, N_SAMPLED, chi2, crit, df);
+    printf("  sampling through the model (%s): %d seeds per arm, %d cells, chi-square %.1f "
+           "(critical %.1f)\n", what, N_SAMPLED, df + 1, chi2, crit);
+}
+
 int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts *o) {
     const int failed0 = kt_failed;
     char err[KIPP_ERR_LEN];
@@ -417,6 +509,9 @@ int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts
             spec_case(m, &p, &sp, &ref, dm, 0, 1, what, 0);
             snprintf(what, sizeof what, "%.60s, adaptive", base);
             spec_case(m, &p, &sp, &ref, dm, 0, 0, what, 0);
+            /* the first draft model only (2 x 1000 requests), and not on cpu-ref: time */
+            if (f == list && strcmp(sp.backend, "cpu-ref") != 0)
+                spec_sampling_case(m, &p, &sp, dm, base);
             kipp_model_free(dm);
         }
     }
