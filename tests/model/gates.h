@@ -53,5 +53,8 @@ void kt_spec_rollback(const kipp_model *m, const kt_opts *o);
 /* The rejection rule's statistics on synthetic distributions (no model): the tokens
  * speculation emits are distributed as plain sampling's (chi-square, false alarm 1e-4). */
 int kt_gate_spec_stat(const char *unused1, const char *unused2, const kt_opts *o);
+/* Chi-square critical value (Wilson-Hilferty) for df degrees of freedom at the one-sided
+ * standard normal quantile z (3.719: a false alarm of 1e-4). */
+double kt_chi2_crit(int df, double z);
 
 #endif

@@ -354,18 +354,26 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
 
 /* ---- speculative decoding in the scheduler (kipp_test --draft-spec M D[,D...]) ---------- */
 
+/* A drafter (dm, or prompt lookup of n-gram ngram) on the scheduler's backend, KV type
+ * and threads, drafting at most k_max tokens (always k_max when fixed), p_min 0. */
+static kipp_spec_params spec_params(const kipp_sched_params *base, kipp_model *dm,
+                                    uint32_t ngram, uint32_t k_max, int fixed) {
+    kipp_spec_params spp = {.model = dm, .ngram = ngram, .k_max = k_max, .k_min = 0,
+                            .p_min = 0.0f, .fixed_k = fixed};
+    spp.ctx = kipp_ctx_default_params();
+    spp.ctx.backend = base->backend;
+    spp.ctx.kv_type = base->kv_type;
+    spp.ctx.n_threads = base->n_threads;
+    return spp;
+}
+
 /* Greedy output with speculation == without, alone and in a batch of 8, for each drafter:
  * the target itself (drafts always kept: acceptance must be 1), each draft model given
  * (partial or no acceptance), prompt lookup; every block back in the pool afterwards. */
 static void spec_case(kipp_model *m, const prompts *p, const kipp_sched_params *base,
                       const outputs *ref, kipp_model *dm, uint32_t ngram, int fixed,
                       const char *what, int want_all_kept) {
-    kipp_spec_params spp = {.model = dm, .ngram = ngram, .k_max = 4, .k_min = 0,
-                            .p_min = 0.0f, .fixed_k = fixed};
-    spp.ctx = kipp_ctx_default_params();
-    spp.ctx.backend = base->backend;
-    spp.ctx.kv_type = base->kv_type;
-    spp.ctx.n_threads = base->n_threads;
+    kipp_spec_params spp = spec_params(base, dm, ngram, 4, fixed);
     kipp_sched_params sp = *base;
     sp.spec = &spp;
     outputs solo, batch;
@@ -456,11 +464,7 @@ static int sample_arm(kipp_model *m, const kipp_sched_params *sp, const prompts 
 
 static void spec_sampling_case(kipp_model *m, const prompts *p, const kipp_sched_params *base,
                                kipp_model *dm, const char *what) {
-    kipp_spec_params spp = {.model = dm, .k_max = 2, .p_min = 0.0f, .fixed_k = 1};
-    spp.ctx = kipp_ctx_default_params();
-    spp.ctx.backend = base->backend;
-    spp.ctx.kv_type = base->kv_type;
-    spp.ctx.n_threads = base->n_threads;
+    kipp_spec_params spp = spec_params(base, dm, 0, 2, 1);
     kipp_sched_params with = *base;
     with.spec = &spp;
     static pair_hist h;
@@ -475,8 +479,7 @@ static void spec_sampling_case(kipp_model *m, const prompts *p, const kipp_sched
         df++;
     }
     if (pa + pb >= 20.0) { chi2 += (pa - pb) * (pa - pb) / (pa + pb); df++; }
-    const double a = 2.0 / (9.0 * (df > 0 ? df : 1)), c = 1.0 - a + 3.719 * sqrt(a);
-    const double crit = (df > 0 ? df : 1) * c * c * c;
+    const double crit = kt_chi2_crit(df > 0 ? df : 1, 3.719);
     KT_CHECK(df >= 2 && chi2 <= crit, "speculative sampling (%s): the first two tokens of %d "
              "seeds are not distributed as without speculation (chi-square %.1f, critical "
              "%.1f at 1e-4, %d degrees of freedom)", what, N_SAMPLED, chi2, crit, df);

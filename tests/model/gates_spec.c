@@ -18,8 +18,7 @@
 #define N_TRIALS 60000
 #define Z_1E4 3.719   /* one-sided standard normal quantile for a false alarm of 1e-4 */
 
-/* Chi-square critical value (Wilson-Hilferty) for df degrees of freedom at z. */
-static double chi2_crit(int df, double z) {
+double kt_chi2_crit(int df, double z) {
     const double a = 2.0 / (9.0 * df);
     const double c = 1.0 - a + z * sqrt(a);
     return df * c * c * c;
@@ -133,7 +132,7 @@ static double fit_ratio(const kipp_sampler_params *sp, const float *lp, const fl
         chi2 += 1e9; /* mass where plain sampling has (almost) none */
     }
     (void)accept_rate;
-    return chi2 / chi2_crit(cells - 1, Z_1E4);
+    return chi2 / kt_chi2_crit(cells - 1, Z_1E4);
 }
 
 int kt_gate_spec_stat(const char *unused1, const char *unused2, const kt_opts *o) {
