@@ -8,6 +8,9 @@ One server (--parallel 16 unless told otherwise) serves every concurrency level 
 distinct synthetic prompt of --prompt-tokens token ids (the ids of tools/bench.py, shifted
 per request so that no two prompts share a first block: the prefix cache never hits),
 max_tokens --max-tokens, ignore_eos, temperature 0, stream_options.include_usage.
+--prompt-file FILE: the prompt is that text instead, each request's prefixed with its own
+"Request N." line (so again no two share a first block) -- real text, for drafters whose
+acceptance depends on it (speculative decoding: bench/spec_bench.py --server-clients).
 
 Per request: TTFT (send -> first SSE chunk carrying text), ITL (gaps between consecutive
 text chunks; a chunk can hold more than one token when the detokenizer waits for a whole
@@ -181,6 +184,14 @@ class MetricsPoller:
 
 # ---- one concurrency level ------------------------------------------------------------------
 
+def make_prompt(args, offset: int):
+    """A distinct prompt per offset: synthetic token ids, or --prompt-file's text behind a
+    "Request N." line."""
+    if args.prompt_text is not None:
+        return f"Request {offset}.\n{args.prompt_text}"
+    return sc.synthetic_ids(args.prompt_tokens, offset)
+
+
 def run_level(srv, c: int, args, run_index: int) -> dict:
     barrier = threading.Barrier(c)
     per_client: list[list[dict]] = [[] for _ in range(c)]
@@ -190,7 +201,7 @@ def run_level(srv, c: int, args, run_index: int) -> dict:
         for j in range(args.requests_per_client):
             # a distinct prompt per (run, level, client, request); offsets far apart
             offset = 100_003 * (run_index + 1) + 10_007 * c + 1_009 * k + 37 * j
-            body = {"model": srv.model_name, "prompt": sc.synthetic_ids(args.prompt_tokens, offset),
+            body = {"model": srv.model_name, "prompt": make_prompt(args, offset),
                     "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
                     "stream": True, "stream_options": {"include_usage": True}}
             per_client[k].append(stream_request(srv, body, args.timeout))
@@ -264,6 +275,14 @@ def run_level(srv, c: int, args, run_index: int) -> dict:
             "rss_bytes": srv.rss_bytes(),
         },
     })
+    if m1.has("kipp_spec_drafted_tokens_total"):  # a server with a drafter
+        drafted = m1.get("kipp_spec_drafted_tokens_total") - m0.get("kipp_spec_drafted_tokens_total")
+        accepted = m1.get("kipp_spec_accepted_tokens_total") - m0.get("kipp_spec_accepted_tokens_total")
+        res["server"]["spec"] = {
+            "steps": m1.get("kipp_spec_steps_total") - m0.get("kipp_spec_steps_total"),
+            "drafted": drafted, "accepted": accepted,
+            "acceptance": accepted / drafted if drafted else None,
+            "draft_seconds": m1.get("kipp_spec_draft_seconds_total") - m0.get("kipp_spec_draft_seconds_total")}
     if res["server"]["engine_steps"]:
         res["server"]["mean_tokens_per_step"] = res["server"]["generated_tokens"] / res["server"]["engine_steps"]
     return res
@@ -278,6 +297,8 @@ def main() -> int:
                     help="requests each client sends per level (default 4)")
     ap.add_argument("--prompt-tokens", type=benchlib.positive("--prompt-tokens"), default=128,
                     help="synthetic prompt length (default 128)")
+    ap.add_argument("--prompt-file", help="use this text as every prompt (after a per-request line) "
+                    "instead of synthetic ids")
     ap.add_argument("--max-tokens", type=benchlib.positive("--max-tokens"), default=64, help="tokens per request (default 64)")
     ap.add_argument("--parallel", type=benchlib.positive("--parallel"), default=16, help="server --parallel (default 16)")
     ap.add_argument("--runs", type=benchlib.positive("--runs"), default=1,
@@ -286,6 +307,13 @@ def main() -> int:
                     help="single warm-up requests before measuring (default 2)")
     args = ap.parse_args()
     check_paths(ap, args)
+    args.prompt_text = None
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                args.prompt_text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            ap.error(f"--prompt-file {args.prompt_file}: {e}")
     if args.quick:
         args.concurrency, args.requests_per_client = "1,8", 2
         args.prompt_tokens, args.max_tokens, args.warmup = min(args.prompt_tokens, 32), min(args.max_tokens, 16), 1
@@ -301,12 +329,13 @@ def main() -> int:
         srv.served_model()
         rec["server_argv"] = srv.argv
         rec["settings"] = {"concurrency": levels, "requests_per_client": args.requests_per_client,
-                           "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
+                           "prompt_tokens": args.prompt_tokens if args.prompt_text is None else None,
+                           "prompt_file": args.prompt_file, "max_tokens": args.max_tokens,
                            "parallel": args.parallel, "threads": args.threads, "backend": args.backend,
                            "runs": args.runs, "warmup_requests": args.warmup, "endpoint": "/v1/completions",
                            "stream": True, "temperature": 0, "ignore_eos": True}
         for i in range(args.warmup):
-            w = stream_request(srv, {"model": srv.model_name, "prompt": sc.synthetic_ids(args.prompt_tokens, 7 * i + 1),
+            w = stream_request(srv, {"model": srv.model_name, "prompt": make_prompt(args, 7 * i + 1),
                                      "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
                                      "stream": True, "stream_options": {"include_usage": True}}, args.timeout)
             if not w["ok"]:

@@ -17,8 +17,11 @@ With --model alone (the seed's `python3 bench/spec_bench.py --model <gguf> --dec
 --runs 3 --gate both`) the drafter is prompt lookup, --spec-ngram 3, on the built-in
 code-editing prompt.
 
---server-clients N: kipp-server with and without the drafter (bench/server_bench.py, N
-streaming clients, 4 requests of 64 tokens each, 128-token synthetic prompts), alternating.
+--server-clients N[,N...]: kipp-server with and without the drafter (bench/server_bench.py:
+every level in one server, N streaming clients, 4 requests of --server-max-tokens (64) each;
+the prompt is --prompt/--prompt-file's text behind a per-request line, or 128 synthetic
+token ids when neither is given), alternating; per level the ratio of aggregate throughputs,
+so a list of levels shows where speculation stops paying as the batch grows.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ def kipp_run(a, spec: bool, tmp: str) -> dict:
     if spec:
         if a.draft_model:
             cmd += ["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)]
+            if a.draft_vocab:
+                cmd += ["--draft-vocab", str(a.draft_vocab)]
         else:
             cmd += ["--spec-ngram", str(a.spec_ngram)]
         cmd += ["--draft-max", str(a.draft_max)]
@@ -129,42 +134,70 @@ def llama_run(a, spec: bool) -> dict:
 
 
 def server_ab(a) -> dict:
-    """kipp-server with and without the drafter under --server-clients concurrent streaming
-    clients (bench/server_bench.py, one level, one run per call), runs alternating plain,
-    speculative, plain, ...; aggregate decode tokens/s of each (the window where every
-    client is busy), and the speculative server's /metrics figures from its stderr-free
-    record."""
+    """kipp-server with and without the drafter (bench/server_bench.py: every level of
+    --server-clients in one server, --runs rounds alternating plain, speculative, plain, ...);
+    per level the aggregate decode tokens/s of each (the window where every client is busy),
+    the ratio of the medians, and the speculative server's acceptance, drafted tokens and
+    drafting time from /metrics. With --prompt-file/--prompt the clients send that text (one
+    "Request N." line ahead of it each); otherwise server_bench's synthetic 128-token ids."""
     import subprocess
-    runs = {"plain": [], "spec": []}
+    levels = a.server_levels
+    runs = {str(c): {"plain": [], "spec": []} for c in levels}
     with tempfile.TemporaryDirectory() as tmp:
+        prompt_file = None
+        if a.prompt_text_given:
+            prompt_file = os.path.join(tmp, "prompt.txt")
+            with open(prompt_file, "w", encoding="utf-8") as f:
+                f.write(a.prompt_text)
         for i in range(a.runs):
             for kind in ("plain", "spec"):
                 out = os.path.join(tmp, f"{kind}{i}.json")
                 cmd = [sys.executable, "-m", "bench.server_bench", "--model", a.model,
                        "--threads", str(a.threads), "--backend", a.backend,
-                       "--concurrency", str(a.server_clients), "--parallel", str(a.server_clients),
-                       "--requests-per-client", "4", "--max-tokens", "64", "--runs", "1",
-                       "--output", out]
+                       "--concurrency", ",".join(map(str, levels)), "--parallel", str(max(levels)),
+                       "--requests-per-client", "4", "--max-tokens", str(a.server_max_tokens),
+                       "--runs", "1", "--output", out]
+                if prompt_file:
+                    cmd += ["--prompt-file", prompt_file]
                 if kind == "spec":
                     extra = (["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)] if a.draft_model
                              else ["--spec-ngram", str(a.spec_ngram)]) + ["--draft-max", str(a.draft_max)]
+                    if a.draft_fixed:
+                        extra.append("--draft-fixed")
+                    if a.draft_vocab:
+                        extra += ["--draft-vocab", str(a.draft_vocab)]
                     cmd += [f"--server-arg={x}" for x in extra]
-                p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+                p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
                 if p.returncode != 0:
                     sys.exit(f"spec_bench: server_bench failed: {p.stderr[-800:]}")
                 with open(out) as f:
                     rec = json.load(f)
-                lvl = rec["levels"][str(a.server_clients)][0]
-                runs[kind].append({"agg_decode_tps": lvl["agg_decode_tps"],
-                                   "itl_p50_s": lvl["itl_s"]["p50"], "ttft_p50_s": lvl["ttft_s"]["p50"],
-                                   "engine_steps": lvl["server"]["engine_steps"],
-                                   "load_average": rec.get("load_average")})
-    med = {k: statistics.median(x["agg_decode_tps"] for x in v) for k, v in runs.items()}
-    return {"clients": a.server_clients, "requests_per_client": 4, "max_tokens": 64,
-            "prompt_tokens": 128, "runs": runs,
-            "plain_agg_tok_s": benchlib.summary([x["agg_decode_tps"] for x in runs["plain"]]),
-            "spec_agg_tok_s": benchlib.summary([x["agg_decode_tps"] for x in runs["spec"]]),
-            "ratio_median": med["spec"] / med["plain"]}
+                for c in levels:
+                    lvl = rec["levels"][str(c)][0]
+                    if not lvl.get("agg_decode_tps"):
+                        sys.exit(f"spec_bench: server_bench level {c} has no throughput: {lvl.get('errors')}")
+                    runs[str(c)][kind].append({
+                        "agg_decode_tps": lvl["agg_decode_tps"], "itl_p50_s": lvl["itl_s"]["p50"],
+                        "ttft_p50_s": lvl["ttft_s"]["p50"], "engine_steps": lvl["server"]["engine_steps"],
+                        "generated_tokens": lvl["server"]["generated_tokens"],
+                        "spec": lvl["server"].get("spec"), "load_average": rec.get("load_average")})
+    out = {"clients": levels, "requests_per_client": 4, "max_tokens": a.server_max_tokens,
+           "prompt": "text" if a.prompt_text_given else "synthetic 128 token ids", "levels": {}}
+    for c in levels:
+        r = runs[str(c)]
+        med = {k: statistics.median(x["agg_decode_tps"] for x in v) for k, v in r.items()}
+        sp = [x["spec"] for x in r["spec"] if x["spec"]]
+        drafted = sum(x["drafted"] for x in sp)
+        out["levels"][str(c)] = {
+            "runs": r,
+            "plain_agg_tok_s": benchlib.summary([x["agg_decode_tps"] for x in r["plain"]]),
+            "spec_agg_tok_s": benchlib.summary([x["agg_decode_tps"] for x in r["spec"]]),
+            "ratio_median": med["spec"] / med["plain"],
+            "acceptance": sum(x["accepted"] for x in sp) / drafted if drafted else None,
+            "drafted_per_generated": drafted / sum(x["generated_tokens"] for x in r["spec"]),
+            "generated_per_engine_step": statistics.median(x["generated_tokens"] / x["engine_steps"]
+                                                        for x in r["spec"] if x["engine_steps"])}
+    return out
 
 
 def main() -> int:
@@ -174,6 +207,8 @@ def main() -> int:
     ap.add_argument("--spec-ngram", type=benchlib.positive("--spec-ngram"))
     ap.add_argument("--draft-max", type=benchlib.positive("--draft-max"), default=16)
     ap.add_argument("--draft-p-min", type=float, default=0.75)
+    ap.add_argument("--draft-vocab", type=benchlib.positive("--draft-vocab"),
+                    help="Kipp's draft head over token ids below N (llama.cpp has no such option)")
     ap.add_argument("--draft-fixed", action="store_true")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--binary", default=os.path.join(ROOT, "build/kipp"))
@@ -188,8 +223,11 @@ def main() -> int:
     ap.add_argument("--llama-dir", help="llama.cpp binaries (llama-speculative-simple, llama-completion)")
     ap.add_argument("--llama-threads", type=int, help="llama.cpp's threads (default --threads)")
     ap.add_argument("--llama-draft-max", type=int, help="llama.cpp's --spec-draft-n-max (default --draft-max)")
-    ap.add_argument("--server-clients", type=int, default=0,
-                    help="instead: kipp-server with and without the drafter under N clients")
+    ap.add_argument("--server-clients", default=None,
+                    help="instead: kipp-server with and without the drafter under N clients "
+                         "(comma-separated levels: 1,2,4,8)")
+    ap.add_argument("--server-max-tokens", type=benchlib.positive("--server-max-tokens"), default=64,
+                    help="tokens per server request (default 64)")
     ap.add_argument("--output")
     a = ap.parse_args()
     if a.draft_model and a.spec_ngram:
@@ -199,6 +237,13 @@ def main() -> int:
     for p in [a.model, a.binary] + ([a.draft_model] if a.draft_model else []):
         if not os.path.exists(p):
             ap.error(f"{p}: no such file")
+    a.prompt_text_given = bool(a.prompt_file) or a.prompt is not None
+    if a.server_clients is not None:
+        try:
+            a.server_levels = [int(x) for x in a.server_clients.split(",") if x.strip()]
+            assert a.server_levels and all(x >= 1 for x in a.server_levels)
+        except (ValueError, AssertionError):
+            ap.error(f"--server-clients expects comma-separated integers >= 1, got '{a.server_clients}'")
     if a.prompt_file:
         with open(a.prompt_file, encoding="utf-8") as f:
             a.prompt_text = f.read()
@@ -210,11 +255,13 @@ def main() -> int:
                "model": benchlib.model_manifest(a.model),
                "draft": benchlib.model_manifest(a.draft_model) if a.draft_model else {"ngram": a.spec_ngram},
                "config": {"backend": a.backend, "threads": a.threads, "draft_max": a.draft_max,
-                          "draft_p_min": a.draft_p_min, "runs": a.runs},
+                          "draft_p_min": a.draft_p_min, "draft_fixed": a.draft_fixed,
+                          "draft_vocab": a.draft_vocab, "runs": a.runs},
                "server": server_ab(a)}
         if a.output:
             benchlib.write_record_file(a.output, json.dumps(rec, indent=2))
-        print(json.dumps({k: rec["server"][k] for k in ("plain_agg_tok_s", "spec_agg_tok_s", "ratio_median")}, indent=1))
+        print(json.dumps({c: {k: v[k] for k in ("ratio_median", "acceptance", "generated_per_engine_step")}
+                          for c, v in rec["server"]["levels"].items()}, indent=1))
         return 0
     gate = {}
     if a.gate in ("sampling", "both"):
@@ -243,7 +290,8 @@ def main() -> int:
         "draft": benchlib.model_manifest(a.draft_model) if a.draft_model else {"ngram": a.spec_ngram},
         "config": {"backend": a.backend, "threads": a.threads, "decode": a.decode, "runs": a.runs,
                    "draft_max": a.draft_max, "draft_p_min": a.draft_p_min if a.draft_model else None,
-                   "draft_fixed": a.draft_fixed, "prompt": a.prompt_text, "sampling": "greedy"},
+                   "draft_fixed": a.draft_fixed, "draft_vocab": a.draft_vocab, "prompt": a.prompt_text,
+                   "sampling": "greedy"},
         "gate": gate,
         "kipp": {
             "plain_tok_s": benchlib.summary([x["tok_s"] for x in plain]),

@@ -62,6 +62,10 @@ typedef struct {
                                NULL = the best this CPU runs. A level the CPU lacks is an
                                error. Ignored by backends without levels. */
     int device;             /* device index for GPU backends; 0 = the first */
+    uint32_t n_logits;      /* logits rows cover token ids 0..n_logits-1 only: the lm_head
+                               runs over those rows of the output matrix (BPE ids are ranked
+                               by merge order, roughly by frequency). A smaller head for a
+                               draft model; 0 = n_vocab (every token) */
 } kipp_ctx_params;
 
 /* Comma-separated names of the backends built into this binary, fastest first (static). */
@@ -103,7 +107,8 @@ uint32_t kipp_ctx_n_ctx(const kipp_ctx *c);
 kipp_status kipp_ctx_truncate(kipp_ctx *c, uint32_t n_keep, char *err, size_t err_len);
 
 /* Appends n tokens to sequence 0 at positions n_past..n_past+n-1 and writes the logits of
- * the LAST token into logits (n_vocab floats) if logits is not NULL. */
+ * the LAST token into logits (n_vocab floats; n_logits for a context created with n_logits)
+ * if logits is not NULL. */
 kipp_status kipp_decode(kipp_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         char *err, size_t err_len);
 
@@ -133,7 +138,8 @@ typedef struct {
 } kipp_batch;
 
 /* Decodes a batch and writes one row of n_vocab logits per wanted token, in batch order,
- * into logits ([n_wanted][n_vocab]; may be NULL when no token is wanted). Everything (ids,
+ * into logits ([n_wanted][n_vocab], or [n_wanted][n_logits] for a context created with
+ * n_logits; may be NULL when no token is wanted). Everything (ids,
  * positions, context and pool room) is validated before any state changes: on an error no
  * sequence has moved. KIPP_ERR_KV_FULL: the pool is short of blocks (free or truncate
  * sequences and retry). */
@@ -170,6 +176,7 @@ typedef struct {
     uint32_t kv_block_size, kv_blocks;
     uint64_t kv_bytes_per_token; /* K + V of one token, all layers, in kv_type */
     uint64_t kv_bytes;           /* the whole pool (reserved; pages are touched on use) */
+    uint32_t n_logits;           /* floats in one logits row (n_vocab unless limited) */
 } kipp_ctx_info;
 
 void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out);

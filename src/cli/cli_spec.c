@@ -3,6 +3,7 @@
 
 #include "cli/cli_args.h"
 
+#include <stdint.h>
 #include <string.h>
 
 void kipp_cli_spec_init(kipp_cli_spec *o) {
@@ -17,7 +18,7 @@ int kipp_cli_spec_flag(const char *prog, int argc, char **argv, int *i, kipp_cli
     const int fixed = !strcmp(a, "--draft-fixed");
     if (strcmp(a, "--draft-model") && strcmp(a, "-md") && strcmp(a, "--draft-max") &&
         strcmp(a, "--draft-min") && strcmp(a, "--draft-p-min") && strcmp(a, "--spec-ngram") &&
-        strcmp(a, "--draft-threads") && strcmp(a, "-td") &&
+        strcmp(a, "--draft-threads") && strcmp(a, "-td") && strcmp(a, "--draft-vocab") &&
         !fixed)
         return 0;
     if (!o->first_flag) o->first_flag = a;
@@ -42,6 +43,7 @@ int kipp_cli_spec_flag(const char *prog, int argc, char **argv, int *i, kipp_cli
     else if (!strcmp(a, "--spec-ngram")) ok = kipp_cli_long(prog, a, v, 1, 8, &o->ngram);
     else if (!strcmp(a, "--draft-threads") || !strcmp(a, "-td"))
         ok = kipp_cli_long(prog, a, v, 1, 1024, &o->draft_threads);
+    else if (!strcmp(a, "--draft-vocab")) ok = kipp_cli_long(prog, a, v, 1, UINT32_MAX, &o->draft_vocab);
     else ok = kipp_cli_float(prog, a, v, 0.0f, 1.0f, &o->p_min);
     return ok ? 1 : 2;
 }
@@ -57,6 +59,11 @@ int kipp_cli_spec_finish(const char *prog, const kipp_cli_spec *o) {
                 "%s: %s tunes speculative decoding, which needs --draft-model FILE or "
                 "--spec-ngram N\n",
                 prog, o->first_flag);
+        return 0;
+    }
+    if (o->draft_vocab && !o->draft_model) {
+        fprintf(stderr, "%s: --draft-vocab limits a draft model's head; it needs --draft-model\n",
+                prog);
         return 0;
     }
     if (o->draft_min > o->draft_max) {
@@ -79,6 +86,9 @@ void kipp_cli_spec_help(FILE *f, int width) {
         {"--draft-p-min P", "a draft model stops drafting at a token it gives less than"},
         {"", "P (default 0.75)"},
         {"--draft-fixed", "always draft --draft-max tokens (no adaptation)"},
+        {"--draft-vocab N", "the draft model drafts only tokens 0..N-1: its lm_head runs"},
+        {"", "over N rows (BPE ids follow merge rank, roughly frequency);"},
+        {"", "default: the whole vocabulary"},
         {"-td, --draft-threads N", "the draft model's threads (default: the target's)"},
     };
     for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
@@ -102,6 +112,7 @@ kipp_spec_params kipp_cli_spec_params(const kipp_cli_spec *o, kipp_model *model,
                            .n_ctx = n_ctx,
                            .n_slots = n_slots};
     sp.ctx.n_kv_blocks = 0;
+    sp.ctx.n_logits = (uint32_t)o->draft_vocab;
     if (o->draft_threads) sp.ctx.n_threads = (int)o->draft_threads;
     return sp;
 }

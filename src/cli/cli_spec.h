@@ -12,6 +12,7 @@
 typedef struct {
     const char *draft_model; /* --draft-model FILE */
     long draft_max, draft_min, ngram, draft_threads; /* draft_threads 0: the target's */
+    long draft_vocab;        /* --draft-vocab N: draft from token ids < N; 0 = all */
     float p_min;
     int fixed;
     const char *first_flag;  /* the first speculation flag given (for messages) */

@@ -22,6 +22,7 @@ struct kipp_ctx {
     void *state;
     void *kv_store; /* the backend's KV storage behind pool */
     kipp_kv_type kv_type;
+    uint32_t n_logits; /* floats per logits row */
     kipp_kv_pool *pool;
     uint32_t n_ctx; /* longest sequence */
     /* a batch normalized for the backend (no NULL defaults), grown on demand */
@@ -48,7 +49,8 @@ static kipp_status resolve_options(const kipp_backend_ops *ops, const kipp_ctx_p
     kipp_backend_caps caps;
     ops->caps(&caps);
     *o = (kipp_backend_options){.n_threads = p->n_threads, .isa = p->isa, .device = p->device,
-                                .kv_type = p->kv_type ? p->kv_type : caps.kv_default};
+                                .kv_type = p->kv_type ? p->kv_type : caps.kv_default,
+                                .n_logits = p->n_logits};
     if (o->kv_type < 0 || o->kv_type > KIPP_KV_TYPE_BF16 || !(caps.kv_types & (1u << o->kv_type)))
         return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                          "backend '%s' cannot store a KV cache of type %s", ops->name,
@@ -99,6 +101,10 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     if (st == KIPP_OK) st = resolve_options(ops, p, &o, err, err_len);
     if (st == KIPP_OK) st = check_weight_types(ops, m, err, err_len);
     if (st != KIPP_OK) return st;
+    if (o.n_logits == 0) o.n_logits = m->hp.n_vocab;
+    if (o.n_logits > m->hp.n_vocab)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "logits limit %u exceeds the vocabulary size %u", o.n_logits, m->hp.n_vocab);
     uint32_t n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train < KIPP_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
                                                                       : KIPP_DEFAULT_CTX_CAP;
@@ -130,6 +136,7 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     c->ops = ops;
     c->n_ctx = n_ctx;
     c->kv_type = o.kv_type;
+    c->n_logits = o.n_logits;
     uint32_t seq0;
     /* a failure here is fatal for the caller: never retried on another backend */
     if ((st = ops->init(m, n_ctx, &o, &c->state, err, err_len)) != KIPP_OK ||
@@ -177,6 +184,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     out->kv_blocks = ks.n_blocks;
     out->kv_bytes_per_token = ks.n_bytes_per_token;
     out->kv_bytes = ks.n_bytes_total;
+    out->n_logits = c->n_logits;
 }
 
 /* ---- sequences -------------------------------------------------------------------------- */
@@ -229,7 +237,7 @@ static kipp_status check_token_ids(const kipp_ctx *c, const int32_t *tokens, uin
 
 static kipp_status check_logits(const kipp_ctx *c, const float *logits, uint32_t pos, char *err,
                                 size_t err_len) {
-    for (uint32_t i = 0; i < c->m->hp.n_vocab; i++)
+    for (uint32_t i = 0; i < c->n_logits; i++)
         if (!isfinite(logits[i]))
             return kipp_errf(err, err_len, KIPP_ERR_NUMERIC,
                              "decode: logit %u at position %u is %s; the model file may contain "
@@ -346,7 +354,7 @@ static kipp_status decode(kipp_ctx *c, const kipp_batch *b, int want_mode, float
     }
     for (uint32_t i = 0, r = 0; i < b->n; i++) {
         if (!c->want[i]) continue;
-        st = check_logits(c, logits + (size_t)r++ * c->m->hp.n_vocab, c->positions[i], err, err_len);
+        st = check_logits(c, logits + (size_t)r++ * c->n_logits, c->positions[i], err, err_len);
         if (st != KIPP_OK) return st;
     }
     return KIPP_OK;

@@ -26,13 +26,14 @@ typedef struct {
 struct kipp_drafter {
     kipp_spec_params p;
     kipp_ctx *ctx;         /* the draft model's, NULL for prompt lookup */
-    uint32_t n_vocab, n_ctx_draft;
+    uint32_t n_ctx_draft;
+    uint32_t n_logits;     /* the draft's logits row: token ids 0..n_logits-1 */
     slot_t *slots;
     /* batch scratch */
     int32_t *b_tok;
     uint32_t *b_seq;
     uint8_t *b_want;
-    float *logits;         /* [n_slots][n_vocab] */
+    float *logits;         /* [n_slots][n_logits] */
     char desc[160];
 };
 
@@ -99,13 +100,18 @@ kipp_status kipp_drafter_init(const kipp_model *target, const kipp_spec_params *
     kipp_drafter *d = calloc(1, sizeof *d);
     if (!d) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "drafter: out of memory");
     d->p = p;
-    d->n_vocab = ti.n_vocab;
     d->slots = calloc(p.n_slots, sizeof *d->slots);
     if (!d->slots) goto nomem;
     if (p.model) {
         kipp_model_info di;
         kipp_model_get_info(p.model, &di);
         kipp_ctx_params cp = p.ctx;
+        if (cp.n_logits > di.n_vocab) {
+            kipp_drafter_free(d);
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "the draft's vocabulary limit %u is above its vocabulary size %u",
+                             cp.n_logits, di.n_vocab);
+        }
         uint32_t n_ctx = p.n_ctx + p.k_max;
         if (n_ctx > di.n_ctx_train) n_ctx = di.n_ctx_train; /* drafting stops past it */
         cp.n_ctx = n_ctx;
@@ -122,14 +128,18 @@ kipp_status kipp_drafter_init(const kipp_model *target, const kipp_spec_params *
         d->b_tok = malloc(nb * sizeof *d->b_tok);
         d->b_seq = malloc(nb * sizeof *d->b_seq);
         d->b_want = malloc(nb);
-        d->logits = malloc((size_t)p.n_slots * ti.n_vocab * sizeof *d->logits);
+        kipp_ctx_info ci;
+        kipp_ctx_get_info(d->ctx, &ci);
+        d->n_logits = ci.n_logits;
+        d->logits = malloc((size_t)p.n_slots * d->n_logits * sizeof *d->logits);
         if (!d->b_tok || !d->b_seq || !d->b_want || !d->logits) goto nomem;
         for (uint32_t i = 0; i < p.n_slots; i++)
             if (!(d->slots[i].fed = malloc((size_t)n_ctx * sizeof *d->slots[i].fed))) goto nomem;
-        kipp_ctx_info ci;
-        kipp_ctx_get_info(d->ctx, &ci);
-        snprintf(d->desc, sizeof d->desc, "draft model (%u layers, %u wide; %s), draft-max %u",
-                 di.n_layer, di.n_embd, ci.backend, p.k_max);
+        char head[64] = "";
+        if (d->n_logits < ti.n_vocab)
+            snprintf(head, sizeof head, ", drafts from tokens 0..%u", d->n_logits - 1);
+        snprintf(d->desc, sizeof d->desc, "draft model (%u layers, %u wide; %s)%s, draft-max %u",
+                 di.n_layer, di.n_embd, ci.backend, head, p.k_max);
     } else {
         snprintf(d->desc, sizeof d->desc, "prompt lookup (n-gram %u..1), draft-max %u", p.ngram,
                  p.k_max);
@@ -190,7 +200,7 @@ kipp_status kipp_drafter_open(kipp_drafter *d, uint32_t slot, const kipp_sampler
         s->smp = NULL;
         kipp_sampler_params q = *sp;
         q.seed = sp->seed ^ 0x5DEECE66Dull; /* its own stream, fixed by the request's seed */
-        if ((st = kipp_sampler_init(&q, d->n_vocab, &s->smp, err, err_len)) != KIPP_OK) {
+        if ((st = kipp_sampler_init(&q, d->n_logits, &s->smp, err, err_len)) != KIPP_OK) {
             s->open = 1;
             kipp_drafter_close(d, slot);
             return st;
@@ -274,7 +284,7 @@ static int pick(kipp_drafter *d, slot_t *s, kipp_draft_job *j, float *row) {
             const kipp_token_prob *dist;
             kipp_sampler_dist(s->smp, row, &dist); /* penalties applied; argmax */
             tok = dist[0].id;
-            pr = raw_prob(row, d->n_vocab, tok);
+            pr = raw_prob(row, d->n_logits, tok);
         } else {
             tok = kipp_sampler_sample(s->smp, row);
             pr = 1.0f;
@@ -339,7 +349,7 @@ static kipp_status model_draft(kipp_drafter *d, kipp_draft_job *jobs, uint32_t n
             if (j->k == 0) continue;
             slot_t *s = &d->slots[j->slot];
             s->fed[s->n_fed++] = d->b_tok[row];
-            if (!pick(d, s, j, d->logits + (size_t)row * d->n_vocab) || j->n_draft == j->k) {
+            if (!pick(d, s, j, d->logits + (size_t)row * d->n_logits) || j->n_draft == j->k) {
                 j->k = 0; /* done: this job leaves the rounds */
                 active--;
             }

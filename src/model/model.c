@@ -364,3 +364,11 @@ kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, i
                             char **out, size_t *out_len, char *err, size_t err_len) {
     return kipp_detok_decode(m->vocab, ids, n, skip_special, out, out_len, err, err_len);
 }
+
+kipp_gguf_tensor kipp_model_head(const kipp_model *m, uint32_t n_logits) {
+    kipp_gguf_tensor t = *m->output;
+    t.ne[1] = n_logits;
+    t.n_elems = (uint64_t)t.ne[0] * n_logits;
+    t.n_bytes = kipp_type_row_bytes(t.type, (uint64_t)t.ne[0]) * n_logits;
+    return t;
+}

@@ -32,6 +32,11 @@ struct kipp_model {
     kipp_vocab *vocab;
 };
 
+/* The lm_head for logits rows of token ids 0..n_logits-1 (1 <= n_logits <= n_vocab): a copy
+ * of m->output's header whose row count is n_logits; the data are the first n_logits rows of
+ * the same mapping (rows are contiguous), nothing is copied. */
+kipp_gguf_tensor kipp_model_head(const kipp_model *m, uint32_t n_logits);
+
 /* Loads a model from an already opened GGUF (takes ownership of g on success and failure). */
 kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **out, char *err,
                                  size_t err_len);

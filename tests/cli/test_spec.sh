@@ -27,6 +27,7 @@ for backend in cpu cpu-ref; do
         "$K" "${G[@]}" >"$tmp/plain" 2>"$tmp/err" || { bad "$backend plain run"; cat "$tmp/err"; continue; }
         for spec in "-md $M --draft-fixed --draft-max 4" "-md $D --draft-p-min 0" \
                     "-md $D --draft-fixed --draft-max 3" "-md $R --draft-fixed --draft-max 3" \
+                    "-md $D --draft-vocab 4096 --draft-fixed --draft-max 3" \
                     "--spec-ngram 3" "--spec-ngram 1 --draft-max 8 --draft-min 2"; do
             # shellcheck disable=SC2086 # spec: words
             if "$K" "${G[@]}" $spec >"$tmp/spec" 2>"$tmp/err"; then
@@ -89,6 +90,9 @@ expect_fail "draft-min above draft-max" "draft-min 5 is above --draft-max 2" "$K
 expect_fail "draft-max out of range" "draft-max" "$K" -m "$M" -p x --spec-ngram 2 --draft-max 99
 expect_fail "missing draft file" "draft-model: .*no-such.gguf" "$K" -m "$M" -p x -md "$tmp/no-such.gguf"
 expect_fail "n-gram out of range" "spec-ngram" "$K" -m "$M" -p x --spec-ngram 9
+expect_fail "draft-vocab without a draft model" "draft-vocab limits a draft model.s head; it needs --draft-model" "$K" -m "$M" -p x --spec-ngram 2 --draft-vocab 100
+expect_fail "draft-vocab above the vocabulary" "vocabulary limit 200000 is above its vocabulary size 151936" "$K" -m "$M" -p x -md "$D" --draft-vocab 200000
+expect_fail "draft-vocab zero" "draft-vocab" "$K" -m "$M" -p x -md "$D" --draft-vocab 0
 expect_fail "server: two drafters" "give one" $BUILD/kipp-server -m "$M" -md "$D" --spec-ngram 2
 expect_fail "chat: tuning without a drafter" "needs --draft-model" $BUILD/kipp-chat -m "$M" --draft-p-min 0.5
 # a draft with another tokenizer: one token's bytes changed in a copy of tiny-tied

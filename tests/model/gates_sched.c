@@ -372,8 +372,9 @@ static kipp_spec_params spec_params(const kipp_sched_params *base, kipp_model *d
  * (partial or no acceptance), prompt lookup; every block back in the pool afterwards. */
 static void spec_case(kipp_model *m, const prompts *p, const kipp_sched_params *base,
                       const outputs *ref, kipp_model *dm, uint32_t ngram, int fixed,
-                      const char *what, int want_all_kept) {
+                      const char *what, int want_all_kept, uint32_t head) {
     kipp_spec_params spp = spec_params(base, dm, ngram, 4, fixed);
+    spp.ctx.n_logits = head; /* a draft head of the first `head` tokens (0: all) */
     kipp_sched_params sp = *base;
     sp.spec = &spp;
     outputs solo, batch;
@@ -398,6 +399,66 @@ static void spec_case(kipp_model *m, const prompts *p, const kipp_sched_params *
              label, st.kv_blocks_used);
     KT_CHECK(st.steps < N_REQ * MAX_GEN, "%s: %llu steps: not batched", label,
              (unsigned long long)st.steps);
+}
+
+/* A context whose logits stop at token id n (kipp_ctx_params.n_logits, a draft's smaller
+ * lm_head) gives the first n logits of a full context in every row of a 5-token batch, for
+ * a round n, an odd n and 1; a limit above the vocabulary is refused. */
+static void head_case(kipp_model *m, const kipp_sched_params *base, uint32_t n_round) {
+    char err[KIPP_ERR_LEN];
+    kipp_model_info mi;
+    kipp_model_get_info(m, &mi);
+    const int32_t toks[5] = {9, 100, 2000, 7, 42};
+    kipp_ctx_params cp = kipp_ctx_default_params();
+    cp.backend = base->backend;
+    cp.kv_type = base->kv_type;
+    cp.n_threads = base->n_threads;
+    cp.n_ctx = 64;
+    float *full = malloc((size_t)5 * mi.n_vocab * sizeof *full);
+    float *part = malloc((size_t)5 * mi.n_vocab * sizeof *part);
+    const kipp_batch b = {.n = 5, .tokens = toks}; /* every row wanted */
+    kipp_ctx *c = NULL;
+    if (!full || !part || kipp_ctx_init(m, &cp, &c, err, sizeof err) != KIPP_OK ||
+        kipp_decode_batch(c, &b, full, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "full head: %s", full && part ? err : "out of memory");
+        kipp_ctx_free(c);
+        free(full); free(part);
+        return;
+    }
+    kipp_ctx_free(c);
+    const uint32_t ns[3] = {n_round, n_round + 1001, 1};
+    for (int i = 0; i < 3; i++) {
+        cp.n_logits = ns[i];
+        c = NULL;
+        kipp_ctx_info ci;
+        if (kipp_ctx_init(m, &cp, &c, err, sizeof err) != KIPP_OK ||
+            kipp_decode_batch(c, &b, part, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "head of %u tokens: %s", ns[i], err);
+            kipp_ctx_free(c);
+            continue;
+        }
+        kipp_ctx_get_info(c, &ci);
+        kipp_ctx_free(c);
+        KT_CHECK(ci.n_logits == ns[i], "head of %u tokens: the context reports %u", ns[i], ci.n_logits);
+        double worst = 0.0;
+        for (uint32_t r = 0; r < 5; r++)
+            for (uint32_t j = 0; j < ns[i]; j++) {
+                const double d = fabs((double)part[(size_t)r * ns[i] + j] - full[(size_t)r * mi.n_vocab + j]);
+                worst = d > worst ? d : worst;
+            }
+        KT_CHECK(worst <= 1e-5, "head of %u tokens: logits differ from the full head's first %u "
+                 "by up to %g", ns[i], ns[i], worst);
+    }
+    cp.n_logits = mi.n_vocab + 1;
+    c = NULL;
+    const kipp_status st = kipp_ctx_init(m, &cp, &c, err, sizeof err);
+    KT_CHECK(st == KIPP_ERR_INVALID_ARG && strstr(err, "vocabulary"),
+             "a head of %u tokens (vocabulary %u) was not refused (%s)", cp.n_logits, mi.n_vocab,
+             st == KIPP_OK ? "accepted" : err);
+    kipp_ctx_free(c);
+    free(full);
+    free(part);
+    printf("  a head of %u, %u and 1 tokens: the full head's first logits\n", n_round, n_round + 1001);
 }
 
 /* Sampling through the model: N_SAMPLED requests (temperature 1, top-k 4, one seed each)
@@ -463,8 +524,9 @@ static int sample_arm(kipp_model *m, const kipp_sched_params *sp, const prompts 
 }
 
 static void spec_sampling_case(kipp_model *m, const prompts *p, const kipp_sched_params *base,
-                               kipp_model *dm, const char *what) {
+                               kipp_model *dm, const char *what, uint32_t head) {
     kipp_spec_params spp = spec_params(base, dm, 0, 2, 1);
+    spp.ctx.n_logits = head; /* q has no mass on tokens >= head, p may: the rule's hard case */
     kipp_sched_params with = *base;
     with.spec = &spp;
     static pair_hist h;
@@ -496,8 +558,12 @@ int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts
     if (!m) return 1;
     outputs ref;
     if (run(m, &sp, &p, 0, 0.0f, &ref, NULL) == 0) {
-        spec_case(m, &p, &sp, &ref, m, 0, 1, "draft = the target, K 4", 1);
-        spec_case(m, &p, &sp, &ref, NULL, 3, 0, "prompt lookup, n-gram 3", 0);
+        spec_case(m, &p, &sp, &ref, m, 0, 1, "draft = the target, K 4", 1, 0);
+        spec_case(m, &p, &sp, &ref, NULL, 3, 0, "prompt lookup, n-gram 3", 0, 0);
+        kipp_model_info mi;
+        kipp_model_get_info(m, &mi);
+        const uint32_t head = mi.n_vocab > 16384 ? 8192 : mi.n_vocab / 2;
+        head_case(m, &sp, head);
         char list[1024];
         snprintf(list, sizeof list, "%s", drafts);
         for (char *save = NULL, *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
@@ -509,12 +575,16 @@ int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts
             const char *base = strrchr(f, '/') ? strrchr(f, '/') + 1 : f;
             char what[96];
             snprintf(what, sizeof what, "%.60s, K 4", base);
-            spec_case(m, &p, &sp, &ref, dm, 0, 1, what, 0);
+            spec_case(m, &p, &sp, &ref, dm, 0, 1, what, 0, 0);
             snprintf(what, sizeof what, "%.60s, adaptive", base);
-            spec_case(m, &p, &sp, &ref, dm, 0, 0, what, 0);
+            spec_case(m, &p, &sp, &ref, dm, 0, 0, what, 0, 0);
+            snprintf(what, sizeof what, "%.50s, head of %u tokens, K 4", base, head);
+            spec_case(m, &p, &sp, &ref, dm, 0, 1, what, 0, head);
             /* the first draft model only (2 x 1000 requests), and not on cpu-ref: time */
-            if (f == list && strcmp(sp.backend, "cpu-ref") != 0)
-                spec_sampling_case(m, &p, &sp, dm, base);
+            if (f == list && strcmp(sp.backend, "cpu-ref") != 0) {
+                snprintf(what, sizeof what, "%.50s, head of %u tokens", base, head);
+                spec_sampling_case(m, &p, &sp, dm, what, head);
+            }
             kipp_model_free(dm);
         }
     }

@@ -74,6 +74,7 @@ typedef struct {
 
 struct kipp_cpu_fwd {
     const kipp_model *m;
+    kipp_gguf_tensor head; /* the lm_head's first n_logits rows (kipp_model_head) */
     const kipp_cpu_kernels *k;
     kipp_threadpool *tp;
     int n_threads;
@@ -756,12 +757,12 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
 }
 
 /* Final norm + lm_head for the rows listed in f->wanted: x[wanted][H] -> xw[n_wanted][H]
- * -> logits[n_wanted][n_vocab]. */
+ * -> logits[n_wanted][n_logits]. */
 static void logits_rows(kipp_cpu_fwd *f, uint32_t n_wanted, float *logits) {
     for (uint32_t i = 0; i < n_wanted; i++)
         rmsnorm(f->xw + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm, f->H,
                 f->m->hp.rms_eps);
-    matmul1(f, f->m->output, logits, f->m->hp.n_vocab, f->xw, f->H, n_wanted);
+    matmul1(f, &f->head, logits, (size_t)f->head.ne[1], f->xw, f->H, n_wanted);
 }
 
 kipp_status kipp_cpu_fwd_decode_batch(kipp_cpu_fwd *f, kipp_kv_pool *pool, const kipp_batch *b,
@@ -855,7 +856,7 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
 }
 
 kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
-                              const kipp_cpu_kernels *k, kipp_threadpool *tp, kipp_cpu_fwd **out,
+                              uint32_t n_logits, const kipp_cpu_kernels *k, kipp_threadpool *tp, kipp_cpu_fwd **out,
                               char *err, size_t err_len) {
     *out = NULL;
     const kipp_model_info *hp = &m->hp;
@@ -867,6 +868,7 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     f->n_threads = kipp_threadpool_n_threads(tp);
     f->n_ctx = n_ctx;
     f->kv_type = kv_type;
+    f->head = kipp_model_head(m, n_logits);
     f->H = hp->n_embd;
     f->F = hp->n_ff;
     f->D = hp->head_dim;

@@ -13,8 +13,9 @@
 typedef struct kipp_cpu_fwd kipp_cpu_fwd;
 
 /* kv_type: the type of the context's KV storage (src/backend/host_kv.h); recomputation
- * rounds K/V through it. */
+ * rounds K/V through it. n_logits: floats per logits row (the first rows of the lm_head). */
 kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                              uint32_t n_logits,
                               const kipp_cpu_kernels *k, kipp_threadpool *pool,
                               kipp_cpu_fwd **out, char *err, size_t err_len);
 void kipp_cpu_fwd_free(kipp_cpu_fwd *f);

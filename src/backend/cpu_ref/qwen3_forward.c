@@ -17,6 +17,7 @@
 
 struct kipp_fwd_state {
     const kipp_model *m;
+    kipp_gguf_tensor head; /* the lm_head's first n_logits rows (kipp_model_head) */
     kipp_fwd_matvec_fn matvec; /* the one kernel a backend supplies */
     void *mv_ctx;
     uint32_t n_ctx;
@@ -159,7 +160,7 @@ static void embed(const cpu_ref_state *s, int32_t tok, float *x) {
 static void final_logits(cpu_ref_state *s, const float *x, float *logits) {
     const kipp_model_info *hp = &s->m->hp;
     rmsnorm(s->xb, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);
-    s->matvec(s->mv_ctx, s->m->output, s->xb, logits, s->row);
+    s->matvec(s->mv_ctx, &s->head, s->xb, logits, s->row);
 }
 
 /* ---- backend entry points ------------------------------------------------------------- */
@@ -175,7 +176,7 @@ void kipp_fwd_free(kipp_fwd_state *state) {
 }
 
 kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
-                          kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
+                          uint32_t n_logits, kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
                           char *err, size_t err_len) {
     *state = NULL;
     const kipp_model_info *hp = &m->hp;
@@ -187,6 +188,7 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     s->n_ctx = n_ctx;
     s->kv_dim = hp->n_head_kv * hp->head_dim;
     s->kv_type = kv_type;
+    s->head = kipp_model_head(m, n_logits);
     if (kv_type != KIPP_KV_TYPE_F32) {
         s->kbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
         s->vbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
@@ -230,7 +232,7 @@ kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, con
     (void)err; (void)err_len;
     cpu_ref_state *s = state;
     const kipp_host_kv *kv = pool->storage.store;
-    const size_t n_vocab = s->m->hp.n_vocab, kvd = s->kv_dim;
+    const size_t n_logits = (size_t)s->head.ne[1], kvd = s->kv_dim;
     for (uint32_t i = 0; i < b->n; i++) {
         const kipp_kv_seq *seq = kipp_kv_seq_get(pool, b->seq_ids[i]);
         const uint32_t p = b->positions[i];
@@ -259,7 +261,7 @@ kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, con
         }
         if (b->want_logits[i]) {
             final_logits(s, s->x, logits);
-            logits += n_vocab;
+            logits += n_logits;
         }
     }
     return KIPP_OK;
