@@ -344,6 +344,8 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
                          * weighted as two observations, instead of the fixed prior */
                         r->spec.acc_num = 2.0 * s->global.acc_num / s->global.acc_den;
                         r->spec.acc_den = 2.0;
+                        r->spec.dec_num = 2.0 * s->global.dec_num / s->global.dec_den;
+                        r->spec.dec_den = 2.0;
                     }
                 } /* else this request runs without speculation */
             }

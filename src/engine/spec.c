@@ -314,8 +314,10 @@ static int pick(kipp_drafter *d, slot_t *s, kipp_draft_job *j, float *row) {
     return 1;
 }
 
-static kipp_status model_draft(kipp_drafter *d, kipp_draft_job *jobs, uint32_t n, char *err,
-                               size_t err_len) {
+/* *t_rounds: seconds spent in the drafting rounds (not in bringing slots up to date: a new
+ * request's prompt is prefilled there, which is no part of a round's cost). */
+static kipp_status model_draft(kipp_drafter *d, kipp_draft_job *jobs, uint32_t n, double *t_rounds,
+                               char *err, size_t err_len) {
     kipp_status st;
     uint32_t active = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -329,6 +331,7 @@ static kipp_status model_draft(kipp_drafter *d, kipp_draft_job *jobs, uint32_t n
         if ((st = sync_slot(d, s, j->hist, j->n_hist, err, err_len)) != KIPP_OK) return st;
         active++;
     }
+    const double t0 = now_s();
     /* round r feeds each live job's newest token (round 0: the history's last) */
     for (uint32_t r = 0; active > 0; r++) {
         uint32_t nb = 0;
@@ -356,6 +359,7 @@ static kipp_status model_draft(kipp_drafter *d, kipp_draft_job *jobs, uint32_t n
             row++;
         }
     }
+    *t_rounds = now_s() - t0;
     return KIPP_OK;
 }
 
@@ -379,11 +383,12 @@ kipp_status kipp_drafter_run(kipp_drafter *d, kipp_draft_job *jobs, uint32_t n,
     }
     uint32_t rounds = 0;
     for (uint32_t i = 0; i < n; i++) rounds = jobs[i].k > rounds ? jobs[i].k : rounds;
-    kipp_status st = model_draft(d, jobs, n, err, err_len);
+    double t_rounds = 0.0;
+    kipp_status st = model_draft(d, jobs, n, &t_rounds, err, err_len);
     uint32_t done = 0;
     for (uint32_t i = 0; i < n; i++) done = jobs[i].n_draft + 1 > done ? jobs[i].n_draft + 1 : done;
     if (done > rounds) done = rounds; /* rounds run: the longest draft, +1 if it stopped early */
-    if (st == KIPP_OK && timing && done > 0) kipp_spec_timing_draft(timing, (now_s() - t0) / done);
+    if (st == KIPP_OK && timing && done > 0) kipp_spec_timing_draft(timing, t_rounds / done);
     return st;
 }
 
@@ -421,6 +426,7 @@ void kipp_spec_seq_init(kipp_spec_seq *q) {
     memset(q, 0, sizeof *q);
     q->acc_num = 1.0; /* prior: acceptance 1/2, so drafting starts and is then measured */
     q->acc_den = 2.0;
+    q->dec_den = 1.0; /* prior: runs give drafts */
 }
 
 void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
@@ -430,6 +436,8 @@ void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
     }
     q->idle_steps = 0;
     q->n_obs++;
+    q->dec_num = ACC_DECAY * q->dec_num;
+    q->dec_den = ACC_DECAY * q->dec_den + 1.0;
     /* per-token acceptance of a geometric run: m successes, one failure unless all passed */
     q->acc_num = ACC_DECAY * q->acc_num + m;
     q->acc_den = ACC_DECAY * q->acc_den + m + (m < k);
@@ -441,8 +449,8 @@ void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m) {
 void kipp_spec_seq_declined(kipp_spec_seq *q) {
     q->idle_steps = 0;
     q->n_obs++;
-    q->acc_num = ACC_DECAY * q->acc_num;
-    q->acc_den = ACC_DECAY * q->acc_den + 1.0;
+    q->dec_num = ACC_DECAY * q->dec_num + 1.0;
+    q->dec_den = ACC_DECAY * q->dec_den + 1.0;
 }
 
 void kipp_spec_timing_init(kipp_spec_timing *t) { memset(t, 0, sizeof *t); }
@@ -484,21 +492,31 @@ void kipp_spec_timing_draft(kipp_spec_timing *t, double seconds_per_round) {
     t->gamma = t->n_draft++ == 0 ? seconds_per_round : 0.8 * t->gamma + 0.2 * seconds_per_round;
 }
 
+/* Tokens a step gives a sequence asked for k drafts: one when the run gives nothing (rate
+ * d), else the kept prefix of a geometric run plus the target's token. */
 static double expected_tokens(const kipp_spec_seq *q, uint32_t k) {
-    const double a = q->acc_num / q->acc_den;
-    if (a >= 1.0 - 1e-9) return k + 1.0;
-    return (1.0 - pow(a, k + 1.0)) / (1.0 - a);
+    if (k == 0) return 1.0;
+    const double a = q->acc_num / q->acc_den, d = q->dec_num / q->dec_den;
+    const double run = a >= 1.0 - 1e-9 ? k + 1.0 : (1.0 - pow(a, k + 1.0)) / (1.0 - a);
+    return d + (1.0 - d) * run;
 }
 
+/* Expected tokens per second of a step: a sequence asked for k > 0 drafts adds k rows to
+ * the target's batch unless its run gives nothing (rate d: no rows, one draft round); the
+ * batch's draft rounds are its longest expected run. */
 static double step_rate(const kipp_spec_timing *t, kipp_spec_seq *const *seqs, uint32_t n,
                         uint32_t base, const uint32_t *k) {
-    double tokens = 0.0, rows = base, kmax = 0;
+    double tokens = 0.0, rows = base, rounds = 0.0;
     for (uint32_t i = 0; i < n; i++) {
         tokens += expected_tokens(seqs[i], k[i]);
-        rows += k[i] + 1.0;
-        if (k[i] > kmax) kmax = k[i];
+        rows += 1.0;
+        if (k[i] == 0) continue;
+        const double d = seqs[i]->dec_num / seqs[i]->dec_den;
+        rows += (1.0 - d) * k[i];
+        const double r = d + (1.0 - d) * k[i];
+        if (r > rounds) rounds = r;
     }
-    return tokens / (t->alpha + t->beta * rows + t->gamma * kmax);
+    return tokens / (t->alpha + t->beta * rows + t->gamma * rounds);
 }
 
 void kipp_spec_choose_k(const kipp_spec_timing *t, kipp_spec_seq *const *seqs, const uint32_t *cap,

@@ -69,9 +69,11 @@ uint32_t kipp_spec_verify(kipp_sampler *s, float *rows, uint32_t n_vocab, const 
 
 /* ---- choosing K ---------------------------------------------------------------------- */
 
-/* Per-sequence acceptance, learned from verification outcomes. */
+/* Per-sequence acceptance, learned from verification outcomes, and how often a draft run
+ * gives nothing (a draft model's --draft-p-min stop at its first token, no n-gram match). */
 typedef struct {
     double acc_num, acc_den; /* decayed accepted / (accepted + rejections) */
+    double dec_num, dec_den; /* decayed runs that gave nothing / draft runs */
     uint32_t idle_steps;     /* steps since the sequence last drafted */
     uint64_t drafted, accepted, steps;
     uint64_t n_obs;          /* outcomes learned (verifications and declined runs) */
@@ -80,8 +82,8 @@ typedef struct {
 void kipp_spec_seq_init(kipp_spec_seq *q);
 /* After a step that verified k drafts and kept m of them. */
 void kipp_spec_seq_update(kipp_spec_seq *q, uint32_t k, uint32_t m);
-/* After a draft run that stopped (--draft-p-min) before its first token: acceptance learns a
- * failure, the drafted/accepted counters do not change. */
+/* After a draft run that gave nothing (--draft-p-min stopped it at its first token, no
+ * n-gram match): the decline rate learns it; acceptance and the counters do not change. */
 void kipp_spec_seq_declined(kipp_spec_seq *q);
 
 /* Step-time model, learned online: target step ~ alpha + beta * tokens, one draft round ~
