@@ -17,7 +17,7 @@ With --model alone (the seed's `python3 bench/spec_bench.py --model <gguf> --dec
 --runs 3 --gate both`) the drafter is prompt lookup, --spec-ngram 3, on the built-in
 code-editing prompt.
 
---server-clients N[,N...]: kipp-server with and without the drafter (bench/server_bench.py:
+--server-clients N[,N...]: kipp-server (beside --binary) with and without the drafter (bench/server_bench.py:
 every level in one server, N streaming clients, 4 requests of --server-max-tokens (64) each;
 the prompt is --prompt/--prompt-file's text behind a per-request line, or 128 synthetic
 token ids when neither is given), alternating; per level the ratio of aggregate throughputs,
@@ -153,6 +153,7 @@ def server_ab(a) -> dict:
             for kind in ("plain", "spec"):
                 out = os.path.join(tmp, f"{kind}{i}.json")
                 cmd = [sys.executable, "-m", "bench.server_bench", "--model", a.model,
+                       "--binary", os.path.join(os.path.dirname(a.binary), "kipp-server"),
                        "--threads", str(a.threads), "--backend", a.backend,
                        "--concurrency", ",".join(map(str, levels)), "--parallel", str(max(levels)),
                        "--requests-per-client", "4", "--max-tokens", str(a.server_max_tokens),

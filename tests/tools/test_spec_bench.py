@@ -60,3 +60,29 @@ def test_prompt_lookup_record(tmp_path):
     assert rec["gate"]["greedy"]["passed"] is True
     assert k["runs"]["spec"][0]["drafted"] > 0
     assert k["tokens_per_step"] >= 1.0 and 0.0 <= k["acceptance"] <= 1.0
+
+
+def test_server_levels_errors():
+    for bad in ("0", "2,x", ","):
+        r = run("--model", MODEL, "--spec-ngram", "2", "--server-clients", bad)
+        assert r.returncode != 0 and "--server-clients expects" in r.stderr, (bad, r.stderr)
+
+
+def test_server_curve_record(tmp_path):
+    """A real two-level server run with prompt lookup on a text prompt: per level both
+    arms' throughput, the ratio, and the speculative server's drafts from /metrics."""
+    out = tmp_path / "rec.json"
+    r = run("--model", MODEL, "--spec-ngram", "3", "--prompt-file", "bench/data/spec-code-edit.txt",
+            "--server-clients", "1,2", "--server-max-tokens", "24", "--runs", "1",
+            "--output", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(out.read_text())
+    s = rec["server"]
+    assert s["clients"] == [1, 2] and s["prompt"] == "text"
+    for c in ("1", "2"):
+        lv = s["levels"][c]
+        assert lv["ratio_median"] > 0
+        assert lv["runs"]["plain"][0]["spec"] is None  # a server without a drafter has no spec metrics
+        sp = lv["runs"]["spec"][0]["spec"]
+        assert sp["drafted"] > 0 and 0 <= sp["accepted"] <= sp["drafted"]
+    assert s["levels"]["2"]["generated_per_engine_step"] > 1.0  # two clients share steps
