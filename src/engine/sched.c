@@ -565,7 +565,14 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         break; /* a lone sequence the pool cannot hold: it ends with "length" below */
     }
     const double t = now_s();
-    if (st == KIPP_OK && s->drafter) kipp_spec_timing_target(&s->timing, n, t - t0);
+    if (st == KIPP_OK && s->drafter) {
+        /* the model prices rows that need logits (decode and verification: the lm_head is
+         * most of a small model's row); a step with prompt rows, which skip the lm_head, is
+         * learned from only while nothing else has been seen */
+        uint32_t n_want = 0;
+        for (uint32_t i = 0; i < n; i++) n_want += s->b_want[i] != 0;
+        if (n_want == n || s->timing.n_target == 0) kipp_spec_timing_target(&s->timing, n, t - t0);
+    }
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (st == KIPP_ERR_KV_FULL) { r->pending = KIPP_FINISH_LENGTH; continue; }
