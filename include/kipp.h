@@ -267,6 +267,13 @@ kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json,
 
 /* ---- sampling ------------------------------------------------------------------------- */
 
+/* A bias added to one token's logit before anything else (OpenAI's logit_bias: -100 in
+ * practice bans the token, +100 forces it). */
+typedef struct {
+    int32_t id;
+    float bias;
+} kipp_logit_bias;
+
 typedef struct {
     float temperature;        /* <= 0: greedy (penalties still apply) */
     int32_t top_k;            /* <= 0: off */
@@ -277,6 +284,10 @@ typedef struct {
     float frequency_penalty;  /* 0: off; OpenAI style */
     int32_t penalty_last_n;   /* how many recent tokens the penalties look at; -1 = all */
     uint64_t seed;
+    const kipp_logit_bias *logit_bias; /* n_logit_bias entries (copied by kipp_sampler_init;
+                                          an id repeated: the biases add up; an id outside
+                                          the sampler's vocabulary is ignored) */
+    uint32_t n_logit_bias;
 } kipp_sampler_params;
 
 typedef struct kipp_sampler kipp_sampler;

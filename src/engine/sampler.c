@@ -48,6 +48,7 @@ struct kipp_sampler {
     uint32_t *where;     /* [n_vocab] index of id in distinct, valid while count > 0 */
     uint32_t n_distinct;
 
+    kipp_logit_bias *bias; /* [p.n_logit_bias] the sampler's copy (p.logit_bias points here) */
     cand *c, *c2;  /* [n_vocab] scratch */
     kipp_token_prob *dist; /* [n_vocab] kipp_sampler_dist's output */
     float *qdense;         /* [n_vocab] zero between kipp_sampler_verify calls */
@@ -132,6 +133,14 @@ static kipp_status check_params(const kipp_sampler_params *p, char *err, size_t 
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "sampler: penalty_last_n must be -1 (all), 0 (off) or positive "
                          "(got %d)", (int)p->penalty_last_n);
+    if (p->n_logit_bias && !p->logit_bias)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "sampler: %u logit biases but no array", p->n_logit_bias);
+    for (uint32_t i = 0; i < p->n_logit_bias; i++)
+        if (!isfinite(p->logit_bias[i].bias))
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "sampler: the logit bias of token %d is not a finite number",
+                             (int)p->logit_bias[i].id);
     return KIPP_OK;
 }
 
@@ -162,6 +171,11 @@ kipp_status kipp_sampler_init(const kipp_sampler_params *p, uint32_t n_vocab, ki
     s->mass = malloc(N_BUCKETS / 2 * sizeof *s->mass);
     s->dist = malloc((size_t)n_vocab * sizeof *s->dist);
     s->qdense = calloc(n_vocab, sizeof *s->qdense);
+    if (params.n_logit_bias) {
+        if (!(s->bias = malloc((size_t)params.n_logit_bias * sizeof *s->bias))) goto nomem;
+        memcpy(s->bias, params.logit_bias, (size_t)params.n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
     if (!s->count || !s->distinct || !s->where || !s->c || !s->c2 || !s->hist || !s->mass ||
         !s->dist || !s->qdense)
         goto nomem;
@@ -189,6 +203,7 @@ void kipp_sampler_free(kipp_sampler *s) {
     free(s->mass);
     free(s->dist);
     free(s->qdense);
+    free(s->bias);
     free(s);
 }
 
@@ -515,6 +530,9 @@ static int32_t argmax(const float *logits, uint32_t n) {
 static size_t processed(kipp_sampler *s, float *logits, double *total, int *certain) {
     const kipp_sampler_params *p = &s->p;
     cand *c = s->c;
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) /* first, as OpenAI adds it to the logits */
+        if (p->logit_bias[i].id >= 0 && (uint32_t)p->logit_bias[i].id < s->n_vocab)
+            logits[p->logit_bias[i].id] += p->logit_bias[i].bias;
     apply_penalties(s, logits);
     *total = 1.0;
     *certain = 1;

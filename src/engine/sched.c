@@ -35,6 +35,8 @@ static double now_s(void) {
 
 struct kipp_req {
     kipp_sched *s;
+    kipp_logit_bias *bias;  /* the request's copy of p.sampling.logit_bias (its drafter
+                               slot's sampler is made later, at admission) */
     /* guarded by s->mu */
     int refs;               /* the consumer's + the engine's while queued or running */
     uint32_t n_out;         /* published tokens */
@@ -111,6 +113,7 @@ static void req_free(kipp_req *r) {
     kipp_sampler_free(r->smp);
     free(r->all);
     free(r->out);
+    free(r->bias);
     free(r);
 }
 
@@ -215,12 +218,18 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     r->cap = p->n_prompt + r->p.max_tokens;
     r->all = malloc((size_t)r->cap * sizeof *r->all);
     r->out = malloc((size_t)r->p.max_tokens * sizeof *r->out);
+    const uint32_t nb = p->sampling.logit_bias ? p->sampling.n_logit_bias : 0;
+    if (nb && (r->bias = malloc((size_t)nb * sizeof *r->bias)))
+        memcpy(r->bias, p->sampling.logit_bias, (size_t)nb * sizeof *r->bias);
+    r->p.sampling.logit_bias = r->bias;
     kipp_status st = KIPP_OK;
-    if (!r->all || !r->out) st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
+    if (!r->all || !r->out || (nb && !r->bias))
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
     if (st == KIPP_OK) st = kipp_sampler_init(&p->sampling, s->n_vocab, &r->smp, err, err_len);
     if (st != KIPP_OK) {
         free(r->all);
         free(r->out);
+        free(r->bias);
         kipp_sampler_free(r->smp);
         free(r);
         return st;

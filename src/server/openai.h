@@ -16,6 +16,7 @@ typedef enum { OAI_CHAT = 0, OAI_COMPLETIONS = 1 } oai_endpoint;
 
 #define OAI_MAX_STOP 4
 #define OAI_MAX_STOP_BYTES 256
+#define OAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 
 typedef struct {
     oai_endpoint ep;
@@ -36,6 +37,7 @@ typedef struct {
     size_t prompt_len;
     int32_t *prompt_ids;         /* ... an array of token ids */
     size_t n_prompt_ids;
+    kipp_logit_bias *bias;       /* logit_bias; sp.logit_bias points here */
 } oai_request;
 
 /* Parses body (len bytes, not necessarily NUL-terminated). On failure returns nonzero and

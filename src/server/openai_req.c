@@ -87,6 +87,65 @@ static int parse_stop(json_t *o, oai_request *r, perr *e) {
     return 0;
 }
 
+/* Fields of the OpenAI API whose other values Kipp does not implement yet: a 400 naming the
+ * field rather than a 200 that silently ignores it. */
+static int parse_unsupported(json_t *o, oai_endpoint ep, perr *e) {
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(t))
+            return fail(e, "response_format", "'response_format' must be an object with a 'type'");
+        if (strcmp(json_string_value(t), "text") != 0)
+            return fail(e, "response_format", "'response_format' type '%.40s' is not supported by "
+                        "this server (only \"text\"): constrained output is not implemented yet",
+                        json_string_value(t));
+    }
+    if (ep != OAI_CHAT) return 0;
+    json_t *tc = json_object_get(o, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        const char *v = json_is_string(tc) ? json_string_value(tc) : NULL;
+        if (!v || (strcmp(v, "auto") && strcmp(v, "none")))
+            return fail(e, "tool_choice", "'tool_choice' %s is not supported by this server (only "
+                        "\"auto\" and \"none\"): forcing a tool call is not implemented yet",
+                        v ? (strcmp(v, "required") ? "value" : "\"required\"") : "naming a function");
+    }
+    return 0;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100], ...}, ids as decimal strings (OpenAI). */
+static int parse_logit_bias(json_t *o, oai_request *r, uint32_t n_vocab, perr *e) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v))
+        return fail(e, "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+    const size_t n = json_object_size(v);
+    if (n > OAI_MAX_LOGIT_BIAS)
+        return fail(e, "logit_bias", "'logit_bias' has %zu entries; at most %d are allowed", n,
+                    OAI_MAX_LOGIT_BIAS);
+    if (n == 0) return 0;
+    if (!(r->bias = malloc(n * sizeof *r->bias))) return fail(e, NULL, "out of memory");
+    const char *key;
+    json_t *val;
+    size_t i = 0;
+    json_object_foreach(v, key, val) {
+        char *end = NULL;
+        const long long id = strtoll(key, &end, 10);
+        if (!*key || *end || key[0] == '+' || key[0] == '-' || key[0] == ' ' || id >= (long long)n_vocab)
+            return fail(e, "logit_bias", "'logit_bias' key '%.40s' is not a token id in [0, %u)",
+                        key, n_vocab);
+        if (!json_is_number(val))
+            return fail(e, "logit_bias", "'logit_bias' value for token %lld must be a number", id);
+        const double b = json_number_value(val);
+        if (!(b >= -100.0 && b <= 100.0))
+            return fail(e, "logit_bias", "'logit_bias' value for token %lld is %g; it must be in "
+                        "[-100, 100]", id, b);
+        r->bias[i++] = (kipp_logit_bias){(int32_t)id, (float)b};
+    }
+    r->sp.logit_bias = r->bias;
+    r->sp.n_logit_bias = (uint32_t)i;
+    return 0;
+}
+
 static int parse_sampling(json_t *o, oai_request *r, perr *e) {
     double x;
     long long k;
@@ -265,7 +324,9 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
         }
         r->content_special = strcmp(v, "parse") == 0;
     }
-    if (parse_sampling(o, r, &e) || parse_stop(o, r, &e)) goto out;
+    if (parse_sampling(o, r, &e) || parse_logit_bias(o, r, n_vocab, &e) || parse_stop(o, r, &e) ||
+        parse_unsupported(o, ep, &e))
+        goto out;
     if (ep == OAI_CHAT ? parse_chat(o, r, &e) : parse_completions(o, r, n_vocab, &e)) goto out;
     rc = 0;
 out:
@@ -279,5 +340,6 @@ void oai_request_free(oai_request *r) {
     free(r->chat_body);
     free(r->prompt_text);
     free(r->prompt_ids);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }

@@ -68,12 +68,17 @@ for i in 1 2 3; do
     b=$(curl -s "http://127.0.0.1:$P2/v1/completions" -H 'Content-Type: application/json' -d "$body" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])")
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "server request $i: speculative answer differs ('$a' vs '$b')"
 done
+# logit_bias reaches the draft's sampler too: still the plain server's greedy answer
+biased='{"model":"kipp-tiny-bf16","prompt":"def add(a, b):","max_tokens":32,"temperature":0,"ignore_eos":true,"logit_bias":{"220":-4,"198":3,"262":2}}'
+text() { curl -s "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' -d "$2" | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['text'])"; }
+a=$(text "$P1" "$biased"); b=$(text "$P2" "$biased"); u=$(text "$P1" "$body")
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$u" ] && ok || bad "logit_bias with speculation: '$b' vs plain '$a' (unbiased '$u')"
 curl -s "http://127.0.0.1:$P2/metrics" >"$tmp/metrics"
 d=$(sed -n 's/^kipp_spec_drafted_tokens_total \(.*\)/\1/p' "$tmp/metrics")
 [ -n "$d" ] && [ "${d%%.*}" -gt 0 ] 2>/dev/null && ok || bad "/metrics: kipp_spec_drafted_tokens_total is '$d'"
 grep -q "^kipp_spec_acceptance_rate " "$tmp/metrics" && ok || bad "/metrics lacks kipp_spec_acceptance_rate"
 c=$(sed -n 's/^kipp_spec_request_acceptance_count \(.*\)/\1/p' "$tmp/metrics")
-[ "$c" = 3 ] && ok || bad "/metrics: per-request acceptance histogram counts '$c' requests, want 3"
+[ "$c" = 4 ] && ok || bad "/metrics: per-request acceptance histogram counts '$c' requests, want 4"
 # usage reports the request's drafts as OpenAI's predicted-output token counts
 curl -s "http://127.0.0.1:$P2/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$tmp/u.json"
 .venv/bin/python -c "

@@ -204,3 +204,57 @@ def test_chat_logprobs_sampled_token_present(client):
 def test_chat_logprobs_off_by_default(server):
     js = server.chat(CHAT, max_tokens=4, temperature=0)
     assert js["choices"][0].get("logprobs") is None
+
+
+# ---- logit_bias ---------------------------------------------------------------------------------
+
+def _vocab_bytes(tok) -> dict:
+    """{token id: its bytes} of the tiny checkpoint's byte-level BPE vocabulary (HF)."""
+    if tok.hf is None:
+        pytest.skip("needs HF transformers for the vocabulary")
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    dec = {chr(c): b for b, c in zip(bs, cs)}
+    out = {}
+    for t, i in tok.hf.get_vocab().items():
+        try:
+            out[i] = bytes(dec[ch] for ch in t)
+        except KeyError:  # special tokens
+            out[i] = t.encode()
+    return out
+
+
+def _chat_ids(server, by_bytes, **fields) -> list:
+    js = server.chat(CHAT, max_tokens=6, temperature=0, ignore_eos=True, logprobs=True,
+                     chat_template_kwargs={"enable_thinking": False}, **fields)
+    return [by_bytes[bytes(c["bytes"])] for c in js["choices"][0]["logprobs"]["content"]]
+
+
+def test_logit_bias_bans_and_forces(server, tok):
+    """-100 on every token greedy decoding chose keeps them all out of the next run's output;
+    +100 on one token makes it every token of the output, sampled or greedy, chat and
+    completions."""
+    vb = _vocab_bytes(tok)
+    by_bytes = {b: i for i, b in sorted(vb.items(), reverse=True)}  # lowest id wins a tie
+    base = _chat_ids(server, by_bytes)
+    assert len(base) == 6
+    banned = _chat_ids(server, by_bytes, logit_bias={str(t): -100 for t in set(base)})
+    assert len(banned) == 6 and not set(base) & set(banned), (base, banned)
+    forced = _chat_ids(server, by_bytes, logit_bias={"1234": 100})
+    assert forced == [1234] * 6
+    js = server.complete(PROMPT, max_tokens=5, temperature=0.9, seed=3, ignore_eos=True,
+                         logit_bias={"1234": 100})
+    assert js["choices"][0]["text"] == vb[1234].decode("utf-8", "replace") * 5
+
+
+def test_logit_bias_zero_or_empty_changes_nothing(server):
+    base = server.complete(PROMPT, max_tokens=8, temperature=0, ignore_eos=True)
+    zero = server.complete(PROMPT, max_tokens=8, temperature=0, ignore_eos=True, logit_bias={"17": 0})
+    empty = server.complete(PROMPT, max_tokens=8, temperature=0, ignore_eos=True, logit_bias={})
+    assert base["choices"][0]["text"] == zero["choices"][0]["text"] == empty["choices"][0]["text"]

@@ -406,6 +406,59 @@ static void test_invalid(void) {
 /* Every accepted temperature is well defined: below ~1e-37 logits / T overflows to +inf
  * for every positive logit, and the old sampler then took the lowest such id. The limit
  * T -> 0 is greedy, also when every logit is negative (l / T -> -inf for all). */
+/* logit_bias: added to the logits first (before penalties), repeated ids add up, ids
+ * outside the vocabulary are ignored, the sampler keeps its own copy, a NaN bias or a count
+ * without an array is refused; sampled runs never pick a -100 token. */
+static void test_logit_bias(void) {
+    const float l[4] = {2.0f, 1.9f, -1.0f, -1.2f};
+    kipp_logit_bias b[4] = {{0, -0.5f}, {3, 2.0f}, {3, 1.5f}, {99, 50.0f}};
+    kipp_sampler_params p = plain(0.0f, 1);
+    p.logit_bias = b;
+    p.n_logit_bias = 4;
+    kipp_sampler *s = make(&p, 4);
+    b[1].bias = -50.0f; /* the sampler has its own copy */
+    float buf[4];
+    memcpy(buf, l, sizeof buf);
+    KT_CHECK(kipp_sampler_sample(s, buf) == 3, "-1.2 + 2 + 1.5 = 2.3 beats 1.9");
+    KT_CHECK(fabsf(buf[0] - 1.5f) < 1e-6f && fabsf(buf[3] - 2.3f) < 1e-6f,
+             "biased logits %g %g", (double)buf[0], (double)buf[3]);
+    kipp_sampler_free(s);
+    /* before the repetition penalty: 2 - 1 = 1 is then divided by 2 */
+    kipp_logit_bias one = {0, -1.0f};
+    p = plain(0.0f, 1);
+    p.logit_bias = &one;
+    p.n_logit_bias = 1;
+    p.repetition_penalty = 2.0f;
+    s = make(&p, 4);
+    kipp_sampler_accept(s, 0);
+    memcpy(buf, l, sizeof buf);
+    kipp_sampler_sample(s, buf);
+    KT_CHECK(fabsf(buf[0] - 0.5f) < 1e-6f, "bias then penalty: %g", (double)buf[0]);
+    kipp_sampler_free(s);
+    /* sampled: a banned token never comes */
+    kipp_logit_bias ban = {0, -100.0f};
+    p = plain(1.0f, 7);
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    s = make(&p, 4);
+    int hit = 0;
+    for (int i = 0; i < 2000; i++) hit |= sample_copy(s, l, 4) == 0;
+    KT_CHECK(!hit, "a token biased by -100 was sampled");
+    kipp_sampler_free(s);
+    /* refused */
+    char err[KIPP_ERR_LEN];
+    kipp_sampler *bad = NULL;
+    kipp_logit_bias nan_b = {1, NAN};
+    p = plain(1.0f, 1);
+    p.logit_bias = &nan_b;
+    p.n_logit_bias = 1;
+    KT_CHECK(kipp_sampler_init(&p, 4, &bad, err, sizeof err) == KIPP_ERR_INVALID_ARG && !bad &&
+             strstr(err, "logit bias"), "NaN bias: %s", err);
+    p.logit_bias = NULL;
+    KT_CHECK(kipp_sampler_init(&p, 4, &bad, err, sizeof err) == KIPP_ERR_INVALID_ARG && !bad,
+             "a count without an array was accepted");
+}
+
 static void test_tiny_temperature(void) {
     const float base[2][8] = {{0.5f, 1.0f, -2.0f, 3.0f, 7.25f, 2.0f, 7.0f, 0.1f},
                               {-9.0f, -3.0f, -8.0f, -7.0f, -0.5f, -2.0f, -6.0f, -1.0f}};
@@ -431,6 +484,7 @@ static void test_tiny_temperature(void) {
 
 void kt_suite_sampler(void) {
     test_tiny_temperature();
+    test_logit_bias();
     test_defaults();
     test_greedy();
     test_top_k();
