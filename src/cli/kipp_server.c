@@ -42,6 +42,9 @@ static void usage(FILE *f) {
     kipp_cli_spec_help(f, 28);
     fprintf(f,
             "      --model-name NAME     the model id clients send (default: file name without .gguf)\n"
+            "      --served-model-name NAME  the same as --model-name; '*' keeps the name and\n"
+            "                            accepts any id clients send\n"
+            "      --model-alias NAME    another id clients may send (repeatable; '*' = any)\n"
             "  -c, --ctx-size N          longest sequence, prompt + completion (default: model's,\n"
             "                            capped at 4096)\n"
             "      --parallel N          sequences decoded together (default 8)\n"
@@ -167,8 +170,8 @@ int main(int argc, char **argv) {
     mallopt(M_ARENA_MAX, 4);
 #endif
     const char *model = NULL, *api_key = NULL, *key_file = NULL, *name = NULL;
-    const char *hosts[MAX_LIST], *origins[MAX_LIST];
-    size_t n_hosts = 0, n_origins = 0;
+    const char *hosts[MAX_LIST], *origins[MAX_LIST], *aliases[MAX_LIST];
+    size_t n_hosts = 0, n_origins = 0, n_aliases = 0;
     unsigned shutdown_timeout = 30;
     /* the limits left 0 get kipp_server_start's defaults (server.h) */
     kipp_server_params sp = {.host = "127.0.0.1", .port = 8080};
@@ -200,6 +203,15 @@ int main(int argc, char **argv) {
         else if (IS("--port")) { NUM(0, 65535); sp.port = (uint16_t)v; }
         else if (IS("-t") || IS("--threads")) { NUM(0, 1024); kp.n_threads = (int)v; }
         else if (IS("--model-name")) { NEED(name = VAL()); }
+        else if (IS("--served-model-name") || IS("--model-alias")) {
+            const char *id = VAL();
+            NEED(id && *id);
+            if (IS("--served-model-name") && strcmp(id, "*") != 0) name = id;
+            else if (n_aliases == MAX_LIST) {
+                fprintf(stderr, "kipp-server: at most %d model aliases\n", MAX_LIST);
+                return 2;
+            } else aliases[n_aliases++] = id;
+        }
         else if (IS("-c") || IS("--ctx-size")) { NUM(16, 1u << 20); kp.n_ctx = (uint32_t)v; }
         else if (IS("--parallel")) { NUM(1, 256); kp.max_running = (uint32_t)v; }
         else if (IS("--kv-tokens")) { NUM(16, 1u << 24); kp.n_kv_tokens = (uint32_t)v; }
@@ -281,6 +293,8 @@ int main(int argc, char **argv) {
     sp.model_name = model_name;
     sp.allowed_hosts = hosts;
     sp.n_allowed_hosts = n_hosts;
+    sp.model_aliases = aliases;
+    sp.n_model_aliases = n_aliases;
     sp.cors_origins = origins;
     sp.n_cors_origins = n_origins;
 
@@ -337,8 +351,13 @@ int main(int argc, char **argv) {
     }
     kipp_ctx_info ci; /* the start-up line comes before /health says 200 */
     kipp_sched_ctx_info(sched, &ci);
-    fprintf(stderr, "kipp-server: model %s as '%s', context %u, %u parallel; ", model, model_name,
-            kipp_sched_n_ctx(sched), kp.max_running);
+    fprintf(stderr, "kipp-server: model %s as '%s'", model, model_name);
+    for (size_t k = 0; k < n_aliases; k++) {
+        if (!strcmp(aliases[k], "*")) fprintf(stderr, "%s any name", k == 0 ? " (also" : ",");
+        else fprintf(stderr, "%s '%s'", k == 0 ? " (also" : ",", aliases[k]);
+    }
+    fprintf(stderr, "%s, context %u, %u parallel; ", n_aliases ? ")" : "", kipp_sched_n_ctx(sched),
+            kp.max_running);
     kipp_cli_print_ctx_info(stderr, &ci);
     fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
     if (kp.spec)

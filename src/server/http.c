@@ -72,6 +72,14 @@ struct kipp_server {
     atomic_int wd_stop;
 };
 
+/* A request's 'model' names what this server serves: its name or an alias ("*": any). */
+static int model_served(const kipp_server *sv, const char *name) {
+    if (strcmp(name, sv->model_name) == 0) return 1;
+    for (size_t i = 0; i < sv->p.n_model_aliases; i++)
+        if (!strcmp(sv->p.model_aliases[i], "*") || !strcmp(sv->p.model_aliases[i], name)) return 1;
+    return 0;
+}
+
 typedef struct {
     int endpoint; /* M_EP_* */
     oai_buf body;
@@ -474,9 +482,10 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         return res;
     }
     body_release(sv, cs); /* parsed: the body is not needed any more */
-    if (strcmp(gs->rq.model, sv->model_name) != 0) {
-        snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'",
-                 gs->rq.model, sv->model_name);
+    if (!model_served(sv, gs->rq.model)) {
+        snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'%s",
+                 gs->rq.model, sv->model_name,
+                 sv->p.n_model_aliases ? " and its aliases (GET /v1/models lists them)" : "");
         parse_leave(sv);
         res = send_error(sv, c, cs, 404, msg, "invalid_request_error", "model", "model_not_found");
         gen_free(gs);
@@ -528,7 +537,8 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     snprintf(gs->id, sizeof gs->id, "%s-%llu", ep == OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)++sv->next_id);
     pthread_mutex_unlock(&sv->mu);
-    gs->meta = (oai_meta){.id = gs->id, .model = sv->model_name, .created = (long long)time(NULL),
+    /* the id the client asked for: the served name or one of its aliases */
+    gs->meta = (oai_meta){.id = gs->id, .model = gs->rq.model, .created = (long long)time(NULL),
                           .n_prompt = gs->n_prompt};
     if (gs->rq.stream) {
         struct MHD_Response *r =
@@ -573,7 +583,8 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
 /* ---- small endpoints -------------------------------------------------------------------- */
 
 static enum MHD_Result handle_models(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
-    return send_json(sv, c, cs, 200, oai_models_json(sv->model_name));
+    return send_json(sv, c, cs, 200,
+                     oai_models_json(sv->model_name, sv->p.model_aliases, sv->p.n_model_aliases));
 }
 
 static int key_ok(const kipp_server *sv, struct MHD_Connection *c) {

@@ -332,13 +332,18 @@ char *oai_error_json(const char *message, const char *type, const char *param, c
     return dump(o);
 }
 
-char *oai_models_json(const char *name) {
-    json_t *m = json_object(), *data = json_array(), *o = json_object();
-    json_object_set_new(m, "id", json_string(name));
-    json_object_set_new(m, "object", json_string("model"));
-    json_object_set_new(m, "created", json_integer(0));
-    json_object_set_new(m, "owned_by", json_string("kipp"));
-    json_array_append_new(data, m);
+char *oai_models_json(const char *name, const char *const *aliases, size_t n_aliases) {
+    json_t *data = json_array(), *o = json_object();
+    for (size_t i = 0; i <= n_aliases; i++) {
+        const char *id = i == 0 ? name : aliases[i - 1];
+        if (strcmp(id, "*") == 0) continue;
+        json_t *m = json_object();
+        json_object_set_new(m, "id", json_string(id));
+        json_object_set_new(m, "object", json_string("model"));
+        json_object_set_new(m, "created", json_integer(0));
+        json_object_set_new(m, "owned_by", json_string("kipp"));
+        json_array_append_new(data, m);
+    }
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", data);
     return dump(o);

@@ -26,7 +26,9 @@ typedef struct {
     uint32_t max_prompt_tokens;  /* 0: n_ctx - 1 */
     uint32_t default_max_tokens; /* 0: the rest of the context */
     const char *api_key;         /* NULL: no key needed */
-    const char *model_name;      /* the id clients must send */
+    const char *model_name;      /* the id clients send, and /v1/models lists first */
+    const char *const *model_aliases; /* other ids accepted (and listed); "*": any id */
+    size_t n_model_aliases;
     uint32_t max_connections;    /* 0: KIPP_SERVER_DEFAULT_MAX_CONNECTIONS, and so on */
     uint32_t max_connections_per_ip;
     uint32_t read_timeout_s;     /* a whole request (headers + body) within this */

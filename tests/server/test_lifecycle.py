@@ -1,4 +1,5 @@
-"""Process behaviour: the startup lines on stdout, --port 0, --model-name, fatal start-up
+"""Process behaviour: the startup lines on stdout, --port 0, --model-name, --model-alias and
+--served-model-name '*', fatal start-up
 errors (unknown backend, missing model), and a clean stop on SIGTERM/SIGINT, idle or with
 a stream in flight."""
 
@@ -33,6 +34,44 @@ def test_model_name_flag(nocache_server):
     assert st == 404 and js["error"]["code"] == "model_not_found"
     js = nocache_server.complete("x", max_tokens=1)
     assert js["model"] == "renamed-tiny"
+
+
+def test_model_aliases():
+    """--model-alias: every alias is served and listed, responses carry the id asked for,
+    other ids are still a 404 that says aliases exist; the openai client with a hard-coded
+    name works."""
+    proc = start_server("aliases", "--model-alias", "gpt-4o-mini", "--model-alias", "qwen3")
+    srv = Srv(proc)
+    try:
+        r = curl(srv.url + "/v1/models")
+        assert [d["id"] for d in r.json()["data"]] == [MODEL_NAME, "gpt-4o-mini", "qwen3"]
+        for name in (MODEL_NAME, "gpt-4o-mini", "qwen3"):
+            st, _, js = srv.post("/v1/completions", {"model": name, "prompt": "x", "max_tokens": 1})
+            assert st == 200 and js["model"] == name, (st, js)
+        st, _, js = srv.post("/v1/completions", {"model": "gpt-5", "prompt": "x", "max_tokens": 1})
+        assert st == 404 and js["error"]["code"] == "model_not_found" and "aliases" in js["error"]["message"]
+        c = srv.client()
+        out = c.chat.completions.create(model="gpt-4o-mini", max_tokens=2,
+                                        messages=[{"role": "user", "content": "hi"}])
+        assert out.model == "gpt-4o-mini" and out.choices[0].message is not None
+        assert "as '%s' (also 'gpt-4o-mini', 'qwen3')" % MODEL_NAME in proc.stderr_tail()
+    finally:
+        proc.stop()
+
+
+def test_served_model_name_any():
+    """--served-model-name '*': any id is accepted; /v1/models lists the real name only."""
+    proc = start_server("anyname", "--served-model-name", "*")
+    srv = Srv(proc)
+    try:
+        assert [d["id"] for d in curl(srv.url + "/v1/models").json()["data"]] == [MODEL_NAME]
+        for name in ("gpt-4o", "anything/at-all", MODEL_NAME):
+            st, _, js = srv.post("/v1/chat/completions", {"model": name, "max_tokens": 1,
+                                                          "messages": [{"role": "user", "content": "hi"}]})
+            assert st == 200 and js["model"] == name, (st, js)
+        assert "(also any name)" in proc.stderr_tail()
+    finally:
+        proc.stop()
 
 
 def _run_fatal(*args):
