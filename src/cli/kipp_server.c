@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "      --served-model-name NAME  the same as --model-name; '*' keeps the name and\n"
             "                            accepts any id clients send\n"
             "      --model-alias NAME    another id clients may send (repeatable; '*' = any)\n"
+            "      --log-format F        a line per request on stderr: text (default), json or\n"
+            "                            none\n"
             "  -c, --ctx-size N          longest sequence, prompt + completion (default: model's,\n"
             "                            capped at 4096)\n"
             "      --parallel N          sequences decoded together (default 8)\n"
@@ -174,7 +176,7 @@ int main(int argc, char **argv) {
     size_t n_hosts = 0, n_origins = 0, n_aliases = 0;
     unsigned shutdown_timeout = 30;
     /* the limits left 0 get kipp_server_start's defaults (server.h) */
-    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080};
+    kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .log_format = 1};
     kipp_sched_params kp = {.max_running = 8, .max_queue = 64, .batch_tokens = 256,
                             .prefix_cache_entries = 64};
     kipp_cli_runtime rt;
@@ -203,6 +205,17 @@ int main(int argc, char **argv) {
         else if (IS("--port")) { NUM(0, 65535); sp.port = (uint16_t)v; }
         else if (IS("-t") || IS("--threads")) { NUM(0, 1024); kp.n_threads = (int)v; }
         else if (IS("--model-name")) { NEED(name = VAL()); }
+        else if (IS("--log-format")) {
+            const char *f = VAL();
+            NEED(f);
+            if (!strcmp(f, "text")) sp.log_format = 1;
+            else if (!strcmp(f, "json")) sp.log_format = 2;
+            else if (!strcmp(f, "none")) sp.log_format = 0;
+            else {
+                fprintf(stderr, "kipp-server: --log-format must be text, json or none (got '%s')\n", f);
+                return 2;
+            }
+        }
         else if (IS("--served-model-name") || IS("--model-alias")) {
             const char *id = VAL();
             NEED(id && *id);

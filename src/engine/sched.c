@@ -59,6 +59,7 @@ struct kipp_req {
     kipp_gen_token *out;    /* [max_tokens] */
     kipp_sampler *smp;
     double t_submit, t_last;
+    double t_admit, t_first; /* first admission, first token published (0: not yet); s->mu */
     char err[KIPP_ERR_LEN];
     kipp_req_state state;
     /* speculative decoding (engine thread; drafted/accepted published under s->mu) */
@@ -152,6 +153,13 @@ uint32_t kipp_req_n_cached(kipp_req *r) {
     const uint32_t n = r->n_cached_pub;
     pthread_mutex_unlock(&r->s->mu);
     return n;
+}
+
+void kipp_req_times(kipp_req *r, double *queue_s, double *ttft_s) {
+    pthread_mutex_lock(&r->s->mu);
+    *queue_s = r->t_admit > 0 ? r->t_admit - r->t_submit : -1.0;
+    *ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : -1.0;
+    pthread_mutex_unlock(&r->s->mu);
 }
 
 void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted) {
@@ -360,6 +368,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             }
             if (!r->admitted_once) {
                 r->n_cached_pub = n_hit;
+                r->t_admit = now_s();
                 for (uint32_t i = 0; i < r->p.n_prompt; i++) kipp_sampler_accept(r->smp, r->all[i]);
                 s->st.prompt_tokens += r->p.n_prompt;
                 r->admitted_once = 1;
@@ -617,7 +626,10 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         r->accepted_pub = r->spec.accepted;
         if (r->n_gen > r->n_out) {
             s->st.generated_tokens += r->n_gen - r->n_out;
-            if (r->n_out == 0) kipp_hist_add(&s->st.ttft, t - r->t_submit);
+            if (r->n_out == 0) {
+                kipp_hist_add(&s->st.ttft, t - r->t_submit);
+                r->t_first = t;
+            }
             else kipp_hist_add(&s->st.itl, t - r->t_last);
             r->t_last = t;
             r->n_out = r->n_gen;

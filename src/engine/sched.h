@@ -127,6 +127,9 @@ uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *
 const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i);
 /* Prompt tokens served from the prefix cache (final once the first token is out). */
 uint32_t kipp_req_n_cached(kipp_req *r);
+/* Seconds from submission to first admission (the queue wait) and to the first token
+ * published; -1 while it has not happened. */
+void kipp_req_times(kipp_req *r, double *queue_s, double *ttft_s);
 /* Speculative decoding: tokens drafted for the request and verified, and kept (0 without). */
 void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted);
 /* The backend's error message for KIPP_FINISH_ERROR ("" otherwise). */

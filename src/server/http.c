@@ -12,6 +12,8 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 
+#include <jansson.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
@@ -62,7 +64,7 @@ struct kipp_server {
     uint32_t n_vocab, n_ctx;
     pthread_mutex_t mu; /* counters, ids */
     kipp_server_counters counters;
-    uint64_t next_id;
+    uint64_t next_id, next_rid;
     budget parsing;           /* requests parsed/tokenized at once: --max-parsing */
     budget bodies;            /* request-body bytes held: --max-parsing x --max-body */
     wd_conn *conns;           /* under wd_mu */
@@ -90,6 +92,14 @@ typedef struct {
     const char *cors; /* the Origin to echo in Access-Control-Allow-Origin, or NULL */
     int close;        /* answer with Connection: close */
     int http11;       /* HTTP/1.1 or later: an interim 1xx may be sent */
+    /* the request's log line (on_completed) and X-Request-Id */
+    char rid[65];     /* the client's X-Request-Id when it is sane, else req-N */
+    char method[8], path[64];
+    int status;       /* the status queued; 0: none (the connection was closed) */
+    int gen;          /* a generation: the fields below are set */
+    uint32_t n_prompt, n_cached, n_completion;
+    double queue_s, ttft_s;
+    const char *finish;
 } conn_state;
 
 /* A generation in progress: shared by the blocking non-stream path and the SSE reader. */
@@ -104,6 +114,7 @@ typedef struct {
     uint32_t n_prompt, n_seen;
     int first, done;
     int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
+    conn_state *cs; /* its connection's state (alive while MHD calls the handler or reader) */
     oai_buf out; /* SSE bytes not yet handed to MHD */
     size_t out_pos;
     double t_start, t_checked;
@@ -131,6 +142,7 @@ static void common_headers(kipp_server *sv, const conn_state *cs, struct MHD_Res
         MHD_add_response_header(r, "Vary", "Origin");
     }
     if (cs->close || atomic_load(&sv->draining)) MHD_add_response_header(r, "Connection", "close");
+    MHD_add_response_header(r, "X-Request-Id", cs->rid);
 }
 
 static enum MHD_Result send_body(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
@@ -146,6 +158,7 @@ static enum MHD_Result send_body(kipp_server *sv, struct MHD_Connection *c, conn
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     cs->responded = 1;
+    cs->status = status;
     count(sv, cs->endpoint, status);
     return ok;
 }
@@ -259,6 +272,13 @@ static void fill_meta(gen_state *gs, kipp_finish fin) {
     gs->meta.n_completion = gs->g.n_used;
     gs->meta.n_cached = kipp_req_n_cached(gs->req);
     kipp_req_spec(gs->req, &gs->meta.spec_drafted, &gs->meta.spec_accepted);
+    conn_state *cs = gs->cs; /* for the request's log line */
+    cs->gen = 1;
+    cs->n_prompt = gs->meta.n_prompt;
+    cs->n_cached = gs->meta.n_cached;
+    cs->n_completion = gs->meta.n_completion;
+    cs->finish = gs->meta.finish_reason;
+    kipp_req_times(gs->req, &cs->queue_s, &cs->ttft_s);
 }
 
 /* A generation request's whole time, arrival to its last byte queued. */
@@ -456,6 +476,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     if (!gs) return send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
     atomic_fetch_add(&sv->active, 1); /* before the draining check: drain waits for it */
     gs->sv = sv;
+    gs->cs = cs;
     gs->conn = c;
     gs->fd = conn_fd(c);
     gs->http11 = cs->http11;
@@ -553,6 +574,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         res = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         cs->responded = 1;
+        cs->status = 200;
         count(sv, cs->endpoint, 200);
         return res;
     }
@@ -903,6 +925,27 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
     return MHD_YES;
 }
 
+/* X-Request-Id: the client's when it is 1..64 printable ASCII characters without spaces,
+ * else req-N; method and path (truncated) for the log line. */
+static void set_log_ids(kipp_server *sv, struct MHD_Connection *c, conn_state *cs, const char *url,
+                        const char *method) {
+    const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    size_t n = id ? strlen(id) : 0;
+    int sane = n >= 1 && n < sizeof cs->rid;
+    for (size_t i = 0; sane && i < n; i++) sane = id[i] > 0x20 && id[i] < 0x7f;
+    if (sane) memcpy(cs->rid, id, n + 1);
+    else {
+        pthread_mutex_lock(&sv->mu);
+        const unsigned long long k = ++sv->next_rid;
+        pthread_mutex_unlock(&sv->mu);
+        snprintf(cs->rid, sizeof cs->rid, "req-%llu", k);
+    }
+    snprintf(cs->method, sizeof cs->method, "%s", method ? method : "?");
+    snprintf(cs->path, sizeof cs->path, "%s", url ? url : "?");
+    for (char *p = cs->path; *p; p++) /* no control bytes or spaces in a log line */
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f) *p = '?';
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -912,6 +955,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
         cs->t_start = now_s();
+        set_log_ids(sv, c, cs, url, method);
         cs->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
         return on_headers(sv, c, cs, url, method);
     }
@@ -966,13 +1010,53 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return handle_generate(sv, c, cs, cs->endpoint == M_EP_CHAT ? OAI_CHAT : OAI_COMPLETIONS);
 }
 
+/* The request's line on stderr: id, method, path, status (- when the connection closed
+ * without one), total time and, for a generation, its tokens, queue wait and TTFT. */
+static void log_request(const kipp_server *sv, const conn_state *cs, int client_gone) {
+    if (!sv->p.log_format) return;
+    const double total_ms = (now_s() - cs->t_start) * 1e3;
+    char line[768];
+    int n;
+    if (sv->p.log_format == 2) {
+        json_t *o = json_pack("{s:s, s:s, s:s, s:f}", "request_id", cs->rid, "method", cs->method,
+                              "path", cs->path, "total_ms", total_ms);
+        if (!o) return;
+        json_object_set_new(o, "status", cs->status ? json_integer(cs->status) : json_null());
+        if (client_gone) json_object_set_new(o, "client_gone", json_true());
+        if (cs->gen) {
+            json_object_set_new(o, "prompt_tokens", json_integer(cs->n_prompt));
+            json_object_set_new(o, "cached_tokens", json_integer(cs->n_cached));
+            json_object_set_new(o, "completion_tokens", json_integer(cs->n_completion));
+            json_object_set_new(o, "finish_reason", cs->finish ? json_string(cs->finish) : json_null());
+            json_object_set_new(o, "queue_ms", cs->queue_s >= 0 ? json_real(cs->queue_s * 1e3) : json_null());
+            json_object_set_new(o, "ttft_ms", cs->ttft_s >= 0 ? json_real(cs->ttft_s * 1e3) : json_null());
+        }
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (!s) return;
+        fprintf(stderr, "%s\n", s);
+        free(s);
+        return;
+    }
+    char st[8] = "-";
+    if (cs->status) snprintf(st, sizeof st, "%d", cs->status);
+    n = snprintf(line, sizeof line, "kipp-server: %s %s %s %s%s %.1f ms", cs->rid, cs->method, cs->path,
+                 st, client_gone ? " (client gone)" : "", total_ms);
+    if (cs->gen && n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n,
+                 "; prompt %u (cached %u), completion %u, %s; queue %.1f ms, ttft %.1f ms",
+                 cs->n_prompt, cs->n_cached, cs->n_completion, cs->finish ? cs->finish : "unfinished",
+                 cs->queue_s >= 0 ? cs->queue_s * 1e3 : 0.0, cs->ttft_s >= 0 ? cs->ttft_s * 1e3 : 0.0);
+    fprintf(stderr, "%s\n", line);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     kipp_server *sv = cls;
-    (void)toe;
     wd_set(sv, c, WD_WAIT); /* the read deadline starts again for the next request */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    log_request(sv, cs, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     body_release(sv, cs);
     free(cs);
     *con_cls = NULL;

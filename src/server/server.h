@@ -27,6 +27,7 @@ typedef struct {
     uint32_t default_max_tokens; /* 0: the rest of the context */
     const char *api_key;         /* NULL: no key needed */
     const char *model_name;      /* the id clients send, and /v1/models lists first */
+    int log_format;              /* a line per request on stderr: 0 none, 1 text, 2 JSON */
     const char *const *model_aliases; /* other ids accepted (and listed); "*": any id */
     size_t n_model_aliases;
     uint32_t max_connections;    /* 0: KIPP_SERVER_DEFAULT_MAX_CONNECTIONS, and so on */

@@ -159,3 +159,52 @@ def test_help_flags_match_docs():
     doc_flags = set(re.findall(r"^\| `(?:-\w+, )?(--[a-z][a-z0-9-]*)", table, re.M))
     assert help_flags == doc_flags, (f"only in --help: {sorted(help_flags - doc_flags)}; "
                                      f"only in docs/server.md: {sorted(doc_flags - help_flags)}")
+
+
+def _log_lines(proc, rid):
+    deadline = time.time() + 5
+    while time.time() < deadline:  # the line is written when the request completes
+        lines = [ln for ln in proc.stderr_tail(200000).splitlines() if rid in ln]
+        if lines:
+            return lines
+        time.sleep(0.05)
+    return []
+
+
+def test_request_log_and_ids(server):
+    """X-Request-Id on every response (the client's own echoed, else req-N), and one text
+    log line per request with its status, tokens, queue wait and TTFT."""
+    st, hd, js = server.post("/v1/completions", {"model": MODEL_NAME, "prompt": "Hello",
+                                                 "max_tokens": 3, "temperature": 0, "ignore_eos": True},
+                             headers={"X-Request-Id": "trace-abc-123"})
+    assert st == 200 and hd.get("x-request-id") == "trace-abc-123"
+    lines = _log_lines(server.proc, "trace-abc-123")
+    assert len(lines) == 1, lines
+    assert "POST /v1/completions 200 " in lines[0] and "completion 3, length" in lines[0], lines[0]
+    assert "queue " in lines[0] and "ttft " in lines[0] and "prompt " in lines[0]
+    st, hd, _ = server.post("/v1/completions", {"model": "no-such", "prompt": "x"},
+                            headers={"X-Request-Id": "bad id with spaces"})
+    rid = hd.get("x-request-id")
+    assert st == 404 and rid and rid.startswith("req-"), hd
+    assert " 404 " in _log_lines(server.proc, rid + " ")[0]
+    r = curl(server.url + "/health")
+    assert r.headers.get("x-request-id", "").startswith("req-")
+
+
+def test_request_log_json():
+    proc = start_server("logjson", "--log-format", "json")
+    srv = Srv(proc)
+    try:
+        st, hd, _ = srv.post("/v1/chat/completions", {"model": MODEL_NAME, "max_tokens": 2,
+                                                      "messages": [{"role": "user", "content": "hi"}]},
+                             headers={"X-Request-Id": "json-1"})
+        assert st == 200
+        import json as _json
+        rec = _json.loads(_log_lines(proc, '"json-1"')[0])
+        assert rec["request_id"] == "json-1" and rec["status"] == 200 and rec["path"] == "/v1/chat/completions"
+        assert rec["completion_tokens"] == 2 and rec["prompt_tokens"] > 0 and rec["ttft_ms"] >= 0
+        assert rec["queue_ms"] >= 0 and rec["total_ms"] >= rec["ttft_ms"]
+    finally:
+        proc.stop()
+    p = _run_fatal("--model", MODEL, "--port", "0", "--log-format", "yaml")
+    assert p.returncode != 0 and "--log-format must be text, json or none" in p.stderr
