@@ -14,7 +14,7 @@
 
 typedef enum { OAI_CHAT = 0, OAI_COMPLETIONS = 1 } oai_endpoint;
 
-#define OAI_MAX_STOP 4
+#define OAI_MAX_STOP 16 /* OpenAI allows 4; more are an extension */
 #define OAI_MAX_STOP_BYTES 256
 #define OAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 

@@ -52,6 +52,10 @@ def test_stop_string_completions(server, prompt):
     # a list with non-matching strings and the matching one; and streaming cuts the same way
     js2 = server.complete(prompt, stop=["\u2603never\u2603", stop, "zzqqxxjj"], **kw)
     assert js2["choices"][0]["text"] == full[:k] and js2["choices"][0]["finish_reason"] == "stop"
+    # more than OpenAI's 4 (an extension, up to 16): the matching one is the 12th
+    many = [f"\u2603never{i}\u2603" for i in range(11)] + [stop] + ["zzqq", "xxjj", "qqzz", "jjxx"]
+    js3 = server.complete(prompt, stop=many, **kw)
+    assert js3["choices"][0]["text"] == full[:k] and js3["choices"][0]["finish_reason"] == "stop"
     st = server.stream("/v1/completions", {"model": MODEL_NAME, "prompt": prompt, "stop": [stop],
                                            "stream": True, **kw})
     assert st.status == 200 and st.done
