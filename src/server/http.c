@@ -65,6 +65,8 @@ struct kipp_server {
     pthread_mutex_t mu; /* counters, ids */
     kipp_server_counters counters;
     uint64_t next_id, next_rid;
+    char ignored[32][64]; /* request fields already logged as ignored (under mu) */
+    int n_ignored;
     budget parsing;           /* requests parsed/tokenized at once: --max-parsing */
     budget bodies;            /* request-body bytes held: --max-parsing x --max-body */
     wd_conn *conns;           /* under wd_mu */
@@ -73,6 +75,19 @@ struct kipp_server {
     int wd_started;
     atomic_int wd_stop;
 };
+
+/* A field outside the OpenAI API (and Kipp's extensions) is ignored; its name is logged the
+ * first time (up to 32 names). */
+static void note_ignored_field(kipp_server *sv, const char *name) {
+    pthread_mutex_lock(&sv->mu);
+    int seen = sv->n_ignored == 32;
+    for (int i = 0; i < sv->n_ignored && !seen; i++) seen = !strcmp(sv->ignored[i], name);
+    if (!seen) snprintf(sv->ignored[sv->n_ignored++], sizeof sv->ignored[0], "%s", name);
+    pthread_mutex_unlock(&sv->mu);
+    if (!seen)
+        fprintf(stderr, "kipp-server: ignoring the request field '%s' (not part of the OpenAI "
+                        "API; said once)\n", name);
+}
 
 /* A request's 'model' names what this server serves: its name or an alias ("*": any). */
 static int model_served(const kipp_server *sv, const char *name) {
@@ -503,6 +518,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         return res;
     }
     body_release(sv, cs); /* parsed: the body is not needed any more */
+    if (gs->rq.unknown_field[0]) note_ignored_field(sv, gs->rq.unknown_field);
     if (!model_served(sv, gs->rq.model)) {
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'%s",
                  gs->rq.model, sv->model_name,

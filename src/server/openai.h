@@ -38,6 +38,8 @@ typedef struct {
     int32_t *prompt_ids;         /* ... an array of token ids */
     size_t n_prompt_ids;
     kipp_logit_bias *bias;       /* logit_bias; sp.logit_bias points here */
+    char unknown_field[64];      /* the first field outside the API and Kipp's extensions
+                                    (ignored; the server logs each name once), or "" */
 } oai_request;
 
 /* Parses body (len bytes, not necessarily NUL-terminated). On failure returns nonzero and

@@ -101,6 +101,43 @@ static int parse_unsupported(json_t *o, oai_endpoint ep, perr *e) {
                         json_string_value(t));
     }
     if (ep != OAI_CHAT) return 0;
+    /* chat fields whose every non-null value asks for something Kipp does not do */
+    static const char *const refused[][2] = {
+        {"audio", "audio output is not supported (text only)"},
+        {"prediction", "predicted outputs are not supported"},
+        {"functions", "the deprecated 'functions' are not supported; send 'tools'"},
+        {"function_call", "the deprecated 'function_call' is not supported; send 'tool_choice'"},
+        {"web_search_options", "web search is not supported"},
+        {"reasoning_effort", "reasoning effort levels are not supported; Qwen3's thinking is "
+                             "on or off: chat_template_kwargs.enable_thinking"},
+        {"verbosity", "verbosity levels are not supported"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        json_t *v = json_object_get(o, refused[i][0]);
+        if (v && !json_is_null(v)) return fail(e, refused[i][0], "'%s': %s", refused[i][0], refused[i][1]);
+    }
+    json_t *mod = json_object_get(o, "modalities");
+    if (mod && !json_is_null(mod)) {
+        if (!json_is_array(mod)) return fail(e, "modalities", "'modalities' must be an array");
+        for (size_t i = 0; i < json_array_size(mod); i++) {
+            json_t *m = json_array_get(mod, i);
+            if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+                return fail(e, "modalities", "'modalities' may only hold \"text\"");
+        }
+    }
+    json_t *tier = json_object_get(o, "service_tier");
+    if (tier && !json_is_null(tier) &&
+        (!json_is_string(tier) || (strcmp(json_string_value(tier), "auto") &&
+                                   strcmp(json_string_value(tier), "default"))))
+        return fail(e, "service_tier", "'service_tier' may only be \"auto\" or \"default\"");
+    if (json_is_true(json_object_get(o, "store")))
+        return fail(e, "store", "'store': true is not supported: this server keeps no completions");
+    json_t *ptc = json_object_get(o, "parallel_tool_calls");
+    if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
+        return fail(e, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+    if (json_is_false(ptc))
+        return fail(e, "parallel_tool_calls", "'parallel_tool_calls': false is not supported yet "
+                    "(at most one tool call per turn is not enforced)");
     json_t *tc = json_object_get(o, "tool_choice");
     if (tc && !json_is_null(tc)) {
         const char *v = json_is_string(tc) ? json_string_value(tc) : NULL;
@@ -278,6 +315,39 @@ static int parse_completions(json_t *o, oai_request *r, uint32_t n_vocab, perr *
     return 0;
 }
 
+/* The fields Kipp knows for an endpoint (the OpenAI API's and Kipp's extensions); any other
+ * is ignored, and the first is reported in r->unknown_field for the server to log. */
+static const char *const known_fields[2][48] = {
+    {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+     "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
+     "stream", "stream_options", "logprobs", "top_logprobs", "logit_bias", "n", "tools",
+     "tool_choice", "parallel_tool_calls", "response_format", "user", "metadata", "store",
+     "service_tier", "prompt_cache_key", "safety_identifier", "chat_template_kwargs",
+     "ignore_eos", "content_special_tokens", "audio", "modalities", "prediction", "functions",
+     "function_call", "web_search_options", "reasoning_effort", "verbosity", NULL},
+    {"model", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+     "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
+     "stream", "stream_options", "logprobs", "logit_bias", "n", "echo", "suffix", "best_of",
+     "user", "metadata", "response_format", "ignore_eos", "content_special_tokens", NULL},
+};
+
+static void note_unknown(json_t *o, oai_endpoint ep, oai_request *r) {
+    const char *key;
+    json_t *val;
+    json_object_foreach(o, key, val) {
+        (void)val;
+        int known = 0;
+        for (const char *const *k = known_fields[ep == OAI_CHAT ? 0 : 1]; *k && !known; k++)
+            known = strcmp(*k, key) == 0;
+        if (!known) {
+            snprintf(r->unknown_field, sizeof r->unknown_field, "%s", key);
+            for (char *c = r->unknown_field; *c; c++) /* it goes into a log line */
+                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+            return;
+        }
+    }
+}
+
 int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
               char *msg, size_t msg_len, const char **param) {
     perr e = {msg, msg_len, param};
@@ -328,6 +398,7 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
         parse_unsupported(o, ep, &e))
         goto out;
     if (ep == OAI_CHAT ? parse_chat(o, r, &e) : parse_completions(o, r, n_vocab, &e)) goto out;
+    note_unknown(o, ep, r);
     rc = 0;
 out:
     json_decref(o);

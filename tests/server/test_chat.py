@@ -119,6 +119,23 @@ def test_max_completion_tokens_alias(server):
 def test_unknown_fields_ignored(server):
     js = server.chat(HELLO, max_tokens=2, temperature=0, some_future_field={"x": 1}, user="u-1")
     assert js["usage"]["completion_tokens"] <= 2
+    server.chat(HELLO, max_tokens=1, some_future_field=2)
+    log = server.proc.stderr_tail(200000)
+    assert log.count("ignoring the request field 'some_future_field'") == 1, log[-2000:]
+
+
+def test_api_fields_accepted_without_effect(server):
+    """Fields of the OpenAI API that ask for nothing Kipp lacks are a 200 (bookkeeping and
+    hints, and the default values of the refused ones); none of them is logged as unknown."""
+    js = server.chat(HELLO, max_tokens=2, temperature=0, metadata={"k": "v"}, store=False,
+                     service_tier="auto", modalities=["text"], parallel_tool_calls=True,
+                     prompt_cache_key="abc", safety_identifier="s-1", audio=None, prediction=None,
+                     response_format={"type": "text"}, tool_choice="auto")
+    assert js["usage"]["completion_tokens"] <= 2
+    log = server.proc.stderr_tail(200000)
+    for f in ("metadata", "store", "service_tier", "modalities", "parallel_tool_calls",
+              "prompt_cache_key", "safety_identifier", "audio", "prediction"):
+        assert f"request field '{f}'" not in log
 
 
 def test_n_equals_one_accepted(server):
