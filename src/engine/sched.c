@@ -423,8 +423,8 @@ static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t,
 
 /* Builds the batch: every decoding sequence's pending token and its drafts, then prompt
  * chunks within the step's budget. Returns the batch size; b_chunk[i] is running[i]'s
- * share, b_row[i] its first logits row. */
-static uint32_t build_batch(kipp_sched *s) {
+ * share, b_row[i] its first logits row; *n_logits_rows the rows that want logits. */
+static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
     uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < s->n_running; i++) {
@@ -454,6 +454,7 @@ static uint32_t build_batch(kipp_sched *s) {
             }
         }
     }
+    *n_logits_rows = n_rows;
     return n;
 }
 
@@ -562,12 +563,12 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
 static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     char err[KIPP_ERR_LEN];
     kipp_status st;
-    uint32_t n;
+    uint32_t n, n_want;
     draft(s);
     double t0;
     for (;;) {
         memset(s->b_chunk, 0, s->n_running * sizeof *s->b_chunk);
-        n = build_batch(s);
+        n = build_batch(s, &n_want);
         const kipp_batch b = {.n = n, .tokens = s->b_tok, .seq_ids = s->b_seq, .want_logits = s->b_want};
         t0 = now_s();
         st = kipp_decode_batch(s->ctx, &b, s->logits, err, sizeof err);
@@ -587,8 +588,6 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         /* the model prices rows that need logits (decode and verification: the lm_head is
          * most of a small model's row); a step with prompt rows, which skip the lm_head, is
          * learned from only while nothing else has been seen */
-        uint32_t n_want = 0;
-        for (uint32_t i = 0; i < n; i++) n_want += s->b_want[i] != 0;
         if (n_want == n || s->timing.n_target == 0) kipp_spec_timing_target(&s->timing, n, t - t0);
     }
     for (uint32_t i = 0; i < s->n_running; i++) {

@@ -97,8 +97,7 @@ char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint
 char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta);
 /* The whole non-streamed response (content/reasoning taken from g). */
 char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req);
-/* GET /v1/models: the one served model */
-/* /v1/models: name, then each alias but "*". */
+/* GET /v1/models: the served name, then each alias but "*". */
 char *oai_models_json(const char *name, const char *const *aliases, size_t n_aliases);
 /* {"error": {...}} */
 char *oai_error_json(const char *message, const char *type, const char *param, const char *code);
