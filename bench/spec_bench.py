@@ -53,6 +53,20 @@ def add_all(xs):
 """
 
 
+def drafter_flags(a) -> list:
+    """The drafter's flags, the same for kipp and kipp-server."""
+    if a.draft_model:
+        flags = ["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)]
+        if a.draft_vocab:
+            flags += ["--draft-vocab", str(a.draft_vocab)]
+    else:
+        flags = ["--spec-ngram", str(a.spec_ngram)]
+    flags += ["--draft-max", str(a.draft_max)]
+    if a.draft_fixed:
+        flags.append("--draft-fixed")
+    return flags
+
+
 def kipp_run(a, spec: bool, tmp: str) -> dict:
     stats = os.path.join(tmp, "stats.json")
     cmd = [a.binary, "-m", a.model, "--backend", a.backend, "-t", str(a.threads),
@@ -60,15 +74,7 @@ def kipp_run(a, spec: bool, tmp: str) -> dict:
     if a.ignore_eos:
         cmd.append("--ignore-eos")
     if spec:
-        if a.draft_model:
-            cmd += ["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)]
-            if a.draft_vocab:
-                cmd += ["--draft-vocab", str(a.draft_vocab)]
-        else:
-            cmd += ["--spec-ngram", str(a.spec_ngram)]
-        cmd += ["--draft-max", str(a.draft_max)]
-        if a.draft_fixed:
-            cmd.append("--draft-fixed")
+        cmd += drafter_flags(a)
     r = benchlib.run_measured(cmd, timeout=1800)
     if r["rc"] != 0:
         sys.exit(f"spec_bench: {' '.join(cmd)} failed ({r['rc']}): {r['stderr'][-500:]}")
@@ -161,13 +167,7 @@ def server_ab(a) -> dict:
                 if prompt_file:
                     cmd += ["--prompt-file", prompt_file]
                 if kind == "spec":
-                    extra = (["-md", a.draft_model, "--draft-p-min", str(a.draft_p_min)] if a.draft_model
-                             else ["--spec-ngram", str(a.spec_ngram)]) + ["--draft-max", str(a.draft_max)]
-                    if a.draft_fixed:
-                        extra.append("--draft-fixed")
-                    if a.draft_vocab:
-                        extra += ["--draft-vocab", str(a.draft_vocab)]
-                    cmd += [f"--server-arg={x}" for x in extra]
+                    cmd += [f"--server-arg={x}" for x in drafter_flags(a)]
                 p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
                 if p.returncode != 0:
                     sys.exit(f"spec_bench: server_bench failed: {p.stderr[-800:]}")
