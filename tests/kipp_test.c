@@ -125,6 +125,9 @@ int main(int argc, char **argv) {
         kt_suite_reasoning();
         kt_suite_kv();
         kt_suite_cpu_kernels();
+        kt_suite_grammar();
+        kt_suite_json_schema();
+        kt_suite_toolcall();
     } else {
         size_t i = 0;
         while (i < N_MODES && strcmp(argv[1], modes[i].flag) != 0) i++;

@@ -30,6 +30,9 @@ void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSO
 void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
 void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
+void kt_suite_grammar(void);     /* EBNF compiler, matcher, token masks (test_grammar.c) */
+void kt_suite_json_schema(void); /* JSON Schema -> grammar (test_json_schema.c) */
+void kt_suite_toolcall(void);    /* <tool_call> parsing, streaming (test_toolcall.c) */
 
 /* Test oracle for the GPT-2 byte map (tests/unit/test_tok.c), written independently of
  * vocab.c: the UTF-8 text (1 or 2 bytes) of byte b's vocabulary symbol. */

@@ -1,0 +1,77 @@
+/* grammar.h — grammar-constrained decoding: a small EBNF compiled to a byte-level pushdown
+ * automaton, and a per-step mask over the whole vocabulary that says which tokens keep the
+ * output a prefix of some sentence of the grammar (multi-byte tokens and characters split
+ * across tokens included). The JSON-Schema and tool-call front ends (src/server) produce
+ * grammar text; this module knows nothing of JSON. docs/grammar.md defines the dialect.
+ *
+ * The dialect (GBNF-like):
+ *   rule    ::= name "::=" alts          one rule per line; a newline inside ( ) continues
+ *   alts    ::= seq ("|" seq)*           an empty seq is the empty string
+ *   seq     ::= (item postfix?)*
+ *   item    ::= "literal" | [class] | [^class] | . | name | "(" alts ")"
+ *   postfix ::= * | + | ? | {m} | {m,} | {m,n}        (m, n <= 1000)
+ *   names: [A-Za-z0-9_-]+; "#" starts a comment to the end of the line; the start rule is
+ *   "root". Escapes in literals and classes: \n \r \t \\ \" \' \] \[ \- \^ \/ \xHH \uHHHH
+ *   \UHHHHHHHH. Literals and classes are Unicode code points, matched as UTF-8 (a class
+ *   never matches a surrogate or an invalid byte sequence); "." is any code point.
+ * Left recursion (direct or through rules that can match the empty string) is refused at
+ * compile time, as is a reference to an undefined rule. */
+#ifndef KIPP_ENGINE_GRAMMAR_H
+#define KIPP_ENGINE_GRAMMAR_H
+
+#include "kipp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kipp_grammar kipp_grammar;
+
+/* Compiles grammar text (len bytes). Errors name the line and what is wrong. The compiled
+ * grammar is immutable: share it between matchers and threads. */
+kipp_status kipp_grammar_compile(const char *text, size_t len, kipp_grammar **out, char *err,
+                                 size_t err_len);
+void kipp_grammar_free(kipp_grammar *g); /* NULL is a no-op */
+
+/* The vocabulary as a byte trie (built once per model; immutable, shareable). Tokens whose
+ * text is empty when special tokens are skipped (control tokens) are left out; end-of-
+ * generation tokens are allowed exactly when the grammar is complete. */
+typedef struct kipp_token_trie kipp_token_trie;
+kipp_status kipp_token_trie_build(const kipp_model *m, kipp_token_trie **out, char *err,
+                                  size_t err_len);
+/* The same from a plain list (tests, tools): token id i has bytes toks[i] (lens[i] bytes; 0:
+ * left out); is_eog[i] marks end-of-generation ids (may be NULL). */
+kipp_status kipp_token_trie_build_list(const char *const *toks, const size_t *lens,
+                                       const uint8_t *is_eog, uint32_t n, kipp_token_trie **out,
+                                       char *err, size_t err_len);
+void kipp_token_trie_free(kipp_token_trie *t); /* NULL is a no-op */
+
+/* A matcher: where one sequence's output stands in the grammar. Not thread-safe. t may be
+ * NULL for byte-level use (accept_bytes, complete); masks and tokens then need a trie. */
+typedef struct kipp_matcher kipp_matcher;
+kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, kipp_matcher **out,
+                             char *err, size_t err_len);
+void kipp_matcher_free(kipp_matcher *m);
+/* Feeds bytes; 1 if they keep the output a prefix of a sentence (state advanced), 0 if not
+ * (state unchanged). */
+int kipp_matcher_accept_bytes(kipp_matcher *m, const char *bytes, size_t n);
+/* 1 if the output so far is a whole sentence of the grammar. */
+int kipp_matcher_complete(const kipp_matcher *m);
+/* 1 if no byte can follow (the sentence is complete and nothing may extend it). */
+int kipp_matcher_finished(const kipp_matcher *m);
+/* Feeds a token (its bytes; an end-of-generation token is accepted only when complete).
+ * 1 if accepted, 0 if the token was not allowed (state unchanged). */
+int kipp_matcher_accept_token(kipp_matcher *m, int32_t id);
+/* Sets logits[id] = -INFINITY for every token id < n that the grammar does not allow next
+ * (t's vocabulary; ids not in the trie and not end-of-generation are always disallowed). */
+void kipp_matcher_apply(kipp_matcher *m, float *logits, uint32_t n);
+/* The mask itself: bit id of bits[] (n_vocab bits, ceil(n/32) words) set when allowed. */
+void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits);
+
+/* Counters for the bench and /metrics: masks computed, served from the cache, seconds. */
+typedef struct {
+    uint64_t masks, cache_hits, trie_nodes;
+    double seconds;
+} kipp_matcher_stats;
+void kipp_matcher_get_stats(const kipp_matcher *m, kipp_matcher_stats *out);
+
+#endif

@@ -1,0 +1,279 @@
+/* test_grammar.c — the EBNF compiler and the matcher: compile errors name what is wrong,
+ * byte-level acceptance (UTF-8 classes checked code point by code point against the class
+ * definition), repetition bounds, flat stacks for long repetitions, and token masks checked
+ * against brute force (every token tried on a fresh matcher that replays the output). */
+#include "engine/grammar.h"
+#include "kt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kipp_grammar *compile(const char *text) {
+    kipp_grammar *g = NULL;
+    char err[512];
+    if (kipp_grammar_compile(text, strlen(text), &g, err, sizeof err) != KIPP_OK)
+        fprintf(stderr, "grammar failed to compile: %s\n", err);
+    return g;
+}
+
+/* 1 if the bytes are accepted and (want_complete) end a sentence. */
+static int matches(const kipp_grammar *g, const char *s, size_t n) {
+    kipp_matcher *m;
+    char err[256];
+    if (kipp_matcher_new(g, NULL, &m, err, sizeof err) != KIPP_OK) return -1;
+    int ok = kipp_matcher_accept_bytes(m, s, n) && kipp_matcher_complete(m);
+    kipp_matcher_free(m);
+    return ok;
+}
+static int matches_s(const kipp_grammar *g, const char *s) { return matches(g, s, strlen(s)); }
+
+static void check_error(const char *text, const char *want) {
+    kipp_grammar *g = NULL;
+    char err[512] = "";
+    kipp_status st = kipp_grammar_compile(text, strlen(text), &g, err, sizeof err);
+    KT_CHECK(st != KIPP_OK && g == NULL && strstr(err, want) != NULL, "grammar %s: got '%s', want '%s'",
+             text, err, want);
+    kipp_grammar_free(g);
+}
+
+static void test_errors(void) {
+    check_error("root ::= a", "rule 'a' is used but not defined");
+    check_error("a ::= \"x\"", "no rule named 'root'");
+    check_error("root ::= root \"x\"", "rule 'root' is left-recursive");
+    check_error("root ::= b\nb ::= c? b \"x\"\nc ::= \"y\"", "left-recursive");
+    check_error("root ::= (\"a\" | root) \"x\"", "left-recursive");
+    check_error("root ::= \"x\"{1001}", "above 1000");
+    check_error("root ::= \"x\"{3,2}", "below its minimum");
+    check_error("root ::= \"abc", "not closed");
+    check_error("root ::= [abc", "not closed");
+    check_error("root ::= (\"a\"", "not closed");
+    check_error("root ::= \"\\q\"", "unknown escape");
+    check_error("root ::= \"\\uD800\"", "not a character");
+    check_error("root ::= []", "matches nothing");
+    check_error("root ::= [z-a]", "backwards");
+    check_error("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
+    check_error("root ::= \"\xC3\x28\"", "not valid UTF-8");
+    check_error("root ::= \"a\" )", "unexpected ')'");
+    check_error("root = \"a\"", "expected '::='");
+    /* right recursion and recursion after a byte are fine */
+    kipp_grammar *g = compile("root ::= \"(\" root \")\" | \"x\"");
+    KT_CHECK(g != NULL);
+    if (g) {
+        KT_CHECK(matches_s(g, "((x))") == 1);
+        KT_CHECK(matches_s(g, "((x)") == 0);
+        KT_CHECK(matches_s(g, "(x))") == 0);
+    }
+    kipp_grammar_free(g);
+}
+
+static void test_bytes(void) {
+    kipp_grammar *g = compile("# a comment\nroot ::= \"ab\" [0-9]+ (\"x\" | \"yz\")? tail # end\n"
+                              "tail ::= | \"!\"\n");
+    KT_CHECK(g != NULL);
+    if (!g) return;
+    KT_CHECK(matches_s(g, "ab1") == 1);
+    KT_CHECK(matches_s(g, "ab12yz!") == 1);
+    KT_CHECK(matches_s(g, "ab0x") == 1);
+    KT_CHECK(matches_s(g, "abx") == 0);
+    KT_CHECK(matches_s(g, "ab") == 0);
+    KT_CHECK(matches_s(g, "ab1y") == 0);
+    KT_CHECK(matches_s(g, "ab1xx") == 0);
+    /* a rejected byte leaves the state as it was */
+    kipp_matcher *m;
+    char err[256];
+    KT_CHECK(kipp_matcher_new(g, NULL, &m, err, sizeof err) == KIPP_OK);
+    KT_CHECK(kipp_matcher_accept_bytes(m, "ab", 2) == 1 && kipp_matcher_complete(m) == 0);
+    KT_CHECK(kipp_matcher_accept_bytes(m, "9q", 2) == 0);
+    KT_CHECK(kipp_matcher_accept_bytes(m, "9", 1) == 1 && kipp_matcher_complete(m) == 1);
+    KT_CHECK(kipp_matcher_finished(m) == 0);
+    KT_CHECK(kipp_matcher_accept_bytes(m, "yz!", 3) == 1 && kipp_matcher_finished(m) == 1);
+    kipp_matcher_free(m);
+    kipp_grammar_free(g);
+
+    g = compile("root ::= \"a\"{2,4} \"b\"{3} \"c\"{2,}\n");
+    KT_CHECK(g != NULL);
+    if (g) {
+        KT_CHECK(matches_s(g, "aabbbcc") == 1);
+        KT_CHECK(matches_s(g, "aaaabbbccccc") == 1);
+        KT_CHECK(matches_s(g, "abbbcc") == 0);
+        KT_CHECK(matches_s(g, "aaaaabbbcc") == 0);
+        KT_CHECK(matches_s(g, "aabbcc") == 0);
+        KT_CHECK(matches_s(g, "aabbbc") == 0);
+    }
+    kipp_grammar_free(g);
+
+    /* escapes; multi-line groups */
+    g = compile("root ::= \"\\x41\\u00e9\\U0001F600\\n\\\"\" (\n  \"p\" |\n  \"q\"\n)\n");
+    KT_CHECK(g != NULL);
+    if (g) KT_CHECK(matches_s(g, "A\xC3\xA9\xF0\x9F\x98\x80\n\"q") == 1);
+    kipp_grammar_free(g);
+
+    /* a long repetition runs in a flat stack (tail calls): 200,000 bytes */
+    g = compile("root ::= \"[\" [a-z]* \"]\"");
+    KT_CHECK(g != NULL);
+    if (g) {
+        size_t n = 200002;
+        char *s = malloc(n);
+        s[0] = '[';
+        memset(s + 1, 'k', n - 2);
+        s[n - 1] = ']';
+        KT_CHECK(matches(g, s, n) == 1);
+        free(s);
+    }
+    kipp_grammar_free(g);
+}
+
+static size_t enc(uint32_t cp, char *b) {
+    if (cp < 0x80) { b[0] = (char)cp; return 1; }
+    if (cp < 0x800) { b[0] = (char)(0xC0 | cp >> 6); b[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        b[0] = (char)(0xE0 | cp >> 12), b[1] = (char)(0x80 | (cp >> 6 & 0x3F)), b[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    b[0] = (char)(0xF0 | cp >> 18), b[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    b[2] = (char)(0x80 | (cp >> 6 & 0x3F)), b[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Classes over code points: every code point in a sample (all boundaries of the UTF-8
+ * lengths and of the class ranges, plus a stride) is accepted exactly when it is in the
+ * class, encoded as UTF-8; surrogates and malformed bytes never are. */
+static void test_utf8_classes(void) {
+    static const struct { const char *g; uint32_t lo[4], hi[4]; int n, neg; } cases[] = {
+        {"root ::= [a-z\\u00e0-\\u00ff\\u3040-\\u30ff\\U0001F300-\\U0001F5FF]",
+         {'a', 0xE0, 0x3040, 0x1F300}, {'z', 0xFF, 0x30FF, 0x1F5FF}, 4, 0},
+        {"root ::= [^\"\\\\\\x00-\\x1f]", {'"', '\\', 0, 0}, {'"', '\\', 0x1F, 0}, 3, 1},
+        {"root ::= [\\u07ff-\\u0801\\uffff-\\U00010001]", {0x7FF, 0xFFFF, 0, 0}, {0x801, 0x10001, 0, 0}, 2, 0},
+        {"root ::= .", {0, 0, 0, 0}, {0x10FFFF, 0, 0, 0}, 1, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kipp_grammar *g = compile(cases[c].g);
+        KT_CHECK(g != NULL);
+        if (!g) continue;
+        int bad = 0;
+        uint32_t pts[4096];
+        int np = 0;
+        static const uint32_t edges[] = {0, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF,
+                                         0x10000, 0x10FFFF, 0x3F, 0x40, 0xFFF, 0x1000, 0x3FFFF, 0x40000};
+        for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++) pts[np++] = edges[k];
+        for (int r = 0; r < cases[c].n; r++)
+            for (int d = -1; d <= 1; d++) {
+                pts[np++] = cases[c].lo[r] + (uint32_t)d;
+                pts[np++] = cases[c].hi[r] + (uint32_t)d;
+            }
+        for (uint32_t cp = 1; cp < 0x110000 && np < 4096; cp += 313) pts[np++] = cp;
+        for (int k = 0; k < np; k++) {
+            const uint32_t cp = pts[k];
+            if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
+            int in = 0;
+            for (int r = 0; r < cases[c].n; r++) in |= cp >= cases[c].lo[r] && cp <= cases[c].hi[r];
+            if (cases[c].neg) in = !in;
+            char b[4];
+            size_t nb = enc(cp, b);
+            if (matches(g, b, nb) != in) {
+                if (bad++ < 5) fprintf(stderr, "class %s: U+%04X accepted=%d\n", cases[c].g, cp, !in);
+            }
+        }
+        KT_CHECK(bad == 0, "%d code points misclassified", bad);
+        /* never a surrogate, an overlong form or a stray continuation byte */
+        KT_CHECK(matches(g, "\xED\xA0\x80", 3) == 0);
+        KT_CHECK(matches(g, "\xC0\x80", 2) == 0);
+        KT_CHECK(matches(g, "\xE0\x80\x80", 3) == 0);
+        KT_CHECK(matches(g, "\x80", 1) == 0);
+        KT_CHECK(matches(g, "\xF4\x90\x80\x80", 4) == 0);
+        kipp_grammar_free(g);
+    }
+}
+
+/* Masks vs brute force on a small vocabulary with multi-byte pieces. */
+static void test_masks(void) {
+    static const char *const toks[] = {
+        "a", "b", "ab", "ba", "abc", "c", "\xC3", "\xA9", "\xC3\xA9", "", "<eos>", "cc", "\"",
+        "x\"", "\",", "{", "}", "{\"", "\":", " ", "1", "12", "0", "-", "e", "9", ",\"",
+    };
+    enum { N = sizeof toks / sizeof toks[0] };
+    size_t lens[N];
+    uint8_t eog[N] = {0};
+    for (int i = 0; i < N; i++) lens[i] = strlen(toks[i]);
+    lens[10] = 0; /* the eos token has no text */
+    eog[10] = 1;
+    kipp_token_trie *t;
+    char err[256];
+    KT_CHECK(kipp_token_trie_build_list(toks, lens, eog, N, &t, err, sizeof err) == KIPP_OK);
+    static const char *const grammars[] = {
+        "root ::= \"ab\" \"c\"*",
+        "root ::= \"{\" (\"\\\"\" [a-c\\u00e9x]* \"\\\":\" num (\",\" \"\\\"\" [a-c]* \"\\\":\" num)*)? \"}\"\n"
+        "num ::= \"-\"? ([1-9] [0-9]* | \"0\")\n",
+        "root ::= [^\"]* \"\\\"\"",
+    };
+    uint64_t rng = 12345;
+    for (size_t gi = 0; gi < sizeof grammars / sizeof grammars[0]; gi++) {
+        kipp_grammar *g = compile(grammars[gi]);
+        KT_CHECK(g != NULL);
+        if (!g) continue;
+        for (int walk = 0; walk < 30; walk++) {
+            kipp_matcher *m;
+            KT_CHECK(kipp_matcher_new(g, t, &m, err, sizeof err) == KIPP_OK);
+            int hist[64], nh = 0, bad = 0;
+            for (int step = 0; step < 40; step++) {
+                uint32_t bits[1];
+                kipp_matcher_mask(m, bits);
+                int allowed[N], n_allowed = 0;
+                for (int id = 0; id < N; id++) {
+                    kipp_matcher *f; /* brute force: replay the history, then try the token */
+                    kipp_matcher_new(g, t, &f, err, sizeof err);
+                    for (int h = 0; h < nh; h++) kipp_matcher_accept_token(f, hist[h]);
+                    const int ok = kipp_matcher_accept_token(f, id);
+                    kipp_matcher_free(f);
+                    const int got = (bits[0] >> id) & 1;
+                    if (ok != got && bad++ < 3)
+                        fprintf(stderr, "grammar %zu step %d token %d: mask %d, brute force %d\n", gi, step, id, got, ok);
+                    if (ok) allowed[n_allowed++] = id;
+                }
+                float logits[N];
+                for (int id = 0; id < N; id++) logits[id] = 0.0f;
+                kipp_matcher_apply(m, logits, N);
+                int n_finite = 0;
+                for (int id = 0; id < N; id++) n_finite += isfinite(logits[id]);
+                KT_CHECK(n_finite == n_allowed, "apply keeps %d, mask allows %d", n_finite, n_allowed);
+                if (n_allowed == 0) break;
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                const int id = allowed[(rng >> 33) % (uint64_t)n_allowed];
+                if (eog[id]) {
+                    KT_CHECK(kipp_matcher_complete(m) == 1);
+                    break;
+                }
+                KT_CHECK(kipp_matcher_accept_token(m, id) == 1);
+                hist[nh++] = id;
+            }
+            KT_CHECK(bad == 0, "grammar %zu: %d mask bits differ from brute force", gi, bad);
+            kipp_matcher_stats st;
+            kipp_matcher_get_stats(m, &st);
+            KT_CHECK(st.masks > 0);
+            if (gi == 2 && walk == 0) KT_CHECK(st.cache_hits > 0, "a repeated state was not served from the cache");
+            kipp_matcher_free(m);
+        }
+        kipp_grammar_free(g);
+    }
+    /* a token that is not allowed leaves the state unchanged */
+    kipp_grammar *g = compile("root ::= \"ab\"");
+    kipp_matcher *m;
+    if (g && kipp_matcher_new(g, t, &m, err, sizeof err) == KIPP_OK) {
+        KT_CHECK(kipp_matcher_accept_token(m, 1) == 0); /* "b" */
+        KT_CHECK(kipp_matcher_accept_token(m, 10) == 0); /* eos before the end */
+        KT_CHECK(kipp_matcher_accept_token(m, 2) == 1 && kipp_matcher_finished(m));
+        KT_CHECK(kipp_matcher_accept_token(m, 10) == 1);
+        KT_CHECK(kipp_matcher_accept_token(m, 9) == 0); /* no text: never allowed */
+        kipp_matcher_free(m);
+    }
+    kipp_grammar_free(g);
+    kipp_token_trie_free(t);
+}
+
+void kt_suite_grammar(void) {
+    test_errors();
+    test_bytes();
+    test_utf8_classes();
+    test_masks();
+}
