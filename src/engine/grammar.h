@@ -51,6 +51,8 @@ typedef struct kipp_matcher kipp_matcher;
 kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, kipp_matcher **out,
                              char *err, size_t err_len);
 void kipp_matcher_free(kipp_matcher *m);
+/* Hands the matcher its grammar (the one it was made with): kipp_matcher_free frees it. */
+void kipp_matcher_own_grammar(kipp_matcher *m);
 /* Feeds bytes; 1 if they keep the output a prefix of a sentence (state advanced), 0 if not
  * (state unchanged). */
 int kipp_matcher_accept_bytes(kipp_matcher *m, const char *bytes, size_t n);

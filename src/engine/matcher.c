@@ -214,6 +214,21 @@ typedef struct {
     int valid;
 } cache_entry;
 
+/* During a mask walk: what a top frame leads to once it has matched a byte (the closure of
+ * the position after it). It does not depend on which byte, and frames are immutable, so
+ * it is computed once per frame per walk; valid while gen matches the walk's. */
+typedef struct {
+    uint32_t off, n; /* tops in mbuf */
+    uint32_t gen;
+    int complete;
+    uint32_t visits; /* trie nodes walked in this state */
+    uint32_t disp;   /* its dispatch table in dbuf (built on the second visit), or NO_DISP */
+    uint64_t allow[4];
+} memo_ent;
+
+#define NO_DISP UINT32_MAX
+#define DISP_MULTI 0xFFFF /* more than one top matches the byte */
+
 struct kipp_matcher {
     const kipp_grammar *g;
     const kipp_token_trie *t;
@@ -228,7 +243,17 @@ struct kipp_matcher {
     uint32_t *key;
     uint32_t cap_key;
     uint32_t budget;       /* expansions left in this step */
+    memo_ent *memo;        /* [capf] */
+    uint32_t gen;          /* the current walk (memo entries of other walks are stale) */
+    uint32_t *mbuf;        /* memo results and merged states of the current walk */
+    uint32_t n_mbuf, cap_mbuf;
+    uint16_t *dbuf;        /* dispatch tables: per byte, 1 + the one top that matches it,
+                              0 for none, DISP_MULTI */
+    uint32_t n_dbuf, cap_dbuf;
+    sset tmp;              /* memo_of's scratch */
+    sset merge;            /* walk's scratch for states several tops lead to */
     int oom;
+    int owns_grammar;
     kipp_matcher_stats st;
 };
 
@@ -237,8 +262,11 @@ static uint32_t new_frame(kipp_matcher *m, uint32_t pos, uint32_t parent) {
         uint32_t cap = 2 * m->capf;
         uint32_t *p = realloc(m->fpos, cap * sizeof *p), *q = p ? realloc(m->fpar, cap * sizeof *q) : NULL;
         if (p) m->fpos = p;
-        if (!q) { m->oom = 1; return 0; }
-        m->fpar = q;
+        if (q) m->fpar = q;
+        memo_ent *me = q ? realloc(m->memo, cap * sizeof *me) : NULL;
+        if (!me) { m->oom = 1; return 0; }
+        memset(me + m->capf, 0, (cap - m->capf) * sizeof *me);
+        m->memo = me;
         m->capf = cap;
     }
     m->fpos[m->nf] = pos;
@@ -338,6 +366,7 @@ static void compact(kipp_matcher *m) {
     }
     free(m->fpos), free(m->fpar);
     m->fpos = pos, m->fpar = par, m->nf = n;
+    memset(m->memo, 0, m->capf * sizeof *m->memo);
     free(map), free(chain);
 }
 
@@ -350,11 +379,14 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
     m->capf = 1024;
     m->fpos = malloc(m->capf * sizeof *m->fpos);
     m->fpar = malloc(m->capf * sizeof *m->fpar);
+    m->memo = calloc(m->capf, sizeof *m->memo);
+    m->gen = 1;
     m->nf = 1;
     m->n_lv = (t ? t->max_depth : 0) + 2;
     m->lv = calloc(m->n_lv, sizeof *m->lv);
     m->n_words = t ? (t->n_vocab + 31) / 32 : 0;
-    int bad = !m->fpos || !m->fpar || !m->lv || sset_reserve(m, &m->cur);
+    int bad = !m->fpos || !m->fpar || !m->memo || !m->lv || sset_reserve(m, &m->cur) ||
+              sset_reserve(m, &m->tmp) || sset_reserve(m, &m->merge);
     for (uint32_t k = 0; k < m->n_lv && !bad; k++) bad = sset_reserve(m, &m->lv[k]);
     if (!bad) {
         m->budget = MAX_RESOLVE;
@@ -372,11 +404,18 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
 
 void kipp_matcher_free(kipp_matcher *m) {
     if (!m) return;
-    free(m->fpos), free(m->fpar), free(m->cur.top), free(m->key);
+    free(m->fpos), free(m->fpar), free(m->cur.top), free(m->key), free(m->memo), free(m->mbuf);
+    free(m->dbuf);
+    free(m->tmp.top), free(m->merge.top);
     for (uint32_t k = 0; m->lv && k < m->n_lv; k++) free(m->lv[k].top);
     free(m->lv);
     for (int k = 0; k < N_CACHE; k++) free(m->cache[k].key), free(m->cache[k].mask);
+    if (m->owns_grammar) kipp_grammar_free((kipp_grammar *)m->g);
     free(m);
+}
+
+void kipp_matcher_own_grammar(kipp_matcher *m) {
+    m->owns_grammar = 1;
 }
 
 int kipp_matcher_accept_bytes(kipp_matcher *m, const char *bytes, size_t n) {
@@ -411,28 +450,129 @@ int kipp_matcher_accept_token(kipp_matcher *m, int32_t id) {
 
 /* ---- masks ----------------------------------------------------------------------------------- */
 
-static void walk(kipp_matcher *m, uint32_t node, uint32_t level, uint32_t *bits) {
+static int mbuf_reserve(kipp_matcher *m, uint32_t extra) {
+    if (m->n_mbuf + extra <= m->cap_mbuf) return 0;
+    uint32_t cap = m->cap_mbuf ? 2 * m->cap_mbuf : 4096;
+    while (cap < m->n_mbuf + extra) cap *= 2;
+    uint32_t *p = realloc(m->mbuf, cap * sizeof *p);
+    if (!p) { m->oom = 1; return -1; }
+    m->mbuf = p, m->cap_mbuf = cap;
+    return 0;
+}
+
+/* The memoized closure of top frame f after it matched a byte (see memo_ent). */
+static memo_ent memo_of(kipp_matcher *m, uint32_t f) {
+    if (m->memo[f].gen == m->gen) return m->memo[f];
+    sset *t = &m->tmp;
+    t->n = 0;
+    t->complete = 0;
+    m->budget = MAX_RESOLVE;
+    resolve(m, m->fpos[f] + 1, m->fpar[f], t); /* may grow the frame arrays and memo[] */
+    if (mbuf_reserve(m, t->n)) t->n = 0;
+    memo_ent *e = &m->memo[f];
+    memset(e, 0, sizeof *e);
+    e->off = m->n_mbuf;
+    e->n = t->n;
+    e->complete = t->complete;
+    e->gen = m->gen;
+    e->disp = NO_DISP;
+    memcpy(m->mbuf + m->n_mbuf, t->top, t->n * sizeof *t->top);
+    m->n_mbuf += t->n;
+    for (uint32_t k = 0; k < t->n; k++) {
+        const uint64_t *set = m->g->sets[m->g->el[m->fpos[t->top[k]]].arg];
+        e->allow[0] |= set[0], e->allow[1] |= set[1], e->allow[2] |= set[2], e->allow[3] |= set[3];
+    }
+    return *e;
+}
+
+static int top_has(const kipp_matcher *m, uint32_t f, unsigned b) {
+    return kipp_gset_has(m->g->sets[m->g->el[m->fpos[f]].arg], b);
+}
+
+/* Per byte: the one top of state (off, n) that matches it. */
+static uint32_t build_disp(kipp_matcher *m, uint32_t off, uint32_t n, const uint64_t *allow) {
+    if (m->n_dbuf + 256 > m->cap_dbuf) {
+        uint32_t cap = m->cap_dbuf ? 2 * m->cap_dbuf : 256 * 64;
+        uint16_t *p = realloc(m->dbuf, cap * sizeof *p);
+        if (!p) { m->oom = 1; return NO_DISP; }
+        m->dbuf = p, m->cap_dbuf = cap;
+    }
+    uint16_t *d = m->dbuf + m->n_dbuf;
+    for (unsigned b = 0; b < 256; b++) {
+        d[b] = 0;
+        if (!kipp_gset_has(allow, b)) continue;
+        for (uint32_t k = 0; k < n; k++)
+            if (top_has(m, m->mbuf[off + k], b)) {
+                d[b] = d[b] ? DISP_MULTI : (uint16_t)(k + 1);
+                if (d[b] == DISP_MULTI) break;
+            }
+    }
+    m->n_dbuf += 256;
+    return m->n_dbuf - 256;
+}
+
+/* Below trie node `node` with the state held in mbuf[off, off + n) (sid: the frame whose
+ * memo entry that is, 0 for a merged state): marks every token the state allows. Frames
+ * made here live until the whole walk ends (the memo refers to them). */
+static void walk(kipp_matcher *m, uint32_t node, uint32_t off, uint32_t n, uint32_t sid,
+                 uint32_t *bits) {
     const kipp_token_trie *t = m->t;
-    const sset *s = &m->lv[level];
-    uint64_t allow[4] = {0};
-    for (uint32_t k = 0; k < s->n; k++) {
-        const uint64_t *set = m->g->sets[m->g->el[m->fpos[s->top[k]]].arg];
-        allow[0] |= set[0], allow[1] |= set[1], allow[2] |= set[2], allow[3] |= set[3];
+    uint64_t allow[4];
+    const uint16_t *disp = NULL;
+    if (sid) {
+        memo_ent *e = &m->memo[sid];
+        memcpy(allow, e->allow, sizeof allow);
+        if (e->disp == NO_DISP && ++e->visits >= 2) e->disp = build_disp(m, off, n, allow);
+        if (m->memo[sid].disp != NO_DISP) disp = m->dbuf + m->memo[sid].disp;
+    } else {
+        memset(allow, 0, sizeof allow);
+        for (uint32_t k = 0; k < n; k++) {
+            const uint64_t *set = m->g->sets[m->g->el[m->fpos[m->mbuf[off + k]]].arg];
+            allow[0] |= set[0], allow[1] |= set[1], allow[2] |= set[2], allow[3] |= set[3];
+        }
     }
     const uint32_t e0 = t->e0[node], ne = t->ne[node];
     for (uint32_t e = e0; e < e0 + ne; e++) {
         const unsigned b = t->ebyte[e];
         if (!kipp_gset_has(allow, b)) continue;
-        const uint32_t mark = m->nf, child = t->echild[e];
-        sset *nx = &m->lv[level + 1];
-        advance(m, s, b, nx);
+        const uint32_t child = t->echild[e];
+        uint32_t k1 = 0; /* 1 + the one matching top, or DISP_MULTI */
+        if (disp) k1 = disp[b];
+        else
+            for (uint32_t k = 0; k < n && k1 != DISP_MULTI; k++)
+                if (top_has(m, m->mbuf[off + k], b)) k1 = k1 ? DISP_MULTI : k + 1;
+        uint32_t coff, cn, csid = 0;
+        int complete;
+        if (k1 != DISP_MULTI) { /* the usual case: the child's state is one memo entry */
+            csid = m->mbuf[off + k1 - 1];
+            const memo_ent me = memo_of(m, csid);
+            coff = me.off, cn = me.n, complete = me.complete;
+        } else { /* several tops match: merge their closures, dropping repeated stacks */
+            complete = 0;
+            sset *mg = &m->merge;
+            mg->n = 0;
+            for (uint32_t k = 0; k < n; k++) {
+                const uint32_t f = m->mbuf[off + k];
+                if (!top_has(m, f, b)) continue;
+                const memo_ent me = memo_of(m, f);
+                complete |= me.complete;
+                for (uint32_t j = 0; j < me.n; j++) {
+                    const uint32_t g = m->mbuf[me.off + j];
+                    add_top(m, mg, m->fpos[g], m->fpar[g]);
+                }
+            }
+            if (mbuf_reserve(m, mg->n)) mg->n = 0;
+            coff = m->n_mbuf;
+            cn = mg->n;
+            memcpy(m->mbuf + coff, mg->top, cn * sizeof *mg->top);
+            m->n_mbuf += cn;
+        }
         m->st.trie_nodes++;
-        if (nx->n || nx->complete) {
+        if (cn || complete) {
             for (uint32_t k = t->t0[child]; k < t->t0[child] + t->nt[child]; k++)
                 bits[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
-            if (nx->n && t->ne[child]) walk(m, child, level + 1, bits);
+            if (cn && t->ne[child]) walk(m, child, coff, cn, csid, bits);
         }
-        m->nf = mark;
     }
 }
 
@@ -481,10 +621,15 @@ void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
         m->st.cache_hits++;
     } else {
         memset(bits, 0, m->n_words * sizeof *bits);
-        sset_copy(m, &m->lv[0], &m->cur);
         const uint32_t mark = m->nf;
-        if (m->cur.n) walk(m, 0, 0, bits);
+        m->n_dbuf = 0;
+        if (m->cur.n && !mbuf_reserve(m, m->cur.n)) {
+            memcpy(m->mbuf, m->cur.top, m->cur.n * sizeof *m->mbuf);
+            m->n_mbuf = m->cur.n;
+            walk(m, 0, 0, m->cur.n, 0, bits);
+        }
         m->nf = mark;
+        m->gen++; /* the walk's frames are gone: so are its memo entries */
         if (m->cur.complete)
             for (uint32_t k = 0; k < t->n_eog; k++) bits[t->eog[k] >> 5] |= 1u << (t->eog[k] & 31);
         if (nk && !m->oom) { /* keep it */

@@ -58,6 +58,8 @@ struct kipp_req {
     kipp_finish pending;    /* decided this step, published with the tokens */
     kipp_gen_token *out;    /* [max_tokens] */
     kipp_sampler *smp;
+    kipp_matcher *mt;       /* p.matcher, owned */
+    int mt_active;          /* the matcher applies (constrain_after has been generated) */
     double t_submit, t_last;
     double t_admit, t_first; /* first admission, first token published (0: not yet); s->mu */
     char err[KIPP_ERR_LEN];
@@ -112,6 +114,7 @@ static void req_free(kipp_req *r) {
     if (!r) return;
     pthread_cond_destroy(&r->cv);
     kipp_sampler_free(r->smp);
+    kipp_matcher_free(r->mt);
     free(r->all);
     free(r->out);
     free(r->bias);
@@ -244,6 +247,8 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     }
     memcpy(r->all, p->prompt, (size_t)p->n_prompt * sizeof *r->all);
     r->p.prompt = r->all;
+    r->mt = p->matcher; /* ours from here on */
+    r->mt_active = p->constrain_after < 0;
     r->n_all = p->n_prompt;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -263,6 +268,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
         s->st.rejected += !s->stop;
         const int stopping = s->stop;
         pthread_mutex_unlock(&s->mu);
+        r->mt = NULL; /* a failed submit leaves the matcher with the caller */
         req_free(r);
         return kipp_errf(err, err_len, KIPP_ERR_BUSY,
                          stopping ? "the server is shutting down"
@@ -313,6 +319,14 @@ static kipp_req *finish_locked(kipp_sched *s, kipp_req *r, kipp_finish f) {
         s->st.spec_req_acc[b < 0 ? 0 : b > 9 ? 9 : b]++;
         s->st.spec_req_n++;
         s->st.spec_req_acc_sum += a;
+    }
+    if (r->mt) {
+        kipp_matcher_stats ms;
+        kipp_matcher_get_stats(r->mt, &ms);
+        s->st.grammar_requests++;
+        s->st.grammar_masks += ms.masks;
+        s->st.grammar_cache_hits += ms.cache_hits;
+        s->st.grammar_mask_seconds += ms.seconds;
     }
     pthread_cond_broadcast(&r->cv);
     return req_unref_locked(r);
@@ -470,7 +484,7 @@ static void draft(kipp_sched *s) {
             prefill += rem < s->p.batch_tokens ? rem : s->p.batch_tokens;
             continue;
         }
-        if (r->slot < 0) continue;
+        if (r->slot < 0 || r->mt) continue; /* no drafts under a grammar (one mask per token) */
         uint32_t cap = s->k_max;
         const uint32_t room = s->n_ctx - r->n_all, left = r->p.max_tokens - r->n_gen - 1;
         if (cap > room) cap = room;
@@ -540,9 +554,17 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     int32_t out[KIPP_SPEC_MAX_K + 1];
     uint32_t m = 0, n_out;
     if (k == 0) {
+        if (r->mt && r->mt_active) kipp_matcher_apply(r->mt, rows, s->n_vocab);
         out[0] = kipp_sampler_sample(r->smp, rows);
         kipp_sampler_accept(r->smp, out[0]);
         n_out = 1;
+        if (r->mt && r->mt_active && !kipp_matcher_accept_token(r->mt, out[0])) {
+            snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
+                     "(is the grammar satisfiable?)", r->n_gen);
+            r->pending = KIPP_FINISH_ERROR;
+            return;
+        }
+        if (r->mt && !r->mt_active && out[0] == r->p.constrain_after) r->mt_active = 1;
     } else {
         n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
         kipp_spec_seq_update(&r->spec, k, m);

@@ -9,6 +9,7 @@
 #ifndef KIPP_ENGINE_SCHED_H
 #define KIPP_ENGINE_SCHED_H
 
+#include "engine/grammar.h"
 #include "engine/spec.h"
 #include "kipp.h"
 
@@ -61,6 +62,12 @@ typedef struct {
     int ignore_eos;
     int logprobs;          /* record each token's log-probability */
     uint32_t top_logprobs; /* and the n most likely alternatives (<= KIPP_MAX_TOP_LOGPROBS) */
+    kipp_matcher *matcher; /* grammar-constrained output (NULL: none): every token is drawn
+                              from the tokens it allows. A successful submit takes it over
+                              (freed with the request); after a failed one it is still the
+                              caller's. Such a request is never drafted for. */
+    int32_t constrain_after; /* -1: the matcher applies from the first token; else from the
+                                token after this id (e.g. </think>: reasoning is free) */
 } kipp_req_params;
 
 /* One generated token. Log-probabilities are of the model's raw distribution (before
@@ -96,6 +103,10 @@ typedef struct {
     uint64_t spec_req_acc[10], spec_req_n;
     double spec_req_acc_sum;
     kipp_hist ttft, itl; /* submit → first token; between consecutive tokens of a request */
+    /* constrained decoding, counted when a request finishes: token masks computed, of them
+     * served from the matcher's cache, seconds spent computing them */
+    uint64_t grammar_requests, grammar_masks, grammar_cache_hits;
+    double grammar_mask_seconds;
 } kipp_sched_stats;
 
 /* Loads nothing: the model is the caller's and must outlive the scheduler. Starts the

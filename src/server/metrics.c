@@ -93,6 +93,14 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            s->spec_drafted ? (double)s->spec_accepted / (double)s->spec_drafted : 0.0);
     metric(&b, "kipp_spec_draft_seconds_total", "counter", "Time spent drafting.",
            s->spec_draft_seconds);
+    metric(&b, "kipp_grammar_requests_total", "counter", "Finished requests with constrained decoding.",
+           (double)s->grammar_requests);
+    metric(&b, "kipp_grammar_masks_total", "counter", "Token masks applied (one per constrained token).",
+           (double)s->grammar_masks);
+    metric(&b, "kipp_grammar_mask_cache_hits_total", "counter", "Token masks served from the matcher's cache.",
+           (double)s->grammar_cache_hits);
+    metric(&b, "kipp_grammar_mask_seconds_total", "counter", "Time spent computing token masks.",
+           s->grammar_mask_seconds);
     put(&b, "# HELP kipp_spec_request_acceptance Per-request acceptance (kept / drafted) of "
             "finished requests that drafted.\n# TYPE kipp_spec_request_acceptance histogram\n");
     uint64_t cum = 0;

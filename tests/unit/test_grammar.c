@@ -206,6 +206,8 @@ static void test_masks(void) {
         "root ::= \"{\" (\"\\\"\" [a-c\\u00e9x]* \"\\\":\" num (\",\" \"\\\"\" [a-c]* \"\\\":\" num)*)? \"}\"\n"
         "num ::= \"-\"? ([1-9] [0-9]* | \"0\")\n",
         "root ::= [^\"]* \"\\\"\"",
+        /* ambiguous: several stacks match the same byte (merged states) */
+        "root ::= (\"a\" \"b\"* | \"a\" [bc]* | \"ab\" \"c\"?) (\"\\\"\" | \"cc\")",
     };
     uint64_t rng = 12345;
     for (size_t gi = 0; gi < sizeof grammars / sizeof grammars[0]; gi++) {
