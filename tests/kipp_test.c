@@ -51,6 +51,8 @@ static const struct {
      kt_detok_paths, NO_FLAGS},
     {"--content-special", "M", "special-token text in chat content read as text when asked", NULL,
      kt_content_special, NO_FLAGS},
+    {"--grammar-vocab", "M", "grammar token masks over the model's vocabulary == brute force", NULL,
+     kt_grammar_vocab, NO_FLAGS},
 };
 #define N_MODES (sizeof modes / sizeof modes[0])
 

@@ -29,6 +29,8 @@ run_counted "streamed text == whole decode (CLI and server paths)" "$BUILD/kipp_
     models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/multibyte_corpus.txt
 run_counted "special-token text in chat content as text" "$BUILD/kipp_test" --content-special \
     models/tiny-tied/kipp-tiny-tied-bf16.gguf
+run_counted "grammar masks over the Qwen3 vocabulary" "$BUILD/kipp_test" --grammar-vocab \
+    models/tiny-tied/kipp-tiny-tied-bf16.gguf
 run_counted "cli bad input" tests/cli/test_cli.sh
 run_counted "kipp-perplexity on kipp-tiny" tests/cli/test_perplexity.sh
 run_counted "shipped weights unpack (sha256, failures)" tests/cli/test_weights.sh

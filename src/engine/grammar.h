@@ -63,6 +63,9 @@ int kipp_matcher_finished(const kipp_matcher *m);
 /* Feeds a token (its bytes; an end-of-generation token is accepted only when complete).
  * 1 if accepted, 0 if the token was not allowed (state unchanged). */
 int kipp_matcher_accept_token(kipp_matcher *m, int32_t id);
+/* 1 if accept_token would accept id; the state does not change (the slow, obvious check
+ * the masks are tested against). */
+int kipp_matcher_allows_token(kipp_matcher *m, int32_t id);
 /* Sets logits[id] = -INFINITY for every token id < n that the grammar does not allow next
  * (t's vocabulary; ids not in the trie and not end-of-generation are always disallowed). */
 void kipp_matcher_apply(kipp_matcher *m, float *logits, uint32_t n);

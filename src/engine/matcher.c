@@ -418,7 +418,8 @@ void kipp_matcher_own_grammar(kipp_matcher *m) {
     m->owns_grammar = 1;
 }
 
-int kipp_matcher_accept_bytes(kipp_matcher *m, const char *bytes, size_t n) {
+/* Runs bytes from the current state; commit: make the result the state. 1 if accepted. */
+static int run_bytes(kipp_matcher *m, const char *bytes, size_t n, int commit) {
     if (n == 0) return 1;
     const uint32_t mark = m->nf;
     sset *a = &m->lv[0], *b = &m->lv[1];
@@ -432,21 +433,32 @@ int kipp_matcher_accept_bytes(kipp_matcher *m, const char *bytes, size_t n) {
         sset *x = a;
         a = b, b = x;
     }
+    if (!commit) {
+        m->nf = mark;
+        return 1;
+    }
     sset_copy(m, &m->cur, a);
     compact(m);
     return 1;
 }
 
+int kipp_matcher_accept_bytes(kipp_matcher *m, const char *bytes, size_t n) {
+    return run_bytes(m, bytes, n, 1);
+}
+
 int kipp_matcher_complete(const kipp_matcher *m) { return m->cur.complete; }
 int kipp_matcher_finished(const kipp_matcher *m) { return m->cur.complete && m->cur.n == 0; }
 
-int kipp_matcher_accept_token(kipp_matcher *m, int32_t id) {
+static int token(kipp_matcher *m, int32_t id, int commit) {
     const kipp_token_trie *t = m->t;
     if (!t || id < 0 || (uint32_t)id >= t->n_vocab) return 0;
     if (t->is_eog[id]) return m->cur.complete;
     const uint32_t len = tok_len(t, (uint32_t)id);
-    return len ? kipp_matcher_accept_bytes(m, t->blob + t->off[id], len) : 0;
+    return len ? run_bytes(m, t->blob + t->off[id], len, commit) : 0;
 }
+
+int kipp_matcher_accept_token(kipp_matcher *m, int32_t id) { return token(m, id, 1); }
+int kipp_matcher_allows_token(kipp_matcher *m, int32_t id) { return token(m, id, 0); }
 
 /* ---- masks ----------------------------------------------------------------------------------- */
 

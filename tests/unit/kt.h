@@ -43,6 +43,8 @@ size_t kt_byte_token_text(unsigned b, char out[2]);
 int kt_detok_paths(const char *gguf_path, const char *corpus_path);
 /* Special-token text in chat content as text (tests/unit/test_content_special.c). */
 int kt_content_special(const char *gguf_path, const char *unused);
+/* Token masks over a real vocabulary vs brute force (tests/unit/test_grammar_vocab.c). */
+int kt_grammar_vocab(const char *gguf_path, const char *unused);
 /* Tokenizer vs HF ids in a JSONL file: returns mismatches, or -1 if inputs are unusable. */
 int kt_tok_golden(const char *gguf_path, const char *jsonl_path);
 /* Chat renderings vs HF apply_chat_template goldens in a directory: returns mismatches, or
