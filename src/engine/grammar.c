@@ -38,10 +38,41 @@ typedef struct {
     uint32_t n_rules, cap_rules;
     uint64_t (*sets)[4];
     uint32_t n_sets, cap_sets;
+    uint32_t *names, *setix; /* hash tables (open addressing) of rule names and byte sets:
+                                index + 1, 0 empty; sized to stay under half full */
+    uint32_t cap_names, cap_setix;
     char *err;
     size_t err_len;
     int failed, oom, depth;
 } parser;
+
+static uint32_t hash_bytes(const void *s, size_t n) {
+    const unsigned char *b = s;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* Grows a table to twice its size and reinserts every key (key_of gives an entry's bytes). */
+static int rehash(uint32_t **tab, uint32_t *cap, uint32_t n_used, const void *(*key_of)(const void *, uint32_t, size_t *),
+                  const void *ctx) {
+    uint32_t nc = *cap ? 2 * *cap : 256;
+    while (nc < 2 * (n_used + 1)) nc *= 2;
+    uint32_t *t = calloc(nc, sizeof *t);
+    if (!t) return -1;
+    for (uint32_t i = 0; i < *cap; i++) {
+        if (!(*tab)[i]) continue;
+        size_t n;
+        const void *k = key_of(ctx, (*tab)[i] - 1, &n);
+        uint32_t h = hash_bytes(k, n) & (nc - 1);
+        while (t[h]) h = (h + 1) & (nc - 1);
+        t[h] = (*tab)[i];
+    }
+    free(*tab);
+    *tab = t;
+    *cap = nc;
+    return 0;
+}
 
 static int perr(parser *p, const char *fmt, const char *a) {
     if (!p->failed) {
@@ -87,16 +118,41 @@ static int64_t new_rule(parser *p, const char *name, size_t len) {
     return p->n_rules++;
 }
 
+static const void *name_key(const void *ctx, uint32_t i, size_t *n) {
+    const parser *p = ctx;
+    *n = strlen(p->rules[i].name);
+    return p->rules[i].name;
+}
+
+static const void *set_key(const void *ctx, uint32_t i, size_t *n) {
+    const parser *p = ctx;
+    *n = 32;
+    return p->sets[i];
+}
+
 static int64_t rule_named(parser *p, const char *name, size_t len) {
-    for (uint32_t i = 0; i < p->n_rules; i++)
-        if (p->rules[i].name && strlen(p->rules[i].name) == len && !memcmp(p->rules[i].name, name, len))
-            return i;
-    return new_rule(p, name, len);
+    if (2 * (p->n_rules + 1) > p->cap_names && rehash(&p->names, &p->cap_names, p->n_rules, name_key, p)) {
+        p->oom = 1;
+        return perr(p, "out of memory", NULL);
+    }
+    uint32_t h = hash_bytes(name, len) & (p->cap_names - 1);
+    for (; p->names[h]; h = (h + 1) & (p->cap_names - 1)) {
+        const char *nm = p->rules[p->names[h] - 1].name;
+        if (strlen(nm) == len && !memcmp(nm, name, len)) return p->names[h] - 1;
+    }
+    int64_t r = new_rule(p, name, len);
+    if (r >= 0) p->names[h] = (uint32_t)r + 1;
+    return r;
 }
 
 static int64_t byte_set(parser *p, const uint64_t set[4]) {
-    for (uint32_t i = 0; i < p->n_sets; i++)
-        if (!memcmp(p->sets[i], set, 32)) return i;
+    if (2 * (p->n_sets + 1) > p->cap_setix && rehash(&p->setix, &p->cap_setix, p->n_sets, set_key, p)) {
+        p->oom = 1;
+        return perr(p, "out of memory", NULL);
+    }
+    uint32_t h = hash_bytes(set, 32) & (p->cap_setix - 1);
+    for (; p->setix[h]; h = (h + 1) & (p->cap_setix - 1))
+        if (!memcmp(p->sets[p->setix[h] - 1], set, 32)) return p->setix[h] - 1;
     if (p->n_sets == p->cap_sets) {
         uint32_t cap = p->cap_sets ? 2 * p->cap_sets : 64;
         uint64_t(*q)[4] = realloc(p->sets, cap * sizeof *q);
@@ -105,6 +161,7 @@ static int64_t byte_set(parser *p, const uint64_t set[4]) {
         p->cap_sets = cap;
     }
     memcpy(p->sets[p->n_sets], set, 32);
+    p->setix[h] = p->n_sets + 1;
     return p->n_sets++;
 }
 
@@ -674,6 +731,8 @@ kipp_status kipp_grammar_compile(const char *text, size_t len, kipp_grammar **ou
     }
     free(p.rules);
     free(p.sets);
+    free(p.names);
+    free(p.setix);
     if (st) return p.oom ? KIPP_ERR_NOMEM : KIPP_ERR_INVALID_ARG;
     *out = g;
     return KIPP_OK;

@@ -1,0 +1,604 @@
+/* toolcall.c — the <tool_call> split of toolcall.h: a one-shot reference made of plain string
+ * searches and whole-body scans, and a byte-at-a-time streaming state machine that must
+ * agree with it for every way of chunking the text (tests/unit/test_toolcall.c checks every
+ * split point). Both use jansson for what is decoded (names, string arguments, bodies in
+ * another key order). Not here: the OpenAI JSON, ids, schemas. */
+#include "tok/toolcall.h"
+
+#include "core/error.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char open_tag[] = "<tool_call>";
+static const char close_tag[] = "</tool_call>";
+#define OPEN_LEN (sizeof open_tag - 1)
+#define CLOSE_LEN (sizeof close_tag - 1)
+
+static const char key_name[] = "\"name\"";
+static const char key_args[] = "\"arguments\"";
+
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* A byte that ends a bare JSON token (number, true, ...) in the arguments position. */
+static int ends_token(char c) { return is_ws(c) || c == ',' || c == '}' || c == ']'; }
+
+static int buf_add(kipp_toolcall_buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+/* ---- decoding (shared by both paths) ------------------------------------------------------ */
+
+/* A JSON string token (quotes included) as a call name: 1 and a malloc'd copy when it is
+ * valid JSON and decodes to a non-empty string (jansson refuses \u0000), else 0. */
+static int decode_name(const char *tok, size_t n, char **name, size_t *name_len) {
+    json_error_t je;
+    json_t *v = json_loadb(tok, n, JSON_DECODE_ANY, &je);
+    int ok = json_is_string(v) && json_string_length(v) > 0;
+    if (ok && name) {
+        *name_len = json_string_length(v);
+        *name = malloc(*name_len + 1);
+        if (*name) memcpy(*name, json_string_value(v), *name_len + 1);
+        else ok = 0;
+    }
+    json_decref(v);
+    return ok;
+}
+
+/* The arguments of an announced call whose value is a string or a bare token (tok, n
+ * bytes): a string decoded, another valid JSON value as written, anything else "". */
+static int token_args(const char *tok, size_t n, kipp_toolcall_buf *out) {
+    json_error_t je;
+    json_t *v = n ? json_loadb(tok, n, JSON_DECODE_ANY, &je) : NULL;
+    int rc = 0;
+    if (json_is_string(v)) rc = buf_add(out, json_string_value(v), json_string_length(v));
+    else if (v) rc = buf_add(out, tok, n);
+    else rc = buf_add(out, "", 0);
+    json_decref(v);
+    return rc;
+}
+
+/* ---- scanning whole texts (the reference; rule 3 also in streaming) ----------------------- */
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && is_ws(s[i])) i++;
+    return i;
+}
+
+static size_t find(const char *s, size_t n, size_t from, const char *pat, size_t pat_len) {
+    for (size_t i = from; i + pat_len <= n; i++)
+        if (memcmp(s + i, pat, pat_len) == 0) return i;
+    return n;
+}
+
+/* s[i] is '"': sets *end just past the closing quote and returns 1, or returns 0 when the
+ * text ends first. */
+static int scan_string(const char *s, size_t n, size_t i, size_t *end) {
+    for (size_t j = i + 1; j < n; j++) {
+        if (s[j] == '\\') j++;
+        else if (s[j] == '"') {
+            *end = j + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* s[i] is '{' or '[': the end of the bracketed value (past the bracket that brings the
+ * depth back to 0, any kind of bracket counting), or n when it is not closed. */
+static size_t scan_tree(const char *s, size_t n, size_t i) {
+    size_t depth = 0;
+    for (size_t j = i; j < n; j++) {
+        const char c = s[j];
+        if (c == '"') {
+            size_t e;
+            if (!scan_string(s, n, j, &e)) return n;
+            j = e - 1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0) return j + 1;
+        }
+    }
+    return n;
+}
+
+/* Rule 2's prefix {"name": <string>, "arguments": — 1 with the decoded name and *rest (just
+ * past the colon) when b starts with it; 0 otherwise (also when b ends inside it). */
+static int match_announced(const char *b, size_t n, char **name, size_t *name_len, size_t *rest) {
+    size_t i = skip_ws(b, n, 0), e;
+    if (i == n || b[i] != '{') return 0;
+    i = skip_ws(b, n, i + 1);
+    if (n - i < sizeof key_name - 1 || memcmp(b + i, key_name, sizeof key_name - 1)) return 0;
+    i = skip_ws(b, n, i + sizeof key_name - 1);
+    if (i == n || b[i] != ':') return 0;
+    i = skip_ws(b, n, i + 1);
+    if (i == n || b[i] != '"' || !scan_string(b, n, i, &e)) return 0;
+    const size_t name0 = i;
+    i = skip_ws(b, n, e);
+    if (i == n || b[i] != ',') return 0;
+    i = skip_ws(b, n, i + 1);
+    if (n - i < sizeof key_args - 1 || memcmp(b + i, key_args, sizeof key_args - 1)) return 0;
+    i = skip_ws(b, n, i + sizeof key_args - 1);
+    if (i == n || b[i] != ':') return 0;
+    if (!decode_name(b + name0, e - name0, name, name_len)) return 0;
+    *rest = i + 1;
+    return 1;
+}
+
+/* Rule 2's arguments from the text after "arguments": */
+static int announced_args(const char *s, size_t n, kipp_toolcall_buf *out) {
+    const size_t i = skip_ws(s, n, 0);
+    if (i == n) return buf_add(out, "", 0);
+    if (s[i] == '{' || s[i] == '[') return buf_add(out, s + i, scan_tree(s, n, i) - i);
+    if (s[i] == '"') {
+        size_t e;
+        return scan_string(s, n, i, &e) ? token_args(s + i, e - i, out) : buf_add(out, "", 0);
+    }
+    size_t e = i;
+    while (e < n && !ends_token(s[e])) e++;
+    return token_args(s + i, e - i, out);
+}
+
+/* The text of the top-level "arguments" value of b, a valid JSON object (jansson said so);
+ * 0 when it is not found. */
+static int find_args_text(const char *b, size_t n, size_t *v0, size_t *v1) {
+    size_t i = skip_ws(b, n, 0) + 1; /* past '{' */
+    for (;;) {
+        i = skip_ws(b, n, i);
+        if (i >= n || b[i] != '"') return 0;
+        size_t ke, ve;
+        if (!scan_string(b, n, i, &ke)) return 0;
+        const size_t k0 = i;
+        i = skip_ws(b, n, ke) + 1; /* past ':' */
+        i = skip_ws(b, n, i);
+        if (i >= n) return 0;
+        if (b[i] == '"') {
+            if (!scan_string(b, n, i, &ve)) return 0;
+        } else if (b[i] == '{' || b[i] == '[') {
+            ve = scan_tree(b, n, i);
+        } else {
+            ve = i;
+            while (ve < n && !ends_token(b[ve])) ve++;
+        }
+        json_error_t je;
+        json_t *k = json_loadb(b + k0, ke - k0, JSON_DECODE_ANY, &je);
+        const int hit = json_is_string(k) && strcmp(json_string_value(k), "arguments") == 0;
+        json_decref(k);
+        if (hit) {
+            *v0 = i, *v1 = ve;
+            return 1;
+        }
+        i = skip_ws(b, n, ve);
+        if (i >= n || b[i] != ',') return 0;
+        i++;
+    }
+}
+
+/* Rule 3: 1 with the call's name and arguments when b is a JSON object with a non-empty
+ * string "name"; 0 when it is no call; -1 out of memory. */
+static int parse_other(const char *b, size_t n, char **name, size_t *name_len,
+                       kipp_toolcall_buf *args) {
+    json_error_t je;
+    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+    json_t *nm = json_object_get(o, "name"); /* NULL when o is not an object */
+    if (!json_is_string(nm) || json_string_length(nm) == 0) {
+        json_decref(o);
+        return 0;
+    }
+    int rc = 1;
+    *name_len = json_string_length(nm);
+    if (!(*name = malloc(*name_len + 1))) rc = -1;
+    else memcpy(*name, json_string_value(nm), *name_len + 1);
+    json_t *a = json_object_get(o, "arguments");
+    size_t v0, v1;
+    if (rc < 0) {
+    } else if (!a) {
+        if (buf_add(args, "{}", 2)) rc = -1;
+    } else if (json_is_string(a)) {
+        if (buf_add(args, json_string_value(a), json_string_length(a))) rc = -1;
+    } else if (find_args_text(b, n, &v0, &v1)) {
+        if (buf_add(args, b + v0, v1 - v0)) rc = -1;
+    } else { /* not reached for a valid object; re-encoding keeps the value */
+        char *s = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s || buf_add(args, s, strlen(s))) rc = -1;
+        free(s);
+    }
+    json_decref(o);
+    if (rc < 0) {
+        free(*name);
+        *name = NULL;
+    }
+    return rc;
+}
+
+/* ---- one-shot reference -------------------------------------------------------------------- */
+
+/* Appends content s[0..n) less leading whitespace (after a call) and trailing whitespace
+ * (before a call or at the end). */
+static int add_segment(kipp_toolcall_buf *c, const char *s, size_t n, int strip_lead) {
+    if (strip_lead)
+        while (n && is_ws(s[0])) s++, n--;
+    while (n && is_ws(s[n - 1])) n--;
+    return buf_add(c, s, n);
+}
+
+kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_result *out,
+                                char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    kipp_toolcall_buf content = {0};
+    size_t cap = 0;
+    size_t pos = 0;  /* start of the current content segment */
+    size_t from = 0; /* where the next <tool_call> is looked for */
+    int after_call = 0;
+    if (buf_add(&content, "", 0)) goto nomem;
+    for (;;) {
+        const size_t at = find(text, len, from, open_tag, OPEN_LEN);
+        if (at == len) {
+            if (add_segment(&content, text + pos, len - pos, after_call)) goto nomem;
+            break;
+        }
+        const size_t b0 = at + OPEN_LEN;
+        const size_t close = find(text, len, b0, close_tag, CLOSE_LEN);
+        const size_t next = close < len ? close + CLOSE_LEN : len;
+        const char *b = text + b0;
+        const size_t bn = close - b0;
+        char *name = NULL;
+        size_t name_len = 0, rest;
+        kipp_toolcall_buf args = {0};
+        int rc;
+        if (match_announced(b, bn, &name, &name_len, &rest))
+            rc = announced_args(b + rest, bn - rest, &args) ? -1 : 1;
+        else
+            rc = parse_other(b, bn, &name, &name_len, &args);
+        if (rc == 1 && !args.p && buf_add(&args, "", 0)) rc = -1;
+        if (rc < 0) {
+            free(name);
+            free(args.p);
+            goto nomem;
+        }
+        if (rc == 0) { /* no call: its text stays in the segment */
+            from = next;
+            continue;
+        }
+        if (out->n_calls == cap) {
+            cap = cap ? 2 * cap : 4;
+            kipp_toolcall_call *p = realloc(out->calls, cap * sizeof *p);
+            if (!p) {
+                free(name);
+                free(args.p);
+                goto nomem;
+            }
+            out->calls = p;
+        }
+        out->calls[out->n_calls++] =
+            (kipp_toolcall_call){.name = name, .name_len = name_len, .args = args.p, .args_len = args.n};
+        if (add_segment(&content, text + pos, at - pos, after_call)) goto nomem;
+        after_call = 1;
+        pos = from = next;
+    }
+    out->content = content.p;
+    out->content_len = content.n;
+    return KIPP_OK;
+nomem:
+    free(content.p);
+    return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "tool-call split: out of memory");
+}
+
+void kipp_toolcall_result_free(kipp_toolcall_result *r) {
+    if (!r) return;
+    for (size_t i = 0; i < r->n_calls; i++) {
+        free(r->calls[i].name);
+        free(r->calls[i].args);
+    }
+    free(r->calls);
+    free(r->content);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- streaming -------------------------------------------------------------------------------- */
+
+enum { M_CONTENT, M_BODY, M_DONE };
+
+/* A call's sub-states. P_*: reading rule 2's prefix; DEFERRED: it failed (the body is kept
+ * for rule 3); the rest follow the announcement. */
+enum {
+    P_OPEN,      /* ws* '{' */
+    P_KEY_NAME,  /* ws* "name" */
+    P_COLON1,    /* ws* ':' */
+    P_QUOTE,     /* ws* '"' */
+    P_NAME,      /* inside the name string */
+    P_COMMA,     /* ws* ',' */
+    P_KEY_ARGS,  /* ws* "arguments" */
+    P_COLON2,    /* ws* ':' -> announced */
+    DEFERRED,
+    A_WS,        /* whitespace before the arguments value */
+    A_TREE,      /* streaming an object or array */
+    A_STRING,    /* holding a string value */
+    A_TOKEN,     /* holding a bare token */
+    A_AFTER_TREE,  /* the value is complete; the rest of the body is ignored */
+    A_AFTER_TOKEN, /* the held string or token is complete */
+};
+
+void kipp_toolcall_init(kipp_toolcall *t, kipp_toolcall_emit_fn emit, void *user) {
+    memset(t, 0, sizeof *t);
+    t->mode = M_CONTENT;
+    t->emit = emit;
+    t->user = user;
+}
+
+void kipp_toolcall_free(kipp_toolcall *t) {
+    if (!t) return;
+    free(t->ws.p);
+    free(t->text.p);
+    t->ws = t->text = (kipp_toolcall_buf){0};
+}
+
+uint32_t kipp_toolcall_n_calls(const kipp_toolcall *t) { return t->n_calls; }
+
+static void add(kipp_toolcall *t, kipp_toolcall_buf *b, const char *s, size_t n) {
+    if (buf_add(b, s, n)) t->oom = 1;
+}
+
+static void flush(kipp_toolcall *t) {
+    if (t->n_out && t->emit)
+        t->emit(t->user, (kipp_toolcall_event)t->out_ev,
+                t->out_ev == KIPP_TOOLCALL_ARGS ? t->n_calls - 1 : 0, t->out, t->n_out);
+    t->n_out = 0;
+}
+
+static void out_byte(kipp_toolcall *t, int ev, char c) {
+    if (t->n_out && (t->out_ev != ev || t->n_out == sizeof t->out)) flush(t);
+    t->out_ev = ev;
+    t->out[t->n_out++] = c;
+}
+
+static void event(kipp_toolcall *t, kipp_toolcall_event ev, const char *s, size_t n) {
+    flush(t);
+    if (t->emit) t->emit(t->user, ev, t->n_calls - 1, s, n);
+}
+
+/* A content byte past the tag layer: whitespace is held until a byte shows it is interior
+ * (or dropped: leading after a call, trailing before a call or at the end). */
+static void content_byte(kipp_toolcall *t, char c) {
+    if (is_ws(c)) {
+        add(t, &t->ws, &c, 1);
+        return;
+    }
+    if (!t->lead_drop)
+        for (size_t i = 0; i < t->ws.n; i++) out_byte(t, KIPP_TOOLCALL_CONTENT, t->ws.p[i]);
+    t->ws.n = 0;
+    t->lead_drop = 0;
+    out_byte(t, KIPP_TOOLCALL_CONTENT, c);
+}
+
+static void begin_call(kipp_toolcall *t, const char *name, size_t name_len) {
+    t->ws.n = 0; /* the whitespace before <tool_call> */
+    t->n_calls++;
+    event(t, KIPP_TOOLCALL_BEGIN, name, name_len);
+}
+
+static void end_call(kipp_toolcall *t, int closed) {
+    if (t->body <= DEFERRED) { /* never announced: rule 3, or the text is content */
+        char *name = NULL;
+        size_t name_len = 0;
+        kipp_toolcall_buf args = {0};
+        const int rc = parse_other(t->text.p ? t->text.p : "", t->text.n, &name, &name_len, &args);
+        if (rc < 0) t->oom = 1;
+        if (rc == 1) {
+            begin_call(t, name, name_len);
+            if (args.n) event(t, KIPP_TOOLCALL_ARGS, args.p, args.n);
+            event(t, KIPP_TOOLCALL_END, "", 0);
+            t->lead_drop = 1;
+        } else {
+            for (size_t i = 0; i < OPEN_LEN; i++) content_byte(t, open_tag[i]);
+            for (size_t i = 0; i < t->text.n; i++) content_byte(t, t->text.p[i]);
+            for (size_t i = 0; closed && i < CLOSE_LEN; i++) content_byte(t, close_tag[i]);
+        }
+        free(name);
+        free(args.p);
+    } else {
+        if (t->body == A_TOKEN || t->body == A_AFTER_TOKEN) {
+            kipp_toolcall_buf args = {0};
+            if (token_args(t->text.p ? t->text.p : "", t->text.n, &args)) t->oom = 1;
+            if (args.n) event(t, KIPP_TOOLCALL_ARGS, args.p, args.n);
+            free(args.p);
+        }
+        /* A_WS, A_STRING (not closed): ""; A_TREE, A_AFTER_TREE: already streamed */
+        event(t, KIPP_TOOLCALL_END, "", 0);
+        t->lead_drop = 1;
+    }
+    t->mode = M_CONTENT;
+    t->text.n = 0;
+}
+
+/* One byte of rule 2's prefix (already appended to t->text). */
+static void prefix_byte(kipp_toolcall *t, char c) {
+    static const char single[] = {[P_OPEN] = '{', [P_COLON1] = ':', [P_QUOTE] = '"',
+                                  [P_COMMA] = ',', [P_COLON2] = ':'};
+    switch (t->body) {
+    case P_NAME:
+        if (t->esc) t->esc = 0;
+        else if (c == '\\') t->esc = 1;
+        else if (c == '"')
+            t->body = decode_name(t->text.p + t->mark, t->text.n - t->mark, NULL, NULL) ? P_COMMA
+                                                                                        : DEFERRED;
+        return;
+    case P_KEY_NAME:
+    case P_KEY_ARGS: {
+        const char *key = t->body == P_KEY_NAME ? key_name : key_args;
+        const size_t key_len = t->body == P_KEY_NAME ? sizeof key_name - 1 : sizeof key_args - 1;
+        if (t->lit == 0 && is_ws(c)) return;
+        if (c != key[t->lit]) t->body = DEFERRED;
+        else if (++t->lit == key_len) t->body++, t->lit = 0;
+        return;
+    }
+    default:
+        if (is_ws(c)) return;
+        if (c != single[t->body]) {
+            t->body = DEFERRED;
+        } else if (t->body == P_QUOTE) {
+            t->mark = t->text.n - 1; /* the name's token starts at its quote */
+            t->esc = 0;
+            t->body = P_NAME;
+        } else if (t->body == P_COLON2) {
+            /* announced: the name token still sits in t->text from t->mark */
+            size_t e = t->mark;
+            char *name = NULL;
+            size_t name_len = 0;
+            scan_string(t->text.p, t->text.n, t->mark, &e);
+            if (!decode_name(t->text.p + t->mark, e - t->mark, &name, &name_len)) {
+                t->oom = 1; /* it decoded at P_NAME: only memory can fail now */
+                t->body = DEFERRED;
+                return;
+            }
+            begin_call(t, name, name_len);
+            free(name);
+            t->text.n = 0;
+            t->body = A_WS;
+        } else {
+            t->body++;
+        }
+    }
+}
+
+/* One byte of a call's body (past the close-tag layer). */
+static void body_byte(kipp_toolcall *t, char c) {
+    switch (t->body) {
+    case DEFERRED:
+        add(t, &t->text, &c, 1);
+        return;
+    case A_WS:
+        if (is_ws(c)) return;
+        t->text.n = 0;
+        if (c == '{' || c == '[') {
+            t->depth = 1;
+            t->in_str = t->esc = 0;
+            t->body = A_TREE;
+            out_byte(t, KIPP_TOOLCALL_ARGS, c);
+        } else if (c == '"') {
+            t->esc = 0;
+            t->body = A_STRING;
+            add(t, &t->text, &c, 1);
+        } else if (ends_token(c)) {
+            t->body = A_AFTER_TOKEN; /* an empty token */
+        } else {
+            t->body = A_TOKEN;
+            add(t, &t->text, &c, 1);
+        }
+        return;
+    case A_TREE:
+        out_byte(t, KIPP_TOOLCALL_ARGS, c);
+        if (t->in_str) {
+            if (t->esc) t->esc = 0;
+            else if (c == '\\') t->esc = 1;
+            else if (c == '"') t->in_str = 0;
+        } else if (c == '"') {
+            t->in_str = 1;
+        } else if (c == '{' || c == '[') {
+            t->depth++;
+        } else if ((c == '}' || c == ']') && --t->depth == 0) {
+            t->body = A_AFTER_TREE;
+        }
+        return;
+    case A_STRING:
+        add(t, &t->text, &c, 1);
+        if (t->esc) t->esc = 0;
+        else if (c == '\\') t->esc = 1;
+        else if (c == '"') t->body = A_AFTER_TOKEN;
+        return;
+    case A_TOKEN:
+        if (ends_token(c)) t->body = A_AFTER_TOKEN;
+        else add(t, &t->text, &c, 1);
+        return;
+    case A_AFTER_TREE:
+    case A_AFTER_TOKEN:
+        return;
+    default: /* P_*: the body is kept whole until the prefix is decided */
+        add(t, &t->text, &c, 1);
+        prefix_byte(t, c);
+    }
+}
+
+static void step(kipp_toolcall *t, char c);
+
+/* Re-runs held bytes through the machine after a partial tag broke. */
+static void restep(kipp_toolcall *t, const char *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++) step(t, bytes[i]);
+}
+
+/* A partial tag that cannot complete: its first byte is text of the current mode, a later
+ * byte may begin another tag. */
+static void break_tag(kipp_toolcall *t) {
+    char held[sizeof t->tag];
+    const size_t n_held = t->n_tag;
+    memcpy(held, t->tag, n_held);
+    t->n_tag = 0;
+    if (t->mode == M_BODY) body_byte(t, held[0]);
+    else content_byte(t, held[0]);
+    restep(t, held + 1, n_held - 1);
+}
+
+static void step(kipp_toolcall *t, char c) {
+    const int in_body = t->mode == M_BODY;
+    const char *tag = in_body ? close_tag : open_tag;
+    const size_t tag_len = in_body ? CLOSE_LEN : OPEN_LEN;
+    if (c == tag[t->n_tag]) {
+        t->tag[t->n_tag++] = c;
+        if (t->n_tag < tag_len) return;
+        t->n_tag = 0;
+        if (in_body) {
+            end_call(t, 1);
+        } else {
+            t->mode = M_BODY; /* the whitespace before the tag stays held: the body may be no call */
+            t->body = P_OPEN;
+            t->text.n = 0;
+            t->lit = 0;
+            t->esc = t->in_str = 0;
+        }
+        return;
+    }
+    if (t->n_tag == 0) {
+        if (in_body) body_byte(t, c);
+        else content_byte(t, c);
+        return;
+    }
+    break_tag(t);
+    step(t, c);
+}
+
+kipp_status kipp_toolcall_feed(kipp_toolcall *t, const char *text, size_t len, char *err,
+                               size_t err_len) {
+    if (t->mode == M_DONE)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "tool-call split: text fed after finish");
+    for (size_t i = 0; i < len; i++) step(t, text[i]);
+    flush(t);
+    if (t->oom)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "tool-call split: out of memory holding text back");
+    return KIPP_OK;
+}
+
+kipp_status kipp_toolcall_finish(kipp_toolcall *t, char *err, size_t err_len) {
+    if (t->mode == M_DONE)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "tool-call split: finished twice");
+    while (t->n_tag) break_tag(t); /* a partial tag that can no longer complete */
+    if (t->mode == M_BODY) end_call(t, 0); /* cut short inside a call: the end closes it */
+    flush(t);                              /* trailing whitespace is never emitted */
+    t->ws.n = 0;
+    t->mode = M_DONE;
+    if (t->oom)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "tool-call split: out of memory holding text back");
+    return KIPP_OK;
+}
