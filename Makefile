@@ -101,6 +101,9 @@ $(BUILD)/kipp-kvbench: $(BUILD)/obj/bench/kv_bench.o $(BACKEND_OBJ) $(BUILD)/lib
 $(BUILD)/kipp-kernbench: $(BUILD)/obj/bench/kernel_bench.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/kipp-grammarbench: $(BUILD)/obj/bench/grammar_bench.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # memory read bandwidth (tools/bench.py records it next to decode's effective GB/s); a
 # probe built for and run on this machine, so it may use every vector unit it has
 $(BUILD)/obj/bench/membw.o: CFLAGS += -march=native
@@ -130,11 +133,18 @@ $(BUILD)/fuzz_tok: tests/fuzz/fuzz_tok.c $(wildcard src/tok/*.c src/core/*.c) sr
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
 
-$(BUILD)/fuzz_oai: tests/fuzz/fuzz_oai.c src/server/openai_req.c src/engine/sampler.c src/core/error.c
+$(BUILD)/fuzz_oai: tests/fuzz/fuzz_oai.c src/server/openai_req.c src/server/tool_grammar.c \
+                   src/engine/json_schema.c src/engine/json_schema_regex.c src/engine/sampler.c \
+                   src/core/error.c
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
 
-FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok $(BUILD)/fuzz_oai
+$(BUILD)/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/engine/grammar.c src/engine/matcher.c \
+                       src/engine/json_schema.c src/engine/json_schema_regex.c src/core/error.c
+	@mkdir -p $(BUILD)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
+
+FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok $(BUILD)/fuzz_oai $(BUILD)/fuzz_grammar
 
 fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus
@@ -222,7 +232,7 @@ vectors: deps
 
 # ---- tests ------------------------------------------------------------------------------
 
-test: deps cpu server chat $(FUZZERS) tiny-models
+test: deps cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench tiny-models
 	@BUILD=$(BUILD) tests/run_tests.sh
 
 check: deps cpu server $(FUZZERS) tiny-models

@@ -25,6 +25,7 @@
 #define MAX_TOPS 1024   /* stacks kept per state (ambiguous grammars beyond: the rest are dropped) */
 #define MAX_RESOLVE 4096 /* rule expansions per step without a byte (bounds hostile grammars) */
 #define N_CACHE 64
+#define HC_BITS 14      /* frame hash-consing table: 16K slots */
 
 /* ---- the token trie ------------------------------------------------------------------------- */
 
@@ -190,20 +191,36 @@ typedef struct {
     int valid;
 } cache_entry;
 
-/* During a mask walk: what a top frame leads to once it has matched a byte (the closure of
- * the position after it). It does not depend on which byte, and frames are immutable, so
- * it is computed once per frame per walk; valid while gen matches the walk's. */
+/* A mask walk's states. A state is a set of tops (in mbuf) reached below some trie node;
+ * many nodes reach the same state, so what is derived from it is computed once per walk:
+ * which bytes it accepts (allow), which of its tops each byte matches (a dispatch table,
+ * built on the state's second visit), and the state each byte leads to. The state after a
+ * top matched a byte is the closure of the position after it, whatever the byte, so it is
+ * memoized per frame (memo_ent); when several tops match a byte, the merged state is
+ * memoized per set of tops (a "class" of bytes). Everything is valid for one walk (gen). */
 typedef struct {
-    uint32_t off, n; /* tops in mbuf */
-    uint32_t gen;
+    uint32_t off, n;      /* tops in mbuf */
     int complete;
-    uint32_t visits; /* trie nodes walked in this state */
-    uint32_t disp;   /* its dispatch table in dbuf (built on the second visit), or NO_DISP */
+    uint32_t visits;      /* trie nodes walked in this state */
+    uint32_t disp;        /* dispatch table in dbuf, or NONE */
+    uint32_t cls, n_cls;  /* byte classes that match several tops, in cbuf */
     uint64_t allow[4];
+} wstate;
+
+typedef struct {
+    uint32_t gen, sid; /* frame f's closure after a byte: state sid (when gen is the walk's) */
 } memo_ent;
 
-#define NO_DISP UINT32_MAX
-#define DISP_MULTI 0xFFFF /* more than one top matches the byte */
+typedef struct {
+    uint64_t tops; /* which tops (by index, the state has at most 64) the class's bytes match */
+    uint32_t sid;  /* the merged state, or NONE until needed */
+} wclass;
+
+#define NONE UINT32_MAX
+/* dispatch entries: 0 no top matches; 1 + k: only top k; CLASS | c: byte class c; MULTI:
+ * several tops, no class (the state has more than 64 tops or 0x3FFF classes) */
+#define CLASS 0x8000u
+#define MULTI 0x7FFFu
 
 struct kipp_matcher {
     const kipp_grammar *g;
@@ -220,12 +237,19 @@ struct kipp_matcher {
     uint32_t cap_key;
     uint32_t budget;       /* expansions left in this step */
     memo_ent *memo;        /* [capf] */
+    uint32_t *hc;          /* [1 << HC_BITS] frame index by (pos, parent) hash */
     uint32_t gen;          /* the current walk (memo entries of other walks are stale) */
-    uint32_t *mbuf;        /* memo results and merged states of the current walk */
+    uint32_t *mbuf;        /* the walk states' tops */
     uint32_t n_mbuf, cap_mbuf;
-    uint16_t *dbuf;        /* dispatch tables: per byte, 1 + the one top that matches it,
-                              0 for none, DISP_MULTI */
+    wstate *ws;            /* the walk's states */
+    uint32_t n_ws, cap_ws;
+    uint16_t *dbuf;        /* dispatch tables, 256 entries each */
     uint32_t n_dbuf, cap_dbuf;
+    wclass *cbuf;          /* byte classes */
+    uint32_t n_cbuf, cap_cbuf;
+    uint32_t *intern;      /* walk states by content: sid + 1, 0 empty; cap_intern slots */
+    uint32_t cap_intern, intern_gen;
+    uint32_t *intern_stamp; /* the walk (gen) a slot was written in: older slots are empty */
     sset tmp;              /* memo_of's scratch */
     sset merge;            /* walk's scratch for states several tops lead to */
     int oom;
@@ -233,7 +257,16 @@ struct kipp_matcher {
     kipp_matcher_stats st;
 };
 
+/* Frames are hash-consed: a (pos, parent) pair that exists already is reused, so stacks
+ * that are equal are the same frame index, and deduplicating tops by (pos, parent) is
+ * structural. Without it an ambiguous grammar (`.* "a"+ "b" .*`, what an unanchored
+ * pattern becomes) grows a copy of the same stack per byte. The table is a direct-mapped
+ * cache checked against the frame's contents, so a stale or overwritten slot only costs a
+ * duplicate, never a wrong frame. */
 static uint32_t new_frame(kipp_matcher *m, uint32_t pos, uint32_t parent) {
+    const uint32_t h = ((pos * 0x9E3779B1u) ^ (parent * 0x85EBCA77u)) >> (32 - HC_BITS);
+    const uint32_t c = m->hc[h];
+    if (c && c < m->nf && m->fpos[c] == pos && m->fpar[c] == parent) return c;
     if (m->nf == m->capf) {
         uint32_t cap = 2 * m->capf;
         uint32_t *p = realloc(m->fpos, cap * sizeof *p), *q = p ? realloc(m->fpar, cap * sizeof *q) : NULL;
@@ -247,6 +280,7 @@ static uint32_t new_frame(kipp_matcher *m, uint32_t pos, uint32_t parent) {
     }
     m->fpos[m->nf] = pos;
     m->fpar[m->nf] = parent;
+    m->hc[h] = m->nf;
     return m->nf++;
 }
 
@@ -342,7 +376,7 @@ static void compact(kipp_matcher *m) {
     }
     free(m->fpos), free(m->fpar);
     m->fpos = pos, m->fpar = par, m->nf = n;
-    memset(m->memo, 0, m->capf * sizeof *m->memo);
+    memset(m->memo, 0, m->capf * sizeof *m->memo); /* renumbered frames */
     free(map), free(chain);
 }
 
@@ -356,12 +390,13 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
     m->fpos = malloc(m->capf * sizeof *m->fpos);
     m->fpar = malloc(m->capf * sizeof *m->fpar);
     m->memo = calloc(m->capf, sizeof *m->memo);
+    m->hc = calloc(1u << HC_BITS, sizeof *m->hc);
     m->gen = 1;
     m->nf = 1;
     m->n_lv = (t ? t->max_depth : 0) + 2;
     m->lv = calloc(m->n_lv, sizeof *m->lv);
     m->n_words = t ? (t->n_vocab + 31) / 32 : 0;
-    int bad = !m->fpos || !m->fpar || !m->memo || !m->lv || sset_reserve(m, &m->cur) ||
+    int bad = !m->fpos || !m->fpar || !m->memo || !m->hc || !m->lv || sset_reserve(m, &m->cur) ||
               sset_reserve(m, &m->tmp) || sset_reserve(m, &m->merge);
     for (uint32_t k = 0; k < m->n_lv && !bad; k++) bad = sset_reserve(m, &m->lv[k]);
     if (!bad) {
@@ -381,7 +416,7 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
 void kipp_matcher_free(kipp_matcher *m) {
     if (!m) return;
     free(m->fpos), free(m->fpar), free(m->cur.top), free(m->key), free(m->memo), free(m->mbuf);
-    free(m->dbuf);
+    free(m->dbuf), free(m->hc), free(m->ws), free(m->cbuf), free(m->intern), free(m->intern_stamp);
     free(m->tmp.top), free(m->merge.top);
     for (uint32_t k = 0; m->lv && k < m->n_lv; k++) free(m->lv[k].top);
     free(m->lv);
@@ -438,128 +473,194 @@ int kipp_matcher_allows_token(kipp_matcher *m, int32_t id) { return token(m, id,
 
 /* ---- masks ----------------------------------------------------------------------------------- */
 
-static int mbuf_reserve(kipp_matcher *m, uint32_t extra) {
-    if (m->n_mbuf + extra <= m->cap_mbuf) return 0;
-    uint32_t cap = m->cap_mbuf ? 2 * m->cap_mbuf : 4096;
-    while (cap < m->n_mbuf + extra) cap *= 2;
-    uint32_t *p = realloc(m->mbuf, cap * sizeof *p);
-    if (!p) { m->oom = 1; return -1; }
-    m->mbuf = p, m->cap_mbuf = cap;
+/* Grows an array (of elem bytes per entry) to hold n + extra entries; -1 out of memory. */
+static int grow(kipp_matcher *m, void **p, uint32_t *cap, uint32_t n, uint32_t extra, size_t elem,
+                uint32_t first) {
+    if (n + extra <= *cap) return 0;
+    uint32_t c = *cap ? 2 * *cap : first; /* small first sizes: the tests exercise growth */
+    while (c < n + extra) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) { m->oom = 1; return -1; }
+    *p = q;
+    *cap = c;
     return 0;
-}
-
-/* The memoized closure of top frame f after it matched a byte (see memo_ent). */
-static memo_ent memo_of(kipp_matcher *m, uint32_t f) {
-    if (m->memo[f].gen == m->gen) return m->memo[f];
-    sset *t = &m->tmp;
-    t->n = 0;
-    t->complete = 0;
-    m->budget = MAX_RESOLVE;
-    resolve(m, m->fpos[f] + 1, m->fpar[f], t); /* may grow the frame arrays and memo[] */
-    if (mbuf_reserve(m, t->n)) t->n = 0;
-    memo_ent *e = &m->memo[f];
-    memset(e, 0, sizeof *e);
-    e->off = m->n_mbuf;
-    e->n = t->n;
-    e->complete = t->complete;
-    e->gen = m->gen;
-    e->disp = NO_DISP;
-    memcpy(m->mbuf + m->n_mbuf, t->top, t->n * sizeof *t->top);
-    m->n_mbuf += t->n;
-    for (uint32_t k = 0; k < t->n; k++) {
-        const uint64_t *set = m->g->sets[m->g->el[m->fpos[t->top[k]]].arg];
-        e->allow[0] |= set[0], e->allow[1] |= set[1], e->allow[2] |= set[2], e->allow[3] |= set[3];
-    }
-    return *e;
 }
 
 static int top_has(const kipp_matcher *m, uint32_t f, unsigned b) {
     return kipp_gset_has(m->g->sets[m->g->el[m->fpos[f]].arg], b);
 }
 
-/* Per byte: the one top of state (off, n) that matches it. */
-static uint32_t build_disp(kipp_matcher *m, uint32_t off, uint32_t n, const uint64_t *allow) {
-    if (m->n_dbuf + 256 > m->cap_dbuf) {
-        uint32_t cap = m->cap_dbuf ? 2 * m->cap_dbuf : 256 * 64;
-        uint16_t *p = realloc(m->dbuf, cap * sizeof *p);
-        if (!p) { m->oom = 1; return NO_DISP; }
-        m->dbuf = p, m->cap_dbuf = cap;
-    }
-    uint16_t *d = m->dbuf + m->n_dbuf;
-    for (unsigned b = 0; b < 256; b++) {
-        d[b] = 0;
-        if (!kipp_gset_has(allow, b)) continue;
-        for (uint32_t k = 0; k < n; k++)
-            if (top_has(m, m->mbuf[off + k], b)) {
-                d[b] = d[b] ? DISP_MULTI : (uint16_t)(k + 1);
-                if (d[b] == DISP_MULTI) break;
-            }
-    }
-    m->n_dbuf += 256;
-    return m->n_dbuf - 256;
+static int cmp_u32(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
 }
 
-/* Below trie node `node` with the state held in mbuf[off, off + n) (sid: the frame whose
- * memo entry that is, 0 for a merged state): marks every token the state allows. Frames
- * made here live until the whole walk ends (the memo refers to them). */
-static void walk(kipp_matcher *m, uint32_t node, uint32_t off, uint32_t n, uint32_t sid,
-                 uint32_t *bits) {
-    const kipp_token_trie *t = m->t;
-    uint64_t allow[4];
-    const uint16_t *disp = NULL;
-    if (sid) {
-        memo_ent *e = &m->memo[sid];
-        memcpy(allow, e->allow, sizeof allow);
-        if (e->disp == NO_DISP && ++e->visits >= 2) e->disp = build_disp(m, off, n, allow);
-        if (m->memo[sid].disp != NO_DISP) disp = m->dbuf + m->memo[sid].disp;
-    } else {
-        memset(allow, 0, sizeof allow);
-        for (uint32_t k = 0; k < n; k++) {
-            const uint64_t *set = m->g->sets[m->g->el[m->fpos[m->mbuf[off + k]]].arg];
-            allow[0] |= set[0], allow[1] |= set[1], allow[2] |= set[2], allow[3] |= set[3];
+static uint32_t state_hash(const uint32_t *tops, uint32_t n, int complete) {
+    uint32_t h = 2166136261u ^ (uint32_t)complete;
+    for (uint32_t k = 0; k < n; k++) h = (h ^ tops[k]) * 16777619u;
+    return h;
+}
+
+/* The walk state with these tops (sorted here; not a pointer into mbuf): an existing one
+ * when it has the same tops, so a state reached along many trie paths (an ambiguous
+ * grammar's loops reach the same set over and over) is derived from once. NONE: out of
+ * memory. */
+static uint32_t new_state(kipp_matcher *m, uint32_t *tops, uint32_t n, int complete) {
+    qsort(tops, n, sizeof *tops, cmp_u32);
+    if (2 * (m->n_ws + 1) > m->cap_intern) { /* grow and rehash this walk's states */
+        const uint32_t cap = m->cap_intern ? 2 * m->cap_intern : 64;
+        uint32_t *t = calloc(cap, sizeof *t), *st = calloc(cap, sizeof *st);
+        if (!t || !st) { free(t), free(st); m->oom = 1; return NONE; }
+        for (uint32_t i = 0; i < m->n_ws; i++) {
+            const wstate *w = &m->ws[i];
+            uint32_t h = state_hash(m->mbuf + w->off, w->n, w->complete) & (cap - 1);
+            while (st[h] == m->gen) h = (h + 1) & (cap - 1);
+            t[h] = i + 1, st[h] = m->gen;
+        }
+        free(m->intern), free(m->intern_stamp);
+        m->intern = t, m->intern_stamp = st, m->cap_intern = cap;
+    }
+    uint32_t h = state_hash(tops, n, complete) & (m->cap_intern - 1);
+    for (; m->intern_stamp[h] == m->gen; h = (h + 1) & (m->cap_intern - 1)) {
+        const wstate *w = &m->ws[m->intern[h] - 1];
+        if (w->n == n && w->complete == complete && !memcmp(m->mbuf + w->off, tops, n * sizeof *tops))
+            return m->intern[h] - 1;
+    }
+    if (grow(m, (void **)&m->mbuf, &m->cap_mbuf, m->n_mbuf, n, sizeof *m->mbuf, 64) ||
+        grow(m, (void **)&m->ws, &m->cap_ws, m->n_ws, 1, sizeof *m->ws, 16))
+        return NONE;
+    wstate *w = &m->ws[m->n_ws];
+    memset(w, 0, sizeof *w);
+    w->off = m->n_mbuf;
+    w->n = n;
+    w->complete = complete;
+    w->disp = w->cls = NONE;
+    memcpy(m->mbuf + m->n_mbuf, tops, n * sizeof *tops);
+    m->n_mbuf += n;
+    for (uint32_t k = 0; k < n; k++) {
+        const uint64_t *set = m->g->sets[m->g->el[m->fpos[tops[k]]].arg];
+        w->allow[0] |= set[0], w->allow[1] |= set[1], w->allow[2] |= set[2], w->allow[3] |= set[3];
+    }
+    m->intern[h] = m->n_ws + 1;
+    m->intern_stamp[h] = m->gen;
+    return m->n_ws++;
+}
+
+/* The state after top frame f matched a byte (memoized per walk). */
+static uint32_t after(kipp_matcher *m, uint32_t f) {
+    if (m->memo[f].gen == m->gen) return m->memo[f].sid;
+    sset *t = &m->tmp;
+    t->n = 0;
+    t->complete = 0;
+    m->budget = MAX_RESOLVE;
+    resolve(m, m->fpos[f] + 1, m->fpar[f], t); /* may grow the frame arrays and memo[] */
+    const uint32_t sid = new_state(m, t->top, t->n, t->complete);
+    m->memo[f] = (memo_ent){.gen = m->gen, .sid = sid};
+    return sid;
+}
+
+/* The state after byte b when several tops of state sid match it: the union of what each
+ * leads to, repeated stacks dropped (frames are hash-consed: equal stacks, equal index). */
+static uint32_t merge(kipp_matcher *m, uint32_t sid, unsigned b) {
+    sset *mg = &m->merge;
+    mg->n = 0;
+    int complete = 0;
+    for (uint32_t k = 0; k < m->ws[sid].n; k++) {
+        const uint32_t f = m->mbuf[m->ws[sid].off + k];
+        if (!top_has(m, f, b)) continue;
+        const uint32_t a = after(m, f);
+        if (a == NONE) return NONE;
+        complete |= m->ws[a].complete;
+        for (uint32_t j = 0; j < m->ws[a].n; j++) {
+            const uint32_t g = m->mbuf[m->ws[a].off + j];
+            uint32_t q = 0;
+            while (q < mg->n && mg->top[q] != g) q++;
+            if (q < mg->n) continue;
+            if (mg->n == mg->cap && grow(m, (void **)&mg->top, &mg->cap, mg->n, 1, sizeof *mg->top, 16))
+                return NONE;
+            mg->top[mg->n++] = g;
         }
     }
+    return new_state(m, mg->top, mg->n, complete);
+}
+
+/* State sid's dispatch table and byte classes. */
+static void build_disp(kipp_matcher *m, uint32_t sid) {
+    if (grow(m, (void **)&m->dbuf, &m->cap_dbuf, m->n_dbuf, 256, sizeof *m->dbuf, 512)) return;
+    uint16_t *d = m->dbuf + m->n_dbuf;
+    const uint32_t n = m->ws[sid].n, off = m->ws[sid].off, c0 = m->n_cbuf;
+    uint32_t n_cls = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        d[b] = 0;
+        if (!kipp_gset_has(m->ws[sid].allow, b)) continue;
+        uint64_t tops = 0;
+        uint32_t count = 0, last = 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (top_has(m, m->mbuf[off + k], b)) {
+                count++, last = k;
+                if (k < 64) tops |= 1ull << k;
+            }
+        if (count == 1 && last < MULTI - 1) { d[b] = (uint16_t)(last + 1); continue; }
+        if (count == 0) continue;
+        d[b] = MULTI;
+        if (n > 64) continue;
+        uint32_t c = 0;
+        while (c < n_cls && m->cbuf[c0 + c].tops != tops) c++;
+        if (c == n_cls) {
+            if (n_cls == MULTI - 1 || grow(m, (void **)&m->cbuf, &m->cap_cbuf, m->n_cbuf, 1, sizeof *m->cbuf, 16))
+                continue;
+            m->cbuf[m->n_cbuf++] = (wclass){.tops = tops, .sid = NONE};
+            n_cls++;
+        }
+        d[b] = (uint16_t)(CLASS | c);
+    }
+    m->ws[sid].disp = m->n_dbuf;
+    m->ws[sid].cls = c0;
+    m->ws[sid].n_cls = n_cls;
+    m->n_dbuf += 256;
+}
+
+/* Below trie node `node` in walk state sid: marks every token the state allows. Frames made
+ * here live until the whole walk ends (states refer to them). */
+static void walk(kipp_matcher *m, uint32_t node, uint32_t sid, uint32_t *bits) {
+    const kipp_token_trie *t = m->t;
+    if (m->ws[sid].disp == NONE && ++m->ws[sid].visits >= 2) build_disp(m, sid);
+    uint64_t allow[4];
+    memcpy(allow, m->ws[sid].allow, sizeof allow);
+    const uint32_t disp = m->ws[sid].disp; /* offsets: deeper walks may move the buffers */
     const uint32_t e0 = t->e0[node], ne = t->ne[node];
     for (uint32_t e = e0; e < e0 + ne; e++) {
         const unsigned b = t->ebyte[e];
         if (!kipp_gset_has(allow, b)) continue;
-        const uint32_t child = t->echild[e];
-        uint32_t k1 = 0; /* 1 + the one matching top, or DISP_MULTI */
-        if (disp) k1 = disp[b];
-        else
-            for (uint32_t k = 0; k < n && k1 != DISP_MULTI; k++)
-                if (top_has(m, m->mbuf[off + k], b)) k1 = k1 ? DISP_MULTI : k + 1;
-        uint32_t coff, cn, csid = 0;
-        int complete;
-        if (k1 != DISP_MULTI) { /* the usual case: the child's state is one memo entry */
-            csid = m->mbuf[off + k1 - 1];
-            const memo_ent me = memo_of(m, csid);
-            coff = me.off, cn = me.n, complete = me.complete;
-        } else { /* several tops match: merge their closures, dropping repeated stacks */
-            complete = 0;
-            sset *mg = &m->merge;
-            mg->n = 0;
-            for (uint32_t k = 0; k < n; k++) {
-                const uint32_t f = m->mbuf[off + k];
-                if (!top_has(m, f, b)) continue;
-                const memo_ent me = memo_of(m, f);
-                complete |= me.complete;
-                for (uint32_t j = 0; j < me.n; j++) {
-                    const uint32_t g = m->mbuf[me.off + j];
-                    add_top(m, mg, m->fpos[g], m->fpar[g]);
-                }
-            }
-            if (mbuf_reserve(m, mg->n)) mg->n = 0;
-            coff = m->n_mbuf;
-            cn = mg->n;
-            memcpy(m->mbuf + coff, mg->top, cn * sizeof *mg->top);
-            m->n_mbuf += cn;
+        uint32_t d;
+        if (disp != NONE) {
+            d = m->dbuf[disp + b];
+        } else { /* first visit: find the matching top */
+            d = 0;
+            for (uint32_t k = 0; k < m->ws[sid].n && d != MULTI; k++)
+                if (top_has(m, m->mbuf[m->ws[sid].off + k], b)) d = d ? MULTI : k + 1;
         }
+        uint32_t csid;
+        if (d == 0) continue;
+        if (d < MULTI) { /* the usual case: one top matches */
+            csid = after(m, m->mbuf[m->ws[sid].off + d - 1]);
+        } else if (d & CLASS) {
+            wclass *c = &m->cbuf[m->ws[sid].cls + (d & ~CLASS)];
+            if (c->sid == NONE) {
+                const uint32_t r = merge(m, sid, b); /* may move cbuf */
+                m->cbuf[m->ws[sid].cls + (d & ~CLASS)].sid = r;
+            }
+            csid = m->cbuf[m->ws[sid].cls + (d & ~CLASS)].sid;
+        } else {
+            csid = merge(m, sid, b);
+        }
+        if (csid == NONE) continue; /* out of memory: the token stays masked */
         m->st.trie_nodes++;
-        if (cn || complete) {
+        const uint32_t child = t->echild[e];
+        if (m->ws[csid].n || m->ws[csid].complete) {
             for (uint32_t k = t->t0[child]; k < t->t0[child] + t->nt[child]; k++)
                 bits[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
-            if (cn && t->ne[child]) walk(m, child, coff, cn, csid, bits);
+            if (m->ws[csid].n && t->ne[child]) walk(m, child, csid, bits);
         }
     }
 }
@@ -610,14 +711,14 @@ void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
     } else {
         memset(bits, 0, m->n_words * sizeof *bits);
         const uint32_t mark = m->nf;
-        m->n_dbuf = 0;
-        if (m->cur.n && !mbuf_reserve(m, m->cur.n)) {
-            memcpy(m->mbuf, m->cur.top, m->cur.n * sizeof *m->mbuf);
-            m->n_mbuf = m->cur.n;
-            walk(m, 0, 0, m->cur.n, 0, bits);
+        m->n_mbuf = m->n_ws = m->n_dbuf = m->n_cbuf = 0;
+        if (m->cur.n) {
+            sset_copy(m, &m->tmp, &m->cur); /* new_state sorts its argument */
+            const uint32_t root = new_state(m, m->tmp.top, m->tmp.n, m->cur.complete);
+            if (root != NONE) walk(m, 0, root, bits);
         }
         m->nf = mark;
-        m->gen++; /* the walk's frames are gone: so are its memo entries */
+        m->gen++; /* the walk's frames are gone: so are its states */
         if (m->cur.complete)
             for (uint32_t k = 0; k < t->n_eog; k++) bits[t->eog[k] >> 5] |= 1u << (t->eog[k] & 31);
         if (nk && !m->oom) { /* keep it */
