@@ -10,6 +10,7 @@
 #include "server/server.h"
 
 #include "server/metrics.h"
+#include "server/structured.h"
 #include "server/openai.h"
 
 #include <jansson.h>
@@ -61,6 +62,7 @@ struct kipp_server {
     atomic_int ready, draining, stopping, active;
     kipp_model *m;
     kipp_sched *sched;
+    oai_structured *structured; /* token trie and grammars for constrained decoding */
     uint32_t n_vocab, n_ctx;
     pthread_mutex_t mu; /* counters, ids */
     kipp_server_counters counters;
@@ -224,8 +226,9 @@ static int conn_fd(struct MHD_Connection *c) {
 
 /* ---- generation ------------------------------------------------------------------------- */
 
-static const char *finish_reason(kipp_finish f) {
-    return f == KIPP_FINISH_LENGTH ? "length" : "stop";
+/* "tool_calls" when the reply made calls and was not cut short (OpenAI's rule) */
+static const char *finish_reason(const gen_state *gs, kipp_finish f) {
+    return f == KIPP_FINISH_LENGTH ? "length" : gs->g.n_calls ? "tool_calls" : "stop";
 }
 
 /* Pulls the request's new tokens through the text pipeline. Returns the finish state
@@ -283,7 +286,7 @@ static kipp_finish pump(gen_state *gs, int *gone) {
 }
 
 static void fill_meta(gen_state *gs, kipp_finish fin) {
-    gs->meta.finish_reason = fin == KIPP_FINISH_NONE ? NULL : finish_reason(fin);
+    gs->meta.finish_reason = fin == KIPP_FINISH_NONE ? NULL : finish_reason(gs, fin);
     gs->meta.n_completion = gs->g.n_used;
     gs->meta.n_cached = kipp_req_n_cached(gs->req);
     kipp_req_spec(gs->req, &gs->meta.spec_drafted, &gs->meta.spec_accepted);
@@ -355,6 +358,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             (gs->rq.logprobs && tok1 > tok0))
             sse(gs, oai_chunk_json(&gs->g, &gs->meta, gs->req, tok0, tok1 > tok0 ? tok1 : tok0,
                                    gs->first));
+        for (char *tj; (tj = oai_tool_chunk_json(&gs->g, &gs->meta));) sse(gs, tj);
         gs->first = 0;
         if (fin != KIPP_FINISH_NONE) {
             fill_meta(gs, fin);
@@ -518,6 +522,12 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         return res;
     }
     body_release(sv, cs); /* parsed: the body is not needed any more */
+    if (oai_apply_tool_choice(&gs->rq, sv->m) != 0) {
+        parse_leave(sv);
+        res = send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
+        gen_free(gs);
+        return res;
+    }
     if (gs->rq.unknown_field[0]) note_ignored_field(sv, gs->rq.unknown_field);
     if (!model_served(sv, gs->rq.model)) {
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'%s",
@@ -556,10 +566,30 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     rp.max_tokens = (uint32_t)(mt < room ? mt : room);
     gs->n_prompt = (uint32_t)n_ids;
     char err[KIPP_ERR_LEN];
+    rp.constrain_after = -1;
+    if (gs->rq.grammar) { /* constrained decoding: a bad grammar is the client's 400 */
+        kipp_status gst = sv->structured ? oai_structured_matcher(sv->structured, gs->rq.grammar,
+                                                                  gs->rq.grammar_len, &rp.matcher,
+                                                                  err, sizeof err)
+                                         : KIPP_ERR_NOMEM;
+        if (gst != KIPP_OK) {
+            free(ids);
+            res = send_error(sv, c, cs, gst == KIPP_ERR_INVALID_ARG ? 400 : 500,
+                             gst == KIPP_ERR_INVALID_ARG ? err : "out of memory",
+                             gst == KIPP_ERR_INVALID_ARG ? "invalid_request_error" : "server_error",
+                             gs->rq.grammar_param, NULL);
+            gen_free(gs);
+            return res;
+        }
+        /* with thinking on, the reasoning is free and the grammar starts after </think> */
+        if (gs->rq.ep == OAI_CHAT && gs->rq.enable_thinking)
+            rp.constrain_after = oai_structured_think_end(sv->structured);
+    }
     kipp_status st = oai_gen_init(&gs->g, sv->m, &gs->rq) == 0
                          ? kipp_sched_submit(sv->sched, &rp, &gs->req, err, sizeof err)
                          : KIPP_ERR_NOMEM;
     free(ids);
+    if (st != KIPP_OK) kipp_matcher_free(rp.matcher); /* still ours after a failed submit */
     if (st != KIPP_OK) {
         res = st == KIPP_ERR_BUSY
                   ? send_error(sv, c, cs, 503, err, "server_error", NULL, "overloaded")
@@ -1177,6 +1207,7 @@ void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched) {
     sv->sched = sched;
     sv->n_vocab = info.n_vocab;
     sv->n_ctx = kipp_sched_n_ctx(sched);
+    sv->structured = oai_structured_new(m);
     atomic_store(&sv->ready, 1);
 }
 
@@ -1206,6 +1237,7 @@ void kipp_server_free(kipp_server *sv) {
     pthread_mutex_destroy(&sv->wd_mu);
     pthread_cond_destroy(&sv->parsing.cv);
     pthread_cond_destroy(&sv->bodies.cv);
+    oai_structured_free(sv->structured);
     free(sv->model_name);
     free(sv->api_key);
     free(sv);

@@ -1,13 +1,14 @@
 /* openai.h — the OpenAI API mapping, independent of HTTP: parsing and validating a request
  * body into an oai_request (every rejection names the field), and turning a request's
- * generated tokens into text with stop strings and the Qwen3 reasoning split, as response
- * objects or SSE chunks. Does not touch sockets (http.c) or the engine's threads. */
+ * generated tokens into text with stop strings, the Qwen3 reasoning split and its
+ * <tool_call> split (tool_calls), as response objects or SSE chunks. Does not touch sockets (http.c) or the engine's threads. */
 #ifndef KIPP_SERVER_OPENAI_H
 #define KIPP_SERVER_OPENAI_H
 
 #include "engine/sched.h"
 #include "kipp.h"
 #include "tok/reasoning.h"
+#include "tok/toolcall.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,15 +33,28 @@ typedef struct {
     int content_special;         /* "content_special_tokens": -1 not given (the server's
                                     default), 1 "parse", 0 "text" */
     int enable_thinking;         /* chat: chat_template_kwargs.enable_thinking (default 1) */
+    int tool_parse;              /* chat: split <tool_call>s out of the reply into tool_calls
+                                    (a non-empty 'tools' and tool_choice not "none") */
+    int tool_choice_none;        /* chat: tool_choice "none": <tool_call> is banned
+                                    (oai_apply_tool_choice) */
     char *chat_body;             /* chat: JSON for kipp_chat_apply */
     char *prompt_text;           /* completions: a string prompt, or */
     size_t prompt_len;
     int32_t *prompt_ids;         /* ... an array of token ids */
     size_t n_prompt_ids;
     kipp_logit_bias *bias;       /* logit_bias; sp.logit_bias points here */
+    char *grammar;               /* constrained decoding (NULL: none): grammar text from
+                                    response_format, "grammar" or a forced tool call */
+    size_t grammar_len;
+    const char *grammar_param;   /* the field it came from (for errors) */
     char unknown_field[64];      /* the first field outside the API and Kipp's extensions
                                     (ignored; the server logs each name once), or "" */
 } oai_request;
+
+/* The bias that bans a token. Not OpenAI's -100: a repetition penalty below 1 multiplies a
+ * seen token's negative logit and could bring -100 back into reach; this stays far below
+ * any logit, and finite (the sampler takes finite biases only). */
+#define OAI_BAN_BIAS (-1e30f)
 
 /* Parses body (len bytes, not necessarily NUL-terminated). On failure returns nonzero and
  * fills msg and *param (a static field name, or NULL when the body as a whole is at fault).
@@ -48,6 +62,13 @@ typedef struct {
 int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *out,
               char *msg, size_t msg_len, const char **param);
 void oai_request_free(oai_request *r);
+/* Bans token id through r's logit_bias (an entry the client gave for it is overridden: the
+ * sampler adds up repeated ids). 0 ok, -1 out of memory. */
+int oai_request_ban_token(oai_request *r, int32_t id);
+/* What tool_choice needs from the model: for "none", bans the <tool_call> token (when the
+ * vocabulary has it as one token). Call after oai_parse, before the sampling parameters
+ * are used. 0 ok, -1 out of memory. */
+int oai_apply_tool_choice(oai_request *r, const kipp_model *m);
 
 /* ---- turning tokens into a response --------------------------------------------------- */
 
@@ -58,6 +79,14 @@ typedef struct {
 int oai_buf_add(oai_buf *b, const char *s, size_t n); /* 0 ok, -1 out of memory */
 void oai_buf_free(oai_buf *b);
 
+/* A tool call split out of the reply (rq->tool_parse). */
+typedef struct {
+    char id[24];      /* "call_" and 16 hex digits, unique per call */
+    oai_buf name, args;
+    size_t args_sent; /* streaming: bytes of args already sent in a chunk */
+    int head_sent;    /* streaming: the delta with the id and the name was sent */
+} oai_call;
+
 typedef struct {
     const kipp_model *m;
     const oai_request *rq;
@@ -65,6 +94,11 @@ typedef struct {
     kipp_reasoning rs;
     oai_buf held;               /* text held back: it may start a stop string */
     oai_buf content, reasoning; /* text decided since the caller last took it */
+    kipp_toolcall tc;           /* the content's <tool_call> split (rq->tool_parse) */
+    oai_call *calls;            /* [n_calls] in order; kept to the end (the final response
+                                   carries them all) */
+    uint32_t n_calls, cap_calls;
+    uint64_t call_seed;         /* random: the calls' ids */
     int stopped;                /* a stop string matched: ignore later tokens */
     uint32_t n_used;            /* tokens that count (up to and including the stop) */
     uint32_t *text_offset;      /* [n_used] characters (code points) of text decoded before
@@ -95,6 +129,11 @@ typedef struct {
 char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint32_t tok0,
                      uint32_t tok1, int first);
 char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta);
+/* The next streamed tool-call delta, or NULL when every call's id, name and arguments so
+ * far were sent: for a new call {"index", "id", "type", "function": {"name", "arguments":
+ * ""}}, then its new arguments as {"index", "function": {"arguments"}}. Call until NULL
+ * after each oai_chunk_json. */
+char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta);
 /* The whole non-streamed response (content/reasoning taken from g). */
 char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req);
 /* GET /v1/models: the served name, then each alias but "*". */

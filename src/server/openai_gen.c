@@ -1,13 +1,17 @@
 /* openai_gen.c — from generated tokens to OpenAI responses: streaming detokenization, stop
  * strings (text that may begin a stop string is held back until it cannot), the Qwen3
- * reasoning split for chat, and the JSON of chunks, whole responses, usage and errors.
- * Text is always valid UTF-8 (the detokenizer never emits half a character; stop strings
- * are matched on bytes and cut only where a whole stop string begins). */
+ * reasoning split for chat, then (when the request has tools) the <tool_call> split of the
+ * content into tool_calls (src/tok/toolcall.c), and the JSON of chunks, whole responses,
+ * usage and errors. Text is always valid UTF-8 (the detokenizer never emits half a
+ * character; stop strings are matched on bytes and cut only where a whole stop string
+ * begins). */
 #include "server/openai.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 int oai_buf_add(oai_buf *b, const char *s, size_t n) {
     if (n == 0 && b->p) return 0;
@@ -30,9 +34,50 @@ void oai_buf_free(oai_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* The reasoning split's output: content goes on through the tool-call split when the
+ * request has tools. */
 static void emit_part(void *user, int is_reasoning, const char *bytes, size_t n) {
     oai_gen *g = user;
+    if (!is_reasoning && g->rq->tool_parse) {
+        if (kipp_toolcall_feed(&g->tc, bytes, n, NULL, 0) != KIPP_OK) g->oom = 1;
+        return;
+    }
     if (oai_buf_add(is_reasoning ? &g->reasoning : &g->content, bytes, n)) g->oom = 1;
+}
+
+/* splitmix64's finalizer: a bijection, so distinct call numbers give distinct ids */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void emit_tool(void *user, kipp_toolcall_event ev, uint32_t index, const char *bytes,
+                      size_t n) {
+    oai_gen *g = user;
+    if (ev == KIPP_TOOLCALL_CONTENT) {
+        if (oai_buf_add(&g->content, bytes, n)) g->oom = 1;
+    } else if (ev == KIPP_TOOLCALL_BEGIN) {
+        if (g->n_calls == g->cap_calls) {
+            const uint32_t cap = g->cap_calls ? 2 * g->cap_calls : 4;
+            oai_call *p = realloc(g->calls, cap * sizeof *p);
+            if (!p) { /* the call is lost; its ARGS find no slot below */
+                g->oom = 1;
+                return;
+            }
+            g->calls = p;
+            g->cap_calls = cap;
+        }
+        oai_call *c = &g->calls[g->n_calls];
+        memset(c, 0, sizeof *c);
+        snprintf(c->id, sizeof c->id, "call_%016llx",
+                 (unsigned long long)mix64(g->call_seed + index));
+        if (oai_buf_add(&c->name, bytes, n) || oai_buf_add(&c->args, "", 0)) g->oom = 1;
+        g->n_calls++;
+    } else if (ev == KIPP_TOOLCALL_ARGS && index < g->n_calls) {
+        if (oai_buf_add(&g->calls[index].args, bytes, n)) g->oom = 1;
+    }
 }
 
 int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
@@ -40,6 +85,15 @@ int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
     g->m = m;
     g->rq = rq;
     kipp_reasoning_init(&g->rs, KIPP_REASONING_OPEN_BY_TAG, emit_part, g);
+    kipp_toolcall_init(&g->tc, emit_tool, g);
+    /* call ids must not repeat across requests or restarts: random, or the clock when the
+     * kernel has no entropy to give yet */
+    if (getrandom(&g->call_seed, sizeof g->call_seed, GRND_NONBLOCK) != (ssize_t)sizeof g->call_seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        g->call_seed = mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                       (uint64_t)(uintptr_t)g;
+    }
     return kipp_detokenizer_init(m, 1, &g->dt, NULL, 0) == KIPP_OK ? 0 : -1;
 }
 
@@ -49,6 +103,41 @@ void oai_gen_free(oai_gen *g) {
     oai_buf_free(&g->held);
     oai_buf_free(&g->content);
     oai_buf_free(&g->reasoning);
+    kipp_toolcall_free(&g->tc);
+    for (uint32_t i = 0; i < g->n_calls; i++) {
+        oai_buf_free(&g->calls[i].name);
+        oai_buf_free(&g->calls[i].args);
+    }
+    free(g->calls);
+    g->calls = NULL;
+    g->n_calls = g->cap_calls = 0;
+}
+
+/* ---- the request's model-bound part (here, not in openai_req.c: parsing needs no model) -- */
+
+int oai_request_ban_token(oai_request *r, int32_t id) {
+    int found = 0;
+    for (uint32_t i = 0; i < r->sp.n_logit_bias; i++) /* "7" and "07" are both token 7 */
+        if (r->bias[i].id == id) r->bias[i].bias = found++ ? 0.0f : OAI_BAN_BIAS;
+    if (found) return 0;
+    kipp_logit_bias *b = realloc(r->bias, (r->sp.n_logit_bias + 1) * sizeof *b);
+    if (!b) return -1;
+    b[r->sp.n_logit_bias] = (kipp_logit_bias){id, OAI_BAN_BIAS};
+    r->bias = b;
+    r->sp.logit_bias = b;
+    r->sp.n_logit_bias++;
+    return 0;
+}
+
+int oai_apply_tool_choice(oai_request *r, const kipp_model *m) {
+    if (!r->tool_choice_none) return 0;
+    int32_t ids[2];
+    size_t n = 0;
+    char err[KIPP_ERR_LEN];
+    /* more than one token: the vocabulary has no <tool_call> token, nothing to ban */
+    if (kipp_tokenize(m, "<tool_call>", 11, 1, ids, 2, &n, err, sizeof err) != KIPP_OK || n != 1)
+        return 0;
+    return oai_request_ban_token(r, ids[0]);
 }
 
 /* Decided text: through the reasoning split for chat, straight to content otherwise. */
@@ -118,6 +207,10 @@ int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
     /* the same streaming detokenizer kipp and kipp-chat print through */
     const char *text;
     size_t n;
+    /* the token that ends the generation adds no text, even one HF does not call special
+     * (<|fim_pad|>, <|file_sep|>, ...): a reply, or a constrained JSON document, never ends in
+     * an end marker */
+    if (!g->rq->ignore_eos && kipp_token_is_eog(g->m, t->id)) return settle(g);
     if (kipp_detokenizer_next(g->dt, t->id, &text, &n) != KIPP_OK) {
         g->oom = 1;
         return 1;
@@ -139,6 +232,9 @@ void oai_gen_finish(oai_gen *g) {
         }
     }
     if (g->rq->ep == OAI_CHAT) kipp_reasoning_finish(&g->rs, NULL, 0);
+    /* a call cut short ends with the arguments streamed so far (toolcall.h) */
+    if (g->rq->ep == OAI_CHAT && g->rq->tool_parse && kipp_toolcall_finish(&g->tc, NULL, 0) != KIPP_OK)
+        g->oom = 1;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
@@ -287,6 +383,73 @@ char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint
     return dump(o);
 }
 
+/* The longest prefix of s[0..n) that does not end inside a UTF-8 character: a streamed
+ * piece must be a valid JSON string (the rest follows in the next piece). */
+static size_t utf8_whole(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, back++;
+    if (i == 0) return n;
+    const unsigned char lead = (unsigned char)s[i - 1];
+    const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return back + 1 >= need ? n : i - 1;
+}
+
+static json_t *string_or_empty(const char *s, size_t n) {
+    json_t *v = json_stringn(s ? s : "", n);
+    return v ? v : json_string("");
+}
+
+char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta) {
+    oai_call *c = NULL;
+    size_t n_args = 0;
+    for (uint32_t i = 0; i < g->n_calls && !c; i++) {
+        oai_call *k = &g->calls[i];
+        n_args = k->args_sent + utf8_whole(k->args.p + k->args_sent, k->args.n - k->args_sent);
+        if (!k->head_sent || n_args > k->args_sent) c = k;
+    }
+    if (!c) return NULL;
+    json_t *tc = json_object(), *fn = json_object();
+    json_object_set_new(tc, "index", json_integer(c - g->calls));
+    if (!c->head_sent) { /* OpenAI's first delta of a call: id and name, no arguments yet */
+        json_object_set_new(tc, "id", json_string(c->id));
+        json_object_set_new(tc, "type", json_string("function"));
+        json_object_set_new(fn, "name", string_or_empty(c->name.p, c->name.n));
+        json_object_set_new(fn, "arguments", json_string(""));
+        c->head_sent = 1;
+    } else {
+        json_object_set_new(fn, "arguments", string_or_empty(c->args.p + c->args_sent, n_args - c->args_sent));
+        c->args_sent = n_args;
+    }
+    json_object_set_new(tc, "function", fn);
+    json_t *calls = json_array(), *delta = json_object(), *choice = json_object();
+    json_array_append_new(calls, tc);
+    json_object_set_new(delta, "tool_calls", calls);
+    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", json_null());
+    json_t *choices = json_array(), *o = envelope(meta, "chat.completion.chunk");
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    return dump(o);
+}
+
+/* message.tool_calls of the whole response: every call, arguments as a JSON string */
+static json_t *tool_calls_json(const oai_gen *g) {
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < g->n_calls; i++) {
+        const oai_call *c = &g->calls[i];
+        json_t *tc = json_object(), *fn = json_object();
+        json_object_set_new(tc, "id", json_string(c->id));
+        json_object_set_new(tc, "type", json_string("function"));
+        json_object_set_new(fn, "name", string_or_empty(c->name.p, c->name.n));
+        json_object_set_new(fn, "arguments", string_or_empty(c->args.p, c->args.n));
+        json_object_set_new(tc, "function", fn);
+        json_array_append_new(a, tc);
+    }
+    return a;
+}
+
 char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta) {
     json_t *o = envelope(meta, g->rq->ep == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(o, "choices", json_array());
@@ -302,9 +465,12 @@ char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req) {
     if (chat) {
         json_t *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", take(&g->content, 0));
+        /* OpenAI: content is null when the reply is only tool calls */
+        json_t *content = take(&g->content, g->n_calls > 0);
+        json_object_set_new(msg, "content", content ? content : json_null());
         json_t *r = take(&g->reasoning, 1);
         json_object_set_new(msg, "reasoning_content", r ? r : json_null());
+        if (g->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(g));
         json_object_set_new(choice, "message", msg);
     } else {
         json_object_set_new(choice, "text", take(&g->content, 0));

@@ -4,6 +4,9 @@
  * later (it knows the template); here only their shape. */
 #include "server/openai.h"
 
+#include "engine/json_schema.h"
+#include "server/structured.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -90,16 +93,6 @@ static int parse_stop(json_t *o, oai_request *r, perr *e) {
 /* Fields of the OpenAI API whose other values Kipp does not implement yet: a 400 naming the
  * field rather than a 200 that silently ignores it. */
 static int parse_unsupported(json_t *o, oai_endpoint ep, perr *e) {
-    json_t *rf = json_object_get(o, "response_format");
-    if (rf && !json_is_null(rf)) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return fail(e, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return fail(e, "response_format", "'response_format' type '%.40s' is not supported by "
-                        "this server (only \"text\"): constrained output is not implemented yet",
-                        json_string_value(t));
-    }
     if (ep != OAI_CHAT) return 0;
     /* chat fields whose every non-null value asks for something Kipp does not do */
     static const char *const refused[][2] = {
@@ -132,20 +125,95 @@ static int parse_unsupported(json_t *o, oai_endpoint ep, perr *e) {
         return fail(e, "service_tier", "'service_tier' may only be \"auto\" or \"default\"");
     if (json_is_true(json_object_get(o, "store")))
         return fail(e, "store", "'store': true is not supported: this server keeps no completions");
+    return 0;
+}
+
+/* Constrained decoding: response_format (json_object, json_schema), the "grammar"
+ * extension, and tool_choice "required" or a named function — at most one of the three.
+ * Sets r->grammar to grammar text (compiled by the server) and r->tool_parse. */
+static int parse_constraint(json_t *o, oai_endpoint ep, oai_request *r, perr *e) {
+    char msg[400] = "";
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(t))
+            return fail(e, "response_format", "'response_format' must be an object with a 'type'");
+        const char *type = json_string_value(t);
+        if (!strcmp(type, "json_object")) {
+            if (kipp_json_schema_grammar(NULL, &r->grammar, &r->grammar_len, msg, sizeof msg))
+                return fail(e, "response_format", "response_format: %s", msg);
+        } else if (!strcmp(type, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema");
+            json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+            if (!json_is_object(schema) && !json_is_boolean(schema))
+                return fail(e, "response_format", "'response_format' json_schema needs "
+                            "'json_schema': {'name': ..., 'schema': {...}}");
+            json_t *strict = json_object_get(js, "strict");
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+                return fail(e, "response_format", "'response_format'.json_schema.strict must be true or false");
+            if (kipp_json_schema_grammar(schema, &r->grammar, &r->grammar_len, msg, sizeof msg))
+                return fail(e, "response_format", "response_format.json_schema.schema: %s", msg);
+        } else if (strcmp(type, "text") != 0) {
+            return fail(e, "response_format", "'response_format' type '%.40s' is not supported (only "
+                        "\"text\", \"json_object\" and \"json_schema\")", type);
+        }
+        if (r->grammar) r->grammar_param = "response_format";
+    }
+    json_t *gr = json_object_get(o, "grammar");
+    if (gr && !json_is_null(gr)) {
+        if (!json_is_string(gr)) return fail(e, "grammar", "'grammar' must be a string (docs/grammar.md)");
+        if (r->grammar)
+            return fail(e, "grammar", "'grammar' and a json 'response_format' cannot both be given");
+        const size_t n = json_string_length(gr);
+        if (!(r->grammar = malloc(n + 1))) return fail(e, NULL, "out of memory");
+        memcpy(r->grammar, json_string_value(gr), n + 1);
+        r->grammar_len = n;
+        r->grammar_param = "grammar";
+    }
+    if (ep != OAI_CHAT) return 0;
+    json_t *tools = json_object_get(o, "tools");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return fail(e, "tools", "'tools' must be an array");
     json_t *ptc = json_object_get(o, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
         return fail(e, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
-    if (json_is_false(ptc))
-        return fail(e, "parallel_tool_calls", "'parallel_tool_calls': false is not supported yet "
-                    "(at most one tool call per turn is not enforced)");
     json_t *tc = json_object_get(o, "tool_choice");
+    const char *only = NULL;
+    int forced = 0;
     if (tc && !json_is_null(tc)) {
         const char *v = json_is_string(tc) ? json_string_value(tc) : NULL;
-        if (!v || (strcmp(v, "auto") && strcmp(v, "none")))
-            return fail(e, "tool_choice", "'tool_choice' %s is not supported by this server (only "
-                        "\"auto\" and \"none\"): forcing a tool call is not implemented yet",
-                        v ? (strcmp(v, "required") ? "value" : "\"required\"") : "naming a function");
+        if (json_is_object(tc)) {
+            json_t *fn = json_object_get(tc, "function");
+            only = json_string_value(json_object_get(fn, "name"));
+            const char *ty = json_string_value(json_object_get(tc, "type"));
+            if (!only || (ty && strcmp(ty, "function")))
+                return fail(e, "tool_choice", "a named 'tool_choice' must be {\"type\": \"function\", "
+                            "\"function\": {\"name\": ...}}");
+            forced = 1;
+        } else if (v && !strcmp(v, "required")) {
+            forced = 1;
+        } else if (!v || (strcmp(v, "auto") && strcmp(v, "none"))) {
+            return fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                        "name a function");
+        }
     }
+    r->tool_choice_none = json_is_string(tc) && strcmp(json_string_value(tc), "none") == 0;
+    r->tool_parse = json_array_size(tools) > 0 && !r->tool_choice_none;
+    /* "auto" with parallel_tool_calls false would need "text, or one call": not enforced */
+    if (json_is_false(ptc) && !forced && r->tool_parse)
+        return fail(e, "parallel_tool_calls", "'parallel_tool_calls': false is supported with "
+                    "tool_choice \"required\" or a named function (then exactly one call is "
+                    "made), not with \"auto\"");
+    if (!forced) return 0;
+    if (r->grammar)
+        return fail(e, "tool_choice", "a forced 'tool_choice' and '%s' cannot both be given",
+                    r->grammar_param);
+    if (!json_is_array(tools) || json_array_size(tools) == 0)
+        return fail(e, "tool_choice", "tool_choice \"%s\" needs 'tools'", only ? "function" : "required");
+    if (!(r->grammar = oai_tool_grammar(tools, only, !only && !json_is_false(ptc), msg, sizeof msg)))
+        return fail(e, "tool_choice", "%s", msg);
+    r->grammar_len = strlen(r->grammar);
+    r->grammar_param = "tool_choice";
     return 0;
 }
 
@@ -241,9 +309,7 @@ static int parse_chat(json_t *o, oai_request *r, perr *e) {
         if (!json_is_string(json_object_get(m, "role")))
             return fail(e, "messages", "messages[%zu].role must be a string", i);
     }
-    json_t *tools = json_object_get(o, "tools");
-    if (tools && !json_is_null(tools) && !json_is_array(tools))
-        return fail(e, "tools", "'tools' must be an array");
+    json_t *tools = json_object_get(o, "tools"); /* checked by parse_constraint */
     json_t *kw = json_object_get(o, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw))
         return fail(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -324,11 +390,11 @@ static const char *const known_fields[2][48] = {
      "tool_choice", "parallel_tool_calls", "response_format", "user", "metadata", "store",
      "service_tier", "prompt_cache_key", "safety_identifier", "chat_template_kwargs",
      "ignore_eos", "content_special_tokens", "audio", "modalities", "prediction", "functions",
-     "function_call", "web_search_options", "reasoning_effort", "verbosity", NULL},
+     "function_call", "web_search_options", "reasoning_effort", "verbosity", "grammar", NULL},
     {"model", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
      "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
      "stream", "stream_options", "logprobs", "logit_bias", "n", "echo", "suffix", "best_of",
-     "user", "metadata", "response_format", "ignore_eos", "content_special_tokens", NULL},
+     "user", "metadata", "response_format", "ignore_eos", "content_special_tokens", "grammar", NULL},
 };
 
 static void note_unknown(json_t *o, oai_endpoint ep, oai_request *r) {
@@ -395,7 +461,7 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
         r->content_special = strcmp(v, "parse") == 0;
     }
     if (parse_sampling(o, r, &e) || parse_logit_bias(o, r, n_vocab, &e) || parse_stop(o, r, &e) ||
-        parse_unsupported(o, ep, &e))
+        parse_unsupported(o, ep, &e) || parse_constraint(o, ep, r, &e))
         goto out;
     if (ep == OAI_CHAT ? parse_chat(o, r, &e) : parse_completions(o, r, n_vocab, &e)) goto out;
     note_unknown(o, ep, r);
@@ -406,6 +472,7 @@ out:
 }
 
 void oai_request_free(oai_request *r) {
+    free(r->grammar);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->chat_body);

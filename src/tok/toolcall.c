@@ -269,6 +269,10 @@ kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_resu
             free(args.p);
             goto nomem;
         }
+        if (rc == 0 && close == len) { /* cut short before it became a call: dropped */
+            if (add_segment(&content, text + pos, at - pos, after_call)) goto nomem;
+            break;
+        }
         if (rc == 0) { /* no call: its text stays in the segment */
             from = next;
             continue;
@@ -402,11 +406,11 @@ static void end_call(kipp_toolcall *t, int closed) {
             if (args.n) event(t, KIPP_TOOLCALL_ARGS, args.p, args.n);
             event(t, KIPP_TOOLCALL_END, "", 0);
             t->lead_drop = 1;
-        } else {
+        } else if (closed) { /* an invalid body: the text was no call after all */
             for (size_t i = 0; i < OPEN_LEN; i++) content_byte(t, open_tag[i]);
             for (size_t i = 0; i < t->text.n; i++) content_byte(t, t->text.p[i]);
-            for (size_t i = 0; closed && i < CLOSE_LEN; i++) content_byte(t, close_tag[i]);
-        }
+            for (size_t i = 0; i < CLOSE_LEN; i++) content_byte(t, close_tag[i]);
+        } /* else cut short before it became a call: dropped (no tag text in content) */
         free(name);
         free(args.p);
     } else {

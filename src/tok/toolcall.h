@@ -25,8 +25,10 @@
  *     parsed whole with jansson: a JSON object whose "name" is a non-empty string is a
  *     call; its arguments are the "arguments" value's own text (a string value decoded), or
  *     "{}" when it has none. Duplicate keys make the body invalid.
- *  4. An invalid body is no call: the text <tool_call>body</tool_call> (the close tag only
- *     when it was there) stays in the content verbatim, as if the tags were plain text.
+ *  4. An invalid body closed by </tool_call> is no call: the text <tool_call>body</tool_call>
+ *     stays in the content verbatim, as if the tags were plain text. A body the end of the
+ *     text cut short before it became a call is dropped (a reply cut off by max_tokens never
+ *     shows half a call as content).
  *  5. Content is the text outside calls, except JSON whitespace (space, \t, \n, \r)
  *     directly before a call's <tool_call>, directly after its </tool_call> (between calls,
  *     and around them), and at the end of the text.

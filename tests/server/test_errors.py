@@ -121,10 +121,14 @@ CHAT_BAD = [
     ("logit_bias", {"5": 101}),
     ("logit_bias", {"5": "up"}),
     ("logit_bias", {str(i): 1 for i in range(1025)}),
-    # accepted with 200 and silently ignored before; now a 400 naming the field
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    # a 400 naming the field, never a 200 that ignores it
+    ("response_format", {"type": "yaml"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x"}}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "number",
+                                                                                       "minimum": 1}}}),
     ("response_format", "json"),
+    ("grammar", 5),
+    ("grammar", "root ::= nowhere"),
     ("audio", {"voice": "alloy", "format": "mp3"}),
     ("modalities", ["text", "audio"]),
     ("prediction", {"type": "content", "content": "x"}),
@@ -135,7 +139,6 @@ CHAT_BAD = [
     ("verbosity", "low"),
     ("service_tier", "flex"),
     ("store", True),
-    ("parallel_tool_calls", False),
     ("parallel_tool_calls", "yes"),
     ("tool_choice", "required"),
     ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
@@ -175,7 +178,8 @@ COMP_BAD = [
     ("n", 2),
     ("ignore_eos", "sure"),
     ("logit_bias", {"1.5": 2}),
-    ("response_format", {"type": "json_object"}),
+    ("response_format", {"type": "json_schema"}),
+    ("grammar", "root ::= [z-a]"),
 ]
 
 

@@ -224,12 +224,12 @@ static const tc_case cases[] = {
      {{"f", "{'a': 1}"}}},
     {"cut short in a string argument", TC "{'name': 'f', 'arguments': 'abc", "", 1, {{"f", ""}}},
     {"cut short in a bare token", TC "{'name': 'f', 'arguments': 12", "", 1, {{"f", "12"}}},
-    {"cut short before the announcement", "Hi\n" TC "{'name': 'f",
-     "Hi\n" TC "{'name': 'f", 0, {{0}}},
+    {"cut short before the announcement (dropped)", "Hi\n" TC "{'name': 'f", "Hi", 0, {{0}}},
     {"cut short after the body, other order", "<tool_call>{'arguments': {}, 'name': 'g'}\n", "", 1,
      {{"g", "{}"}}},
     {"cut short in a partial open tag", "Hi <tool_ca", "Hi <tool_ca", 0, {{0}}},
-    {"cut short right after the open tag", "Hi\n<tool_call>\n", "Hi\n<tool_call>", 0, {{0}}},
+    {"cut short right after the open tag (dropped)", "Hi\n<tool_call>\n", "Hi", 0, {{0}}},
+    {"an invalid closed call stays content", "Hi " TC "{'nam': 1}</tool_call>", "Hi " TC "{'nam': 1}</tool_call>", 0, {{0}}},
     {"empty text", "", "", 0, {{0}}},
 };
 

@@ -1,0 +1,57 @@
+/* structured.c — the server's side of constrained decoding: the grammar a request asks for
+ * (response_format, a raw grammar, or tool_choice "required"/named as a tool-call grammar)
+ * compiled into a matcher over the model's token trie, which is built once, on first use.
+ * The grammar engine is src/engine/grammar.c; the grammar text comes from openai_req.c
+ * (JSON Schema lowering: src/engine/json_schema.c; tool calls: tool_grammar.c). */
+#include "server/structured.h"
+
+#include "core/error.h"
+#include "model/model.h"
+#include "tok/vocab.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct oai_structured {
+    const kipp_model *m;
+    pthread_mutex_t mu; /* guards trie's construction */
+    kipp_token_trie *trie;
+    int32_t think_end;  /* </think>, or -1 */
+};
+
+oai_structured *oai_structured_new(const kipp_model *m) {
+    oai_structured *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->m = m;
+    pthread_mutex_init(&s->mu, NULL);
+    s->think_end = m ? kipp_vocab_find(m->vocab, "</think>", 8) : -1;
+    return s;
+}
+
+void oai_structured_free(oai_structured *s) {
+    if (!s) return;
+    kipp_token_trie_free(s->trie);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int32_t oai_structured_think_end(const oai_structured *s) { return s->think_end; }
+
+kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_t len,
+                                   kipp_matcher **out, char *err, size_t err_len) {
+    *out = NULL;
+    pthread_mutex_lock(&s->mu);
+    kipp_status st = s->trie ? KIPP_OK : kipp_token_trie_build(s->m, &s->trie, err, err_len);
+    pthread_mutex_unlock(&s->mu);
+    if (st != KIPP_OK) return st;
+    kipp_grammar *g;
+    if ((st = kipp_grammar_compile(grammar, len, &g, err, err_len)) != KIPP_OK) return st;
+    if ((st = kipp_matcher_new(g, s->trie, out, err, err_len)) != KIPP_OK) {
+        kipp_grammar_free(g);
+        return st;
+    }
+    kipp_matcher_own_grammar(*out);
+    return KIPP_OK;
+}

@@ -1,0 +1,28 @@
+/* structured.h — constrained decoding for the server: a matcher for a request's grammar
+ * over the model's token trie (built on first use, shared), and the grammar that forces
+ * Qwen3 tool calls (tool_choice "required" or a named function). */
+#ifndef KIPP_SERVER_STRUCTURED_H
+#define KIPP_SERVER_STRUCTURED_H
+
+#include "engine/grammar.h"
+#include "kipp.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+typedef struct oai_structured oai_structured;
+
+oai_structured *oai_structured_new(const kipp_model *m); /* NULL: out of memory */
+void oai_structured_free(oai_structured *s);             /* NULL is a no-op */
+/* The </think> token (a chat request with thinking constrains only what follows it), or -1. */
+int32_t oai_structured_think_end(const oai_structured *s);
+/* Compiles grammar text and makes a matcher that owns the compiled grammar. Thread-safe. */
+kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_t len,
+                                   kipp_matcher **out, char *err, size_t err_len);
+/* Grammar text whose sentences are Qwen3 tool calls of the given tools (only: just the
+ * function of that name; parallel: one or more calls, else exactly one), each call's
+ * arguments valid against its function's parameters schema. malloc'd; NULL with err. */
+char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char *err,
+                       size_t err_len);
+
+#endif
