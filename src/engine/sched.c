@@ -345,13 +345,51 @@ static uint32_t blocks_needed(kipp_sched *s, const kipp_req *r, uint32_t n_have)
     return want > have ? want - have : 0;
 }
 
+/* A sibling of r (same group) still prefilling: r waits for its KV. */
+static int sibling_prefilling(const kipp_sched *s, const kipp_req *r) {
+    for (uint32_t i = 0; r->p.group && i < s->n_running; i++)
+        if (s->running[i]->p.group == r->p.group && s->running[i]->state == KIPP_REQ_PREFILL) return 1;
+    return 0;
+}
+
+/* The running sequence whose KV shares the longest prefix with r's tokens (at most all but
+ * r's last: r computes its own next logits); 0 when none does. Live sharing: the prefix
+ * cache only holds finished sequences. */
+static uint32_t live_prefix(const kipp_sched *s, const kipp_req *r, uint32_t *src) {
+    uint32_t best = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *q = s->running[i];
+        if (!q->has_seq) continue;
+        const uint32_t lim = q->n_fed < r->n_all - 1 ? q->n_fed : r->n_all - 1;
+        uint32_t k = 0;
+        while (k < lim && q->all[k] == r->all[k]) k++;
+        if (k > best) best = k, *src = q->seq;
+    }
+    return best;
+}
+
 /* Moves queued requests into the running batch while a slot and memory are free (lock
  * held; runs on the engine thread, which owns the pool). */
 static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     while (s->q_head && s->n_running < s->p.max_running) {
         kipp_req *r = s->q_head;
+        if (!r->cancel && sibling_prefilling(s, r)) return; /* FIFO: the rest wait too */
         if (!r->cancel) {
             uint32_t seq = 0, n_hit = s->pc ? kipp_pc_acquire(s->pc, r->all, r->n_all, &seq) : 0;
+            uint32_t src = 0;
+            const uint32_t n_live = live_prefix(s, r, &src);
+            if (n_live > n_hit) { /* a running sequence holds more of the prompt: fork it */
+                uint32_t fork;
+                if (kipp_ctx_seq_fork(s->ctx, src, &fork, NULL, 0) == KIPP_OK) {
+                    if (kipp_ctx_seq_truncate(s->ctx, fork, n_live, NULL, 0) == KIPP_OK) {
+                        if (n_hit) kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+                        seq = fork, n_hit = n_live;
+                        s->st.live_prefix_tokens += n_live;
+                    } else {
+                        kipp_ctx_seq_free(s->ctx, fork, NULL, 0);
+                    }
+                }
+            }
             if (n_hit == 0 && kipp_ctx_seq_new(s->ctx, &seq, NULL, 0) != KIPP_OK) return;
             const uint32_t need = blocks_needed(s, r, n_hit);
             while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}

@@ -68,6 +68,9 @@ typedef struct {
                               caller's. Such a request is never drafted for. */
     int32_t constrain_after; /* -1: the matcher applies from the first token; else from the
                                 token after this id (e.g. </think>: reasoning is free) */
+    uint64_t group;        /* siblings (the n choices of one API request; 0: none): a
+                              request is not admitted while a sibling is still prefilling,
+                              then starts from a fork of that sibling's KV (one prefill) */
 } kipp_req_params;
 
 /* One generated token. Log-probabilities are of the model's raw distribution (before
@@ -96,6 +99,7 @@ typedef struct {
     uint32_t queue_depth, running;
     uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: held only by the cache */
     uint64_t pc_lookups, pc_hits, pc_lookup_tokens, pc_hit_tokens;
+    uint64_t live_prefix_tokens; /* prompt tokens taken from a running sequence's KV (fork) */
     uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding */
     double spec_draft_seconds;
     /* finished requests that drafted, by acceptance: count[i] for (i/10, (i+1)/10], [0]

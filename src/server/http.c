@@ -66,7 +66,7 @@ struct kipp_server {
     uint32_t n_vocab, n_ctx;
     pthread_mutex_t mu; /* counters, ids */
     kipp_server_counters counters;
-    uint64_t next_id, next_rid;
+    uint64_t next_id, next_rid, next_group;
     char ignored[32][64]; /* request fields already logged as ignored (under mu) */
     int n_ignored;
     budget parsing;           /* requests parsed/tokenized at once: --max-parsing */
@@ -119,17 +119,25 @@ typedef struct {
     const char *finish;
 } conn_state;
 
+/* One choice of a generation (a request with n > 1 has n, sampled with seed + i). */
+typedef struct {
+    oai_gen g;
+    kipp_req *req;
+    uint32_t n_seen;
+    int first, done;
+} gen_choice;
+
 /* A generation in progress: shared by the blocking non-stream path and the SSE reader. */
 typedef struct {
     kipp_server *sv;
     struct MHD_Connection *conn;
     oai_request rq;
-    oai_gen g;
-    kipp_req *req;
+    gen_choice *ch; /* [n_ch] */
+    uint32_t n_ch, turn; /* turn: the choice the stream reader serves next */
     oai_meta meta;
     char id[48];
-    uint32_t n_prompt, n_seen;
-    int first, done;
+    uint32_t n_prompt;
+    int done;
     int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
     conn_state *cs; /* its connection's state (alive while MHD calls the handler or reader) */
     oai_buf out; /* SSE bytes not yet handed to MHD */
@@ -227,8 +235,13 @@ static int conn_fd(struct MHD_Connection *c) {
 /* ---- generation ------------------------------------------------------------------------- */
 
 /* "tool_calls" when the reply made calls and was not cut short (OpenAI's rule) */
-static const char *finish_reason(const gen_state *gs, kipp_finish f) {
-    return f == KIPP_FINISH_LENGTH ? "length" : gs->g.n_calls ? "tool_calls" : "stop";
+static const char *finish_reason(const gen_choice *gc, kipp_finish f) {
+    return f == KIPP_FINISH_LENGTH ? "length" : gc->g.n_calls ? "tool_calls" : "stop";
+}
+
+static void cancel_all(gen_state *gs) {
+    for (uint32_t i = 0; i < gs->n_ch; i++)
+        if (gs->ch[i].req) kipp_req_cancel(gs->ch[i].req);
 }
 
 /* Pulls the request's new tokens through the text pipeline. Returns the finish state
@@ -237,19 +250,19 @@ static const char *finish_reason(const gen_state *gs, kipp_finish f) {
  * gs->out (the write that tells a closed socket from a half-closed one); a non-streaming
  * HTTP/1.1 one sends "100 Continue" (which clients skip) for the same reason. After the
  * shutdown deadline (kipp_server_shutdown) the request ends at once as "length". */
-static kipp_finish pump(gen_state *gs, int *gone) {
+static kipp_finish pump(gen_state *gs, gen_choice *gc, int *gone) {
     kipp_finish fin = KIPP_FINISH_NONE;
     *gone = 0;
     for (;;) {
-        const uint32_t n = kipp_req_wait(gs->req, gs->n_seen, WAIT_SLICE_MS, &fin);
+        const uint32_t n = kipp_req_wait(gc->req, gc->n_seen, WAIT_SLICE_MS, &fin);
         /* the socket is looked at every WAIT_SLICE_MS even while tokens flow: a fast model
          * never leaves a wait idle long enough otherwise */
         const double t = now_s();
-        if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || (n == gs->n_seen && fin == KIPP_FINISH_NONE)) {
+        if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || (n == gc->n_seen && fin == KIPP_FINISH_NONE)) {
             gs->t_checked = t;
             const int ps = peer_state(gs->fd);
             if (ps == PEER_GONE) {
-                kipp_req_cancel(gs->req);
+                cancel_all(gs);
                 *gone = 1;
                 return KIPP_FINISH_CANCELLED;
             }
@@ -262,22 +275,22 @@ static kipp_finish pump(gen_state *gs, int *gone) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
                 if (gs->http11 && send(gs->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
                     errno != EAGAIN && errno != EWOULDBLOCK) {
-                    kipp_req_cancel(gs->req);
+                    cancel_all(gs);
                     *gone = 1;
                     return KIPP_FINISH_CANCELLED;
                 }
             }
             if (atomic_load(&gs->sv->stopping) && fin == KIPP_FINISH_NONE) {
-                kipp_req_cancel(gs->req); /* the shutdown deadline: end it as cut short */
+                cancel_all(gs); /* the shutdown deadline: end it as cut short */
                 return KIPP_FINISH_LENGTH;
             }
         }
-        if (n > gs->n_seen || fin != KIPP_FINISH_NONE) {
-            for (; gs->n_seen < n; gs->n_seen++)
-                if (oai_gen_push(&gs->g, kipp_req_token(gs->req, gs->n_seen)))
-                    kipp_req_stop(gs->req); /* a stop string: the text is complete */
+        if (n > gc->n_seen || fin != KIPP_FINISH_NONE) {
+            for (; gc->n_seen < n; gc->n_seen++)
+                if (oai_gen_push(&gc->g, kipp_req_token(gc->req, gc->n_seen)))
+                    kipp_req_stop(gc->req); /* a stop string: the text is complete */
             /* a stop string ends the text even when the engine also reached max_tokens */
-            if (gs->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
+            if (gc->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
             /* the engine stopping (kipp_sched_stop) after the deadline also ends as cut */
             if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) fin = KIPP_FINISH_LENGTH;
             return fin;
@@ -285,18 +298,25 @@ static kipp_finish pump(gen_state *gs, int *gone) {
     }
 }
 
-static void fill_meta(gen_state *gs, kipp_finish fin) {
-    gs->meta.finish_reason = fin == KIPP_FINISH_NONE ? NULL : finish_reason(gs, fin);
-    gs->meta.n_completion = gs->g.n_used;
-    gs->meta.n_cached = kipp_req_n_cached(gs->req);
-    kipp_req_spec(gs->req, &gs->meta.spec_drafted, &gs->meta.spec_accepted);
+/* The meta for a chunk of choice gc (its finish reason) and the usage of every choice. */
+static void fill_meta(gen_state *gs, gen_choice *gc, kipp_finish fin) {
+    gs->meta.finish_reason = fin == KIPP_FINISH_NONE ? NULL : finish_reason(gc, fin);
+    gs->meta.n_completion = 0;
+    gs->meta.spec_drafted = gs->meta.spec_accepted = 0;
+    for (uint32_t i = 0; i < gs->n_ch; i++) {
+        uint64_t d, a;
+        gs->meta.n_completion += gs->ch[i].g.n_used;
+        kipp_req_spec(gs->ch[i].req, &d, &a);
+        gs->meta.spec_drafted += d, gs->meta.spec_accepted += a;
+    }
+    gs->meta.n_cached = kipp_req_n_cached(gs->ch[0].req);
     conn_state *cs = gs->cs; /* for the request's log line */
     cs->gen = 1;
     cs->n_prompt = gs->meta.n_prompt;
     cs->n_cached = gs->meta.n_cached;
     cs->n_completion = gs->meta.n_completion;
     cs->finish = gs->meta.finish_reason;
-    kipp_req_times(gs->req, &cs->queue_s, &cs->ttft_s);
+    kipp_req_times(gs->ch[0].req, &cs->queue_s, &cs->ttft_s);
 }
 
 /* A generation request's whole time, arrival to its last byte queued. */
@@ -309,15 +329,18 @@ static void note_duration(gen_state *gs) {
 static void gen_free(gen_state *gs) {
     if (!gs) return;
     atomic_fetch_sub(&gs->sv->active, 1);
-    kipp_req_release(gs->req);
-    oai_gen_free(&gs->g);
+    for (uint32_t i = 0; i < gs->n_ch; i++) {
+        kipp_req_release(gs->ch[i].req);
+        oai_gen_free(&gs->ch[i].g);
+    }
+    free(gs->ch);
     oai_request_free(&gs->rq);
     oai_buf_free(&gs->out);
     free(gs);
 }
 
 static void sse(gen_state *gs, char *json) {
-    if (!json) { gs->g.oom = 1; return; }
+    if (!json) { gs->ch[0].g.oom = 1; return; }
     oai_buf_add(&gs->out, "data: ", 6);
     oai_buf_add(&gs->out, json, strlen(json));
     oai_buf_add(&gs->out, "\n\n", 2);
@@ -338,35 +361,45 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (gs->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        gen_choice *gc = NULL; /* the next choice still running, round robin */
+        for (uint32_t k = 0; k < gs->n_ch && !gc; k++) {
+            gen_choice *x = &gs->ch[(gs->turn + k) % gs->n_ch];
+            if (!x->done) gc = x, gs->turn = (gs->turn + k + 1) % gs->n_ch;
+        }
         int gone;
-        const uint32_t tok0 = gs->n_seen;
-        kipp_finish fin = pump(gs, &gone);
+        const uint32_t tok0 = gc->n_seen;
+        kipp_finish fin = pump(gs, gc, &gone);
         if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
-            char *e = oai_error_json(fin == KIPP_FINISH_ERROR ? kipp_req_error(gs->req)
+            char *e = oai_error_json(fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req)
                                                               : "the request was cancelled",
                                      "server_error", NULL, NULL);
+            cancel_all(gs);
             sse(gs, e);
             oai_buf_add(&gs->out, "data: [DONE]\n\n", 14);
             gs->done = 1;
             continue;
         }
-        if (fin != KIPP_FINISH_NONE) oai_gen_finish(&gs->g);
-        const uint32_t tok1 = gs->g.n_used < gs->n_seen ? gs->g.n_used : gs->n_seen;
-        fill_meta(gs, KIPP_FINISH_NONE);
-        if (gs->g.content.n || gs->g.reasoning.n || gs->first ||
-            (gs->rq.logprobs && tok1 > tok0))
-            sse(gs, oai_chunk_json(&gs->g, &gs->meta, gs->req, tok0, tok1 > tok0 ? tok1 : tok0,
-                                   gs->first));
-        for (char *tj; (tj = oai_tool_chunk_json(&gs->g, &gs->meta));) sse(gs, tj);
-        gs->first = 0;
+        if (fin != KIPP_FINISH_NONE) oai_gen_finish(&gc->g);
+        const uint32_t tok1 = gc->g.n_used < gc->n_seen ? gc->g.n_used : gc->n_seen;
+        fill_meta(gs, gc, KIPP_FINISH_NONE);
+        if (gc->g.content.n || gc->g.reasoning.n || gc->first || (gs->rq.logprobs && tok1 > tok0))
+            sse(gs, oai_chunk_json(&gc->g, &gs->meta, gc->req, tok0, tok1 > tok0 ? tok1 : tok0,
+                                   gc->first));
+        for (char *tj; (tj = oai_tool_chunk_json(&gc->g, &gs->meta));) sse(gs, tj);
+        gc->first = 0;
         if (fin != KIPP_FINISH_NONE) {
-            fill_meta(gs, fin);
-            sse(gs, oai_chunk_json(&gs->g, &gs->meta, gs->req, 0, 0, 0));
-            if (gs->rq.include_usage) sse(gs, oai_usage_chunk_json(&gs->g, &gs->meta));
-            oai_buf_add(&gs->out, "data: [DONE]\n\n", 14);
-            gs->done = 1;
-            note_duration(gs);
+            gc->done = 1;
+            fill_meta(gs, gc, fin);
+            sse(gs, oai_chunk_json(&gc->g, &gs->meta, gc->req, 0, 0, 0));
+            int all = 1;
+            for (uint32_t i = 0; i < gs->n_ch; i++) all &= gs->ch[i].done;
+            if (all) {
+                if (gs->rq.include_usage) sse(gs, oai_usage_chunk_json(&gc->g, &gs->meta));
+                oai_buf_add(&gs->out, "data: [DONE]\n\n", 14);
+                gs->done = 1;
+                note_duration(gs);
+            }
         }
     }
 }
@@ -499,7 +532,6 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     gs->conn = c;
     gs->fd = conn_fd(c);
     gs->http11 = cs->http11;
-    gs->first = 1;
     gs->t_start = cs->t_start;
     enum MHD_Result res;
     if (atomic_load(&sv->draining)) {
@@ -566,37 +598,44 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     rp.max_tokens = (uint32_t)(mt < room ? mt : room);
     gs->n_prompt = (uint32_t)n_ids;
     char err[KIPP_ERR_LEN];
-    rp.constrain_after = -1;
-    if (gs->rq.grammar) { /* constrained decoding: a bad grammar is the client's 400 */
-        kipp_status gst = sv->structured ? oai_structured_matcher(sv->structured, gs->rq.grammar,
-                                                                  gs->rq.grammar_len, &rp.matcher,
-                                                                  err, sizeof err)
-                                         : KIPP_ERR_NOMEM;
-        if (gst != KIPP_OK) {
-            free(ids);
-            res = send_error(sv, c, cs, gst == KIPP_ERR_INVALID_ARG ? 400 : 500,
-                             gst == KIPP_ERR_INVALID_ARG ? err : "out of memory",
-                             gst == KIPP_ERR_INVALID_ARG ? "invalid_request_error" : "server_error",
-                             gs->rq.grammar_param, NULL);
-            gen_free(gs);
-            return res;
-        }
-        /* with thinking on, the reasoning is free and the grammar starts after </think> */
-        if (gs->rq.ep == OAI_CHAT && gs->rq.enable_thinking)
-            rp.constrain_after = oai_structured_think_end(sv->structured);
+    const char *err_param = NULL;
+    kipp_status st = KIPP_OK;
+    gs->n_ch = gs->rq.n ? gs->rq.n : 1;
+    if (!(gs->ch = calloc(gs->n_ch, sizeof *gs->ch))) st = KIPP_ERR_NOMEM, gs->n_ch = 0;
+    if (gs->n_ch > 1) { /* siblings: one prefill, then forks of its KV */
+        pthread_mutex_lock(&sv->mu);
+        rp.group = ++sv->next_group;
+        pthread_mutex_unlock(&sv->mu);
     }
-    kipp_status st = oai_gen_init(&gs->g, sv->m, &gs->rq) == 0
-                         ? kipp_sched_submit(sv->sched, &rp, &gs->req, err, sizeof err)
-                         : KIPP_ERR_NOMEM;
+    for (uint32_t i = 0; i < gs->n_ch && st == KIPP_OK; i++) {
+        gen_choice *gc = &gs->ch[i];
+        gc->first = 1;
+        rp.sampling.seed = gs->rq.sp.seed + i;
+        rp.matcher = NULL;
+        rp.constrain_after = -1;
+        if (gs->rq.grammar) { /* constrained decoding: a bad grammar is the client's 400 */
+            st = sv->structured ? oai_structured_matcher(sv->structured, gs->rq.grammar, gs->rq.grammar_len,
+                                                         &rp.matcher, err, sizeof err)
+                                : KIPP_ERR_NOMEM;
+            if (st != KIPP_OK) { err_param = gs->rq.grammar_param; break; }
+            /* with thinking on, the reasoning is free and the grammar starts after </think> */
+            if (gs->rq.ep == OAI_CHAT && gs->rq.enable_thinking)
+                rp.constrain_after = oai_structured_think_end(sv->structured);
+        }
+        st = oai_gen_init(&gc->g, sv->m, &gs->rq) == 0 ? kipp_sched_submit(sv->sched, &rp, &gc->req, err, sizeof err)
+                                                     : KIPP_ERR_NOMEM;
+        gc->g.index = i;
+        if (st != KIPP_OK) kipp_matcher_free(rp.matcher); /* still ours after a failed submit */
+    }
     free(ids);
-    if (st != KIPP_OK) kipp_matcher_free(rp.matcher); /* still ours after a failed submit */
     if (st != KIPP_OK) {
+        cancel_all(gs);
         res = st == KIPP_ERR_BUSY
                   ? send_error(sv, c, cs, 503, err, "server_error", NULL, "overloaded")
                   : send_error(sv, c, cs, st == KIPP_ERR_INVALID_ARG ? 400 : 500,
                                st == KIPP_ERR_NOMEM ? "out of memory" : err,
                                st == KIPP_ERR_INVALID_ARG ? "invalid_request_error" : "server_error",
-                               NULL, NULL);
+                               err_param, NULL);
         gen_free(gs);
         return res;
     }
@@ -625,24 +664,32 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         return res;
     }
     /* not streamed: wait here for the whole completion */
-    kipp_finish fin;
-    int gone;
-    while ((fin = pump(gs, &gone)) == KIPP_FINISH_NONE) {}
-    if (gone) { /* nobody to answer: close the connection */
-        gen_free(gs);
-        cs->responded = 1;
-        return MHD_NO;
+    oai_gen *gens[OAI_MAX_N];
+    kipp_req *reqs[OAI_MAX_N];
+    const char *fins[OAI_MAX_N];
+    for (uint32_t i = 0; i < gs->n_ch; i++) { /* the choices run together; collect each */
+        gen_choice *gc = &gs->ch[i];
+        kipp_finish fin;
+        int gone;
+        while ((fin = pump(gs, gc, &gone)) == KIPP_FINISH_NONE) {}
+        if (gone) { /* nobody to answer: close the connection */
+            gen_free(gs);
+            cs->responded = 1;
+            return MHD_NO;
+        }
+        if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
+            cancel_all(gs);
+            res = send_error(sv, c, cs, 500,
+                             fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req) : "the request was cancelled",
+                             "server_error", NULL, NULL);
+            gen_free(gs);
+            return res;
+        }
+        oai_gen_finish(&gc->g);
+        fill_meta(gs, gc, fin);
+        gens[i] = &gc->g, reqs[i] = gc->req, fins[i] = gs->meta.finish_reason;
     }
-    if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
-        res = send_error(sv, c, cs, 500,
-                         fin == KIPP_FINISH_ERROR ? kipp_req_error(gs->req) : "the request was cancelled",
-                         "server_error", NULL, NULL);
-        gen_free(gs);
-        return res;
-    }
-    oai_gen_finish(&gs->g);
-    fill_meta(gs, fin);
-    res = send_json(sv, c, cs, 200, oai_response_json(&gs->g, &gs->meta, gs->req));
+    res = send_json(sv, c, cs, 200, oai_response_json(gens, reqs, fins, gs->n_ch, &gs->meta));
     note_duration(gs);
     gen_free(gs);
     return res;

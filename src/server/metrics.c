@@ -80,6 +80,9 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            (double)s->pc_hits);
     metric(&b, "kipp_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the cache.",
            (double)s->pc_hit_tokens);
+    metric(&b, "kipp_prefix_live_tokens_total", "counter",
+           "Prompt tokens taken from a running sequence's KV by a fork (n > 1 siblings, shared prefixes).",
+           (double)s->live_prefix_tokens);
     metric(&b, "kipp_prefix_cache_hit_rate", "gauge", "Cached prompt tokens / looked-up prompt tokens.",
            s->pc_lookup_tokens ? (double)s->pc_hit_tokens / (double)s->pc_lookup_tokens : 0.0);
     metric(&b, "kipp_spec_steps_total", "counter",

@@ -18,12 +18,14 @@ typedef enum { OAI_CHAT = 0, OAI_COMPLETIONS = 1 } oai_endpoint;
 #define OAI_MAX_STOP 16 /* OpenAI allows 4; more are an extension */
 #define OAI_MAX_STOP_BYTES 256
 #define OAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
+#define OAI_MAX_N 16            /* choices per request (OpenAI allows 128) */
 
 typedef struct {
     oai_endpoint ep;
     char *model;
     int stream, include_usage;
     int64_t max_tokens;          /* -1: not given */
+    uint32_t n;                  /* choices (1..OAI_MAX_N); choice i samples with seed + i */
     kipp_sampler_params sp;
     int n_stop;
     char *stop[OAI_MAX_STOP];
@@ -94,6 +96,7 @@ typedef struct {
     kipp_reasoning rs;
     oai_buf held;               /* text held back: it may start a stop string */
     oai_buf content, reasoning; /* text decided since the caller last took it */
+    uint32_t index;             /* the choice's index (n > 1) */
     kipp_toolcall tc;           /* the content's <tool_call> split (rq->tool_parse) */
     oai_call *calls;            /* [n_calls] in order; kept to the end (the final response
                                    carries them all) */
@@ -134,8 +137,10 @@ char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta);
  * ""}}, then its new arguments as {"index", "function": {"arguments"}}. Call until NULL
  * after each oai_chunk_json. */
 char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta);
-/* The whole non-streamed response (content/reasoning taken from g). */
-char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req);
+/* The whole non-streamed response: choice i from gs[i] (content/reasoning taken) and
+ * reqs[i], with finish reason finish[i]; meta's usage covers every choice. */
+char *oai_response_json(oai_gen *const *gs, kipp_req *const *reqs, const char *const *finish,
+                        uint32_t n, const oai_meta *meta);
 /* GET /v1/models: the served name, then each alias but "*". */
 char *oai_models_json(const char *name, const char *const *aliases, size_t n_aliases);
 /* {"error": {...}} */

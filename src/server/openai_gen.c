@@ -360,7 +360,7 @@ char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint
     const int chat = g->rq->ep == OAI_CHAT;
     json_t *o = envelope(meta, chat ? "chat.completion.chunk" : "text_completion");
     json_t *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "index", json_integer(g->index));
     if (chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
@@ -424,7 +424,7 @@ char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta) {
     json_t *calls = json_array(), *delta = json_object(), *choice = json_object();
     json_array_append_new(calls, tc);
     json_object_set_new(delta, "tool_calls", calls);
-    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "index", json_integer(g->index));
     json_object_set_new(choice, "delta", delta);
     json_object_set_new(choice, "logprobs", json_null());
     json_object_set_new(choice, "finish_reason", json_null());
@@ -457,31 +457,36 @@ char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta) {
     return dump(o);
 }
 
-char *oai_response_json(oai_gen *g, const oai_meta *meta, const kipp_req *req) {
-    const int chat = g->rq->ep == OAI_CHAT;
+char *oai_response_json(oai_gen *const *gs, kipp_req *const *reqs, const char *const *finish,
+                        uint32_t n, const oai_meta *meta) {
+    const int chat = gs[0]->rq->ep == OAI_CHAT;
     json_t *o = envelope(meta, chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
-    if (chat) {
-        json_t *msg = json_object();
-        json_object_set_new(msg, "role", json_string("assistant"));
-        /* OpenAI: content is null when the reply is only tool calls */
-        json_t *content = take(&g->content, g->n_calls > 0);
-        json_object_set_new(msg, "content", content ? content : json_null());
-        json_t *r = take(&g->reasoning, 1);
-        json_object_set_new(msg, "reasoning_content", r ? r : json_null());
-        if (g->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(g));
-        json_object_set_new(choice, "message", msg);
-    } else {
-        json_object_set_new(choice, "text", take(&g->content, 0));
-    }
-    json_object_set_new(choice, "logprobs",
-                        g->rq->logprobs ? (chat ? chat_logprobs(g->m, req, 0, g->n_used)
-                                                : completion_logprobs(g, req, 0, g->n_used))
-                                        : json_null());
-    json_object_set_new(choice, "finish_reason", finish_json(meta));
     json_t *choices = json_array();
-    json_array_append_new(choices, choice);
+    for (uint32_t i = 0; i < n; i++) {
+        oai_gen *g = gs[i];
+        const kipp_req *req = reqs[i];
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(g->index));
+        if (chat) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            /* OpenAI: content is null when the reply is only tool calls */
+            json_t *content = take(&g->content, g->n_calls > 0);
+            json_object_set_new(msg, "content", content ? content : json_null());
+            json_t *r = take(&g->reasoning, 1);
+            json_object_set_new(msg, "reasoning_content", r ? r : json_null());
+            if (g->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(g));
+            json_object_set_new(choice, "message", msg);
+        } else {
+            json_object_set_new(choice, "text", take(&g->content, 0));
+        }
+        json_object_set_new(choice, "logprobs",
+                            g->rq->logprobs ? (chat ? chat_logprobs(g->m, req, 0, g->n_used)
+                                                    : completion_logprobs(g, req, 0, g->n_used))
+                                            : json_null());
+        json_object_set_new(choice, "finish_reason", finish[i] ? json_string(finish[i]) : json_null());
+        json_array_append_new(choices, choice);
+    }
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(meta));
     return dump(o);

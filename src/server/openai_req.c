@@ -435,10 +435,8 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
     if (!json_is_string(model)) { fail(&e, "model", "'model' must be a string"); goto out; }
     if (!(r->model = strdup(json_string_value(model)))) { fail(&e, NULL, "out of memory"); goto out; }
     long long n = 1, mt = -1;
-    if (get_int(o, "n", 1, 1, &n, &e)) {
-        snprintf(msg, msg_len, "'n' must be 1: one completion per request");
-        goto out;
-    }
+    if (get_int(o, "n", 1, OAI_MAX_N, &n, &e)) goto out;
+    r->n = (uint32_t)n;
     if (get_int(o, "max_tokens", 1, 1 << 30, &mt, &e) ||
         get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, &e))
         goto out;

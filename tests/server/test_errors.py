@@ -109,8 +109,8 @@ CHAT_BAD = [
     ("stop", 5),
     ("stop", [1, 2]),
     ("stream", "yes"),
-    ("n", 2),
     ("n", 0),
+    ("n", 17),
     ("logprobs", "yes"),
     ("stream_options", "on"),
     ("chat_template_kwargs", "thinking"),
@@ -175,7 +175,8 @@ COMP_BAD = [
     ("temperature", "hot"),
     ("top_p", 2),
     ("stop", [str(i) for i in range(17)]),
-    ("n", 2),
+    ("n", 0),
+    ("n", 17),
     ("ignore_eos", "sure"),
     ("logit_bias", {"1.5": 2}),
     ("response_format", {"type": "json_schema"}),
@@ -217,7 +218,7 @@ def test_unknown_model(server, client):
 
 def test_openai_client_bad_request(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=MODEL_NAME, messages=MSGS, max_tokens=2, n=2)
+        client.chat.completions.create(model=MODEL_NAME, messages=MSGS, max_tokens=2, n=17)
     assert e.value.status_code == 400
     assert e.value.body and e.value.body.get("param") == "n"
     with pytest.raises(openai.BadRequestError):

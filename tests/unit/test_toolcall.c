@@ -478,7 +478,9 @@ static void test_server_response(kipp_model *m) {
             oai_gen_push(&g, &t);
         }
         oai_gen_finish(&g);
-        char *js = oai_response_json(&g, &meta, NULL);
+        oai_gen *gp = &g;
+        kipp_req *rq0 = NULL;
+        char *js = oai_response_json(&gp, &rq0, &meta.finish_reason, 1, &meta);
         json_error_t je;
         json_t *o = js ? json_loads(js, 0, &je) : NULL;
         json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
@@ -519,7 +521,9 @@ static void test_server_response(kipp_model *m) {
             oai_gen_push(&g, &t);
         }
         oai_gen_finish(&g);
-        char *js = oai_response_json(&g, &meta, NULL);
+        oai_gen *gp = &g;
+        kipp_req *rq0 = NULL;
+        char *js = oai_response_json(&gp, &rq0, &meta.finish_reason, 1, &meta);
         json_t *o = js ? json_loads(js, 0, NULL) : NULL;
         json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
         if (parse)
