@@ -70,7 +70,7 @@ $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/cli_grammar.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
@@ -152,7 +152,8 @@ fuzz: $(BUILD)/fuzz_gguf
 
 -include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
          $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d $(BUILD)/obj/src/cli/kipp_perplexity.d \
-         $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/cli_spec.d $(BUILD)/obj/src/cli/generate.d
+         $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/cli_spec.d $(BUILD)/obj/src/cli/generate.d \
+         $(BUILD)/obj/src/cli/cli_grammar.d
 
 # ---- set-up ---------------------------------------------------------------------------
 

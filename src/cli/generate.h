@@ -6,6 +6,7 @@
 #ifndef KIPP_CLI_GENERATE_H
 #define KIPP_CLI_GENERATE_H
 
+#include "engine/grammar.h"
 #include "engine/spec.h"
 #include "kipp.h"
 
@@ -34,6 +35,10 @@ typedef struct {
     int fixed_k;           /* always draft k_max (else K adapts to acceptance and timing) */
     const int32_t *hist;
     uint32_t n_hist;
+    /* constrained output (NULL: none; not with a drafter): tokens are drawn from those the
+     * matcher allows, from the first one or after the token constrain_after (>= 0) */
+    kipp_matcher *matcher;
+    int32_t constrain_after;
 } kipp_gen_params;
 
 typedef struct {

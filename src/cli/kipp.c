@@ -6,6 +6,7 @@
  * --print-prompt. Multi-turn chat is kipp-chat; the generation loop both share is in
  * generate.c. The only layer allowed to print and exit. */
 #include "cli/cli_args.h"
+#include "cli/cli_grammar.h"
 #include "cli/cli_spec.h"
 #include "cli/generate.h"
 #include "core/outfile.h"
@@ -33,6 +34,7 @@ typedef struct {
     kipp_sampler_params sp;
     kipp_cli_runtime rt; /* --backend, --isa, --kv-type */
     kipp_cli_spec spec;  /* --draft-model, --spec-ngram, ... */
+    kipp_cli_grammar gr; /* --grammar-file, --json-schema, --json */
 } cli_opts;
 
 static void usage(FILE *f) {
@@ -59,6 +61,10 @@ static void usage(FILE *f) {
             "\n"
             "speculative decoding (the output is what it would be without it; docs/speculative.md):\n");
     kipp_cli_spec_help(f, 26);
+    fprintf(f,
+            "\n"
+            "constrained output (every token drawn from those the grammar allows; docs/grammar.md):\n");
+    kipp_cli_grammar_help(f, 26);
     fprintf(f,
             "\n"
             "sampling (defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, seed 12648430):\n"
@@ -144,7 +150,8 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp", a, v, 0, 1024, &o->n_threads)) return 2;
         } else if ((r = kipp_cli_sampling_flag("kipp", argc, argv, &i, &o->sp)) != 0 ||
                    (r = kipp_cli_runtime_flag("kipp", argc, argv, &i, &o->rt)) != 0 ||
-                   (r = kipp_cli_spec_flag("kipp", argc, argv, &i, &o->spec)) != 0) {
+                   (r = kipp_cli_spec_flag("kipp", argc, argv, &i, &o->spec)) != 0 ||
+                   (r = kipp_cli_grammar_flag("kipp", argc, argv, &i, &o->gr)) != 0) {
             if (r == 2) return 2;
         } else if (IS("--chat")) { o->chat = 1; }
         else if (IS("--system")) { if (!(o->system = NEXT())) return 2; o->chat = 1; }
@@ -170,6 +177,11 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
     }
     if (!kipp_cli_runtime_finish("kipp", &o->rt)) return 2;
     if (!kipp_cli_spec_finish("kipp", &o->spec)) return 2;
+    if (o->gr.first_flag && (o->spec.draft_model || o->spec.ngram)) {
+        fprintf(stderr, "kipp: %s cannot be combined with speculative decoding (%s): a draft would "
+                        "need a mask per drafted token\n", o->gr.first_flag, o->spec.first_flag);
+        return 2;
+    }
     if (o->messages_file && (o->prompt || o->system)) {
         fprintf(stderr, "kipp: --messages FILE replaces --prompt and --system; give one or the other\n");
         return 2;
@@ -435,6 +447,8 @@ int main(int argc, char **argv) {
     kipp_model *m = NULL, *dm = NULL;
     kipp_ctx *c = NULL;
     kipp_drafter *drafter = NULL;
+    kipp_matcher *matcher = NULL;
+    kipp_token_trie *trie = NULL;
     kipp_sampler *smp = NULL;
     kipp_detokenizer *dt = NULL;
     char *stdin_buf = NULL, *chat_buf = NULL;
@@ -569,7 +583,15 @@ int main(int argc, char **argv) {
         if (drafter && o.stats)
             fprintf(stderr, "kipp: speculative decoding: %s\n", kipp_drafter_describe(drafter));
     }
+    if (!kipp_cli_grammar_start("kipp", &o.gr, m, &trie, &matcher)) goto done;
+    int32_t think_end = -1; /* with thinking on, the grammar starts after </think> */
+    if (matcher && o.chat && !o.no_think) {
+        int32_t te[2];
+        size_t nte = 0;
+        if (kipp_tokenize(m, "</think>", 8, 1, te, 2, &nte, NULL, 0) == KIPP_OK && nte == 1) think_end = te[0];
+    }
     kipp_gen_params gp = {.prog = "kipp", .ctx = c, .model = m, .sampler = smp, .detok = dt,
+                          .matcher = matcher, .constrain_after = think_end,
                           .logits = logits, .n_predict = o.n_predict,
                           .ignore_eos = o.ignore_eos, .on_text = text_out,
                           .drafter = drafter, .k_max = (uint32_t)o.spec.draft_max,
@@ -615,6 +637,8 @@ done:
     free(chat_buf);
     kipp_sampler_free(smp);
     kipp_detokenizer_free(dt);
+    kipp_matcher_free(matcher);
+    kipp_token_trie_free(trie);
     kipp_drafter_free(drafter);
     kipp_model_free(dm);
     kipp_ctx_free(c);
