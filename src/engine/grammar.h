@@ -72,11 +72,16 @@ void kipp_matcher_apply(kipp_matcher *m, float *logits, uint32_t n);
 /* The mask itself: bit id of bits[] (n_vocab bits, ceil(n/32) words) set when allowed. */
 void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits);
 
-/* Counters for the bench and /metrics: masks computed, served from the cache, seconds. */
+/* Counters for the bench and /metrics: masks computed, served from the cache, trie edges
+ * walked, masks cut short by the work budget (partial: every token in such a mask is
+ * allowed, some allowed ones may be missing; only hostile, highly ambiguous grammars get
+ * there), seconds. */
 typedef struct {
-    uint64_t masks, cache_hits, trie_nodes;
+    uint64_t masks, cache_hits, trie_nodes, partial;
     double seconds;
 } kipp_matcher_stats;
 void kipp_matcher_get_stats(const kipp_matcher *m, kipp_matcher_stats *out);
+/* The work after which a mask walk stops (default: about 32 M units; the tests lower it). */
+void kipp_matcher_set_work_budget(kipp_matcher *m, uint64_t units);
 
 #endif

@@ -25,6 +25,11 @@
 #define MAX_TOPS 1024   /* stacks kept per state (ambiguous grammars beyond: the rest are dropped) */
 #define MAX_RESOLVE 4096 /* rule expansions per step without a byte (bounds hostile grammars) */
 #define N_CACHE 64
+/* A mask walk stops after this much work (edges, tops scanned and merged): a grammar
+ * ambiguous enough to need more (a hostile one) gets a partial mask — every token in it is
+ * allowed, some allowed ones are missing — instead of holding the engine for seconds. Real
+ * grammars stay far below (the JSON corpus's worst walk: about 2 M). */
+#define WALK_WORK_BUDGET (32u << 20)
 #define HC_BITS 14      /* frame hash-consing table: 16K slots */
 
 /* ---- the token trie ------------------------------------------------------------------------- */
@@ -254,6 +259,7 @@ struct kipp_matcher {
     sset merge;            /* walk's scratch for states several tops lead to */
     int oom;
     int owns_grammar;
+    uint64_t work, budget_work; /* this walk's work, and where it stops (WALK_WORK_BUDGET) */
     kipp_matcher_stats st;
 };
 
@@ -390,6 +396,7 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
     m->fpos = malloc(m->capf * sizeof *m->fpos);
     m->fpar = malloc(m->capf * sizeof *m->fpar);
     m->memo = calloc(m->capf, sizeof *m->memo);
+    m->budget_work = WALK_WORK_BUDGET;
     m->hc = calloc(1u << HC_BITS, sizeof *m->hc);
     m->gen = 1;
     m->nf = 1;
@@ -554,6 +561,7 @@ static uint32_t after(kipp_matcher *m, uint32_t f) {
     t->complete = 0;
     m->budget = MAX_RESOLVE;
     resolve(m, m->fpos[f] + 1, m->fpar[f], t); /* may grow the frame arrays and memo[] */
+    m->work += MAX_RESOLVE - m->budget + t->n;
     const uint32_t sid = new_state(m, t->top, t->n, t->complete);
     m->memo[f] = (memo_ent){.gen = m->gen, .sid = sid};
     return sid;
@@ -571,6 +579,7 @@ static uint32_t merge(kipp_matcher *m, uint32_t sid, unsigned b) {
         const uint32_t a = after(m, f);
         if (a == NONE) return NONE;
         complete |= m->ws[a].complete;
+        m->work += (uint64_t)m->ws[a].n * (mg->n + 1);
         for (uint32_t j = 0; j < m->ws[a].n; j++) {
             const uint32_t g = m->mbuf[m->ws[a].off + j];
             uint32_t q = 0;
@@ -589,6 +598,7 @@ static void build_disp(kipp_matcher *m, uint32_t sid) {
     if (grow(m, (void **)&m->dbuf, &m->cap_dbuf, m->n_dbuf, 256, sizeof *m->dbuf, 512)) return;
     uint16_t *d = m->dbuf + m->n_dbuf;
     const uint32_t n = m->ws[sid].n, off = m->ws[sid].off, c0 = m->n_cbuf;
+    m->work += 256u * n;
     uint32_t n_cls = 0;
     for (unsigned b = 0; b < 256; b++) {
         d[b] = 0;
@@ -632,11 +642,13 @@ static void walk(kipp_matcher *m, uint32_t node, uint32_t sid, uint32_t *bits) {
     for (uint32_t e = e0; e < e0 + ne; e++) {
         const unsigned b = t->ebyte[e];
         if (!kipp_gset_has(allow, b)) continue;
+        if (++m->work > m->budget_work) return; /* partial: see WALK_WORK_BUDGET */
         uint32_t d;
         if (disp != NONE) {
             d = m->dbuf[disp + b];
         } else { /* first visit: find the matching top */
             d = 0;
+            m->work += m->ws[sid].n;
             for (uint32_t k = 0; k < m->ws[sid].n && d != MULTI; k++)
                 if (top_has(m, m->mbuf[m->ws[sid].off + k], b)) d = d ? MULTI : k + 1;
         }
@@ -712,6 +724,7 @@ void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
         memset(bits, 0, m->n_words * sizeof *bits);
         const uint32_t mark = m->nf;
         m->n_mbuf = m->n_ws = m->n_dbuf = m->n_cbuf = 0;
+        m->work = 0;
         if (m->cur.n) {
             sset_copy(m, &m->tmp, &m->cur); /* new_state sorts its argument */
             const uint32_t root = new_state(m, m->tmp.top, m->tmp.n, m->cur.complete);
@@ -719,9 +732,11 @@ void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
         }
         m->nf = mark;
         m->gen++; /* the walk's frames are gone: so are its states */
+        const int partial = m->work > m->budget_work;
+        m->st.partial += partial;
         if (m->cur.complete)
             for (uint32_t k = 0; k < t->n_eog; k++) bits[t->eog[k] >> 5] |= 1u << (t->eog[k] & 31);
-        if (nk && !m->oom) { /* keep it */
+        if (nk && !m->oom && !partial) { /* keep it (a partial mask is not worth keeping) */
             if (!victim->mask) victim->mask = malloc(m->n_words * sizeof *victim->mask);
             uint32_t *key = realloc(victim->key, nk * sizeof *key);
             if (key) victim->key = key;
@@ -754,3 +769,5 @@ void kipp_matcher_apply(kipp_matcher *m, float *logits, uint32_t n) {
 }
 
 void kipp_matcher_get_stats(const kipp_matcher *m, kipp_matcher_stats *out) { *out = m->st; }
+
+void kipp_matcher_set_work_budget(kipp_matcher *m, uint64_t units) { m->budget_work = units; }

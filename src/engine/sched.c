@@ -327,6 +327,7 @@ static kipp_req *finish_locked(kipp_sched *s, kipp_req *r, kipp_finish f) {
         s->st.grammar_masks += ms.masks;
         s->st.grammar_cache_hits += ms.cache_hits;
         s->st.grammar_mask_seconds += ms.seconds;
+        s->st.grammar_masks_partial += ms.partial;
     }
     pthread_cond_broadcast(&r->cv);
     return req_unref_locked(r);

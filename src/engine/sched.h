@@ -109,7 +109,7 @@ typedef struct {
     kipp_hist ttft, itl; /* submit → first token; between consecutive tokens of a request */
     /* constrained decoding, counted when a request finishes: token masks computed, of them
      * served from the matcher's cache, seconds spent computing them */
-    uint64_t grammar_requests, grammar_masks, grammar_cache_hits;
+    uint64_t grammar_requests, grammar_masks, grammar_cache_hits, grammar_masks_partial;
     double grammar_mask_seconds;
 } kipp_sched_stats;
 

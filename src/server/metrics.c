@@ -104,6 +104,9 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            (double)s->grammar_cache_hits);
     metric(&b, "kipp_grammar_mask_seconds_total", "counter", "Time spent computing token masks.",
            s->grammar_mask_seconds);
+    metric(&b, "kipp_grammar_masks_partial_total", "counter",
+           "Token masks cut short by the work budget (a hostile, highly ambiguous grammar).",
+           (double)s->grammar_masks_partial);
     put(&b, "# HELP kipp_spec_request_acceptance Per-request acceptance (kept / drafted) of "
             "finished requests that drafted.\n# TYPE kipp_spec_request_acceptance histogram\n");
     uint64_t cum = 0;

@@ -258,6 +258,31 @@ static void test_masks(void) {
         }
         kipp_grammar_free(g);
     }
+    /* a walk over its work budget: a partial mask, every token in it allowed, counted */
+    kipp_grammar *gb = compile(grammars[1]);
+    kipp_matcher *mb;
+    if (gb && kipp_matcher_new(gb, t, &mb, err, sizeof err) == KIPP_OK) {
+        KT_CHECK(kipp_matcher_accept_token(mb, 15) == 1); /* "{" */
+        kipp_matcher_set_work_budget(mb, 3);
+        uint32_t bits[1];
+        kipp_matcher_mask(mb, bits);
+        int n_set = 0, n_allowed = 0, wrong = 0;
+        for (int id = 0; id < N; id++) {
+            const int a = kipp_matcher_allows_token(mb, id), b = (int)((bits[0] >> id) & 1);
+            n_set += b, n_allowed += a, wrong += b && !a;
+        }
+        kipp_matcher_stats st;
+        kipp_matcher_get_stats(mb, &st);
+        KT_CHECK(st.partial == 1 && wrong == 0 && n_set < n_allowed, "partial %llu, set %d of %d allowed, %d wrong",
+                 (unsigned long long)st.partial, n_set, n_allowed, wrong);
+        kipp_matcher_set_work_budget(mb, 1u << 30);
+        kipp_matcher_mask(mb, bits); /* not cached: computed again, whole */
+        n_set = 0;
+        for (int id = 0; id < N; id++) n_set += (int)((bits[0] >> id) & 1);
+        KT_CHECK(n_set == n_allowed, "after the budget is raised: %d of %d", n_set, n_allowed);
+        kipp_matcher_free(mb);
+    }
+    kipp_grammar_free(gb);
     /* a token that is not allowed leaves the state unchanged */
     kipp_grammar *g = compile("root ::= \"ab\"");
     kipp_matcher *m;
