@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     uint32_t *bits = malloc((info.n_vocab + 31) / 32 * sizeof *bits);
     size_t cap = 1 << 16, n = 0;
     double *times = malloc(cap * sizeof *times), compile_s = 0;
-    uint64_t masks = 0, hits = 0;
+    uint64_t masks = 0, hits = 0, partial = 0;
     int docs = 0, schemas = 0, bad = 0;
     for (int i = 0; i < n_names; i++) {
         char path[4096];
@@ -104,6 +104,8 @@ int main(int argc, char **argv) {
                 continue;
             kipp_matcher *mt;
             if (kipp_matcher_new(g, t, &mt, err, sizeof err) != KIPP_OK) return 1;
+            if (getenv("KIPP_GB_BUDGET")) /* probing how much work the corpus's walks take */
+                kipp_matcher_set_work_budget(mt, strtoull(getenv("KIPP_GB_BUDGET"), NULL, 10));
             for (size_t j = 0; j <= nid; j++) {
                 t0 = now_s();
                 kipp_matcher_mask(mt, bits);
@@ -133,6 +135,7 @@ int main(int argc, char **argv) {
             kipp_matcher_get_stats(mt, &st);
             masks += st.masks;
             hits += st.cache_hits;
+            partial += st.partial;
             kipp_matcher_free(mt);
             free(ids);
             docs++;
@@ -147,9 +150,11 @@ int main(int argc, char **argv) {
 #define PCT(q) (n ? times[(size_t)((double)(n - 1) * (q))] * 1e3 : 0.0)
     printf("{\"schemas\": %d, \"documents\": %d, \"masks\": %zu, \"cache_hits\": %llu, "
            "\"mask_ms\": {\"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, \"p99\": %.4f, \"max\": %.4f}, "
-           "\"trie_build_ms\": %.1f, \"compile_ms_total\": %.2f, \"vocab\": %u, \"invalid\": %d}\n",
+           "\"trie_build_ms\": %.1f, \"compile_ms_total\": %.2f, \"vocab\": %u, \"invalid\": %d, "
+           "\"partial\": %llu}\n",
            schemas, docs, n, (unsigned long long)hits, n ? sum / (double)n * 1e3 : 0.0, PCT(0.5), PCT(0.9),
-           PCT(0.99), PCT(1.0), trie_s * 1e3, compile_s * 1e3, info.n_vocab, bad);
+           PCT(0.99), PCT(1.0), trie_s * 1e3, compile_s * 1e3, info.n_vocab, bad,
+           (unsigned long long)partial);
     (void)masks;
     free(times);
     free(bits);
