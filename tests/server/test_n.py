@@ -11,13 +11,21 @@ import json
 import jsonschema
 import pytest
 
-from conftest import MODEL_NAME, VARIED
+from conftest import MODEL_NAME, VARIED, Srv, start_server
 
 PROMPT = "Tell me a story about a robot who learns to paint, in three short sentences, please."
 MSGS = [{"role": "user", "content": PROMPT}]
 
 
-def test_choices_equal_single_requests_and_share_the_prefill(server):
+@pytest.fixture(scope="module")
+def f32_server() -> Srv:
+    """f32 KV: a choice's logits then agree with a solo run's to a few parts per million
+    (docs/server.md, "Determinism"), so sampling cannot flip on a rounding difference."""
+    return Srv(start_server("n-f32", "--kv-type", "f32"))
+
+
+def test_choices_equal_single_requests_and_share_the_prefill(f32_server):
+    server = f32_server
     before = server.metrics().get("kipp_prefix_live_tokens_total")
     js = server.complete(PROMPT, n=3, max_tokens=12, temperature=1.0, seed=41, **VARIED)
     after = server.wait_idle().get("kipp_prefix_live_tokens_total")
