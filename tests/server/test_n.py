@@ -68,7 +68,8 @@ def test_chat_n_greedy_usage(server):
     assert js["usage"]["prompt_tokens"] == solo["usage"]["prompt_tokens"]
 
 
-def test_stream_interleaves_choices(client):
+def test_stream_interleaves_choices(f32_server):
+    client = f32_server.client()
     kw = dict(model=MODEL_NAME, messages=MSGS, n=3, max_tokens=10, temperature=1.0, seed=5,
               extra_body=VARIED)
     whole = client.chat.completions.create(**kw)
