@@ -151,12 +151,13 @@ static int parse_request(const kipp_model *m, json_t *root, emb_request *r, char
     const json_t *first = is_str ? in : json_array_get(in, 0);
     /* an array of integers is ONE input of token ids; other arrays hold one input each */
     const int one_tokens = !is_str && json_is_integer(first);
-    r->n_in = is_str || one_tokens ? 1 : n_arr;
-    if (r->n_in > OAI_EMBED_MAX_INPUTS)
+    const size_t n_in = is_str || one_tokens ? 1 : n_arr;
+    if (n_in > OAI_EMBED_MAX_INPUTS)
         return snprintf(msg, msg_len, "'input' has %zu inputs; at most %d are allowed per request",
-                        r->n_in, OAI_EMBED_MAX_INPUTS), 0;
-    r->in = calloc(r->n_in, sizeof *r->in);
+                        n_in, OAI_EMBED_MAX_INPUTS), 0;
+    r->in = calloc(n_in, sizeof *r->in);
     if (!r->in) return snprintf(msg, msg_len, "out of memory"), 0;
+    r->n_in = n_in; /* only now: request_free walks r->in[0..n_in) */
     if (one_tokens) return parse_ids(in, info.n_vocab, "input", &r->in[0], msg, msg_len);
     for (size_t i = 0; i < r->n_in; i++) {
         const json_t *v = is_str ? in : json_array_get(in, i);
