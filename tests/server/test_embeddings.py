@@ -175,3 +175,19 @@ def test_metrics_count_embeddings(embed_server, ec):
     ec.embeddings.create(model=EMBED_NAME, input="count me")
     m = embed_server.metrics()
     assert m.get("kipp_requests_total", endpoint="embeddings", status="200") >= 1
+
+
+def test_concurrent_requests_equal_sequential(embed_server, ec):
+    """The embedder's one context is shared behind a mutex: requests from many connections
+    at once give exactly the vectors they give alone."""
+    from concurrent.futures import ThreadPoolExecutor
+    texts = [e["text"] for e in GOLDEN["inputs"]] * 4
+    alone = {t: ec.embeddings.create(model=EMBED_NAME, input=t, encoding_format="float").data[0].embedding
+             for t in set(texts)}
+
+    def one(t):
+        return t, embed_server.client().embeddings.create(model=EMBED_NAME, input=[t, t[::-1] or "x"],
+                                                          encoding_format="float").data[0].embedding
+    with ThreadPoolExecutor(8) as pool:
+        for t, got in pool.map(one, texts):
+            assert got == alone[t]
