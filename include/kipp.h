@@ -110,6 +110,9 @@ typedef struct {
     kipp_pooling pooling; /* KIPP_POOLING_NONE unless the file declares an embedding model */
     int has_lm_head;      /* 0: an embedding model without output.weight; contexts must be
                              created with embeddings = 1 */
+    int add_eos;          /* tokenizer.ggml.add_eos_token: the tokenizer appends eos_id to
+                             every input (Qwen3-Embedding's <|endoftext|>, the pooled token);
+                             kipp_tokenize does not, the embeddings endpoint does */
 } kipp_model_info;
 
 void kipp_model_get_info(const kipp_model *m, kipp_model_info *out);

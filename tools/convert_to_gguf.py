@@ -383,6 +383,32 @@ def stored_type(gguf_name: str, shape: tuple[int, ...], weight_type: GGMLType) -
 # Tokenizer metadata
 
 
+def _template_eos(tok: dict, content_to_id: dict[str, int], special: dict[str, int],
+                  add_special: dict[str, bool], hf_dir: Path) -> None:
+    """Qwen3-Embedding's tokenizer.json appends <|endoftext|> to every input through a
+    TemplateProcessing post-processor (single = [$A, <|endoftext|>]); its last token is the
+    one pooled. As gguf-py does (llama.cpp #14314), that token becomes the EOS and
+    add_eos_token is set. A template that adds anything else is refused: Kipp would not
+    reproduce it."""
+    pp = tok.get("post_processor") or {}
+    procs = pp.get("processors", []) if pp.get("type") == "Sequence" else [pp]
+    for proc in procs:
+        if not isinstance(proc, dict) or proc.get("type") != "TemplateProcessing":
+            continue
+        single = proc.get("single") or []
+        if (len(single) == 2 and "Sequence" in single[0] and "SpecialToken" in single[1]):
+            text = single[1]["SpecialToken"].get("id")
+            if text not in content_to_id:
+                raise ConvertError(f"{hf_dir / 'tokenizer.json'}: the post-processor appends "
+                                   f"{text!r}, which is not an added token")
+            special["eos"] = content_to_id[text]
+            add_special["eos"] = True
+        elif not (len(single) == 1 and "Sequence" in single[0]):
+            raise ConvertError(f"{hf_dir / 'tokenizer.json'}: a TemplateProcessing post-processor "
+                               f"with single = {single!r} is not supported (only [$A] or "
+                               "[$A, <special token>])")
+
+
 def _looks_special(text: str) -> bool:
     """convert_hf_to_gguf.py's does_token_look_special()."""
     return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
@@ -491,6 +517,8 @@ def read_vocab(hf_dir: Path, config: dict, n_vocab: int) -> Vocab:
                 tid = tid[0]
             if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n_vocab and kind not in special:
                 special[kind] = tid
+
+    _template_eos(tok, content_to_id, special, add_special, hf_dir)
 
     chat_template = tok_cfg.get("chat_template")
     if isinstance(chat_template, list):  # [{"name":..., "template":...}]

@@ -2,7 +2,8 @@
 
 What it does: loads models/NAME (default tiny-embed) with transformers' Qwen3Model in
 float32 and float64 (eager attention, CPU), tokenizes a fixed set of inputs (ASCII, CJK,
-emoji, a one-token input) with the checkpoint's own tokenizer (no special tokens added),
+emoji, a one-word input) with the checkpoint's own tokenizer as sentence-transformers does
+(special tokens added: Qwen3-Embedding's tokenizer appends <|endoftext|>, the pooled token),
 pools the last token of last_hidden_state (Qwen3Model applies the final RMSNorm), L2
 normalizes it, and writes tests/test-vectors/NAME/manifest.json: per input its text,
 token ids and float32 embedding; the bounds Kipp's embeddings are gated with (cosine >=
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
               for dt in (torch.float32, torch.float64)}
     entries, max_diff = [], 0.0
     for text in INPUTS:
-        ids = tok(text, add_special_tokens=False)["input_ids"]
+        ids = tok(text)["input_ids"]
         e32 = embed(models[torch.float32], torch, ids)
         e64 = embed(models[torch.float64], torch, ids)
         max_diff = max(max_diff, float(np.max(np.abs(e32 - e64))))

@@ -215,6 +215,18 @@ def write_checkpoint(name: str, out_dir: Path, n_shards: int = 1) -> Path:
     write_json(out_dir / "generation_config.json", make_generation_config())
     for fname in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(TOKENIZER_DIR / fname, out_dir / fname)
+    if spec.get("embedding"):
+        # as Qwen3-Embedding ships it: the tokenizer appends <|endoftext|> to every input
+        # (a TemplateProcessing post-processor), and that last token is the one pooled
+        tok = json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))
+        eot = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+        tok["post_processor"] = {"type": "Sequence", "processors": [tok["post_processor"], {
+            "type": "TemplateProcessing",
+            "single": [{"Sequence": {"id": "A", "type_id": 0}}, eot],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, eot,
+                     {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 1}}],
+            "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [BOS_ID], "tokens": ["<|endoftext|>"]}}}]}
+        (out_dir / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
 
     if spec.get("embedding"):  # sentence-transformers: last-token pooling, then normalize
         write_json(out_dir / "modules.json", [

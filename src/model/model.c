@@ -172,6 +172,9 @@ kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **ou
     if ((st = bind(g, "token_embd.weight", H, V, &m->tok_embd, err, err_len))) goto fail;
     if ((st = bind(g, "output_norm.weight", H, 0, &m->output_norm, err, err_len))) goto fail;
     if ((st = read_pooling(g, &m->hp.pooling, err, err_len))) goto fail;
+    if (kipp_gguf_find_key(g, "tokenizer.ggml.add_eos_token") >= 0 &&
+        (st = kipp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &m->hp.add_eos, err, err_len)))
+        goto fail;
     m->hp.has_lm_head = 1;
     if (kipp_gguf_find_tensor(g, "output.weight")) {
         if ((st = bind(g, "output.weight", H, V, &m->output, err, err_len))) goto fail;

@@ -179,6 +179,12 @@ static int parse_request(const kipp_model *m, json_t *root, emb_request *r, char
         if (r->in[i].n == 0)
             return snprintf(msg, msg_len, "%s is empty (no tokens to embed)",
                             is_str ? "input" : where), 0;
+        if (json_is_string(v) && info.add_eos) { /* as HF's tokenizer does for this model */
+            int32_t *p = realloc(r->in[i].ids, (r->in[i].n + 1) * sizeof *p);
+            if (!p) return snprintf(msg, msg_len, "out of memory"), 0;
+            p[r->in[i].n++] = (int32_t)info.eos_id;
+            r->in[i].ids = p;
+        }
     }
     if (r->in[0].n == 0) return snprintf(msg, msg_len, "input is empty (no tokens to embed)"), 0;
     return 1;

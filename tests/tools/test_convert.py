@@ -464,6 +464,22 @@ def test_embedding_checkpoint_gets_pooling_last_and_no_output(tiny_embed, tmp_pa
     names = {t.name for t in r.tensors}
     assert "output.weight" not in names and "token_embd.weight" in names
     assert "blk.1.ffn_down.weight" in names and "output_norm.weight" in names
+    # the tokenizer's TemplateProcessing appends <|endoftext|>: it is the EOS, and added
+    f = r.fields["tokenizer.ggml.eos_token_id"]
+    assert int(f.parts[f.data[0]][0]) == 151643
+    f = r.fields["tokenizer.ggml.add_eos_token"]
+    assert bool(f.parts[f.data[0]][0]) is True
+
+
+def test_unsupported_post_processor_template_is_refused(tiny_embed, tmp_path):
+    ckpt = tmp_path / "bos-template"
+    shutil.copytree(tiny_embed, ckpt)
+    tok = json.loads((ckpt / "tokenizer.json").read_text(encoding="utf-8"))
+    single = tok["post_processor"]["processors"][1]["single"]
+    single.insert(0, {"SpecialToken": {"id": "<|im_start|>", "type_id": 0}})
+    (ckpt / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
+    with pytest.raises(conv.ConvertError, match="TemplateProcessing post-processor .* is not supported"):
+        conv.convert(ckpt, "bf16", tmp_path / "e.gguf", progress=False)
 
 
 def test_embedding_pooling_mode_other_than_last_is_refused(tiny_embed, tmp_path):
