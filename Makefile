@@ -31,7 +31,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE embed-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
         fuzz clean tiny-models trained-models
 
 all: cpu
@@ -219,8 +219,12 @@ random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
 
 # the random-tiny shape in every weight type the cpu backend runs (Q4_K and Q6_K included)
 RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k
+# the embedding checkpoint (a bare Qwen3Model with last-token pooling): bf16 only, the
+# weights its golden embeddings (tools/make_embed_vectors.py) were computed from
+$(eval $(call tiny_gguf_rule,tiny-embed,bf16))
 tiny-models: deps trained-models $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
-             $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf)
+             $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf) \
+             models/tiny-embed/kipp-tiny-embed-bf16.gguf
 
 demo: deps cpu models/kipp-tiny/kipp-tiny-bf16.gguf
 	$(BUILD)/kipp --model models/kipp-tiny/kipp-tiny-bf16.gguf --chat --no-think --greedy -n 96 \
@@ -230,6 +234,11 @@ vectors: deps
 	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
 	    .venv/bin/pip install -r tools/requirements-vectors.txt
 	$(PYTHON) -m tools.make_vectors --checkpoint $(CHECKPOINT)
+
+embed-vectors: deps models/tiny-embed/config.json
+	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
+	    .venv/bin/pip install -r tools/requirements-vectors.txt
+	$(PYTHON) -m tools.make_embed_vectors --checkpoint tiny-embed
 
 # ---- tests ------------------------------------------------------------------------------
 

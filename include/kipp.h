@@ -66,6 +66,10 @@ typedef struct {
                                runs over those rows of the output matrix (BPE ids are ranked
                                by merge order, roughly by frequency). A smaller head for a
                                draft model; 0 = n_vocab (every token) */
+    int embeddings;         /* 1: kipp_decode_batch writes, per wanted token, the final-norm
+                               hidden state ([n_embd] floats) instead of logits, and the
+                               lm_head never runs (n_logits is ignored). The only mode a model
+                               without an lm_head (an embedding model) accepts. */
 } kipp_ctx_params;
 
 /* Comma-separated names of the backends built into this binary, fastest first (static). */
@@ -83,11 +87,32 @@ void kipp_model_free(kipp_model *m);
  * small norm vectors; decode checks every logits vector. */
 kipp_status kipp_model_check_weights(const kipp_model *m, char *err, size_t err_len);
 
+/* How an embedding model pools its per-token hidden states into one vector: llama.cpp's
+ * enum, as GGUF key qwen3.pooling_type carries it. Kipp runs NONE (a generative model) and
+ * LAST (Qwen3-Embedding: the last token's final-norm hidden state); a file naming another
+ * type is refused at load. */
+typedef enum {
+    KIPP_POOLING_NONE = 0,
+    KIPP_POOLING_MEAN = 1,
+    KIPP_POOLING_CLS = 2,
+    KIPP_POOLING_LAST = 3,
+    KIPP_POOLING_RANK = 4
+} kipp_pooling;
+
+/* "none", "mean", "cls", "last", "rank" (static storage; "?" for a value out of range). */
+const char *kipp_pooling_name(kipp_pooling p);
+
 typedef struct {
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
     int tied_embeddings;
     uint32_t bos_id, eos_id;
+    kipp_pooling pooling; /* KIPP_POOLING_NONE unless the file declares an embedding model */
+    int has_lm_head;      /* 0: an embedding model without output.weight; contexts must be
+                             created with embeddings = 1 */
+    int add_eos;          /* tokenizer.ggml.add_eos_token: the tokenizer appends eos_id to
+                             every input (Qwen3-Embedding's <|endoftext|>, the pooled token);
+                             kipp_tokenize does not, the embeddings endpoint does */
 } kipp_model_info;
 
 void kipp_model_get_info(const kipp_model *m, kipp_model_info *out);
@@ -176,7 +201,9 @@ typedef struct {
     uint32_t kv_block_size, kv_blocks;
     uint64_t kv_bytes_per_token; /* K + V of one token, all layers, in kv_type */
     uint64_t kv_bytes;           /* the whole pool (reserved; pages are touched on use) */
-    uint32_t n_logits;           /* floats in one logits row (n_vocab unless limited) */
+    uint32_t n_logits;           /* floats in one logits row (n_vocab unless limited; n_embd
+                                    for an embeddings context) */
+    int embeddings;              /* rows are final-norm hidden states, not logits */
 } kipp_ctx_info;
 
 void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out);

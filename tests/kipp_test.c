@@ -44,6 +44,8 @@ static const struct {
      kt_gate_draft_spec, NULL, BACKEND_FLAGS},
     {"--spec-stat", "", "speculative sampling: emitted tokens distributed as plain sampling (chi-square)",
      kt_gate_spec_stat, NULL, NO_FLAGS},
+    {"--embed-golden", "M V", "embedding model: last-token embeddings vs HF goldens (cosine 0.9999, max |a-b|), single and batched",
+     kt_gate_embed_golden, NULL, BACKEND_FLAGS},
     {"--tok-golden", "M J", "tokenizer vs HF ids in a JSONL file", NULL, kt_tok_golden, NO_FLAGS},
     {"--chat-golden", "M D", "chat template vs HF apply_chat_template renderings", NULL, kt_chat_golden,
      NO_FLAGS},

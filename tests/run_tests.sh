@@ -38,6 +38,10 @@ run_counted "neon kernels compile for arm64" tests/neon_check.sh
 for t in kipp-tiny tiny-tied tiny-untied random-tiny; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done
+for b in cpu-ref cpu; do
+    run_counted "embedding gate $b (tiny-embed vs HF goldens)" "$BUILD/kipp_test" --embed-golden \
+        models/tiny-embed/kipp-tiny-embed-bf16.gguf tests/test-vectors/tiny-embed --backend "$b"
+done
 run_counted "speculative decoding (make test-draft-spec)" tests/model/test_draft_spec.sh
 run_counted "chat CLI (make test-chat)" tests/chat/test_chat.sh
 run_counted "server over HTTP (make test-server)" tests/server/run_server_tests.sh

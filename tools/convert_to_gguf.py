@@ -12,6 +12,10 @@ size of the largest tensor. The output depends only on the input bytes, the
 outtype and the directory name (general.name), with no timestamps: converting
 twice gives identical files, and a sharded checkpoint gives the same file as
 the unsharded one.
+An embedding checkpoint (architectures Qwen3Model, or a sentence-transformers
+modules.json whose Pooling module pools the last token; tensor names with or
+without the "model." prefix) gets qwen3.pooling_type = 3 (last) and no
+output.weight.
 
 What it does not do: other architectures (Qwen3-MoE, Qwen2, Llama, ...), other
 quantizations (K-quants, Q4_0, ...), imatrix, vocab-only files, split GGUFs,
@@ -40,6 +44,10 @@ from tools.kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, Tensor
 
 ARCH = "qwen3"
 HF_ARCH = "Qwen3ForCausalLM"
+# A bare Qwen3Model (no lm_head) is an embedding model: Qwen3-Embedding pools the final-norm
+# hidden state of the last token. llama.cpp's enum for qwen3.pooling_type: 3 = last.
+HF_ARCH_EMBED = "Qwen3Model"
+POOLING_LAST = 3
 
 # outtype -> (ggml type of 2-D weights, llama ftype written to general.file_type)
 OUTTYPES = {
@@ -249,6 +257,7 @@ class HParams:
     n_vocab: int
     tied: bool
     rope_scaling: dict | None
+    embedding: bool = False  # no lm_head; qwen3.pooling_type = last
 
 
 def _require_int(config: dict, key: str, path: Path) -> int:
@@ -258,10 +267,33 @@ def _require_int(config: dict, key: str, path: Path) -> int:
     return v
 
 
-def read_hparams(config: dict, path: Path) -> HParams:
+def read_pooling(hf_dir: Path) -> str | None:
+    """The sentence-transformers pooling mode (modules.json -> its Pooling module's
+    config.json), or None when the checkpoint has no sentence-transformers config."""
+    modules_path = hf_dir / "modules.json"
+    if not modules_path.is_file():
+        return None
+    modules = json.loads(modules_path.read_text(encoding="utf-8"))
+    for mod in modules if isinstance(modules, list) else []:
+        if isinstance(mod, dict) and str(mod.get("type", "")).endswith(".Pooling"):
+            cfg = read_json(hf_dir / str(mod.get("path", "")) / "config.json", "pooling config")
+            on = [k[len("pooling_mode_"):] for k, v in sorted(cfg.items())
+                  if k.startswith("pooling_mode_") and v is True]
+            if len(on) != 1:
+                raise ConvertError(f"{hf_dir}: the sentence-transformers pooling config names "
+                                   f"{len(on)} pooling modes {on!r}; expected exactly one")
+            return on[0]
+    return None
+
+
+def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParams:
     archs = config.get("architectures")
-    if not isinstance(archs, list) or HF_ARCH not in archs:
-        raise ConvertError(f"unsupported architecture {archs!r} in {path} (only {HF_ARCH} is supported)")
+    if not isinstance(archs, list) or not ({HF_ARCH, HF_ARCH_EMBED} & set(archs)):
+        raise ConvertError(f"unsupported architecture {archs!r} in {path} (only {HF_ARCH} and "
+                           f"{HF_ARCH_EMBED} are supported)")
+    if pooling is not None and pooling != "lasttoken":
+        raise ConvertError(f"{path}: sentence-transformers pooling mode {pooling!r} is not supported "
+                           "(Kipp pools only 'lasttoken', as Qwen3-Embedding does)")
     n_head = _require_int(config, "num_attention_heads", path)
     n_embd = _require_int(config, "hidden_size", path)
     head_dim = config.get("head_dim") or n_embd // n_head
@@ -295,6 +327,7 @@ def read_hparams(config: dict, path: Path) -> HParams:
         n_vocab=_require_int(config, "vocab_size", path),
         tied=bool(config.get("tie_word_embeddings", False)),
         rope_scaling=rope_scaling,
+        embedding=HF_ARCH_EMBED in archs or pooling == "lasttoken",
     )
     if not isinstance(hp.n_head_kv, int) or hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
         raise ConvertError(f"config.json {path}: num_key_value_heads {hp.n_head_kv!r} must divide "
@@ -321,14 +354,15 @@ _LAYER_TENSORS = [
 ]
 
 
-def tensor_plan(hp: HParams) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(GGUF name, HF name, expected PyTorch shape), in output order."""
-    plan = [("token_embd.weight", "model.embed_tokens.weight", (hp.n_vocab, hp.n_embd))]
+def tensor_plan(hp: HParams, prefix: str = "model.") -> list[tuple[str, str, tuple[int, ...]]]:
+    """(GGUF name, HF name, expected PyTorch shape), in output order. prefix: "model." for
+    Qwen3ForCausalLM; "" for a checkpoint saved from a bare Qwen3Model (Qwen3-Embedding)."""
+    plan = [("token_embd.weight", f"{prefix}embed_tokens.weight", (hp.n_vocab, hp.n_embd))]
     for i in range(hp.n_layer):
         for gname, hname, shape in _LAYER_TENSORS:
-            plan.append((f"blk.{i}.{gname}", f"model.layers.{i}.{hname}", shape(hp)))
-    plan.append(("output_norm.weight", "model.norm.weight", (hp.n_embd,)))
-    if not hp.tied:
+            plan.append((f"blk.{i}.{gname}", f"{prefix}layers.{i}.{hname}", shape(hp)))
+    plan.append(("output_norm.weight", f"{prefix}norm.weight", (hp.n_embd,)))
+    if not hp.tied and not hp.embedding:
         plan.append(("output.weight", "lm_head.weight", (hp.n_vocab, hp.n_embd)))
     return plan
 
@@ -347,6 +381,32 @@ def stored_type(gguf_name: str, shape: tuple[int, ...], weight_type: GGMLType) -
 
 # ---------------------------------------------------------------------------
 # Tokenizer metadata
+
+
+def _template_eos(tok: dict, content_to_id: dict[str, int], special: dict[str, int],
+                  add_special: dict[str, bool], hf_dir: Path) -> None:
+    """Qwen3-Embedding's tokenizer.json appends <|endoftext|> to every input through a
+    TemplateProcessing post-processor (single = [$A, <|endoftext|>]); its last token is the
+    one pooled. As gguf-py does (llama.cpp #14314), that token becomes the EOS and
+    add_eos_token is set. A template that adds anything else is refused: Kipp would not
+    reproduce it."""
+    pp = tok.get("post_processor") or {}
+    procs = pp.get("processors", []) if pp.get("type") == "Sequence" else [pp]
+    for proc in procs:
+        if not isinstance(proc, dict) or proc.get("type") != "TemplateProcessing":
+            continue
+        single = proc.get("single") or []
+        if (len(single) == 2 and "Sequence" in single[0] and "SpecialToken" in single[1]):
+            text = single[1]["SpecialToken"].get("id")
+            if text not in content_to_id:
+                raise ConvertError(f"{hf_dir / 'tokenizer.json'}: the post-processor appends "
+                                   f"{text!r}, which is not an added token")
+            special["eos"] = content_to_id[text]
+            add_special["eos"] = True
+        elif not (len(single) == 1 and "Sequence" in single[0]):
+            raise ConvertError(f"{hf_dir / 'tokenizer.json'}: a TemplateProcessing post-processor "
+                               f"with single = {single!r} is not supported (only [$A] or "
+                               "[$A, <special token>])")
 
 
 def _looks_special(text: str) -> bool:
@@ -458,6 +518,8 @@ def read_vocab(hf_dir: Path, config: dict, n_vocab: int) -> Vocab:
             if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n_vocab and kind not in special:
                 special[kind] = tid
 
+    _template_eos(tok, content_to_id, special, add_special, hf_dir)
+
     chat_template = tok_cfg.get("chat_template")
     if isinstance(chat_template, list):  # [{"name":..., "template":...}]
         chat_template = next((t.get("template") for t in chat_template if t.get("name") == "default"), None)
@@ -498,11 +560,14 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
     weight_type, ftype = OUTTYPES[outtype]
     config_path = hf_dir / "config.json"
     config = read_json(config_path, "model config")
-    hp = read_hparams(config, config_path)
+    hp = read_hparams(config, config_path, read_pooling(hf_dir))
     vocab = read_vocab(hf_dir, config, hp.n_vocab)
     sources = load_source_tensors(hf_dir)
 
-    plan = tensor_plan(hp)
+    # Qwen3Model.save_pretrained writes names without the "model." of Qwen3ForCausalLM
+    prefix = "" if "embed_tokens.weight" in sources and "model.embed_tokens.weight" not in sources \
+        else "model."
+    plan = tensor_plan(hp, prefix)
     wanted = {h for _, h, _ in plan}
     for gname, hname, shape in plan:
         if hname not in sources:
@@ -510,7 +575,8 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
         if sources[hname].shape != shape:
             raise ConvertError(f"tensor {hname!r} has shape {list(sources[hname].shape)}, "
                                f"expected {list(shape)} from config.json")
-    ignorable = {"lm_head.weight"} if hp.tied else set()
+    # an embedding model's lm_head (if a checkpoint carries one) is never used: dropped
+    ignorable = {"lm_head.weight"} if hp.tied or hp.embedding else set()
     extra = sorted(n for n in sources if n not in wanted and n not in ignorable
                    and not n.endswith("rotary_emb.inv_freq"))
     if extra:
@@ -536,6 +602,8 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
         w.add_float32(f"{ARCH}.rope.scaling.factor", float(hp.rope_scaling["factor"]))
         w.add_uint32(f"{ARCH}.rope.scaling.original_context_length",
                      int(hp.rope_scaling["original_max_position_embeddings"]))
+    if hp.embedding:
+        w.add_uint32(f"{ARCH}.pooling_type", POOLING_LAST)
     w.add_uint32("general.file_type", ftype)
     w.add_uint32("general.quantization_version", GGML_QUANT_VERSION)
     add_tokenizer_kv(w, vocab)

@@ -48,6 +48,13 @@ CHECKPOINTS = {
     "tiny-untied": dict(seed=20250205, hidden_size=96, num_hidden_layers=3, num_attention_heads=6,
                         num_key_value_heads=2, head_dim=32, intermediate_size=256,
                         tie_word_embeddings=False, rope_theta=10000.0),
+    # A Qwen3-Embedding in miniature: a bare Qwen3Model (no lm_head, tensor names without
+    # "model.", as Qwen3Model.save_pretrained writes them) with the sentence-transformers
+    # last-token pooling config. Kept at 64 wide and 2 layers: the 151k-row embedding table
+    # is nearly all of its 19 MB.
+    "tiny-embed": dict(seed=20261202, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=32, intermediate_size=192,
+                       tie_word_embeddings=False, rope_theta=1000000.0, embedding=True),
 }
 
 # Weight scales. The residual stream starts at std ~1 (embeddings); every
@@ -61,7 +68,7 @@ NORM_JITTER = 0.1
 def make_config(spec: dict) -> dict:
     """config.json in the layout the official Qwen3 releases use."""
     return {
-        "architectures": ["Qwen3ForCausalLM"],
+        "architectures": ["Qwen3Model" if spec.get("embedding") else "Qwen3ForCausalLM"],
         "attention_bias": False,
         "attention_dropout": 0.0,
         "bos_token_id": BOS_ID,
@@ -105,11 +112,12 @@ def tensor_shapes(spec: dict) -> dict[str, tuple[int, ...]]:
     """HF tensor name -> PyTorch shape, for every tensor the checkpoint holds."""
     H, F, D = spec["hidden_size"], spec["intermediate_size"], spec["head_dim"]
     Nh, Nkv = spec["num_attention_heads"], spec["num_key_value_heads"]
-    shapes = {"model.embed_tokens.weight": (VOCAB_SIZE, H), "model.norm.weight": (H,)}
-    if not spec["tie_word_embeddings"]:
+    pre = "" if spec.get("embedding") else "model."
+    shapes = {f"{pre}embed_tokens.weight": (VOCAB_SIZE, H), f"{pre}norm.weight": (H,)}
+    if not spec["tie_word_embeddings"] and not spec.get("embedding"):
         shapes["lm_head.weight"] = (VOCAB_SIZE, H)
     for i in range(spec["num_hidden_layers"]):
-        p = f"model.layers.{i}."
+        p = f"{pre}layers.{i}."
         shapes[p + "input_layernorm.weight"] = (H,)
         shapes[p + "post_attention_layernorm.weight"] = (H,)
         shapes[p + "self_attn.q_proj.weight"] = (Nh * D, H)
@@ -140,7 +148,7 @@ def generate_weights(spec: dict) -> dict[str, np.ndarray]:
         z = rng.standard_normal(shape, dtype=np.float32)
         if len(shape) == 1:  # RMSNorm weights (input/post-attention/final/q/k norms)
             w = 1.0 + NORM_JITTER * z
-        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+        elif name in ("model.embed_tokens.weight", "embed_tokens.weight", "lm_head.weight"):
             w = EMBED_STD * z
         else:
             w = z / np.float32(np.sqrt(shape[1]))  # fan_in = in_features = shape[1]
@@ -207,7 +215,30 @@ def write_checkpoint(name: str, out_dir: Path, n_shards: int = 1) -> Path:
     write_json(out_dir / "generation_config.json", make_generation_config())
     for fname in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(TOKENIZER_DIR / fname, out_dir / fname)
+    if spec.get("embedding"):
+        # as Qwen3-Embedding ships it: the tokenizer appends <|endoftext|> to every input
+        # (a TemplateProcessing post-processor), and that last token is the one pooled
+        tok = json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))
+        eot = {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}
+        tok["post_processor"] = {"type": "Sequence", "processors": [tok["post_processor"], {
+            "type": "TemplateProcessing",
+            "single": [{"Sequence": {"id": "A", "type_id": 0}}, eot],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, eot,
+                     {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 1}}],
+            "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [BOS_ID], "tokens": ["<|endoftext|>"]}}}]}
+        (out_dir / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
 
+    if spec.get("embedding"):  # sentence-transformers: last-token pooling, then normalize
+        write_json(out_dir / "modules.json", [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])
+        (out_dir / "1_Pooling").mkdir(exist_ok=True)
+        write_json(out_dir / "1_Pooling" / "config.json", {
+            "word_embedding_dimension": spec["hidden_size"], "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": True, "include_prompt": True})
     tensors = generate_weights(spec)
     if n_shards == 1:
         write_safetensors(out_dir / "model.safetensors", tensors)

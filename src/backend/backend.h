@@ -17,7 +17,9 @@ typedef struct {
     int device;           /* device index (device backends) */
     kipp_kv_type kv_type; /* resolved: one of the backend's kv_types, never DEFAULT */
     uint32_t n_logits;    /* resolved (1..n_vocab): a logits row is token ids 0..n_logits-1,
-                             the first n_logits rows of the output matrix */
+                             the first n_logits rows of the output matrix; 0 when
+                             embeddings is set */
+    int embeddings;       /* rows are the final-norm hidden state [n_embd]; no lm_head runs */
 } kipp_backend_options;
 
 /* What a backend can do (static: the same on every machine the binary runs on). */
@@ -67,7 +69,8 @@ typedef struct kipp_backend_ops {
      * position positions[i] of sequence seq_ids[i]. kipp_kv_grow has made room for every
      * token, so each token writes its K/V rows into pool->storage.store and its attention
      * reads positions 0..pos of its own sequence, through the sequence's block table. Writes
-     * one row of n_logits logits per wanted token, in batch order. */
+     * one row of n_logits logits per wanted token, in batch order (for an embeddings context:
+     * one row of n_embd floats, the final-norm hidden state). */
     kipp_status (*decode_batch)(void *state, kipp_kv_pool *pool, const kipp_batch *b,
                                 float *logits, char *err, size_t err_len);
     /* Recomputes tokens[0..n-1] from scratch without touching the KV cache; K and V are

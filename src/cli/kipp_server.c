@@ -8,6 +8,7 @@
 #include "cli/cli_spec.h"
 #include "engine/sched.h"
 #include "kipp.h"
+#include "server/embeddings.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -324,6 +325,7 @@ int main(int argc, char **argv) {
     kipp_server *sv = NULL;
     kipp_model *m = NULL, *dm = NULL;
     kipp_sched *sched = NULL;
+    oai_embedder *emb = NULL;
     raise_nofile(sp.max_connections ? sp.max_connections : KIPP_SERVER_DEFAULT_MAX_CONNECTIONS);
     if (kipp_server_start(&sp, &sv, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
@@ -336,6 +338,31 @@ int main(int argc, char **argv) {
     if (kipp_model_load(model, &m, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;
+    }
+    kipp_model_info mi;
+    kipp_model_get_info(m, &mi);
+    if (mi.pooling == KIPP_POOLING_LAST) { /* an embedding model: /v1/embeddings only */
+        if (spec.draft_model || spec.ngram) {
+            fprintf(stderr, "kipp-server: speculative decoding needs a generative model; %s is an "
+                            "embedding model\n", model);
+            goto done;
+        }
+        kipp_ctx_params ecp = kipp_ctx_default_params();
+        ecp.backend = kp.backend;
+        ecp.isa = kp.isa;
+        ecp.kv_type = kp.kv_type;
+        ecp.n_threads = kp.n_threads;
+        ecp.n_ctx = kp.n_ctx;
+        if (oai_embedder_init(m, &ecp, &emb, err, sizeof err) != KIPP_OK) {
+            kipp_cli_ctx_error("kipp-server", &rt, err);
+            goto done;
+        }
+        fprintf(stderr, "kipp-server: embedding model %s as '%s' (pooling last, %u dimensions, "
+                        "inputs up to %u tokens); POST /v1/embeddings; loaded in %.1f ms\n",
+                model, model_name, mi.n_embd, oai_embedder_n_ctx(emb),
+                (kipp_cli_now() - load_s) * 1e3);
+        kipp_server_attach_embedder(sv, m, emb);
+        goto serve;
     }
     if (check_template(m) != 0) goto done;
     kipp_spec_params spp;
@@ -378,6 +405,7 @@ int main(int argc, char **argv) {
                 spec.draft_model ? spec.draft_model : "prompt lookup", spec.draft_max,
                 spec.fixed ? " (fixed)" : " (adaptive per request)");
     kipp_server_attach(sv, m, sched);
+serve:
     printf("kipp-server: ready\n");
     fflush(stdout);
     int sig = 0;
@@ -414,6 +442,7 @@ done:
     kipp_sched_stop(sched);   /* waiting handlers wake up with "cancelled" */
     kipp_server_free(sv);     /* joins the connection threads */
     kipp_sched_free(sched);
+    oai_embedder_free(emb);
     kipp_model_free(m);
     kipp_model_free(dm);
     free(model_name);

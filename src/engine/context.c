@@ -22,7 +22,8 @@ struct kipp_ctx {
     void *state;
     void *kv_store; /* the backend's KV storage behind pool */
     kipp_kv_type kv_type;
-    uint32_t n_logits; /* floats per logits row */
+    uint32_t n_logits; /* floats per output row: logits, or n_embd for embeddings */
+    int embeddings;    /* rows are final-norm hidden states (kipp_ctx_params.embeddings) */
     kipp_kv_pool *pool;
     uint32_t n_ctx; /* longest sequence */
     /* a batch normalized for the backend (no NULL defaults), grown on demand */
@@ -38,7 +39,7 @@ struct kipp_ctx {
 kipp_ctx_params kipp_ctx_default_params(void) {
     kipp_ctx_params p = {.backend = NULL, .n_ctx = 0, .n_threads = 0, .kv_block_size = 0,
                          .n_kv_blocks = 0, .kv_type = KIPP_KV_TYPE_DEFAULT, .isa = NULL,
-                         .device = 0};
+                         .device = 0, .n_logits = 0, .embeddings = 0};
     return p;
 }
 
@@ -50,7 +51,7 @@ static kipp_status resolve_options(const kipp_backend_ops *ops, const kipp_ctx_p
     ops->caps(&caps);
     *o = (kipp_backend_options){.n_threads = p->n_threads, .isa = p->isa, .device = p->device,
                                 .kv_type = p->kv_type ? p->kv_type : caps.kv_default,
-                                .n_logits = p->n_logits};
+                                .n_logits = p->n_logits, .embeddings = p->embeddings != 0};
     if (o->kv_type < 0 || o->kv_type > KIPP_KV_TYPE_BF16 || !(caps.kv_types & (1u << o->kv_type)))
         return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                          "backend '%s' cannot store a KV cache of type %s", ops->name,
@@ -101,7 +102,14 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     if (st == KIPP_OK) st = resolve_options(ops, p, &o, err, err_len);
     if (st == KIPP_OK) st = check_weight_types(ops, m, err, err_len);
     if (st != KIPP_OK) return st;
-    if (o.n_logits == 0) o.n_logits = m->hp.n_vocab;
+    if (!o.embeddings && !m->hp.has_lm_head)
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                         "this is an embedding model (pooling '%s') without an lm_head: it "
+                         "cannot generate text or give logits; create the context with "
+                         "embeddings = 1",
+                         kipp_pooling_name(m->hp.pooling));
+    if (o.embeddings) o.n_logits = 0; /* the head never runs */
+    else if (o.n_logits == 0) o.n_logits = m->hp.n_vocab;
     if (o.n_logits > m->hp.n_vocab)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "logits limit %u exceeds the vocabulary size %u", o.n_logits, m->hp.n_vocab);
@@ -136,7 +144,8 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     c->ops = ops;
     c->n_ctx = n_ctx;
     c->kv_type = o.kv_type;
-    c->n_logits = o.n_logits;
+    c->n_logits = o.embeddings ? m->hp.n_embd : o.n_logits;
+    c->embeddings = o.embeddings;
     uint32_t seq0;
     /* a failure here is fatal for the caller: never retried on another backend */
     if ((st = ops->init(m, n_ctx, &o, &c->state, err, err_len)) != KIPP_OK ||
@@ -185,6 +194,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     out->kv_bytes_per_token = ks.n_bytes_per_token;
     out->kv_bytes = ks.n_bytes_total;
     out->n_logits = c->n_logits;
+    out->embeddings = c->embeddings;
 }
 
 /* ---- sequences -------------------------------------------------------------------------- */
@@ -240,9 +250,10 @@ static kipp_status check_logits(const kipp_ctx *c, const float *logits, uint32_t
     for (uint32_t i = 0; i < c->n_logits; i++)
         if (!isfinite(logits[i]))
             return kipp_errf(err, err_len, KIPP_ERR_NUMERIC,
-                             "decode: logit %u at position %u is %s; the model file may contain "
+                             "decode: %s %u at position %u is %s; the model file may contain "
                              "NaN/Inf weights (check with `kipp --check-weights`)",
-                             i, pos, isnan(logits[i]) ? "NaN" : "Inf");
+                             c->embeddings ? "embedding element" : "logit", i, pos,
+                             isnan(logits[i]) ? "NaN" : "Inf");
     return KIPP_OK;
 }
 

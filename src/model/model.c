@@ -113,6 +113,29 @@ static kipp_status read_hparams(const kipp_gguf *g, kipp_model_info *hp, char *e
     return KIPP_OK;
 }
 
+/* qwen3.pooling_type (llama.cpp's enum); absent means a generative model. */
+static kipp_status read_pooling(const kipp_gguf *g, kipp_pooling *out, char *err,
+                                size_t err_len) {
+    *out = KIPP_POOLING_NONE;
+    if (kipp_gguf_find_key(g, "qwen3.pooling_type") < 0) return KIPP_OK;
+    uint32_t v;
+    kipp_status st = kipp_gguf_get_u32(g, "qwen3.pooling_type", &v, err, err_len);
+    if (st != KIPP_OK) return st;
+    if (v == KIPP_POOLING_NONE || v == KIPP_POOLING_LAST) {
+        *out = (kipp_pooling)v;
+        return KIPP_OK;
+    }
+    return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                     "model: qwen3.pooling_type = %u (%s) is not supported; Kipp pools only "
+                     "'last' (3, Qwen3-Embedding)",
+                     v, kipp_pooling_name((kipp_pooling)v));
+}
+
+const char *kipp_pooling_name(kipp_pooling p) {
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"};
+    return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
+}
+
 /* Norm vectors are small: reject NaN/Inf in them at load time. */
 static kipp_status check_finite_small(const kipp_gguf_tensor *t, char *err, size_t err_len) {
     float buf[4096];
@@ -148,8 +171,18 @@ kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **ou
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
     if ((st = bind(g, "token_embd.weight", H, V, &m->tok_embd, err, err_len))) goto fail;
     if ((st = bind(g, "output_norm.weight", H, 0, &m->output_norm, err, err_len))) goto fail;
+    if ((st = read_pooling(g, &m->hp.pooling, err, err_len))) goto fail;
+    if (kipp_gguf_find_key(g, "tokenizer.ggml.add_eos_token") >= 0 &&
+        (st = kipp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &m->hp.add_eos, err, err_len)))
+        goto fail;
+    m->hp.has_lm_head = 1;
     if (kipp_gguf_find_tensor(g, "output.weight")) {
         if ((st = bind(g, "output.weight", H, V, &m->output, err, err_len))) goto fail;
+    } else if (m->hp.pooling == KIPP_POOLING_LAST) {
+        /* Qwen3-Embedding ships no lm_head and was never trained to predict tokens: tying
+         * the embeddings would make a head that generates nonsense, so there is none */
+        m->output = NULL;
+        m->hp.has_lm_head = 0;
     } else {
         m->output = m->tok_embd;
         m->hp.tied_embeddings = 1;
@@ -366,7 +399,9 @@ kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, i
 }
 
 kipp_gguf_tensor kipp_model_head(const kipp_model *m, uint32_t n_logits) {
-    kipp_gguf_tensor t = *m->output;
+    kipp_gguf_tensor t = {0};
+    if (!m->output || n_logits == 0) return t; /* embeddings: no head runs */
+    t = *m->output;
     t.ne[1] = n_logits;
     t.n_elems = (uint64_t)t.ne[0] * n_logits;
     t.n_bytes = kipp_type_row_bytes(t.type, (uint64_t)t.ne[0]) * n_logits;

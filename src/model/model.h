@@ -27,14 +27,16 @@ struct kipp_model {
     kipp_model_info hp;
     const kipp_gguf_tensor *tok_embd;    /* [H, V] : row t is token t's embedding */
     const kipp_gguf_tensor *output_norm; /* [H] */
-    const kipp_gguf_tensor *output;      /* [H, V] : == tok_embd when tied */
+    const kipp_gguf_tensor *output;      /* [H, V] : == tok_embd when tied; NULL for an
+                                            embedding model without an lm_head */
     kipp_layer_weights *layers;          /* [n_layer] */
     kipp_vocab *vocab;
 };
 
 /* The lm_head for logits rows of token ids 0..n_logits-1 (1 <= n_logits <= n_vocab): a copy
  * of m->output's header whose row count is n_logits; the data are the first n_logits rows of
- * the same mapping (rows are contiguous), nothing is copied. */
+ * the same mapping (rows are contiguous), nothing is copied. n_logits = 0 (an embeddings
+ * context) or a model without an lm_head: an all-zero header (data NULL, no rows). */
 kipp_gguf_tensor kipp_model_head(const kipp_model *m, uint32_t n_logits);
 
 /* Loads a model from an already opened GGUF (takes ownership of g on success and failure). */

@@ -9,6 +9,7 @@
  * field mapping (openai_req.c / openai_gen.c) and scheduling (src/engine/sched.c). */
 #include "server/server.h"
 
+#include "server/embeddings.h"
 #include "server/metrics.h"
 #include "server/structured.h"
 #include "server/openai.h"
@@ -61,7 +62,8 @@ struct kipp_server {
     uint16_t port;
     atomic_int ready, draining, stopping, active;
     kipp_model *m;
-    kipp_sched *sched;
+    kipp_sched *sched;          /* NULL when an embedding model is served */
+    oai_embedder *emb;          /* the embedding model's context (NULL: a generative model) */
     oai_structured *structured; /* token trie and grammars for constrained decoding */
     uint32_t n_vocab, n_ctx;
     pthread_mutex_t mu; /* counters, ids */
@@ -697,6 +699,8 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
 
 /* ---- small endpoints -------------------------------------------------------------------- */
 
+static int served_cb(const void *sv, const char *name) { return model_served(sv, name); }
+
 static enum MHD_Result handle_models(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
     return send_json(sv, c, cs, 200,
                      oai_models_json(sv->model_name, sv->p.model_aliases, sv->p.n_model_aliases));
@@ -947,6 +951,7 @@ static int route(const char *url, int *post) {
     *post = 1;
     if (!strcmp(url, "/v1/chat/completions")) return M_EP_CHAT;
     if (!strcmp(url, "/v1/completions")) return M_EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/embeddings")) return M_EP_EMBEDDINGS;
     *post = 0;
     if (!strcmp(url, "/v1/models")) return M_EP_MODELS;
     if (!strcmp(url, "/health")) return M_EP_HEALTH;
@@ -1088,7 +1093,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     case M_EP_METRICS: {
         kipp_sched_stats st = {0};
-        if (ready) kipp_sched_get_stats(sv->sched, &st);
+        if (ready && sv->sched) kipp_sched_get_stats(sv->sched, &st);
         pthread_mutex_lock(&sv->mu);
         char *text = kipp_metrics_text(&sv->counters, &st, ready);
         pthread_mutex_unlock(&sv->mu);
@@ -1100,6 +1105,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_error(sv, c, cs, 503, "the model is still loading", "server_error", NULL,
                           "loading");
     if (cs->endpoint == M_EP_MODELS) return handle_models(sv, c, cs);
+    if (cs->endpoint == M_EP_EMBEDDINGS || !sv->sched) { /* src/server/embeddings.c */
+        int status = 500;
+        atomic_fetch_add(&sv->active, 1); /* drain waits for it */
+        char *js = oai_embeddings_answer(sv->emb, sv->m, cs->endpoint == M_EP_EMBEDDINGS, cs->body.p,
+                                         cs->body.n, sv->model_name, served_cb, sv, &status);
+        atomic_fetch_sub(&sv->active, 1);
+        return send_json(sv, c, cs, status, js);
+    }
     return handle_generate(sv, c, cs, cs->endpoint == M_EP_CHAT ? OAI_CHAT : OAI_COMPLETIONS);
 }
 
@@ -1255,6 +1268,16 @@ void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched) {
     sv->n_vocab = info.n_vocab;
     sv->n_ctx = kipp_sched_n_ctx(sched);
     sv->structured = oai_structured_new(m);
+    atomic_store(&sv->ready, 1);
+}
+
+void kipp_server_attach_embedder(kipp_server *sv, kipp_model *m, oai_embedder *e) {
+    kipp_model_info info;
+    kipp_model_get_info(m, &info);
+    sv->m = m;
+    sv->emb = e;
+    sv->n_vocab = info.n_vocab;
+    sv->n_ctx = oai_embedder_n_ctx(e);
     atomic_store(&sv->ready, 1);
 }
 

@@ -52,6 +52,10 @@ uint16_t kipp_server_port(const kipp_server *sv);
 /* Attaches the loaded model and running scheduler: the server is ready. Both stay the
  * caller's and must outlive kipp_server_free. */
 void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched);
+/* The same for an embedding model (no lm_head, no scheduler): /v1/embeddings runs on e
+ * (src/server/embeddings.h) and the generation endpoints answer 400. e stays the caller's. */
+struct oai_embedder;
+void kipp_server_attach_embedder(kipp_server *sv, kipp_model *m, struct oai_embedder *e);
 /* Starts draining: no new connections, new requests get 503, /health says "draining";
  * requests in flight go on. Idempotent. */
 void kipp_server_drain(kipp_server *sv);

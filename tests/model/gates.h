@@ -57,4 +57,9 @@ int kt_gate_spec_stat(const char *unused1, const char *unused2, const kt_opts *o
  * standard normal quantile z (3.719: a false alarm of 1e-4). */
 double kt_chi2_crit(int df, double z);
 
+/* Embeddings (tests/model/gates_embed.c): an embedding model's last-token embeddings vs the
+ * golden ones of tools/make_embed_vectors.py (cosine and max |a-b| from the manifest), one
+ * input at a time and batched; a logits context on it is refused. */
+int kt_gate_embed_golden(const char *model_path, const char *vec_dir, const kt_opts *o);
+
 #endif

@@ -50,6 +50,9 @@ cases=(
   "spec: greedy verification keeps every draft|--draft-spec|src/engine/sampler.c|s#\*accepted = c\[0\].id == draft;#*accepted = 1;#"
   # the cpu backend's own table lookup (kv_at) addresses every sequence as if in the
   # identity layout: the paged and the pooled gate on cpu must see it
+  # embeddings (--embed-golden on tiny-embed): the final norm, and the pooled token's row
+  "embeddings: final norm skipped (cpu-ref)|--embed-golden|$CPU|s#rmsnorm(logits, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);#memcpy(logits, x, hp->n_embd * sizeof(float));#"
+  "cpu: embedding row of the token before the wanted one|--embed-golden|$FWD|s#rmsnorm(logits + (size_t)i \* f->H, f->x + (size_t)f->wanted\[i\] \* f->H,#rmsnorm(logits + (size_t)i * f->H, f->x + (size_t)(f->wanted[i] ? f->wanted[i] - 1 : 0) * f->H,#||--backend cpu"
   "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
   "cpu: KV lookup ignores the block table (pooled)|--pooled-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
 )
@@ -76,6 +79,7 @@ for c in "${cases[@]}"; do
     [ "$gate" = --sched ] && args=("$gm") # one-argument mode
     [ "$gate" = --spec-stat ] && args=()   # no model
     [ "$gate" = --draft-spec ] && args=("$gm" "$gm") # the model drafts for itself (and lookup)
+    [ "$gate" = --embed-golden ] && args=(models/tiny-embed/kipp-tiny-embed-bf16.gguf tests/test-vectors/tiny-embed)
     # shellcheck disable=SC2086 # flags: words
     if "$d/build/kipp_test" "$gate" "${args[@]}" ${flags:-} >"$d/gate.log" 2>&1; then
         fail=$((fail + 1)); echo "FAIL: gate $gate did not catch '$name'"

@@ -446,3 +446,48 @@ def test_error_missing_directory(tmp_path):
 def test_error_unsupported_outtype(tiny_tied, tmp_path):
     res = run_module("tools.convert_to_gguf", tiny_tied, "--outtype", "q4_0", "--outfile", tmp_path / "x.gguf")
     assert_one_line_error(res, "unsupported outtype 'q4_0'")
+
+
+# ---- embedding checkpoints (Qwen3Model, last-token pooling) ----------------------------
+
+@pytest.fixture(scope="module")
+def tiny_embed(tmp_path_factory):
+    from tools import make_tiny_checkpoint as mtc
+    return mtc.write_checkpoint("tiny-embed", tmp_path_factory.mktemp("ckpt") / "tiny-embed")
+
+
+def test_embedding_checkpoint_gets_pooling_last_and_no_output(tiny_embed, tmp_path):
+    out = conv.convert(tiny_embed, "bf16", tmp_path / "e.gguf", progress=False)
+    r = gguf.GGUFReader(out)
+    f = r.fields["qwen3.pooling_type"]
+    assert int(f.parts[f.data[0]][0]) == conv.POOLING_LAST
+    names = {t.name for t in r.tensors}
+    assert "output.weight" not in names and "token_embd.weight" in names
+    assert "blk.1.ffn_down.weight" in names and "output_norm.weight" in names
+    # the tokenizer's TemplateProcessing appends <|endoftext|>: it is the EOS, and added
+    f = r.fields["tokenizer.ggml.eos_token_id"]
+    assert int(f.parts[f.data[0]][0]) == 151643
+    f = r.fields["tokenizer.ggml.add_eos_token"]
+    assert bool(f.parts[f.data[0]][0]) is True
+
+
+def test_unsupported_post_processor_template_is_refused(tiny_embed, tmp_path):
+    ckpt = tmp_path / "bos-template"
+    shutil.copytree(tiny_embed, ckpt)
+    tok = json.loads((ckpt / "tokenizer.json").read_text(encoding="utf-8"))
+    single = tok["post_processor"]["processors"][1]["single"]
+    single.insert(0, {"SpecialToken": {"id": "<|im_start|>", "type_id": 0}})
+    (ckpt / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
+    with pytest.raises(conv.ConvertError, match="TemplateProcessing post-processor .* is not supported"):
+        conv.convert(ckpt, "bf16", tmp_path / "e.gguf", progress=False)
+
+
+def test_embedding_pooling_mode_other_than_last_is_refused(tiny_embed, tmp_path):
+    ckpt = tmp_path / "mean-pooled"
+    shutil.copytree(tiny_embed, ckpt)
+    cfg_path = ckpt / "1_Pooling" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["pooling_mode_lasttoken"], cfg["pooling_mode_mean_tokens"] = False, True
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(conv.ConvertError, match="pooling mode 'mean_tokens' is not supported"):
+        conv.convert(ckpt, "bf16", tmp_path / "e.gguf", progress=False)

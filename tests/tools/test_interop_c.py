@@ -47,3 +47,38 @@ def test_kipp_info_loads(gguf_files, which):
     res = run_tool(binary, "--model", gguf_files[which], "--info", timeout=120)
     assert res.returncode == 0, f"kipp --info failed on the {which} file (exit {res.returncode}):\n" \
                                 f"{res.stdout}\n{res.stderr}"
+
+
+# ---- embedding models (qwen3.pooling_type) ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def embed_gguf(tmp_path_factory):
+    kipp_bin()
+    from tools import make_tiny_checkpoint as mtc
+    out = tmp_path_factory.mktemp("embed")
+    ckpt = mtc.write_checkpoint("tiny-embed", out / "tiny-embed")
+    return conv.convert(ckpt, "bf16", out / "embed.gguf", progress=False)
+
+
+def with_pooling(src: Path, dst: Path, value: int) -> Path:
+    """A copy of src whose qwen3.pooling_type (a uint32 KV) is set to value."""
+    raw = bytearray(src.read_bytes())
+    key = b"qwen3.pooling_type"
+    at = raw.index(key) + len(key) + 4  # the value follows the key and its 4-byte type
+    raw[at:at + 4] = value.to_bytes(4, "little")
+    dst.write_bytes(bytes(raw))
+    return dst
+
+
+def test_generation_on_embedding_model_is_refused(embed_gguf):
+    res = run_tool(kipp_bin(), "--model", embed_gguf, "--info", timeout=120)
+    assert res.returncode != 0
+    assert "embedding model (pooling 'last') without an lm_head" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("value, name", [(1, "mean"), (2, "cls"), (4, "rank"), (7, "?")])
+def test_other_pooling_types_are_refused_by_name(embed_gguf, tmp_path, value, name):
+    res = run_tool(kipp_bin(), "--model", with_pooling(embed_gguf, tmp_path / "p.gguf", value),
+                   "--info", timeout=120)
+    assert res.returncode != 0
+    assert f"qwen3.pooling_type = {value} ({name}) is not supported" in res.stderr, res.stderr

@@ -127,7 +127,7 @@ static kipp_status cpu_init(const kipp_model *m, uint32_t n_ctx, const kipp_back
     if (st != KIPP_OK) goto fail;
     st = kipp_threadpool_init(o->n_threads, &s->pool, err, err_len);
     if (st != KIPP_OK) goto fail;
-    st = kipp_cpu_fwd_init(m, n_ctx, o->kv_type, o->n_logits, s->k, s->pool, &s->fwd, err, err_len);
+    st = kipp_cpu_fwd_init(m, n_ctx, o->kv_type, o->embeddings ? 0 : o->n_logits, s->k, s->pool, &s->fwd, err, err_len);
     if (st != KIPP_OK) goto fail;
     *state = s;
     return KIPP_OK;

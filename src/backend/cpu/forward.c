@@ -757,8 +757,14 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
 }
 
 /* Final norm + lm_head for the rows listed in f->wanted: x[wanted][H] -> xw[n_wanted][H]
- * -> logits[n_wanted][n_logits]. */
+ * -> logits[n_wanted][n_logits]; without a head (embeddings) x[wanted][H] -> logits[n_wanted][H]. */
 static void logits_rows(kipp_cpu_fwd *f, uint32_t n_wanted, float *logits) {
+    if (!f->head.data) { /* embeddings: the final-norm hidden states are the output rows */
+        for (uint32_t i = 0; i < n_wanted; i++)
+            rmsnorm(logits + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm,
+                    f->H, f->m->hp.rms_eps);
+        return;
+    }
     for (uint32_t i = 0; i < n_wanted; i++)
         rmsnorm(f->xw + (size_t)i * f->H, f->x + (size_t)f->wanted[i] * f->H, f->out_norm, f->H,
                 f->m->hp.rms_eps);

@@ -39,7 +39,7 @@ static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, const kipp_
                                 void **state, char *err, size_t err_len) {
     /* single-threaded by design; no ISA levels (o->isa is ignored) */
     kipp_fwd_state *s;
-    kipp_status st = kipp_fwd_init(m, n_ctx, o->kv_type, o->n_logits, matvec, NULL, &s, err, err_len);
+    kipp_status st = kipp_fwd_init(m, n_ctx, o->kv_type, o->embeddings ? 0 : o->n_logits, matvec, NULL, &s, err, err_len);
     *state = st == KIPP_OK ? s : NULL;
     return st;
 }

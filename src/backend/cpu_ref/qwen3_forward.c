@@ -159,6 +159,10 @@ static void embed(const cpu_ref_state *s, int32_t tok, float *x) {
 
 static void final_logits(cpu_ref_state *s, const float *x, float *logits) {
     const kipp_model_info *hp = &s->m->hp;
+    if (!s->head.data) { /* embeddings: the final-norm hidden state is the output row */
+        rmsnorm(logits, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);
+        return;
+    }
     rmsnorm(s->xb, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);
     s->matvec(s->mv_ctx, &s->head, s->xb, logits, s->row);
 }
@@ -232,7 +236,8 @@ kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, con
     (void)err; (void)err_len;
     cpu_ref_state *s = state;
     const kipp_host_kv *kv = pool->storage.store;
-    const size_t n_logits = (size_t)s->head.ne[1], kvd = s->kv_dim;
+    const size_t n_logits = s->head.data ? (size_t)s->head.ne[1] : s->m->hp.n_embd;
+    const size_t kvd = s->kv_dim;
     for (uint32_t i = 0; i < b->n; i++) {
         const kipp_kv_seq *seq = kipp_kv_seq_get(pool, b->seq_ids[i]);
         const uint32_t p = b->positions[i];

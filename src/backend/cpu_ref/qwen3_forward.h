@@ -15,7 +15,7 @@ typedef struct kipp_fwd_state kipp_fwd_state;
 
 /* kv_type: the type the KV cache stores (host storage, src/backend/host_kv.h); K and V are
  * rounded through it on both paths. n_logits: floats per logits row (the lm_head's first
- * rows). */
+ * rows); 0: no lm_head, each output row is the final-norm hidden state (n_embd floats). */
 kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
                           uint32_t n_logits,
                           kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
