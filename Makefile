@@ -144,7 +144,13 @@ $(BUILD)/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/engine/grammar.c src/engine
 	@mkdir -p $(BUILD)
 	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
 
-FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok $(BUILD)/fuzz_oai $(BUILD)/fuzz_grammar
+$(BUILD)/fuzz_embed: tests/fuzz/fuzz_embed.c src/server/embeddings_req.c src/model/model.c \
+                     $(wildcard src/tok/*.c src/core/*.c) src/gguf/gguf.c
+	@mkdir -p $(BUILD)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
+
+FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok $(BUILD)/fuzz_oai $(BUILD)/fuzz_grammar \
+           $(BUILD)/fuzz_embed
 
 fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus

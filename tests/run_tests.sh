@@ -15,7 +15,8 @@ export KIPP_BIN=$BUILD/kipp
 run_counted "unit suites" "$BUILD/kipp_test" --unit
 # each fuzzer: replay its committed corpus, then a short run from it (FUZZ_SECONDS each)
 export KIPP_FUZZ_VOCAB=models/tiny-tied/kipp-tiny-tied-bf16.gguf
-for f in gguf chat tok oai grammar; do
+export KIPP_FUZZ_EMBED_MODEL=models/tiny-embed/kipp-tiny-embed-bf16.gguf
+for f in gguf chat tok oai grammar embed; do
     run_counted "$f corpus replay" "$BUILD/fuzz_$f" -runs=0 "tests/fuzz/corpus/$f"
     fuzz_dir=$(mktemp -d)
     run_counted "$f fuzz (${FUZZ_SECONDS:-15}s)" "$BUILD/fuzz_$f" -max_total_time="${FUZZ_SECONDS:-15}" \

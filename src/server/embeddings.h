@@ -9,6 +9,7 @@
 
 #include "kipp.h"
 
+#include <jansson.h>
 #include <stddef.h>
 
 #define OAI_EMBED_MAX_INPUTS 2048 /* inputs per request, as OpenAI allows */
@@ -34,5 +35,28 @@ typedef int (*oai_model_check_fn)(const void *ctx, const char *model);
 char *oai_embeddings_answer(oai_embedder *e, const kipp_model *m, int is_embeddings,
                             const char *body, size_t len, const char *served_name,
                             oai_model_check_fn served, const void *served_ctx, int *status);
+
+/* ---- the request (embeddings_req.c) ------------------------------------------------------ */
+
+/* One input as token ids. */
+typedef struct {
+    int32_t *ids;
+    size_t n;
+} oai_emb_input;
+
+typedef struct {
+    oai_emb_input *in;
+    size_t n_in;
+    uint32_t dims;  /* 0: n_embd */
+    int base64;
+    const char *model;
+} oai_emb_request;
+
+/* Parses and validates a request body (strings are tokenized with m; the model's EOS is
+ * appended when it asks for one). 0 with msg and *param (the field) set on a bad request;
+ * free r with oai_emb_request_free either way. */
+int oai_emb_parse(const kipp_model *m, json_t *root, oai_emb_request *r, char *msg,
+                  size_t msg_len, const char **param);
+void oai_emb_request_free(oai_emb_request *r);
 
 #endif
