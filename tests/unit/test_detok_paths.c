@@ -39,12 +39,16 @@ static char *stream_cli(const kipp_model *m, const int32_t *ids, size_t n, size_
 }
 
 /* The server: oai_gen over the same ids (completions endpoint, no stop strings, and with a
- * stop string that never matches but makes every '\xF0'-led tail be held back). */
+ * stop string that never matches but makes every '\xF0'-led tail be held back). The corpus
+ * has end-of-generation tokens (<|fim_pad|>, ...) in the middle of lines, which only
+ * ignore_eos lets through a server reply (without it the token that ends a reply adds no
+ * text): ignore_eos is set. */
 static char *stream_server(const kipp_model *m, const int32_t *ids, size_t n, size_t *len,
                            const char *never_stop, uint32_t **offsets) {
     oai_request rq;
     memset(&rq, 0, sizeof rq);
     rq.ep = OAI_COMPLETIONS;
+    rq.ignore_eos = 1;
     char *stop = never_stop ? strdup(never_stop) : NULL;
     if (stop) rq.stop[rq.n_stop++] = stop;
     oai_gen g;
