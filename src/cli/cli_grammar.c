@@ -32,11 +32,6 @@ int kipp_cli_grammar_flag(const char *prog, int argc, char **argv, int *i, kipp_
     return 1;
 }
 
-int kipp_cli_grammar_finish(const char *prog, const kipp_cli_grammar *o) {
-    (void)prog, (void)o; /* two flags are refused as they come */
-    return 1;
-}
-
 void kipp_cli_grammar_help(FILE *f, int width) {
     static const char *const rows[][2] = {
         {"--grammar-file FILE", "the output follows this grammar (docs/grammar.md)"},

@@ -15,10 +15,9 @@ typedef struct {
     const char *first_flag; /* for messages */
 } kipp_cli_grammar;
 
-/* As kipp_cli_spec_flag: 1 consumed, 2 bad value (printed), 0 not one of these flags. */
+/* As kipp_cli_spec_flag: 1 consumed, 2 bad value or a second of these flags (printed), 0
+ * not one of these flags. */
 int kipp_cli_grammar_flag(const char *prog, int argc, char **argv, int *i, kipp_cli_grammar *o);
-/* After the last flag: 1, or 0 after printing what is inconsistent (two of them given). */
-int kipp_cli_grammar_finish(const char *prog, const kipp_cli_grammar *o);
 void kipp_cli_grammar_help(FILE *f, int width);
 /* The matcher the flags ask for over m's vocabulary (*out NULL when none is asked). 0
  * after printing why not (a file missing, a grammar error with its line, a schema keyword

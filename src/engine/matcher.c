@@ -45,7 +45,7 @@ struct kipp_token_trie {
     uint32_t *echild;
     int32_t *toks;   /* token ids, grouped by node */
     uint32_t n_toks;
-    uint32_t n_vocab, max_depth;
+    uint32_t n_vocab;
     char *blob;      /* every token's bytes */
     uint64_t *off;   /* [n_vocab + 1] into blob */
     uint8_t *is_eog; /* [n_vocab] */
@@ -88,7 +88,6 @@ static int64_t trie_node(trie_builder *b, uint32_t lo, uint32_t hi, uint32_t dep
         t->cap_nodes = cap;
     }
     const uint32_t node = t->n_nodes++;
-    if (depth > t->max_depth) t->max_depth = depth;
     t->t0[node] = t->n_toks;
     t->nt[node] = 0;
     while (lo < hi && tok_len(t, b->ids[lo]) == depth) t->toks[t->n_toks++] = (int32_t)b->ids[lo++], t->nt[node]++;
@@ -233,8 +232,7 @@ struct kipp_matcher {
     uint32_t *fpos, *fpar; /* frames; index 0 is the bottom (no frame) */
     uint32_t nf, capf;
     sset cur;
-    sset *lv;              /* walk levels: lv[d] is the state after d bytes of a token */
-    uint32_t n_lv;
+    sset step[2];          /* run_bytes' states: before and after a byte */
     uint32_t n_words;
     cache_entry cache[N_CACHE];
     uint32_t clock;
@@ -400,12 +398,10 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
     m->hc = calloc(1u << HC_BITS, sizeof *m->hc);
     m->gen = 1;
     m->nf = 1;
-    m->n_lv = (t ? t->max_depth : 0) + 2;
-    m->lv = calloc(m->n_lv, sizeof *m->lv);
     m->n_words = t ? (t->n_vocab + 31) / 32 : 0;
-    int bad = !m->fpos || !m->fpar || !m->memo || !m->hc || !m->lv || sset_reserve(m, &m->cur) ||
+    int bad = !m->fpos || !m->fpar || !m->memo || !m->hc || sset_reserve(m, &m->cur) ||
               sset_reserve(m, &m->tmp) || sset_reserve(m, &m->merge);
-    for (uint32_t k = 0; k < m->n_lv && !bad; k++) bad = sset_reserve(m, &m->lv[k]);
+    for (uint32_t k = 0; k < 2 && !bad; k++) bad = sset_reserve(m, &m->step[k]);
     if (!bad) {
         m->budget = MAX_RESOLVE;
         const uint32_t a0 = g->rule_alt0[g->root], na = g->rule_nalt[g->root];
@@ -425,8 +421,7 @@ void kipp_matcher_free(kipp_matcher *m) {
     free(m->fpos), free(m->fpar), free(m->cur.top), free(m->key), free(m->memo), free(m->mbuf);
     free(m->dbuf), free(m->hc), free(m->ws), free(m->cbuf), free(m->intern), free(m->intern_stamp);
     free(m->tmp.top), free(m->merge.top);
-    for (uint32_t k = 0; m->lv && k < m->n_lv; k++) free(m->lv[k].top);
-    free(m->lv);
+    free(m->step[0].top), free(m->step[1].top);
     for (int k = 0; k < N_CACHE; k++) free(m->cache[k].key), free(m->cache[k].mask);
     if (m->owns_grammar) kipp_grammar_free((kipp_grammar *)m->g);
     free(m);
@@ -440,7 +435,7 @@ void kipp_matcher_own_grammar(kipp_matcher *m) {
 static int run_bytes(kipp_matcher *m, const char *bytes, size_t n, int commit) {
     if (n == 0) return 1;
     const uint32_t mark = m->nf;
-    sset *a = &m->lv[0], *b = &m->lv[1];
+    sset *a = &m->step[0], *b = &m->step[1];
     sset_copy(m, a, &m->cur);
     for (size_t i = 0; i < n; i++) {
         advance(m, a, (unsigned char)bytes[i], b);
