@@ -70,27 +70,6 @@ static void fill_row(uint32_t type, unsigned char *p, uint64_t k) {
     }
 }
 
-static void dequant_act(uint32_t act, const void *a, float *out, uint64_t k) {
-    switch (act) {
-    case KIPP_ACT_F32: memcpy(out, a, k * sizeof *out); break;
-    case KIPP_ACT_BF16:
-        for (uint64_t i = 0; i < k; i++) out[i] = kipp_bf16_to_f32(((const uint16_t *)a)[i]);
-        break;
-    case KIPP_ACT_Q8_0:
-        for (uint64_t i = 0; i < k; i++) {
-            const kipp_act_q8_0 *b = (const kipp_act_q8_0 *)a + i / 32;
-            out[i] = b->d * b->qs[i % 32];
-        }
-        break;
-    case KIPP_ACT_Q8_K:
-        for (uint64_t i = 0; i < k; i++) {
-            const kipp_act_q8_k *b = (const kipp_act_q8_k *)a + i / 256;
-            out[i] = b->d * b->qs[i % 256];
-        }
-        break;
-    }
-}
-
 static const uint32_t all_types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
                                      KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
 
@@ -152,11 +131,15 @@ int main(int argc, char **argv) {
         for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
             const uint32_t type = all_types[ti];
             if (!in_list(types, kipp_type_name(type))) continue;
-            const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, type);
-            if (!mm.gemm) {
+            const kipp_cpu_mm entry = kipp_cpu_kernels_mm(lv, type);
+            if (!entry.gemm) {
                 printf("%-10s %-5s  no kernel\n", isa, kipp_type_name(type));
                 continue;
             }
+            /* the table's kernel, then its many-token kernel (label "many") where it has one */
+            for (int variant = 0; variant < (entry.gemm_many ? 2 : 1); variant++) {
+            const kipp_cpu_mm mm = variant ? (kipp_cpu_mm){entry.act_many, entry.gemm_many, 0, NULL, 0} : entry;
+            const char *vname = variant ? " many" : "";
             const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
             size_t ncopy = (pool_mib << 20) / mat;
             ncopy = ncopy < 1 ? 1 : ncopy;
@@ -177,7 +160,7 @@ int main(int argc, char **argv) {
             for (int s = 0; s < 64; s++) {
                 const uint64_t r = urand() % n_rows, t = urand() % max_tok;
                 kipp_dequantize_row(type, w + r * rb, wd, k);
-                dequant_act(mm.act, xa + t * ab, xd, k);
+                kipp_cpu_act_to_f32(mm.act, xa + t * ab, xd, k);
                 double ref = 0.0, mag = 0.0;
                 for (uint64_t i = 0; i < k; i++) {
                     ref += (double)wd[i] * xd[i];
@@ -186,7 +169,7 @@ int main(int argc, char **argv) {
                 const double rel = fabs(y[t * n_rows + r] - ref) / (mag + 1e-30);
                 worst = rel > worst ? rel : worst;
             }
-            printf("%-10s %-5s act %u  check %.2e%s\n", isa, kipp_type_name(type), mm.act, worst,
+            printf("%-10s %-5s%s act %u  check %.2e%s\n", isa, kipp_type_name(type), vname, mm.act, worst,
                    worst > 1e-5 ? "  FAIL" : "");
             for (int i = 0; i < ntoks; i++) {
                 const uint64_t nt = toks[i];
@@ -203,8 +186,8 @@ int main(int argc, char **argv) {
                     reps++;
                 }
                 const double avg = (now_s() - t_all) / (double)reps;
-                printf("%-10s %-5s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", isa,
-                       kipp_type_name(type), (unsigned long long)k, (unsigned long long)n_rows,
+                printf("%-10s %-5s%s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", isa,
+                       kipp_type_name(type), vname, (unsigned long long)k, (unsigned long long)n_rows,
                        (unsigned long long)nt, 2.0 * n_rows * nt * k / avg * 1e-9, 2.0 * n_rows * nt * k / best * 1e-9);
                 if (nt == 1)
                     printf("  %6.1f GB/s weights (%zu MiB pool)", (double)mat / avg * 1e-9, mat * nc >> 20);
@@ -213,6 +196,7 @@ int main(int argc, char **argv) {
             }
             free(w);
             free(xa);
+            }
         }
     }
     free(xf);

@@ -209,29 +209,34 @@ static void check_quant_q8(const kipp_cpu_kernels *lv) {
             KT_CHECK(zero_ok && (k < 512 || b[1].d == 0.0f), "%s q8_k all-zero block", lv->isa);
             free(b);
         }
+        /* Q16: bit-identical to the portable converter, within d/2, sums exact */
+        if (lv->quant[KIPP_ACT_Q16]) {
+            const size_t nb = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
+            kipp_act_q16 *b = malloc(nb), *r = malloc(nb);
+            memset(b, 0, nb);
+            memset(r, 0, nb);
+            lv->quant[KIPP_ACT_Q16](x, b, k);
+            kipp_cpu_quant_q16_scalar(x, r, k);
+            int bad = memcmp(b, r, nb) != 0;
+            for (uint64_t j = 0; j < k / 32 && !bad; j++) {
+                float amax = 0.0f;
+                int32_t sum = 0;
+                for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * j + i]));
+                if (fabsf(b[j].d - amax / 32767.0f) > 1e-6f * amax / 32767.0f) bad = 2;
+                for (int i = 0; i < 32; i++) {
+                    sum += b[j].qs[i];
+                    if (b[j].qs[i] < -32767 ||
+                        fabs((double)x[32 * j + i] - (double)b[j].d * b[j].qs[i]) > 0.51 * b[j].d + 1e-30)
+                        bad = 3; /* x * id carries ~32767 ulp: 0.5 + 0.004 steps */
+                }
+                if (sum != b[j].sum) bad = 4;
+                if (amax == 0.0f && (b[j].d != 0.0f || b[j].sum != 0)) bad = 5;
+            }
+            KT_CHECK(!bad, "%s q16 k=%llu: check %d failed", lv->isa, (unsigned long long)k, bad);
+            free(b);
+            free(r);
+        }
         free(x);
-    }
-}
-
-/* The activation row the kernel sees, as floats. */
-static void dequant_act(uint32_t act, const void *a, float *out, uint64_t k) {
-    switch (act) {
-    case KIPP_ACT_F32: memcpy(out, a, k * sizeof *out); break;
-    case KIPP_ACT_BF16:
-        for (uint64_t i = 0; i < k; i++) out[i] = kipp_bf16_to_f32(((const uint16_t *)a)[i]);
-        break;
-    case KIPP_ACT_Q8_0:
-        for (uint64_t i = 0; i < k; i++) {
-            const kipp_act_q8_0 *b = (const kipp_act_q8_0 *)a + i / 32;
-            out[i] = b->d * b->qs[i % 32];
-        }
-        break;
-    case KIPP_ACT_Q8_K:
-        for (uint64_t i = 0; i < k; i++) {
-            const kipp_act_q8_k *b = (const kipp_act_q8_k *)a + i / 256;
-            out[i] = b->d * b->qs[i % 256];
-        }
-        break;
     }
 }
 
@@ -294,19 +299,34 @@ static void run_gemm_grid(const char *label, uint32_t type, uint32_t act, kipp_c
 
 /* One weight type on one level: its table entry (or, dequant = 1, kipp_cpu_gemm_dequant on
  * f32 activations). */
+static void check_gemm_entry(const kipp_cpu_kernels *lv, uint32_t type, int dequant, kipp_cpu_mm mm,
+                             const char *label);
+
+/* One weight type on one level: its table entry, and its many-token kernel where it has one
+ * (tested at every token count, below its threshold too); a lacking entry tests the
+ * dequantize fallback the caller then uses. */
 static void check_gemm_type(const kipp_cpu_kernels *lv, uint32_t type, int dequant) {
+    const kipp_cpu_mm mm = dequant ? (kipp_cpu_mm){KIPP_ACT_F32, NULL, 0, NULL, 0} : kipp_cpu_kernels_mm(lv, type);
+    if (!dequant && !mm.gemm) { /* the caller falls back to gemm_dequant: test that instead */
+        check_gemm_type(lv, type, 1);
+        return;
+    }
+    check_gemm_entry(lv, type, dequant, mm, dequant ? "gemm_dequant" : lv->isa);
+    if (mm.gemm_many) {
+        char label[64];
+        snprintf(label, sizeof label, "%s many", lv->isa);
+        check_gemm_entry(lv, type, 0, (kipp_cpu_mm){mm.act_many, mm.gemm_many, 0, NULL, 0}, label);
+    }
+}
+
+static void check_gemm_entry(const kipp_cpu_kernels *lv, uint32_t type, int dequant, kipp_cpu_mm mm,
+                             const char *label) {
     static const uint64_t k_float[] = {1, 7, 33, 256, 1023, 2560};
     static const uint64_t k_32[] = {32, 96, 256, 1024, 2560};
     static const uint64_t k_256[] = {256, 512, 2560};
     const uint32_t be = kipp_type_block_elems(type);
     const uint64_t *ks = be == 1 ? k_float : be == 32 ? k_32 : k_256;
     const size_t nk = be == 1 ? 6 : be == 32 ? 5 : 3;
-    const kipp_cpu_mm mm = dequant ? (kipp_cpu_mm){KIPP_ACT_F32, NULL} : kipp_cpu_kernels_mm(lv, type);
-    const char *label = dequant ? "gemm_dequant" : lv->isa;
-    if (!dequant && !mm.gemm) { /* the caller falls back to gemm_dequant: test that instead */
-        check_gemm_type(lv, type, 1);
-        return;
-    }
     kipp_cpu_quant_fn quant = mm.act == KIPP_ACT_F32 ? NULL : lv->quant[mm.act];
     KT_CHECK(mm.act == KIPP_ACT_F32 || quant != NULL, "%s %s: no converter for act %u", lv->isa,
              kipp_type_name(type), mm.act);
@@ -334,7 +354,7 @@ static void check_gemm_type(const kipp_cpu_kernels *lv, uint32_t type, int dequa
                 quant(xt, xa + t * xs, k);
             else
                 memcpy(xa + t * xs, xt, k * sizeof *xt);
-            dequant_act(mm.act, xa + t * xs, xd + t * k, k);
+            kipp_cpu_act_to_f32(mm.act, xa + t * xs, xd + t * k, k);
         }
         for (int r = 0; r < MAX_ROWS; r++)
             for (int t = 0; t < MAX_TOK; t++) {
@@ -461,28 +481,39 @@ static void check_quant2(const kipp_cpu_kernels *k) {
     }
 }
 
-/* Attention's p·V kernel against double precision: G heads, n rows of stride vs. */
+/* Attention's p·V kernels against double precision: G heads, n rows of stride vs, over f32
+ * rows and (where the level has them) f16 / bf16 rows, the reference from the rounded rows. */
 static void check_pv(const kipp_cpu_kernels *k) {
     static const uint32_t Gs[] = {1, 2, 3}, ds[] = {64, 100, 128, 200}, ns[] = {1, 5, 16};
     static float o[3 * 200], p[3 * 20], v[16 * 260];
+    static uint16_t vh[16 * 260];
     static double ref[3 * 200];
-    if (!k->pv_f32) return;
-    for (size_t gi = 0; gi < 3; gi++)
-        for (size_t di = 0; di < 4; di++)
-            for (size_t ni = 0; ni < 3; ni++) {
-                const uint32_t G = Gs[gi], d = ds[di], n = ns[ni];
-                const size_t ps = 20, vs = 260;
-                for (uint32_t i = 0; i < G * d; i++) ref[i] = o[i] = frand();
-                for (uint32_t i = 0; i < G * ps; i++) p[i] = frand();
-                for (uint32_t i = 0; i < 16 * vs; i++) v[i] = frand();
-                for (uint32_t g = 0; g < G; g++)
-                    for (uint32_t t = 0; t < n; t++)
-                        for (uint32_t i = 0; i < d; i++) ref[g * d + i] += (double)p[g * ps + t] * v[t * vs + i];
-                k->pv_f32(o, p, ps, G, v, vs, n, d);
-                double worst = 0.0;
-                for (uint32_t i = 0; i < G * d; i++) worst = fmax(worst, fabs(o[i] - ref[i]));
-                KT_CHECK(worst < 1e-5, "%s pv G=%u d=%u n=%u: err %.3g", k->isa, G, d, n, worst);
-            }
+    for (int ty = 0; ty < 3; ty++) {
+        if (ty == 0 ? !k->pv_f32 : ty == 1 ? !k->pv_f16 : !k->pv_bf16) continue;
+        for (size_t gi = 0; gi < 3; gi++)
+            for (size_t di = 0; di < 4; di++)
+                for (size_t ni = 0; ni < 3; ni++) {
+                    const uint32_t G = Gs[gi], d = ds[di], n = ns[ni];
+                    const size_t ps = 20, vs = 260;
+                    for (uint32_t i = 0; i < G * d; i++) ref[i] = o[i] = frand();
+                    for (uint32_t i = 0; i < G * ps; i++) p[i] = frand();
+                    for (uint32_t i = 0; i < 16 * vs; i++) {
+                        v[i] = frand();
+                        if (ty == 1) v[i] = kipp_f16_to_f32(vh[i] = kipp_f32_to_f16(v[i]));
+                        if (ty == 2) v[i] = kipp_bf16_to_f32(vh[i] = kipp_f32_to_bf16(v[i]));
+                    }
+                    for (uint32_t g = 0; g < G; g++)
+                        for (uint32_t t = 0; t < n; t++)
+                            for (uint32_t i = 0; i < d; i++) ref[g * d + i] += (double)p[g * ps + t] * v[t * vs + i];
+                    if (ty == 0) k->pv_f32(o, p, ps, G, v, vs, n, d);
+                    else if (ty == 1) k->pv_f16(o, p, ps, G, vh, vs, n, d);
+                    else k->pv_bf16(o, p, ps, G, vh, vs, n, d);
+                    double worst = 0.0;
+                    for (uint32_t i = 0; i < G * d; i++) worst = fmax(worst, fabs(o[i] - ref[i]));
+                    KT_CHECK(worst < 1e-5, "%s pv (%s rows) G=%u d=%u n=%u: err %.3g", k->isa,
+                             ty == 0 ? "f32" : ty == 1 ? "f16" : "bf16", G, d, n, worst);
+                }
+    }
 }
 
 /* The optional elementwise kernels (softmax, SwiGLU) against double precision. */

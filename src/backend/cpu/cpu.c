@@ -71,7 +71,7 @@ kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **ou
 }
 
 kipp_cpu_mm kipp_cpu_kernels_mm(const kipp_cpu_kernels *k, uint32_t type) {
-    const kipp_cpu_mm none = {KIPP_ACT_F32, NULL};
+    const kipp_cpu_mm none = {KIPP_ACT_F32, NULL, 0, NULL, 0};
     switch (type) {
     case KIPP_TYPE_F32: return k->f32;
     case KIPP_TYPE_F16: return k->f16;

@@ -238,6 +238,7 @@ static size_t convert(kipp_cpu_fwd *f, uint32_t act, const float *x, size_t ldx,
     if (!j.q)
         j.q = act == KIPP_ACT_BF16   ? kipp_cpu_quant_bf16_scalar
               : act == KIPP_ACT_Q8_0 ? kipp_cpu_quant_q8_0_scalar
+              : act == KIPP_ACT_Q16  ? kipp_cpu_quant_q16_scalar
                                      : kipp_cpu_quant_q8_k_scalar;
     j.out_bytes = kipp_cpu_act_row_bytes(act, k);
     if (n >= PAR_MIN_TOKENS)
@@ -254,6 +255,10 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
     uint32_t done = 0;
     while (done < count) {
         kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[done]->type);
+        if (mm.gemm_many && n >= mm.many_min_tok) { /* the level's many-token kernel */
+            mm.gemm = mm.gemm_many;
+            mm.act = mm.act_many;
+        }
         mm_job j = {.gemm = mm.gemm, .n_tok = n, .k = (uint64_t)ws[done]->ne[0]};
         /* group the following weights of the same type and input length */
         const uint32_t first = done;

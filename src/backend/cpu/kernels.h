@@ -25,6 +25,7 @@ enum {
     KIPP_ACT_BF16 = 1, /* uint16_t[k]: round-to-nearest-even bf16 of x (NaN kept NaN) */
     KIPP_ACT_Q8_0 = 2, /* kipp_act_q8_0[k/32] */
     KIPP_ACT_Q8_K = 3, /* kipp_act_q8_k[k/256] */
+    KIPP_ACT_Q16 = 4,  /* kipp_act_q16[k/32] (the many-token gemms of some levels) */
     KIPP_ACT_COUNT
 };
 
@@ -45,8 +46,20 @@ typedef struct {
     int16_t bsums[16];
 } kipp_act_q8_k;
 
+/* 32 values at 16 bits: x[i] ≈ d * qs[i], d = amax/32767 (0 for all zero), qs rounded to
+ * nearest, ties to even (clamped to [-32767, 32767]); sum = sum of qs. One plane carries
+ * ~1/65534 of the block's amax as error, below the two-plane 8-bit scheme's 1/32512. */
+typedef struct {
+    float d;
+    int32_t sum;
+    int16_t qs[32];
+} kipp_act_q16;
+
 /* Bytes of one activation row of k elements in format act. */
 size_t kipp_cpu_act_row_bytes(uint32_t act, uint64_t k);
+/* The activation row a kernel sees, as floats (d * q for the 8/16-bit formats); tests and
+ * benches check kernels against it. */
+void kipp_cpu_act_to_f32(uint32_t act, const void *a, float *out, uint64_t k);
 
 /* ---- kernel signatures -------------------------------------------------------------- */
 
@@ -65,6 +78,12 @@ typedef void (*kipp_cpu_gemm_fn)(const void *w, size_t w_row_bytes, uint64_t n_r
 typedef struct {
     uint32_t act;          /* the activation format gemm consumes (KIPP_ACT_*) */
     kipp_cpu_gemm_fn gemm; /* NULL: this level has no kernel for the type (see below) */
+    /* Many tokens (prefill, big decode batches): from many_min_tok tokens on, gemm_many on
+     * act_many rows replaces gemm (NULL: gemm for every count). gemm_many is correct for
+     * any n_tok; the threshold is where it starts to pay (measured). */
+    uint32_t act_many;
+    kipp_cpu_gemm_fn gemm_many;
+    uint32_t many_min_tok;
 } kipp_cpu_mm;
 
 /* Two-plane 8-bit conversion (forward.c explains why): per block (32 values for
@@ -120,6 +139,7 @@ extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod *
 void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_0_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_k_scalar(const float *x, void *out, uint64_t k);
+void kipp_cpu_quant_q16_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant2_q8_0_scalar(const float *x, void *hi, void *lo, uint64_t k);
 void kipp_cpu_quant2_q8_k_scalar(const float *x, void *hi, void *lo, uint64_t k);
 void kipp_cpu_gemm_dequant(uint32_t wtype, const void *w, size_t w_row_bytes, uint64_t n_rows,

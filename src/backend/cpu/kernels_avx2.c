@@ -13,9 +13,11 @@
 #include "core/types.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
 
 enum { TILE = 4 };
 
@@ -32,8 +34,8 @@ INLINE __m256i tail_mask(uint64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), idx);
 }
 
-INLINE float rd_f16(const unsigned char *p) {
-    return kipp_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+INLINE float rd_f16(const unsigned char *p) { /* F16C: one instruction, exact */
+    return _cvtsh_ss((unsigned short)(p[0] | (p[1] << 8)));
 }
 
 /* ---- attention helpers ------------------------------------------------------------------ */
@@ -287,6 +289,377 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
 GEMM_DRIVER(gemm_q4_k, tile_q4_k, kipp_act_q8_k)
 GEMM_DRIVER(gemm_q6_k, tile_q6_k, kipp_act_q8_k)
 
+/* ---- many tokens: the int16 panel (KIPP_ACT_Q16 activations) --------------------------------
+ * Per chunk of KC elements, PR = 16 weight rows are decoded once into signed values (Q8_0 as
+ * stored, Q4_0 nibble - 8, Q4_K nibbles 0..15, Q6_K 6-bit value - 32), widened to int16 and
+ * laid out pair-interleaved: for every two consecutive k one 32-byte vector per 8 rows holds
+ * (w[r][k], w[r][k+1]); beside them each row's f32 scale per sub-block (Q4_K also d_min *
+ * min). Each token's 16-bit pair (x[k], x[k+1]) is broadcast into vpmaddwd against 8 rows at
+ * a time: exact int32 over a sub-block (|w| <= 128, |x| <= 32767, 32 terms: < 2^28), then
+ * acc += f32(ai) * dx * scale (Q4_K also - d_min*min * dx * sum x). One plane of 15-bit
+ * activations: half the integer work of the two-plane 8-bit path, and no horizontal sums.
+ * The weight decode is paid once per chunk for all tokens (it needs many_min_tok of them). */
+enum { PR = 16, PTK = 4, KC = 512 };
+/* tokens from which the panel beats the two-plane row tiles (measured: kernel_bench) */
+enum { MANY_MIN_TOK = 4 };
+enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K };
+
+typedef struct {
+    int16_t q[KC * PR] __attribute__((aligned(32)));      /* [KC / 2 pairs][PR rows][2] */
+    float sc[KC / 16 * PR] __attribute__((aligned(32)));  /* [sub-block][PR rows] */
+    float mn[KC / 32 * PR] __attribute__((aligned(32)));  /* Q4_K: [sub-block][PR rows] */
+    int8_t tmp[PR][KC] __attribute__((aligned(32)));      /* the rows decoded, row-major */
+} panel16;
+
+INLINE int sub_block16(int qt) { return qt == QT_Q6_K ? 16 : 32; }
+
+/* Row r of the chunk, elements [c0, c0 + kc), into P->tmp[r] and its scales. */
+static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, panel16 *P, int r) {
+    int8_t *o = P->tmp[r];
+    if (qt == QT_Q8_0 || qt == QT_Q4_0) {
+        const int bb = qt == QT_Q8_0 ? 34 : 18;
+        for (uint64_t jb = 0; jb < kc / 32; jb++) {
+            const uint8_t *b = wr + (c0 / 32 + jb) * bb;
+            P->sc[jb * PR + r] = rd_f16(b);
+            const __m256i v = qt == QT_Q8_0 ? w32_q8_0(b + 2) : w32_q4_0(b + 2);
+            _mm256_store_si256((__m256i *)(o + 32 * jb), v);
+        }
+    } else if (qt == QT_Q4_K) {
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        for (uint64_t jb = 0; jb < kc / 256; jb++) {
+            const uint8_t *b = wr + (c0 / 256 + jb) * 144;
+            uint8_t scale[8], min[8];
+            k4_scales(b + 4, scale, min);
+            const float d = rd_f16(b), dmin = rd_f16(b + 2);
+            for (int j = 0; j < 8; j++) {
+                P->sc[(jb * 8 + j) * PR + r] = d * (float)scale[j];
+                P->mn[(jb * 8 + j) * PR + r] = dmin * (float)min[j];
+            }
+            for (int g = 0; g < 4; g++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * g));
+                _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g), _mm256_and_si256(q, m4));
+                _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g + 32),
+                                   _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            }
+        }
+    } else {
+        const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+        for (uint64_t jb = 0; jb < kc / 256; jb++) {
+            const uint8_t *b = wr + (c0 / 256 + jb) * 210;
+            const float d = rd_f16(b + 208);
+            for (int i = 0; i < 16; i++) P->sc[(jb * 16 + i) * PR + r] = d * (float)(int8_t)b[192 + i];
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+                for (int j = 0; j < 4; j++) { /* elements 128h + 32j + l, as in tile_q6_k */
+                    const __m256i l = j & 1 ? ql1 : ql0;
+                    const __m256i nib = j >= 2 ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
+                    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m2), 4);
+                    _mm256_store_si256((__m256i *)(o + 256 * jb + 128 * h + 32 * j),
+                                       _mm256_sub_epi8(_mm256_or_si256(nib, hi), k32));
+                }
+            }
+        }
+    }
+}
+
+/* 8 x 8 transpose of 32-bit lanes: r[i] lane p -> r[p] lane i */
+INLINE void transpose8(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Decodes rows [0, nr) of the chunk (the rest zero) and lays them out pair-interleaved. */
+static void pack16(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c0, uint64_t kc, panel16 *P) {
+    const int nsb = (int)(kc / (uint64_t)sub_block16(qt));
+    for (int r = 0; r < PR; r++) {
+        if (r < nr) {
+            decode_row(qt, w + (size_t)r * wrb, c0, kc, P, r);
+            continue;
+        }
+        memset(P->tmp[r], 0, kc);
+        for (int j = 0; j < nsb; j++) P->sc[j * PR + r] = 0.0f;
+        if (qt == QT_Q4_K)
+            for (int j = 0; j < nsb; j++) P->mn[j * PR + r] = 0.0f;
+    }
+    for (uint64_t kb = 0; kb < kc / 16; kb++)
+        for (int h = 0; h < 2; h++) {
+            __m256i v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(P->tmp[8 * h + i] + 16 * kb)));
+            transpose8(v);
+            for (int p = 0; p < 8; p++) _mm256_store_si256((__m256i *)(P->q + ((8 * kb + p) * PR + 8 * h) * 2), v[p]);
+        }
+}
+
+INLINE int32_t ld_pair(const int16_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The chunk against T tokens: y[t][0..nr) = (add ? y : 0) + panel . x_t */
+INLINE void tile16(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, const char *x, size_t xrb, float *y,
+                   size_t ldy, int nr, int add) {
+    const int SB = sub_block16(qt);
+    /* f32 accumulators live in L1 (touched once per sub-block): the registers hold the
+     * 2 x T int32 sums, 2 weight vectors and the broadcast */
+    float acc[2][PTK][8] __attribute__((aligned(32)));
+    memset(acc, 0, sizeof acc);
+    for (uint64_t j = 0; j < kc / (uint64_t)SB; j++) {
+        const uint64_t e0 = c0 + j * (uint64_t)SB;
+        const int16_t *xp[PTK];
+        float dx[PTK], sx[PTK];
+        __m256i ai[2][PTK];
+        UNROLL for (int t = 0; t < T; t++) {
+            const kipp_act_q16 *b = (const kipp_act_q16 *)(x + t * xrb) + e0 / 32;
+            xp[t] = b->qs + e0 % 32;
+            dx[t] = b->d;
+            sx[t] = -b->d * (float)b->sum;
+            ai[0][t] = ai[1][t] = _mm256_setzero_si256();
+        }
+        const int16_t *qv = P->q + j * (uint64_t)SB * PR;
+        _Pragma("GCC unroll 2") for (int s = 0; s < SB / 2; s++) {
+            const __m256i w0 = _mm256_load_si256((const __m256i *)(qv + s * 2 * PR));
+            const __m256i w1 = _mm256_load_si256((const __m256i *)(qv + s * 2 * PR + 16));
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m256i xb = _mm256_set1_epi32(ld_pair(xp[t] + 2 * s));
+                ai[0][t] = _mm256_add_epi32(ai[0][t], _mm256_madd_epi16(w0, xb));
+                ai[1][t] = _mm256_add_epi32(ai[1][t], _mm256_madd_epi16(w1, xb));
+            }
+        }
+        UNROLL for (int g = 0; g < 2; g++) {
+            const __m256 sc = _mm256_load_ps(P->sc + j * PR + 8 * g);
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(dx[t]));
+                __m256 a = _mm256_fmadd_ps(f, sc, _mm256_load_ps(acc[g][t]));
+                if (qt == QT_Q4_K)
+                    a = _mm256_fmadd_ps(_mm256_load_ps(P->mn + j * PR + 8 * g), _mm256_set1_ps(sx[t]), a);
+                _mm256_store_ps(acc[g][t], a);
+            }
+        }
+    }
+    for (int g = 0; g < 2 && 8 * g < nr; g++) {
+        const __m256i m = tail_mask((uint64_t)(nr - 8 * g));
+        UNROLL for (int t = 0; t < T; t++) {
+            float *yp = y + t * ldy + 8 * g;
+            __m256 v = _mm256_load_ps(acc[g][t]);
+            if (add) v = _mm256_add_ps(v, _mm256_maskload_ps(yp, m));
+            _mm256_maskstore_ps(yp, m, v);
+        }
+    }
+}
+
+#define TILE16_CASE(T) \
+    case T: tile16(qt, T, P, c0, kc, x, xrb, y, ldy, nr, add); break;
+
+INLINE void tile16_any(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, const char *x, size_t xrb, float *y,
+                       size_t ldy, int nr, int add) {
+    switch (T) {
+        TILE16_CASE(1) TILE16_CASE(2) TILE16_CASE(3) TILE16_CASE(4)
+    default: break;
+    }
+}
+
+INLINE void gemm16(int qt, const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
+                   float *y, size_t ldy, uint64_t k) {
+    panel16 P; /* ~60 KiB on the caller's stack: no allocation to fail */
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += PR) {
+        const int nr = n_rows - r0 >= PR ? PR : (int)(n_rows - r0);
+        for (uint64_t c0 = 0; c0 < k; c0 += KC) {
+            const uint64_t kc = k - c0 < KC ? k - c0 : KC;
+            pack16(qt, (const uint8_t *)w + r0 * wrb, wrb, nr, c0, kc, &P);
+            for (uint64_t t = 0; t < n_tok; t += PTK) {
+                const int T = n_tok - t >= PTK ? PTK : (int)(n_tok - t);
+                tile16_any(qt, T, &P, c0, kc, (const char *)x + t * xrb, xrb, y + t * ldy + r0, ldy, nr, c0 > 0);
+            }
+        }
+    }
+}
+
+#define GEMM16(name, qt)                                                                                    \
+    static void name(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
+                     float *y, size_t ldy, uint64_t k) {                                                    \
+        gemm16(qt, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);                                               \
+    }
+GEMM16(gemm16_q8_0, QT_Q8_0)
+GEMM16(gemm16_q4_0, QT_Q4_0)
+GEMM16(gemm16_q4_k, QT_Q4_K)
+GEMM16(gemm16_q6_k, QT_Q6_K)
+
+/* KIPP_ACT_Q16 rows, bit-identical to kipp_cpu_quant_q16_scalar */
+static void quant_q16(const float *x, void *out, uint64_t k) {
+    kipp_act_q16 *b = out;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (uint64_t blk = 0; blk < k / 32; blk++, x += 32, b++) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const __m256 id = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+        const __m256i lim = _mm256_set1_epi32(32767), nlim = _mm256_set1_epi32(-32767);
+        __m256i q[4], s = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(r), lim), nlim);
+            s = _mm256_add_epi32(s, q[i]);
+        }
+        /* packs works per 128-bit lane: permute back to element order */
+        _mm256_storeu_si256((__m256i *)b->qs, _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8));
+        _mm256_storeu_si256((__m256i *)(b->qs + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        b->d = amax / 32767.0f;
+        b->sum = _mm_cvtsi128_si32(s4);
+    }
+}
+
+/* ---- elementwise: exp-based stages (as kernels_avx512.c) -----------------------------------
+ * exp(x) = 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), p the degree-6
+ * Taylor polynomial (relative error < 2e-7); x clamped to [-87.3, 88.3] so that 2^n, built
+ * in the exponent field, stays a normal float (n in [-126, 127]). NaN stays NaN. */
+INLINE __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(88.3f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+INLINE float hmax256(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static void softmax_f32(float *s, uint64_t n, float scale) {
+    const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 mx = ninf;
+    for (uint64_t i = 0; i < n; i += 8) {
+        const __m256i m = tail_mask(n - i);
+        const __m256 v = _mm256_mul_ps(_mm256_maskload_ps(s + i, m), sc);
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, v, _mm256_castsi256_ps(m)));
+    }
+    const __m256 vmax = _mm256_set1_ps(hmax256(mx));
+    __m256 sum = _mm256_setzero_ps();
+    for (uint64_t i = 0; i < n; i += 8) {
+        const __m256i m = tail_mask(n - i);
+        const __m256 e = _mm256_and_ps(exp256(_mm256_fmsub_ps(_mm256_maskload_ps(s + i, m), sc, vmax)),
+                                       _mm256_castsi256_ps(m));
+        sum = _mm256_add_ps(sum, e);
+        _mm256_maskstore_ps(s + i, m, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum256(sum));
+    for (uint64_t i = 0; i < n; i += 8) {
+        const __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(s + i, m, _mm256_mul_ps(_mm256_maskload_ps(s + i, m), inv));
+    }
+}
+
+static void swiglu_f32(float *g, const float *u, uint64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (uint64_t i = 0; i < n; i += 8) {
+        const __m256i m = tail_mask(n - i);
+        const __m256 gv = _mm256_maskload_ps(g + i, m);
+        const __m256 den = _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+        _mm256_maskstore_ps(g + i, m, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_maskload_ps(u + i, m)));
+    }
+}
+
+/* ---- attention p·V ------------------------------------------------------------------------
+ * Two heads x up to 48 dims of output (12 registers) stay put while the V rows stream by. */
+INLINE __m256 load_kv8(int ty, __m256i m, const void *v, size_t i, uint32_t left) {
+    if (ty == 0) return _mm256_maskload_ps((const float *)v + i, m);
+    uint16_t t[8];
+    const uint16_t *h = (const uint16_t *)v + i;
+    if (left < 8) { /* the tail: no 16-bit masked load in AVX2 */
+        memset(t, 0, sizeof t);
+        memcpy(t, h, left * 2);
+        h = t;
+    }
+    return ty == 1 ? ld_f16(h, 0) : ld_bf16(h, 0);
+}
+
+enum { PV_V = 6 }; /* vectors of 8 dims per head and pass */
+
+INLINE void pv_any(int ty, float *o, const float *p, size_t ps, uint32_t G, const void *v0, size_t vs,
+                   uint32_t n, uint32_t d) {
+    const size_t esz = ty == 0 ? 4 : 2;
+    for (uint32_t g0 = 0; g0 < G; g0 += 2) {
+        const int gg = G - g0 >= 2 ? 2 : 1;
+        for (uint32_t d0 = 0; d0 < d; d0 += 8 * PV_V) {
+            const uint32_t dd = d - d0 < 8 * PV_V ? d - d0 : 8 * PV_V;
+            __m256i m[PV_V];
+            uint32_t left[PV_V];
+            UNROLL for (int j = 0; j < PV_V; j++) {
+                left[j] = dd > 8u * (uint32_t)j ? dd - 8u * (uint32_t)j : 0;
+                m[j] = tail_mask(left[j] < 8 ? left[j] : 8);
+            }
+            __m256 a0[PV_V], a1[PV_V];
+            float *o0 = o + (size_t)g0 * d + d0, *o1 = o0 + d;
+            UNROLL for (int j = 0; j < PV_V; j++) {
+                a0[j] = _mm256_maskload_ps(o0 + 8 * j, m[j]);
+                a1[j] = gg == 2 ? _mm256_maskload_ps(o1 + 8 * j, m[j]) : _mm256_setzero_ps();
+            }
+            const float *p0 = p + (size_t)g0 * ps, *p1 = p0 + ps;
+            for (uint32_t t = 0; t < n; t++) {
+                const void *v = (const char *)v0 + ((size_t)t * vs + d0) * esz;
+                const __m256 b0 = _mm256_set1_ps(p0[t]), b1 = _mm256_set1_ps(gg == 2 ? p1[t] : 0.0f);
+                UNROLL for (int j = 0; j < PV_V; j++) {
+                    if (!left[j]) break;
+                    const __m256 vv = load_kv8(ty, m[j], v, 8 * (size_t)j, left[j]);
+                    a0[j] = _mm256_fmadd_ps(b0, vv, a0[j]);
+                    a1[j] = _mm256_fmadd_ps(b1, vv, a1[j]);
+                }
+            }
+            UNROLL for (int j = 0; j < PV_V; j++) {
+                _mm256_maskstore_ps(o0 + 8 * j, m[j], a0[j]);
+                if (gg == 2) _mm256_maskstore_ps(o1 + 8 * j, m[j], a1[j]);
+            }
+        }
+    }
+}
+
+static void pv_f32(float *o, const float *p, size_t ps, uint32_t G, const float *v0, size_t vs, uint32_t n, uint32_t d) {
+    pv_any(0, o, p, ps, G, v0, vs, n, d);
+}
+static void pv_f16(float *o, const float *p, size_t ps, uint32_t G, const void *v0, size_t vs, uint32_t n, uint32_t d) {
+    pv_any(1, o, p, ps, G, v0, vs, n, d);
+}
+static void pv_bf16(float *o, const float *p, size_t ps, uint32_t G, const void *v0, size_t vs, uint32_t n, uint32_t d) {
+    pv_any(2, o, p, ps, G, v0, vs, n, d);
+}
+
 /* ---- KV rows to f32 ---------------------------------------------------------------- */
 
 static void f16_to_f32(const void *src, float *dst, uint64_t n) {
@@ -315,14 +688,19 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .f32 = {KIPP_ACT_F32, gemm_f32},
     .f16 = {KIPP_ACT_F32, gemm_f16},
     .bf16 = {KIPP_ACT_F32, gemm_bf16},
-    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0},
-    .q4_0 = {KIPP_ACT_Q8_0, gemm_q4_0},
-    .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k},
-    .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k},
+    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, KIPP_ACT_Q16, gemm16_q8_0, MANY_MIN_TOK},
+    .q4_0 = {KIPP_ACT_Q8_0, gemm_q4_0, KIPP_ACT_Q16, gemm16_q4_0, MANY_MIN_TOK},
+    .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, KIPP_ACT_Q16, gemm16_q4_k, MANY_MIN_TOK},
+    .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, KIPP_ACT_Q16, gemm16_q6_k, MANY_MIN_TOK},
     .quant = {NULL, kipp_cpu_quant_bf16_scalar, kipp_cpu_quant_q8_0_scalar,
-              kipp_cpu_quant_q8_k_scalar},
+              kipp_cpu_quant_q8_k_scalar, quant_q16},
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
+    .softmax_f32 = softmax_f32,
+    .swiglu_f32 = swiglu_f32,
+    .pv_f32 = pv_f32,
+    .pv_f16 = pv_f16,
+    .pv_bf16 = pv_bf16,
     .f16_to_f32 = f16_to_f32,
     .bf16_to_f32 = bf16_to_f32,
 };

@@ -18,6 +18,7 @@ size_t kipp_cpu_act_row_bytes(uint32_t act, uint64_t k) {
     case KIPP_ACT_BF16: return (size_t)k * sizeof(uint16_t);
     case KIPP_ACT_Q8_0: return (size_t)(k / 32) * sizeof(kipp_act_q8_0);
     case KIPP_ACT_Q8_K: return (size_t)(k / 256) * sizeof(kipp_act_q8_k);
+    case KIPP_ACT_Q16: return (size_t)(k / 32) * sizeof(kipp_act_q16);
     default: return 0;
     }
 }
@@ -76,6 +77,48 @@ void kipp_cpu_quant_q8_k_scalar(const float *x, void *out, uint64_t k) {
                 sum += q;
             }
             b->bsums[j] = (int16_t)sum;
+        }
+    }
+}
+
+void kipp_cpu_quant_q16_scalar(const float *x, void *out, uint64_t k) {
+    kipp_act_q16 *b = out;
+    for (uint64_t blk = 0; blk < k / 32; blk++, x += 32, b++) {
+        const float amax = block_amax(x, 32);
+        const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int q = (int)round_ne(x[i] * id);
+            q = q > 32767 ? 32767 : q < -32767 ? -32767 : q;
+            b->qs[i] = (int16_t)q;
+            sum += q;
+        }
+        b->d = amax / 32767.0f;
+        b->sum = sum;
+    }
+}
+
+void kipp_cpu_act_to_f32(uint32_t act, const void *a, float *out, uint64_t k) {
+    for (uint64_t i = 0; i < k; i++) {
+        switch (act) {
+        case KIPP_ACT_F32: out[i] = ((const float *)a)[i]; break;
+        case KIPP_ACT_BF16: out[i] = kipp_bf16_to_f32(((const uint16_t *)a)[i]); break;
+        case KIPP_ACT_Q8_0: {
+            const kipp_act_q8_0 *b = (const kipp_act_q8_0 *)a + i / 32;
+            out[i] = b->d * b->qs[i % 32];
+            break;
+        }
+        case KIPP_ACT_Q8_K: {
+            const kipp_act_q8_k *b = (const kipp_act_q8_k *)a + i / 256;
+            out[i] = b->d * b->qs[i % 256];
+            break;
+        }
+        case KIPP_ACT_Q16: {
+            const kipp_act_q16 *b = (const kipp_act_q16 *)a + i / 32;
+            out[i] = b->d * b->qs[i % 32];
+            break;
+        }
+        default: out[i] = 0.0f; break;
         }
     }
 }
