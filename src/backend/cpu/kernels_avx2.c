@@ -188,8 +188,77 @@ INLINE __m256i w32_q4_0(const unsigned char *qs) {
 
 BLOCK32_TILE(tile_q8_0, 34, w32_q8_0)
 BLOCK32_TILE(tile_q4_0, 18, w32_q4_0)
-GEMM_DRIVER(gemm_q8_0, tile_q8_0, kipp_act_q8_0)
-GEMM_DRIVER(gemm_q4_0, tile_q4_0, kipp_act_q8_0)
+
+/* Decode (the two activation planes of one token, or two sequences): FR = 4 weight rows x
+ * nt <= 2 tokens, so each activation block is loaded once for 4 rows and 8 FMA chains hide
+ * the latency; the same bytes of the next 4 rows are prefetched into L1 while these compute
+ * (the rows stream from memory once per step). */
+enum { FR = 4 };
+
+INLINE void prefetch_ahead(const unsigned char *p, size_t ahead, int nbytes) {
+    for (int o = 0; o < nbytes; o += 64) _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
+}
+
+INLINE __m128 hsum4_256(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    const __m256 s = _mm256_hadd_ps(ab, cd); /* per 128-bit lane: a b c d partials */
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+#define BLOCK32_ROWS4(NAME, BB, W32)                                                                \
+    INLINE void NAME(const unsigned char *w, size_t wrb, const kipp_act_q8_0 *const *xt, float *y,  \
+                     size_t ldy, uint64_t k, const int nt) {                                        \
+        __m256 acc[2][FR];                                                                          \
+        UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps(); \
+        for (uint64_t b = 0; b < k / 32; b++) {                                                     \
+            __m256i xq[2];                                                                          \
+            float dx[2];                                                                            \
+            UNROLL for (int t = 0; t < nt; t++) {                                                   \
+                xq[t] = _mm256_loadu_si256((const __m256i *)xt[t][b].qs);                           \
+                dx[t] = xt[t][b].d;                                                                 \
+            }                                                                                       \
+            UNROLL for (int r = 0; r < FR; r++) {                                                   \
+                const unsigned char *p = w + r * wrb + b * BB;                                      \
+                prefetch_ahead(p, FR * wrb, BB);                                                    \
+                const __m256i wq = W32(p + 2);                                                      \
+                const __m256i aw = _mm256_sign_epi8(wq, wq);                                        \
+                const float dw = rd_f16(p);                                                         \
+                UNROLL for (int t = 0; t < nt; t++) {                                               \
+                    const __m256 s = _mm256_cvtepi32_ps(dot_i8(aw, wq, xq[t]));                     \
+                    acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[t]), s, acc[t][r]);          \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int t = 0; t < nt; t++)                                                         \
+            _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));      \
+    }
+
+BLOCK32_ROWS4(rows4_q8_0, 34, w32_q8_0)
+BLOCK32_ROWS4(rows4_q4_0, 18, w32_q4_0)
+
+/* Few tokens (<= 2): 4-row tiles, the last rows one at a time; more: the 1-row x 4-token tiles. */
+#define GEMM_DRIVER_DEC(NAME, ROWS4, TILE_FN, XT)                                                   \
+    GEMM_DRIVER(NAME##_tiles, TILE_FN, XT)                                                         \
+    static void NAME(const void *w, size_t w_row_bytes, uint64_t n_rows, const void *x,           \
+                     size_t x_row_bytes, uint64_t n_tok, float *y, size_t ldy, uint64_t k) {       \
+        if (n_tok > 2) {                                                                           \
+            NAME##_tiles(w, w_row_bytes, n_rows, x, x_row_bytes, n_tok, y, ldy, k);                \
+            return;                                                                                \
+        }                                                                                          \
+        const XT *xt[2] = {(const XT *)x, (const XT *)x};                                          \
+        for (uint64_t t = 0; t < n_tok; t++) xt[t] = (const XT *)((const char *)x + t * x_row_bytes); \
+        uint64_t r = 0;                                                                            \
+        for (; r + FR <= n_rows; r += FR) {                                                        \
+            const unsigned char *wr = (const unsigned char *)w + r * w_row_bytes;                  \
+            if (n_tok == 2) ROWS4(wr, w_row_bytes, xt, y + r, ldy, k, 2);                          \
+            else ROWS4(wr, w_row_bytes, xt, y + r, ldy, k, 1);                                     \
+        }                                                                                          \
+        if (r < n_rows)                                                                            \
+            NAME##_tiles((const char *)w + r * w_row_bytes, w_row_bytes, n_rows - r, x, x_row_bytes, n_tok, y + r, ldy, k); \
+    }
+
+GEMM_DRIVER_DEC(gemm_q8_0, rows4_q8_0, tile_q8_0, kipp_act_q8_0)
+GEMM_DRIVER_DEC(gemm_q4_0, rows4_q4_0, tile_q4_0, kipp_act_q8_0)
 
 /* ---- K-quant gemms (Q8_K activations) ------------------------------------------------------------ */
 
@@ -286,8 +355,107 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]);
 }
 
-GEMM_DRIVER(gemm_q4_k, tile_q4_k, kipp_act_q8_k)
-GEMM_DRIVER(gemm_q6_k, tile_q6_k, kipp_act_q8_k)
+
+/* Q4_K's 12-byte scale packing (at sc, 16 bytes readable) into 8 scales (bytes 0-7) and 8
+ * mins (bytes 8-15), as k4_scales. */
+INLINE __m128i k4_scales_v(const unsigned char *sc) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)sc);
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7));
+    __m128i lo = _mm_blend_epi16(a, _mm_srli_epi16(a, 4), 0xc0);
+    lo = _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0,
+                                                                         0, 0x30, 0x30, 0x30, 0x30));
+    return _mm_or_si128(lo, hi);
+}
+
+/* Q4_K, 4 rows x nt <= 2 tokens: exact int32 per 256-block (sub-block scales through madd),
+ * one FMA per block; the mins as a 4-lane int dot of the 8 mins with the activation's
+ * pair-summed bsums, added into the accumulator's low lanes with -dx * dmin. */
+INLINE void rows4_q4_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                       uint64_t k, const int nt) {
+    __m256 acc[2][FR];
+    UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (uint64_t b = 0; b < k / 256; b++) {
+        __m128i bsp[2];
+        UNROLL for (int t = 0; t < nt; t++) {
+            const __m128i b0 = _mm_loadu_si128((const __m128i *)xt[t][b].bsums);
+            const __m128i b1 = _mm_loadu_si128((const __m128i *)(xt[t][b].bsums + 8));
+            bsp[t] = _mm_hadd_epi16(b0, b1); /* bsums[2j] + bsums[2j+1], j < 8 */
+        }
+        UNROLL for (int r = 0; r < FR; r++) {
+            const unsigned char *p = w + r * wrb + b * 144;
+            prefetch_ahead(p, FR * wrb, 144);
+            const __m128i sm = k4_scales_v(p + 4);
+            uint8_t sc8[16];
+            _mm_storeu_si128((__m128i *)sc8, sm);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            const float d = rd_f16(p), dmin = rd_f16(p + 2);
+            __m256i sumi[2];
+            UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+            UNROLL for (int g = 0; g < 4; g++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * g));
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i s_lo = _mm256_set1_epi16(sc8[2 * g]), s_hi = _mm256_set1_epi16(sc8[2 * g + 1]);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const int8_t *xq = xt[t][b].qs + 64 * g;
+                    const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                    const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
+                                                                         _mm256_madd_epi16(p_hi, s_hi)));
+                }
+            }
+            UNROLL for (int t = 0; t < nt; t++) {
+                const float dx = xt[t][b].d;
+                const __m256 mi = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bsp[t])));
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi[t]), acc[t][r]);
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(-dx * dmin), mi, acc[t][r]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+}
+
+/* Q6_K, 4 rows x nt <= 2 tokens, as tile_q6_k */
+INLINE void rows4_q6_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                       uint64_t k, const int nt) {
+    __m256 acc[2][FR];
+    UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    for (uint64_t b = 0; b < k / 256; b++) {
+        UNROLL for (int r = 0; r < FR; r++) {
+            const unsigned char *p = w + r * wrb + b * 210;
+            prefetch_ahead(p, FR * wrb, 210);
+            const int8_t *sc = (const int8_t *)(p + 192);
+            __m256i sumi[2];
+            UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+                UNROLL for (int j = 0; j < 4; j++) {
+                    const __m256i l = j & 1 ? ql1 : ql0;
+                    const __m256i nib = j >= 2 ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
+                    const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m2), 4));
+                    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * j + 1]), _mm_set1_epi16(sc[8 * h + 2 * j]));
+                    UNROLL for (int t = 0; t < nt; t++) {
+                        const __m256i xq = _mm256_loadu_si256((const __m256i *)(xt[t][b].qs + 128 * h + 32 * j));
+                        const __m256i pr = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq), _mm256_maddubs_epi16(k32, xq));
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(pr, scv));
+                    }
+                }
+            }
+            const float d = rd_f16(p + 208);
+            UNROLL for (int t = 0; t < nt; t++)
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(xt[t][b].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t][r]);
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+}
+
+GEMM_DRIVER_DEC(gemm_q4_k, rows4_q4_k, tile_q4_k, kipp_act_q8_k)
+GEMM_DRIVER_DEC(gemm_q6_k, rows4_q6_k, tile_q6_k, kipp_act_q8_k)
 
 /* ---- many tokens: the int16 panel (KIPP_ACT_Q16 activations) --------------------------------
  * Per chunk of KC elements, PR = 16 weight rows are decoded once into signed values (Q8_0 as
