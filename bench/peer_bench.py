@@ -16,6 +16,15 @@ llama_decode call (timed), then --decode single-token llama_decode calls with gr
 synthetic ids), handed to the worker, so both sides see identical ids; the record has their
 sha256 from both sides.
 
+Before any run it checks the machine and the peer: with --threads >= 2 it refuses (exit 4) a
+machine whose 1-minute load average stays above the idle threshold (unless --allow-busy:
+the record is then marked machine_busy); then one short 1-thread llama.cpp run (this file's
+worker, its own process) must complete: a peer that dies by a signal (SIGILL in ggml's AMX
+path on some VMs) gets no record (exit 1, with the rebuild command). The record's
+peer.check holds that run's outcome and tok/s (sanity_1t) and the ISA features ggml was
+built with against the CPU's flags. --skip-peer-check: no check run, the record is marked
+unchecked.
+
   .venv/bin/python -m bench.peer_bench --model M --prompt-tokens 512 --decode 64 \\
       --threads 2 --warmup 1 --runs 5 --output bench/results/peer-X.json
 """
@@ -25,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -50,6 +60,14 @@ def worker_main(spec_json: str) -> int:
     import llama_cpp as L
 
     spec = json.loads(spec_json)
+
+    def stage(name: str, **extra) -> None:
+        """With spec["progress"]: one JSON line per stage reached, flushed at once, so a run
+        that dies by a signal still says how far it got (peer_check_outcome reads them)."""
+        if spec.get("progress"):
+            print(json.dumps({"stage": name, **extra}), flush=True)
+
+    stage("started", system_info=L.llama_print_system_info().decode("utf-8", "replace").strip())
     # llama.cpp's log lines that say what it resolved (flash attention "auto" -> enabled or
     # not, the KV cache's types): kept for the record even when the log is silenced
     notes = []
@@ -66,6 +84,7 @@ def worker_main(spec_json: str) -> int:
         L.llama_log_set(_quiet, ctypes.c_void_p(0))
         worker_main._keep = _quiet  # keep the callback alive
     L.llama_backend_init()
+    stage("backend_ready")
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = 0
     mp.use_mmap = True
@@ -75,6 +94,7 @@ def worker_main(spec_json: str) -> int:
     if not model:
         print(json.dumps({"error": f"llama.cpp could not load {spec['model']}"}))
         return 1
+    stage("model_loaded")
     ids = spec["ids"]
     n = len(ids)
     cp = L.llama_context_default_params()
@@ -90,6 +110,7 @@ def worker_main(spec_json: str) -> int:
         print(json.dumps({"error": "llama.cpp could not create a context"}))
         return 1
     t_load = time.perf_counter() - t0
+    stage("context_ready")
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
     if max(ids) >= n_vocab:
@@ -110,6 +131,7 @@ def worker_main(spec_json: str) -> int:
     if rc != 0:
         print(json.dumps({"error": f"llama_decode(prompt) returned {rc}"}))
         return 1
+    stage("prefill_done")
 
     def argmax() -> int:
         p = L.llama_get_logits_ith(ctx, -1)
@@ -126,6 +148,7 @@ def worker_main(spec_json: str) -> int:
             print(json.dumps({"error": f"llama_decode(token) returned {rc}"}))
             return 1
     t_decode = time.perf_counter() - t0
+    stage("decode_done")
 
     perf = L.llama_perf_context(ctx)
     res = {
@@ -182,6 +205,270 @@ def ggml_build_info(L) -> dict:
     return info
 
 
+# ---- the peer check: pure logic (tests/tools/test_peer_check.py) -------------------------
+#
+# Before any record, peer_bench verifies its llama.cpp build (bench/README.md, "The peer
+# check"): the ISA features ggml was built with against this CPU's flags, one short 1-thread
+# llama.cpp run in its own process (a build that dies by a signal -- SIGILL in ggml's AMX
+# path is a known crash of GGML_NATIVE builds on some VMs -- gets no record), that run's
+# tok/s as a 1-thread sanity figure, and for 2+ threads an idle machine.
+
+EXIT_BUSY = 4  # refused: the machine was not idle (exit 1: run failure, 2: usage, 3: noisy)
+
+# the 1-thread check run: at most this many of the prompt's ids and decode steps
+CHECK_PROMPT_TOKENS = 32
+CHECK_DECODE = 16
+
+# ggml's feature name (llama_print_system_info, CPU section) -> the /proc/cpuinfo flags it
+# needs, per architecture. ggml lists only the features it was compiled with (a missing
+# name is 0), and AMX_INT8 needs the AMX tile unit too.
+GGML_ISA_FLAGS = {
+    "x86_64": {
+        "SSE3": ("pni",), "SSSE3": ("ssse3",), "AVX": ("avx",), "AVX2": ("avx2",),
+        "F16C": ("f16c",), "FMA": ("fma",), "BMI2": ("bmi2",), "AVX_VNNI": ("avx_vnni",),
+        "AVX512": ("avx512f",), "AVX512_VBMI": ("avx512vbmi",),
+        "AVX512_VNNI": ("avx512_vnni",), "AVX512_BF16": ("avx512_bf16",),
+        "AMX_INT8": ("amx_int8", "amx_tile"),
+    },
+    "aarch64": {
+        "NEON": ("asimd",), "ARM_FMA": ("asimd",), "FP16_VA": ("asimdhp",),
+        "DOTPROD": ("asimddp",), "MATMUL_INT8": ("i8mm",), "SVE": ("sve",), "SME": ("sme",),
+        "SME2": ("sme2",),
+    },
+}
+GGML_ISA_FLAGS["amd64"] = GGML_ISA_FLAGS["x86_64"]
+GGML_ISA_FLAGS["arm64"] = GGML_ISA_FLAGS["aarch64"]
+# CPU flags the record lists (with those above): AMX-BF16 is not a ggml feature of its own
+CPU_FLAGS_RECORDED = ("amx_bf16", "avx512bw", "avx512vl", "avx512_fp16")
+
+# what the worker does after each stage it reports (a crash names the step after the last)
+NEXT_STEP = {
+    None: "importing llama_cpp",
+    "started": "llama_backend_init",
+    "backend_ready": "loading the model",
+    "model_loaded": "creating the context",
+    "context_ready": "the prompt's llama_decode (first matrix products)",
+    "prefill_done": "the single-token decode steps",
+    "decode_done": "freeing the context and model",
+}
+
+# For --threads >= 2 the 1-minute load average must not exceed
+#   IDLE_LOAD_BASE + IDLE_LOAD_PER_FREE_CPU * max(usable CPUs - threads, 0):
+# a run that takes every CPU tolerates 0.5 of background load (a shell, a monitor; the old
+# warning's level), and each CPU it leaves free admits another 0.5 -- other work may use at
+# most half of those CPUs, since it still competes for memory bandwidth and shared caches.
+# The 1-minute figure lags: after a previous 2-thread benchmark it needs ~85 s to fall from
+# 2 to 0.5, hence --idle-wait.
+IDLE_LOAD_BASE = 0.5
+IDLE_LOAD_PER_FREE_CPU = 0.5
+IDLE_POLL_S = 5.0
+
+
+def parse_system_info(text: str, section: str = "CPU") -> dict:
+    """llama_print_system_info()'s "CPU : SSE3 = 1 | AVX = 1 | ... |" -> {"SSE3": True, ...},
+    the named backend's features only (other backends' entries, e.g. "CUDA : ARCHS = 890",
+    are skipped; a string without section headers counts as CPU). Values that are not
+    integers are skipped."""
+    feats: dict = {}
+    current = section
+    for part in text.split("|"):
+        head, sep, rest = part.partition(":")
+        if sep and "=" not in head:  # "CPU : SSE3 = 1": a section header, then the entry
+            current, part = head.strip(), rest
+        key, eq, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        if not eq or not key or current != section:
+            continue
+        try:
+            feats[key] = int(val) != 0
+        except ValueError:
+            continue
+    return feats
+
+
+def parse_cpu_flags(cpuinfo: str) -> set:
+    """The first processor's ISA flags from /proc/cpuinfo text ("flags" on x86, "Features"
+    on arm64)."""
+    for line in cpuinfo.splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip() in ("flags", "Features"):
+            return set(v.split())
+    return set()
+
+
+def compare_isa(ggml: dict, cpu_flags: set, machine: str) -> dict:
+    """What ggml was built with against what the CPU has. uses_missing: features ggml
+    compiled in that the CPU lacks (its kernels may die with SIGILL); unused: features the
+    CPU has that ggml was built without (a slower peer than the machine allows, e.g. a
+    build without AVX512 on an AVX512 CPU)."""
+    table = GGML_ISA_FLAGS.get(machine, {})
+    uses_missing, unused = [], []
+    for feat, flags in table.items():
+        has = all(f in cpu_flags for f in flags)
+        if ggml.get(feat) and not has:
+            uses_missing.append(feat)
+        elif has and not ggml.get(feat):
+            unused.append(feat)
+    wanted = {f for flags in table.values() for f in flags} | set(CPU_FLAGS_RECORDED)
+    return {
+        "machine": machine,
+        "ggml_features": ggml,
+        "cpu_flags": sorted(f for f in cpu_flags if f in wanted),
+        "compared": list(table),
+        "ggml_uses_cpu_lacks": uses_missing,
+        "cpu_has_ggml_unused": unused,
+    }
+
+
+def rebuild_hint(cpu_flags: set) -> str:
+    """The pip command that rebuilds the pinned llama-cpp-python without GGML_NATIVE and
+    without AMX, for this CPU's widest vector set (AVX512 VNNI/BF16 only where the CPU has
+    them: Skylake-X has neither). With GGML_NATIVE=OFF ggml's AVX/AVX2/FMA/F16C/BMI2 options
+    default to ON; the AVX2 line spells them out, the baseline line turns them off."""
+    if "avx512f" in cpu_flags:
+        parts = ["-DGGML_NATIVE=OFF", "-DGGML_AVX512=ON"]
+        parts += ["-DGGML_AVX512_VNNI=ON"] if "avx512_vnni" in cpu_flags else []
+        parts += ["-DGGML_AVX512_BF16=ON"] if "avx512_bf16" in cpu_flags else []
+    elif "avx2" in cpu_flags:
+        parts = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
+                 "-DGGML_F16C=ON", "-DGGML_AVX512=OFF"]
+    else:
+        parts = ["-DGGML_NATIVE=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF",
+                 "-DGGML_BMI2=OFF", "-DGGML_AVX512=OFF"]
+    parts += ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF"]
+    return (f'CMAKE_ARGS="{" ".join(parts)}" .venv/bin/pip install --force-reinstall '
+            f"--no-cache-dir --no-deps -r tools/requirements-bench.txt")
+
+
+def peer_check_outcome(r: dict, timeout_s: float | None) -> dict:
+    """The check run's outcome from benchlib.run_measured's result (rc, stdout, stderr,
+    wall_s): whether the worker crashed (died by a signal: rc < 0, or 128 + signal from a
+    wrapper shell), timed out (killed at timeout_s), or failed with an error of its own; the
+    last stage it reported; the system_info of its first stage; its result on success."""
+    import signal as _signal
+
+    rc = r["rc"]
+    stages, result = [], None
+    for line in r["stdout"].splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "stage" in obj:
+            stages.append(obj)
+        elif isinstance(obj, dict):
+            result = obj
+    timed_out = bool(timeout_s) and rc == -9 and r["wall_s"] >= timeout_s
+    sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 128 + 65 else None)
+    crashed = sig is not None and not timed_out
+    try:
+        sig_name = _signal.Signals(sig).name if sig else None
+    except ValueError:
+        sig_name = f"signal {sig}"
+    last = stages[-1]["stage"] if stages else None
+    error = None
+    if timed_out:
+        error = f"timed out after {timeout_s} s"
+    elif crashed:
+        error = f"died by {sig_name} during {NEXT_STEP.get(last, 'an unknown step')}"
+    elif rc != 0 or result is None or "error" in result:
+        error = (result or {}).get("error") or f"exit {rc} without a result"
+    tail = r["stderr"].strip().splitlines()[-20:]
+    return {
+        "rc": rc, "crashed": crashed, "signal": sig_name if crashed else None,
+        "timed_out": timed_out, "stage_reached": last,
+        "system_info": next((s["system_info"] for s in stages if "system_info" in s), None),
+        "error": error, "stderr_tail": "\n".join(tail)[-2000:],
+        "wall_s": r["wall_s"], "result": None if error else result,
+    }
+
+
+def build_check(outcome: dict | None, cpu_flags: set, machine: str,
+                system_info: str | None = None) -> dict:
+    """peer.check: {checked, ok, crashed, isa, run, sanity_1t}. outcome None: the check run
+    was skipped (--skip-peer-check; the ISA part then comes from system_info)."""
+    sysinfo = outcome["system_info"] if outcome else system_info
+    isa = compare_isa(parse_system_info(sysinfo), cpu_flags, machine) if sysinfo else None
+    check = {"checked": outcome is not None, "isa": isa}
+    if outcome is None:
+        check.update(ok=None, crashed=None, run=None, sanity_1t=None,
+                     note="--skip-peer-check: unchecked, a trial record (not committed)")
+        return check
+    res = outcome["result"]
+    check["ok"] = outcome["error"] is None
+    check["crashed"] = outcome["crashed"]
+    check["run"] = {k: v for k, v in outcome.items() if k not in ("result", "system_info")}
+    check["sanity_1t"] = None if res is None else {
+        "threads": 1, "prompt_tokens": res["prefill_tokens"], "decode_tokens": res["decode_tokens"],
+        "prefill_tok_s": res["prefill_tok_s"], "decode_tok_s": res["decode_tok_s"],
+        "wall_s": outcome["wall_s"],
+    }
+    return check
+
+
+def check_refusal(check: dict, cpu_flags: set) -> str | None:
+    """Why no record may be written after this check (None: it may)."""
+    if not check["checked"] or check["ok"]:
+        return None
+    run = check["run"]
+    what = "crashed" if run["crashed"] else "failed"
+    msg = f"the llama.cpp check run (1 thread) {what}: {run['error']} (exit {run['rc']}). "
+    if run["crashed"]:
+        isa = check.get("isa") or {}
+        lacks = isa.get("ggml_uses_cpu_lacks")
+        msg += ("This llama-cpp-python build does not run on this machine "
+                + (f"(ggml uses {', '.join(lacks)}, which this CPU lacks)" if lacks else
+                   "(a GGML_NATIVE build's AMX path dies with SIGILL on some VMs)")
+                + ". Rebuild it without GGML_NATIVE:\n  " + rebuild_hint(cpu_flags) + "\n")
+    msg += "No record is written."
+    if run["stderr_tail"]:
+        msg += " The worker's stderr ends:\n  " + run["stderr_tail"].replace("\n", "\n  ")
+    return msg
+
+
+def idle_decision(load_1min: float, threads: int, usable_cpus: int, allow_busy: bool) -> dict:
+    """The idle rule: busy when the 1-minute load average exceeds the threshold; refused
+    when busy, --threads >= 2 and not --allow-busy (1-thread records are only marked)."""
+    threshold = IDLE_LOAD_BASE + IDLE_LOAD_PER_FREE_CPU * max(usable_cpus - threads, 0)
+    busy = load_1min > threshold
+    return {"load_1min": load_1min, "threshold": threshold, "threads": threads,
+            "usable_cpus": usable_cpus, "busy": busy, "allow_busy": allow_busy,
+            "refused": busy and threads >= 2 and not allow_busy}
+
+
+def wait_for_idle(threads: int, usable_cpus: int, allow_busy: bool, wait_s: float,
+                  getload=None, sleep=None, clock=None, log=None) -> dict:
+    """idle_decision, polled every IDLE_POLL_S for up to wait_s seconds while it would refuse
+    (the 1-minute average lags a finished job by a minute or two). Returns the last decision
+    with load_1min_first and waited_s. getload/sleep/clock/log: os.getloadavg, time.sleep,
+    time.monotonic and nothing, unless given (the tests)."""
+    getload = getload or os.getloadavg
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    log = log or (lambda msg: None)
+    t0 = clock()
+    first = getload()[0]
+    d = idle_decision(first, threads, usable_cpus, allow_busy)
+    if d["refused"] and wait_s > 0:
+        log(f"1-minute load average {first:.2f} > {d['threshold']:.2f}: waiting up to "
+            f"{wait_s:g} s for it to fall (--idle-wait)")
+    while d["refused"] and clock() - t0 < wait_s:
+        sleep(min(IDLE_POLL_S, max(wait_s - (clock() - t0), 0)))
+        d = idle_decision(getload()[0], threads, usable_cpus, allow_busy)
+    d["load_1min_first"] = first
+    d["waited_s"] = clock() - t0
+    return d
+
+
+def busy_refusal(d: dict) -> str:
+    return (f"the machine is not idle: 1-minute load average {d['load_1min']:.2f} (waited "
+            f"{d['waited_s']:.0f} s) exceeds {d['threshold']:.2f} = {IDLE_LOAD_BASE} + "
+            f"{IDLE_LOAD_PER_FREE_CPU} x {max(d['usable_cpus'] - d['threads'], 0)} CPU(s) the "
+            f"{d['threads']}-thread run leaves free; no record is written. Rerun on an idle "
+            f"machine, or pass --allow-busy (the record is then marked \"machine_busy\": true; "
+            f"see bench/README.md).")
+
+
 # ---- the harness -----------------------------------------------------------------------
 
 def llama_python(args) -> str:
@@ -203,13 +490,25 @@ class Llama:
         self.a, self.kipp, self.py = args, kipp, python
         self.env = dict(env or {})
 
+    def spec(self, describe: bool = False, threads: int | None = None, n_ids: int | None = None,
+             decode: int | None = None, progress: bool = False) -> dict:
+        """The worker's run: by default the benchmark's own (all ids, --threads, --decode);
+        n_ids takes the prompt's first ids only (no text then, so no tokenizer comparison)."""
+        return {"model": os.path.abspath(self.a.model),
+                "ids": self.kipp.ids if n_ids is None else self.kipp.ids[:n_ids],
+                "n_ctx": self.kipp.n_ctx, "threads": threads or self.a.threads,
+                "decode": decode or self.a.decode,
+                "text": self.a.prompt if n_ids is None else None,
+                "describe": describe, "progress": progress}
+
+    def run_raw(self, spec: dict) -> dict:
+        """One worker process; benchlib.run_measured's result (rc < 0: died by a signal)."""
+        return benchlib.run_measured([self.py, "-m", "bench.peer_bench", "--llama-worker",
+                                      json.dumps(spec)], timeout=self.a.timeout, cwd=ROOT,
+                                     env={**os.environ, **self.env} if self.env else None)
+
     def run_once(self, describe: bool = False) -> dict:
-        spec = {"model": os.path.abspath(self.a.model), "ids": self.kipp.ids,
-                "n_ctx": self.kipp.n_ctx, "threads": self.a.threads, "decode": self.a.decode,
-                "text": self.a.prompt, "describe": describe}
-        r = benchlib.run_measured([self.py, "-m", "bench.peer_bench", "--llama-worker",
-                                   json.dumps(spec)], timeout=self.a.timeout, cwd=ROOT,
-                                  env={**os.environ, **self.env} if self.env else None)
+        r = self.run_raw(self.spec(describe=describe))
         try:
             res = json.loads(r["stdout"].strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -222,6 +521,21 @@ class Llama:
                                         * res["decode_tok_s"] / 1e9)
         return res
 
+    def check(self, cpu_flags: set, machine: str) -> dict:
+        """The peer check's run: 1 thread, the prompt's first CHECK_PROMPT_TOKENS ids,
+        CHECK_DECODE steps (both at most the benchmark's own), stages reported; peer.check."""
+        r = self.run_raw(self.spec(threads=1, n_ids=min(len(self.kipp.ids), CHECK_PROMPT_TOKENS),
+                                   decode=min(self.a.decode, CHECK_DECODE), progress=True))
+        return build_check(peer_check_outcome(r, self.a.timeout), cpu_flags, machine)
+
+
+def read_cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return parse_cpu_flags(f.read())
+    except OSError:
+        return set()
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="bench/peer_bench.py", description=__doc__.split("\n\n")[0],
@@ -229,6 +543,15 @@ def build_parser() -> argparse.ArgumentParser:
     kbench.add_common_args(ap)
     ap.add_argument("--python", metavar="PATH",
                     help="interpreter with llama_cpp for the worker (default: this one or .venv)")
+    ap.add_argument("--skip-peer-check", action="store_true",
+                    help="skip the 1-thread llama.cpp check run (quick trials; the record is "
+                         "marked unchecked and is not committed)")
+    ap.add_argument("--allow-busy", action="store_true",
+                    help="write a 2+-thread record even when the machine is not idle (marked "
+                         "machine_busy)")
+    ap.add_argument("--idle-wait", metavar="S", type=benchlib.positive("--idle-wait", 0),
+                    default=120, help="seconds to wait for the load average to fall below the "
+                                      "idle threshold before refusing (default 120)")
     return ap
 
 
@@ -239,11 +562,48 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     kbench.check_paths(ap, args)  # usage errors first (exit 2), with or without llama_cpp
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    idle = wait_for_idle(args.threads, usable, args.allow_busy, args.idle_wait,
+                         log=lambda m: print(f"peer_bench: {m}", file=sys.stderr))
+    if idle["refused"]:
+        print(f"peer_bench: {busy_refusal(idle)}", file=sys.stderr)
+        return EXIT_BUSY
+    if idle["busy"]:
+        print(f"peer_bench: warning: 1-minute load average {idle['load_1min']:.2f} exceeds the "
+              f"idle threshold {idle['threshold']:.2f}: the record is marked machine_busy",
+              file=sys.stderr)
     try:
         py = llama_python(args)
         kipp, manifest, membw = kbench.prepare(ap, args)
         llama = Llama(args, kipp, py)
+        cpu_flags, machine = read_cpu_flags(), platform.machine()
+        check = None
+        if args.skip_peer_check:
+            print("peer_bench: warning: --skip-peer-check: the record is marked unchecked "
+                  "(peer.check.checked = false; not committed)", file=sys.stderr)
+        else:
+            check = llama.check(cpu_flags, machine)
+            why = check_refusal(check, cpu_flags)
+            if why:
+                print(f"peer_bench: {why}", file=sys.stderr)
+                brief = {**check, "run": {k: v for k, v in check["run"].items() if k != "stderr_tail"}}
+                print("peer_bench: peer.check = " + json.dumps(brief), file=sys.stderr)
+                return kbench.EXIT_RUN
+            s1 = check["sanity_1t"]
+            print(f"peer_bench: peer check: llama.cpp ran ({s1['prompt_tokens']} + "
+                  f"{s1['decode_tokens']} tokens, 1 thread): prefill {s1['prefill_tok_s']:.1f}, "
+                  f"decode {s1['decode_tok_s']:.2f} tok/s", file=sys.stderr)
         info = llama.run_once(describe=True)  # also the first warm-up of llama.cpp
+        if check is None:
+            check = build_check(None, cpu_flags, machine, info.get("system_info"))
+        isa = check["isa"] or {}
+        for key, what in (("ggml_uses_cpu_lacks", "ggml was built with ISA features this CPU "
+                                                  "lacks"),
+                          ("cpu_has_ggml_unused", "this CPU has ISA features ggml was built "
+                                                  "without (a slower peer than the machine allows)")):
+            if isa.get(key):
+                print(f"peer_bench: warning: {what}: {', '.join(isa[key])} (peer.check.isa)",
+                      file=sys.stderr)
         if info["ids_sha256"] != kbench.ids_sha256(kipp.ids):
             raise kbench.BenchError("llama.cpp saw other prompt ids than Kipp")
         k_warm, l_warm = [], [info]
@@ -268,8 +628,21 @@ def main(argv: list[str] | None = None) -> int:
     rec["settings"]["order"] = "warm-up, then kipp, llama.cpp, kipp, llama.cpp, ... (one process per run)"
     rec["kipp"] = kbench.kipp_section(kipp, k_warm, k_runs, manifest, membw)
     l_sum = kbench.summarize(l_runs)
+    rec["idle_check"] = idle
+    rec["machine_busy"] = idle["busy"]
+    if check["sanity_1t"]:
+        # a multi-thread decode at or below the 1-thread figure: a collapsed thread pool
+        # (load, oversubscription), not a slow build. The check's context is shorter, so the
+        # ratio is approximate.
+        check["decode_median_over_sanity_1t"] = (l_sum["decode_tok_s"]["median"]
+                                                 / check["sanity_1t"]["decode_tok_s"])
+        if args.threads >= 2 and check["decode_median_over_sanity_1t"] < 1.0:
+            print(f"peer_bench: warning: llama.cpp's {args.threads}-thread decode median is "
+                  f"{check['decode_median_over_sanity_1t']:.2f}x its 1-thread check figure: "
+                  f"its thread pool collapsed (load? oversubscription?)", file=sys.stderr)
     rec["peer"] = {
         "name": "llama.cpp (llama-cpp-python, low-level API)",
+        "check": check,
         "llama_cpp_python": info.get("llama_cpp_python"),
         "ggml": info.get("ggml"),
         "system_info": info.get("system_info"),

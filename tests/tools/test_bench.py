@@ -230,10 +230,11 @@ def test_peer_end_to_end(tmp_path, hash_cache):
     out = tmp_path / "peer.json"
     r = run(PEER, "--model", TIED, "--binary", KIPP, "--prompt-tokens", "16", "--decode", "4",
             "--warmup", "1", "--runs", "2", "--threads", "2", "--no-membw", "--allow-noisy",
-            "--output", out)
+            "--allow-busy", "--idle-wait", "0", "--output", out)  # test machines are not idle
     assert r.returncode == 0, r.stderr
     rec = json.loads(out.read_text())
     peer = rec["peer"]
+    assert peer["check"]["checked"] and not peer["check"]["crashed"], peer["check"]
     assert peer["llama_cpp_python"] and peer["system_info"]
     assert peer["ids_sha256"] == rec["settings"]["prompt_ids_sha256"]
     assert peer["settings"]["n_batch"] == 16 and peer["settings"]["n_threads"] == 2
