@@ -146,9 +146,9 @@ FLOAT_TILE(tile_bf16, ld_bf16, ld_bf16_tail)
         }                                                                                          \
     }
 
-GEMM_DRIVER(gemm_f32, tile_f32, float)
-GEMM_DRIVER(gemm_f16, tile_f16, float)
-GEMM_DRIVER(gemm_bf16, tile_bf16, float)
+GEMM_DRIVER(gemm_f32_tiles, tile_f32, float)
+GEMM_DRIVER(gemm_f16_tiles, tile_f16, float)
+GEMM_DRIVER(gemm_bf16_tiles, tile_bf16, float)
 
 /* ---- 32-block gemms (Q8_0 activations) -------------------------------------------------------- */
 
@@ -467,7 +467,7 @@ GEMM_DRIVER_DEC(gemm_q6_k, rows4_q6_k, tile_q6_k, kipp_act_q8_k)
  * acc += f32(ai) * dx * scale (Q4_K also - d_min*min * dx * sum x). One plane of 15-bit
  * activations: half the integer work of the two-plane 8-bit path, and no horizontal sums.
  * The weight decode is paid once per chunk for all tokens (it needs many_min_tok of them). */
-enum { PR = 16, PTK = 4, KC = 512 };
+enum { PR = 16, PTK = 3, KC = 512 };
 /* tokens from which the panel beats the two-plane row tiles (measured: kernel_bench) */
 enum { MANY_MIN_TOK = 4 };
 enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K };
@@ -574,6 +574,101 @@ static void pack16(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c0, ui
         }
 }
 
+/* ---- float weights, many tokens: 16 rows x FPT tokens outer products -------------------------
+ * FKC elements of 16 weight rows are widened once into an f32 panel [k][16 rows] (8 x 8
+ * transposes); then per k two panel vectors and one broadcast x per token feed 2 x FPT FMAs:
+ * no horizontal sums, and the weights are converted once for all tokens. */
+enum { FP_ROWS = 16, FPT = 6, FKC = 256, FPANEL_MIN_TOK = 8 };
+enum { W_F32, W_F16, W_BF16 };
+
+/* 8 elements of row p from element i as f32 (n < 8: the rest zero) */
+INLINE __m256 fload8(int wt, const char *p, uint64_t i, uint64_t n) {
+    if (wt == W_F32) return n >= 8 ? ld_f32(p, i) : ld_f32_tail(p, i, n);
+    if (wt == W_F16) return n >= 8 ? ld_f16(p, i) : ld_f16_tail(p, i, n);
+    return n >= 8 ? ld_bf16(p, i) : ld_bf16_tail(p, i, n);
+}
+
+static void fpack16(int wt, const char *w, size_t wrb, int nr, uint64_t c0, uint64_t kc, float *pf) {
+    for (uint64_t kk = 0; kk < kc; kk += 8) {
+        const uint64_t n = kc - kk < 8 ? kc - kk : 8;
+        for (int h = 0; h < 2; h++) {
+            __m256i v[8];
+            for (int i = 0; i < 8; i++) {
+                const int r = 8 * h + i;
+                v[i] = r < nr ? _mm256_castps_si256(fload8(wt, w + (size_t)r * wrb, c0 + kk, n)) : _mm256_setzero_si256();
+            }
+            transpose8(v);
+            for (uint64_t e = 0; e < n; e++) _mm256_store_si256((__m256i *)(pf + (kk + e) * FP_ROWS + 8 * h), v[e]);
+        }
+    }
+}
+
+INLINE void fpanel_tile(int T, const float *pf, uint64_t kc, const float *x, size_t xs, float *y, size_t ldy, int nr,
+                        int add) {
+    __m256 acc[2][FPT];
+    UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (uint64_t kk = 0; kk < kc; kk++) {
+        const __m256 w0 = _mm256_load_ps(pf + kk * FP_ROWS), w1 = _mm256_load_ps(pf + kk * FP_ROWS + 8);
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256 xb = _mm256_broadcast_ss(x + t * xs + kk);
+            acc[0][t] = _mm256_fmadd_ps(w0, xb, acc[0][t]);
+            acc[1][t] = _mm256_fmadd_ps(w1, xb, acc[1][t]);
+        }
+    }
+    UNROLL for (int g = 0; g < 2; g++) { /* constant g: acc stays in registers */
+        if (8 * g >= nr) break;
+        const __m256i m = tail_mask((uint64_t)(nr - 8 * g));
+        UNROLL for (int t = 0; t < T; t++) {
+            float *yp = y + t * ldy + 8 * g;
+            __m256 v = acc[g][t];
+            if (add) v = _mm256_add_ps(v, _mm256_maskload_ps(yp, m));
+            _mm256_maskstore_ps(yp, m, v);
+        }
+    }
+}
+
+#define FPANEL_CASE(T) \
+    case T: fpanel_tile(T, pf, kc, x, xs, y, ldy, nr, add); break;
+
+static void fpanel_any(int T, const float *pf, uint64_t kc, const float *x, size_t xs, float *y, size_t ldy, int nr,
+                       int add) {
+    switch (T) {
+        FPANEL_CASE(1) FPANEL_CASE(2) FPANEL_CASE(3) FPANEL_CASE(4) FPANEL_CASE(5) FPANEL_CASE(6)
+    default: break;
+    }
+}
+
+static void gemm_fpanel(int wt, const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,
+                        uint64_t n_tok, float *y, size_t ldy, uint64_t k) {
+    float pf[FKC * FP_ROWS] __attribute__((aligned(32)));
+    const size_t xs = xrb / sizeof(float);
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += FP_ROWS) {
+        const int nr = n_rows - r0 >= FP_ROWS ? FP_ROWS : (int)(n_rows - r0);
+        for (uint64_t c0 = 0; c0 < k; c0 += FKC) {
+            const uint64_t kc = k - c0 < FKC ? k - c0 : FKC;
+            fpack16(wt, (const char *)w + r0 * wrb, wrb, nr, c0, kc, pf);
+            for (uint64_t t = 0; t < n_tok; t += FPT) {
+                const int T = n_tok - t >= FPT ? FPT : (int)(n_tok - t);
+                fpanel_any(T, pf, kc, (const float *)((const char *)x + t * xrb) + c0, xs, y + t * ldy + r0, ldy, nr,
+                           c0 > 0);
+            }
+        }
+    }
+}
+
+/* the float gemms: many tokens through the panel, few through the row tiles */
+#define GEMM_FLOAT(NAME, WT, TILES)                                                                 \
+    static void NAME(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,         \
+                     uint64_t n_tok, float *y, size_t ldy, uint64_t k) {                             \
+        if (n_tok >= FPANEL_MIN_TOK && xrb % sizeof(float) == 0)                                     \
+            gemm_fpanel(WT, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);                               \
+        else                                                                                         \
+            TILES(w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);                                         \
+    }
+GEMM_FLOAT(gemm_f32, W_F32, gemm_f32_tiles)
+GEMM_FLOAT(gemm_f16, W_F16, gemm_f16_tiles)
+GEMM_FLOAT(gemm_bf16, W_BF16, gemm_bf16_tiles)
+
 INLINE int32_t ld_pair(const int16_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -584,10 +679,8 @@ INLINE int32_t ld_pair(const int16_t *p) {
 INLINE void tile16(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, const char *x, size_t xrb, float *y,
                    size_t ldy, int nr, int add) {
     const int SB = sub_block16(qt);
-    /* f32 accumulators live in L1 (touched once per sub-block): the registers hold the
-     * 2 x T int32 sums, 2 weight vectors and the broadcast */
-    float acc[2][PTK][8] __attribute__((aligned(32)));
-    memset(acc, 0, sizeof acc);
+    __m256 acc[2][PTK];
+    UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (uint64_t j = 0; j < kc / (uint64_t)SB; j++) {
         const uint64_t e0 = c0 + j * (uint64_t)SB;
         const int16_t *xp[PTK];
@@ -614,18 +707,18 @@ INLINE void tile16(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, co
             const __m256 sc = _mm256_load_ps(P->sc + j * PR + 8 * g);
             UNROLL for (int t = 0; t < T; t++) {
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(dx[t]));
-                __m256 a = _mm256_fmadd_ps(f, sc, _mm256_load_ps(acc[g][t]));
+                acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
                 if (qt == QT_Q4_K)
-                    a = _mm256_fmadd_ps(_mm256_load_ps(P->mn + j * PR + 8 * g), _mm256_set1_ps(sx[t]), a);
-                _mm256_store_ps(acc[g][t], a);
+                    acc[g][t] = _mm256_fmadd_ps(_mm256_load_ps(P->mn + j * PR + 8 * g), _mm256_set1_ps(sx[t]), acc[g][t]);
             }
         }
     }
-    for (int g = 0; g < 2 && 8 * g < nr; g++) {
+    UNROLL for (int g = 0; g < 2; g++) { /* constant g: acc stays in registers */
+        if (8 * g >= nr) break;
         const __m256i m = tail_mask((uint64_t)(nr - 8 * g));
         UNROLL for (int t = 0; t < T; t++) {
             float *yp = y + t * ldy + 8 * g;
-            __m256 v = _mm256_load_ps(acc[g][t]);
+            __m256 v = acc[g][t];
             if (add) v = _mm256_add_ps(v, _mm256_maskload_ps(yp, m));
             _mm256_maskstore_ps(yp, m, v);
         }
@@ -638,7 +731,7 @@ INLINE void tile16(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, co
 INLINE void tile16_any(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, const char *x, size_t xrb, float *y,
                        size_t ldy, int nr, int add) {
     switch (T) {
-        TILE16_CASE(1) TILE16_CASE(2) TILE16_CASE(3) TILE16_CASE(4)
+        TILE16_CASE(1) TILE16_CASE(2) TILE16_CASE(3)
     default: break;
     }
 }
