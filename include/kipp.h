@@ -196,6 +196,9 @@ typedef struct {
     const char *backend;        /* backend name */
     const char *isa;            /* kernel level in use ("scalar" for cpu-ref) */
     int n_threads;              /* compute threads in use */
+    uint64_t weights_repacked;  /* bytes of weights the backend repacked at load into its
+                                   kernels' layout (resident beside the file's pages; the
+                                   cpu backend releases the packed tensors' file pages) */
     kipp_kv_type kv_type;       /* resolved: never KIPP_KV_TYPE_DEFAULT */
     uint32_t n_ctx;             /* longest sequence */
     uint32_t kv_block_size, kv_blocks;

@@ -54,8 +54,9 @@ typedef struct kipp_backend_ops {
     kipp_status (*init)(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,
                         void **state, char *err, size_t err_len);
     void (*free)(void *state);
-    /* The kernel level and threads in use (kipp_ctx_info). */
-    void (*describe)(void *state, const char **isa, int *n_threads);
+    /* The kernel level and threads in use, and the bytes of weights the backend repacked
+     * at load beside the mapped file (0: none) (kipp_ctx_info). */
+    void (*describe)(void *state, const char **isa, int *n_threads, uint64_t *weights_repacked);
 
     /* KV storage: n_blocks blocks of the layout, in the backend's memory. The pool (src/kv)
      * holds the returned handle and calls copy_block when a shared block is about to be

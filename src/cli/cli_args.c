@@ -234,6 +234,8 @@ void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci) {
             (unsigned long long)ci->kv_blocks * ci->kv_block_size,
             (unsigned long long)ci->kv_bytes, ci->kv_bytes / 1048576.0,
             (unsigned long long)ci->kv_bytes_per_token);
+    if (ci->weights_repacked)
+        fprintf(f, ", weights repacked %.2f MiB", ci->weights_repacked / 1048576.0);
 }
 
 char *kipp_cli_read_all(FILE *f, size_t max, size_t *len, int *too_big) {

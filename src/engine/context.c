@@ -186,7 +186,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     kipp_kv_pool_stats(c->pool, &ks);
     memset(out, 0, sizeof *out);
     out->backend = c->ops->name;
-    c->ops->describe(c->state, &out->isa, &out->n_threads);
+    c->ops->describe(c->state, &out->isa, &out->n_threads, &out->weights_repacked);
     out->kv_type = c->kv_type;
     out->n_ctx = c->n_ctx;
     out->kv_block_size = ks.block_size;

@@ -97,10 +97,17 @@ PY
 }
 LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "neon")'
 info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "rope_theta", "rms_eps", "tied_embeddings", "bos_id", "eos_id"]
-    and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "load_ms"]
+    and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "load_ms"]
     and i["backend"] == "cpu" and i["isa"] in '"$LEVELS"' and i["threads"] >= 1 and i["kv_type"] == "f16"
-    and i["n_ctx"] == 512 and i["load_ms"] > 0
+    and i["n_ctx"] == 512 and i["load_ms"] > 0 and i["weights_repacked_bytes"] == 0
     and i["kv_pool"] == {"blocks": 32, "block_size": 16, "tokens": 512, "bytes": 393216, "bytes_per_token": 768}'
+# Q8_0 weights are repacked at load on the avx2 level, 18 bytes per 16 weights of every
+# matrix and the (tied) head, on no other level
+Q8=models/tiny-tied/kipp-tiny-tied-q8_0.gguf
+M=$Q8 info_is "--info repacked bytes (Q8_0 packed on avx2 only)" '(i["weights_repacked_bytes"] > 0) == (i["isa"] == "avx2")
+    and (i["isa"] != "avx2" or i["weights_repacked_bytes"] == 18 * (i["n_layer"] * (
+        i["n_head"] * i["head_dim"] * i["n_embd"] + 2 * i["n_head_kv"] * i["head_dim"] * i["n_embd"]
+        + i["n_embd"] * i["n_head"] * i["head_dim"] + 3 * i["n_ff"] * i["n_embd"]) + i["n_vocab"] * i["n_embd"]) // 16)'
 info_is "--info --backend cpu-ref" 'i["backend"] == "cpu-ref" and i["isa"] == "scalar" and i["threads"] == 1
     and i["kv_type"] == "f32" and i["n_ctx"] == 64 and i["kv_pool"]["tokens"] == 64 and i["kv_pool"]["bytes"] == 98304' \
     --backend cpu-ref -c 64

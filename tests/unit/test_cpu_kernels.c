@@ -433,6 +433,81 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
             KT_CHECK(map[i].mm.gemm != NULL, "scalar lacks %s", kipp_type_name(map[i].type));
 }
 
+/* Weights repacked at load (levels with pack_bytes): each type the level packs, packed whole
+ * (37 rows: two full groups of 16 and a padded one), then gemm_packed over row ranges that
+ * start at a group (0, 16, 32) for every token count, against double dots of the
+ * dequantized weights and the Q16 activations; the types it does not pack must say 0. */
+static void check_packed(const kipp_cpu_kernels *lv) {
+    static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
+                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    static const uint64_t ks[] = {32, 96, 1024, 2560};
+    static const uint64_t toks[] = {1, 2, 3, 4, 8, 17};
+    static const uint64_t ranges[][2] = {{0, 1}, {0, 16}, {0, 37}, {16, 21}, {32, 5}, {16, 3}};
+    if (!lv->pack_bytes) return;
+    KT_CHECK(lv->pack && lv->gemm_packed && lv->quant[KIPP_ACT_Q16], "%s: pack_bytes without pack/gemm_packed/q16",
+             lv->isa);
+    int packs = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        if (!lv->pack_bytes(type, MAX_ROWS, 256)) continue;
+        packs++;
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const uint64_t k = ks[ki];
+            const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
+            const size_t pb = lv->pack_bytes(type, MAX_ROWS, k), grb = lv->pack_bytes(type, 16, k) / 16;
+            unsigned char *w = calloc(MAX_ROWS, rb), *xa = calloc(MAX_TOK, ab);
+            void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
+            float *wd = malloc(MAX_ROWS * k * sizeof *wd), *xf = malloc(k * sizeof *xf);
+            float *xd = malloc(MAX_TOK * k * sizeof *xd), *y = malloc(MAX_TOK * 40 * sizeof *y);
+            for (int r = 0; r < MAX_ROWS; r++) {
+                fill_row(type, w + r * rb, k);
+                kipp_dequantize_row(type, w + r * rb, wd + r * k, k);
+            }
+            for (int t = 0; t < MAX_TOK; t++) {
+                fill_act(xf, k, t % 3 ? 1.0f : 25.0f);
+                lv->quant[KIPP_ACT_Q16](xf, xa + t * ab, k);
+                kipp_cpu_act_to_f32(KIPP_ACT_Q16, xa + t * ab, xd + t * k, k);
+            }
+            memset(pk, 0xa5, pb);
+            lv->pack(type, w, rb, MAX_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
+            lv->pack(type, w, rb, MAX_ROWS, 16, MAX_ROWS, k, pk);
+            int bad = 0;
+            for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0] && !bad; ri++)
+                for (size_t tj = 0; tj < sizeof toks / sizeof toks[0] && !bad; tj++) {
+                    const uint64_t r0 = ranges[ri][0], nr = ranges[ri][1], nt = toks[tj], ldy = 40;
+                    for (size_t i = 0; i < MAX_TOK * 40; i++) y[i] = float_of(SENTINEL);
+                    lv->gemm_packed((const char *)pk + r0 * grb, grb, nr, xa, ab, nt, y, ldy, k);
+                    for (uint64_t t = 0; t < nt && !bad; t++)
+                        for (uint64_t r = 0; r < ldy && !bad; r++) {
+                            const float got = y[t * ldy + r];
+                            if (r >= nr) {
+                                if (bits_of(got) != SENTINEL) bad = 1;
+                                continue;
+                            }
+                            double ref = 0.0, mag = 0.0;
+                            for (uint64_t i = 0; i < k; i++) {
+                                const double pr = (double)wd[(r0 + r) * k + i] * xd[t * k + i];
+                                ref += pr;
+                                mag += fabs(pr);
+                            }
+                            if (fabs(got - ref) > 1e-5 * mag + 1e-30) {
+                                bad = 2;
+                                KT_CHECK(0, "%s packed %s k=%llu rows %llu+%llu tok %llu y[%llu][%llu]: %.9g vs %.9g",
+                                         lv->isa, kipp_type_name(type), (unsigned long long)k, (unsigned long long)r0,
+                                         (unsigned long long)nr, (unsigned long long)nt, (unsigned long long)t,
+                                         (unsigned long long)r, got, ref);
+                            }
+                        }
+                }
+            KT_CHECK(bad != 1, "%s packed %s k=%llu: wrote past n_rows", lv->isa, kipp_type_name(type),
+                     (unsigned long long)k);
+            KT_CHECK(!bad, "%s packed %s k=%llu", lv->isa, kipp_type_name(type), (unsigned long long)k);
+            free(w); free(xa); free(pk); free(wd); free(xf); free(xd); free(y);
+        }
+    }
+    KT_CHECK(packs > 0, "%s: pack_bytes packs no type", lv->isa);
+}
+
 static void check_level(const kipp_cpu_kernels *lv) {
     static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
                                      KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
@@ -441,6 +516,7 @@ static void check_level(const kipp_cpu_kernels *lv) {
     check_quant_q8(lv);
     check_vec(lv);
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_gemm_type(lv, types[i], 0);
+    check_packed(lv);
 }
 
 /* Two-plane converters: the level's must equal the portable one byte for byte, and the

@@ -112,10 +112,11 @@ static void cpu_caps(kipp_backend_caps *out) {
         .max_batch = 0};
 }
 
-static void cpu_describe(void *state, const char **isa, int *n_threads) {
+static void cpu_describe(void *state, const char **isa, int *n_threads, uint64_t *weights_repacked) {
     const cpu_state *s = state;
     *isa = s->k->isa;
     *n_threads = kipp_threadpool_n_threads(s->pool);
+    *weights_repacked = kipp_cpu_fwd_packed_bytes(s->fwd);
 }
 
 static kipp_status cpu_init(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,

@@ -21,6 +21,7 @@
  * The recomputation path (forward_nocache) is the same code with a private, contiguous f32
  * K/V store instead of the pool, holding K/V rounded through the KV type. No ISA-specific
  * code here: only kernels_*.c use intrinsics. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "backend/cpu/forward.h"
 
 #include "backend/host_kv.h"
@@ -32,6 +33,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define ATT_CHUNK 64u   /* query tokens per attention work item */
 #define PAR_MIN_TOKENS 4 /* below this, per-token elementwise work stays on the caller */
@@ -62,6 +65,12 @@ typedef struct {
     uint32_t n;             /* tokens in the run */
     uint32_t pos0;          /* position of the first token */
 } run_t;
+
+typedef struct {
+    const void *src; /* the tensor's GGUF data (the key); NULL: empty slot */
+    void *data;      /* its packed form */
+    size_t row_bytes; /* packed bytes per row (a group of 16 rows / 16) */
+} packed_w;
 
 typedef struct {
     float *kc;   /* [max_kv][D]        gathered K rows */
@@ -104,6 +113,11 @@ struct kipp_cpu_fwd {
     uint32_t *wanted; /* batch indices of tokens whose logits are wanted */
     float *xw;        /* [cap][H] their final hidden rows */
     att_scratch *ts;  /* [n_threads] */
+    /* weights the level repacked at load (kernels.h: pack_bytes), found by their data
+     * pointer in an open-addressed table of n_packed_cap slots */
+    packed_w *packed;
+    uint32_t n_packed_cap;
+    uint64_t packed_bytes;
 };
 
 /* ---- small numerics (identical formulas to cpu-ref) ------------------------------------ */
@@ -125,6 +139,84 @@ static void rope_head(float *h, const float *c, const float *s, uint32_t half) {
 
 static float silu(float z) { return z / (1.0f + expf(-z)); }
 
+/* ---- weights repacked at load ------------------------------------------------------------- */
+
+static size_t packed_slot(const kipp_cpu_fwd *f, const void *src) {
+    uintptr_t h = (uintptr_t)src;
+    h ^= h >> 17;
+    h *= (uintptr_t)0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 7) & (f->n_packed_cap - 1);
+}
+
+static const packed_w *packed_find(const kipp_cpu_fwd *f, const void *src) {
+    if (!f->n_packed_cap) return NULL;
+    for (size_t i = packed_slot(f, src);; i = (i + 1) & (f->n_packed_cap - 1)) {
+        if (f->packed[i].src == src) return &f->packed[i];
+        if (!f->packed[i].src) return NULL;
+    }
+}
+
+typedef struct {
+    const kipp_cpu_kernels *k;
+    const kipp_gguf_tensor *t;
+    void *out;
+} pack_job;
+
+static void pack_groups(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const pack_job *j = ctx;
+    const uint64_t rows = (uint64_t)j->t->ne[1], k = (uint64_t)j->t->ne[0];
+    const uint64_t r1 = 16 * end < rows ? 16 * end : rows;
+    j->k->pack(j->t->type, j->t->data, (size_t)kipp_type_row_bytes(j->t->type, k), rows, 16 * begin, r1, k, j->out);
+}
+
+/* Every matrix the level packs (kernels.h: pack_bytes), packed over the pool. The GGUF pages
+ * of a packed tensor are then released from this process (they are file pages: a later read,
+ * e.g. an embedding row of a tied lm_head, faults them back in), so the resident weights are
+ * the packed ones, not both. */
+static int pack_weights(kipp_cpu_fwd *f) {
+    if (!f->k->pack_bytes) return 1;
+    const kipp_model *m = f->m;
+    const uint32_t L = m->hp.n_layer;
+    const kipp_gguf_tensor *all[8 * 512 + 1];
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < L && l < 512; l++) {
+        const kipp_layer_weights *w = &m->layers[l];
+        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+        for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++) all[n++] = lt[i];
+    }
+    all[n++] = &f->head;
+    uint32_t cap = 1;
+    while (cap < 2 * n) cap *= 2;
+    f->packed = calloc(cap, sizeof *f->packed);
+    if (!f->packed) return 0;
+    f->n_packed_cap = cap;
+    const long page = sysconf(_SC_PAGESIZE);
+    for (uint32_t i = 0; i < n; i++) {
+        const kipp_gguf_tensor *t = all[i];
+        if (!t || packed_find(f, t->data)) continue; /* a tensor seen twice (tied head) once */
+        const uint64_t rows = (uint64_t)t->ne[1], k = (uint64_t)t->ne[0];
+        const size_t bytes = f->k->pack_bytes(t->type, rows, k);
+        if (!bytes) continue;
+        void *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!out) return 0;
+        pack_job j = {.k = f->k, .t = t, .out = out};
+        kipp_threadpool_for(f->tp, (rows + 15) / 16, 1, pack_groups, &j);
+        size_t s = packed_slot(f, t->data);
+        while (f->packed[s].src) s = (s + 1) & (cap - 1);
+        f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = f->k->pack_bytes(t->type, 16, k) / 16};
+        f->packed_bytes += bytes;
+        if (page > 0) { /* the whole pages inside the tensor */
+            const uintptr_t a = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+            const uintptr_t e = ((uintptr_t)t->data + t->n_bytes) & ~(uintptr_t)(page - 1);
+            if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+        }
+    }
+    return 1;
+}
+
+uint64_t kipp_cpu_fwd_packed_bytes(const kipp_cpu_fwd *f) { return f->packed_bytes; }
+
 /* ---- matrix products ---------------------------------------------------------------------- */
 
 #define MM_MAX 3
@@ -133,6 +225,8 @@ static float silu(float z) { return z / (1.0f + expf(-z)); }
 typedef struct {
     uint32_t count;
     const kipp_gguf_tensor *w[MM_MAX];
+    const void *wdata[MM_MAX]; /* the weight's rows: its GGUF data, or its packed form */
+    size_t wrb[MM_MAX];        /* bytes per row of wdata */
     float *y[MM_MAX];
     uint64_t rows[MM_MAX];
     size_t ldy[MM_MAX];
@@ -155,14 +249,14 @@ static void mm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         if (begin >= hi) continue;
         const uint64_t b = begin - lo, e = (end < hi ? end : hi) - lo;
         const kipp_gguf_tensor *w = j->w[i];
-        const size_t rb = (size_t)kipp_type_row_bytes(w->type, j->k);
-        const char *wp = (const char *)w->data + b * rb;
+        const size_t rb = j->wrb[i];
+        const char *wp = (const char *)j->wdata[i] + b * rb;
         if (j->gemm && j->planes == 2) {
             /* Y2_ROWS rows at a time into this thread's scratch, then the planes summed */
             float *y2 = j->y2 + (size_t)ith * j->y2_stride;
             for (uint64_t c = b; c < e; c += Y2_ROWS) {
                 const uint64_t nr = e - c < Y2_ROWS ? e - c : Y2_ROWS;
-                j->gemm((const char *)w->data + c * rb, rb, nr, j->x, j->x_row_bytes, 2 * (uint64_t)j->n_tok, y2,
+                j->gemm((const char *)j->wdata[i] + c * rb, rb, nr, j->x, j->x_row_bytes, 2 * (uint64_t)j->n_tok, y2,
                         nr, j->k);
                 for (uint32_t t = 0; t < j->n_tok; t++) {
                     const float *yh = y2 + (size_t)2 * t * nr, *yl = yh + nr;
@@ -255,15 +349,22 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
     uint32_t done = 0;
     while (done < count) {
         kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[done]->type);
-        if (mm.gemm_many && n >= mm.many_min_tok) { /* the level's many-token kernel */
+        const int packed = packed_find(f, ws[done]->data) != NULL;
+        if (packed) { /* repacked at load: one kernel for every token count */
+            mm.gemm = f->k->gemm_packed;
+            mm.act = KIPP_ACT_Q16;
+        } else if (mm.gemm_many && n >= mm.many_min_tok) { /* the level's many-token kernel */
             mm.gemm = mm.gemm_many;
             mm.act = mm.act_many;
         }
         mm_job j = {.gemm = mm.gemm, .n_tok = n, .k = (uint64_t)ws[done]->ne[0]};
-        /* group the following weights of the same type and input length */
+        /* group the following weights of the same type, input length and packing */
         const uint32_t first = done;
         while (done < count && j.count < MM_MAX && ws[done]->type == ws[first]->type &&
-               (uint64_t)ws[done]->ne[0] == j.k) {
+               (uint64_t)ws[done]->ne[0] == j.k && (packed_find(f, ws[done]->data) != NULL) == packed) {
+            const packed_w *pw = packed_find(f, ws[done]->data);
+            j.wdata[j.count] = pw ? pw->data : ws[done]->data;
+            j.wrb[j.count] = pw ? pw->row_bytes : (size_t)kipp_type_row_bytes(ws[done]->type, j.k);
             j.w[j.count] = ws[done];
             j.y[j.count] = ys[done];
             j.ldy[j.count] = ldys[done];
@@ -855,6 +956,8 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     }
     free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
     free(f->inv_freq);
+    for (uint32_t i = 0; i < f->n_packed_cap; i++) free(f->packed[i].data);
+    free(f->packed);
     free_batch(f);
     if (f->ts) {
         for (int i = 0; i < f->n_threads; i++) {
@@ -904,6 +1007,7 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
         ok = f->attn_norm[l] && f->ffn_norm[l] && f->q_norm[l] && f->k_norm[l];
     }
     if (ok) ok = (f->out_norm = dequant_all(m->output_norm)) != NULL;
+    if (ok) ok = pack_weights(f);
     for (int i = 0; ok && i < f->n_threads; i++) {
         f->ts[i].qc = malloc((size_t)ATT_CHUNK * f->group * f->D * sizeof(float));
         f->ts[i].oc = malloc((size_t)ATT_CHUNK * f->group * f->D * sizeof(float));

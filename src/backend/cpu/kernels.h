@@ -124,6 +124,16 @@ typedef struct {
                    size_t v_stride, uint32_t n, uint32_t d);
     void (*pv_bf16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
                     size_t v_stride, uint32_t n, uint32_t d);
+    /* Weights repacked once at load (NULL: this level keeps every type mmapped). pack_bytes
+     * is the packed size of a rows x k tensor of type (0: the type stays as stored); pack
+     * writes rows [r0, r1) (r0 a multiple of 16) of a tensor of n_rows rows from its GGUF
+     * rows (w, w_row_bytes apart) into the tensor's packed buffer out; gemm_packed is a
+     * gemm over KIPP_ACT_Q16 rows whose w is the packed buffer advanced to row r (a multiple
+     * of 16) and whose w_row_bytes is pack_bytes(type, 16, k) / 16, for any token count. */
+    size_t (*pack_bytes)(uint32_t type, uint64_t rows, uint64_t k);
+    void (*pack)(uint32_t type, const void *w, size_t w_row_bytes, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                 uint64_t k, void *out);
+    kipp_cpu_gemm_fn gemm_packed;
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;

@@ -46,10 +46,11 @@ static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, const kipp_
 
 static void cpu_ref_free(void *state) { kipp_fwd_free(state); }
 
-static void cpu_ref_describe(void *state, const char **isa, int *n_threads) {
+static void cpu_ref_describe(void *state, const char **isa, int *n_threads, uint64_t *weights_repacked) {
     (void)state;
     *isa = "scalar";
     *n_threads = 1;
+    *weights_repacked = 0;
 }
 
 /* Token by token in batch order (each token's arithmetic is exactly that of a lone decode
