@@ -4,6 +4,9 @@
 # a 512-token prompt then 128 decode steps (4B: 64), in one invocation per file. Run it on an
 # idle machine from a clean checkout with a current build (bench/README.md); the models are
 # made with `make random-model` when missing. Usage: bench/cpu_records.sh [OUTDIR]
+# Environment: RECORD_TAG=T names the files cpu-T-<shape>-<type>.json (a second machine
+# kind, e.g. avx2 for a CPU without AVX-512); SHAPES="0.6b" limits the shapes (default
+# "0.6b 4b"); ALLOW_NOISY=1 writes records above the dispersion limit, marked noisy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results}
@@ -17,11 +20,13 @@ run() { # shape type decode runs
     [ -f "models/random/qwen3-$shape-$type.gguf" ] || make -s random-model SHAPE="$shape" TYPE="$type"
     .venv/bin/python -m bench.peer_bench --model "models/random/qwen3-$shape-$type.gguf" \
         --prompt-tokens 512 --decode "$decode" --threads 2 --warmup 1 --runs "$runs" \
-        --output "$tmp/cpu-$shape-$type.json" ${ALLOW_NOISY:+--allow-noisy}
+        --output "$tmp/cpu-${RECORD_TAG:+$RECORD_TAG-}$shape-$type.json" ${ALLOW_NOISY:+--allow-noisy}
 }
-run 0.6b bf16 128 3
-run 0.6b q8_0 128 3
-run 0.6b q4_k_m 128 3
-run 4b q4_k_m 64 3
-run 4b bf16 64 3
+for shape in ${SHAPES:-0.6b 4b}; do
+    case $shape in
+    0.6b) run 0.6b bf16 128 3; run 0.6b q8_0 128 3; run 0.6b q4_k_m 128 3 ;;
+    4b) run 4b q4_k_m 64 3; run 4b bf16 64 3 ;;
+    *) echo "cpu_records.sh: unknown shape $shape (0.6b, 4b)" >&2; exit 2 ;;
+    esac
+done
 mkdir -p "$out" && mv "$tmp"/cpu-*.json "$out"/
