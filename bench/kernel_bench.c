@@ -138,64 +138,64 @@ int main(int argc, char **argv) {
             }
             /* the table's kernel, then its many-token kernel (label "many") where it has one */
             for (int variant = 0; variant < (entry.gemm_many ? 2 : 1); variant++) {
-            const kipp_cpu_mm mm = variant ? (kipp_cpu_mm){entry.act_many, entry.gemm_many, 0, NULL, 0} : entry;
-            const char *vname = variant ? " many" : "";
-            const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
-            size_t ncopy = (pool_mib << 20) / mat;
-            ncopy = ncopy < 1 ? 1 : ncopy;
-            unsigned char *w = malloc(mat * ncopy);
-            for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
-            for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
-            const size_t ab = kipp_cpu_act_row_bytes(mm.act, k);
-            unsigned char *xa = malloc(ab * max_tok);
-            for (uint64_t t = 0; t < max_tok; t++) {
-                if (mm.act == KIPP_ACT_F32)
-                    memcpy(xa + t * ab, xf + t * k, k * sizeof(float));
-                else
-                    lv->quant[mm.act](xf + t * k, xa + t * ab, k);
-            }
-            /* spot check on the largest token count */
-            mm.gemm(w, rb, n_rows, xa, ab, max_tok, y, n_rows, k);
-            double worst = 0.0;
-            for (int s = 0; s < 64; s++) {
-                const uint64_t r = urand() % n_rows, t = urand() % max_tok;
-                kipp_dequantize_row(type, w + r * rb, wd, k);
-                kipp_cpu_act_to_f32(mm.act, xa + t * ab, xd, k);
-                double ref = 0.0, mag = 0.0;
-                for (uint64_t i = 0; i < k; i++) {
-                    ref += (double)wd[i] * xd[i];
-                    mag += fabs((double)wd[i] * xd[i]);
+                const kipp_cpu_mm mm = variant ? (kipp_cpu_mm){entry.act_many, entry.gemm_many, 0, NULL, 0} : entry;
+                const char *vname = variant ? " many" : "";
+                const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
+                size_t ncopy = (pool_mib << 20) / mat;
+                ncopy = ncopy < 1 ? 1 : ncopy;
+                unsigned char *w = malloc(mat * ncopy);
+                for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
+                for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
+                const size_t ab = kipp_cpu_act_row_bytes(mm.act, k);
+                unsigned char *xa = malloc(ab * max_tok);
+                for (uint64_t t = 0; t < max_tok; t++) {
+                    if (mm.act == KIPP_ACT_F32)
+                        memcpy(xa + t * ab, xf + t * k, k * sizeof(float));
+                    else
+                        lv->quant[mm.act](xf + t * k, xa + t * ab, k);
                 }
-                const double rel = fabs(y[t * n_rows + r] - ref) / (mag + 1e-30);
-                worst = rel > worst ? rel : worst;
-            }
-            printf("%-10s %-5s%s act %u  check %.2e%s\n", isa, kipp_type_name(type), vname, mm.act, worst,
-                   worst > 1e-5 ? "  FAIL" : "");
-            for (int i = 0; i < ntoks; i++) {
-                const uint64_t nt = toks[i];
-                const size_t nc = nt == 1 ? ncopy : 1;
-                size_t c = 0;
-                long reps = 0;
-                double best = 1e30, t_all = now_s();
-                while (now_s() - t_all < seconds || reps < 3) {
-                    const double t0 = now_s();
-                    mm.gemm(w + c * mat, rb, n_rows, xa, ab, nt, y, n_rows, k);
-                    const double dt = now_s() - t0;
-                    best = dt < best ? dt : best;
-                    c = (c + 1) % nc;
-                    reps++;
+                /* spot check on the largest token count */
+                mm.gemm(w, rb, n_rows, xa, ab, max_tok, y, n_rows, k);
+                double worst = 0.0;
+                for (int s = 0; s < 64; s++) {
+                    const uint64_t r = urand() % n_rows, t = urand() % max_tok;
+                    kipp_dequantize_row(type, w + r * rb, wd, k);
+                    kipp_cpu_act_to_f32(mm.act, xa + t * ab, xd, k);
+                    double ref = 0.0, mag = 0.0;
+                    for (uint64_t i = 0; i < k; i++) {
+                        ref += (double)wd[i] * xd[i];
+                        mag += fabs((double)wd[i] * xd[i]);
+                    }
+                    const double rel = fabs(y[t * n_rows + r] - ref) / (mag + 1e-30);
+                    worst = rel > worst ? rel : worst;
                 }
-                const double avg = (now_s() - t_all) / (double)reps;
-                printf("%-10s %-5s%s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", isa,
-                       kipp_type_name(type), vname, (unsigned long long)k, (unsigned long long)n_rows,
-                       (unsigned long long)nt, 2.0 * n_rows * nt * k / avg * 1e-9, 2.0 * n_rows * nt * k / best * 1e-9);
-                if (nt == 1)
-                    printf("  %6.1f GB/s weights (%zu MiB pool)", (double)mat / avg * 1e-9, mat * nc >> 20);
-                printf("\n");
-                fflush(stdout);
-            }
-            free(w);
-            free(xa);
+                printf("%-10s %-5s%s act %u  check %.2e%s\n", isa, kipp_type_name(type), vname, mm.act, worst,
+                       worst > 1e-5 ? "  FAIL" : "");
+                for (int i = 0; i < ntoks; i++) {
+                    const uint64_t nt = toks[i];
+                    const size_t nc = nt == 1 ? ncopy : 1;
+                    size_t c = 0;
+                    long reps = 0;
+                    double best = 1e30, t_all = now_s();
+                    while (now_s() - t_all < seconds || reps < 3) {
+                        const double t0 = now_s();
+                        mm.gemm(w + c * mat, rb, n_rows, xa, ab, nt, y, n_rows, k);
+                        const double dt = now_s() - t0;
+                        best = dt < best ? dt : best;
+                        c = (c + 1) % nc;
+                        reps++;
+                    }
+                    const double avg = (now_s() - t_all) / (double)reps;
+                    printf("%-10s %-5s%s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", isa,
+                           kipp_type_name(type), vname, (unsigned long long)k, (unsigned long long)n_rows,
+                           (unsigned long long)nt, 2.0 * n_rows * nt * k / avg * 1e-9, 2.0 * n_rows * nt * k / best * 1e-9);
+                    if (nt == 1)
+                        printf("  %6.1f GB/s weights (%zu MiB pool)", (double)mat / avg * 1e-9, mat * nc >> 20);
+                    printf("\n");
+                    fflush(stdout);
+                }
+                free(w);
+                free(xa);
             }
         }
     }

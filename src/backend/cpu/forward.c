@@ -170,49 +170,48 @@ static void pack_groups(void *ctx, uint64_t begin, uint64_t end, int ith) {
     j->k->pack(j->t->type, j->t->data, (size_t)kipp_type_row_bytes(j->t->type, k), rows, 16 * begin, r1, k, j->out);
 }
 
-/* Every matrix the level packs (kernels.h: pack_bytes), packed over the pool. The GGUF pages
- * of a packed tensor are then released from this process (they are file pages: a later read,
- * e.g. an embedding row of a tied lm_head, faults them back in), so the resident weights are
- * the packed ones, not both. */
+/* Packs t when the level packs its type (a tensor met twice, e.g. a tied head, once) and
+ * releases the whole GGUF pages inside it from this process: they are file pages, so a
+ * later read (an embedding row of a tied lm_head) faults them back in, and the resident
+ * weights are the packed ones, not both. */
+static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
+    if (!t || packed_find(f, t->data)) return 1;
+    const uint64_t rows = (uint64_t)t->ne[1], k = (uint64_t)t->ne[0];
+    const size_t bytes = f->k->pack_bytes(t->type, rows, k);
+    if (!bytes) return 1;
+    void *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!out) return 0;
+    pack_job j = {.k = f->k, .t = t, .out = out};
+    kipp_threadpool_for(f->tp, (rows + 15) / 16, 1, pack_groups, &j);
+    size_t s = packed_slot(f, t->data);
+    while (f->packed[s].src) s = (s + 1) & (f->n_packed_cap - 1);
+    f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = f->k->pack_bytes(t->type, 16, k) / 16};
+    f->packed_bytes += bytes;
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page > 0) {
+        const uintptr_t a = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+        const uintptr_t e = ((uintptr_t)t->data + t->n_bytes) & ~(uintptr_t)(page - 1);
+        if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+    return 1;
+}
+
+/* Every matrix the level packs (kernels.h: pack_bytes): each layer's seven and the head. */
 static int pack_weights(kipp_cpu_fwd *f) {
     if (!f->k->pack_bytes) return 1;
-    const kipp_model *m = f->m;
-    const uint32_t L = m->hp.n_layer;
-    const kipp_gguf_tensor *all[8 * 512 + 1];
-    uint32_t n = 0;
-    for (uint32_t l = 0; l < L && l < 512; l++) {
-        const kipp_layer_weights *w = &m->layers[l];
-        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
-        for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++) all[n++] = lt[i];
-    }
-    all[n++] = &f->head;
+    const uint32_t L = f->m->hp.n_layer;
     uint32_t cap = 1;
-    while (cap < 2 * n) cap *= 2;
+    while (cap < 2 * (7 * L + 1)) cap *= 2;
     f->packed = calloc(cap, sizeof *f->packed);
     if (!f->packed) return 0;
     f->n_packed_cap = cap;
-    const long page = sysconf(_SC_PAGESIZE);
-    for (uint32_t i = 0; i < n; i++) {
-        const kipp_gguf_tensor *t = all[i];
-        if (!t || packed_find(f, t->data)) continue; /* a tensor seen twice (tied head) once */
-        const uint64_t rows = (uint64_t)t->ne[1], k = (uint64_t)t->ne[0];
-        const size_t bytes = f->k->pack_bytes(t->type, rows, k);
-        if (!bytes) continue;
-        void *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!out) return 0;
-        pack_job j = {.k = f->k, .t = t, .out = out};
-        kipp_threadpool_for(f->tp, (rows + 15) / 16, 1, pack_groups, &j);
-        size_t s = packed_slot(f, t->data);
-        while (f->packed[s].src) s = (s + 1) & (cap - 1);
-        f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = f->k->pack_bytes(t->type, 16, k) / 16};
-        f->packed_bytes += bytes;
-        if (page > 0) { /* the whole pages inside the tensor */
-            const uintptr_t a = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
-            const uintptr_t e = ((uintptr_t)t->data + t->n_bytes) & ~(uintptr_t)(page - 1);
-            if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-        }
+    for (uint32_t l = 0; l < L; l++) {
+        const kipp_layer_weights *w = &f->m->layers[l];
+        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+        for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
+            if (!pack_tensor(f, lt[i])) return 0;
     }
-    return 1;
+    return pack_tensor(f, &f->head);
 }
 
 uint64_t kipp_cpu_fwd_packed_bytes(const kipp_cpu_fwd *f) { return f->packed_bytes; }
@@ -349,7 +348,7 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
     uint32_t done = 0;
     while (done < count) {
         kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[done]->type);
-        const int packed = packed_find(f, ws[done]->data) != NULL;
+        const int packed = packed_find(f, ws[done]->data) != NULL; /* the group's kind */
         if (packed) { /* repacked at load: one kernel for every token count */
             mm.gemm = f->k->gemm_packed;
             mm.act = KIPP_ACT_Q16;
@@ -361,8 +360,9 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
         /* group the following weights of the same type, input length and packing */
         const uint32_t first = done;
         while (done < count && j.count < MM_MAX && ws[done]->type == ws[first]->type &&
-               (uint64_t)ws[done]->ne[0] == j.k && (packed_find(f, ws[done]->data) != NULL) == packed) {
+               (uint64_t)ws[done]->ne[0] == j.k) {
             const packed_w *pw = packed_find(f, ws[done]->data);
+            if ((pw != NULL) != packed) break;
             j.wdata[j.count] = pw ? pw->data : ws[done]->data;
             j.wrb[j.count] = pw ? pw->row_bytes : (size_t)kipp_type_row_bytes(ws[done]->type, j.k);
             j.w[j.count] = ws[done];

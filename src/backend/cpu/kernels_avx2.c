@@ -552,7 +552,8 @@ INLINE void transpose8(__m256i r[8]) {
 }
 
 /* Decodes rows [0, nr) of the chunk (the rest zero) and lays them out pair-interleaved. */
-static void pack16(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c0, uint64_t kc, panel16 *P) {
+/* Decodes rows [0, nr) of the chunk into P->tmp and the scales; rows nr..PR-1 zero. */
+static void decode_rows(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c0, uint64_t kc, panel16 *P) {
     const int nsb = (int)(kc / (uint64_t)sub_block16(qt));
     for (int r = 0; r < PR; r++) {
         if (r < nr) {
@@ -564,6 +565,10 @@ static void pack16(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c0, ui
         if (qt == QT_Q4_K)
             for (int j = 0; j < nsb; j++) P->mn[j * PR + r] = 0.0f;
     }
+}
+
+static void pack16(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c0, uint64_t kc, panel16 *P) {
+    decode_rows(qt, w, wrb, nr, c0, kc, P);
     for (uint64_t kb = 0; kb < kc / 16; kb++)
         for (int h = 0; h < 2; h++) {
             __m256i v[8];
@@ -793,14 +798,7 @@ static void pack_rows(uint32_t type, const void *w, size_t wrb, uint64_t n_rows,
         const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
         for (uint64_t c0 = 0; c0 < k; c0 += KC) {
             const uint64_t kc = k - c0 < KC ? k - c0 : KC;
-            for (int r = 0; r < 16; r++) {
-                if (r < nr) {
-                    decode_row(qt, (const uint8_t *)w + (g0 + (uint64_t)r) * wrb, c0, kc, &P, r);
-                } else {
-                    memset(P.tmp[r], 0, kc);
-                    for (uint64_t j = 0; j < kc / 32; j++) P.sc[j * PR + r] = 0.0f;
-                }
-            }
+            decode_rows(qt, (const uint8_t *)w + g0 * wrb, wrb, nr, c0, kc, &P);
             for (uint64_t j = 0; j < kc / 32; j++) memcpy(sc + (c0 / 32 + j) * 16, P.sc + j * PR, 16 * sizeof(float));
             /* 8 rows x 8 pairs of 16 bits at a time: an 8 x 8 transpose of 16-bit lanes */
             uint8_t *q = grp + c0 * 16;
