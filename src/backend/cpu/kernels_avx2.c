@@ -262,14 +262,26 @@ GEMM_DRIVER_DEC(gemm_q4_0, rows4_q4_0, tile_q4_0, kipp_act_q8_0)
 
 /* ---- K-quant gemms (Q8_K activations) ------------------------------------------------------------ */
 
-/* 6-bit scales and mins of the 8 Q4_K sub-blocks (ggml's get_scale_min_k4) */
+/* Q4_K's 12-byte scale packing (at sc, 16 bytes readable) into 8 scales (bytes 0-7) and 8
+ * mins (bytes 8-15), as k4_scales. */
+INLINE __m128i k4_scales_v(const unsigned char *sc) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)sc);
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7));
+    __m128i lo = _mm_blend_epi16(a, _mm_srli_epi16(a, 4), 0xc0);
+    lo = _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0,
+                                                                         0, 0x30, 0x30, 0x30, 0x30));
+    return _mm_or_si128(lo, hi);
+}
+
+/* the same as bytes: 6-bit scales and mins of the 8 Q4_K sub-blocks (ggml's
+ * get_scale_min_k4) */
 INLINE void k4_scales(const unsigned char *sc, uint8_t scale[8], uint8_t min[8]) {
-    for (int s = 0; s < 4; s++) {
-        scale[s] = sc[s] & 63;
-        min[s] = sc[s + 4] & 63;
-        scale[s + 4] = (uint8_t)((sc[s + 8] & 0x0f) | ((sc[s] >> 6) << 4));
-        min[s + 4] = (uint8_t)((sc[s + 8] >> 4) | ((sc[s + 4] >> 6) << 4));
-    }
+    uint8_t b[16];
+    _mm_storeu_si128((__m128i *)b, k4_scales_v(sc));
+    memcpy(scale, b, 8);
+    memcpy(min, b + 8, 8);
 }
 
 INLINE void tile_q4_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
@@ -313,11 +325,20 @@ INLINE void tile_q4_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]) - accm[t];
 }
 
+/* Q6_K: the 6-bit values (0..63) of elements 128h + 32j + l, l < 32, from the half's low
+ * bits ql0 = ql[64h..], ql1 = ql[64h + 32..] and its high bits qh = qh[32h..] */
+INLINE __m256i q6_vals(__m256i ql0, __m256i ql1, __m256i qh, int j) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    const __m256i l = j & 1 ? ql1 : ql0;
+    const __m256i nib = j >= 2 ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
+    return _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m2), 4));
+}
+
 INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
                       uint64_t k, const int nt) {
     __m256 acc[TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    const __m256i k32 = _mm256_set1_epi8(32);
     const unsigned char *wb = wr;
     for (uint64_t b = 0; b < k / 256; b++, wb += 210) {
         const int8_t *sc = (const int8_t *)(wb + 192);
@@ -327,22 +348,14 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(wb + 64 * h));
             const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(wb + 64 * h + 32));
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(wb + 128 + 32 * h));
-            __m256i q[4]; /* unsigned 0..63 for elements 128h + 32j + l */
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
             for (int j = 0; j < 4; j++) {
+                const __m256i q = q6_vals(ql0, ql1, qh, j);
                 /* the 16 int16 pair sums: lanes 0..7 elements 0..15 (scale 2j), 8..15 the rest */
                 const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * j + 1]),
                                                      _mm_set1_epi16(sc[8 * h + 2 * j]));
                 for (int t = 0; t < nt; t++) {
                     const __m256i xq = _mm256_loadu_si256((const __m256i *)(xt[t][b].qs + 128 * h + 32 * j));
-                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[j], xq),
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq),
                                                        _mm256_maddubs_epi16(k32, xq));
                     sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, scv));
                 }
@@ -355,19 +368,6 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]);
 }
 
-
-/* Q4_K's 12-byte scale packing (at sc, 16 bytes readable) into 8 scales (bytes 0-7) and 8
- * mins (bytes 8-15), as k4_scales. */
-INLINE __m128i k4_scales_v(const unsigned char *sc) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)sc);
-    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7));
-    __m128i lo = _mm_blend_epi16(a, _mm_srli_epi16(a, 4), 0xc0);
-    lo = _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0, 0,
-                                                                         0, 0x30, 0x30, 0x30, 0x30));
-    return _mm_or_si128(lo, hi);
-}
 
 /* Q4_K, 4 rows x nt <= 2 tokens: exact int32 per 256-block (sub-block scales through madd),
  * one FMA per block; the mins as a 4-lane int dot of the 8 mins with the activation's
@@ -422,7 +422,7 @@ INLINE void rows4_q6_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
                        uint64_t k, const int nt) {
     __m256 acc[2][FR];
     UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    const __m256i k32 = _mm256_set1_epi8(32);
     for (uint64_t b = 0; b < k / 256; b++) {
         UNROLL for (int r = 0; r < FR; r++) {
             const unsigned char *p = w + r * wrb + b * 210;
@@ -435,9 +435,7 @@ INLINE void rows4_q6_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
                 const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
                 UNROLL for (int j = 0; j < 4; j++) {
-                    const __m256i l = j & 1 ? ql1 : ql0;
-                    const __m256i nib = j >= 2 ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
-                    const __m256i q = _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m2), 4));
+                    const __m256i q = q6_vals(ql0, ql1, qh, j);
                     const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * j + 1]), _mm_set1_epi16(sc[8 * h + 2 * j]));
                     UNROLL for (int t = 0; t < nt; t++) {
                         const __m256i xq = _mm256_loadu_si256((const __m256i *)(xt[t][b].qs + 128 * h + 32 * j));
@@ -511,7 +509,7 @@ static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, pane
             }
         }
     } else {
-        const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+        const __m256i k32 = _mm256_set1_epi8(32);
         for (uint64_t jb = 0; jb < kc / 256; jb++) {
             const uint8_t *b = wr + (c0 / 256 + jb) * 210;
             const float d = rd_f16(b + 208);
@@ -520,13 +518,9 @@ static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, pane
                 const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
                 const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-                for (int j = 0; j < 4; j++) { /* elements 128h + 32j + l, as in tile_q6_k */
-                    const __m256i l = j & 1 ? ql1 : ql0;
-                    const __m256i nib = j >= 2 ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
-                    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m2), 4);
+                for (int j = 0; j < 4; j++)
                     _mm256_store_si256((__m256i *)(o + 256 * jb + 128 * h + 32 * j),
-                                       _mm256_sub_epi8(_mm256_or_si256(nib, hi), k32));
-                }
+                                       _mm256_sub_epi8(q6_vals(ql0, ql1, qh, j), k32));
             }
         }
     }
