@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(libjansson-dev libutf8proc-dev libmicrohttpd-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
-      gcc-aarch64-linux-gnu xz-utils)
+      gcc-aarch64-linux-gnu xz-utils libedit-dev chromium chromium-driver)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
