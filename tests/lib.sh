@@ -5,7 +5,7 @@ passed=${passed:-0}
 failed=${failed:-0}
 run_counted() { # name, command...
     local name=$1; shift
-    local out rc p f
+    local out rc p f t0=$SECONDS
     echo "== $name: $*"
     out=$("$@" 2>&1); rc=$?
     printf '%s\n' "$out" | tail -n 25 | sed 's/^/   /'
@@ -15,5 +15,5 @@ run_counted() { # name, command...
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
     passed=$((passed + p)); failed=$((failed + f))
-    echo "   -> $name: $p passed, $f failed"
+    echo "   -> $name: $p passed, $f failed ($((SECONDS - t0)) s)"
 }
