@@ -186,9 +186,10 @@ def build(shape: str, out_type: str, seed: int = 0, layers: int | None = None):
 def write_model(shape: str, out_type: str, output: Path, seed: int = 0, layers: int | None = None,
                 progress: bool = True, threads: int | None = None) -> Path:
     output = Path(output)
-    if not output.parent.is_dir():
-        raise RandomModelError(f"missing output directory: {output.parent}")
-    w, hp = build(shape, out_type, seed, layers)
+    w, hp = build(shape, out_type, seed, layers)  # bad arguments fail before anything is created
+    if output.parent.exists() and not output.parent.is_dir():
+        raise RandomModelError(f"output directory is not a directory: {output.parent}")
+    output.parent.mkdir(parents=True, exist_ok=True)  # models/random/ on a fresh clone
     shapes = dict(tensor_plan(hp))
     threads = threads or os.cpu_count() or 1
     total = sum(t.nbytes for t in w.tensors)

@@ -142,6 +142,14 @@ def test_bad_arguments(tmp_path, args, message):
     assert not out.exists()
 
 
-def test_missing_output_directory(tmp_path):
-    res = run_module("tools.make_random_model", "--shape", "tiny", "--output", tmp_path / "no" / "x.gguf")
-    assert res.returncode == 1 and "missing output directory" in res.stderr, res.stderr
+def test_missing_output_directory_is_created(tmp_path):
+    out = tmp_path / "no" / "such" / "x.gguf"
+    res = run_module("tools.make_random_model", "--shape", "tiny", "--output", out, "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert out.is_file() and out.read_bytes()[:4] == b"GGUF"
+
+
+def test_output_parent_is_a_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    res = run_module("tools.make_random_model", "--shape", "tiny", "--output", tmp_path / "f" / "x.gguf")
+    assert res.returncode == 1 and "output directory is not a directory" in res.stderr, res.stderr
