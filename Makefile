@@ -76,17 +76,29 @@ $(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUI
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
 SERVER_SRC := $(wildcard src/server/*.c)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+# the chat page is pulled into webui.o by .incbin (src/server/webui.c): editing it rebuilds
+$(BUILD)/obj/src/server/webui.o: src/server/webui/index.html
 server: $(BUILD)/kipp-server
 $(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
+
+# the C quantizer (tools/quantize.py is the reference it is tested against); quantize.c
+# mirrors numpy float32 operation by operation, so no FMA contraction there
+$(BUILD)/obj/src/core/quantize.o: CFLAGS += -ffp-contract=off
+QUANTIZE_OBJ := $(addprefix $(BUILD)/obj/src/,cli/kipp_quantize.o core/quantize.o core/types.o \
+                core/threadpool.o core/error.o gguf/gguf.o)
+$(BUILD)/kipp-quantize: $(QUANTIZE_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # perplexity / KL-divergence over a text (bench/ppl_bench.py drives it)
 $(BUILD)/kipp-perplexity: $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 chat: $(BUILD)/kipp-chat
-$(BUILD)/kipp-chat: $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# libedit (line editing, history) is linked into kipp-chat only
+CHAT_OBJ := $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/chat_input.o $(BUILD)/obj/src/cli/chat_file.o
+$(BUILD)/kipp-chat: $(CHAT_OBJ) $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -ledit
 
 # the OpenAI text path (not HTTP) is linked in: the detokenizer property test drives it
 $(BUILD)/kipp_test: $(TEST_OBJ) $(BUILD)/obj/src/server/openai_gen.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
@@ -157,7 +169,7 @@ fuzz: $(BUILD)/fuzz_gguf
 	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
 
 -include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
-         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d $(BUILD)/obj/src/cli/kipp_perplexity.d \
+         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d $(CHAT_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp_perplexity.d \
          $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/cli_spec.d $(BUILD)/obj/src/cli/generate.d \
          $(BUILD)/obj/src/cli/cli_grammar.d
 
@@ -248,7 +260,7 @@ embed-vectors: deps models/tiny-embed/config.json
 
 # ---- tests ------------------------------------------------------------------------------
 
-test: deps cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench tiny-models
+test: deps cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models
 	@BUILD=$(BUILD) tests/run_tests.sh
 
 check: deps cpu server $(FUZZERS) tiny-models
