@@ -17,7 +17,11 @@ the file but answers 404 for its content; `require_token = "x"`
 answers 401 unless "Authorization: Bearer x" is sent; `no_ranges = True`
 ignores Range headers (answers 200 with the whole file).
 
-What it does not do: pagination, HEAD requests, the hub's other APIs, TLS.
+Tree listings: `?recursive=true` lists every file (and the folders), without it only the
+top level; `page_size = n` pages them n entries at a time with a `cursor` query parameter
+and a `Link: <URL>; rel="next"` header, as the hub does (its pages hold 1000 entries).
+
+What it does not do: HEAD requests, the hub's other APIs, TLS.
 Run standalone: python tests/tools/fake_hub.py CHECKPOINT_DIR --repo Qwen/Qwen3-0.6B
 """
 
@@ -68,6 +72,8 @@ class FakeHub:
     require_token: str | None = None
     no_ranges: bool = False
     missing: set[str] = field(default_factory=set)
+    page_size: int | None = None
+    cdn_base: str | None = None  # LFS redirects go to this server's /cdn/ (default: this one)
     log: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
@@ -211,6 +217,28 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
+    def _send_tree(self, files: dict[str, RepoFile], parsed) -> None:
+        q = urllib.parse.parse_qs(parsed.query)
+        recursive = q.get("recursive", ["false"])[0] == "true"
+        dirs = {p.rsplit("/", 1)[0] for p in files if "/" in p}
+        dirs |= {d.rsplit("/", i)[0] for d in list(dirs) for i in range(1, d.count("/") + 1)}
+        entries = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in dirs]
+        entries += [f.tree_entry() for f in files.values()]
+        if not recursive:
+            entries = [e for e in entries if "/" not in e["path"]]
+        entries.sort(key=lambda e: e["path"])
+        start = int(q.get("cursor", ["0"])[0])
+        size = self.hub.page_size or len(entries) or 1
+        body = json.dumps(entries[start:start + size]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if start + size < len(entries):
+            nxt = urllib.parse.urlencode({**{k: v[0] for k, v in q.items()}, "cursor": start + size})
+            self.send_header("Link", f'<{self.hub.url}{parsed.path}?{nxt}>; rel="next"')
+        self.end_headers()
+        self.wfile.write(body)
+
     # ---- routes -------------------------------------------------------------
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
@@ -218,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = urllib.parse.urlsplit(self.path)
         raw_path = parsed.path  # still percent-encoded: a revision may contain "%2F"
         path = urllib.parse.unquote(raw_path)
-        entry = {"method": "GET", "path": path, "range": self.headers.get("Range"),
+        entry = {"method": "GET", "path": path, "query": parsed.query, "range": self.headers.get("Range"),
                  "authorization": self.headers.get("Authorization")}
         with hub._lock:
             hub.log.append(entry)
@@ -233,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m:
             files = self._find(unq(m.group(1)), unq(m.group(2)))
             if files is not None:
-                self._send_json(200, [f.tree_entry() for f in files.values()])
+                self._send_tree(files, parsed)
             return
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", raw_path)
         if m:
@@ -242,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if f.lfs:
                 self.send_response(302)
-                self.send_header("Location", f"/cdn/{f.sha256}?repo={urllib.parse.quote(unq(m.group(1)))}"
+                self.send_header("Location", f"{hub.cdn_base or ''}/cdn/{f.sha256}?repo={urllib.parse.quote(unq(m.group(1)))}"
                                              f"&path={urllib.parse.quote(f.path)}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
