@@ -281,7 +281,8 @@ kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, i
  *  "add_generation_prompt"?: bool (default true),
  *  "chat_template_kwargs"?: {"enable_thinking": bool (default true)}}.
  * The template carried in the GGUF must be one Kipp implements (the Qwen3 hybrid-thinking
- * template, or none: plain ChatML); any other is KIPP_ERR_UNSUPPORTED. Output is byte for
+ * template, the Qwen3 Instruct-2507 or Thinking-2507 one, or none: plain ChatML); any other
+ * is KIPP_ERR_UNSUPPORTED. The 2507 templates ignore enable_thinking. Output is byte for
  * byte what HF apply_chat_template gives; *out is malloc'd (free()), *out_len its length.
  * Tokenize it with parse_special = 1. */
 kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_t len,
@@ -294,6 +295,25 @@ kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_
 kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json, size_t len,
                                   char **out, size_t *out_len, size_t **spans, size_t *n_spans,
                                   char *err, size_t err_len);
+
+/* What the reply to a chat request starts with, given the model's template and the
+ * request's enable_thinking. */
+typedef enum {
+    KIPP_CHAT_THINK_OFF = 0,       /* no reasoning: Instruct-2507, plain ChatML, or the hybrid
+                                      template with enable_thinking false (its prompt ends in
+                                      an empty think block) */
+    KIPP_CHAT_THINK_BY_TAG = 1,    /* the reply may open with <think> (hybrid, thinking on) */
+    KIPP_CHAT_THINK_IN_PROMPT = 2, /* the prompt ends in "<think>\n": the reply starts inside
+                                      the reasoning and closes it with </think>
+                                      (Thinking-2507, whatever enable_thinking says) */
+} kipp_chat_thinking;
+
+/* The model's template: its name ("qwen3-hybrid", "qwen3-instruct-2507",
+ * "qwen3-thinking-2507" or "chatml"; static storage; name may be NULL) and what it does with
+ * thinking for enable_thinking (0 or 1). An unsupported template is the error kipp_chat_apply
+ * gives. */
+kipp_status kipp_chat_template_info(const kipp_model *m, int enable_thinking, const char **name,
+                                    kipp_chat_thinking *thinking, char *err, size_t err_len);
 
 /* ---- sampling ------------------------------------------------------------------------- */
 

@@ -335,6 +335,15 @@ kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json,
                                        err, err_len);
 }
 
+kipp_status kipp_chat_template_info(const kipp_model *m, int enable_thinking, const char **name,
+                                    kipp_chat_thinking *thinking, char *err, size_t err_len) {
+    kipp_chat_template_kind kind;
+    kipp_status st = kipp_chat_template_check(m->gguf, &kind, err, err_len);
+    if (name) *name = kipp_chat_template_name(kind);
+    *thinking = kipp_chat_template_thinking(kind, enable_thinking);
+    return st;
+}
+
 /* ---- detokenizer: the public handle around the tokenizer's streaming state ------------- */
 
 struct kipp_detokenizer {

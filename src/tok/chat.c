@@ -13,12 +13,15 @@
  * ChatML (what llama.cpp falls back to), which supports no tools. Adding a template means
  * adding its text and a renderer, and goldens made with HF.
  *
- * Not supported (refused, never guessed): Qwen3-2507 Instruct/Thinking templates, other
- * families, multimodal content arrays, continue_final_message, documents.
+ * Known texts: the hybrid template of the April 2025 models, and the Qwen3-2507 Instruct and
+ * Thinking templates (tests/tok/templates/, where they come from in its README).
+ * Not supported (refused, never guessed): other revisions of these texts, other families,
+ * multimodal content arrays, continue_final_message, documents.
  *
  * Where Kipp deliberately differs from HF on input HF cannot render sensibly:
  * - an assistant message with tool_calls may have content null or absent; it renders as
- *   content "" (HF drops None keys and the template then fails with UndefinedError);
+ *   content "" (HF drops None keys and the hybrid template then fails with
+ *   UndefinedError; the 2507 templates render it as "" too, and their goldens check that);
  * - unknown or missing roles, a missing/non-string content elsewhere, a non-string tool
  *   call name, a missing `arguments`, and non-object tools are KIPP_ERR_INVALID_ARG (HF
  *   silently skips unknown roles, prints "" for undefined fields, str() for other types);
@@ -126,22 +129,207 @@ static const char qwen3_hybrid_template[] =
     "    {%- endif %}\n"
     "{%- endif %}";
 
+/* The template of Qwen/Qwen3-*-Instruct-2507 (tests/tok/templates/qwen3-instruct-2507.jinja,
+ * sha256 64f85b19...c326; provenance in tests/tok/templates/README.md): no thinking at all. */
+static const char qwen3_instruct_2507_template[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0].role == 'system' %}\n"
+    "        {{- messages[0].content + '\\n\\n' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0].role == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if message.content is string %}\n"
+    "        {%- set content = message.content %}\n"
+    "    {%- else %}\n"
+    "        {%- set content = '' %}\n"
+    "    {%- endif %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + content }}\n"
+    "        {%- if message.tool_calls %}\n"
+    "            {%- for tool_call in message.tool_calls %}\n"
+    "                {%- if (loop.first and content) or (not loop.first) %}\n"
+    "                    {{- '\\n' }}\n"
+    "                {%- endif %}\n"
+    "                {%- if tool_call.function %}\n"
+    "                    {%- set tool_call = tool_call.function %}\n"
+    "                {%- endif %}\n"
+    "                {{- '<tool_call>\\n{\"name\": \"' }}\n"
+    "                {{- tool_call.name }}\n"
+    "                {{- '\", \"arguments\": ' }}\n"
+    "                {%- if tool_call.arguments is string %}\n"
+    "                    {{- tool_call.arguments }}\n"
+    "                {%- else %}\n"
+    "                    {{- tool_call.arguments | tojson }}\n"
+    "                {%- endif %}\n"
+    "                {{- '}\\n</tool_call>' }}\n"
+    "            {%- endfor %}\n"
+    "        {%- endif %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if loop.first or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}";
+
+/* The template of Qwen/Qwen3-*-Thinking-2507 (tests/tok/templates/qwen3-thinking-2507.jinja,
+ * sha256 3802169b...d8d7): the hybrid template as Qwen revised it (non-string content read as
+ * "", reasoning_content used only when a string) with a generation prompt that opens <think>
+ * and no enable_thinking. */
+static const char qwen3_thinking_2507_template[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0].role == 'system' %}\n"
+    "        {{- messages[0].content + '\\n\\n' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0].role == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+    "{%- for message in messages[::-1] %}\n"
+    "    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+    "    {%- if ns.multi_step_tool and message.role == \"user\" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}\n"
+    "        {%- set ns.multi_step_tool = false %}\n"
+    "        {%- set ns.last_query_index = index %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if message.content is string %}\n"
+    "        {%- set content = message.content %}\n"
+    "    {%- else %}\n"
+    "        {%- set content = '' %}\n"
+    "    {%- endif %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {%- set reasoning_content = '' %}\n"
+    "        {%- if message.reasoning_content is string %}\n"
+    "            {%- set reasoning_content = message.reasoning_content %}\n"
+    "        {%- else %}\n"
+    "            {%- if '</think>' in content %}\n"
+    "                {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}\n"
+    "                {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n"
+    "            {%- endif %}\n"
+    "        {%- endif %}\n"
+    "        {%- if loop.index0 > ns.last_query_index %}\n"
+    "            {%- if loop.last or (not loop.last and reasoning_content) %}\n"
+    "                {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}\n"
+    "            {%- else %}\n"
+    "                {{- '<|im_start|>' + message.role + '\\n' + content }}\n"
+    "            {%- endif %}\n"
+    "        {%- else %}\n"
+    "            {{- '<|im_start|>' + message.role + '\\n' + content }}\n"
+    "        {%- endif %}\n"
+    "        {%- if message.tool_calls %}\n"
+    "            {%- for tool_call in message.tool_calls %}\n"
+    "                {%- if (loop.first and content) or (not loop.first) %}\n"
+    "                    {{- '\\n' }}\n"
+    "                {%- endif %}\n"
+    "                {%- if tool_call.function %}\n"
+    "                    {%- set tool_call = tool_call.function %}\n"
+    "                {%- endif %}\n"
+    "                {{- '<tool_call>\\n{\"name\": \"' }}\n"
+    "                {{- tool_call.name }}\n"
+    "                {{- '\", \"arguments\": ' }}\n"
+    "                {%- if tool_call.arguments is string %}\n"
+    "                    {{- tool_call.arguments }}\n"
+    "                {%- else %}\n"
+    "                    {{- tool_call.arguments | tojson }}\n"
+    "                {%- endif %}\n"
+    "                {{- '}\\n</tool_call>' }}\n"
+    "            {%- endfor %}\n"
+    "        {%- endif %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if loop.first or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n<think>\\n' }}\n"
+    "{%- endif %}";
+
 const char *kipp_chat_template_name(kipp_chat_template_kind kind) {
     switch (kind) {
     case KIPP_CHAT_TEMPLATE_QWEN3: return "qwen3-hybrid";
+    case KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507: return "qwen3-instruct-2507";
+    case KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507: return "qwen3-thinking-2507";
     case KIPP_CHAT_TEMPLATE_CHATML: return "chatml";
     case KIPP_CHAT_TEMPLATE_NONE: break;
     }
     return "none";
 }
 
+/* The Jinja texts Kipp implements, each with its renderer's kind. */
+static const struct {
+    kipp_chat_template_kind kind;
+    const char *text;
+    size_t len;
+} known[] = {
+    {KIPP_CHAT_TEMPLATE_QWEN3, qwen3_hybrid_template, sizeof qwen3_hybrid_template - 1},
+    {KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507, qwen3_instruct_2507_template,
+     sizeof qwen3_instruct_2507_template - 1},
+    {KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507, qwen3_thinking_2507_template,
+     sizeof qwen3_thinking_2507_template - 1},
+};
+#define N_KNOWN (sizeof known / sizeof known[0])
+
 const char *kipp_chat_template_source(kipp_chat_template_kind kind, size_t *len) {
-    if (kind != KIPP_CHAT_TEMPLATE_QWEN3) {
-        if (len) *len = 0;
-        return NULL;
+    for (size_t i = 0; i < N_KNOWN; i++)
+        if (known[i].kind == kind) {
+            if (len) *len = known[i].len;
+            return known[i].text;
+        }
+    if (len) *len = 0;
+    return NULL;
+}
+
+kipp_chat_thinking kipp_chat_template_thinking(kipp_chat_template_kind kind, int enable_thinking) {
+    switch (kind) {
+    case KIPP_CHAT_TEMPLATE_QWEN3: return enable_thinking ? KIPP_CHAT_THINK_BY_TAG : KIPP_CHAT_THINK_OFF;
+    case KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507: return KIPP_CHAT_THINK_IN_PROMPT;
+    case KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507:
+    case KIPP_CHAT_TEMPLATE_CHATML:
+    case KIPP_CHAT_TEMPLATE_NONE: break;
     }
-    if (len) *len = sizeof qwen3_hybrid_template - 1;
-    return qwen3_hybrid_template;
+    return KIPP_CHAT_THINK_OFF;
 }
 
 static uint64_t fnv1a64(const char *s, size_t n) {
@@ -160,10 +348,11 @@ kipp_status kipp_chat_template_check_text(const char *text, size_t len,
     }
     size_t n = len;
     if (n && text[n - 1] == '\n') n--; /* Jinja drops one trailing newline of a template */
-    if (n == sizeof qwen3_hybrid_template - 1 && memcmp(text, qwen3_hybrid_template, n) == 0) {
-        *out = KIPP_CHAT_TEMPLATE_QWEN3;
-        return KIPP_OK;
-    }
+    for (size_t i = 0; i < N_KNOWN; i++)
+        if (n == known[i].len && memcmp(text, known[i].text, n) == 0) {
+            *out = known[i].kind;
+            return KIPP_OK;
+        }
     char line[81]; /* the first non-empty line, printable ASCII only, at most 80 bytes */
     size_t i = 0, k = 0;
     while (i < len && (text[i] == '\n' || text[i] == '\r')) i++;
@@ -172,7 +361,8 @@ kipp_status kipp_chat_template_check_text(const char *text, size_t len,
     line[k] = '\0';
     return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                      "unsupported chat template (%zu bytes, fnv1a64 %016llx, first line "
-                     "\"%s\"): Kipp renders only the Qwen3 hybrid-thinking template",
+                     "\"%s\"): Kipp renders the Qwen3 hybrid-thinking template and the "
+                     "Qwen3 Instruct-2507 and Thinking-2507 ones",
                      len, (unsigned long long)fnv1a64(text, len), line);
 }
 
@@ -410,7 +600,11 @@ static kipp_status put_json(const json_t *v, kipp_sbuf *b, char *err, size_t err
     return st;
 }
 
-/* ---- the Qwen3 hybrid template -------------------------------------------------------------- */
+/* ---- the Qwen3 templates ------------------------------------------------------------------- */
+/* One renderer for the three: they share the tools block, the user/system/tool turns and the
+ * tool-call markup. Instruct-2507 writes an assistant turn's content as it is (no reasoning,
+ * no <think> parsing) and ends the prompt with a bare assistant header; the hybrid and
+ * Thinking-2507 templates treat reasoning alike and differ only in the generation prompt. */
 
 static kipp_status render_tool_calls(kipp_sbuf *b, const json_t *calls, span content,
                                      char *err, size_t err_len) {
@@ -432,9 +626,9 @@ static kipp_status render_tool_calls(kipp_sbuf *b, const json_t *calls, span con
     return KIPP_OK;
 }
 
-static kipp_status render_qwen3(kipp_sbuf *b, const msg_t *m, size_t n, const json_t *tools,
-                                int add_generation_prompt, int enable_thinking, char *err,
-                                size_t err_len) {
+static kipp_status render_qwen3(kipp_sbuf *b, kipp_chat_template_kind kind, const msg_t *m,
+                                size_t n, const json_t *tools, int add_generation_prompt,
+                                int enable_thinking, char *err, size_t err_len) {
     if (tools && json_array_size(tools) > 0) {
         kipp_sbuf_puts(b, "<|im_start|>system\n");
         if (m[0].role == ROLE_SYSTEM) {
@@ -480,7 +674,9 @@ static kipp_status render_qwen3(kipp_sbuf *b, const msg_t *m, size_t n, const js
             kipp_sbuf_puts(b, "<|im_end|>\n");
         } else if (msg->role == ROLE_ASSISTANT) {
             span content = msg->content, reasoning = {"", 0};
-            if (msg->has_reasoning) {
+            if (kind == KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507) {
+                /* no reasoning: the content as it is, <think> tags and all */
+            } else if (msg->has_reasoning) {
                 reasoning = msg->reasoning;
             } else if (find(content, "</think>", 0) >= 0) {
                 /* content.split('</think>')[-1].lstrip('\n') */
@@ -496,7 +692,8 @@ static kipp_status render_qwen3(kipp_sbuf *b, const msg_t *m, size_t n, const js
                 content = lstrip_nl(after);
             }
             kipp_sbuf_puts(b, "<|im_start|>assistant\n");
-            if (i > last_query && (i == n - 1 || reasoning.n)) {
+            if (kind != KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507 && i > last_query &&
+                (i == n - 1 || reasoning.n)) {
                 kipp_sbuf_puts(b, "<think>\n");
                 put(b, strip_nl(reasoning));
                 kipp_sbuf_puts(b, "\n</think>\n\n");
@@ -521,7 +718,10 @@ static kipp_status render_qwen3(kipp_sbuf *b, const msg_t *m, size_t n, const js
     }
     if (add_generation_prompt) {
         kipp_sbuf_puts(b, "<|im_start|>assistant\n");
-        if (!enable_thinking) kipp_sbuf_puts(b, "<think>\n\n</think>\n\n");
+        /* the 2507 templates have no enable_thinking: Instruct never thinks, Thinking always */
+        if (kind == KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507) kipp_sbuf_puts(b, "<think>\n");
+        else if (kind == KIPP_CHAT_TEMPLATE_QWEN3 && !enable_thinking)
+            kipp_sbuf_puts(b, "<think>\n\n</think>\n\n");
     }
     return KIPP_OK;
 }
@@ -571,7 +771,7 @@ static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
     *out = NULL;
     if (out_len) *out_len = 0;
     if (spans) *spans = NULL, *n_spans = 0;
-    if (kind != KIPP_CHAT_TEMPLATE_QWEN3 && kind != KIPP_CHAT_TEMPLATE_CHATML)
+    if (kind != KIPP_CHAT_TEMPLATE_CHATML && !kipp_chat_template_source(kind, NULL))
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "no chat template selected (%d)",
                          (int)kind);
     msg_t *m;
@@ -581,9 +781,10 @@ static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
     size_t n = json_array_size(messages);
     kipp_sbuf b = {0};
     b.track = spans != NULL;
-    st = kind == KIPP_CHAT_TEMPLATE_QWEN3
-             ? render_qwen3(&b, m, n, tools, add_generation_prompt, enable_thinking, err, err_len)
-             : render_chatml(&b, m, n, tools, add_generation_prompt, err, err_len);
+    st = kind == KIPP_CHAT_TEMPLATE_CHATML
+             ? render_chatml(&b, m, n, tools, add_generation_prompt, err, err_len)
+             : render_qwen3(&b, kind, m, n, tools, add_generation_prompt, enable_thinking, err,
+                            err_len);
     free(m);
     if (st) {
         kipp_sbuf_free(&b);

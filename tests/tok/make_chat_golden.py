@@ -4,9 +4,13 @@ prompt text HF transformers renders for them, apply_chat_template(messages, tool
 tokenize=False, add_generation_prompt=..., enable_thinking=...), with the Qwen3 tokenizer
 in tools/data/qwen3-tokenizer/ (its tokenizer_config.json carries the hybrid-thinking
 template). A few cases use the plain ChatML template Kipp falls back to for GGUFs without
-a template (HF's canonical ChatML Jinja, passed as chat_template=).
+a template (HF's canonical ChatML Jinja, passed as chat_template=). Every hybrid case is
+rendered again with the Qwen3 2507 templates, tests/tok/templates/qwen3-instruct-2507.jinja
+and qwen3-thinking-2507.jinja (the texts those repositories ship; where they come from:
+tests/tok/templates/README.md), passed as chat_template=, plus a few cases only they render.
 
-Each file is one case: {"name", "template": "qwen3-hybrid" | "chatml", "messages",
+Each file is one case: {"name", "template": "qwen3-hybrid" | "qwen3-instruct-2507" |
+"qwen3-thinking-2507" | "chatml", "messages",
 "tools"?, "add_generation_prompt", "enable_thinking"? (absent: not passed to HF),
 "expected"}. The C side (kt_chat_golden in tests/unit/test_chat.c) feeds the file to
 kipp_chat_render_json, which ignores the extra keys, and compares byte for byte.
@@ -29,6 +33,11 @@ TOK_DIR = ROOT / "tools/data/qwen3-tokenizer"
 OUT = ROOT / "tests/tok/chat_golden"
 CONFIG_SHA256 = "bf8a8f7ef20e8775e60544c33cfc0449e4f924eccae9ff239498e7f35e90a39d"
 TEMPLATE_SHA256 = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"
+TEMPLATES = ROOT / "tests/tok/templates"
+TEMPLATE_2507_SHA256 = {
+    "qwen3-instruct-2507": "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326",
+    "qwen3-thinking-2507": "3802169b2a02b81e6adb7ab4f64f91ff02db753c8c3a64a01c35192d3a61d8d7",
+}
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
           "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
           "{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -266,11 +275,42 @@ CASES = [
       tool("result A"), tool("result B"),
       asst("Found it.", reasoning_content="Two results."), user("Summarize in French"),
       asst("Résumé : deux résultats.")], [SEARCH], True, None, Q3),
+    # only the 2507 templates render these (content null or absent: '' for them, an
+    # UndefinedError for the hybrid one); they are added for those templates below
+    ("content_null_with_tool_calls",
+     [user("Weather in Oslo?"),
+      asst(None, tool_calls=[call("get_weather", {"city": "Oslo"})]), tool("-3C")],
+     [WEATHER], True, None, "2507"),
+    ("content_absent_with_tool_calls_last",
+     [user("x"), {"role": "assistant", "tool_calls": [call("calc", {"e": "1"})]}], [CALC],
+     False, None, "2507"),
     ("chatml_basic", [sys_("S"), user("Hi"), asst("Hello")], None, True, None, CML),
     ("chatml_nogen_unicode", [user("日本語 😀"), asst("")], None, False, None, CML),
     ("chatml_tool_role_and_reasoning",
      [user("q"), asst("a", reasoning_content="dropped"), tool("t")], None, True, None, CML),
 ]
+
+
+I2507, T2507 = "qwen3-instruct-2507", "qwen3-thinking-2507"
+
+
+def all_cases():
+    """The cases above, then every hybrid case (and the "2507" ones) for each 2507 template,
+    named i2507_* / t2507_*; enable_thinking stays as the case gives it (the 2507 templates
+    ignore it: the goldens show that)."""
+    out = [c for c in CASES if c[5] in (Q3, CML)]
+    for prefix, kind in (("i2507", I2507), ("t2507", T2507)):
+        for name, messages, tools, agp, think, template in CASES:
+            if template in (Q3, "2507"):
+                out.append((f"{prefix}_{name}", messages, tools, agp, think, kind))
+    return out
+
+
+def template_text(kind):
+    text = (TEMPLATES / f"{kind}.jinja").read_text(encoding="utf-8")
+    if hashlib.sha256(text.encode()).hexdigest() != TEMPLATE_2507_SHA256[kind]:
+        sys.exit(f"{TEMPLATES}/{kind}.jinja is not the recorded file")
+    return text
 
 
 def render(tok, case):
@@ -282,6 +322,8 @@ def render(tok, case):
         kw["enable_thinking"] = think
     if template == CML:
         kw["chat_template"] = CHATML
+    elif template in TEMPLATE_2507_SHA256:
+        kw["chat_template"] = template_text(template)
     return tok.apply_chat_template(messages, **kw)
 
 
@@ -305,7 +347,8 @@ def main():
     for old in out.glob("*.json"):
         old.unlink()
     names = set()
-    for i, case in enumerate(CASES):
+    cases = all_cases()
+    for i, case in enumerate(cases):
         name, messages, tools, agp, think, template = case
         assert name not in names, name
         names.add(name)
@@ -324,7 +367,7 @@ def main():
         again = render(tok, (name, back["messages"], back.get("tools"), agp, think, template))
         assert again == doc["expected"], name
         (out / f"{i:03d}_{name}.json").write_text(text, encoding="utf-8")
-    print(f"wrote {len(CASES)} cases to {out}")
+    print(f"wrote {len(cases)} cases to {out}")
 
 
 if __name__ == "__main__":

@@ -246,6 +246,42 @@ static void test_template_check(void) {
              KIPP_ERR_UNSUPPORTED && kind == KIPP_CHAT_TEMPLATE_NONE, "%s", err);
     KT_CHECK(check_gguf("tokenizer.chat_template", NULL, 0, &kind, err) == KIPP_ERR_FORMAT &&
              strstr(err, "tokenizer.chat_template"), "%s", err);
+
+    /* the 2507 texts Kipp carries are the committed test data byte for byte, and each is
+     * recognised as its kind, in a GGUF too; one byte off is refused */
+    static const struct {
+        kipp_chat_template_kind kind;
+        const char *name, *file;
+        kipp_chat_thinking on, off;
+    } t2507[] = {
+        {KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507, "qwen3-instruct-2507",
+         "tests/tok/templates/qwen3-instruct-2507.jinja", KIPP_CHAT_THINK_OFF,
+         KIPP_CHAT_THINK_OFF},
+        {KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507, "qwen3-thinking-2507",
+         "tests/tok/templates/qwen3-thinking-2507.jinja", KIPP_CHAT_THINK_IN_PROMPT,
+         KIPP_CHAT_THINK_IN_PROMPT},
+    };
+    for (size_t i = 0; i < sizeof t2507 / sizeof t2507[0]; i++) {
+        size_t flen = 0, slen = 0;
+        char *file = read_all(t2507[i].file, &flen);
+        const char *s2 = kipp_chat_template_source(t2507[i].kind, &slen);
+        KT_CHECK(file && s2 && flen == slen && memcmp(file, s2, slen) == 0, "%s", t2507[i].file);
+        KT_CHECK(strcmp(kipp_chat_template_name(t2507[i].kind), t2507[i].name) == 0);
+        KT_CHECK(kipp_chat_template_thinking(t2507[i].kind, 1) == t2507[i].on &&
+                 kipp_chat_template_thinking(t2507[i].kind, 0) == t2507[i].off);
+        if (!file) continue;
+        KT_CHECK(kipp_chat_template_check_text(file, flen, &kind, err, sizeof err) == KIPP_OK &&
+                 kind == t2507[i].kind, "%s: %s", t2507[i].name, err);
+        KT_CHECK(check_gguf("tokenizer.chat_template", file, flen, &kind, err) == KIPP_OK &&
+                 kind == t2507[i].kind, "%s: %s", t2507[i].name, err);
+        file[flen - 10] ^= 1;
+        KT_CHECK(kipp_chat_template_check_text(file, flen, &kind, err, sizeof err) ==
+                     KIPP_ERR_UNSUPPORTED && kind == KIPP_CHAT_TEMPLATE_NONE, "%s", err);
+        free(file);
+    }
+    KT_CHECK(kipp_chat_template_thinking(KIPP_CHAT_TEMPLATE_QWEN3, 1) == KIPP_CHAT_THINK_BY_TAG &&
+             kipp_chat_template_thinking(KIPP_CHAT_TEMPLATE_QWEN3, 0) == KIPP_CHAT_THINK_OFF &&
+             kipp_chat_template_thinking(KIPP_CHAT_TEMPLATE_CHATML, 1) == KIPP_CHAT_THINK_OFF);
 }
 
 /* ---- rendering: validation and Kipp-specific rules ---------------------------------------- */
@@ -596,10 +632,15 @@ static int golden_case(const char *path, kipp_chat_template_kind model_kind) {
         json_decref(doc);
         return 0;
     }
-    kipp_chat_template_kind kind = strcmp(tname, "chatml") == 0 ? KIPP_CHAT_TEMPLATE_CHATML
-                                   : strcmp(tname, kipp_chat_template_name(model_kind)) == 0
-                                       ? model_kind
-                                       : KIPP_CHAT_TEMPLATE_NONE;
+    /* the model's own template, or one named by the case (chatml, the 2507 templates) */
+    static const kipp_chat_template_kind named[] = {KIPP_CHAT_TEMPLATE_CHATML,
+                                                    KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507,
+                                                    KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507};
+    kipp_chat_template_kind kind =
+        strcmp(tname, kipp_chat_template_name(model_kind)) == 0 ? model_kind
+                                                                : KIPP_CHAT_TEMPLATE_NONE;
+    for (size_t k = 0; k < sizeof named / sizeof named[0]; k++)
+        if (strcmp(tname, kipp_chat_template_name(named[k])) == 0) kind = named[k];
     char err[KIPP_ERR_LEN] = "", *out = NULL;
     size_t n = 0;
     kipp_status st = kipp_chat_render_json(kind, text, len, &out, &n, err, sizeof err);
