@@ -25,6 +25,7 @@ for f in gguf chat tok oai grammar embed; do
 done
 run_counted "tooling tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/tools
 run_counted "docs drift" scripts/docs.sh check
+run_counted "bench plots drift" .venv/bin/python bench/plots.py check
 run_counted "chat template vs HF" "$BUILD/kipp_test" --chat-golden models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/chat_golden
 run_counted "streamed text == whole decode (CLI and server paths)" "$BUILD/kipp_test" --detok-paths \
     models/tiny-tied/kipp-tiny-tied-bf16.gguf tests/tok/multibyte_corpus.txt
