@@ -31,7 +31,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE embed-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check demo vectors \
+.PHONY: FORCE embed-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check bench-plots demo vectors \
         fuzz clean tiny-models trained-models
 
 all: cpu
@@ -52,7 +52,8 @@ help:
 	@echo "                    mutation and KV fault-matrix stages"
 	@echo "make test-sanitize  the same under ASan + UBSan"
 	@echo "make test-cpu-model CHECKPOINT=name   CPU model gates for one checkpoint"
-	@echo "make docs / docs-check   regenerate / verify docs/html from docs/*.md"
+	@echo "make docs / docs-check   regenerate / verify docs/html (also fails on a broken local link)"
+	@echo "make bench-plots    regenerate BENCHMARKS.md's summary and bench/plots/ from bench/results/"
 	@echo "make vectors CHECKPOINT=name          regenerate golden vectors (needs torch)"
 	@echo "make random-model SHAPE=4b TYPE=q4_k_m   random-weight GGUF of a real Qwen3 shape"
 	@echo "make neon-check     cross-compile the arm64 NEON kernels (also in make test)"
@@ -291,6 +292,10 @@ docs: deps
 
 docs-check: deps
 	@scripts/docs.sh check
+
+# BENCHMARKS.md's summary block and bench/plots/*.svg, from bench/results/*.json
+bench-plots: deps
+	@$(PYTHON) bench/plots.py build
 
 clean:
 	rm -rf build
