@@ -11,14 +11,25 @@ typedef enum {
     KIPP_TYPE_F32 = 0,
     KIPP_TYPE_F16 = 1,
     KIPP_TYPE_Q4_0 = 2,
+    KIPP_TYPE_Q4_1 = 3,
+    KIPP_TYPE_Q5_0 = 6,
+    KIPP_TYPE_Q5_1 = 7,
     KIPP_TYPE_Q8_0 = 8,
+    KIPP_TYPE_Q2_K = 10,
+    KIPP_TYPE_Q3_K = 11,
     KIPP_TYPE_Q4_K = 12,
+    KIPP_TYPE_Q5_K = 13,
     KIPP_TYPE_Q6_K = 14,
+    KIPP_TYPE_IQ4_NL = 20,
+    KIPP_TYPE_IQ4_XS = 23,
     KIPP_TYPE_BF16 = 30,
 } kipp_type;
 
 /* Returns 1 for the types Kipp computes with, 0 otherwise. */
 int kipp_type_supported(uint32_t type_id);
+/* Bit mask (1 << id) of every supported type (all ids are below 64): the weight types a
+ * backend that dequantizes any row supports. */
+uint64_t kipp_type_mask(void);
 /* Name for messages ("Q4_K"); for unknown ids a generic "type N" string (static storage,
  * not thread-safe for unknown ids). */
 const char *kipp_type_name(uint32_t type_id);

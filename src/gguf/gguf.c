@@ -421,7 +421,8 @@ static kipp_status parse_tensor_info(parser *p, kipp_gguf *g, uint64_t i) {
         const char *tn = kipp_type_name(t->type); /* "type N" for ids ggml never had */
         return perr(p, KIPP_ERR_UNSUPPORTED,
                     "%s%s (type id %u at byte %llu) is not supported by Kipp (supported: F32, "
-                    "F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
+                    "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                    "IQ4_NL, IQ4_XS)",
                     strncmp(tn, "type ", 5) == 0 ? "unknown " : "type ", tn, (unsigned)t->type,
                     (ull)at);
     }

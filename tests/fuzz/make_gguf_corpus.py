@@ -3,7 +3,9 @@
 GGUF reader fuzzer (tests/fuzz/fuzz_gguf.c).
 
   valid_*.gguf   small files Kipp must open: written by gguf-py's GGUFWriter (every
-                 supported tensor type, a vocab-only file, a custom alignment) and by hand
+                 supported tensor type: valid_writer_small the first seven,
+                 valid_writer_new_types the eight added for Hub files; a vocab-only file, a
+                 custom alignment) and by hand
                  (header only).
   bad_*.gguf     one file per failure class the reader must reject with an error (never a
                  crash): magic, versions, big-endian, counts, string lengths, value types,
@@ -95,7 +97,10 @@ def bad_files():
     f["bad_dim_2pow62"] = one_tensor(ne=(16, 2**62))
     f["bad_dims_product_overflow"] = one_tensor(ne=(2**31,) * 4)
     f["bad_bytes_overflow"] = one_tensor(ne=(2**60, 7))
-    f["bad_unsupported_q5_k"] = one_tensor(name="blk.0.ffn_up.weight", ne=(256,), ttype=int(Q.Q5_K), data=176)
+    f["bad_unsupported_iq2_xxs"] = one_tensor(name="blk.0.ffn_up.weight", ne=(256,), ttype=int(Q.IQ2_XXS), data=66)
+    # the issue-17 types: one byte short of their data, and a row of half a block
+    f["bad_q5_k_one_byte_short"] = one_tensor(ne=(256, 2), ttype=int(Q.Q5_K), data=2 * 176 - 1)
+    f["bad_iq4_xs_half_block"] = one_tensor(ne=(128,), ttype=int(Q.IQ4_XS), data=136)
     f["bad_unknown_type_99"] = one_tensor(ne=(256,), ttype=99, data=256)
     f["bad_ne0_not_block_multiple"] = one_tensor(ne=(33,), ttype=int(Q.Q8_0))
     f["bad_misaligned_offset"] = one_tensor(off=4, data=128)
@@ -150,6 +155,17 @@ def fill_small(w):
                  raw_dtype=Q.BF16)
 
 
+def fill_new_types(w):
+    """One tensor of each type added for ready-made Hub files (issue 17), random bytes."""
+    rng = np.random.default_rng(17)
+    for i, (qtype, n_cols) in enumerate([(Q.Q4_1, 64), (Q.Q5_0, 32), (Q.Q5_1, 96), (Q.Q2_K, 256),
+                                          (Q.Q3_K, 512), (Q.Q5_K, 256), (Q.IQ4_NL, 64),
+                                          (Q.IQ4_XS, 256)]):
+        be, bb = gguf.GGML_QUANT_SIZES[qtype]
+        b = rng.integers(0, 256, size=(2, n_cols // be * bb), dtype=np.uint8)
+        w.add_tensor("blk.%d.ffn_up.weight" % i, b, raw_dtype=qtype)
+
+
 def fill_vocab(w):
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
@@ -176,6 +192,7 @@ def main():
         valid = {}
         for name, fill, kw in [("valid_writer_small", fill_small, {}),
                                ("valid_writer_vocab", fill_vocab, {}),
+                               ("valid_writer_new_types", fill_new_types, {}),
                                ("valid_writer_align64", fill_align64, {})]:
             p = os.path.join(tmp, name)
             write_with_writer(p, fill, **kw)

@@ -604,10 +604,30 @@ static void test_tensor_errors(void) {
     expect(&b, b.n, KIPP_ERR_FORMAT, "huge tensor", "past the end");
     free(b.p);
 
-    one_tensor(&b, "blk.0.ffn_up.weight", 1, ne256, 13 /* Q5_K */, 0, 176);
-    expect(&b, b.n, KIPP_ERR_UNSUPPORTED, "Q5_K tensor", "Q5_K");
-    expect(&b, b.n, KIPP_ERR_UNSUPPORTED, "Q5_K tensor names it", "blk.0.ffn_up.weight");
+    one_tensor(&b, "blk.0.ffn_up.weight", 1, ne256, 16 /* IQ2_XXS */, 0, 66);
+    expect(&b, b.n, KIPP_ERR_UNSUPPORTED, "IQ2_XXS tensor", "IQ2_XXS");
+    expect(&b, b.n, KIPP_ERR_UNSUPPORTED, "IQ2_XXS tensor names it", "blk.0.ffn_up.weight");
+    expect(&b, b.n, KIPP_ERR_UNSUPPORTED, "IQ2_XXS lists the supported", "Q5_K, Q6_K, IQ4_NL");
     free(b.p);
+    { /* the issue-17 types: exactly their block bytes open, one byte fewer is past the end,
+       * a row that is not a block multiple is refused */
+        static const struct { uint32_t type, blk, bytes; } nt[] = {
+            {KIPP_TYPE_Q4_1, 32, 20},  {KIPP_TYPE_Q5_0, 32, 22},    {KIPP_TYPE_Q5_1, 32, 24},
+            {KIPP_TYPE_Q2_K, 256, 84}, {KIPP_TYPE_Q3_K, 256, 110},  {KIPP_TYPE_Q5_K, 256, 176},
+            {KIPP_TYPE_IQ4_NL, 32, 18}, {KIPP_TYPE_IQ4_XS, 256, 136}};
+        for (size_t i = 0; i < sizeof nt / sizeof nt[0]; i++) {
+            const int64_t ne2[2] = {2 * (int64_t)nt[i].blk, 3}, bad[1] = {(int64_t)nt[i].blk / 2};
+            one_tensor(&b, "t", 2, ne2, nt[i].type, 0, 6 * nt[i].bytes);
+            expect(&b, b.n, KIPP_OK, kipp_type_name(nt[i].type), NULL);
+            free(b.p);
+            one_tensor(&b, "t", 2, ne2, nt[i].type, 0, 6 * nt[i].bytes - 1);
+            expect(&b, b.n, KIPP_ERR_FORMAT, kipp_type_name(nt[i].type), "past the end");
+            free(b.p);
+            one_tensor(&b, "t", 1, bad, nt[i].type, 0, nt[i].bytes);
+            expect(&b, b.n, KIPP_ERR_FORMAT, kipp_type_name(nt[i].type), "multiple");
+            free(b.p);
+        }
+    }
     one_tensor(&b, "t", 1, ne256, 99, 0, 256);
     expect(&b, b.n, KIPP_ERR_UNSUPPORTED, "type 99", "type 99");
     free(b.p);

@@ -26,15 +26,19 @@ static float float_of(uint32_t u) {
 /* ---- type table and row sizes ------------------------------------------------------------ */
 
 static void test_type_table(void) {
-    static const uint32_t supported[] = {0, 1, 2, 8, 12, 14, 30};
-    static const uint32_t blk[] = {1, 1, 32, 32, 256, 256, 1};
-    static const uint32_t bytes[] = {4, 2, 18, 34, 144, 210, 2};
+    static const uint32_t supported[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 30};
+    static const uint32_t blk[] = {1, 1, 32, 32, 32, 32, 32, 256, 256, 256, 256, 256, 32, 256, 1};
+    static const uint32_t bytes[] = {4, 2, 18, 20, 22, 24, 34, 84, 110, 144, 176, 210, 18, 136, 2};
+    uint64_t mask = 0;
     for (size_t i = 0; i < sizeof supported / sizeof supported[0]; i++) {
         KT_CHECK(kipp_type_supported(supported[i]), "type %u", supported[i]);
         KT_CHECK(kipp_type_block_elems(supported[i]) == blk[i], "type %u", supported[i]);
         KT_CHECK(kipp_type_block_bytes(supported[i]) == bytes[i], "type %u", supported[i]);
+        mask |= 1ull << supported[i];
     }
-    static const uint32_t unsupported[] = {3, 4, 5, 6, 7, 9, 10, 11, 13, 15, 16, 28, 29, 31,
+    KT_CHECK(kipp_type_mask() == mask, "mask %llx want %llx", (unsigned long long)kipp_type_mask(),
+             (unsigned long long)mask);
+    static const uint32_t unsupported[] = {4, 5, 9, 15, 16, 17, 18, 19, 21, 22, 24, 28, 29, 31,
                                            39, 42, 43, 1000, UINT32_MAX};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         KT_CHECK(!kipp_type_supported(unsupported[i]), "type %u", unsupported[i]);
@@ -62,12 +66,20 @@ static void test_row_bytes(void) {
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q4_0, 1024) == 32 * 18);
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q4_K, 4096) == 16 * 144);
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q6_K, 256) == 210);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q5_K, 1024) == 4 * 176);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q3_K, 512) == 2 * 110);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q2_K, 256) == 84);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_IQ4_XS, 2560) == 10 * 136);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q5_1, 64) == 48);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_IQ4_NL, 96) == 54);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q5_0, 48) == 0);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_IQ4_XS, 32) == 0);
     /* not a multiple of the block size */
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q8_0, 33) == 0);
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q4_K, 255) == 0);
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q6_K, 128) == 0);
     /* unsupported types and zero */
-    KT_CHECK(kipp_type_row_bytes(13, 256) == 0);
+    KT_CHECK(kipp_type_row_bytes(16, 256) == 0);
     KT_CHECK(kipp_type_row_bytes(999, 256) == 0);
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_F32, 0) == 0);
     /* overflow of n/blk * bytes */
@@ -77,6 +89,12 @@ static void test_row_bytes(void) {
     /* 210/256 < 1: the largest Q6_K row does not overflow */
     KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q6_K, UINT64_MAX - (UINT64_MAX % 256)) ==
              ((1ull << 56) - 1) * 210);
+    /* the new geometries: 24/32 and 176/256 < 1 never overflow; nothing above 1 byte per
+     * element is added, so only F32 (above) can */
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q5_1, UINT64_MAX - (UINT64_MAX % 32)) ==
+             ((1ull << 59) - 1) * 24);
+    KT_CHECK(kipp_type_row_bytes(KIPP_TYPE_Q5_K, UINT64_MAX - (UINT64_MAX % 256)) ==
+             ((1ull << 56) - 1) * 176);
 }
 
 /* ---- f16 ----------------------------------------------------------------------------- */
@@ -230,7 +248,7 @@ static void test_dequant_known(void) {
     kipp_dequantize_row(KIPP_TYPE_F32, src, y, 3);
     KT_CHECK(memcmp(y, src, sizeof src) == 0);
     y[0] = y[1] = 7.0f;
-    kipp_dequantize_row(13, blk, y, 2);
+    kipp_dequantize_row(16, blk, y, 2);
     KT_CHECK(y[0] == 0.0f && y[1] == 0.0f);
 }
 
@@ -314,6 +332,12 @@ void kt_suite_types(void) {
         {"quant_f16.bin", KIPP_TYPE_F16},   {"quant_bf16.bin", KIPP_TYPE_BF16},
         {"quant_q4_0.bin", KIPP_TYPE_Q4_0}, {"quant_q8_0.bin", KIPP_TYPE_Q8_0},
         {"quant_q4_k.bin", KIPP_TYPE_Q4_K}, {"quant_q6_k.bin", KIPP_TYPE_Q6_K},
+        {"quant_q4_1.bin", KIPP_TYPE_Q4_1}, {"quant_q5_0.bin", KIPP_TYPE_Q5_0},
+        {"quant_q5_1.bin", KIPP_TYPE_Q5_1}, {"quant_q2_k.bin", KIPP_TYPE_Q2_K},
+        {"quant_q3_k.bin", KIPP_TYPE_Q3_K}, {"quant_q5_k.bin", KIPP_TYPE_Q5_K},
+        {"quant_iq4_nl.bin", KIPP_TYPE_IQ4_NL}, {"quant_iq4_xs.bin", KIPP_TYPE_IQ4_XS},
+        {"quant_q4_1_enc.bin", KIPP_TYPE_Q4_1}, {"quant_q5_0_enc.bin", KIPP_TYPE_Q5_0},
+        {"quant_q5_1_enc.bin", KIPP_TYPE_Q5_1},
     };
     test_type_table();
     test_row_bytes();

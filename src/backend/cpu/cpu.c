@@ -102,9 +102,8 @@ static void cpu_free(void *state) {
 
 static void cpu_caps(kipp_backend_caps *out) {
     *out = (kipp_backend_caps){
-        .weight_types = 1ull << KIPP_TYPE_F32 | 1ull << KIPP_TYPE_F16 | 1ull << KIPP_TYPE_BF16 |
-                        1ull << KIPP_TYPE_Q8_0 | 1ull << KIPP_TYPE_Q4_0 | 1ull << KIPP_TYPE_Q4_K |
-                        1ull << KIPP_TYPE_Q6_K,
+        /* every type: those without a kernel at a level go through kipp_cpu_gemm_dequant */
+        .weight_types = kipp_type_mask(),
         .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16,
         /* f16: half the memory and KV traffic of f32 for an error far inside the gate
          * (measurements: docs/kv-cache.md, bench/results/kv-type-*.json) */

@@ -27,9 +27,7 @@ static void matvec(void *ctx, const kipp_gguf_tensor *w, const float *x, float *
 
 static void cpu_ref_caps(kipp_backend_caps *out) {
     *out = (kipp_backend_caps){
-        .weight_types = 1ull << KIPP_TYPE_F32 | 1ull << KIPP_TYPE_F16 | 1ull << KIPP_TYPE_BF16 |
-                        1ull << KIPP_TYPE_Q8_0 | 1ull << KIPP_TYPE_Q4_0 | 1ull << KIPP_TYPE_Q4_K |
-                        1ull << KIPP_TYPE_Q6_K,
+        .weight_types = kipp_type_mask(), /* every type kipp_dequantize_row decodes */
         .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16,
         .kv_default = KIPP_KV_TYPE_F32, /* the oracle: the 1e-6 phase-2 gate is on f32 */
         .max_batch = 0};
