@@ -42,8 +42,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_4B = os.path.join(ROOT, "models", "qwen3-4b-base", "qwen3-4b-base-bf16.gguf")
 DEFAULT_TEXT = os.path.join(ROOT, "bench", "data", "kipp-tiny-heldout.txt")
 TYPES = ("q8_0", "q6_k", "q4_k_m", "q4_0")
-LLAMA_FTYPE = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
-               "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0"}
+# every file type both quantizers make; the names are llama-quantize's (lower case)
+LLAMA_FTYPE = {t: "LLAMA_FTYPE_MOSTLY_" + t.upper()
+               for t in ("q8_0", "q6_k", "q4_k_m", "q4_0", "q5_k_m", "q5_k_s", "q3_k_m", "q3_k_s",
+                         "q2_k", "q5_0", "q5_1", "q4_1", "iq4_nl", "iq4_xs")}
 PPL_TOLERANCE = 0.001  # bf16: |Kipp / llama.cpp - 1|
 KLD_TOLERANCE = 1.05   # Kipp-quantized KLD / llama-quantized KLD
 
@@ -66,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--types", default=",".join(TYPES), help="comma-separated quantized types")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--threads", type=benchlib.positive("--threads"), default=2)
+    ap.add_argument("--quantizer", choices=("py", "c"), default="py",
+                    help="Kipp's quantizer: py = tools/quantize.py (the reference), c = build/kipp-quantize")
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "kipp-perplexity"))
     ap.add_argument("--kipp", default=os.path.join(ROOT, "build", "kipp"), help="kipp (tokenizes the text)")
     ap.add_argument("--work-dir", help="where the quantized files go (default: beside the model)")
@@ -87,9 +91,13 @@ def run(cmd: list[str], timeout: float) -> str:
 def kipp_quantize(base: str, out: str, typ: str, args) -> None:
     if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(base):
         return
-    log(f"Kipp quantize -> {out}")
-    run([sys.executable, "-m", "tools.quantize", base, out, "--type", typ, "--threads",
-         str(args.threads), "--no-progress"], args.timeout)
+    log(f"Kipp quantize ({args.quantizer}) -> {out}")
+    if args.quantizer == "c":
+        run([os.path.join(ROOT, "build", "kipp-quantize"), "-t", str(args.threads), base, out, typ],
+            args.timeout)
+    else:
+        run([sys.executable, "-m", "tools.quantize", base, out, "--type", typ, "--threads",
+             str(args.threads), "--no-progress"], args.timeout)
 
 
 def llama_quantize(base: str, out: str, typ: str, args) -> None:
@@ -233,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
     files = {}
     for t in types:
-        files[t] = os.path.join(work, f"{stem}-{t}.gguf")
+        files[t] = os.path.join(work, f"{stem}-{t}.gguf" if args.quantizer == "py"
+                                else f"{stem}-kipp-quantize-{t}.gguf")
         kipp_quantize(args.model, files[t], t, args)
         if not args.no_peer:
             files["llama-" + t] = os.path.join(work, f"{stem}-llama-quantize-{t}.gguf")
@@ -253,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
            "text": {"path": os.path.relpath(args.text, ROOT), "sha256": benchlib.sha256_file(args.text),
                     "bytes": os.path.getsize(args.text), "tokens": len(ids)},
            "ctx": args.ctx, "chunks": n_chunks, "backend": args.backend, "threads": args.threads,
+           "quantizer": "tools/quantize.py" if args.quantizer == "py" else "build/kipp-quantize",
            "base": benchlib.model_manifest(args.model),
            "files": {k: {"path": os.path.relpath(v, ROOT), "sha256": benchlib.sha256_file(v),
                          "bytes": os.path.getsize(v), "tensor_types": tensor_types(v)}
