@@ -85,7 +85,7 @@ $(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cl
 
 # the C quantizer (tools/quantize.py is the reference it is tested against); quantize.c
 # mirrors numpy float32 operation by operation, so no FMA contraction there
-$(BUILD)/obj/src/core/quantize.o: CFLAGS += -ffp-contract=off
+$(BUILD)/obj/src/core/quantize.o: CFLAGS += -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno
 QUANTIZE_OBJ := $(addprefix $(BUILD)/obj/src/,cli/kipp_quantize.o core/quantize.o core/types.o \
                 core/threadpool.o core/error.o gguf/gguf.o)
 $(BUILD)/kipp-quantize: $(QUANTIZE_OBJ)

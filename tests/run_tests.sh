@@ -35,6 +35,7 @@ run_counted "grammar masks over the Qwen3 vocabulary" "$BUILD/kipp_test" --gramm
     models/tiny-tied/kipp-tiny-tied-bf16.gguf
 run_counted "cli bad input" tests/cli/test_cli.sh
 run_counted "kipp-perplexity on kipp-tiny" tests/cli/test_perplexity.sh
+run_counted "kipp-quantize == tools/quantize.py, bad input" tests/cli/test_quantize.sh
 run_counted "shipped weights unpack (sha256, failures)" tests/cli/test_weights.sh
 run_counted "neon kernels compile for arm64" tests/neon_check.sh
 for t in kipp-tiny tiny-tied tiny-untied random-tiny; do

@@ -297,7 +297,7 @@ static void bar_draw(progress *p, int force) {
     p->last = t;
     const double frac = p->total ? (double)p->done / (double)p->total : 1.0;
     const double el = t - p->t0, rate = el > 0 ? (double)p->done / el : 0;
-    char done[16], total[16], rs[16], els[16], rem[16], cells[64] = "";
+    char done[16], total[16], rs[16], els[32], rem[32], cells[64] = "";
     fmt_size(done, sizeof done, (double)p->done);
     fmt_size(total, sizeof total, (double)p->total);
     fmt_size(rs, sizeof rs, rate);
@@ -633,7 +633,10 @@ int main(int argc, char **argv) {
                                                          : "");
         goto done;
     }
-    if (pr.bar) fprintf(stderr, "\r\033[K");
+    if (pr.bar) {
+        bar_draw(&pr, 1); /* the last frame, then cleared (tqdm's leave=False) */
+        fprintf(stderr, "\r\033[K");
+    }
     if (close(fd) != 0) {
         fd = -1;
         fprintf(stderr, PROG ": error: writing %s failed: %s\n", o.out, strerror(errno));

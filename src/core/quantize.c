@@ -16,37 +16,25 @@
 
 #include "core/types.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #define QK_K 256
 #define GROUP_MAX_EPS 1e-15f
+#define NL 8 /* sub-blocks searched side by side (one per vector lane) */
+
+/* The scale searches are built twice on x86-64 with GCC, for AVX2 (8 lanes per operation)
+ * and the baseline, and picked at load time (ifunc); both give the same bytes. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KIPP_QUANT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KIPP_QUANT_CLONES
+#endif
 
 int kipp_quantize_supported(uint32_t type_id) {
     return type_id == KIPP_TYPE_Q8_0 || type_id == KIPP_TYPE_Q4_0 || type_id == KIPP_TYPE_Q4_K ||
            type_id == KIPP_TYPE_Q6_K;
-}
-
-/* einsum('ij,ij->i') over one row of n (16 or 32) floats, in numpy's order. */
-static inline float np_dot(const float *a, const float *b, int n) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c = 0; c < n; c += 16)
-        for (int l = 0; l < 4; l++) {
-            float t = a[c + 12 + l] * b[c + 12 + l] + acc[l];
-            t = a[c + 8 + l] * b[c + 8 + l] + t;
-            t = a[c + 4 + l] * b[c + 4 + l] + t;
-            acc[l] = a[c + l] * b[c + l] + t;
-        }
-    return 0.0f + ((acc[0] + acc[1]) + (acc[2] + acc[3]));
-}
-
-/* einsum('ij->i') over one row of n (16 or 32) floats, in numpy's order. */
-static inline float np_sum(const float *a, int n) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c = 0; c < n; c += 16)
-        for (int l = 0; l < 4; l++)
-            acc[l] = ((a[c + l] + a[c + 4 + l]) + (a[c + 8 + l] + a[c + 12 + l])) + acc[l];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + 0.0f;
 }
 
 /* np.clip(np.rint(v), lo, hi) for integer bounds within +-2^22; NaN becomes lo. */
@@ -119,6 +107,31 @@ static void init_steps(void) {
     done = 1; /* every thread writes the same values: a race here is harmless */
 }
 
+/* numpy's einsum sums over n (16 or 32) values of NL sub-blocks side by side: a[i][s] is
+ * value i of sub-block s, so each step below is one vector operation across sub-blocks and
+ * every lane does exactly what numpy's loop does for its row. */
+static inline void np_dot8(const float (*a)[NL], const float (*b)[NL], int n, float *out) {
+    float acc[4][NL] = {{0}};
+    for (int c = 0; c < n; c += 16)
+        for (int l = 0; l < 4; l++)
+            for (int k = 3; k >= 0; k--)
+                for (int s = 0; s < NL; s++)
+                    acc[l][s] = a[c + 4 * k + l][s] * b[c + 4 * k + l][s] + acc[l][s];
+    for (int s = 0; s < NL; s++)
+        out[s] = 0.0f + ((acc[0][s] + acc[1][s]) + (acc[2][s] + acc[3][s]));
+}
+
+static inline void np_sum8(const float (*a)[NL], int n, float *out) {
+    float acc[4][NL] = {{0}};
+    for (int c = 0; c < n; c += 16)
+        for (int l = 0; l < 4; l++)
+            for (int s = 0; s < NL; s++)
+                acc[l][s] = ((a[c + l][s] + a[c + 4 + l][s]) + (a[c + 8 + l][s] + a[c + 12 + l][s])) +
+                            acc[l][s];
+    for (int s = 0; s < NL; s++)
+        out[s] = ((acc[0][s] + acc[1][s]) + (acc[2][s] + acc[3][s])) + 0.0f;
+}
+
 static inline float q4_k_err(float s, float m, float sl, float sl2, float sxl, float sum_w,
                              float sum_x, float sum_x2) {
     float t = s * s * sl2;
@@ -129,63 +142,92 @@ static inline float q4_k_err(float s, float m, float sl, float sl2, float sxl, f
     return t + sum_x2;
 }
 
-static inline void q4_k_fit(const float *xm, const float *w, const float *x, float iscale,
-                            float *sl, float *sl2, float *sxl) {
-    float L[32], wl[32];
-    for (int i = 0; i < 32; i++) {
-        L[i] = rint_clip(xm[i] * iscale, 0.0f, 15.0f);
-        wl[i] = w[i] * L[i];
-    }
-    *sl = np_sum(wl, 32);
-    *sl2 = np_dot(wl, L, 32);
-    *sxl = np_dot(wl, x, 32);
+typedef struct {
+    float x[32][NL], w[32][NL], xm[32][NL], L[32][NL], wl[32][NL];
+} q4_k_work;
+
+static inline void q4_k_fit(q4_k_work *k, const float *iscale, float *sl, float *sl2,
+                            float *sxl) {
+    for (int i = 0; i < 32; i++)
+        for (int s = 0; s < NL; s++) {
+            k->L[i][s] = rint_clip(k->xm[i][s] * iscale[s], 0.0f, 15.0f);
+            k->wl[i][s] = k->w[i][s] * k->L[i][s];
+        }
+    np_sum8((const float (*)[NL])k->wl, 32, sl);
+    np_dot8((const float (*)[NL])k->wl, (const float (*)[NL])k->L, 32, sl2);
+    np_dot8((const float (*)[NL])k->wl, (const float (*)[NL])k->x, 32, sxl);
 }
 
-/* kipp_quants.quantize_q4_k's per-sub-block weighted least-squares scale/min search. */
-static void q4_k_sub(const float *x, float *scale_out, float *min_out) {
-    float w[32], wx[32], xm[32];
-    const float av = sqrtf(np_dot(x, x, 32) / 32.0f);
-    float mn = x[0], mx = x[0];
-    for (int i = 0; i < 32; i++) {
-        w[i] = fabsf(x[i]) + av;
-        mn = x[i] < mn ? x[i] : mn;
-        mx = x[i] > mx ? x[i] : mx;
+/* kipp_quants.quantize_q4_k's weighted least-squares scale/min search for the 8 sub-blocks of
+ * 32 values of one super-block x, one per lane. */
+KIPP_QUANT_CLONES static void q4_k_search(const float *x, float *scale_out, float *min_out) {
+    q4_k_work k;
+    float av[NL], mn[NL], mx[NL], rs[NL], rng[NL], sum_w[NL], sum_x[NL], sum_x2[NL];
+    float scale[NL], the_min[NL], best[NL], iscale[NL], sl[NL], sl2[NL], sxl[NL];
+    float wx[32][NL];
+    for (int i = 0; i < 32; i++)
+        for (int s = 0; s < NL; s++) k.x[i][s] = x[32 * s + i];
+    np_dot8((const float (*)[NL])k.x, (const float (*)[NL])k.x, 32, av);
+    for (int s = 0; s < NL; s++) {
+        av[s] = sqrtf(av[s] / 32.0f);
+        mn[s] = mx[s] = k.x[0][s];
     }
-    mn = mn < 0.0f ? mn : 0.0f;
-    const float rng = mx - mn;
-    const int ok = rng > 0.0f;
-    const float rs = ok ? rng : 1.0f;
-    for (int i = 0; i < 32; i++) {
-        wx[i] = w[i] * x[i];
-        xm[i] = x[i] - mn;
+    for (int i = 0; i < 32; i++)
+        for (int s = 0; s < NL; s++) {
+            const float v = k.x[i][s];
+            k.w[i][s] = fabsf(v) + av[s];
+            mn[s] = v < mn[s] ? v : mn[s];
+            mx[s] = v > mx[s] ? v : mx[s];
+        }
+    for (int s = 0; s < NL; s++) {
+        mn[s] = mn[s] < 0.0f ? mn[s] : 0.0f;
+        rng[s] = mx[s] - mn[s];
+        rs[s] = rng[s] > 0.0f ? rng[s] : 1.0f;
     }
-    const float sum_w = np_sum(w, 32), sum_x = np_sum(wx, 32), sum_x2 = np_dot(wx, x, 32);
-    float scale = rng / 15.0f, the_min = mn, sl, sl2, sxl;
-    q4_k_fit(xm, w, x, 15.0f / rs, &sl, &sl2, &sxl);
-    float best = q4_k_err(scale, the_min, sl, sl2, sxl, sum_w, sum_x, sum_x2);
+    for (int i = 0; i < 32; i++)
+        for (int s = 0; s < NL; s++) {
+            wx[i][s] = k.w[i][s] * k.x[i][s];
+            k.xm[i][s] = k.x[i][s] - mn[s];
+        }
+    np_sum8((const float (*)[NL])k.w, 32, sum_w);
+    np_sum8((const float (*)[NL])wx, 32, sum_x);
+    np_dot8((const float (*)[NL])wx, (const float (*)[NL])k.x, 32, sum_x2);
+    for (int s = 0; s < NL; s++) {
+        scale[s] = rng[s] / 15.0f;
+        the_min[s] = mn[s];
+        iscale[s] = 15.0f / rs[s];
+    }
+    q4_k_fit(&k, iscale, sl, sl2, sxl);
+    for (int s = 0; s < NL; s++)
+        best[s] = q4_k_err(scale[s], the_min[s], sl[s], sl2[s], sxl[s], sum_w[s], sum_x[s],
+                           sum_x2[s]);
     for (int st = 0; st <= 20; st++) {
-        q4_k_fit(xm, w, x, q4_k_step[st] / rs, &sl, &sl2, &sxl);
-        const float D = sum_w * sl2 - sl * sl;
-        float s = (sum_w * sxl - sum_x * sl) / D;
-        float m = (sl2 * sum_x - sl * sxl) / D;
-        if (m > 0.0f) {
-            m = 0.0f;
-            s = sxl / sl2;
-        }
-        const float e = q4_k_err(s, m, sl, sl2, sxl, sum_w, sum_x, sum_x2);
-        if (D > 0.0f && e < best && isfinite(e)) {
-            scale = s;
-            the_min = m;
-            best = e;
+        for (int s = 0; s < NL; s++) iscale[s] = q4_k_step[st] / rs[s];
+        q4_k_fit(&k, iscale, sl, sl2, sxl);
+        for (int s = 0; s < NL; s++) {
+            const float D = sum_w[s] * sl2[s] - sl[s] * sl[s];
+            const float s0 = (sum_w[s] * sxl[s] - sum_x[s] * sl[s]) / D;
+            const float m0 = (sl2[s] * sum_x[s] - sl[s] * sxl[s]) / D;
+            const int pos = m0 > 0.0f;
+            const float m1 = pos ? 0.0f : m0;
+            const float s1 = pos ? sxl[s] / sl2[s] : s0;
+            const float e = q4_k_err(s1, m1, sl[s], sl2[s], sxl[s], sum_w[s], sum_x[s], sum_x2[s]);
+            const int better = D > 0.0f && e < best[s] && fabsf(e) <= FLT_MAX;
+            scale[s] = better ? s1 : scale[s];
+            the_min[s] = better ? m1 : the_min[s];
+            best[s] = better ? e : best[s];
         }
     }
-    *scale_out = ok && scale > 0.0f ? scale : 0.0f;
-    *min_out = ok && -the_min > 0.0f ? -the_min : 0.0f;
+    for (int s = 0; s < NL; s++) {
+        const int ok = rng[s] > 0.0f;
+        scale_out[s] = ok && scale[s] > 0.0f ? scale[s] : 0.0f;
+        min_out[s] = ok && -the_min[s] > 0.0f ? -the_min[s] : 0.0f;
+    }
 }
 
 static void q4_k_block(const float *x, uint8_t *out) {
     float scale[8], mins[8];
-    for (int j = 0; j < 8; j++) q4_k_sub(x + 32 * j, &scale[j], &mins[j]);
+    q4_k_search(x, scale, mins);
     float max_scale = scale[0], max_min = mins[0];
     for (int j = 1; j < 8; j++) {
         max_scale = scale[j] > max_scale ? scale[j] : max_scale;
@@ -222,44 +264,65 @@ static void q4_k_block(const float *x, uint8_t *out) {
 
 /* ---- Q6_K: 210 bytes per 256 values ----------------------------------------------------- */
 
-static inline void q6_k_fit(const float *x, const float *w, float iscale, float *slx,
-                            float *sl2) {
-    float L[16], wl[16];
-    for (int i = 0; i < 16; i++) {
-        L[i] = rint_clip(x[i] * iscale, -32.0f, 31.0f);
-        wl[i] = w[i] * L[i];
-    }
-    *slx = np_dot(wl, x, 16);
-    *sl2 = np_dot(wl, L, 16);
+typedef struct {
+    float x[16][NL], w[16][NL], L[16][NL], wl[16][NL];
+} q6_k_work;
+
+static inline void q6_k_fit(q6_k_work *k, const float *iscale, float *slx, float *sl2) {
+    for (int i = 0; i < 16; i++)
+        for (int s = 0; s < NL; s++) {
+            k->L[i][s] = rint_clip(k->x[i][s] * iscale[s], -32.0f, 31.0f);
+            k->wl[i][s] = k->w[i][s] * k->L[i][s];
+        }
+    np_dot8((const float (*)[NL])k->wl, (const float (*)[NL])k->x, 16, slx);
+    np_dot8((const float (*)[NL])k->wl, (const float (*)[NL])k->L, 16, sl2);
 }
 
-/* kipp_quants.quantize_q6_k's per-sub-block scale search (ggml's make_qx_quants, rmse 1). */
-static float q6_k_sub(const float *x) {
-    float w[16], hi = x[0], lo = x[0];
-    for (int i = 0; i < 16; i++) {
-        w[i] = x[i] * x[i];
-        hi = x[i] > hi ? x[i] : hi;
-        lo = x[i] < lo ? x[i] : lo;
+/* kipp_quants.quantize_q6_k's scale search (ggml's make_qx_quants, rmse type 1) for NL
+ * sub-blocks of 16 values of x, one per lane. */
+KIPP_QUANT_CLONES static void q6_k_search(const float *x, float *scale_out) {
+    q6_k_work k;
+    float hi[NL], lo[NL], mxs[NL], iscale[NL], slx[NL], sl2[NL], scale[NL], best[NL];
+    int ok[NL];
+    for (int i = 0; i < 16; i++)
+        for (int s = 0; s < NL; s++) {
+            k.x[i][s] = x[16 * s + i];
+            k.w[i][s] = k.x[i][s] * k.x[i][s];
+        }
+    for (int s = 0; s < NL; s++) hi[s] = lo[s] = k.x[0][s];
+    for (int i = 0; i < 16; i++)
+        for (int s = 0; s < NL; s++) {
+            hi[s] = k.x[i][s] > hi[s] ? k.x[i][s] : hi[s];
+            lo[s] = k.x[i][s] < lo[s] ? k.x[i][s] : lo[s];
+        }
+    for (int s = 0; s < NL; s++) {
+        const float mxv = -lo[s] > hi[s] ? lo[s] : hi[s];
+        ok[s] = fabsf(mxv) >= GROUP_MAX_EPS;
+        mxs[s] = ok[s] ? mxv : 1.0f;
+        iscale[s] = -32.0f / mxs[s];
     }
-    const float mxv = -lo > hi ? lo : hi;
-    if (!(fabsf(mxv) >= GROUP_MAX_EPS)) return 0.0f;
-    float slx, sl2;
-    q6_k_fit(x, w, -32.0f / mxv, &slx, &sl2);
-    float scale = sl2 > 0.0f ? slx / sl2 : 0.0f;
-    float best = scale * slx;
-    for (int k = 0; k < 18; k++) {
-        q6_k_fit(x, w, q6_k_step[k] / mxv, &slx, &sl2);
-        if (sl2 > 0.0f && slx * slx > best * sl2) {
-            scale = slx / sl2;
-            best = scale * slx;
+    q6_k_fit(&k, iscale, slx, sl2);
+    for (int s = 0; s < NL; s++) {
+        scale[s] = sl2[s] > 0.0f ? slx[s] / sl2[s] : 0.0f;
+        best[s] = scale[s] * slx[s];
+    }
+    for (int st = 0; st < 18; st++) {
+        for (int s = 0; s < NL; s++) iscale[s] = q6_k_step[st] / mxs[s];
+        q6_k_fit(&k, iscale, slx, sl2);
+        for (int s = 0; s < NL; s++) {
+            const int better = sl2[s] > 0.0f && slx[s] * slx[s] > best[s] * sl2[s];
+            const float sc = better ? slx[s] / sl2[s] : scale[s];
+            best[s] = better ? sc * slx[s] : best[s];
+            scale[s] = sc;
         }
     }
-    return scale;
+    for (int s = 0; s < NL; s++) scale_out[s] = ok[s] ? scale[s] : 0.0f;
 }
 
 static void q6_k_block(const float *x, uint8_t *out) {
     float scale[16];
-    for (int j = 0; j < 16; j++) scale[j] = q6_k_sub(x + 16 * j);
+    q6_k_search(x, scale);
+    q6_k_search(x + 16 * NL, scale + NL);
     float hi = scale[0], lo = scale[0];
     for (int j = 1; j < 16; j++) {
         hi = scale[j] > hi ? scale[j] : hi;
