@@ -2,8 +2,11 @@
  * Qwen3 GGUF model. Keeps the conversation as OpenAI-style messages, renders all of it with
  * the model's chat template every turn and reuses the KV cache of the longest common token
  * prefix, so only the new part is prefilled; replies stream through the generation loop
- * it shares with kipp (generate.c). Design and user doc: docs/chat.md.
- * Not here: line editing (no readline), multi-line input, tools, several sequences. */
+ * it shares with kipp (generate.c). Design and user doc: docs/chat.md. Reading input
+ * (line editing, history, multi-line rules) is chat_input.c; /save and /load's file format
+ * is chat_file.c. Not here: tools, several sequences. */
+#include "cli/chat_file.h"
+#include "cli/chat_input.h"
 #include "cli/cli_args.h"
 #include "cli/cli_spec.h"
 #include "cli/generate.h"
@@ -25,6 +28,8 @@
 
 typedef struct {
     const char *model, *system;
+    const char *history;   /* --history FILE, or NULL for the default location */
+    int no_history;
     long n_predict, n_ctx, n_threads;
     int no_think, show_reasoning, stats, print_prompt, print_tokens;
     kipp_sampler_params sp;
@@ -39,11 +44,21 @@ static void usage(FILE *f) {
             "usage: kipp-chat --model FILE.gguf [options]\n"
             "\n"
             "Multi-turn chat with a Qwen3 GGUF model. Each line read from stdin is one user\n"
-            "message; the reply streams to stdout, followed by a newline. When stdin is a\n"
-            "terminal a \"> \" prompt is shown on stderr. The start-up line (backend, ISA\n"
-            "level, threads, KV type and pool, load time) and per-turn timings go to\n"
-            "stderr only. The KV cache of the common prefix of the conversation is reused\n"
-            "between turns. End the session with /quit or end-of-file (Ctrl-D).\n"
+            "message; the reply streams to stdout, followed by a newline. The start-up line\n"
+            "(backend, ISA level, threads, KV type and pool, load time) and per-turn timings\n"
+            "go to stderr only. The KV cache of the common prefix of the conversation is\n"
+            "reused between turns. End the session with /quit or end-of-file (Ctrl-D).\n"
+            "\n"
+            "When stdin and stdout are terminals, lines are edited with libedit: arrows,\n"
+            "Home/End, Up/Down for the history, Ctrl-R to search it (~/.editrc applies).\n"
+            "The history is kept in $XDG_STATE_HOME/kipp/chat_history (default\n"
+            "~/.local/state/kipp/chat_history). With stdin a terminal but not stdout, a\n"
+            "plain \"> \" prompt is shown on stderr; piped, there is no prompt.\n"
+            "\n"
+            "multi-line messages (piped input too; the continuation prompt is \"... \"):\n"
+            "  a line ending in '\\'   continues: the '\\' becomes a newline and the next\n"
+            "                          line is part of the same message\n"
+            "  a line that is \"\"\"     opens a block sent verbatim up to the next \"\"\" line\n"
             "\n"
             "  -m, --model FILE        GGUF model file (required)\n"
             "  -t, --threads N         threads for backends that use them (default 0 = physical\n"
@@ -60,6 +75,9 @@ static void usage(FILE *f) {
             "                          is dimmed, when piped it is printed exactly as generated\n"
             "      --hide-reasoning    print only the reply's content (reasoning still generated\n"
             "                          unless thinking is off)\n"
+            "      --history FILE      the line-editing history file (default above)\n"
+            "      --no-history        keep no history file (Up still recalls this session's\n"
+            "                          lines)\n"
             "\n"
             "sampling (defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, seed 12648430;\n"
             "turn k of a session, counted from 0 and restarted by /reset, samples with seed+k):\n"
@@ -77,6 +95,10 @@ static void usage(FILE *f) {
             "  /reset                  forget the conversation (the system message stays)\n"
             "  /think on|off           thinking for the next turns (the template's enable_thinking)\n"
             "  /history                print the conversation so far (stdout)\n"
+            "  /save FILE              write the conversation to FILE as OpenAI-style JSON,\n"
+            "                          {\"messages\": [...]} (replaced atomically)\n"
+            "  /load FILE              replace the conversation (system message included) with\n"
+            "                          FILE's; a bad file changes nothing\n"
             "  /help                   list the commands\n"
             "  /quit, /exit            end the session\n"
             "\n"
@@ -92,8 +114,15 @@ static void usage(FILE *f) {
 }
 
 static void commands_help(FILE *f) {
-    fprintf(f, "commands: /reset, /think on|off, /history, /help, /quit (or /exit); "
-               "start a message with // to send a literal '/'\n");
+    fprintf(f, "commands: /reset, /think on|off, /history, /save FILE, /load FILE, /help, "
+               "/quit (or /exit)\n"
+               "  /reset          forget the conversation (the system message stays)\n"
+               "  /think on|off   thinking for the next turns\n"
+               "  /history        print the conversation so far\n"
+               "  /save FILE      write the conversation as OpenAI-style JSON\n"
+               "  /load FILE      replace the conversation with FILE's\n"
+               "start a message with // to send a literal '/'; end a line with \\ to continue\n"
+               "the message on the next line, or put it between two lines of \"\"\"\n");
 }
 
 /* Returns 0 to continue, 1 to exit successfully (help/version), 2 on a usage error. */
@@ -131,6 +160,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         else if (IS("--show-reasoning")) { o->show_reasoning = 1; }
         else if (IS("--hide-reasoning")) { o->show_reasoning = 0; }
         else if (IS("--no-stats")) { o->stats = 0; }
+        else if (IS("--history")) { if (!(o->history = NEXT())) return 2; }
+        else if (IS("--no-history")) { o->no_history = 1; }
         else if (IS("--print-prompt")) { o->print_prompt = 1; }
         else if (IS("--print-tokens")) { o->print_tokens = 1; }
         else {
@@ -519,13 +550,55 @@ static void print_history(const chat_session *s) {
     fflush(stdout);
 }
 
+/* /save FILE */
+static void save_conversation(const chat_session *s, const char *path) {
+    char err[KIPP_ERR_LEN];
+    if (!*path) {
+        fprintf(stderr, PROG ": /save needs a file name: /save FILE\n");
+        return;
+    }
+    if (kipp_chat_save(s->msgs, path, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, PROG ": /save: %s; nothing was written\n", err);
+        return;
+    }
+    size_t n = json_array_size(s->msgs);
+    fprintf(stderr, PROG ": saved %zu message%s to %s\n", n, n == 1 ? "" : "s", path);
+}
+
+/* /load FILE: the loaded conversation replaces the current one (its system message too).
+ * The KV cache is left as it is: the next turn reuses whatever prefix still matches. The
+ * turn count becomes the number of user messages, so a reloaded session samples its next
+ * turn with the seed an uninterrupted one would have used. */
+static void load_conversation(chat_session *s, const char *path) {
+    char err[KIPP_ERR_LEN];
+    json_t *msgs = NULL;
+    if (!*path) {
+        fprintf(stderr, PROG ": /load needs a file name: /load FILE\n");
+        return;
+    }
+    if (kipp_chat_load(path, &msgs, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, PROG ": /load: %s; the conversation is unchanged\n", err);
+        return;
+    }
+    json_decref(s->msgs);
+    s->msgs = msgs;
+    size_t n = json_array_size(msgs);
+    s->n_sys = n && !strcmp(json_string_value(json_object_get(json_array_get(msgs, 0), "role")),
+                            "system");
+    s->turn = (long)count_role(msgs, 0, "user");
+    fprintf(stderr, PROG ": loaded %zu message%s from %s%s\n", n, n == 1 ? "" : "s", path,
+            s->n_sys ? " (with its system message)" : "");
+}
+
 typedef enum { CMD_CONTINUE, CMD_QUIT, CMD_FATAL } cmd_result;
 
-static cmd_result run_command(chat_session *s, const char *line) {
+static cmd_result run_command(chat_session *s, char *line) {
     char err[KIPP_ERR_LEN];
-    const char *arg = line + strcspn(line, " \t");
+    char *arg = line + strcspn(line, " \t");
     size_t name_len = (size_t)(arg - line);
     while (*arg == ' ' || *arg == '\t') arg++;
+    size_t arg_len = strlen(arg);
+    while (arg_len && (arg[arg_len - 1] == ' ' || arg[arg_len - 1] == '\t')) arg[--arg_len] = 0;
 #define CMD(str) (name_len == strlen(str) && strncmp(line, str, name_len) == 0)
     if (CMD("/quit") || CMD("/exit")) return CMD_QUIT;
     if (CMD("/help")) {
@@ -549,6 +622,10 @@ static cmd_result run_command(chat_session *s, const char *line) {
         fprintf(stderr, PROG ": thinking is %s\n", s->think ? "on" : "off");
     } else if (CMD("/history")) {
         print_history(s);
+    } else if (CMD("/save")) {
+        save_conversation(s, arg);
+    } else if (CMD("/load")) {
+        load_conversation(s, arg);
     } else {
         fprintf(stderr, PROG ": unknown command '%.*s' (try /help)\n", (int)name_len, line);
     }
@@ -574,8 +651,8 @@ int main(int argc, char **argv) {
     s.tty_in = isatty(STDIN_FILENO);
     s.tty_out = isatty(STDOUT_FILENO);
     s.color = s.tty_out && !getenv("NO_COLOR");
-    char *line = NULL;
-    size_t line_cap = 0;
+    kipp_chat_input *in = NULL;
+    char *history_path = NULL;
 
     double load_s = kipp_cli_now(); /* model load + context creation */
     kipp_status st = kipp_model_load(o.model, &s.m, err, sizeof err);
@@ -629,41 +706,44 @@ int main(int argc, char **argv) {
     kipp_cli_print_ctx_info(stderr, &ci);
     fprintf(stderr, "; loaded in %.1f ms%s\n", load_s * 1e3,
             s.tty_in ? "; /help lists the commands, /quit or Ctrl-D ends" : "");
+    /* line editing only when both ends are a terminal: piped input and output stay bytes */
+    kipp_chat_input_params ip = {.prog = PROG, .edit = s.tty_in && s.tty_out,
+                                 .prompt = s.tty_in, .interrupted = &g_interrupted};
+    if (ip.edit && !o.no_history) {
+        history_path = o.history ? strdup(o.history) : kipp_chat_input_default_history();
+        if (!o.history && !history_path)
+            fprintf(stderr, PROG ": warning: neither XDG_STATE_HOME nor HOME is set; history "
+                            "is not saved (use --history FILE)\n");
+        ip.history_path = history_path;
+    }
+    if (!(in = kipp_chat_input_open(&ip))) goto done;
     for (;;) {
-        if (s.tty_in) {
-            fputs("> ", stderr);
-            fflush(stderr);
-        }
         g_interrupted = 0;
-        errno = 0;
-        ssize_t got = getline(&line, &line_cap, stdin);
-        if (got < 0) {
-            if (g_interrupted || errno == EINTR) {
-                fprintf(stderr, "\n");
-                rc = 130;
-            } else if (ferror(stdin)) {
-                fprintf(stderr, PROG ": reading stdin: %s\n", strerror(errno));
-            } else {
-                if (s.tty_in) fprintf(stderr, "\n");
-                rc = 0;
-            }
+        char *text;
+        size_t len;
+        kipp_chat_in_kind kind = kipp_chat_input_read(in, &text, &len);
+        if (kind == KIPP_CHAT_IN_INTERRUPTED) {
+            fprintf(stderr, "\n");
+            rc = 130;
             break;
         }
-        size_t len = (size_t)got;
-        if (len && line[len - 1] == '\n') line[--len] = '\0';
-        if (len && line[len - 1] == '\r') line[--len] = '\0';
-        if (len == 0) continue;
-        if (line[0] == '/' && line[1] != '/') {
-            cmd_result r = run_command(&s, line);
+        if (kind == KIPP_CHAT_IN_EOF) {
+            if (s.tty_in) fprintf(stderr, "\n");
+            rc = 0;
+            break;
+        }
+        if (kind == KIPP_CHAT_IN_ERROR) break;
+        if (kind == KIPP_CHAT_IN_COMMAND) {
+            cmd_result r = run_command(&s, text);
             if (r == CMD_QUIT) { rc = 0; break; }
             if (r == CMD_FATAL) break;
             continue;
         }
-        const char *text = line[0] == '/' ? line + 1 : line; /* "//x" sends "/x" */
-        if (!chat_turn(&s, text, len - (size_t)(text - line))) break;
+        if (!chat_turn(&s, text, len)) break;
     }
 done:
-    free(line);
+    kipp_chat_input_free(in);
+    free(history_path);
     free(s.kv);
     free(s.ids);
     free(s.logits);
