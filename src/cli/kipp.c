@@ -82,6 +82,8 @@ static void usage(FILE *f) {
             "      --chat              wrap the prompt as a user message, add the generation prompt\n"
             "      --system TEXT       system message (implies --chat)\n"
             "      --no-think          enable_thinking=false: the template adds an empty think block\n"
+            "                          (Instruct-2507 never thinks: a no-op; Thinking-2507 always\n"
+            "                          does: an error)\n"
             "      --messages FILE     render an OpenAI-style request body (JSON: messages, tools,\n"
             "                          chat_template_kwargs) instead of --prompt (implies --chat)\n"
             "      --print-prompt      print the rendered prompt and exit\n"
@@ -211,6 +213,14 @@ static char *render_chat(const kipp_model *m, const cli_opts *o, const char *pro
                          size_t prompt_len, size_t *out_len) {
     char err[KIPP_ERR_LEN];
     json_t *req;
+    const char *tname = NULL;
+    kipp_chat_thinking think;
+    if (o->no_think && kipp_chat_template_info(m, 0, &tname, &think, err, sizeof err) == KIPP_OK &&
+        think == KIPP_CHAT_THINK_IN_PROMPT) {
+        fprintf(stderr, "kipp: --no-think: the model's chat template (%s) always thinks; it has "
+                        "no switch to turn thinking off\n", tname);
+        return NULL;
+    }
     if (o->messages_file) {
         json_error_t je;
         req = json_load_file(o->messages_file, 0, &je);
@@ -586,7 +596,10 @@ int main(int argc, char **argv) {
     }
     if (!kipp_cli_grammar_start("kipp", &o.gr, m, &trie, &matcher)) goto done;
     int32_t think_end = -1; /* with thinking on, the grammar starts after </think> */
-    if (matcher && o.chat && !o.no_think) {
+    kipp_chat_thinking thinks = KIPP_CHAT_THINK_OFF;
+    if (matcher && o.chat &&
+        kipp_chat_template_info(m, !o.no_think, NULL, &thinks, NULL, 0) == KIPP_OK &&
+        thinks != KIPP_CHAT_THINK_OFF) {
         int32_t te[2];
         size_t nte = 0;
         if (kipp_tokenize(m, "</think>", 8, 1, te, 2, &nte, NULL, 0) == KIPP_OK && nte == 1) think_end = te[0];

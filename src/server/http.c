@@ -620,8 +620,12 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
                                                          &rp.matcher, err, sizeof err)
                                 : KIPP_ERR_NOMEM;
             if (st != KIPP_OK) { err_param = gs->rq.grammar_param; break; }
-            /* with thinking on, the reasoning is free and the grammar starts after </think> */
-            if (gs->rq.ep == OAI_CHAT && gs->rq.enable_thinking)
+            /* with thinking on, the reasoning is free and the grammar starts after </think>
+             * (the template decides: Instruct-2507 never thinks, Thinking-2507 always does) */
+            kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
+            if (gs->rq.ep == OAI_CHAT &&
+                kipp_chat_template_info(sv->m, gs->rq.enable_thinking, NULL, &th, NULL, 0) == KIPP_OK &&
+                th != KIPP_CHAT_THINK_OFF)
                 rp.constrain_after = oai_structured_think_end(sv->structured);
         }
         st = oai_gen_init(&gc->g, sv->m, &gs->rq) == 0 ? kipp_sched_submit(sv->sched, &rp, &gc->req, err, sizeof err)
