@@ -4,7 +4,8 @@
  *     carries, inf, NaN) and bit-exact with the scalar formula on random values; Q8_0 / Q8_K
  *     round trip within d/2 per element, d = amax/127, s and bsums consistent with qs, an
  *     all-zero block giving d = 0;
- *   - the gemm of every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K) over several k (odd
+ *   - the gemm of every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K, and Q4_1 Q5_0 Q5_1 Q2_K
+ *     Q3_K Q5_K IQ4_NL IQ4_XS: a level's kernel or the dequantize fallback) over several k (odd
  *     lengths for the float types, 32/256 multiples up to 2560 for the block types),
  *     n_rows in {1,3,16,37}, n_tok in {1,2,3,5,8,17}, ldy > n_rows, padded row strides:
  *     each y against sum_i W[r][i] * X[t][i] in double, with W from kipp_dequantize_row and X
@@ -41,6 +42,12 @@ static float float_of(uint32_t u) {
     memcpy(&f, &u, 4);
     return f;
 }
+
+/* every weight type Kipp runs: the first seven have kernels at every level */
+#define ALL_TYPES                                                                                      \
+    KIPP_TYPE_F32, KIPP_TYPE_F16, KIPP_TYPE_BF16, KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K,      \
+        KIPP_TYPE_Q6_K, KIPP_TYPE_Q4_1, KIPP_TYPE_Q5_0, KIPP_TYPE_Q5_1, KIPP_TYPE_Q2_K, KIPP_TYPE_Q3_K, \
+        KIPP_TYPE_Q5_K, KIPP_TYPE_IQ4_NL, KIPP_TYPE_IQ4_XS
 
 /* A random row of n elements in type's storage, with sane scales for the block types. */
 static void fill_row(uint32_t type, unsigned char *row, uint64_t n) {
@@ -79,6 +86,32 @@ static void fill_row(uint32_t type, unsigned char *row, uint64_t n) {
             d = kipp_f32_to_f16(0.0005f + 0.002f * fabsf(frand()));
             memcpy(blk + 208, &d, 2);
             for (int s = 0; s < 16; s++) blk[192 + s] = (unsigned char)(int8_t)((int)(urand() % 128) - 64);
+            break;
+        case KIPP_TYPE_Q5_0:
+        case KIPP_TYPE_IQ4_NL: memcpy(blk, &d, 2); break;
+        case KIPP_TYPE_Q4_1:
+        case KIPP_TYPE_Q5_1: { /* d and a signed min m */
+            uint16_t m = kipp_f32_to_f16(0.05f * frand());
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &m, 2);
+            break;
+        }
+        case KIPP_TYPE_Q5_K:
+        case KIPP_TYPE_Q2_K: {
+            uint16_t dmin = kipp_f32_to_f16(0.001f + 0.01f * fabsf(frand()));
+            d = kipp_f32_to_f16(0.0005f + 0.002f * fabsf(frand()));
+            const int at = type == KIPP_TYPE_Q5_K ? 0 : 80;
+            memcpy(blk + at, &d, 2);
+            memcpy(blk + at + 2, &dmin, 2);
+            break;
+        }
+        case KIPP_TYPE_Q3_K:
+            d = kipp_f32_to_f16(0.0005f + 0.002f * fabsf(frand()));
+            memcpy(blk + 108, &d, 2);
+            break;
+        case KIPP_TYPE_IQ4_XS:
+            d = kipp_f32_to_f16(0.0001f + 0.001f * fabsf(frand()));
+            memcpy(blk, &d, 2);
             break;
         }
     }
@@ -413,7 +446,9 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
         kipp_cpu_mm mm;
     } map[] = {{KIPP_TYPE_F32, lv->f32},   {KIPP_TYPE_F16, lv->f16},   {KIPP_TYPE_BF16, lv->bf16},
                {KIPP_TYPE_Q8_0, lv->q8_0}, {KIPP_TYPE_Q4_0, lv->q4_0}, {KIPP_TYPE_Q4_K, lv->q4_k},
-               {KIPP_TYPE_Q6_K, lv->q6_k}};
+               {KIPP_TYPE_Q6_K, lv->q6_k}, {KIPP_TYPE_Q4_1, lv->q4_1}, {KIPP_TYPE_Q5_0, lv->q5_0},
+               {KIPP_TYPE_Q5_1, lv->q5_1}, {KIPP_TYPE_Q2_K, lv->q2_k}, {KIPP_TYPE_Q3_K, lv->q3_k},
+               {KIPP_TYPE_Q5_K, lv->q5_k}, {KIPP_TYPE_IQ4_NL, lv->iq4_nl}, {KIPP_TYPE_IQ4_XS, lv->iq4_xs}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, map[i].type);
         KT_CHECK(mm.gemm == map[i].mm.gemm && (mm.gemm == NULL || mm.act == map[i].mm.act),
@@ -422,14 +457,14 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
             KT_CHECK(mm.act == KIPP_ACT_F32, "%s mm(%s): lacking entry not f32", lv->isa,
                      kipp_type_name(map[i].type));
     }
-    /* a type no level computes (Q4_1), and a bogus id */
-    kipp_cpu_mm none = kipp_cpu_kernels_mm(lv, 3);
-    KT_CHECK(none.gemm == NULL && none.act == KIPP_ACT_F32, "%s mm(Q4_1) not empty", lv->isa);
+    /* a type Kipp does not run (IQ2_XXS), and a bogus id */
+    kipp_cpu_mm none = kipp_cpu_kernels_mm(lv, 16);
+    KT_CHECK(none.gemm == NULL && none.act == KIPP_ACT_F32, "%s mm(IQ2_XXS) not empty", lv->isa);
     none = kipp_cpu_kernels_mm(lv, 999);
     KT_CHECK(none.gemm == NULL && none.act == KIPP_ACT_F32, "%s mm(999) not empty", lv->isa);
-    /* the scalar level carries every type */
+    /* the scalar level carries the first seven types (the rest: the dequantize fallback) */
     if (strcmp(lv->isa, "scalar") == 0)
-        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        for (size_t i = 0; i < 7; i++)
             KT_CHECK(map[i].mm.gemm != NULL, "scalar lacks %s", kipp_type_name(map[i].type));
 }
 
@@ -438,8 +473,7 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
  * start at a group (0, 16, 32) for every token count, against double dots of the
  * dequantized weights and the Q16 activations; the types it does not pack must say 0. */
 static void check_packed(const kipp_cpu_kernels *lv) {
-    static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
-                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    static const uint32_t types[] = {ALL_TYPES};
     static const uint64_t ks[] = {32, 96, 1024, 2560};
     static const uint64_t toks[] = {1, 2, 3, 4, 8, 17};
     static const uint64_t ranges[][2] = {{0, 1}, {0, 16}, {0, 37}, {16, 21}, {32, 5}, {16, 3}};
@@ -509,8 +543,7 @@ static void check_packed(const kipp_cpu_kernels *lv) {
 }
 
 static void check_level(const kipp_cpu_kernels *lv) {
-    static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
-                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    static const uint32_t types[] = {ALL_TYPES};
     check_mm_map(lv);
     check_quant_bf16(lv);
     check_quant_q8(lv);
@@ -630,8 +663,7 @@ static void check_elementwise(const kipp_cpu_kernels *k) {
 
 void kt_suite_cpu_kernels(void) {
     static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
-    static const uint32_t types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
-                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    static const uint32_t types[] = {ALL_TYPES};
     char err[256];
     KT_CHECK(kipp_cpu_act_row_bytes(KIPP_ACT_F32, 7) == 28 && kipp_cpu_act_row_bytes(KIPP_ACT_BF16, 7) == 14 &&
                  kipp_cpu_act_row_bytes(KIPP_ACT_Q8_0, 64) == 2 * sizeof(kipp_act_q8_0) &&

@@ -80,6 +80,14 @@ kipp_cpu_mm kipp_cpu_kernels_mm(const kipp_cpu_kernels *k, uint32_t type) {
     case KIPP_TYPE_Q4_0: return k->q4_0;
     case KIPP_TYPE_Q4_K: return k->q4_k;
     case KIPP_TYPE_Q6_K: return k->q6_k;
+    case KIPP_TYPE_Q4_1: return k->q4_1;
+    case KIPP_TYPE_Q5_0: return k->q5_0;
+    case KIPP_TYPE_Q5_1: return k->q5_1;
+    case KIPP_TYPE_Q2_K: return k->q2_k;
+    case KIPP_TYPE_Q3_K: return k->q3_k;
+    case KIPP_TYPE_Q5_K: return k->q5_k;
+    case KIPP_TYPE_IQ4_NL: return k->iq4_nl;
+    case KIPP_TYPE_IQ4_XS: return k->iq4_xs;
     default: return none;
     }
 }

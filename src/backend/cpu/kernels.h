@@ -94,8 +94,11 @@ typedef void (*kipp_cpu_quant2_fn)(const float *x, void *hi, void *lo, uint64_t 
 
 typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512vnni", "neon" */
-    /* one entry per weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
+    /* one entry per weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, and the types of
+     * ready-made Hub files; an entry a level leaves out ({0}: gemm NULL) runs through
+     * kipp_cpu_gemm_dequant */
     kipp_cpu_mm f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    kipp_cpu_mm q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs;
     /* activation converters, indexed by KIPP_ACT_* (the F32 entry may be NULL: memcpy) */
     kipp_cpu_quant_fn quant[KIPP_ACT_COUNT];
     /* attention helpers over f32 vectors of any length n */

@@ -468,16 +468,50 @@ GEMM_DRIVER_DEC(gemm_q6_k, rows4_q6_k, tile_q6_k, kipp_act_q8_k)
 enum { PR = 16, PTK = 3, KC = 512 };
 /* tokens from which the panel beats the two-plane row tiles (measured: kernel_bench) */
 enum { MANY_MIN_TOK = 4 };
-enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K };
+enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q3_K, QT_Q5_K, QT_IQ4_NL, QT_IQ4_XS };
 
 typedef struct {
     int16_t q[KC * PR] __attribute__((aligned(32)));      /* [KC / 2 pairs][PR rows][2] */
     float sc[KC / 16 * PR] __attribute__((aligned(32)));  /* [sub-block][PR rows] */
-    float mn[KC / 32 * PR] __attribute__((aligned(32)));  /* Q4_K: [sub-block][PR rows] */
+    float mn[KC / 32 * PR] __attribute__((aligned(32)));  /* types with mins: [sub-block][PR rows] */
     int8_t tmp[PR][KC] __attribute__((aligned(32)));      /* the rows decoded, row-major */
 } panel16;
 
-INLINE int sub_block16(int qt) { return qt == QT_Q6_K ? 16 : 32; }
+INLINE int sub_block16(int qt) { return qt == QT_Q6_K || qt == QT_Q3_K ? 16 : 32; }
+/* element = sc * q - mn per 32-element sub-block (Q4_K/Q5_K: dmin * min; Q4_1/Q5_1: -m) */
+INLINE int has_min(int qt) { return qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q4_1 || qt == QT_Q5_1; }
+
+/* IQ4_NL's levels (ggml's kvalues_iq4nl) as a shuffle table: byte i of each lane = level i */
+INLINE __m256i iq4_table(void) {
+    const __m128i t = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    return _mm256_set_m128i(t, t);
+}
+
+/* 32 nibbles of a legacy block (qs[16]: element j low nibble, j + 16 high) as bytes 0..15 */
+INLINE __m256i nib32(const unsigned char *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+}
+
+/* bit e of a little-endian uint32 (Q5_0/Q5_1's qh) as 0x10 in byte e */
+INLINE __m256i qh_bits32(const unsigned char *qh4) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* Q3_K's 16 6-bit scales minus 32 (see types.c) */
+INLINE void q3_scales(const unsigned char *sc, int out[16]) {
+    for (int s = 0; s < 16; s++) {
+        const int lo = s < 8 ? sc[s] & 0x0f : sc[s - 8] >> 4;
+        const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        out[s] = (lo | hi << 4) - 32;
+    }
+}
 
 /* Row r of the chunk, elements [c0, c0 + kc), into P->tmp[r] and its scales. */
 static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, panel16 *P, int r) {
@@ -506,6 +540,72 @@ static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, pane
                 _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g), _mm256_and_si256(q, m4));
                 _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g + 32),
                                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            }
+        }
+    } else if (qt == QT_Q4_1 || qt == QT_Q5_0 || qt == QT_Q5_1 || qt == QT_IQ4_NL) {
+        const int bb = qt == QT_Q4_1 ? 20 : qt == QT_Q5_0 ? 22 : qt == QT_Q5_1 ? 24 : 18;
+        for (uint64_t jb = 0; jb < kc / 32; jb++) {
+            const uint8_t *b = wr + (c0 / 32 + jb) * bb;
+            __m256i v;
+            P->sc[jb * PR + r] = rd_f16(b);
+            if (qt == QT_Q4_1) v = nib32(b + 4);
+            else if (qt == QT_Q5_0) v = _mm256_sub_epi8(_mm256_or_si256(nib32(b + 6), qh_bits32(b + 2)), _mm256_set1_epi8(16));
+            else if (qt == QT_Q5_1) v = _mm256_or_si256(nib32(b + 8), qh_bits32(b + 4));
+            else v = _mm256_shuffle_epi8(iq4_table(), nib32(b + 2));
+            if (has_min(qt)) P->mn[jb * PR + r] = -rd_f16(b + 2);
+            _mm256_store_si256((__m256i *)(o + 32 * jb), v);
+        }
+    } else if (qt == QT_Q5_K) {
+        const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+        for (uint64_t jb = 0; jb < kc / 256; jb++) {
+            const uint8_t *b = wr + (c0 / 256 + jb) * 176;
+            uint8_t scale[8], min[8];
+            k4_scales(b + 4, scale, min);
+            const float d = rd_f16(b), dmin = rd_f16(b + 2);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+            for (int j = 0; j < 8; j++) {
+                P->sc[(jb * 8 + j) * PR + r] = d * (float)scale[j];
+                P->mn[(jb * 8 + j) * PR + r] = dmin * (float)min[j];
+            }
+            for (int g = 0; g < 4; g++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * g));
+                /* bit s of qh[l] -> 0x10 for sub-block s = 2g (low) and 2g + 1 (high) */
+                const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g), 4), b4);
+                const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g + 1), 4), b4);
+                _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g), _mm256_or_si256(_mm256_and_si256(q, m4), h0));
+                _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g + 32),
+                                   _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1));
+            }
+        }
+    } else if (qt == QT_Q3_K) {
+        const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), k4 = _mm256_set1_epi8(4);
+        for (uint64_t jb = 0; jb < kc / 256; jb++) {
+            const uint8_t *b = wr + (c0 / 256 + jb) * 110;
+            const float d = rd_f16(b + 108);
+            int sc[16];
+            q3_scales(b + 96, sc);
+            for (int i = 0; i < 16; i++) P->sc[(jb * 16 + i) * PR + r] = d * (float)sc[i];
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+            for (int h = 0; h < 2; h++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * h));
+                for (int j = 0; j < 4; j++) {
+                    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+                    /* minus 4 where bit 4h + j of hmask[l] is clear */
+                    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
+                    const __m256i v = _mm256_sub_epi8(lo, _mm256_andnot_si256(_mm256_cmpeq_epi8(hb, one), k4));
+                    _mm256_store_si256((__m256i *)(o + 256 * jb + 128 * h + 32 * j), v);
+                }
+            }
+        }
+    } else if (qt == QT_IQ4_XS) {
+        for (uint64_t jb = 0; jb < kc / 256; jb++) {
+            const uint8_t *b = wr + (c0 / 256 + jb) * 136;
+            const float d = rd_f16(b);
+            const unsigned sh = (unsigned)(b[2] | b[3] << 8);
+            for (int s = 0; s < 8; s++) {
+                const int ls = (((b[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | ((sh >> (2 * s)) & 3) << 4) - 32;
+                P->sc[(jb * 8 + s) * PR + r] = d * (float)ls;
+                _mm256_store_si256((__m256i *)(o + 256 * jb + 32 * s), _mm256_shuffle_epi8(iq4_table(), nib32(b + 8 + 16 * s)));
             }
         }
     } else {
@@ -556,7 +656,7 @@ static void decode_rows(int qt, const uint8_t *w, size_t wrb, int nr, uint64_t c
         }
         memset(P->tmp[r], 0, kc);
         for (int j = 0; j < nsb; j++) P->sc[j * PR + r] = 0.0f;
-        if (qt == QT_Q4_K)
+        if (has_min(qt))
             for (int j = 0; j < nsb; j++) P->mn[j * PR + r] = 0.0f;
     }
 }
@@ -707,7 +807,7 @@ INLINE void tile16(int qt, int T, const panel16 *P, uint64_t c0, uint64_t kc, co
             UNROLL for (int t = 0; t < T; t++) {
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(dx[t]));
                 acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
-                if (qt == QT_Q4_K)
+                if (has_min(qt))
                     acc[g][t] = _mm256_fmadd_ps(_mm256_load_ps(P->mn + j * PR + 8 * g), _mm256_set1_ps(sx[t]), acc[g][t]);
             }
         }
@@ -760,6 +860,64 @@ GEMM16(gemm16_q8_0, QT_Q8_0)
 GEMM16(gemm16_q4_0, QT_Q4_0)
 GEMM16(gemm16_q4_k, QT_Q4_K)
 GEMM16(gemm16_q6_k, QT_Q6_K)
+GEMM16(gemm16_q4_1, QT_Q4_1)
+GEMM16(gemm16_q5_0, QT_Q5_0)
+GEMM16(gemm16_q5_1, QT_Q5_1)
+GEMM16(gemm16_q3_k, QT_Q3_K)
+GEMM16(gemm16_q5_k, QT_Q5_K)
+GEMM16(gemm16_iq4_nl, QT_IQ4_NL)
+GEMM16(gemm16_iq4_xs, QT_IQ4_XS)
+
+/* ---- few tokens for the types added for Hub files (Q4_1 Q5_0 Q5_1 Q3_K Q5_K IQ4_NL IQ4_XS) --
+ * Decode and small batches on Q8_0 activations (two planes, forward.c), for the K types too:
+ * each weight row is decoded a chunk at a time by the panel's decode_row into signed bytes
+ * and an f32 scale per sub-block (and min), then every token's 32-blocks are dotted exactly
+ * in int32 (sign trick + maddubs; Q3_K's two 16-element sub-blocks per 32 in the two
+ * 128-bit halves) and scaled: y += dx * sc * dot - mn * s_x (s_x = dx * sum of the block). */
+static void gemm_rows_dec(int qt, const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,
+                          uint64_t n_tok, float *y, size_t ldy, uint64_t k) {
+    panel16 P; /* only row 0 of tmp and the scales are used */
+    const int SB = sub_block16(qt);
+    for (uint64_t r = 0; r < n_rows; r++) {
+        const uint8_t *wr = (const uint8_t *)w + r * wrb;
+        for (uint64_t t = 0; t < n_tok; t++) y[t * ldy + r] = 0.0f;
+        for (uint64_t c0 = 0; c0 < k; c0 += KC) {
+            const uint64_t kc = k - c0 < KC ? k - c0 : KC;
+            decode_row(qt, wr, c0, kc, &P, 0);
+            for (uint64_t t = 0; t < n_tok; t++) {
+                const kipp_act_q8_0 *xb = (const kipp_act_q8_0 *)((const char *)x + t * xrb) + c0 / 32;
+                __m256 acc = _mm256_setzero_ps();
+                float accm = 0.0f;
+                for (uint64_t jb = 0; jb < kc / 32; jb++) {
+                    const __m256i wq = _mm256_load_si256((const __m256i *)(P.tmp[0] + 32 * jb));
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)xb[jb].qs);
+                    const __m256 s = _mm256_cvtepi32_ps(dot_i8(_mm256_sign_epi8(wq, wq), wq, xq));
+                    __m256 scv;
+                    if (SB == 16)
+                        scv = _mm256_set_m128(_mm_set1_ps(P.sc[(2 * jb + 1) * PR]), _mm_set1_ps(P.sc[2 * jb * PR]));
+                    else
+                        scv = _mm256_set1_ps(P.sc[jb * PR]);
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(scv, _mm256_set1_ps(xb[jb].d)), s, acc);
+                    if (has_min(qt)) accm += P.mn[jb * PR] * xb[jb].s;
+                }
+                y[t * ldy + r] += hsum256(acc) - accm;
+            }
+        }
+    }
+}
+
+#define GEMM_DEC(name, qt)                                                                                  \
+    static void name(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
+                     float *y, size_t ldy, uint64_t k) {                                                    \
+        gemm_rows_dec(qt, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);                                        \
+    }
+GEMM_DEC(gemm_q4_1, QT_Q4_1)
+GEMM_DEC(gemm_q5_0, QT_Q5_0)
+GEMM_DEC(gemm_q5_1, QT_Q5_1)
+GEMM_DEC(gemm_q3_k, QT_Q3_K)
+GEMM_DEC(gemm_q5_k, QT_Q5_K)
+GEMM_DEC(gemm_iq4_nl, QT_IQ4_NL)
+GEMM_DEC(gemm_iq4_xs, QT_IQ4_XS)
 
 /* ---- weights repacked once at load (Q8_0) ---------------------------------------------------
  * A tensor is stored as groups of 16 rows (the last padded with zero rows): first for every
@@ -1071,6 +1229,14 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .q4_0 = {KIPP_ACT_Q8_0, gemm_q4_0, KIPP_ACT_Q16, gemm16_q4_0, MANY_MIN_TOK},
     .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, KIPP_ACT_Q16, gemm16_q4_k, MANY_MIN_TOK},
     .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, KIPP_ACT_Q16, gemm16_q6_k, MANY_MIN_TOK},
+    /* Q2_K has no kernel here (16-element mins): kipp_cpu_gemm_dequant */
+    .q4_1 = {KIPP_ACT_Q8_0, gemm_q4_1, KIPP_ACT_Q16, gemm16_q4_1, MANY_MIN_TOK},
+    .q5_0 = {KIPP_ACT_Q8_0, gemm_q5_0, KIPP_ACT_Q16, gemm16_q5_0, MANY_MIN_TOK},
+    .q5_1 = {KIPP_ACT_Q8_0, gemm_q5_1, KIPP_ACT_Q16, gemm16_q5_1, MANY_MIN_TOK},
+    .q3_k = {KIPP_ACT_Q8_0, gemm_q3_k, KIPP_ACT_Q16, gemm16_q3_k, MANY_MIN_TOK},
+    .q5_k = {KIPP_ACT_Q8_0, gemm_q5_k, KIPP_ACT_Q16, gemm16_q5_k, MANY_MIN_TOK},
+    .iq4_nl = {KIPP_ACT_Q8_0, gemm_iq4_nl, KIPP_ACT_Q16, gemm16_iq4_nl, MANY_MIN_TOK},
+    .iq4_xs = {KIPP_ACT_Q8_0, gemm_iq4_xs, KIPP_ACT_Q16, gemm16_iq4_xs, MANY_MIN_TOK},
     .quant = {NULL, kipp_cpu_quant_bf16_scalar, kipp_cpu_quant_q8_0_scalar,
               kipp_cpu_quant_q8_k_scalar, quant_q16},
     .dot_f32 = dot_f32,
