@@ -14,10 +14,11 @@ strikethrough, autolinks), this script adds what a browser needs and cmark-gfm d
   `bench/plots/x.svg`) becomes the relative path from docs/html to that file in the checkout
   (`../../bench/results/x.json`), so the pages work when opened from a clone.
 
-`check` renders into a temporary folder and fails when docs/html differs (stale HTML), when a
-Markdown page links to a repository path that does not exist or to a missing #anchor of a
-page, and when any href/src in docs/html points at a missing file or a missing anchor; each
-problem names the page and the link. It does not check http(s) links.
+`check` renders into a temporary folder beside docs/html and fails when docs/html differs
+(stale HTML), when a Markdown page links to a repository path that does not exist, and when
+any href/src of the rendered pages points at a missing file or a missing #anchor (so a
+Markdown link to a missing heading fails too); each problem names the page and the link.
+It does not check http(s) links.
 """
 import html
 import os
@@ -318,17 +319,19 @@ def main(argv):
         print("usage: docs.sh build|check", file=sys.stderr)
         return 2
     failed = False
-    with tempfile.TemporaryDirectory() as tmp:
+    # the fresh render sits beside docs/html, so its ../../PATH links resolve as the real ones do
+    with tempfile.TemporaryDirectory(dir="docs", prefix=".html-check-") as tmp:
         problems = render(tmp)
         stale = diff_trees(tmp, HTML_DIR)
+        html_problems = check_links(tmp)
     if stale:
         failed = True
         print("docs-check: docs/html is stale; run 'make docs'. Differs: " + ", ".join(stale),
               file=sys.stderr)
-    for src, link, why in problems:
+    for src, link, why in sorted(set(problems)):
         failed = True
         print("docs-check: %s: broken link '%s': %s" % (src, link, why), file=sys.stderr)
-    for p in check_links(HTML_DIR) if os.path.isdir(HTML_DIR) else []:
+    for p in sorted(set(html_problems)):
         failed = True
         print("docs-check: docs/html/" + p, file=sys.stderr)
     if failed:
