@@ -70,7 +70,9 @@ static void usage(FILE *f) {
             "                          the oldest exchanges are dropped when it is full\n"
             "  -n, --n-predict N       most tokens per reply (default 1024)\n"
             "      --system TEXT       system message (kept by /reset and when turns are dropped)\n"
-            "      --no-think          start with thinking off (same as typing /think off)\n"
+            "      --no-think          start with thinking off (same as typing /think off;\n"
+            "                          Instruct-2507 never thinks, Thinking-2507 always does:\n"
+            "                          there it is an error)\n"
             "      --show-reasoning    print the model's <think> part (default); on a terminal it\n"
             "                          is dimmed, when piped it is printed exactly as generated\n"
             "      --hide-reasoning    print only the reply's content (reasoning still generated\n"
@@ -207,6 +209,8 @@ typedef struct {
     json_t *msgs;          /* [system?, user, assistant, user, ...] OpenAI-style */
     size_t n_sys;          /* 1 when msgs[0] is the system message */
     int think;             /* enable_thinking for the next render */
+    const char *tmpl;      /* the chat template's name */
+    int think_fixed;       /* the template has no switch (the 2507 ones): think stays */
     long turn;             /* turns since start or /reset: sampler seed offset */
     int32_t *kv;           /* [n_ctx] tokens in sequence 0's KV cache, kv[0..n_kv) */
     uint32_t n_kv;
@@ -403,13 +407,22 @@ static void turn_decoded(void *user, int32_t id) {
     t->s->kv[t->s->n_kv++] = id;
 }
 
+/* Where the reply starts: inside the reasoning when the prompt ends in <think>
+ * (Thinking-2507), else as content unless it opens <think> itself. */
+static kipp_reasoning_mode reply_mode(const chat_session *s) {
+    kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
+    (void)kipp_chat_template_info(s->m, s->think, NULL, &th, NULL, 0);
+    return th == KIPP_CHAT_THINK_IN_PROMPT ? KIPP_REASONING_OPEN_IN_PROMPT
+                                           : KIPP_REASONING_OPEN_BY_TAG;
+}
+
 /* Adds the reply to the history: content and reasoning_content split as the template
  * expects them back. */
 static int store_reply(chat_session *s) {
     const char *r, *c;
     size_t r_len, c_len;
-    kipp_reasoning_split(s->reply ? s->reply : "", s->reply_len, KIPP_REASONING_OPEN_BY_TAG,
-                         &r, &r_len, &c, &c_len);
+    kipp_reasoning_split(s->reply ? s->reply : "", s->reply_len, reply_mode(s), &r, &r_len, &c,
+                         &c_len);
     json_t *msg = json_pack("{s:s, s:s%, s:s%}", "role", "assistant", "content", c, c_len,
                             "reasoning_content", r, r_len);
     if (!msg || json_array_append_new(s->msgs, msg)) {
@@ -481,7 +494,7 @@ static int chat_turn(chat_session *s, const char *line, size_t len) {
     double t_prefill = kipp_cli_now() - t0;
 
     kipp_reasoning rs;
-    kipp_reasoning_init(&rs, KIPP_REASONING_OPEN_BY_TAG, show_part, s);
+    kipp_reasoning_init(&rs, reply_mode(s), show_part, s);
     s->reply_len = 0;
     s->shown_reasoning = s->shown_content = 0;
     turn_io io = {s, &rs};
@@ -613,12 +626,18 @@ static cmd_result run_command(chat_session *s, char *line) {
         s->turn = 0;
         fprintf(stderr, PROG ": conversation reset\n");
     } else if (CMD("/think")) {
-        if (!strcmp(arg, "on")) s->think = 1;
-        else if (!strcmp(arg, "off")) s->think = 0;
+        int want = s->think;
+        if (!strcmp(arg, "on")) want = 1;
+        else if (!strcmp(arg, "off")) want = 0;
         else if (*arg) {
             fprintf(stderr, PROG ": /think expects 'on' or 'off', got '%s'\n", arg);
             return CMD_CONTINUE;
         }
+        if (s->think_fixed && want != s->think)
+            fprintf(stderr, PROG ": the model's chat template (%s) %s thinks\n", s->tmpl,
+                    s->think ? "always" : "never");
+        else
+            s->think = want;
         fprintf(stderr, PROG ": thinking is %s\n", s->think ? "on" : "off");
     } else if (CMD("/history")) {
         print_history(s);
@@ -663,6 +682,19 @@ int main(int argc, char **argv) {
     kipp_model_info info;
     kipp_model_get_info(s.m, &info);
     s.n_vocab = info.n_vocab;
+    /* the 2507 templates have no thinking switch: Instruct never thinks, Thinking always */
+    /* (an unsupported template is reported by the first turn's rendering) */
+    kipp_chat_thinking on, off;
+    s.think_fixed = kipp_chat_template_info(s.m, 1, &s.tmpl, &on, NULL, 0) == KIPP_OK &&
+                    kipp_chat_template_info(s.m, 0, NULL, &off, NULL, 0) == KIPP_OK &&
+                    on == off && strcmp(s.tmpl, "chatml") != 0;
+    if (s.think_fixed && o.no_think && on != KIPP_CHAT_THINK_OFF) {
+        fprintf(stderr, PROG ": --no-think: the model's chat template (%s) always thinks; it has "
+                        "no switch to turn thinking off\n", s.tmpl);
+        rc = 2;
+        goto done;
+    }
+    if (s.think_fixed) s.think = on != KIPP_CHAT_THINK_OFF;
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = o.rt.backend;
     cp.isa = o.rt.isa;

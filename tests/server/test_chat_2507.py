@@ -4,7 +4,8 @@ Thinking-2507 text (tests/tok/templates/, as a GGUF converted from those reposit
 it) loads and chats through kipp and kipp-server.
 
 - kipp --chat renders each template's prompt (Thinking-2507's opens <think>); --no-think is
-  a no-op for Instruct-2507 and an error naming the template for Thinking-2507.
+  a no-op for Instruct-2507 and an error naming the template for Thinking-2507; kipp-chat
+  keeps a Thinking-2507 reply as reasoning and says /think cannot change either template.
 - kipp-server: Thinking-2507's reply starts inside the reasoning, so a reply without
   </think> is all reasoning_content (equal to what /v1/completions generates from the same
   rendered prompt); Instruct-2507's reply is all content. enable_thinking changes neither.
@@ -121,6 +122,24 @@ def test_cli_renders_and_chats(models):
     r = kipp("-m", models["thinking"], "--system", "S", "-p", "Hi", "--no-think", "--print-prompt")
     assert r.returncode != 0 and r.stdout == ""
     assert "qwen3-thinking-2507" in r.stderr and "always thinks" in r.stderr, r.stderr
+
+
+def test_kipp_chat_follows_the_template(models):
+    chat = str(ROOT / BUILD / "kipp-chat")
+    run = lambda model, *a, stdin="": subprocess.run(  # noqa: E731
+        [chat, "-m", model, "--greedy", "-n", "6", "--backend", "cpu", "-t", "2", "--no-stats", *a],
+        input=stdin, capture_output=True, text=True, timeout=120)
+    r = run(models["thinking"], stdin="Hi\n/think off\n/history\n")
+    assert r.returncode == 0, r.stderr
+    assert "thinking on" in r.stderr and "(qwen3-thinking-2507) always thinks" in r.stderr, r.stderr
+    hist = r.stdout[r.stdout.index("[user] Hi"):]
+    assert "\n[assistant reasoning] " in hist and hist.rstrip(" \n").endswith("[assistant]"), hist
+    r = run(models["instruct"], stdin="Hi\n/think on\n/history\n")
+    assert r.returncode == 0, r.stderr
+    assert "thinking off" in r.stderr and "(qwen3-instruct-2507) never thinks" in r.stderr, r.stderr
+    assert "[assistant reasoning]" not in r.stdout, r.stdout
+    r = run(models["thinking"], "--no-think")
+    assert r.returncode == 2 and "(qwen3-thinking-2507) always thinks" in r.stderr, r.stderr
 
 
 @pytest.fixture(scope="module")
