@@ -37,13 +37,13 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 all: cpu
 
 help:
-	@echo "make cpu            build build/kipp (CLI: cpu-ref and cpu backends), build/kipp-perplexity"
-	@echo "                    and build/kipp_test"
+	@echo "make cpu            build build/kipp (CLI: cpu-ref and cpu backends), build/kipp-perplexity,"
+	@echo "                    build/kipp-quantize and build/kipp_test"
 	@echo "make trained-models unpack weights/ (kipp-tiny, kipp-tiny-draft; sha256-checked), quantize them"
 	@echo "make server         build build/kipp-server (OpenAI-compatible HTTP server, CPU)"
 	@echo "make chat           build build/kipp-chat (interactive multi-turn chat)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
-	@echo "make test-chat      chat CLI gate (piped stdin)"
+	@echo "make test-chat      chat CLI gate (piped stdin, line editing through a pty)"
 	@echo "make test-draft-spec speculative decoding gates (greedy identity, sampling statistics)"
 	@echo "make demo           build, unpack the shipped kipp-tiny model, answer a question with it"
 	@echo "make check          fast tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
@@ -59,7 +59,7 @@ help:
 	@echo "make neon-check     cross-compile the arm64 NEON kernels (also in make test)"
 	@echo "make fuzz           run the GGUF fuzzer for FUZZ_SECONDS (default 60)"
 
-cpu: $(BUILD)/kipp $(BUILD)/kipp-perplexity $(BUILD)/kipp_test
+cpu: $(BUILD)/kipp $(BUILD)/kipp-perplexity $(BUILD)/kipp-quantize $(BUILD)/kipp_test
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
