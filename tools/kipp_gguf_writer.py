@@ -84,6 +84,8 @@ class GGMLType(enum.IntEnum):
     Q4_K = 12
     Q5_K = 13
     Q6_K = 14
+    IQ4_NL = 20
+    IQ4_XS = 23
     BF16 = 30
 
 
@@ -101,6 +103,8 @@ GGML_BLOCK = {
     GGMLType.Q4_K: (256, 144),
     GGMLType.Q5_K: (256, 176),
     GGMLType.Q6_K: (256, 210),
+    GGMLType.IQ4_NL: (32, 18),
+    GGMLType.IQ4_XS: (256, 136),
     GGMLType.BF16: (1, 2),
 }
 

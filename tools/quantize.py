@@ -1,28 +1,41 @@
 #!/usr/bin/env python3
-"""Quantizes an f32/f16/bf16 GGUF to Q8_0, Q4_0, Q4_K_M or Q6_K (a small llama-quantize).
+"""Quantizes an f32/f16/bf16 GGUF to one of llama.cpp's file types (a small llama-quantize).
 
 What it does: copies every metadata record verbatim (except general.file_type, which is
-set to the llama ftype of the output: Q8_0 7, Q4_0 2, Q4_K_M 15, Q6_K 18) and converts
+set to llama.cpp's LLAMA_FTYPE_MOSTLY_* number of the output: see FTYPES) and converts
 the tensors one at a time, in chunks of rows, on all cores, streaming them to disk; the
 input is memory-mapped, so memory stays at a few hundred MB whatever the model size.
-Tensor types follow llama.cpp's llama_tensor_get_type for these ftypes (reference
-§3.3):
+--type takes q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, q4_0, iq4_nl,
+iq4_xs, q3_k_l, q3_k_m, q3_k_s or q2_k. Tensor types follow llama.cpp's
+llama_tensor_get_type for these ftypes on a dense model without an importance matrix
+(reference §3.3):
   * 1-D tensors (norms) are copied unchanged (the converter stores them F32);
-  * every 2-D weight gets the base type (Q8_0, Q4_0, Q4_K or Q6_K), except
+  * every 2-D weight gets the base type (the ftype's name without _s/_m/_l), except
   * output.weight, or token_embd.weight when there is no output.weight (tied), which
     gets Q6_K (Q8_0 stays Q8_0);
-  * Q4_K_M: blk.i.attn_v.weight and blk.i.ffn_down.weight get Q6_K in the
-    "use more bits" layers: i < L/8, i >= 7L/8, or (i - L/8) % 3 == 2 (integer division);
-  * a row length that is not a multiple of the type's block (256 for K-quants, 32 for
-    Q4_0/Q8_0) falls back to Q8_0 if it is a multiple of 32, else to the input type.
-Block encoders: tools/kipp_quants.py (Q8_0/Q4_0 bit-exact with ggml's reference
-quantizers; Q4_K/Q6_K with ggml's layouts and a shorter scale search).
+  * per layer i of L (blk.i.*), "more bits" meaning i < L/8, i >= 7L/8, or
+    (i - L/8) % 3 == 2 (integer division), and gqa = head_count / head_count_kv:
+      attn_v:      q2_k Q3_K (Q4_K if gqa >= 4); q3_k_m Q5_K for i < 2, else Q4_K;
+                   q3_k_l Q5_K; iq4_nl/iq4_xs Q5_K if gqa >= 4; q4_k_m/q5_k_m Q6_K in
+                   the more-bits layers; q4_k_s Q5_K for i < 4;
+      ffn_down:    q2_k Q3_K; q3_k_m Q5_K for i < L/16, else Q4_K; q3_k_l Q5_K;
+                   q4_k_m/q5_k_m Q6_K in the more-bits layers; iq4_nl/iq4_xs/q4_k_s Q5_K
+                   for i < L/8;
+      attn_output: q2_k Q3_K; q3_k_m Q4_K; q3_k_l Q5_K;
+    q3_k_s, q5_k_s and the 32-element types (q4_0, q4_1, q5_0, q5_1, q8_0) have no
+    per-layer rule;
+  * a row length that is not a multiple of the chosen type's block (256 for K-quants and
+    IQ4_XS, 32 for the rest) falls back as llama.cpp does (Q2_K/Q3_K/IQ4_XS -> IQ4_NL,
+    Q5_K -> Q5_1, Q6_K -> Q8_0), except Q4_K -> Q8_0 (llama.cpp: Q5_0), and any other
+    type -> Q8_0; if that does not fit either, the tensor keeps the input type.
+Block encoders: tools/kipp_quants.py (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 bit-exact with ggml's
+reference quantizers; the K-quants and IQ4 types with ggml's layouts and search, within
+1 % of its error).
 
-What it does not do: importance matrices, other ftypes, requantizing an already
-quantized file, or --pure / per-tensor overrides.
+What it does not do: importance matrices (so no IQ1/IQ2/IQ3 types), MoE rules,
+requantizing an already quantized file, or --pure / per-tensor overrides.
 
-Usage: python -m tools.quantize INPUT.gguf OUTPUT.gguf --type {q8_0,q4_0,q4_k_m,q6_k}
-           [--threads N] [--no-progress]
+Usage: python -m tools.quantize INPUT.gguf OUTPUT.gguf --type TYPE [--threads N] [--no-progress]
 """
 
 from __future__ import annotations
@@ -46,12 +59,31 @@ from tools.kipp_gguf_writer import (_SCALAR_FMT, DEFAULT_ALIGNMENT, GGML_BLOCK, 
                               GGUFWriter, GGUFWriteError, TensorInfo, ValueType, ordered_results,
                               write_atomic)
 
-# --type -> (base ggml type, llama ftype for general.file_type)
+# --type -> (base ggml type, llama ftype for general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_*)
 FTYPES = {
     "q8_0": (GGMLType.Q8_0, 7),
-    "q4_0": (GGMLType.Q4_0, 2),
-    "q4_k_m": (GGMLType.Q4_K, 15),
     "q6_k": (GGMLType.Q6_K, 18),
+    "q5_k_m": (GGMLType.Q5_K, 17),
+    "q5_k_s": (GGMLType.Q5_K, 16),
+    "q5_1": (GGMLType.Q5_1, 9),
+    "q5_0": (GGMLType.Q5_0, 8),
+    "q4_k_m": (GGMLType.Q4_K, 15),
+    "q4_k_s": (GGMLType.Q4_K, 14),
+    "q4_1": (GGMLType.Q4_1, 3),
+    "q4_0": (GGMLType.Q4_0, 2),
+    "iq4_nl": (GGMLType.IQ4_NL, 25),
+    "iq4_xs": (GGMLType.IQ4_XS, 30),
+    "q3_k_l": (GGMLType.Q3_K, 13),
+    "q3_k_m": (GGMLType.Q3_K, 12),
+    "q3_k_s": (GGMLType.Q3_K, 11),
+    "q2_k": (GGMLType.Q2_K, 10),
+}
+# a type whose block does not divide a tensor's rows -> the one used instead (llama.cpp's
+# table, except Q4_K -> Q8_0 where llama.cpp uses Q5_0); one that still does not fit keeps
+# the input type
+FALLBACK = {
+    GGMLType.Q2_K: GGMLType.IQ4_NL, GGMLType.Q3_K: GGMLType.IQ4_NL, GGMLType.IQ4_XS: GGMLType.IQ4_NL,
+    GGMLType.Q4_K: GGMLType.Q8_0, GGMLType.Q5_K: GGMLType.Q5_1, GGMLType.Q6_K: GGMLType.Q8_0,
 }
 INPUT_TYPES = {GGMLType.F32: np.dtype("<f4"), GGMLType.F16: np.dtype("<f2"), GGMLType.BF16: np.dtype("<u2")}
 CHUNK_VALUES = 1 << 22  # values per work item (rounded to whole rows)
@@ -214,26 +246,54 @@ def use_more_bits(i_layer: int, n_layers: int) -> bool:
     return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
 
 
-_LAYER_RE = re.compile(r"^blk\.(\d+)\.(attn_v|ffn_down)\.weight$")
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.(attn_v|attn_output|ffn_down)\.weight$")
+Q3_K, Q4_K, Q5_K, Q6_K = GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
+
+
+def _layer_type(qtype: str, kind: str, i: int, n_layers: int, n_gqa: int) -> GGMLType | None:
+    """llama_tensor_get_type's per-layer rules for these ftypes (dense Qwen3, no imatrix);
+    None: the base type."""
+    more = use_more_bits(i, n_layers)
+    if kind == "attn_v":
+        return {"q2_k": Q4_K if n_gqa >= 4 else Q3_K,
+                "q3_k_m": Q5_K if i < 2 else Q4_K,
+                "q3_k_l": Q5_K,
+                "iq4_nl": Q5_K if n_gqa >= 4 else None,
+                "iq4_xs": Q5_K if n_gqa >= 4 else None,
+                "q4_k_m": Q6_K if more else None,
+                "q5_k_m": Q6_K if more else None,
+                "q4_k_s": Q5_K if i < 4 else None}.get(qtype)
+    if kind == "ffn_down":
+        return {"q2_k": Q3_K,
+                "q3_k_m": Q5_K if i < n_layers // 16 else Q4_K,
+                "q3_k_l": Q5_K,
+                "q4_k_m": Q6_K if more else None,
+                "iq4_nl": Q5_K if i < n_layers // 8 else None,
+                "iq4_xs": Q5_K if i < n_layers // 8 else None,
+                "q5_k_m": Q6_K if more else None,
+                "q4_k_s": Q5_K if i < n_layers // 8 else None}.get(qtype)
+    return {"q2_k": Q3_K, "q3_k_m": Q4_K, "q3_k_l": Q5_K}.get(qtype)  # attn_output
 
 
 def target_type(name: str, torch_shape: tuple[int, ...], in_type: GGMLType, qtype: str, n_layers: int,
-                has_output: bool) -> GGMLType:
+                has_output: bool, n_gqa: int = 1) -> GGMLType:
     """The type llama-quantize would give this tensor (see the module docstring)."""
     base, _ = FTYPES[qtype]
     if len(torch_shape) < 2 or not name.endswith(".weight") or name.endswith("_norm.weight"):
         return in_type
+    row = torch_shape[-1]
     new = base
     if name == "output.weight" or (name == "token_embd.weight" and not has_output):
-        if new != GGMLType.Q8_0:
+        if row % GGML_BLOCK[base][0]:
+            new = GGMLType.Q8_0
+        elif base != GGMLType.Q8_0:
             new = GGMLType.Q6_K
-    elif qtype == "q4_k_m":
-        m = _LAYER_RE.match(name)
-        if m and use_more_bits(int(m.group(1)), n_layers):
-            new = GGMLType.Q6_K
-    row = torch_shape[-1]
+    elif m := _LAYER_RE.match(name):
+        new = _layer_type(qtype, m.group(2), int(m.group(1)), n_layers, n_gqa) or base
     if row % GGML_BLOCK[new][0]:
-        new = GGMLType.Q8_0 if row % 32 == 0 else in_type
+        new = FALLBACK.get(new, GGMLType.Q8_0)
+        if row % GGML_BLOCK[new][0]:
+            new = in_type
     return new
 
 
@@ -246,13 +306,17 @@ def plan(model: SrcModel, qtype: str) -> list[tuple[SrcTensor, GGMLType]]:
         ids = [int(m.group(1)) for t in model.tensors if (m := re.match(r"^blk\.(\d+)\.", t.name))]
         n_layers = max(ids) + 1 if ids else 0
     names = {t.name for t in model.tensors}
+    heads = model.value(f"{arch}.attention.head_count") if isinstance(arch, str) else None
+    kv_heads = model.value(f"{arch}.attention.head_count_kv") if isinstance(arch, str) else None
+    n_gqa = heads // kv_heads if isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads > 0 else 1
     out = []
     for t in model.tensors:
         in_type = GGMLType(t.type_id)
         if in_type not in INPUT_TYPES and len(t.ne) >= 2:
             raise QuantizeError(f"input must be an f32/f16/bf16 GGUF, but tensor {t.name!r} is "
                                 f"{in_type.name}")
-        out.append((t, target_type(t.name, t.torch_shape, in_type, qtype, n_layers, "output.weight" in names)))
+        out.append((t, target_type(t.name, t.torch_shape, in_type, qtype, n_layers, "output.weight" in names,
+                                   n_gqa)))
     return out
 
 
@@ -342,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("input", type=Path, help="f32/f16/bf16 GGUF")
     ap.add_argument("output", type=Path, help="output GGUF")
-    ap.add_argument("--type", required=True, dest="qtype", help="q8_0, q4_0, q4_k_m or q6_k")
+    ap.add_argument("--type", required=True, dest="qtype", help=", ".join(FTYPES))
     ap.add_argument("--threads", type=int, help="worker threads (default: all cores)")
     ap.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     args = ap.parse_args(argv)

@@ -199,7 +199,7 @@ def test_bad_inputs(tmp_path, tmp_path_factory):
         ([tmp_path / "missing.gguf", tmp_path / "o.gguf", "--type", "q8_0"], "missing input file"),
         ([text, tmp_path / "o.gguf", "--type", "q8_0"], "not a GGUF file"),
         ([trunc, tmp_path / "o.gguf", "--type", "q8_0"], "malformed GGUF header"),
-        ([good, tmp_path / "o.gguf", "--type", "q5_k_m"], "unsupported --type 'q5_k_m'"),
+        ([good, tmp_path / "o.gguf", "--type", "iq2_xxs"], "unsupported --type 'iq2_xxs'"),
         ([quantized_file(tmp_path_factory, "tiny-untied", "q8_0"), tmp_path / "o.gguf", "--type", "q4_0"],
          "input must be an f32/f16/bf16 GGUF"),
         ([good, tmp_path / "no" / "o.gguf", "--type", "q8_0"], "missing output directory"),
