@@ -103,7 +103,7 @@ kipp_status kipp_chat_parse(const char *bytes, size_t n, json_t **out, char *err
                          "not valid UTF-8 (bad byte 0x%02x at offset %zu)",
                          (unsigned char)bytes[ok], ok);
     json_error_t je;
-    json_t *doc = json_loadb(bytes, n, JSON_REJECT_DUPLICATES, &je);
+    json_t *doc = json_loadb(bytes, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!doc)
         return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "not valid JSON: %s (line %d, column %d)",
                          je.text, je.line, je.column);

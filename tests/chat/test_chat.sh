@@ -5,7 +5,9 @@
 # conversation from scratch (--chat / --messages, no KV reuse), so the multi-turn KV prefix
 # reuse must be exact. Also: commands, thinking on/off, context overflow, the start-up line
 # (default backend cpu, cpu-ref by name, --kv-type, --isa), bad flags and input, EOF and
-# Ctrl-C. Ends with "N passed, N failed"; exits non-zero on any failure.
+# Ctrl-C; the multi-line rules, /save and /load; line editing and the history file through
+# a pseudo-terminal (test_chat_tty.py). Ends with "N passed, N failed"; exits non-zero on
+# any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -374,6 +376,90 @@ rc=0; "$C" -m README.md </dev/null >/dev/null 2>"$tmp/notgguf.err" || rc=$?
 [ "$rc" = 1 ] && grep -q "gguf" "$tmp/notgguf.err" && ok || bad "not a gguf: exit $rc"
 chat badbackend "$tmp/in_empty" --backend warp
 rc_is badbackend 1; err_has badbackend "unknown backend 'warp'"
+
+# --- multi-line input (issue 17): a trailing '\' continues, a """ line opens/closes a block ---
+printf '%s\n' 'Hello\' 'there' >"$tmp/in_ml"
+chat ml "$tmp/in_ml" --print-prompt
+ref ml_ref --chat -p "$(printf 'Hello\nthere')"
+same "a line ending in \\ continues the message" "$tmp/ml.out" "$tmp/ml_ref.out"
+[ "$(grep -c 'turn [0-9]*:' "$tmp/ml.err")" = 1 ] && ok || bad "continued lines made more than one turn"
+printf '%s\n' '"""' '/etc' '' 'x\' '"""' >"$tmp/in_block"
+chat block "$tmp/in_block"
+ref block_ref --chat -p "$(printf '/etc\n\nx\\')"
+same '""" block sent verbatim' "$tmp/block.out" "$tmp/block_ref.out"
+printf '%s\n' '"""' 'open' >"$tmp/in_open"
+chat open "$tmp/in_open"
+rc_is open 0; err_has open 'input ended inside a """ block'
+ref open_ref --chat -p open
+same 'unclosed """ block is sent' "$tmp/open.out" "$tmp/open_ref.out"
+"$C" --help >"$tmp/help17.out"
+for f in "--history FILE" "--no-history" "/save FILE" "/load FILE" "ending in '\\'" '"""' \
+    "kipp/chat_history" "Ctrl-R"; do
+    grep -qF -- "$f" "$tmp/help17.out" && ok || bad "--help lacks $f"
+done
+
+# --- /save and /load (issue 17): a saved session continued after /load gives the reply an
+#     uninterrupted session gives, and saving it again gives the same file ---
+lines "$tmp/in_sv1" "$U1" "/save $tmp/sv1.json"
+chat sv1 "$tmp/in_sv1"
+err_has sv1 "saved 2 messages to $tmp/sv1.json"
+lines "$tmp/in_sv2" "/load $tmp/sv1.json" "$U2" "/save $tmp/sv2.json"
+chat sv2 "$tmp/in_sv2"
+err_has sv2 "loaded 2 messages from"
+same "reply after /load vs kipp on the whole conversation" "$tmp/sv2.out" "$tmp/r2.out"
+lines "$tmp/in_sv3" "$U1" "$U2" "/save $tmp/sv3.json"
+chat sv3 "$tmp/in_sv3"
+same "/load + turn + /save vs one session's /save" "$tmp/sv2.json" "$tmp/sv3.json"
+"$PY" - "$tmp/sv3.json" "$tmp/two_done.json" <<'PY' && ok || bad "/save's JSON is not the conversation"
+import json, sys
+got, want = (json.load(open(p))["messages"] for p in sys.argv[1:])
+assert [(m["role"], m["content"], m.get("reasoning_content", "")) for m in got] == \
+       [(m["role"], m["content"], m.get("reasoning_content", "")) for m in want], got
+PY
+lines "$tmp/in_svs" "$U1" "/save $tmp/svs.json" "/load $tmp/svs.json" "/save $tmp/svs2.json"
+chat svs "$tmp/in_svs" --system "You are Kipp."
+same "/save, /load, /save round-trips (system message included)" "$tmp/svs.json" "$tmp/svs2.json"
+grep -q '"role": "system"' "$tmp/svs.json" && ok || bad "/save lacks the system message"
+# bad files: each error names the problem; the conversation is unchanged (saved again)
+printf '{"messages": [' >"$tmp/b_json.json"
+printf '42' >"$tmp/b_shape.json"
+printf '{"messages": [{"role": "tool", "content": "x"}]}' >"$tmp/b_role.json"
+printf '[{"role": "user", "content": "caf\xc3"}]' >"$tmp/b_utf8.json"
+printf '[{"role": "assistant", "content": "x"}]' >"$tmp/b_order.json"
+printf '[{"role": "user", "content": null}]' >"$tmp/b_content.json"
+printf '[{"role": "user", "content": "x", "tool_calls": []}]' >"$tmp/b_field.json"
+printf '{"msgs": []}' >"$tmp/b_key.json"
+printf '[{"role": "user", "content": "ok"}]' >"$tmp/arr.json"
+lines "$tmp/in_bad" "$U1" "/load $tmp/b_json.json" "/load $tmp/b_shape.json" "/load $tmp/b_role.json" \
+    "/load $tmp/b_utf8.json" "/load $tmp/b_order.json" "/load $tmp/b_content.json" \
+    "/load $tmp/b_field.json" "/load $tmp/b_key.json" "/load $tmp/nope.json" "/load" \
+    "/save $tmp" "/save $tmp/no/dir/x.json" "/save" "/save $tmp/bad.json" "/load $tmp/arr.json" \
+    "/save $tmp/arr2.json"
+chat badload "$tmp/in_bad"
+rc_is badload 0
+err_has badload "/load: $tmp/b_json.json: not valid JSON: .*; the conversation is unchanged"
+err_has badload "b_shape.json: want \{\"messages\": \[...\]\} or an array of messages"
+err_has badload "b_role.json: messages\[0\] has the unknown role 'tool'"
+err_has badload "b_utf8.json: not valid UTF-8 \(bad byte 0xc3 at offset 33\)"
+err_has badload "b_order.json: messages\[0\] is an assistant message where a user message must come"
+err_has badload "b_content.json: messages\[0\].content must be a string"
+err_has badload "b_field.json: messages\[0\] has the field 'tool_calls'"
+err_has badload "b_key.json: the JSON object has no \"messages\" array"
+err_has badload "/load: $tmp/nope.json: No such file or directory"
+err_has badload "/load needs a file name"
+err_has badload "/save: $tmp: is a directory; nothing was written"
+err_has badload "/save: $tmp/no/dir/x.json: cannot write in directory"
+err_has badload "/save needs a file name"
+same "bad /load and /save keep the conversation" "$tmp/bad.json" "$tmp/sv1.json"
+[ ! -e "$tmp/no" ] && ok || bad "a failed /save created something"
+"$PY" -c 'import json, sys; assert json.load(open(sys.argv[1]))["messages"] == [{"role": "user", "content": "ok"}]' \
+    "$tmp/arr2.json" && ok || bad "/load of a bare array"
+
+# --- line editing through a pseudo-terminal (issue 17): tests/chat/test_chat_tty.py ---
+if BUILD="$BUILD" timeout 300 "$PY" tests/chat/test_chat_tty.py >"$tmp/tty.log" 2>&1; then ok; else
+    bad "line editing through a pty:"; cat "$tmp/tty.log"
+fi
+tail -n 1 "$tmp/tty.log"
 
 # --- issue 11 regressions ---
 # a 22,000-byte token in the reply is shown whole (was: "out of memory streaming the reply")
