@@ -66,12 +66,28 @@ static void fill_row(uint32_t type, unsigned char *p, uint64_t k) {
             put_f16(p + 2, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f);
             break;
         case KIPP_TYPE_Q6_K: put_f16(p + 208, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f); break;
+        case KIPP_TYPE_Q5_0:
+        case KIPP_TYPE_IQ4_NL: put_f16(p, 0.0001f + 0.001f * (float)(urand() % 1000) / 1000.0f); break;
+        case KIPP_TYPE_Q4_1:
+        case KIPP_TYPE_Q5_1:
+        case KIPP_TYPE_Q5_K:
+            put_f16(p, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f);
+            put_f16(p + 2, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f);
+            break;
+        case KIPP_TYPE_Q2_K:
+            put_f16(p + 80, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f);
+            put_f16(p + 82, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f);
+            break;
+        case KIPP_TYPE_Q3_K: put_f16(p + 108, 0.0005f + 0.001f * (float)(urand() % 1000) / 1000.0f); break;
+        case KIPP_TYPE_IQ4_XS: put_f16(p, 0.00002f + 0.0001f * (float)(urand() % 1000) / 1000.0f); break;
         }
     }
 }
 
-static const uint32_t all_types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16, KIPP_TYPE_Q8_0,
-                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+static const uint32_t all_types[] = {KIPP_TYPE_F32,  KIPP_TYPE_F16,  KIPP_TYPE_BF16,   KIPP_TYPE_Q8_0,
+                                     KIPP_TYPE_Q4_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K,   KIPP_TYPE_Q4_1,
+                                     KIPP_TYPE_Q5_0, KIPP_TYPE_Q5_1, KIPP_TYPE_Q2_K,   KIPP_TYPE_Q3_K,
+                                     KIPP_TYPE_Q5_K, KIPP_TYPE_IQ4_NL, KIPP_TYPE_IQ4_XS};
 
 static int in_list(const char *list, const char *name) {
     if (!list) return 1;

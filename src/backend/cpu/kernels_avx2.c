@@ -3,10 +3,10 @@
  *   F32/F16/BF16 weights on f32 activations: 8-lane FMA, weights widened in registers;
  *   Q8_0/Q4_0 on Q8_0 activations: per 32-block an exact int dot via the sign trick and
  *     maddubs (|w| unsigned times sign-adjusted x), then one FMA with dw * dx;
- *   Q4_K/Q6_K on Q8_K activations: nibbles / 6-bit values unpacked per 32 elements,
+ *   Q4_K/Q5_K/Q6_K on Q8_K activations: nibbles / 5- / 6-bit values unpacked per 32 elements,
  *     maddubs then madd with the sub-block scales, exact int32 per 256-block; the Q4_K mins
  *     through bsums, Q6_K's -32 offset through maddubs(32, x);
- *   Q4_1/Q5_0/Q5_1/Q3_K/Q5_K/IQ4_NL/IQ4_XS on Q8_0 activations: rows decoded by the panel's
+ *   Q4_1/Q5_0/Q5_1/Q3_K/IQ4_NL/IQ4_XS on Q8_0 activations: rows decoded by the panel's
  *     decode_row, then an exact int dot per 32-block (gemm_rows_dec);
  *   many tokens: the int16 panel (KIPP_ACT_Q16) for every quantized type but Q2_K.
  * Register tile: one weight row against up to 4 tokens, so each weight block is loaded and
@@ -455,7 +455,104 @@ INLINE void rows4_q6_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
     UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
 }
 
+/* Q5_K: as Q4_K (the same scale packing and mins through bsums) with bit s of qh[l] as
+ * bit 4 of sub-block s's values (0..31); q5_hbit gives that bit as 0x10 per byte */
+INLINE __m256i q5_hbit(__m256i qh, int s) {
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, s), 4), _mm256_set1_epi8(0x10));
+}
+
+INLINE void tile_q5_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                      uint64_t k, const int nt) {
+    __m256 acc[TILE];
+    float accm[TILE];
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        accm[t] = 0.0f;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const unsigned char *wb = wr;
+    for (uint64_t b = 0; b < k / 256; b++, wb += 176) {
+        uint8_t scale[8], min[8];
+        k4_scales(wb + 4, scale, min);
+        const float d = rd_f16(wb), dmin = rd_f16(wb + 2);
+        __m256i sumi[TILE];
+        for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(wb + 16));
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 48 + 32 * g));
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), q5_hbit(qh, 2 * g));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q5_hbit(qh, 2 * g + 1));
+            const __m256i s_lo = _mm256_set1_epi16(scale[2 * g]), s_hi = _mm256_set1_epi16(scale[2 * g + 1]);
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xq = xt[t][b].qs + 64 * g;
+                const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
+                                                                     _mm256_madd_epi16(p_hi, s_hi)));
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            const int16_t *bs = xt[t][b].bsums;
+            int32_t imin = 0;
+            for (int s = 0; s < 8; s++) imin += min[s] * (bs[2 * s] + bs[2 * s + 1]);
+            const float dx = xt[t][b].d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            accm[t] += dx * dmin * (float)imin;
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]) - accm[t];
+}
+
+/* Q5_K, 4 rows x nt <= 2 tokens, as rows4_q4_k */
+INLINE void rows4_q5_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                       uint64_t k, const int nt) {
+    __m256 acc[2][FR];
+    UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (uint64_t b = 0; b < k / 256; b++) {
+        __m128i bsp[2];
+        UNROLL for (int t = 0; t < nt; t++) {
+            const __m128i b0 = _mm_loadu_si128((const __m128i *)xt[t][b].bsums);
+            const __m128i b1 = _mm_loadu_si128((const __m128i *)(xt[t][b].bsums + 8));
+            bsp[t] = _mm_hadd_epi16(b0, b1); /* bsums[2j] + bsums[2j+1], j < 8 */
+        }
+        UNROLL for (int r = 0; r < FR; r++) {
+            const unsigned char *p = w + r * wrb + b * 176;
+            prefetch_ahead(p, FR * wrb, 176);
+            const __m128i sm = k4_scales_v(p + 4);
+            uint8_t sc8[16];
+            _mm_storeu_si128((__m128i *)sc8, sm);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            const float d = rd_f16(p), dmin = rd_f16(p + 2);
+            __m256i sumi[2];
+            UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+            UNROLL for (int g = 0; g < 4; g++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * g));
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), q5_hbit(qh, 2 * g));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q5_hbit(qh, 2 * g + 1));
+                const __m256i s_lo = _mm256_set1_epi16(sc8[2 * g]), s_hi = _mm256_set1_epi16(sc8[2 * g + 1]);
+                UNROLL for (int t = 0; t < nt; t++) {
+                    const int8_t *xq = xt[t][b].qs + 64 * g;
+                    const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                    const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
+                                                                         _mm256_madd_epi16(p_hi, s_hi)));
+                }
+            }
+            UNROLL for (int t = 0; t < nt; t++) {
+                const float dx = xt[t][b].d;
+                const __m256 mi = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bsp[t])));
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi[t]), acc[t][r]);
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(-dx * dmin), mi, acc[t][r]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+}
+
 GEMM_DRIVER_DEC(gemm_q4_k, rows4_q4_k, tile_q4_k, kipp_act_q8_k)
+GEMM_DRIVER_DEC(gemm_q5_k, rows4_q5_k, tile_q5_k, kipp_act_q8_k)
 GEMM_DRIVER_DEC(gemm_q6_k, rows4_q6_k, tile_q6_k, kipp_act_q8_k)
 
 /* ---- many tokens: the int16 panel (KIPP_ACT_Q16 activations) --------------------------------
@@ -559,7 +656,7 @@ static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, pane
             _mm256_store_si256((__m256i *)(o + 32 * jb), v);
         }
     } else if (qt == QT_Q5_K) {
-        const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
         for (uint64_t jb = 0; jb < kc / 256; jb++) {
             const uint8_t *b = wr + (c0 / 256 + jb) * 176;
             uint8_t scale[8], min[8];
@@ -572,12 +669,10 @@ static void decode_row(int qt, const uint8_t *wr, uint64_t c0, uint64_t kc, pane
             }
             for (int g = 0; g < 4; g++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * g));
-                /* bit s of qh[l] -> 0x10 for sub-block s = 2g (low) and 2g + 1 (high) */
-                const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g), 4), b4);
-                const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g + 1), 4), b4);
-                _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g), _mm256_or_si256(_mm256_and_si256(q, m4), h0));
+                _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g),
+                                   _mm256_or_si256(_mm256_and_si256(q, m4), q5_hbit(qh, 2 * g)));
                 _mm256_store_si256((__m256i *)(o + 256 * jb + 64 * g + 32),
-                                   _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1));
+                                   _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q5_hbit(qh, 2 * g + 1)));
             }
         }
     } else if (qt == QT_Q3_K) {
@@ -871,7 +966,7 @@ GEMM16(gemm16_q5_k, QT_Q5_K)
 GEMM16(gemm16_iq4_nl, QT_IQ4_NL)
 GEMM16(gemm16_iq4_xs, QT_IQ4_XS)
 
-/* ---- few tokens for the types added for Hub files (Q4_1 Q5_0 Q5_1 Q3_K Q5_K IQ4_NL IQ4_XS) --
+/* ---- few tokens for the other types added for Hub files (Q4_1 Q5_0 Q5_1 Q3_K IQ4_NL IQ4_XS) --
  * Decode and small batches on Q8_0 activations (two planes, forward.c), for the K types too:
  * each weight row is decoded a chunk at a time by the panel's decode_row into signed bytes
  * and an f32 scale per sub-block (and min), then every token's 32-blocks are dotted exactly
@@ -918,7 +1013,6 @@ GEMM_DEC(gemm_q4_1, QT_Q4_1)
 GEMM_DEC(gemm_q5_0, QT_Q5_0)
 GEMM_DEC(gemm_q5_1, QT_Q5_1)
 GEMM_DEC(gemm_q3_k, QT_Q3_K)
-GEMM_DEC(gemm_q5_k, QT_Q5_K)
 GEMM_DEC(gemm_iq4_nl, QT_IQ4_NL)
 GEMM_DEC(gemm_iq4_xs, QT_IQ4_XS)
 
@@ -1237,7 +1331,7 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .q5_0 = {KIPP_ACT_Q8_0, gemm_q5_0, KIPP_ACT_Q16, gemm16_q5_0, MANY_MIN_TOK},
     .q5_1 = {KIPP_ACT_Q8_0, gemm_q5_1, KIPP_ACT_Q16, gemm16_q5_1, MANY_MIN_TOK},
     .q3_k = {KIPP_ACT_Q8_0, gemm_q3_k, KIPP_ACT_Q16, gemm16_q3_k, MANY_MIN_TOK},
-    .q5_k = {KIPP_ACT_Q8_0, gemm_q5_k, KIPP_ACT_Q16, gemm16_q5_k, MANY_MIN_TOK},
+    .q5_k = {KIPP_ACT_Q8_K, gemm_q5_k, KIPP_ACT_Q16, gemm16_q5_k, MANY_MIN_TOK},
     .iq4_nl = {KIPP_ACT_Q8_0, gemm_iq4_nl, KIPP_ACT_Q16, gemm16_iq4_nl, MANY_MIN_TOK},
     .iq4_xs = {KIPP_ACT_Q8_0, gemm_iq4_xs, KIPP_ACT_Q16, gemm16_iq4_xs, MANY_MIN_TOK},
     .quant = {NULL, kipp_cpu_quant_bf16_scalar, kipp_cpu_quant_q8_0_scalar,
