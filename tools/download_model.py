@@ -373,20 +373,22 @@ def verify(path: Path, f: RepoFile) -> tuple[str | None, str]:
 
 
 class Progress:
+    """A line redrawn 5 times a second on a terminal; elsewhere (a log) a line every 30 s."""
+
     def __init__(self, total: int):
-        self.total, self.t0, self.last = total, time.monotonic(), 0.0
+        self.total, self.t0 = total, time.monotonic()
         self.tty = sys.stderr.isatty()
+        self.last = 0.0 if self.tty else self.t0
 
     def update(self, have: int, start: int) -> None:
         now = time.monotonic()
-        if not self.tty or (now - self.last < 0.2 and have < self.total):
+        done = have >= self.total
+        if now - self.last < (0.2 if self.tty else 30.0) and not (self.tty and done):
             return
         self.last = now
         rate = (have - start) / max(now - self.t0, 1e-6)
-        sys.stderr.write(f"\r  {mib(have)} of {mib(self.total)} ({100 * have // max(self.total, 1)} %), "
-                         f"{mib(int(rate))}/s   ")
-        if have >= self.total:
-            sys.stderr.write("\n")
+        line = f"  {mib(have)} of {mib(self.total)} ({100 * have // max(self.total, 1)} %), {mib(int(rate))}/s"
+        sys.stderr.write(("\r" + line + "   " + ("\n" if done else "")) if self.tty else line + "\n")
         sys.stderr.flush()
 
 
