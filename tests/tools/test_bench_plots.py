@@ -2,7 +2,8 @@
 passes; after one record changes (a decode ratio, as a re-run would) it fails naming the
 summary block of BENCHMARKS.md and the figure drawn from that record; after `build` on the
 copy it passes again (a fresh render gives the same bytes: the SVGs are deterministic).
-Also: the summary's "met" follows the target, and a missing block is inserted, not lost."""
+Also: the summary's "met" follows the target, a record of a type without a target is shown
+without a verdict, and a missing block is inserted, not lost."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_drift_check_fails_when_a_record_changes(tmp_path):
     rec = json.loads(rec_path.read_text())
     rec["ratios_kipp_over_llama"]["decode_tok_s_median"] = 1.01
     rec_path.write_text(json.dumps(rec))
+    # a record of a weight type no issue has a target for yet: shown, judged against nothing
+    (root / "bench" / "results" / "cpu-1.7b-q5_k_m.json").write_text(json.dumps(rec))
     diff = plots.stale(str(root))
     assert "BENCHMARKS.md (the summary block)" in diff
     assert "bench/plots/cpu-ratios.svg" in diff
@@ -38,6 +41,8 @@ def test_drift_check_fails_when_a_record_changes(tmp_path):
     block = plots.summary_block(str(root))
     row = [line for line in block.splitlines() if "cpu-0.6b-q8_0.json" in line][0]
     assert "1.01× (worst 1.44×); ≥ 1.3×: **not met**" in row
+    row = [line for line in block.splitlines() if "cpu-1.7b-q5_k_m.json" in line][0]
+    assert "1.01× (worst 1.44×); no target" in row and "1.62×" in row
 
     assert plots.main(["build", "--root", str(root)]) == 0
     first = {p.name: p.read_bytes() for p in (root / "bench" / "plots").iterdir()}
