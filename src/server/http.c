@@ -12,6 +12,7 @@
 #include "server/embeddings.h"
 #include "server/metrics.h"
 #include "server/structured.h"
+#include "server/webui.h"
 #include "server/openai.h"
 
 #include <jansson.h>
@@ -59,6 +60,7 @@ struct kipp_server {
     struct MHD_Daemon *d;
     kipp_server_params p;
     char *api_key, *model_name;
+    char *webui_csp; /* the page's Content-Security-Policy (webui.c) */
     uint16_t port;
     atomic_int ready, draining, stopping, active;
     kipp_model *m;
@@ -710,6 +712,27 @@ static enum MHD_Result handle_models(kipp_server *sv, struct MHD_Connection *c, 
                      oai_models_json(sv->model_name, sv->p.model_aliases, sv->p.n_model_aliases));
 }
 
+/* The chat page (webui.c). It needs no API key: it holds no data, and its API calls carry
+ * the key. Its policy allows only its own inline script and style and fetches to us. */
+static enum MHD_Result send_webui(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
+    size_t n;
+    const char *page = kipp_webui_page(&n);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)page, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Content-Security-Policy", sv->webui_csp);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    common_headers(sv, cs, r);
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    cs->responded = 1;
+    cs->status = 200;
+    count(sv, cs->endpoint, 200);
+    return ok;
+}
+
 static int key_ok(const kipp_server *sv, struct MHD_Connection *c) {
     if (!sv->api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -957,6 +980,7 @@ static int route(const char *url, int *post) {
     if (!strcmp(url, "/v1/completions")) return M_EP_COMPLETIONS;
     if (!strcmp(url, "/v1/embeddings")) return M_EP_EMBEDDINGS;
     *post = 0;
+    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return M_EP_WEBUI;
     if (!strcmp(url, "/v1/models")) return M_EP_MODELS;
     if (!strcmp(url, "/health")) return M_EP_HEALTH;
     if (!strcmp(url, "/metrics")) return M_EP_METRICS;
@@ -1011,7 +1035,7 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
     if (!method_ok)
         return send_error(sv, c, cs, 405, is_post ? "this endpoint takes POST" : "this endpoint takes GET",
                           "invalid_request_error", NULL, NULL);
-    if (cs->endpoint != M_EP_HEALTH && !key_ok(sv, c))
+    if (cs->endpoint != M_EP_HEALTH && cs->endpoint != M_EP_WEBUI && !key_ok(sv, c))
         return send_error(sv, c, cs, 401, "missing or incorrect API key", "authentication_error",
                           NULL, "invalid_api_key");
     if (is_post && !json_ctype(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
@@ -1088,6 +1112,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                           "server_error", NULL, "overloaded");
     const int ready = atomic_load(&sv->ready);
     switch (cs->endpoint) {
+    case M_EP_WEBUI: return send_webui(sv, c, cs); /* served while loading: the page waits */
     case M_EP_HEALTH: {
         const int draining = atomic_load(&sv->draining);
         return send_body(sv, c, cs, ready && !draining ? 200 : 503,
@@ -1220,6 +1245,12 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     pthread_mutex_init(&sv->wd_mu, NULL);
     pthread_cond_init(&sv->parsing.cv, NULL);
     pthread_cond_init(&sv->bodies.cv, NULL);
+    if (!(sv->webui_csp = kipp_webui_csp())) {
+        freeaddrinfo(ai);
+        snprintf(err, err_len, "out of memory");
+        kipp_server_free(sv);
+        return KIPP_ERR_NOMEM;
+    }
     if (pthread_create(&sv->wd, NULL, watchdog, sv) != 0) {
         freeaddrinfo(ai);
         snprintf(err, err_len, "cannot start the watchdog thread");
@@ -1314,5 +1345,6 @@ void kipp_server_free(kipp_server *sv) {
     oai_structured_free(sv->structured);
     free(sv->model_name);
     free(sv->api_key);
+    free(sv->webui_csp);
     free(sv);
 }

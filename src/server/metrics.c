@@ -11,7 +11,7 @@
 const int kipp_metrics_statuses[M_ST_N] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 500, 503, 0};
 const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "completions", "models",
                                                     "health", "metrics", "embeddings",
-                                                    "other"};
+                                                    "webui", "other"};
 
 void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status) {
     int k = 0;

@@ -302,7 +302,7 @@ def test_chunked_oversize_body(server):
 
 # ---- paths and methods ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("method,path", [("GET", "/v1/nope"), ("POST", "/v1/nope"), ("GET", "/"),
+@pytest.mark.parametrize("method,path", [("GET", "/v1/nope"), ("POST", "/v1/nope"), ("GET", "/index.htm"),
                                          ("GET", "/v1"), ("GET", "/v1/chat/completions/extra"),
                                          ("GET", "/v2/models")])
 def test_unknown_path(server, method, path):
