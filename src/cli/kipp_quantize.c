@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -455,6 +456,14 @@ static int build_header(plan *pl, const qtype_def *q) {
     return 0;
 }
 
+/* Asks the kernel to start reading a tensor's pages (the input is memory-mapped), so the
+ * disk reads the next tensor while the threads convert this one. Advice only: errors ignored. */
+static void prefetch(const kipp_gguf_tensor *t) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (uintptr_t)t->data & ~(page - 1);
+    (void)posix_madvise((void *)a, (size_t)((uintptr_t)t->data + t->n_bytes - a), POSIX_MADV_WILLNEED);
+}
+
 /* Streams the tensors to fd. Returns 0, or -1 with errno set by the failed write. */
 static int write_tensors(int fd, plan *pl, kipp_threadpool *pool, progress *pr) {
     const kipp_gguf *g = pl->g;
@@ -487,6 +496,7 @@ static int write_tensors(int fd, plan *pl, kipp_threadpool *pool, progress *pr) 
     for (uint64_t i = 0; !rc && i < n_t; i++) {
         const kipp_gguf_tensor *t = kipp_gguf_tensor_at(g, i);
         const double t_start = now_s();
+        if (i + 1 < n_t) prefetch(kipp_gguf_tensor_at(g, i + 1)); /* read ahead while this one runs */
         if (pl->types[i] == t->type) {
             rc = write_all(fd, t->data, (size_t)t->n_bytes);
             if (pr->bar) {
