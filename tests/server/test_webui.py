@@ -259,6 +259,20 @@ def test_stop_cancels_on_the_server(driver, ui_server):
     assert js(driver, "return document.querySelectorAll('#list .msg').length") == 4
 
 
+def test_server_error_is_shown(driver, ui_server):
+    open_page(driver, ui_server)
+    set_field(driver, "system", "word " * 3000)    # a prompt past the 512-token context: 400
+    send(driver, "hi")
+    r = wait_reply_done(driver, "the refused request")
+    assert r["note"].startswith("Error: ") and "(400)" in r["note"], r
+    assert js(driver, "return document.getElementById('status').className") == "error"
+    set_field(driver, "system", "")
+    set_field(driver, "max-tokens", "2")
+    send(driver, "hi")
+    r = wait_reply_done(driver, "the reply after the error")
+    assert r["note"] == "Stopped at the token limit.", r
+
+
 def test_screenshot_is_not_blank_and_narrow_fits(driver, ui_server):
     open_page(driver, ui_server)
     set_field(driver, "max-tokens", "24")
