@@ -200,6 +200,9 @@ endef
 $(foreach t,$(TINY),$(eval $(call tiny_quant_rule,$(t),q4_0)))
 # every weight type the cpu backend runs, per tiny checkpoint (the model gates use them all)
 TINY_TYPES := bf16 f32 f16 q8_0 q4_0
+# the 32-element types beyond those, on tiny-tied only (one model per type keeps make test short)
+TINY_TIED_TYPES := q4_1 q5_0 q5_1 iq4_nl
+$(foreach q,$(TINY_TIED_TYPES),$(eval $(call tiny_quant_rule,tiny-tied,$(q))))
 
 # Kipp's trained models (tools/train_tiny.py): the bf16 file ships xz-compressed in weights/
 # and is unpacked and sha256-checked (weights/MANIFEST.json); the quantized files are made
@@ -233,15 +236,18 @@ define random_quant_rule
 models/random/qwen3-%-$(1).gguf: models/random/qwen3-%-bf16.gguf tools/quantize.py tools/kipp_quants.py
 	$$(PYTHON) -m tools.quantize $$< $$@ --type $(1)
 endef
-$(foreach q,q8_0 q4_0 q4_k_m q6_k,$(eval $(call random_quant_rule,$(q))))
+$(foreach q,q8_0 q4_0 q4_k_m q6_k q5_k_m q5_k_s q4_k_s q5_0 q5_1 q4_1 q3_k_l q3_k_m q3_k_s q2_k iq4_nl iq4_xs,\
+    $(eval $(call random_quant_rule,$(q))))
 random-model: deps models/random/qwen3-$(SHAPE)-$(or $(TYPE),bf16).gguf
 
-# the random-tiny shape in every weight type the cpu backend runs (Q4_K and Q6_K included)
-RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k
+# the random-tiny shape in every weight type the cpu backend runs (Q4_K and Q6_K included);
+# the K-quant mixes q5_k_m (Q5_K), q2_k (Q2_K, Q3_K) and iq4_xs for their cpu-vs-ref gates
+RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k q5_k_m q2_k iq4_xs
 # the embedding checkpoint (a bare Qwen3Model with last-token pooling): bf16 only, the
 # weights its golden embeddings (tools/make_embed_vectors.py) were computed from
 $(eval $(call tiny_gguf_rule,tiny-embed,bf16))
 tiny-models: deps trained-models $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
+             $(foreach q,$(TINY_TIED_TYPES),models/tiny-tied/kipp-tiny-tied-$(q).gguf) \
              $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf) \
              models/tiny-embed/kipp-tiny-embed-bf16.gguf
 

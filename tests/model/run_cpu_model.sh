@@ -9,11 +9,13 @@
 #     both; cpu with f32 and bf16 KV besides its default (golden, phase-2, paged); the
 #     scheduler; then every other weight type the cpu backend runs (f16, q8_0, q4_0 for the
 #     tiny checkpoints): cpu vs cpu-ref on the same file (every ISA level, 1 and 2 threads)
-#     and the same-backend gates on cpu; the tokenizer golden sets.
+#     and the same-backend gates on cpu; tiny-tied's q4_1, q5_0, q5_1 and iq4_nl files:
+#     cpu vs cpu-ref on the shape gate's tokens and phase-2 on cpu; the tokenizer golden sets.
 #   random-<shape>: random-weight GGUFs of a real Qwen3 shape, made by the Makefile rules
 #     when missing. No golden vectors: cpu vs cpu-ref (--cpu-vs-ref-shape) in each type,
 #     the scheduler on q8_0; random-tiny also runs the same-backend gates on every type on
-#     cpu and on bf16 on cpu-ref, with tiny-tied's prompts (same vocabulary).
+#     cpu and on bf16 on cpu-ref, with tiny-tied's prompts (same vocabulary), and cpu vs
+#     cpu-ref alone on the q5_k_m, q2_k and iq4_xs mixes (Q5_K, Q2_K, Q3_K, IQ4_XS).
 # Tiny checkpoints are made locally; real ones must have been downloaded and converted.
 set -u
 cd "$(dirname "$0")/../.."
@@ -55,11 +57,15 @@ case "$name" in
 random-*)
     shape=${name#random-}
     types="bf16 q8_0 q4_k_m"
-    [ "$shape" = tiny ] && types="bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k" # every type cpu runs
+    mixes=""
+    if [ "$shape" = tiny ]; then
+        types="bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k" # every type cpu runs
+        mixes="q5_k_m q2_k iq4_xs"                 # Q5_K, Q2_K + Q3_K, IQ4_XS: cpu vs cpu-ref only
+    fi
     files=()
-    for q in $types; do files+=("models/random/qwen3-$shape-$q.gguf"); done
+    for q in $types $mixes; do files+=("models/random/qwen3-$shape-$q.gguf"); done
     make_models "${files[@]}"
-    for q in $types; do
+    for q in $types $mixes; do
         gate "cpu vs cpu-ref $shape $q" --cpu-vs-ref-shape "models/random/qwen3-$shape-$q.gguf"
     done
     if [ "$shape" = tiny ]; then
@@ -111,8 +117,10 @@ tiny-* | kipp-*)
     types="bf16 f32 f16 q8_0 q4_0"
     # trained: shipped bf16 (the vectors' file) and what tools/quantize.py makes of it
     case "$name" in kipp-*) types="bf16 q8_0 q6_k q4_k_m q4_0" ;; esac
+    # tiny-tied also carries the other 32-element types (the Makefile's TINY_TIED_TYPES)
+    [ "$name" = tiny-tied ] && extra="q4_1 q5_0 q5_1 iq4_nl"
     files=()
-    for q in $types; do files+=("$(gguf "$q")"); done
+    for q in $types ${extra:-}; do files+=("$(gguf "$q")"); done
     for f in "$vec"/*.f32.xz; do [ -f "$f" ] && files+=("${f%.xz}"); done # committed compressed
     make_models "${files[@]}"
     ;;
@@ -175,6 +183,12 @@ for q in $types; do
         gate "longctx cpu $q" --longctx "$m" "$vec" --backend cpu "${lc[@]}"
         ;;
     esac
+done
+# the other 32-element types, at less cost: cpu vs cpu-ref on the shape gate's tokens (every
+# ISA level, 1 and 2 threads, batched and interleaved) and cached == recomputed on cpu
+for q in ${extra:-}; do
+    gate "cpu vs cpu-ref $name $q" --cpu-vs-ref-shape "$(gguf "$q")"
+    gate "phase-2 cpu $q" --phase2-model "$(gguf "$q")" "$vec" --backend cpu
 done
 # the scheduler (continuous batching, prefix cache, preemption, cancellation) on both
 # backends; cpu-ref only on the smallest checkpoint: it is the slowest gate there is.
