@@ -1,7 +1,7 @@
 /* chat_input.c — see chat_input.h. Line editing is libedit's native API (histedit.h), with
- * three things set up by hand: our own character reader (EL_GETCFN), so that Ctrl-C ends a
- * read at once instead of being retried inside libedit; Ctrl-R bound to the incremental
- * history search (libedit's emacs map leaves it at redisplay); and a history file rewritten
+ * two things done by hand: our own character reader (EL_GETCFN), so that Ctrl-C ends a
+ * read at once (libedit's own retries a read that a signal interrupted, and its signal
+ * handling re-sends the signal to the whole process group); and a history file rewritten
  * atomically after every line, merged with what is on disk so parallel sessions add to it
  * rather than overwrite each other. */
 #define _XOPEN_SOURCE 700 /* nl_langinfo */
@@ -269,8 +269,9 @@ static void edit_open(kipp_chat_input *in) {
     el_set(in->el, EL_PROMPT, edit_prompt);
     el_set(in->el, EL_HIST, history, in->hist);
     el_set(in->el, EL_GETCFN, edit_getc);
-    /* Ctrl-R searches back through the history; Home/End/Delete and Ctrl-arrows as the
-     * usual terminals send them (libedit binds the arrows and \e[H/\e[F itself) */
+    /* Ctrl-R searches back through the history (libedit's emacs default, said here since
+     * the tests rely on it); Home/End/Delete and Ctrl-arrows as the usual terminals send
+     * them (libedit binds the arrows and \e[H/\e[F itself) */
     el_set(in->el, EL_BIND, "^R", "em-inc-search-prev", NULL);
     el_set(in->el, EL_BIND, "\033[1~", "ed-move-to-beg", NULL);
     el_set(in->el, EL_BIND, "\033[7~", "ed-move-to-beg", NULL);

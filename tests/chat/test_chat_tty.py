@@ -54,6 +54,7 @@ class Session:
                                      preexec_fn=Session._own_terminal)
         os.close(slave)
         self.fd, self.out, self.pos = master, b"", 0
+        self.timeout = TIMEOUT  # cut to 2 s after the first miss, so a broken build fails fast
 
     @staticmethod
     def _own_terminal():
@@ -75,7 +76,7 @@ class Session:
 
     def expect(self, pattern, what):
         """Waits for pattern (a regex over bytes) after the last match; True when seen."""
-        rx, end = re.compile(pattern.encode()), time.monotonic() + TIMEOUT
+        rx, end = re.compile(pattern.encode()), time.monotonic() + self.timeout
         while True:
             m = rx.search(self.out, self.pos)
             if m:
@@ -86,8 +87,9 @@ class Session:
                 if m:
                     self.pos = m.end()
                     return True
-                check(False, f"{what}: no /{pattern}/ within {TIMEOUT:.0f} s",
+                check(False, f"{what}: no /{pattern}/ within {self.timeout:.0f} s",
                       repr(self.out[self.pos:][-600:]))
+                self.timeout = 2.0
                 return False
 
     def type(self, keys):
@@ -95,10 +97,11 @@ class Session:
         only when it reads the first key, after printing the prompt, and a key typed
         before that is seen by the line discipline (a Ctrl-D there is an EOF libedit never
         reads). The master side reports the terminal's modes."""
-        end = time.monotonic() + TIMEOUT
+        end = time.monotonic() + self.timeout
         while termios.tcgetattr(self.fd)[3] & termios.ICANON and self.proc.poll() is None:
             if time.monotonic() > end:
                 check(False, f"the terminal is still in canonical mode; cannot type {keys!r}")
+                self.timeout = 2.0
                 break
             self._pump(0.01)
         os.write(self.fd, keys.encode())
