@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """test_chat_tty.py — kipp-chat's line editing (libedit) driven through a real
 pseudo-terminal (Python's pty module: stdin, stdout and stderr all on the pty's slave side,
-so kipp-chat sees a terminal): Left-arrow editing, Up and Home/End, Ctrl-R across two runs
-through the history file, the continuation rules, /save and /load, a bad /load, Ctrl-C and
-Ctrl-D, the history file's location ($XDG_STATE_HOME, $HOME/.local/state, --history,
---no-history) and an unwritable one. What was typed is read back from /save's JSON, never
-from the screen. HOME and XDG_STATE_HOME point into a temporary directory. Called by
-tests/chat/test_chat.sh (BUILD selects the build tree); prints "N passed, N failed" and
-exits non-zero on a failure."""
+so kipp-chat sees a terminal): Left-arrow editing (UTF-8 text too), Up and Home/End,
+Ctrl-R across two runs through the history file, the continuation rules, /save and /load,
+a bad /load, Ctrl-C and Ctrl-D, the history file's location ($XDG_STATE_HOME,
+$HOME/.local/state, --history, --no-history) and unusable ones. What was typed is read back
+from /save's JSON, never from the screen. HOME and XDG_STATE_HOME point into a temporary
+directory. Called by tests/chat/test_chat.sh (BUILD selects the build tree); prints
+"N passed, N failed" and exits non-zero on a failure."""
 import fcntl
 import json
 import os
@@ -197,12 +197,15 @@ def main(tmp):
     s.type("say")
     s.expect(r"say hello!", "Ctrl-R finds the line from run 1")
     s.line("", r"turn 1: ", "Ctrl-R then Enter sends it")
-    s.line(f"/save {j('r2.json')}", r"saved 2 messages to", "/save in run 2")
+    # UTF-8: Left moves over one character, not one byte
+    s.line("na\u00efve \u4e16" + LEFT + "!", r"turn 2: ", "editing UTF-8 text")
+    s.line(f"/save {j('r2.json')}", r"saved 4 messages to", "/save in run 2")
     s.line(f"/load {j('s1.json')}", r"loaded 8 messages from", "/load")
     s.line(f"/save {j('s3.json')}", r"saved 8 messages to", "/save after /load")
     rc = s.finish(CTRL_C)
     check(rc == 130, f"Ctrl-C at the prompt ends with 130, got {rc}")
-    check(users(j("r2.json")) == ["say hello!"], "Ctrl-R result sent", repr(users(j("r2.json"))))
+    check(users(j("r2.json")) == ["say hello!", "na\u00efve !\u4e16"],
+          "Ctrl-R result and the UTF-8 edit sent", repr(users(j("r2.json"))))
     check(read(j("s3.json")) == read(j("s1.json")), "/save, /load, /save round-trips byte for byte")
 
     # --- where the history goes: $HOME fallback, --history, --no-history, unwritable ---
