@@ -217,6 +217,12 @@ def _qkx2(xs: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, 
     return scale, the_min
 
 
+def _mins(the_min: np.ndarray) -> np.ndarray:
+    """-min as a non-negative sub-block min (+0, not -0, for a min of 0: the f16 bytes of
+    dmin stay those of ggml's and of build/kipp-quantize)."""
+    return np.maximum(-the_min, np.float32(0))
+
+
 def _k_weights(xs: np.ndarray) -> np.ndarray:
     """Q4_K/Q5_K's weights: |x| + the rms of the sub-block."""
     av = np.sqrt(_rowdot(xs, xs) / np.float32(xs.shape[1]))
@@ -265,7 +271,7 @@ def quantize_q4_k(x: np.ndarray) -> np.ndarray:
     xs = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)  # sub-blocks
     nb = xs.shape[0] // 8
     scale, the_min = _qkx2(xs, _k_weights(xs), 15, -1.0, 0.1, 20)
-    sc, d16, dmin16, d_eff, m_eff = _k_scales_6bit(scale.reshape(nb, 8), -the_min.reshape(nb, 8))
+    sc, d16, dmin16, d_eff, m_eff = _k_scales_6bit(scale.reshape(nb, 8), _mins(the_min).reshape(nb, 8))
     q = _asym_q(xs.reshape(nb, 8, 32), d_eff, m_eff, 15)
     out = np.empty((nb, 144), dtype=np.uint8)
     out[:, 0:2] = d16.view(np.uint8).reshape(nb, 2)
@@ -284,7 +290,7 @@ def quantize_q5_k(x: np.ndarray) -> np.ndarray:
     xs = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)
     nb = xs.shape[0] // 8
     scale, the_min = _qkx2(xs, _k_weights(xs), 31, -0.5, 0.1, 15)
-    sc, d16, dmin16, d_eff, m_eff = _k_scales_6bit(scale.reshape(nb, 8), -the_min.reshape(nb, 8))
+    sc, d16, dmin16, d_eff, m_eff = _k_scales_6bit(scale.reshape(nb, 8), _mins(the_min).reshape(nb, 8))
     q = _asym_q(xs.reshape(nb, 8, 32), d_eff, m_eff, 31)   # (nb, 8, 32)
     out = np.empty((nb, 176), dtype=np.uint8)
     out[:, 0:2] = d16.view(np.uint8).reshape(nb, 2)
@@ -314,7 +320,7 @@ def quantize_q2_k(x: np.ndarray) -> np.ndarray:
     xs = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 16)
     nb = xs.shape[0] // 16
     scale, the_min = _qkx2(xs, np.abs(xs), 3, -0.5, 0.1, 15, use_mad=True)
-    scale, mins = scale.reshape(nb, 16), (-the_min).reshape(nb, 16)
+    scale, mins = scale.reshape(nb, 16), _mins(the_min).reshape(nb, 16)
     max_scale = _rowreduce(np.maximum, scale)
     max_min = _rowreduce(np.maximum, mins)
     with np.errstate(divide="ignore"):
@@ -395,7 +401,7 @@ def quantize_q3_k(x: np.ndarray) -> np.ndarray:
         q = xs.reshape(nb, 16, 16) / d_eff[:, :, None]
     np.rint(q, out=q)
     np.clip(q, -4, 3, out=q)
-    q[~(d_eff != 0)] = 0
+    q[~(d_eff != 0)] = -4  # stored 0, as ggml's all-zero sub-blocks
     q = (q + 4).astype(np.uint8).reshape(nb, 256)
     out = np.empty((nb, 110), dtype=np.uint8)
     hb = ((q >> 2) & 1).reshape(nb, 8, 32) << np.arange(8, dtype=np.uint8)[None, :, None]

@@ -188,6 +188,17 @@ def test_encoders_round_trip(kipp_dequant, case, t):  # noqa: F811
     assert np.all(np.abs(yb - xb).max(axis=1) <= SPAN_BOUND[t] * span + 1e-7), case
 
 
+@pytest.mark.parametrize("t", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL"])
+def test_zero_blocks_are_zero_bytes(t):
+    """An all-zero block is all-zero bytes, as ggml writes it (no -0.0 f16 scale, no stray
+    high bits): build/kipp-quantize repeats these bytes."""
+    x = np.zeros((2, 512), dtype=np.float32)
+    x[1, 256:] = np.random.default_rng(1).standard_normal(256)  # a zero block beside a live one
+    raw = encode(x, t).reshape(4 if t != "IQ4_NL" else 32, -1)
+    n_zero = 3 if t != "IQ4_NL" else 24
+    assert not raw[:n_zero].any(), raw[:n_zero]
+
+
 def test_iq4_xs_scales_use_their_range():
     """Each sub-block scale is ls - 32 with ls in 0..63; the one of largest magnitude is -32
     (d = -max/32), and decoding the packed bits gives back what the encoder meant."""
