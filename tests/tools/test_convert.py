@@ -295,6 +295,26 @@ def test_cli_default_outfile_and_progress(tiny_tied, tmp_path):
     assert not list(ckpt.glob("*.tmp"))
 
 
+def test_chat_template_2507_copied_verbatim(tiny_tied, tmp_path):
+    """A 2507 checkpoint's template reaches tokenizer.chat_template byte for byte, from
+    tokenizer_config.json or from chat_template.jinja (Kipp recognises the text exactly)."""
+    templates = Path(__file__).resolve().parents[1] / "tok" / "templates"
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_tied, ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    cfg_path = ckpt / "tokenizer_config.json"
+    tok_cfg = json.loads(cfg_path.read_text())
+    thinking = (templates / "qwen3-thinking-2507.jinja").read_text(encoding="utf-8")
+    tok_cfg["chat_template"] = thinking
+    cfg_path.write_text(json.dumps(tok_cfg))
+    assert conv.read_vocab(ckpt, config, config["vocab_size"]).chat_template == thinking
+    instruct = (templates / "qwen3-instruct-2507.jinja").read_text(encoding="utf-8") + "\n"
+    del tok_cfg["chat_template"]
+    cfg_path.write_text(json.dumps(tok_cfg))
+    (ckpt / "chat_template.jinja").write_text(instruct, encoding="utf-8")
+    assert conv.read_vocab(ckpt, config, config["vocab_size"]).chat_template == instruct
+
+
 def test_merges_as_strings_give_same_metadata(tiny_tied, tmp_path):
     ckpt = tmp_path / "tiny-tied"
     shutil.copytree(tiny_tied, ckpt)
