@@ -1,5 +1,5 @@
 /* fuzz_chat.c — libFuzzer target for the chat path: the renderer on arbitrary request
- * bodies (both template kinds), template recognition on arbitrary text, and the streaming
+ * bodies (every template kind), template recognition on arbitrary text, and the streaming
  * reasoning splitter with a data-derived cut. Invariants: a successful render returns a
  * string, a failed one returns none; nothing crashes or leaks. */
 #include "tok/chat.h"
@@ -10,7 +10,7 @@
 static void sink(void *u, int r, const char *b, size_t n) { (void)u; (void)r; (void)b; if (!n) abort(); }
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[KIPP_ERR_LEN], *out = NULL; size_t n;
-    for (int k = 1; k <= 2; k++) {
+    for (int k = 1; k <= 4; k++) { /* QWEN3, CHATML, QWEN3_INSTRUCT_2507, QWEN3_THINKING_2507 */
         if (kipp_chat_render_json((kipp_chat_template_kind)k, (const char *)data, size, &out, &n, err, sizeof err) == KIPP_OK) {
             if (!out || strlen(out) > n) abort();
             free(out);
