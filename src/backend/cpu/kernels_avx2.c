@@ -372,11 +372,19 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
 }
 
 
-/* Q4_K, 4 rows x nt <= 2 tokens: exact int32 per 256-block (sub-block scales through madd),
- * one FMA per block; the mins as a 4-lane int dot of the 8 mins with the activation's
- * pair-summed bsums, added into the accumulator's low lanes with -dx * dmin. */
-INLINE void rows4_q4_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
-                       uint64_t k, const int nt) {
+/* Q5_K: as Q4_K (the same scale packing and mins through bsums) with bit s of qh[l] as
+ * bit 4 of sub-block s's values (0..31); q5_hbit gives that bit as 0x10 per byte */
+INLINE __m256i q5_hbit(__m256i qh, int s) {
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, s), 4), _mm256_set1_epi8(0x10));
+}
+
+/* Q4_K (q5 = 0) and Q5_K (q5 = 1: the fifth bit from qh or'd into the nibbles), 4 rows x
+ * nt <= 2 tokens: exact int32 per 256-block (sub-block scales through madd), one FMA per
+ * block; the mins as a 4-lane int dot of the 8 mins with the activation's pair-summed bsums,
+ * added into the accumulator's low lanes with -dx * dmin. */
+INLINE void rows4_k45(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                      uint64_t k, const int nt, const int q5) {
+    const size_t bb = q5 ? 176 : 144, qs = q5 ? 48 : 16;
     __m256 acc[2][FR];
     UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -388,8 +396,8 @@ INLINE void rows4_q4_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
             bsp[t] = _mm_hadd_epi16(b0, b1); /* bsums[2j] + bsums[2j+1], j < 8 */
         }
         UNROLL for (int r = 0; r < FR; r++) {
-            const unsigned char *p = w + r * wrb + b * 144;
-            prefetch_ahead(p, FR * wrb, 144);
+            const unsigned char *p = w + r * wrb + b * bb;
+            prefetch_ahead(p, FR * wrb, bb);
             const __m128i sm = k4_scales_v(p + 4);
             uint8_t sc8[16];
             _mm_storeu_si128((__m128i *)sc8, sm);
@@ -397,9 +405,14 @@ INLINE void rows4_q4_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
             const float d = rd_f16(p), dmin = rd_f16(p + 2);
             __m256i sumi[2];
             UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+            const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
             UNROLL for (int g = 0; g < 4; g++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * g));
-                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + qs + 32 * g));
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (q5) {
+                    lo = _mm256_or_si256(lo, q5_hbit(qh, 2 * g));
+                    hi = _mm256_or_si256(hi, q5_hbit(qh, 2 * g + 1));
+                }
                 const __m256i s_lo = _mm256_set1_epi16(sc8[2 * g]), s_hi = _mm256_set1_epi16(sc8[2 * g + 1]);
                 UNROLL for (int t = 0; t < nt; t++) {
                     const int8_t *xq = xt[t][b].qs + 64 * g;
@@ -418,6 +431,11 @@ INLINE void rows4_q4_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
         }
     }
     UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+}
+
+INLINE void rows4_q4_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                       uint64_t k, const int nt) {
+    rows4_k45(w, wrb, xt, y, ldy, k, nt, 0);
 }
 
 /* Q6_K, 4 rows x nt <= 2 tokens, as tile_q6_k */
@@ -453,12 +471,6 @@ INLINE void rows4_q6_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
         }
     }
     UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
-}
-
-/* Q5_K: as Q4_K (the same scale packing and mins through bsums) with bit s of qh[l] as
- * bit 4 of sub-block s's values (0..31); q5_hbit gives that bit as 0x10 per byte */
-INLINE __m256i q5_hbit(__m256i qh, int s) {
-    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, s), 4), _mm256_set1_epi8(0x10));
 }
 
 INLINE void tile_q5_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
@@ -503,52 +515,9 @@ INLINE void tile_q5_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]) - accm[t];
 }
 
-/* Q5_K, 4 rows x nt <= 2 tokens, as rows4_q4_k */
 INLINE void rows4_q5_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
                        uint64_t k, const int nt) {
-    __m256 acc[2][FR];
-    UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (uint64_t b = 0; b < k / 256; b++) {
-        __m128i bsp[2];
-        UNROLL for (int t = 0; t < nt; t++) {
-            const __m128i b0 = _mm_loadu_si128((const __m128i *)xt[t][b].bsums);
-            const __m128i b1 = _mm_loadu_si128((const __m128i *)(xt[t][b].bsums + 8));
-            bsp[t] = _mm_hadd_epi16(b0, b1); /* bsums[2j] + bsums[2j+1], j < 8 */
-        }
-        UNROLL for (int r = 0; r < FR; r++) {
-            const unsigned char *p = w + r * wrb + b * 176;
-            prefetch_ahead(p, FR * wrb, 176);
-            const __m128i sm = k4_scales_v(p + 4);
-            uint8_t sc8[16];
-            _mm_storeu_si128((__m128i *)sc8, sm);
-            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-            const float d = rd_f16(p), dmin = rd_f16(p + 2);
-            __m256i sumi[2];
-            UNROLL for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
-            UNROLL for (int g = 0; g < 4; g++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * g));
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), q5_hbit(qh, 2 * g));
-                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q5_hbit(qh, 2 * g + 1));
-                const __m256i s_lo = _mm256_set1_epi16(sc8[2 * g]), s_hi = _mm256_set1_epi16(sc8[2 * g + 1]);
-                UNROLL for (int t = 0; t < nt; t++) {
-                    const int8_t *xq = xt[t][b].qs + 64 * g;
-                    const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
-                    const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
-                                                                         _mm256_madd_epi16(p_hi, s_hi)));
-                }
-            }
-            UNROLL for (int t = 0; t < nt; t++) {
-                const float dx = xt[t][b].d;
-                const __m256 mi = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bsp[t])));
-                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi[t]), acc[t][r]);
-                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(-dx * dmin), mi, acc[t][r]);
-            }
-        }
-    }
-    UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+    rows4_k45(w, wrb, xt, y, ldy, k, nt, 1);
 }
 
 GEMM_DRIVER_DEC(gemm_q4_k, rows4_q4_k, tile_q4_k, kipp_act_q8_k)
