@@ -183,6 +183,12 @@ def other_rows(root):
                  "worst %.3f (%s)" % worst, "≤ %.2f" % KLD_RATIO_TARGET, met(worst[0] <= KLD_RATIO_TARGET),
                  "ppl-kipp-tiny.json"))
 
+    res = load(root, "quantize-0.6b.json")["results"]
+    worst = min((v["speedup"], q) for q, v in res.items())
+    rows.append(("kipp-quantize speed / llama-quantize's, 0.6B bf16, 2 threads (%s)" % ", ".join(res),
+                 "worst %s (%s)" % (xf(worst[0]), worst[1]), "≥ 1.0×", met(worst[0] >= 1.0),
+                 "quantize-0.6b.json"))
+
     d = load(root, "spec-kipp-tiny-draft-vocab.json")
     sp = d["kipp"]["speedup_median"]
     rows.append(("Speculative: kipp-tiny + kipp-tiny-draft (`--draft-vocab 16384`)", xf(sp),
