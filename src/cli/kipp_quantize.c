@@ -1,13 +1,15 @@
-/* kipp_quantize.c — the `kipp-quantize` command: an f32/f16/bf16 GGUF to Q8_0, Q4_0, Q4_K_M or
- * Q6_K, the C port of tools/quantize.py (which stays as the reference it is tested against:
- * both write the same bytes, see tests/cli/test_quantize.sh).
+/* kipp_quantize.c — the `kipp-quantize` command: an f32/f16/bf16 GGUF to any of the 16 file
+ * types of tools/quantize.py (q8_0 ... q2_k, QTYPES below), its C port (the Python tool stays
+ * as the reference it is tested against: both write the same bytes, see
+ * tests/cli/test_quantize.sh).
  *
  * Same rules as the Python tool: every metadata record is copied verbatim, except
- * general.file_type (set to the llama ftype: q8_0 7, q4_0 2, q4_k_m 15, q6_k 18, appended
- * when absent) and general.alignment (written first, only when not 32); tensor types follow
- * llama.cpp's llama_tensor_get_type for these ftypes (1-D tensors and non-weights copied,
- * output.weight or a tied token_embd.weight Q6_K, Q4_K_M's "more bits" attn_v/ffn_down
- * layers Q6_K, a row that does not fit the block falls back to Q8_0 or the input type).
+ * general.file_type (set to the llama ftype, appended when absent) and general.alignment
+ * (written first, only when not 32); tensor types follow llama.cpp's llama_tensor_get_type
+ * for these ftypes (1-D tensors and non-weights copied, output.weight or a tied
+ * token_embd.weight Q6_K, the per-layer attn_v/ffn_down/attn_output rules with gqa from the
+ * head counts, a row that does not fit the block falls back as quantize.py's FALLBACK, then
+ * to the input type).
  * The input is read through the hardened GGUF reader (src/gguf/gguf.c), memory-mapped;
  * tensors are converted in chunks of rows on a thread pool and streamed to a temporary file
  * beside OUT that is fsync'd and renamed over OUT only when complete, so a failure (bad
@@ -41,11 +43,16 @@ typedef struct {
     uint32_t ftype; /* llama ftype, general.file_type */
 } qtype_def;
 
+/* tools/quantize.py's FTYPES, in its order */
 static const qtype_def QTYPES[] = {
-    {"q8_0", KIPP_TYPE_Q8_0, 7},
-    {"q4_0", KIPP_TYPE_Q4_0, 2},
-    {"q4_k_m", KIPP_TYPE_Q4_K, 15},
-    {"q6_k", KIPP_TYPE_Q6_K, 18},
+    {"q8_0", KIPP_TYPE_Q8_0, 7},     {"q6_k", KIPP_TYPE_Q6_K, 18},
+    {"q5_k_m", KIPP_TYPE_Q5_K, 17},  {"q5_k_s", KIPP_TYPE_Q5_K, 16},
+    {"q5_1", KIPP_TYPE_Q5_1, 9},     {"q5_0", KIPP_TYPE_Q5_0, 8},
+    {"q4_k_m", KIPP_TYPE_Q4_K, 15},  {"q4_k_s", KIPP_TYPE_Q4_K, 14},
+    {"q4_1", KIPP_TYPE_Q4_1, 3},     {"q4_0", KIPP_TYPE_Q4_0, 2},
+    {"iq4_nl", KIPP_TYPE_IQ4_NL, 25}, {"iq4_xs", KIPP_TYPE_IQ4_XS, 30},
+    {"q3_k_l", KIPP_TYPE_Q3_K, 13},  {"q3_k_m", KIPP_TYPE_Q3_K, 12},
+    {"q3_k_s", KIPP_TYPE_Q3_K, 11},  {"q2_k", KIPP_TYPE_Q2_K, 10},
 };
 #define N_QTYPES (sizeof QTYPES / sizeof QTYPES[0])
 
@@ -53,8 +60,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: " PROG " [options] IN.gguf OUT.gguf TYPE\n"
             "\n"
-            "Quantizes an f32/f16/bf16 GGUF. TYPE is q8_0, q4_0, q4_k_m or q6_k; tensor types follow\n"
-            "llama-quantize's rules for that type, metadata is copied with general.file_type set.\n"
+            "Quantizes an f32/f16/bf16 GGUF. TYPE is one of q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0,\n"
+            "q4_k_m, q4_k_s, q4_1, q4_0, iq4_nl, iq4_xs, q3_k_l, q3_k_m, q3_k_s, q2_k; tensor types\n"
+            "follow llama-quantize's rules for that type (no importance matrix), metadata is\n"
+            "copied with general.file_type set.\n"
             "OUT is written to a temporary file and renamed into place only when complete, so it\n"
             "is never left half-written; OUT must not be IN. The output is byte-identical with\n"
             "tools/quantize.py's, the reference this tool is tested against.\n"
@@ -194,24 +203,80 @@ static int ends_with(const char *s, const char *suf) {
     return n >= k && strcmp(s + n - k, suf) == 0;
 }
 
+/* llama_tensor_get_type's per-layer rules (quantize.py _layer_type) for blk.i.<kind>.weight;
+ * 0: the base type. kind: 0 attn_v, 1 ffn_down, 2 attn_output. */
+static uint32_t layer_type(const char *q, int kind, uint64_t i, uint64_t n, uint64_t gqa) {
+    const int more = use_more_bits(i, n);
+    if (kind == 0) {
+        if (!strcmp(q, "q2_k")) return gqa >= 4 ? KIPP_TYPE_Q4_K : KIPP_TYPE_Q3_K;
+        if (!strcmp(q, "q3_k_m")) return i < 2 ? KIPP_TYPE_Q5_K : KIPP_TYPE_Q4_K;
+        if (!strcmp(q, "q3_k_l")) return KIPP_TYPE_Q5_K;
+        if (!strcmp(q, "iq4_nl") || !strcmp(q, "iq4_xs")) return gqa >= 4 ? KIPP_TYPE_Q5_K : 0;
+        if (!strcmp(q, "q4_k_m") || !strcmp(q, "q5_k_m")) return more ? KIPP_TYPE_Q6_K : 0;
+        if (!strcmp(q, "q4_k_s")) return i < 4 ? KIPP_TYPE_Q5_K : 0;
+    } else if (kind == 1) {
+        if (!strcmp(q, "q2_k")) return KIPP_TYPE_Q3_K;
+        if (!strcmp(q, "q3_k_m")) return i < n / 16 ? KIPP_TYPE_Q5_K : KIPP_TYPE_Q4_K;
+        if (!strcmp(q, "q3_k_l")) return KIPP_TYPE_Q5_K;
+        if (!strcmp(q, "q4_k_m") || !strcmp(q, "q5_k_m")) return more ? KIPP_TYPE_Q6_K : 0;
+        if (!strcmp(q, "iq4_nl") || !strcmp(q, "iq4_xs") || !strcmp(q, "q4_k_s"))
+            return i < n / 8 ? KIPP_TYPE_Q5_K : 0;
+    } else {
+        if (!strcmp(q, "q2_k")) return KIPP_TYPE_Q3_K;
+        if (!strcmp(q, "q3_k_m")) return KIPP_TYPE_Q4_K;
+        if (!strcmp(q, "q3_k_l")) return KIPP_TYPE_Q5_K;
+    }
+    return 0;
+}
+
+/* quantize.py's FALLBACK: the type used when a row does not fit the chosen type's block. */
+static uint32_t fallback(uint32_t t) {
+    switch (t) {
+    case KIPP_TYPE_Q2_K: case KIPP_TYPE_Q3_K: case KIPP_TYPE_IQ4_XS: return KIPP_TYPE_IQ4_NL;
+    case KIPP_TYPE_Q5_K: return KIPP_TYPE_Q5_1;
+    default: return KIPP_TYPE_Q8_0; /* Q4_K, Q6_K and the rest */
+    }
+}
+
 static uint32_t target_type(const kipp_gguf_tensor *t, const qtype_def *q, uint64_t n_layers,
-                            int has_output) {
+                            int has_output, uint64_t gqa) {
     if (t->n_dims < 2 || !ends_with(t->name, ".weight") || ends_with(t->name, "_norm.weight"))
         return t->type;
+    const uint64_t row = (uint64_t)t->ne[0];
     uint32_t nt = q->base;
     uint64_t layer;
     const char *rest;
     if (strcmp(t->name, "output.weight") == 0 ||
         (strcmp(t->name, "token_embd.weight") == 0 && !has_output)) {
-        if (nt != KIPP_TYPE_Q8_0) nt = KIPP_TYPE_Q6_K;
-    } else if (q->base == KIPP_TYPE_Q4_K && (rest = blk_layer(t->name, &layer)) &&
-               (strcmp(rest, "attn_v.weight") == 0 || strcmp(rest, "ffn_down.weight") == 0) &&
-               use_more_bits(layer, n_layers)) {
-        nt = KIPP_TYPE_Q6_K;
+        if (row % kipp_type_block_elems(nt)) nt = KIPP_TYPE_Q8_0;
+        else if (nt != KIPP_TYPE_Q8_0) nt = KIPP_TYPE_Q6_K;
+    } else if ((rest = blk_layer(t->name, &layer))) {
+        const int kind = !strcmp(rest, "attn_v.weight")        ? 0
+                         : !strcmp(rest, "ffn_down.weight")    ? 1
+                         : !strcmp(rest, "attn_output.weight") ? 2
+                                                               : -1;
+        const uint32_t lt = kind >= 0 ? layer_type(q->name, kind, layer, n_layers, gqa) : 0;
+        if (lt) nt = lt;
     }
-    if ((uint64_t)t->ne[0] % kipp_type_block_elems(nt))
-        nt = (uint64_t)t->ne[0] % 32 == 0 ? KIPP_TYPE_Q8_0 : t->type;
+    if (row % kipp_type_block_elems(nt)) {
+        nt = fallback(nt);
+        if (row % kipp_type_block_elems(nt)) nt = t->type;
+    }
     return nt;
+}
+
+/* head_count / head_count_kv (quantize.py's n_gqa), 1 when either is missing or kv is 0. */
+static uint64_t gqa_ratio(const kipp_gguf *g) {
+    kipp_gguf_str arch;
+    if (kipp_gguf_get_str(g, "general.architecture", &arch, NULL, 0) != KIPP_OK || arch.len >= 200)
+        return 1;
+    char key[256];
+    uint32_t h, kv;
+    snprintf(key, sizeof key, "%.*s.attention.head_count", (int)arch.len, arch.ptr);
+    if (kipp_gguf_get_u32(g, key, &h, NULL, 0) != KIPP_OK) return 1;
+    snprintf(key, sizeof key, "%.*s.attention.head_count_kv", (int)arch.len, arch.ptr);
+    if (kipp_gguf_get_u32(g, key, &kv, NULL, 0) != KIPP_OK || kv == 0) return 1;
+    return h / kv;
 }
 
 static uint64_t layer_count(const kipp_gguf *g) {
@@ -578,6 +643,7 @@ int main(int argc, char **argv) {
     }
     const uint64_t n_layers = layer_count(g);
     const int has_output = kipp_gguf_find_tensor(g, "output.weight") != NULL;
+    const uint64_t gqa = gqa_ratio(g);
     uint64_t total = 0;
     for (uint64_t i = 0; i < n_t; i++) {
         const kipp_gguf_tensor *t = kipp_gguf_tensor_at(g, i);
@@ -590,7 +656,7 @@ int main(int argc, char **argv) {
                     o.in, t->name, kipp_type_name(t->type));
             goto done;
         }
-        pl.types[i] = target_type(t, q, n_layers, has_output);
+        pl.types[i] = target_type(t, q, n_layers, has_output, gqa);
         pl.nbytes[i] = pl.types[i] == t->type
                            ? t->n_bytes
                            : t->n_elems / (uint64_t)t->ne[0] *

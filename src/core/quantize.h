@@ -1,17 +1,19 @@
-/* quantize.h — float32 values to ggml block bytes: Q8_0, Q4_0, Q4_K and Q6_K.
+/* quantize.h — float32 values to ggml block bytes: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS.
  * Bit-identical with the project's reference encoders in tools/kipp_quants.py (numpy float32),
  * including the order in which numpy's einsum sums a sub-block, so that kipp-quantize and
  * tools/quantize.py write the same bytes (tests/cli/test_quantize.sh checks every type).
- * Q8_0 and Q4_0 are ggml's quantize_row_*_ref; Q4_K and Q6_K have ggml's layouts and scale
- * searches (see kipp_quants.py). NaN/Inf inputs give valid blocks, not matching numpy.
- * Not here: importance matrices, the other ggml types, dequantization (core/types.c). */
+ * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 are ggml's quantize_row_*_ref; the K and IQ4 types have
+ * ggml's layouts and scale searches (see kipp_quants.py). NaN/Inf inputs give valid blocks,
+ * not matching numpy.
+ * Not here: importance matrices, the IQ1/IQ2/IQ3 types, dequantization (core/types.c). */
 #ifndef KIPP_CORE_QUANTIZE_H
 #define KIPP_CORE_QUANTIZE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* 1 for the types kipp_quantize_row can write (Q8_0, Q4_0, Q4_K, Q6_K), 0 otherwise. */
+/* 1 for the types kipp_quantize_row can write (the twelve above), 0 otherwise. */
 int kipp_quantize_supported(uint32_t type_id);
 
 /* Encodes n values (a multiple of the type's block size, checked by the caller) into dst,
