@@ -20,6 +20,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #define QK_K 256
@@ -175,9 +176,7 @@ static uint8_t iq4_lut[514];        /* kipp_quants._IQ4_LUT: nearest level of v 
 static const float IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
 
-static void init_steps(void) {
-    static volatile int done;
-    if (done) return;
+static void init_tables(void) {
     for (int st = 0; st <= 20; st++) q4_k_step[st] = (float)(15.0 + -1.0 + 0.1 * st);
     for (int st = 0; st <= 15; st++) {
         q5_k_step[st] = (float)(31.0 + -0.5 + 0.1 * st);
@@ -191,8 +190,9 @@ static void init_steps(void) {
         for (int j = 0; j < 15; j++) n += (IQ4_VALUES[j] + IQ4_VALUES[j + 1]) / 2.0f <= v;
         iq4_lut[k] = (uint8_t)n;
     }
-    done = 1; /* every thread writes the same values: a race here is harmless */
 }
+
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 /* numpy's einsum sums over n (16 or 32) values of NL sub-blocks side by side: a[i][s] is
  * value i of sub-block s, so each step below is one vector operation across sub-blocks and
@@ -753,7 +753,7 @@ static void q6_k_block(const float *x, uint8_t *out) {
 
 size_t kipp_quantize_row(uint32_t type_id, const float *x, void *dst, uint64_t n) {
     uint8_t *out = dst;
-    init_steps();
+    pthread_once(&tables_once, init_tables);
     const uint64_t be = kipp_type_block_elems(type_id), nb = be ? n / be : 0;
     size_t bs = 0;
     void (*block)(const float *, uint8_t *) = NULL;
