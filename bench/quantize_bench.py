@@ -39,10 +39,11 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import benchlib  # noqa: E402
+from tools.quantize import FTYPES  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(ROOT, "models", "random", "qwen3-0.6b-bf16.gguf")
-LLAMA_FTYPE = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q6_k": 18}
+LLAMA_FTYPE = {name: ftype for name, (_, ftype) in FTYPES.items()}  # every type both tools make
 
 # llama_model_quantize in a child process: prints the seconds the call took
 PEER = r"""
