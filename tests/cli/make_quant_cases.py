@@ -1,8 +1,8 @@
-"""make_quant_cases.py OUT.gguf [variant] — a small GGUF that walks every branch of the quantizers' type
-plan and block encoders, for tests/cli/test_quantize.sh (kipp-quantize against
+"""make_quant_cases.py OUT.gguf [variant] — a small GGUF that walks every branch of the
+quantizers' type plan and block encoders, for tests/cli/test_quantize.sh (kipp-quantize against
 tools/quantize.py, byte for byte): bf16, f16 and f32 inputs; a tied token_embd (Q6_K); the
 Q4_K_M "more bits" attn_v/ffn_down layers and ordinary ones (block_count 8); rows of 96
-(K-quants fall back to Q8_0) and 40 (every type falls back to the input type); 1-D norms, a
+(the 256-value types fall back: Q8_0, Q5_1 or IQ4_NL) and 40 (every type falls back to the input type); 1-D norms, a
 2-D non-weight tensor; alignment 64 (not the default); no general.file_type; and blocks that
 are all zero, constant, one-signed, tiny (f16-subnormal scales), huge, with tied maxima or
 with a lone outlier or one negative value. The default file has 8 layers and gqa 4 (head_count
