@@ -341,7 +341,10 @@ def run_measured(cmd: list[str], timeout: float | None = None, env: dict | None 
                  cwd: str | None = None) -> dict:
     """Runs cmd to completion; returns rc, stdout, stderr, wall seconds and the child's own
     peak RSS in bytes (reaped with os.wait4, so no other child mixes in; Linux reports
-    ru_maxrss in KiB). A run past timeout seconds is killed (rc -9)."""
+    ru_maxrss in KiB). The figure has a floor: Linux starts a child's ru_maxrss at the RSS of
+    the address space exec leaves, which after vfork is this harness's, so a child smaller
+    than the harness reports the harness's RSS (tens of MiB; Kipp's runs are far larger).
+    A run past timeout seconds is killed (rc -9)."""
     import tempfile
     import threading
 
