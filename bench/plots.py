@@ -183,6 +183,14 @@ def other_rows(root):
                  "worst %.3f (%s)" % worst, "≤ %.2f" % KLD_RATIO_TARGET, met(worst[0] <= KLD_RATIO_TARGET),
                  "ppl-kipp-tiny.json"))
 
+    t = load(root, "ppl-kipp-tiny-new-types.json")["targets"]
+    qs = [q for q in t if q != "bf16_ppl"]
+    kld = [(t[q][eng]["ratio"], q) for q in qs for eng in ("llama_cpp", "kipp")]
+    worst = max(kld)
+    rows.append(("KLD of kipp-quantize / llama-quantize's (%s; both engines)" % ", ".join(qs),
+                 "worst %.3f (%s)" % worst, "≤ %.2f" % KLD_RATIO_TARGET, met(worst[0] <= KLD_RATIO_TARGET),
+                 "ppl-kipp-tiny-new-types.json"))
+
     res = load(root, "quantize-0.6b.json")["results"]
     worst = min((v["speedup"], q) for q, v in res.items())
     rows.append(("kipp-quantize speed / llama-quantize's, 0.6B bf16, 2 threads (%s)" % ", ".join(res),
