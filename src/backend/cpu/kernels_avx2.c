@@ -287,8 +287,16 @@ INLINE void k4_scales(const unsigned char *sc, uint8_t scale[8], uint8_t min[8])
     memcpy(min, b + 8, 8);
 }
 
-INLINE void tile_q4_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
-                      uint64_t k, const int nt) {
+/* Q5_K: as Q4_K (the same scale packing and mins through bsums) with bit s of qh[l] as
+ * bit 4 of sub-block s's values (0..31); q5_hbit gives that bit as 0x10 per byte */
+INLINE __m256i q5_hbit(__m256i qh, int s) {
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, s), 4), _mm256_set1_epi8(0x10));
+}
+
+/* Q4_K (q5 = 0) and Q5_K (q5 = 1, the fifth bit from qh), 1 row x nt tokens */
+INLINE void tile_k45(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                     uint64_t k, const int nt, const int q5) {
+    const size_t bb = q5 ? 176 : 144, qs = q5 ? 48 : 16;
     __m256 acc[TILE];
     float accm[TILE];
     for (int t = 0; t < nt; t++) {
@@ -297,16 +305,21 @@ INLINE void tile_q4_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
     }
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const unsigned char *wb = wr;
-    for (uint64_t b = 0; b < k / 256; b++, wb += 144) {
+    for (uint64_t b = 0; b < k / 256; b++, wb += bb) {
         uint8_t scale[8], min[8];
         k4_scales(wb + 4, scale, min);
         const float d = rd_f16(wb), dmin = rd_f16(wb + 2);
         __m256i sumi[TILE];
         for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+        const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(wb + 16)) : _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * g));
-            const __m256i lo = _mm256_and_si256(q, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb + qs + 32 * g));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (q5) {
+                lo = _mm256_or_si256(lo, q5_hbit(qh, 2 * g));
+                hi = _mm256_or_si256(hi, q5_hbit(qh, 2 * g + 1));
+            }
             const __m256i s_lo = _mm256_set1_epi16(scale[2 * g]), s_hi = _mm256_set1_epi16(scale[2 * g + 1]);
             for (int t = 0; t < nt; t++) {
                 const int8_t *xq = xt[t][b].qs + 64 * g;
@@ -326,6 +339,11 @@ INLINE void tile_q4_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
         }
     }
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]) - accm[t];
+}
+
+INLINE void tile_q4_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                      uint64_t k, const int nt) {
+    tile_k45(wr, xt, y, ldy, k, nt, 0);
 }
 
 /* Q6_K: the 6-bit values (0..63) of elements 128h + 32j + l, l < 32, from the half's low
@@ -369,13 +387,6 @@ INLINE void tile_q6_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, 
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(xt[t][b].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]);
-}
-
-
-/* Q5_K: as Q4_K (the same scale packing and mins through bsums) with bit s of qh[l] as
- * bit 4 of sub-block s's values (0..31); q5_hbit gives that bit as 0x10 per byte */
-INLINE __m256i q5_hbit(__m256i qh, int s) {
-    return _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, s), 4), _mm256_set1_epi8(0x10));
 }
 
 /* Q4_K (q5 = 0) and Q5_K (q5 = 1: the fifth bit from qh or'd into the nibbles), 4 rows x
@@ -475,44 +486,7 @@ INLINE void rows4_q6_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
 
 INLINE void tile_q5_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
                       uint64_t k, const int nt) {
-    __m256 acc[TILE];
-    float accm[TILE];
-    for (int t = 0; t < nt; t++) {
-        acc[t] = _mm256_setzero_ps();
-        accm[t] = 0.0f;
-    }
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const unsigned char *wb = wr;
-    for (uint64_t b = 0; b < k / 256; b++, wb += 176) {
-        uint8_t scale[8], min[8];
-        k4_scales(wb + 4, scale, min);
-        const float d = rd_f16(wb), dmin = rd_f16(wb + 2);
-        __m256i sumi[TILE];
-        for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(wb + 16));
-        for (int g = 0; g < 4; g++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(wb + 48 + 32 * g));
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), q5_hbit(qh, 2 * g));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), q5_hbit(qh, 2 * g + 1));
-            const __m256i s_lo = _mm256_set1_epi16(scale[2 * g]), s_hi = _mm256_set1_epi16(scale[2 * g + 1]);
-            for (int t = 0; t < nt; t++) {
-                const int8_t *xq = xt[t][b].qs + 64 * g;
-                const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
-                const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
-                                                                     _mm256_madd_epi16(p_hi, s_hi)));
-            }
-        }
-        for (int t = 0; t < nt; t++) {
-            const int16_t *bs = xt[t][b].bsums;
-            int32_t imin = 0;
-            for (int s = 0; s < 8; s++) imin += min[s] * (bs[2 * s] + bs[2 * s + 1]);
-            const float dx = xt[t][b].d;
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-            accm[t] += dx * dmin * (float)imin;
-        }
-    }
-    for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]) - accm[t];
+    tile_k45(wr, xt, y, ldy, k, nt, 1);
 }
 
 INLINE void rows4_q5_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
