@@ -87,7 +87,7 @@ $(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cl
 # mirrors numpy float32 operation by operation, so no FMA contraction there
 $(BUILD)/obj/src/core/quantize.o: CFLAGS += -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno
 QUANTIZE_OBJ := $(addprefix $(BUILD)/obj/src/,cli/kipp_quantize.o core/quantize.o core/types.o \
-                core/threadpool.o core/error.o gguf/gguf.o)
+                core/threadpool.o core/error.o core/outfile.o gguf/gguf.o)
 $(BUILD)/kipp-quantize: $(QUANTIZE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -18,6 +18,7 @@
  * Not here: importance matrices, other ftypes, requantizing a quantized input (refused:
  * quantize from the f32/f16/bf16 file), per-tensor overrides. */
 #define _XOPEN_SOURCE 700 /* realpath, mkstemp, fchmod */
+#include "core/outfile.h"
 #include "core/quantize.h"
 #include "core/threadpool.h"
 #include "core/types.h"
@@ -83,20 +84,6 @@ static void on_signal(int sig) {
     if (g_tmp_live) unlink(g_tmp);
     signal(sig, SIG_DFL);
     raise(sig);
-}
-
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
 }
 
 /* ---- the header, built in memory --------------------------------------------------------- */
@@ -563,7 +550,7 @@ static int write_tensors(int fd, plan *pl, kipp_threadpool *pool, progress *pr) 
         const double t_start = now_s();
         if (i + 1 < n_t) prefetch(kipp_gguf_tensor_at(g, i + 1)); /* read ahead while this one runs */
         if (pl->types[i] == t->type) {
-            rc = write_all(fd, t->data, (size_t)t->n_bytes);
+            rc = kipp_write_all(fd, t->data, (size_t)t->n_bytes);
             if (pr->bar) {
                 pr->done += t->n_bytes;
                 bar_draw(pr, 0);
@@ -577,14 +564,14 @@ static int write_tensors(int fd, plan *pl, kipp_threadpool *pool, progress *pr) 
                 const uint64_t n = rows - r0 < step ? rows - r0 : step;
                 j.r0 = r0;
                 kipp_threadpool_for(pool, n, 1, run_rows, &j);
-                rc = write_all(fd, dst, (size_t)(n * j.row_out));
+                rc = kipp_write_all(fd, dst, (size_t)(n * j.row_out));
                 if (pr->bar) {
                     pr->done += n * j.row_out;
                     bar_draw(pr, 0);
                 }
             }
         }
-        if (!rc) rc = write_all(fd, zeros, (align - pl->nbytes[i] % align) % align);
+        if (!rc) rc = kipp_write_all(fd, zeros, (align - pl->nbytes[i] % align) % align);
         if (!rc && pr->lines) {
             char shape[96];
             int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
@@ -700,7 +687,7 @@ int main(int argc, char **argv) {
     pr.label = slash ? slash + 1 : o.out;
     pr.total = total;
     pr.t0 = now_s();
-    if (write_all(fd, pl.head.p, pl.head.n) || write_tensors(fd, &pl, pool, &pr) ||
+    if (kipp_write_all(fd, pl.head.p, pl.head.n) || write_tensors(fd, &pl, pool, &pr) ||
         fsync(fd) != 0) {
         const int e = errno;
         if (pr.bar) fprintf(stderr, "\r\033[K");

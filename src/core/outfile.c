@@ -67,7 +67,7 @@ kipp_status kipp_outfile_check(const char *path, char *err, size_t err_len) {
     return rc;
 }
 
-static int write_all(int fd, const void *data, size_t n) {
+int kipp_write_all(int fd, const void *data, size_t n) {
     const char *p = data;
     while (n) {
         ssize_t k = write(fd, p, n);
@@ -90,7 +90,7 @@ kipp_status kipp_outfile_write(const char *path, const void *data, size_t n, cha
     struct stat st;
     if (stat(t, &st) == 0 && !S_ISREG(st.st_mode)) { /* a device or FIFO: write in place */
         int fd = open(t, O_WRONLY | O_APPEND);
-        if (fd < 0 || write_all(fd, data, n) != 0)
+        if (fd < 0 || kipp_write_all(fd, data, n) != 0)
             rc = kipp_errf(err, err_len, KIPP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
         if (fd >= 0 && close(fd) != 0 && rc == KIPP_OK)
             rc = kipp_errf(err, err_len, KIPP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
@@ -114,7 +114,7 @@ kipp_status kipp_outfile_write(const char *path, const void *data, size_t n, cha
         mode_t mode = 0666;
         if (stat(t, &st) == 0) mode = st.st_mode & 07777;
         else { mode_t um = umask(0); umask(um); mode &= ~um; }
-        if (fchmod(fd, mode) != 0 || write_all(fd, data, n) != 0 || fsync(fd) != 0) {
+        if (fchmod(fd, mode) != 0 || kipp_write_all(fd, data, n) != 0 || fsync(fd) != 0) {
             rc = kipp_errf(err, err_len, KIPP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
             close(fd);
         } else if (close(fd) != 0) {

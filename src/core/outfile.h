@@ -19,4 +19,7 @@ kipp_status kipp_outfile_check(const char *path, char *err, size_t err_len);
 kipp_status kipp_outfile_write(const char *path, const void *data, size_t n, char *err,
                                size_t err_len);
 
+/* Writes all n bytes to fd, retrying short writes and EINTR; 0, or -1 with errno set. */
+int kipp_write_all(int fd, const void *data, size_t n);
+
 #endif
