@@ -1,0 +1,171 @@
+/* ops_math.h — the scalar math the cuda backend's ops.cu shares with the host: f32 <-> f16 /
+ * bf16 conversions bit-exact with src/backend/host_kv.c (round to nearest even, NaN kept
+ * quiet with its sign and top payload), silu as cpu-ref writes it, and the paged KV
+ * addressing of kernels.h with the KIPP_FAULT read modes of kipp_host_kv_row(). Every helper
+ * is `__host__ __device__` under nvcc and plain static inline C11 otherwise, so
+ * tests/unit/test_cuda_ops_math.c checks the very code the kernels run, on a machine with
+ * no GPU. No CUDA header is needed here. */
+#ifndef KIPP_CUDA_OPS_MATH_H
+#define KIPP_CUDA_OPS_MATH_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define KIPP_HD __host__ __device__
+#else
+#define KIPP_HD
+#endif
+
+/* KV element types as kernels.h's kv_type carries them: the values of include/kipp.h's
+ * kipp_kv_type (the unit test checks they agree; this header does not include kipp.h so
+ * that it stays free of the library's headers inside device code). */
+#define KIPP_OM_KV_F32 1u
+#define KIPP_OM_KV_F16 2u
+#define KIPP_OM_KV_BF16 3u
+
+/* Bytes per KV element of type t; 0 for a type the kernels do not store. */
+static inline KIPP_HD uint32_t kipp_om_kv_elt(uint32_t t) {
+    return t == KIPP_OM_KV_F32 ? 4u : (t == KIPP_OM_KV_F16 || t == KIPP_OM_KV_BF16) ? 2u : 0u;
+}
+
+/* ---- bit casts ----------------------------------------------------------------------- */
+
+static inline KIPP_HD uint32_t kipp_om_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+static inline KIPP_HD float kipp_om_f32_from_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* ---- conversions (the rules of src/core/types.c, which host_kv.c calls) --------------- */
+
+/* f32 -> f16, round to nearest even. Integer arithmetic on the bits rather than the
+ * hardware's cvt so that NaN payloads, ties and subnormals come out exactly as on the host
+ * (cvt.rn.f16.f32 returns a canonical NaN). */
+static inline KIPP_HD uint16_t kipp_om_f32_to_f16(float f) {
+    const uint32_t x = kipp_om_f32_bits(f);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: top payload bits kept, quiet bit forced */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* >= 65520, the tie above 65504 that rounds (to even) up: inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) { /* f16 normal range: add just under half an ulp (+1 if odd) */
+        const uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+    }
+    const uint32_t exp_f = ax >> 23;
+    if (exp_f < 102) /* below 2^-25 (2^-25 itself ties to even zero) */
+        return sign;
+    /* f16 subnormal, in units of 2^-24: the full mantissa shifted by 14..24 bits */
+    const uint32_t man_full = (ax & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exp_f;
+    uint32_t q = man_full >> shift;
+    const uint32_t rem = man_full & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++; /* may carry into the smallest normal */
+    return (uint16_t)(sign | q);
+}
+
+/* f16 -> f32, exact. A subnormal man * 2^-24 is computed as a float product: man < 2^10 and
+ * the factor is a power of two, so it is exact and needs no normalization loop. */
+static inline KIPP_HD float kipp_om_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp_h = (h >> 10) & 0x1fu;
+    const uint32_t man = h & 0x3ffu;
+    if (exp_h == 0x1f) return kipp_om_f32_from_bits(sign | 0x7f800000u | (man << 13));
+    if (exp_h == 0) {
+        const float v = (float)man * 5.9604644775390625e-8f; /* 2^-24 */
+        return sign ? -v : v;
+    }
+    return kipp_om_f32_from_bits(sign | ((exp_h + 127 - 15) << 23) | (man << 13));
+}
+
+/* f32 -> bf16, round to nearest even (a carry into the exponent is right, up to inf); a NaN
+ * keeps its sign and top payload with the quiet bit set. */
+static inline KIPP_HD uint16_t kipp_om_f32_to_bf16(float f) {
+    const uint32_t u = kipp_om_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline KIPP_HD float kipp_om_bf16_to_f32(uint16_t b) {
+    return kipp_om_f32_from_bits((uint32_t)b << 16);
+}
+
+/* Element i of a KV row of type t (F32, F16 or BF16) as f32. */
+static inline KIPP_HD float kipp_om_kv_load(uint32_t t, const void *row, size_t i) {
+    if (t == KIPP_OM_KV_F16) return kipp_om_f16_to_f32(((const uint16_t *)row)[i]);
+    if (t == KIPP_OM_KV_BF16) return kipp_om_bf16_to_f32(((const uint16_t *)row)[i]);
+    return ((const float *)row)[i];
+}
+
+/* Stores v as element i of a KV row of type t, rounding as kipp_host_kv_put() does. */
+static inline KIPP_HD void kipp_om_kv_store(uint32_t t, void *row, size_t i, float v) {
+    if (t == KIPP_OM_KV_F16)
+        ((uint16_t *)row)[i] = kipp_om_f32_to_f16(v);
+    else if (t == KIPP_OM_KV_BF16)
+        ((uint16_t *)row)[i] = kipp_om_f32_to_bf16(v);
+    else
+        ((float *)row)[i] = v;
+}
+
+/* silu(z) = z / (1 + exp(-z)), cpu-ref's expression (qwen3_forward.c). */
+static inline KIPP_HD float kipp_om_silu(float z) { return z / (1.0f + expf(-z)); }
+
+/* ---- paged KV addressing -------------------------------------------------------------- */
+
+/* The storage's shape (kernels.h: [n_blocks][2 (K, V)][n_layer][block_size][kv_dim]) and
+ * the fault mode applied on reads (0 = none; n_blocks matters for modes 1 and 3 only). */
+typedef struct {
+    uint32_t n_layer, block_size, kv_dim, n_blocks;
+    int fault;
+} kipp_om_kv_geom;
+
+/* Element offset (not bytes) of the K (part 0) or V (part 1) row of `layer` at logical
+ * position pos of the sequence whose block table is `table`. With read != 0 the geometry's
+ * fault mode is applied exactly as kipp_host_kv_row() applies KIPP_FAULT on KIPP_KV_READ:
+ * 1 the table ignored (block = logical block mod n_blocks), 2 one slot early (slot 0 stays),
+ * 3 the last slot of a block rolls over into slot 0 of physical block + 1, 4 K and V
+ * swapped. Writes (read == 0) are never faulted. */
+static inline KIPP_HD size_t kipp_om_kv_offset(const kipp_om_kv_geom *g, const uint32_t *table,
+                                               uint32_t layer, uint32_t pos, uint32_t part,
+                                               int read) {
+    const uint32_t lblock = pos / g->block_size;
+    uint32_t slot = pos % g->block_size;
+    uint32_t block = table[lblock];
+    if (read && g->fault) {
+        switch (g->fault) {
+        case 1: block = lblock % g->n_blocks; break;
+        case 2: slot = slot ? slot - 1 : 0; break;
+        case 3:
+            if (slot == g->block_size - 1) {
+                block = (block + 1) % g->n_blocks;
+                slot = 0;
+            }
+            break;
+        case 4: part = part ? 0u : 1u; break;
+        default: break;
+        }
+    }
+    return (((size_t)block * 2 + part) * g->n_layer + layer) * g->block_size * g->kv_dim +
+           (size_t)slot * g->kv_dim;
+}
+
+#endif
