@@ -26,6 +26,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # go on every binary's link line, not into libkipp.a: the registry finds them through weak
 # references (src/backend/registry.c), which do not pull archive members in.
 BACKEND_SRC :=
+BACKEND_TEST_TARGETS :=
 include $(sort $(wildcard src/backend/*/backend.mk))
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
@@ -42,6 +43,10 @@ help:
 	@echo "make trained-models unpack weights/ (kipp-tiny, kipp-tiny-draft; sha256-checked), quantize them"
 	@echo "make server         build build/kipp-server (OpenAI-compatible HTTP server, CPU)"
 	@echo "make chat           build build/kipp-chat (interactive multi-turn chat)"
+	@echo "make cuda-generic   build build/kipp-cuda-generic (kipp with the cuda backend; sm_80..sm_90 + PTX)"
+	@echo "make server-cuda    build build/kipp-server-cuda"
+	@echo "make cuda-spark     build build/kipp-cuda-spark (DGX Spark, sm_121, weights mmapped)"
+	@echo "make test-cuda      the cuda backend's gates (needs an NVIDIA GPU; docs/cuda.md)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin, line editing through a pty)"
 	@echo "make test-draft-spec speculative decoding gates (greedy identity, sampling statistics)"
@@ -267,7 +272,8 @@ embed-vectors: deps models/tiny-embed/config.json
 
 # ---- tests ------------------------------------------------------------------------------
 
-test: deps cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models
+test: deps cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models \
+      $(BACKEND_TEST_TARGETS)
 	@BUILD=$(BUILD) tests/run_tests.sh
 
 check: deps cpu server $(FUZZERS) tiny-models

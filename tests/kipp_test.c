@@ -11,6 +11,19 @@
 
 int kt_passed, kt_failed;
 
+/* The GPU operator tests (tests/cuda/cuda_ops.c) are linked into build/kipp_test_cuda only;
+ * here a weak reference, null in the ordinary kipp_test. */
+int kt_cuda_operators(const char *unused1, const char *unused2) __attribute__((weak));
+static int cuda_operators(const char *a, const char *b) {
+    if (!kt_cuda_operators) {
+        fprintf(stderr, "kipp_test: --cuda-operators: this binary has no cuda backend; build and "
+                        "run build/kipp_test_cuda (`make test-cuda`, on a machine with an "
+                        "NVIDIA GPU)\n");
+        return -1;
+    }
+    return kt_cuda_operators(a, b);
+}
+
 /* Modes: (model, dir-or-file) → failures (< 0: inputs unusable). Model gates (gate set)
  * take the trailing flags; the tokenizer and text checks (run set) take none. */
 enum { NO_FLAGS = 0, BACKEND_FLAGS = 1, CTX_FLAG = 2 };
@@ -53,6 +66,8 @@ static const struct {
      kt_detok_paths, NO_FLAGS},
     {"--content-special", "M", "special-token text in chat content read as text when asked", NULL,
      kt_content_special, NO_FLAGS},
+    {"--cuda-operators", "", "every cuda kernel vs the CPU reference on random inputs, many shapes "
+     "(kipp_test_cuda on a GPU)", NULL, cuda_operators, NO_FLAGS},
     {"--grammar-vocab", "M", "grammar token masks over the model's vocabulary == brute force", NULL,
      kt_grammar_vocab, NO_FLAGS},
 };

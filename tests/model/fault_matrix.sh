@@ -6,13 +6,20 @@
 # caught/missed with that table. Also checks each column passes on the fault build with no
 # fault set, that on each backend each gate catches a class the other misses, and that the
 # production binaries carry no fault hook. Does not care where the hook lives; never edits
-# sources.
+# sources. FAULT_BACKENDS (default "cpu-ref cpu") picks the table's columns to run: the cuda
+# column (`make test-cuda`, on a GPU) runs build/kipp_test_cuda_fault, the same build of
+# kipp_test_cuda.
 set -u
 cd "$(dirname "$0")/../.."
 M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 V=tests/test-vectors/tiny-untied
 DOC=docs/kv-cache.md
+FAULT_BACKENDS=${FAULT_BACKENDS:-cpu-ref cpu}
 FAULT_BIN=build/kipp_test_fault
+fault_targets="build/kipp build/kipp_test build/kipp_test_fault"
+case " $FAULT_BACKENDS " in
+*" cuda "*) FAULT_BIN=build/kipp_test_cuda_fault; fault_targets="$fault_targets $FAULT_BIN" ;;
+esac
 pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -25,7 +32,7 @@ trim() { local s=$1; s=${s#"${s%%[! ]*}"}; printf '%s' "${s%"${s##*[! ]}"}"; }
 # a failure until it is removed from this list.
 baseline_pending=() # none today
 
-if ! make -s build/kipp build/kipp_test build/kipp_test_fault >/tmp/fault_matrix_build.$$ 2>&1; then
+if ! make -s $fault_targets >/tmp/fault_matrix_build.$$ 2>&1; then
     tail -20 /tmp/fault_matrix_build.$$; rm -f /tmp/fault_matrix_build.$$
     echo "0 passed, 1 failed"; exit 1
 fi
@@ -49,22 +56,25 @@ table=$(awk -v h="$prefix" '
     on && /^\|/ { print; next }
     on { exit }' "$DOC")
 IFS='|' read -r -a hcells <<<"$(printf '%s\n' "$table" | head -n 1)"
-cols=()
+cols=() all_cols=() col_idx=()
 for ((i = 3; i < ${#hcells[@]}; i++)); do
     c=$(trim "${hcells[i]}")
-    [ -n "$c" ] && cols+=("$c")
+    [ -n "$c" ] || continue
+    all_cols+=("$c")
+    case " $FAULT_BACKENDS " in *" ${c##* } "*) cols+=("$c"); col_idx+=($((i - 3))) ;; esac
 done
 rows=$(printf '%s\n' "$table" | tail -n +2)
 backends=""
-for c in "${cols[@]}"; do
+for c in "${all_cols[@]}"; do
     if ! [[ "$c" =~ ^(--fault-reference|--paged-cpu)\ ([a-z0-9-]+)$ ]]; then
         bad "$DOC: fault table column '$c' is not 'GATE BACKEND'"; continue
     fi
+    case " $FAULT_BACKENDS " in *" ${BASH_REMATCH[2]} "*) ;; *) continue ;; esac
     case " $backends " in *" ${BASH_REMATCH[2]} "*) ;; *) backends="$backends ${BASH_REMATCH[2]}" ;; esac
 done
-for b in $(printf "%s\n" cpu-ref cpu $backends | sort -u); do
+for b in $(printf "%s\n" $FAULT_BACKENDS | sort -u); do
     for g in --fault-reference --paged-cpu; do
-        case " ${cols[*]} " in *" $g $b "*) ;; *) bad "$DOC: fault table has no column '$g $b'" ;; esac
+        case " ${all_cols[*]} " in *" $g $b "*) ;; *) bad "$DOC: fault table has no column '$g $b'" ;; esac
     done
 done
 if [ "$(printf '%s\n' "$rows" | grep -cE '^\| *[1-4] *\|')" -ne 4 ] || [ "$fail" -gt 0 ]; then
@@ -97,7 +107,7 @@ while IFS='|' read -r _ mode name rest; do
     IFS='|' read -r -a want <<<"$rest"
     for i in "${!cols[@]}"; do
         c=${cols[i]}
-        w=$(trim "${want[i]:-}")
+        w=$(trim "${want[${col_idx[i]}]:-}")
         read -r g b <<<"$c"
         run "$g" "$b" "$mode"
         if [ "$rc" -ne 0 ] && { [ "${base_rc[$c]}" -eq 0 ] || [ "$nf" != "${base_nf[$c]}" ]; }; then r=caught; else r=missed; fi

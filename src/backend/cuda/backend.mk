@@ -1,0 +1,104 @@
+# src/backend/cuda/backend.mk — the NVIDIA backend "cuda" (included by the Makefile; see
+# docs/backends.md). Unlike cpu and cpu-ref it adds nothing to BACKEND_SRC: the default
+# binaries (build/kipp, kipp-server, ...) need no CUDA runtime and run on any machine. Its
+# own binaries link the ordinary objects plus this folder's:
+#   make cuda-generic  build/kipp-cuda-generic  the kipp CLI with cuda beside cpu and cpu-ref;
+#                      machine code for sm_80, sm_86, sm_89, sm_90 and compute_90 PTX (newer
+#                      GPUs JIT it)
+#   make server-cuda   build/kipp-server-cuda   kipp-server, same code
+#   make cuda-spark    build/kipp-cuda-spark    DGX Spark (GB10, sm_121 machine code): the
+#                      weights stay mmapped and are registered with the GPU (unified memory)
+#   make test-cuda     build/kipp_test_cuda, then the cuda gates (tests/cuda/run_cuda_gates.sh:
+#                      needs an NVIDIA GPU); `make test-cuda-build` only builds
+# CUDA_GENCODE overrides the generic arch list (e.g. CUDA_GENCODE=-arch=native on a GPU
+# host). The CUDA runtime is linked statically: a binary needs only the driver's libcuda,
+# and a machine without one gets the backend's "no NVIDIA driver found" error, not a loader
+# failure. Everything here compiles with warnings as errors; `make test` builds all of it
+# (tests/cuda/test_cuda_build.sh) without running a kernel.
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
+                -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+CUDA_SPARK_GENCODE ?= -gencode arch=compute_121,code=sm_121
+# -D flags of EXTRA_CFLAGS (KIPP_FAULT_INJECT) reach the device code too
+NVCC_FLAGS := -std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+              $(filter -D%,$(EXTRA_CFLAGS)) -Iinclude -Isrc
+CUDA_CFLAGS := -I$(CUDA_HOME)/include -Werror
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++ -Wl,--fatal-warnings
+
+CUDA_C_SRC  := $(wildcard src/backend/cuda/*.c)
+CUDA_CU_SRC := $(wildcard src/backend/cuda/*.cu)
+CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
+# generic: the C files in the ordinary object tree, the .cu files in their own
+CUDA_GENERIC_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/cuda-generic/%.o)
+# spark: both trees of its own (-DKIPP_CUDA_SPARK changes the host side's weight placement)
+CUDA_SPARK_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/cuda-spark/%.o) $(CUDA_CU_SRC:%.cu=$(BUILD)/cuda-spark/%.o)
+CUDA_TEST_OBJ := $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+$(BUILD)/obj/src/backend/cuda/%.o: CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/obj/tests/cuda/%.o: CFLAGS += $(CUDA_CFLAGS) -Itests/unit
+$(BUILD)/cuda-generic/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+$(BUILD)/cuda-spark/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -DKIPP_CUDA_SPARK $(CUDA_SPARK_GENCODE) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+$(BUILD)/cuda-spark/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -DKIPP_CUDA_SPARK -MMD -MP -c $< -o $@
+
+# the link rules name objects the Makefile defines after including this fragment
+# (BACKEND_OBJ, TEST_OBJ, SERVER_OBJ): their prerequisites are expanded a second time, when
+# make needs them, by which point every variable is set
+.SECONDEXPANSION:
+KIPP_CLI_OBJ := $(addprefix $(BUILD)/obj/src/cli/,kipp.o cli_args.o cli_spec.o cli_grammar.o generate.o)
+SERVER_BIN_OBJ := $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o \
+                  $(BUILD)/obj/src/cli/cli_spec.o
+
+.PHONY: cuda-generic server-cuda cuda-spark test-cuda test-cuda-build cuda-toolkit
+# `make test` builds every cuda binary (BACKEND_TEST_TARGETS, read by the Makefile's test
+# target) and runs tests/cuda/test_cuda_fatal.sh on them. Without the toolkit that is an
+# error saying so; KIPP_NO_CUDA=1 skips the CUDA build stage on purpose.
+ifeq ($(KIPP_NO_CUDA),1)
+BACKEND_TEST_TARGETS +=
+else
+BACKEND_TEST_TARGETS += cuda-toolkit $(BUILD)/kipp-cuda-generic $(BUILD)/kipp-server-cuda \
+                        $(BUILD)/kipp-cuda-spark $(BUILD)/kipp_test_cuda \
+                        $(if $(wildcard bench/cuda_membw.cu),$(BUILD)/kipp-cuda-membw)
+endif
+cuda-toolkit:
+	@test -x $(NVCC) || { echo "make: nvcc not found at $(NVCC): install the CUDA toolkit (or set \
+	CUDA_HOME), or run with KIPP_NO_CUDA=1 to skip building the cuda backend" >&2; exit 1; }
+cuda-generic: $(BUILD)/kipp-cuda-generic
+server-cuda: $(BUILD)/kipp-server-cuda
+cuda-spark: $(BUILD)/kipp-cuda-spark
+test-cuda-build: $(BUILD)/kipp_test_cuda $(BUILD)/kipp-cuda-generic $(BUILD)/kipp-server-cuda
+test-cuda: deps cpu test-cuda-build tiny-models
+	@BUILD=$(BUILD) tests/cuda/run_cuda_gates.sh
+
+$(BUILD)/kipp-cuda-generic: $(KIPP_CLI_OBJ) $$(BACKEND_OBJ) $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+$(BUILD)/kipp-server-cuda: $(SERVER_BIN_OBJ) $$(SERVER_OBJ) $$(BACKEND_OBJ) $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd $(CUDA_LDLIBS)
+$(BUILD)/kipp-cuda-spark: $(KIPP_CLI_OBJ) $$(BACKEND_OBJ) $(CUDA_SPARK_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+# the test binary: kipp_test's sources + the cuda backend + the GPU operator tests
+# (--cuda-operators, tests/cuda/)
+$(BUILD)/kipp_test_cuda: $$(TEST_OBJ) $(CUDA_TEST_OBJ) $(BUILD)/obj/src/server/openai_gen.o $$(BACKEND_OBJ) \
+                         $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+# the copy-bandwidth probe (tools/bench.py --backend cuda)
+$(BUILD)/kipp-cuda-membw: bench/cuda_membw.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) $< -o $@ -cudart static
+
+-include $(CUDA_GENERIC_OBJ:.o=.d) $(CUDA_SPARK_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d)
+
+# the KV fault-injection build of kipp_test_cuda (the fault matrix's cuda column), in its own
+# object tree as build/kipp_test_fault is
+ifeq ($(BUILD),build)
+build/kipp_test_cuda_fault: FORCE
+	$(MAKE) --no-print-directory BUILD=build/fault EXTRA_CFLAGS=-DKIPP_FAULT_INJECT build/fault/kipp_test_cuda
+	cp build/fault/kipp_test_cuda $@
+endif
