@@ -19,7 +19,8 @@ CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc -pthread
 LDLIBS   += -lutf8proc -ljansson -lm -pthread
 
 LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
-           src/backend/registry.c src/backend/host_kv.c
+           src/backend/registry.c src/backend/host_kv.c \
+           src/backend/cuda/probe.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # Each backend's build rules live in its own fragment, src/backend/NAME/backend.mk, which
 # adds its sources to BACKEND_SRC (and may add targets and per-file flags). Backend objects

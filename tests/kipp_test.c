@@ -144,6 +144,9 @@ int main(int argc, char **argv) {
         kt_suite_reasoning();
         kt_suite_kv();
         kt_suite_cpu_kernels();
+        kt_suite_cuda_quant_math();
+        kt_suite_cuda_ops_math();
+        kt_suite_cuda_probe();
         kt_suite_grammar();
         kt_suite_json_schema();
         kt_suite_toolcall();

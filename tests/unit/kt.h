@@ -30,6 +30,9 @@ void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSO
 void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
 void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
+void kt_suite_cuda_quant_math(void); /* cuda dequantization (host side of quant_math.h) */
+void kt_suite_cuda_ops_math(void);   /* cuda conversions, silu, KV addressing (ops_math.h) */
+void kt_suite_cuda_probe(void);      /* cuda start-up decision: every fatal message */
 void kt_suite_grammar(void);     /* EBNF compiler, matcher, token masks (test_grammar.c) */
 void kt_suite_json_schema(void); /* JSON Schema -> grammar (test_json_schema.c) */
 void kt_suite_toolcall(void);    /* <tool_call> parsing, streaming (test_toolcall.c) */

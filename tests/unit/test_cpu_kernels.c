@@ -583,10 +583,15 @@ static void check_quant2(const kipp_cpu_kernels *k) {
                 const kipp_act_q8_0 *h = (const kipp_act_q8_0 *)a_hi + i / be, *l = (const kipp_act_q8_0 *)a_lo + i / be;
                 dh = h->d; dl = l->d; hq = h->qs[i % be]; lq = l->qs[i % be];
             }
-            const double err = fabs((double)dh * hq + (double)dl * lq - x[i]) / (dl > 0 ? dl : 1.0);
+            /* half a step of the low plane, plus the f32 rounding of the residual x - dh*hq
+             * it quantizes (an ulp of x and of dh*hq each, in low-plane steps): with x up to
+             * 40 that is ~1e-3 steps, which a 0.5001 bound alone missed (seen on avx512vnni) */
+            const double dlv = dl > 0 ? dl : 1.0;
+            const double slack = (fabs((double)x[i]) + fabs((double)dh * hq)) * 0x1p-23 / dlv;
+            const double err = fabs((double)dh * hq + (double)dl * lq - x[i]) / dlv - slack;
             if (err > worst) worst = err;
         }
-        KT_CHECK(worst <= 0.5001, "%s quant2 act %u: error %.3g d", k->isa, act, worst);
+        KT_CHECK(worst <= 0.5001, "%s quant2 act %u: error %.3g d beyond the f32 slack", k->isa, act, worst);
     }
 }
 

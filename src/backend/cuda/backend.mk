@@ -27,7 +27,8 @@ NVCC_FLAGS := -std=c++17 -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werr
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -Werror
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++ -Wl,--fatal-warnings
 
-CUDA_C_SRC  := $(wildcard src/backend/cuda/*.c)
+# probe.c (the start-up decision, no CUDA headers) is in libkipp.a: the unit suite tests it
+CUDA_C_SRC  := $(filter-out %/probe.c,$(wildcard src/backend/cuda/*.c))
 CUDA_CU_SRC := $(wildcard src/backend/cuda/*.cu)
 CUDA_TEST_SRC := $(wildcard tests/cuda/*.c)
 # generic: the C files in the ordinary object tree, the .cu files in their own
