@@ -48,6 +48,7 @@ help:
 	@echo "make server-cuda    build build/kipp-server-cuda"
 	@echo "make cuda-spark     build build/kipp-cuda-spark (DGX Spark, sm_121, weights mmapped)"
 	@echo "make test-cuda      the cuda backend's gates (needs an NVIDIA GPU; docs/cuda.md)"
+	@echo "make test-cuda-model CHECKPOINT=name  the cuda gates for one checkpoint (GPU)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin, line editing through a pty)"
 	@echo "make test-draft-spec speculative decoding gates (greedy identity, sampling statistics)"

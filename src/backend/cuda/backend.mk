@@ -9,7 +9,8 @@
 #   make cuda-spark    build/kipp-cuda-spark    DGX Spark (GB10, sm_121 machine code): the
 #                      weights stay mmapped and are registered with the GPU (unified memory)
 #   make test-cuda     build/kipp_test_cuda, then the cuda gates (tests/cuda/run_cuda_gates.sh:
-#                      needs an NVIDIA GPU); `make test-cuda-build` only builds
+#                      needs an NVIDIA GPU); `make test-cuda-build` only builds;
+#                      `make test-cuda-model CHECKPOINT=name` the gates for one checkpoint
 # CUDA_GENCODE overrides the generic arch list (e.g. CUDA_GENCODE=-arch=native on a GPU
 # host). The CUDA runtime is linked statically: a binary needs only the driver's libcuda,
 # and a machine without one gets the backend's "no NVIDIA driver found" error, not a loader
@@ -57,7 +58,7 @@ KIPP_CLI_OBJ := $(addprefix $(BUILD)/obj/src/cli/,kipp.o cli_args.o cli_spec.o c
 SERVER_BIN_OBJ := $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o \
                   $(BUILD)/obj/src/cli/cli_spec.o
 
-.PHONY: cuda-generic server-cuda cuda-spark test-cuda test-cuda-build cuda-toolkit
+.PHONY: cuda-generic server-cuda cuda-spark test-cuda test-cuda-build test-cuda-model cuda-toolkit
 # `make test` builds every cuda binary (BACKEND_TEST_TARGETS, read by the Makefile's test
 # target) and runs tests/cuda/test_cuda_fatal.sh on them. Without the toolkit that is an
 # error saying so; KIPP_NO_CUDA=1 skips the CUDA build stage on purpose.
@@ -77,6 +78,9 @@ cuda-spark: $(BUILD)/kipp-cuda-spark
 test-cuda-build: $(BUILD)/kipp_test_cuda $(BUILD)/kipp-cuda-generic $(BUILD)/kipp-server-cuda
 test-cuda: deps cpu test-cuda-build tiny-models
 	@BUILD=$(BUILD) tests/cuda/run_cuda_gates.sh
+# test-cpu-model's GPU counterpart: the cuda gates for one CHECKPOINT (with golden vectors)
+test-cuda-model: deps cpu test-cuda-build tiny-models
+	@BUILD=$(BUILD) tests/cuda/run_cuda_gates.sh $(CHECKPOINT)
 
 $(BUILD)/kipp-cuda-generic: $(KIPP_CLI_OBJ) $$(BACKEND_OBJ) $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
