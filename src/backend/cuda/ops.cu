@@ -340,6 +340,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(att_args a) {
             qs[i] = on ? a.q[(size_t)t * a.ld_q + (size_t)(h0 + hh) * D + d] : 0.0f;
             acc[i] = 0.0f;
         }
+        __syncthreads(); /* lim, m, l are read by other threads (and an empty split's rows) */
         for (uint32_t j0 = lo; j0 < hi; j0 += ATT_T) {
             const uint32_t nj = min(ATT_T, hi - j0);
             if (tid < nj) {
