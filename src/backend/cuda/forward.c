@@ -1,0 +1,714 @@
+/* forward.c — the cuda backend's batched Qwen3 forward pass (see forward.h).
+ *
+ * Weights: every matrix is uploaded once, byte for byte in its GGUF block layout, into one
+ * device arena (the kernels of mm.cu read the blocks directly); the norm vectors are
+ * dequantized on the host and uploaded as f32. The spark build (-DKIPP_CUDA_SPARK, DGX
+ * Spark's GB10, whose GPU shares the host's memory) copies nothing: the mmapped file range
+ * holding the matrices is registered with the driver (read-only, mapped) and the kernels
+ * read the page cache through its device alias; only the norms go to the arena.
+ *
+ * A batch runs in chunks of up to CHUNK tokens, layer by layer over all of a chunk's tokens,
+ * in cpu-ref's order (src/backend/cpu_ref/qwen3_forward.c): embedding rows, then per layer
+ * RMSNorm -> q, k, v -> per-head q/k RMSNorm -> NEOX RoPE -> K/V stored in the paged cache
+ * -> causal paged attention -> wo -> residual -> RMSNorm -> gate, up -> SwiGLU -> down ->
+ * residual; then the final norm and the lm_head for the wanted tokens only, HEAD_ROWS rows
+ * at a time. Chunks are exact: a later chunk's tokens read the K/V an earlier one stored.
+ *
+ * Per chunk, everything that varies (token ids, each token's dense sequence index and
+ * position, the wanted rows, the RoPE cos/sin tables computed on the host in double exactly
+ * as cpu/forward.c does, and the chunk's block tables) is packed into a pinned staging
+ * buffer and goes to the device in ONE copy. Decode steps of 1..GRAPH_MAX tokens run from a
+ * CUDA graph per token count, keyed by a power-of-two bucket of the block-table width (the
+ * context-length bucket): every kernel argument is then a fixed device address or a value
+ * of the key, so replaying the graph after the staging copy is the step; a new bucket
+ * recaptures. The head runs outside the graph (its row count varies).
+ *
+ * Recomputation (forward_nocache) is the same code over a private device store with an
+ * identity block table and the context's KV type, so K/V are rounded as the cache stores
+ * them. */
+#include "backend/cuda/forward.h"
+
+#include "backend/cuda/kernels.h"
+
+#include "core/error.h"
+#include "core/types.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHUNK 512u     /* tokens per pass over the layers (bounds the activation buffers) */
+#define HEAD_ROWS 16u  /* wanted rows per lm_head product (bounds the logits buffer) */
+#define GRAPH_MAX 8u   /* decode steps of up to this many tokens replay a CUDA graph */
+#define ALIGN 256u     /* device sub-buffer alignment */
+#define SCRATCH_SHORT -1 /* a launcher's scratch would exceed what init sized (contract bug) */
+
+#ifdef KIPP_CUDA_SPARK
+static const int k_mapped = 1; /* GB10: unified memory, the weights stay in the mapping */
+#else
+static const int k_mapped = 0;
+#endif
+
+typedef struct {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* f32 [H], [H], [D], [D] */
+    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down; /* GGUF blocks */
+} dev_layer;
+
+typedef struct {
+    cudaGraphExec_t exec; /* NULL: none captured */
+    uint32_t max_blocks;  /* the key besides the token count */
+    const void *kv;       /* the storage it was captured over */
+} graph_slot;
+
+/* Byte offsets of one chunk's staging area (same on host and device). Fixed for a given
+ * (n tokens, table width), which is what lets a graph replay over it. */
+typedef struct {
+    size_t ids, seq, pos, want, cos, sin, tab, end_fixed;
+} stage_layout;
+
+struct kipp_cuda_fwd {
+    const kipp_model *m;
+    kipp_gguf_tensor head; /* the lm_head's first NL rows; data NULL for embeddings */
+    /* H hidden, F MLP, D head dim, Nh / Nkv heads, QD = Nh*D, kv_dim = Nkv*D, NL logits per
+     * row (0: embeddings) */
+    uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, NL;
+    float eps;
+    kipp_kv_type kv_type;
+    cudaStream_t stream;
+    double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
+    /* weights */
+    unsigned char *warena;  /* device: the matrices (copied build) and the f32 norms */
+    void *map_base;         /* spark: the registered host range (page-aligned), else NULL */
+    size_t map_len;
+    unsigned char *map_dev; /* its device alias */
+    dev_layer *L;           /* [n_layer] */
+    const void *tok_embd, *output;
+    const float *out_norm;
+    /* activations (device, CHUNK rows; row t is token t of the chunk) */
+    unsigned char *aarena;
+    float *x;    /* [CHUNK][H]  residual stream */
+    float *xn;   /* [CHUNK][H]  normed input of the current block */
+    float *q;    /* [CHUNK][QD] queries, heads concatenated */
+    float *k;    /* [CHUNK][kv_dim] */
+    float *v;    /* [CHUNK][kv_dim] */
+    float *att;  /* [CHUNK][QD] attention output */
+    float *proj; /* [CHUNK][H]  wo / w_down output */
+    float *gate; /* [CHUNK][F]  gate, then silu(gate) * up */
+    float *up;   /* [CHUNK][F] */
+    float *xw;   /* [CHUNK][H]  the wanted rows, final-normed */
+    float *lg;   /* [HEAD_ROWS][NL] logits of one head product */
+    void *mm_scratch, *att_scratch;
+    size_t mm_cap, att_cap;
+    /* staging: pinned host + device twin, stage_cap bytes each */
+    unsigned char *stage_h, *stage_d;
+    size_t stage_cap;
+    uint32_t *dense; /* [CHUNK] host: the batch sequence id of each dense index */
+    graph_slot graphs[GRAPH_MAX + 1]; /* by token count */
+    int graphs_on;
+    int fault_mode;
+    uint32_t fault_blocks;
+};
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static uint32_t u32min(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+/* ---- sizes ---------------------------------------------------------------------------------- */
+
+/* The matrices of the model in upload order; NULL entries are skipped and the tied lm_head
+ * (output == tok_embd) is the embedding's upload. n: 2 + 7 * n_layer. */
+static const kipp_gguf_tensor *matrix_at(const kipp_model *m, uint32_t i) {
+    if (i == 0) return m->tok_embd;
+    if (i == 1) {
+        if (!m->output || m->output == m->tok_embd || m->output->data == m->tok_embd->data)
+            return NULL;
+        return m->output;
+    }
+    const kipp_layer_weights *w = &m->layers[(i - 2) / 7];
+    const kipp_gguf_tensor *const t[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up,
+                                          w->w_down};
+    return t[(i - 2) % 7];
+}
+
+static uint32_t n_matrices(const kipp_model *m) { return 2 + 7 * m->hp.n_layer; }
+
+static uint64_t norm_bytes(const kipp_model *m) {
+    const kipp_model_info *hp = &m->hp;
+    return (uint64_t)hp->n_layer *
+               (2 * align_up((size_t)hp->n_embd * 4) + 2 * align_up((size_t)hp->head_dim * 4)) +
+           align_up((size_t)hp->n_embd * 4);
+}
+
+/* Token counts the scratch is sized for: every decode size up to GRAPH_MAX, then powers of
+ * two up to CHUNK (the kernels' scratch grows with n_tok; the list covers their steps). */
+static const uint32_t k_ntok[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512};
+
+static size_t mm_need(const kipp_model *m, uint32_t NL) {
+    const kipp_model_info *hp = &m->hp;
+    const uint32_t QD = hp->n_head * hp->head_dim;
+    size_t cap = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const kipp_layer_weights *w = &m->layers[l];
+        const kipp_gguf_tensor *const t[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up,
+                                              w->w_down};
+        const uint32_t n_in[7] = {hp->n_embd, hp->n_embd, hp->n_embd, QD, hp->n_embd,
+                                  hp->n_embd, hp->n_ff};
+        for (size_t i = 0; i < 7; i++)
+            for (size_t j = 0; j < sizeof k_ntok / sizeof k_ntok[0]; j++) {
+                const size_t s = kipp_cuda_matmul_scratch_bytes(t[i]->type, n_in[i], k_ntok[j]);
+                if (s > cap) cap = s;
+            }
+    }
+    if (NL && m->output)
+        for (uint32_t r = 1; r <= HEAD_ROWS; r++) {
+            const size_t s = kipp_cuda_matmul_scratch_bytes(m->output->type, hp->n_embd, r);
+            if (s > cap) cap = s;
+        }
+    return cap;
+}
+
+static size_t att_need(const kipp_model *m, uint32_t n_ctx) {
+    size_t cap = 0;
+    for (size_t j = 0; j < sizeof k_ntok / sizeof k_ntok[0]; j++) {
+        const size_t s = kipp_cuda_attention_scratch_bytes(k_ntok[j], m->hp.n_head,
+                                                           m->hp.head_dim, n_ctx);
+        if (s > cap) cap = s;
+    }
+    return cap;
+}
+
+static size_t act_bytes(const kipp_model *m, uint32_t NL) {
+    const kipp_model_info *hp = &m->hp;
+    const size_t H = hp->n_embd, F = hp->n_ff, QD = (size_t)hp->n_head * hp->head_dim,
+                 KV = (size_t)hp->n_head_kv * hp->head_dim;
+    return 4 * align_up(CHUNK * H * 4) + 2 * align_up(CHUNK * QD * 4) +
+           2 * align_up(CHUNK * KV * 4) + 2 * align_up(CHUNK * F * 4) +
+           align_up((size_t)HEAD_ROWS * NL * 4);
+}
+
+static stage_layout layout_for(uint32_t n, uint32_t half) {
+    stage_layout s;
+    size_t o = 0;
+    s.ids = o;  o += align_up((size_t)n * 4);
+    s.seq = o;  o += align_up((size_t)n * 4);
+    s.pos = o;  o += align_up((size_t)n * 4);
+    s.want = o; o += align_up((size_t)n * 4);
+    s.cos = o;  o += align_up((size_t)n * half * 4);
+    s.sin = o;  o += align_up((size_t)n * half * 4);
+    s.tab = o;
+    s.end_fixed = o;
+    return s;
+}
+
+void kipp_cuda_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, int mapped,
+                         uint64_t *weight_bytes, uint64_t *scratch_bytes) {
+    uint64_t w = norm_bytes(m);
+    if (!mapped)
+        for (uint32_t i = 0; i < n_matrices(m); i++) {
+            const kipp_gguf_tensor *t = matrix_at(m, i);
+            if (t) w += align_up(t->n_bytes);
+        }
+    /* staging: a full chunk with tables as wide as the context at the default block size */
+    const uint32_t mb = (n_ctx + KIPP_KV_DEFAULT_BLOCK_SIZE - 1) / KIPP_KV_DEFAULT_BLOCK_SIZE;
+    const uint64_t stage = layout_for(CHUNK, m->hp.head_dim / 2).end_fixed + (uint64_t)CHUNK * mb * 4;
+    *weight_bytes = w;
+    *scratch_bytes = act_bytes(m, n_logits) + align_up(mm_need(m, n_logits)) +
+                     align_up(att_need(m, n_ctx)) + stage;
+}
+
+/* ---- init / free ---------------------------------------------------------------------------- */
+
+static void destroy_graphs(kipp_cuda_fwd *f) {
+    for (uint32_t i = 0; i <= GRAPH_MAX; i++) {
+        if (f->graphs[i].exec) cudaGraphExecDestroy(f->graphs[i].exec);
+        f->graphs[i] = (graph_slot){0};
+    }
+}
+
+void kipp_cuda_fwd_free(kipp_cuda_fwd *f) {
+    if (!f) return;
+    if (f->stream) cudaStreamSynchronize(f->stream);
+    destroy_graphs(f);
+    cudaFree(f->warena);
+    cudaFree(f->aarena);
+    cudaFree(f->mm_scratch);
+    cudaFree(f->att_scratch);
+    cudaFree(f->stage_d);
+    if (f->stage_h) cudaFreeHost(f->stage_h);
+    if (f->map_base) cudaHostUnregister(f->map_base);
+    if (f->stream) cudaStreamDestroy(f->stream);
+    free(f->L);
+    free(f->inv_freq);
+    free(f->dense);
+    free(f);
+}
+
+static kipp_status cuda_err(char *err, size_t err_len, const char *what, cudaError_t e) {
+    return kipp_errf(err, err_len, e == cudaErrorMemoryAllocation ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
+                     "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* Registers the page range holding every matrix (spark): one registration, the matrices'
+ * device addresses are the alias plus their offset in it. The file is mapped read-only, so
+ * the registration must be too. */
+static kipp_status map_weights(kipp_cuda_fwd *f, char *err, size_t err_len) {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (uint32_t i = 0; i < n_matrices(f->m); i++) {
+        const kipp_gguf_tensor *t = matrix_at(f->m, i);
+        if (!t) continue;
+        if ((uintptr_t)t->data < lo) lo = (uintptr_t)t->data;
+        if ((uintptr_t)t->data + t->n_bytes > hi) hi = (uintptr_t)t->data + t->n_bytes;
+    }
+    const long page = sysconf(_SC_PAGESIZE);
+    const uintptr_t pg = page > 0 ? (uintptr_t)page : 4096;
+    lo &= ~(pg - 1);
+    hi = (hi + pg - 1) & ~(pg - 1);
+    cudaError_t e = cudaHostRegister((void *)lo, hi - lo,
+                                     cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (e != cudaSuccess)
+        return cuda_err(err, err_len, "registering the mapped weights with the GPU (spark)", e);
+    f->map_base = (void *)lo;
+    f->map_len = hi - lo;
+    void *dev = NULL;
+    e = cudaHostGetDevicePointer(&dev, f->map_base, 0);
+    if (e != cudaSuccess)
+        return cuda_err(err, err_len, "device address of the mapped weights (spark)", e);
+    f->map_dev = dev;
+    return KIPP_OK;
+}
+
+/* The device address of matrix t: its alias in the mapping (spark) or its upload. */
+static kipp_status place_matrix(kipp_cuda_fwd *f, const kipp_gguf_tensor *t, size_t *off,
+                                const void **out, char *err, size_t err_len) {
+    if (f->map_base) {
+        *out = f->map_dev + ((uintptr_t)t->data - (uintptr_t)f->map_base);
+        return KIPP_OK;
+    }
+    const cudaError_t e = cudaMemcpy(f->warena + *off, t->data, t->n_bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "uploading the weights", e);
+    *out = f->warena + *off;
+    *off += align_up(t->n_bytes);
+    return KIPP_OK;
+}
+
+/* Dequantizes a norm vector on the host and uploads it as f32. */
+static kipp_status place_norm(kipp_cuda_fwd *f, const kipp_gguf_tensor *t, float *tmp,
+                              size_t *off, const float **out, char *err, size_t err_len) {
+    kipp_dequantize_row(t->type, t->data, tmp, t->n_elems);
+    const cudaError_t e = cudaMemcpy(f->warena + *off, tmp, t->n_elems * 4, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "uploading the norm weights", e);
+    *out = (const float *)(f->warena + *off);
+    *off += align_up(t->n_elems * 4);
+    return KIPP_OK;
+}
+
+static kipp_status upload_weights(kipp_cuda_fwd *f, char *err, size_t err_len) {
+    const kipp_model *m = f->m;
+    uint64_t wbytes, sbytes;
+    kipp_cuda_fwd_sizes(m, f->n_ctx, f->NL, k_mapped, &wbytes, &sbytes);
+    kipp_status st;
+    if (k_mapped && (st = map_weights(f, err, err_len)) != KIPP_OK) return st;
+    cudaError_t e = cudaMalloc((void **)&f->warena, wbytes);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "allocating device memory for the weights", e);
+    float *tmp = malloc((f->H > f->D ? f->H : f->D) * sizeof(float));
+    if (!tmp) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
+    size_t off = 0;
+    st = place_matrix(f, m->tok_embd, &off, &f->tok_embd, err, err_len);
+    f->output = f->tok_embd;
+    if (st == KIPP_OK && matrix_at(m, 1))
+        st = place_matrix(f, m->output, &off, &f->output, err, err_len);
+    for (uint32_t l = 0; st == KIPP_OK && l < m->hp.n_layer; l++) {
+        const kipp_layer_weights *w = &m->layers[l];
+        dev_layer *d = &f->L[l];
+        const kipp_gguf_tensor *const t[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up,
+                                              w->w_down};
+        const void **const o[7] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->w_gate, &d->w_up,
+                                   &d->w_down};
+        for (size_t i = 0; st == KIPP_OK && i < 7; i++)
+            st = place_matrix(f, t[i], &off, o[i], err, err_len);
+        if (st == KIPP_OK) st = place_norm(f, w->attn_norm, tmp, &off, &d->attn_norm, err, err_len);
+        if (st == KIPP_OK) st = place_norm(f, w->ffn_norm, tmp, &off, &d->ffn_norm, err, err_len);
+        if (st == KIPP_OK) st = place_norm(f, w->q_norm, tmp, &off, &d->q_norm, err, err_len);
+        if (st == KIPP_OK) st = place_norm(f, w->k_norm, tmp, &off, &d->k_norm, err, err_len);
+    }
+    if (st == KIPP_OK) st = place_norm(f, m->output_norm, tmp, &off, &f->out_norm, err, err_len);
+    free(tmp);
+    return st;
+}
+
+static kipp_status alloc_scratch(kipp_cuda_fwd *f, char *err, size_t err_len) {
+    const size_t H = f->H, F = f->F, QD = f->QD, KV = f->kv_dim;
+    cudaError_t e = cudaMalloc((void **)&f->aarena, act_bytes(f->m, f->NL));
+    if (e != cudaSuccess) return cuda_err(err, err_len, "allocating the activation buffers", e);
+    unsigned char *p = f->aarena;
+    float **const bufs[] = {&f->x, &f->xn, &f->proj, &f->xw, &f->q, &f->att, &f->k, &f->v,
+                            &f->gate, &f->up, &f->lg};
+    const size_t rows[] = {H, H, H, H, QD, QD, KV, KV, F, F, 0};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i] = (float *)p;
+        p += align_up(i + 1 < sizeof bufs / sizeof bufs[0] ? CHUNK * rows[i] * 4
+                                                           : (size_t)HEAD_ROWS * f->NL * 4);
+    }
+    f->mm_cap = mm_need(f->m, f->NL);
+    f->att_cap = att_need(f->m, f->n_ctx);
+    if (f->mm_cap && (e = cudaMalloc(&f->mm_scratch, f->mm_cap)) != cudaSuccess)
+        return cuda_err(err, err_len, "allocating the matrix-product scratch", e);
+    if (f->att_cap && (e = cudaMalloc(&f->att_scratch, f->att_cap)) != cudaSuccess)
+        return cuda_err(err, err_len, "allocating the attention scratch", e);
+    return KIPP_OK;
+}
+
+kipp_status kipp_cuda_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                               uint32_t n_logits, kipp_cuda_fwd **out, char *err,
+                               size_t err_len) {
+    *out = NULL;
+    const kipp_model_info *hp = &m->hp;
+    kipp_cuda_fwd *f = calloc(1, sizeof *f);
+    if (!f) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
+    f->m = m;
+    f->n_ctx = n_ctx;
+    f->kv_type = kv_type;
+    f->head = kipp_model_head(m, n_logits);
+    f->NL = f->head.data ? (uint32_t)f->head.ne[1] : 0;
+    f->H = hp->n_embd;
+    f->F = hp->n_ff;
+    f->D = hp->head_dim;
+    f->Nh = hp->n_head;
+    f->Nkv = hp->n_head_kv;
+    f->QD = f->Nh * f->D;
+    f->kv_dim = f->Nkv * f->D;
+    f->eps = hp->rms_eps;
+    /* KIPP_CUDA_GRAPHS=0 runs every step by direct launches (a debugging switch: the gates
+     * run with graphs, as users do) */
+    const char *g = getenv("KIPP_CUDA_GRAPHS");
+    f->graphs_on = !(g && strcmp(g, "0") == 0);
+    f->L = calloc(hp->n_layer, sizeof *f->L);
+    f->inv_freq = malloc((f->D / 2) * sizeof(double));
+    f->dense = malloc(CHUNK * sizeof *f->dense);
+    kipp_status st = KIPP_OK;
+    if (!f->L || !f->inv_freq || !f->dense) {
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < f->D / 2; i++)
+        f->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / (double)f->D);
+    cudaError_t e = cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        st = cuda_err(err, err_len, "creating a stream", e);
+        goto fail;
+    }
+    if ((st = upload_weights(f, err, err_len)) != KIPP_OK) goto fail;
+    if ((st = alloc_scratch(f, err, err_len)) != KIPP_OK) goto fail;
+    *out = f;
+    return KIPP_OK;
+fail:
+    kipp_cuda_fwd_free(f);
+    return st;
+}
+
+const char *kipp_cuda_fwd_weights_mode(const kipp_cuda_fwd *f) {
+    return f->map_base ? "mapped" : "copied";
+}
+
+void *kipp_cuda_fwd_stream(const kipp_cuda_fwd *f) { return f->stream; }
+
+void kipp_cuda_fwd_set_fault(kipp_cuda_fwd *f, int mode, uint32_t n_blocks) {
+    f->fault_mode = mode;
+    f->fault_blocks = n_blocks;
+    kipp_cuda_set_fault(mode, n_blocks);
+}
+
+/* ---- the pass ------------------------------------------------------------------------------- */
+
+/* One chunk of tokens over one KV storage, its staging already written on the host. */
+typedef struct {
+    const kipp_cuda_kv *kv;
+    uint32_t n;          /* tokens */
+    uint32_t n_seq;      /* rows of the chunk's block tables */
+    uint32_t max_blocks; /* their width */
+    uint32_t max_ctx;    /* > every position in the chunk */
+    uint32_t n_want;     /* rows through the head */
+    stage_layout sl;
+} chunk_t;
+
+/* Makes the staging buffers hold `bytes`; moving them invalidates every graph (they baked
+ * the old device addresses in). */
+static kipp_status ensure_stage(kipp_cuda_fwd *f, size_t bytes, char *err, size_t err_len) {
+    if (bytes <= f->stage_cap) return KIPP_OK;
+    bytes = (bytes + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    cudaStreamSynchronize(f->stream);
+    destroy_graphs(f);
+    cudaFree(f->stage_d);
+    if (f->stage_h) cudaFreeHost(f->stage_h);
+    f->stage_d = f->stage_h = NULL;
+    f->stage_cap = 0;
+    cudaError_t e = cudaHostAlloc((void **)&f->stage_h, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&f->stage_d, bytes);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "allocating the staging buffers", e);
+    f->stage_cap = bytes;
+    return KIPP_OK;
+}
+
+/* RoPE tables for n positions, in double and rounded once, as cpu/forward.c's rope_tables
+ * (and cpu-ref's rope_angles) compute them: theta = pos * base^(-2i/D). */
+static void fill_rope(const kipp_cuda_fwd *f, float *cs, float *sn, const uint32_t *pos,
+                      uint32_t n) {
+    const uint32_t half = f->D / 2;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t i = 0; i < half; i++) {
+            const double theta = (double)pos[t] * f->inv_freq[i];
+            cs[(size_t)t * half + i] = (float)cos(theta);
+            sn[(size_t)t * half + i] = (float)sin(theta);
+        }
+}
+
+#define RUN(call)                                                                              \
+    do {                                                                                       \
+        if (!rc) rc = (int)(call);                                                             \
+    } while (0)
+
+static int mm(const kipp_cuda_fwd *f, uint32_t type, const void *w, uint32_t n_in,
+              uint32_t n_out, const float *x, size_t ldx, uint32_t n_tok, float *y, size_t ldy) {
+    if (kipp_cuda_matmul_scratch_bytes(type, n_in, n_tok) > f->mm_cap) return SCRATCH_SHORT;
+    return kipp_cuda_matmul(type, w, n_in, n_out, x, ldx, n_tok, y, ldy, f->mm_scratch,
+                            f->stream);
+}
+
+/* Embedding rows and every layer for the chunk's tokens: x[n][H] holds the last layer's
+ * residual stream afterwards. Only launches (graph-capturable): no copies, no syncs. */
+static int run_layers(kipp_cuda_fwd *f, const chunk_t *c) {
+    const kipp_model *m = f->m;
+    const kipp_cuda_kv *kv = c->kv;
+    const uint32_t n = c->n, H = f->H, F = f->F, D = f->D, QD = f->QD, KVD = f->kv_dim;
+    const cudaStream_t st = f->stream;
+    const unsigned char *sd = f->stage_d;
+    const int32_t *ids = (const int32_t *)(sd + c->sl.ids);
+    const uint32_t *seq = (const uint32_t *)(sd + c->sl.seq);
+    const uint32_t *pos = (const uint32_t *)(sd + c->sl.pos);
+    const uint32_t *tab = (const uint32_t *)(sd + c->sl.tab);
+    const float *cs = (const float *)(sd + c->sl.cos), *sn = (const float *)(sd + c->sl.sin);
+    if (kipp_cuda_attention_scratch_bytes(n, f->Nh, D, c->max_ctx) > f->att_cap)
+        return SCRATCH_SHORT;
+    int rc = 0;
+    RUN(kipp_cuda_get_rows(m->tok_embd->type, f->tok_embd, H, ids, n, f->x, H, st));
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const kipp_layer_weights *w = &m->layers[l];
+        const dev_layer *d = &f->L[l];
+        /* attention block: x -> xn -> q, k, v */
+        RUN(kipp_cuda_rmsnorm(f->x, H, d->attn_norm, H, n, f->eps, f->xn, H, st));
+        RUN(mm(f, w->wq->type, d->wq, H, QD, f->xn, H, n, f->q, QD));
+        RUN(mm(f, w->wk->type, d->wk, H, KVD, f->xn, H, n, f->k, KVD));
+        RUN(mm(f, w->wv->type, d->wv, H, KVD, f->xn, H, n, f->v, KVD));
+        /* per-head RMSNorm (rows of D, one weight vector for all heads), then RoPE */
+        RUN(kipp_cuda_rmsnorm(f->q, D, d->q_norm, D, n * f->Nh, f->eps, f->q, D, st));
+        RUN(kipp_cuda_rmsnorm(f->k, D, d->k_norm, D, n * f->Nkv, f->eps, f->k, D, st));
+        RUN(kipp_cuda_rope(f->q, QD, n, f->Nh, D, cs, sn, st));
+        RUN(kipp_cuda_rope(f->k, KVD, n, f->Nkv, D, cs, sn, st));
+        /* this layer's K/V into the cache first: attention reads positions 0..pos, pos
+         * included, from the cache only */
+        RUN(kipp_cuda_kv_store(kv->data, (uint32_t)kv->type, kv->n_layer, kv->block_size,
+                               kv->kv_dim, l, f->k, KVD, f->v, KVD, n, seq, pos, tab,
+                               c->max_blocks, st));
+        RUN(kipp_cuda_attention(f->q, QD, kv->data, (uint32_t)kv->type, kv->n_layer,
+                                kv->block_size, kv->kv_dim, l, f->Nh, f->Nkv, D, n, seq, pos,
+                                tab, c->max_blocks, c->max_ctx, f->att_scratch, f->att, QD,
+                                st));
+        RUN(mm(f, w->wo->type, d->wo, QD, H, f->att, QD, n, f->proj, H));
+        RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
+        /* MLP block */
+        RUN(kipp_cuda_rmsnorm(f->x, H, d->ffn_norm, H, n, f->eps, f->xn, H, st));
+        RUN(mm(f, w->w_gate->type, d->w_gate, H, F, f->xn, H, n, f->gate, F));
+        RUN(mm(f, w->w_up->type, d->w_up, H, F, f->xn, H, n, f->up, F));
+        RUN(kipp_cuda_swiglu(f->gate, f->up, F, F, n, f->gate, st));
+        RUN(mm(f, w->w_down->type, d->w_down, F, H, f->gate, F, n, f->proj, H));
+        RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
+    }
+    return rc;
+}
+
+/* The wanted rows: gathered (get_rows over x as an f32 matrix), final-normed, then the
+ * lm_head HEAD_ROWS rows at a time, each product's logits copied to the host (an
+ * embeddings context copies the normed rows themselves). */
+static int run_head(kipp_cuda_fwd *f, const chunk_t *c, float *out) {
+    const cudaStream_t st = f->stream;
+    const uint32_t H = f->H, NL = f->NL;
+    const int32_t *want = (const int32_t *)(f->stage_d + c->sl.want);
+    int rc = 0;
+    RUN(kipp_cuda_get_rows(KIPP_TYPE_F32, f->x, H, want, c->n_want, f->xw, H, st));
+    RUN(kipp_cuda_rmsnorm(f->xw, H, f->out_norm, H, c->n_want, f->eps, f->xw, H, st));
+    if (!NL) {
+        RUN(cudaMemcpyAsync(out, f->xw, (size_t)c->n_want * H * sizeof(float),
+                            cudaMemcpyDeviceToHost, st));
+        return rc;
+    }
+    for (uint32_t r0 = 0; r0 < c->n_want; r0 += HEAD_ROWS) {
+        const uint32_t nr = u32min(HEAD_ROWS, c->n_want - r0);
+        RUN(mm(f, f->head.type, f->output, H, NL, f->xw + (size_t)r0 * H, H, nr, f->lg, NL));
+        RUN(cudaMemcpyAsync(out + (size_t)r0 * NL, f->lg, (size_t)nr * NL * sizeof(float),
+                            cudaMemcpyDeviceToHost, st));
+    }
+    return rc;
+}
+
+/* The layers from the graph for this token count, captured first when there is none or its
+ * key (table width, storage) differs. */
+static int graph_layers(kipp_cuda_fwd *f, const chunk_t *c) {
+    graph_slot *g = &f->graphs[c->n];
+    if (!g->exec || g->max_blocks != c->max_blocks || g->kv != c->kv->data) {
+        if (g->exec) cudaGraphExecDestroy(g->exec);
+        *g = (graph_slot){0};
+        cudaGraph_t graph = NULL;
+        int rc = cudaStreamBeginCapture(f->stream, cudaStreamCaptureModeThreadLocal);
+        if (rc) return rc;
+        rc = run_layers(f, c);
+        const cudaError_t e = cudaStreamEndCapture(f->stream, &graph);
+        if (!rc) rc = e;
+        if (!rc) rc = cudaGraphInstantiate(&g->exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (rc) {
+            g->exec = NULL;
+            return rc;
+        }
+        g->max_blocks = c->max_blocks;
+        g->kv = c->kv->data;
+    }
+    return cudaGraphLaunch(g->exec, f->stream);
+}
+
+/* One chunk: the staging copy, the layers (graph or direct), the head, and the wait. */
+static kipp_status run_chunk(kipp_cuda_fwd *f, const chunk_t *c, int use_graph, float *out,
+                             char *err, size_t err_len) {
+    const size_t bytes = c->sl.end_fixed + (size_t)c->n_seq * c->max_blocks * sizeof(uint32_t);
+    int rc = cudaMemcpyAsync(f->stage_d, f->stage_h, bytes, cudaMemcpyHostToDevice, f->stream);
+    RUN(use_graph ? graph_layers(f, c) : run_layers(f, c));
+    if (c->n_want) RUN(run_head(f, c, out));
+    const cudaError_t e = cudaStreamSynchronize(f->stream);
+    if (rc == SCRATCH_SHORT)
+        return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
+                         "cuda: a kernel asks for more scratch than the context sized at start-up "
+                         "(%u tokens over %u positions)", c->n, c->max_ctx);
+    if (rc)
+        return cuda_err(err, err_len,
+                        use_graph ? "the forward pass (CUDA graph; KIPP_CUDA_GRAPHS=0 runs it "
+                                    "without)"
+                                  : "the forward pass",
+                        (cudaError_t)rc);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "the forward pass", e);
+    return KIPP_OK;
+}
+
+/* Table width for a chunk whose longest sequence holds `need` blocks: the graph path rounds
+ * it up to a power of two (the context-length bucket, so a decoding sequence recaptures
+ * only when it doubles), never past the context's own width. */
+static uint32_t width_bucket(uint32_t need, uint32_t ctx_blocks) {
+    uint32_t w = 4;
+    while (w < need) w *= 2;
+    if (w > ctx_blocks) w = ctx_blocks > need ? ctx_blocks : need;
+    return w;
+}
+
+kipp_status kipp_cuda_fwd_decode_batch(kipp_cuda_fwd *f, kipp_kv_pool *pool,
+                                       const kipp_batch *b, float *logits, char *err,
+                                       size_t err_len) {
+    const kipp_cuda_kv *kv = pool->storage.store;
+    const uint32_t half = f->D / 2, row = f->NL ? f->NL : f->H;
+    const uint32_t ctx_blocks = kipp_kv_blocks_for(pool, f->n_ctx);
+    for (uint32_t i0 = 0; i0 < b->n;) {
+        chunk_t c = {.kv = kv, .n = u32min(CHUNK, b->n - i0)};
+        /* the chunk's sequences, densely numbered in order of appearance */
+        uint32_t need = 0, max_pos = 0, last = 0;
+        for (uint32_t t = 0; t < c.n; t++) {
+            const uint32_t id = b->seq_ids[i0 + t];
+            if (b->positions[i0 + t] > max_pos) max_pos = b->positions[i0 + t];
+            if (c.n_seq && f->dense[last] == id) continue;
+            for (last = 0; last < c.n_seq && f->dense[last] != id; last++) {}
+            if (last < c.n_seq) continue;
+            const kipp_kv_seq *s = kipp_kv_seq_get(pool, id);
+            if (!s)
+                return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                                 "cuda: sequence %u is not live", id);
+            if (s->n_blocks > need) need = s->n_blocks;
+            f->dense[c.n_seq++] = id;
+        }
+        const int use_graph = f->graphs_on && c.n <= GRAPH_MAX && c.n == b->n;
+        c.max_blocks = use_graph ? width_bucket(need, ctx_blocks) : (need ? need : 1);
+        c.max_ctx = use_graph ? u32min(c.max_blocks * pool->block_size, f->n_ctx) : max_pos + 1;
+        if (c.max_ctx < max_pos + 1) c.max_ctx = max_pos + 1;
+        c.sl = layout_for(c.n, half);
+        kipp_status st = ensure_stage(
+            f, c.sl.end_fixed + (size_t)c.n_seq * c.max_blocks * sizeof(uint32_t), err, err_len);
+        if (st != KIPP_OK) return st;
+        unsigned char *h = f->stage_h;
+        int32_t *ids = (int32_t *)(h + c.sl.ids), *want = (int32_t *)(h + c.sl.want);
+        uint32_t *seq = (uint32_t *)(h + c.sl.seq), *pos = (uint32_t *)(h + c.sl.pos);
+        uint32_t *tab = (uint32_t *)(h + c.sl.tab);
+        memcpy(ids, b->tokens + i0, (size_t)c.n * sizeof *ids);
+        memcpy(pos, b->positions + i0, (size_t)c.n * sizeof *pos);
+        last = 0;
+        for (uint32_t t = 0; t < c.n; t++) {
+            const uint32_t id = b->seq_ids[i0 + t];
+            if (f->dense[last] != id)
+                for (last = 0; f->dense[last] != id; last++) {}
+            seq[t] = last;
+            if (b->want_logits[i0 + t]) want[c.n_want++] = (int32_t)t;
+        }
+        fill_rope(f, (float *)(h + c.sl.cos), (float *)(h + c.sl.sin), pos, c.n);
+        for (uint32_t j = 0; j < c.n_seq; j++) {
+            const kipp_kv_seq *s = kipp_kv_seq_get(pool, f->dense[j]);
+            uint32_t *r = tab + (size_t)j * c.max_blocks;
+            memcpy(r, s->blocks, (size_t)s->n_blocks * sizeof *r);
+            memset(r + s->n_blocks, 0, (size_t)(c.max_blocks - s->n_blocks) * sizeof *r);
+        }
+        if ((st = run_chunk(f, &c, use_graph, logits, err, err_len)) != KIPP_OK) return st;
+        if (c.n_want) logits += (size_t)c.n_want * row;
+        i0 += c.n;
+    }
+    return KIPP_OK;
+}
+
+kipp_status kipp_cuda_fwd_nocache(kipp_cuda_fwd *f, const int32_t *tokens, uint32_t n,
+                                  float *logits, char *err, size_t err_len) {
+    if (n == 0) return KIPP_OK;
+    /* a private store of the context's KV type, one sequence, identity block table */
+    const uint32_t bs = KIPP_KV_DEFAULT_BLOCK_SIZE, nb = (n + bs - 1) / bs;
+    kipp_cuda_kv kv = {.type = f->kv_type, .n_layer = f->m->hp.n_layer, .kv_dim = f->kv_dim,
+                       .block_size = bs, .n_blocks = nb};
+    kv.block_bytes = 2 * (size_t)kv.n_layer * bs * kv.kv_dim * kipp_kv_type_size(kv.type);
+    const uint32_t half = f->D / 2;
+    kipp_status st = ensure_stage(f, layout_for(CHUNK, half).end_fixed + (size_t)nb * 4, err,
+                                  err_len);
+    if (st != KIPP_OK) return st;
+    cudaError_t e = cudaMalloc(&kv.data, (size_t)nb * kv.block_bytes);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "allocating the recomputation's K/V", e);
+    /* the fault build's planted read bugs are the cache's, not this oracle's */
+    if (f->fault_mode) {
+        cudaStreamSynchronize(f->stream);
+        kipp_cuda_set_fault(0, 0);
+    }
+    for (uint32_t p0 = 0; p0 < n && st == KIPP_OK;) {
+        chunk_t c = {.kv = &kv, .n = u32min(CHUNK, n - p0), .n_seq = 1, .max_blocks = nb};
+        c.max_ctx = p0 + c.n;
+        c.sl = layout_for(c.n, half);
+        unsigned char *h = f->stage_h;
+        uint32_t *seq = (uint32_t *)(h + c.sl.seq), *pos = (uint32_t *)(h + c.sl.pos);
+        uint32_t *tab = (uint32_t *)(h + c.sl.tab);
+        memcpy(h + c.sl.ids, tokens + p0, (size_t)c.n * sizeof *tokens);
+        for (uint32_t t = 0; t < c.n; t++) {
+            seq[t] = 0;
+            pos[t] = p0 + t;
+        }
+        for (uint32_t j = 0; j < nb; j++) tab[j] = j;
+        if (logits && p0 + c.n == n) { /* the last token's row only */
+            ((int32_t *)(h + c.sl.want))[0] = (int32_t)(c.n - 1);
+            c.n_want = 1;
+        }
+        fill_rope(f, (float *)(h + c.sl.cos), (float *)(h + c.sl.sin), pos, c.n);
+        st = run_chunk(f, &c, 0, logits, err, err_len);
+        p0 += c.n;
+    }
+    if (f->fault_mode) kipp_cuda_set_fault(f->fault_mode, f->fault_blocks);
+    cudaFree(kv.data);
+    return st;
+}
