@@ -51,7 +51,8 @@ static void scale_offsets(uint32_t type, int off[3]) {
 
 /* Compares one row of n elements decoded both ways; returns the mismatch count (NaN equal
  * to NaN only with the same bits). */
-static int compare_row(uint32_t type, const uint8_t *row, uint32_t n, float *ref, const char *what) {
+static int compare_row(uint32_t type, const uint8_t *row, uint32_t n, float *ref,
+                       const char *what) {
     int bad = 0;
     kipp_dequantize_row(type, row, ref, n);
     for (uint32_t k = 0; k < n / 8; k++) {

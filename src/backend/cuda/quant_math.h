@@ -104,20 +104,41 @@ static inline KIPP_HD int kq_iq4nl(uint32_t i) {
 /* ---- groups of 8 ----------------------------------------------------------------------------
  * kq_<type>_8(b, g, o): o[0..7] = elements 8g .. 8g+7 of the block at b. */
 
+/* The float types from words (little-endian u32, as a 16-byte aligned vector load gives
+ * them): F32 takes 8 words, F16 and BF16 4. The byte versions gather the same words. */
+static inline KIPP_HD void kq_f32_8w(const uint32_t *w, float *o) {
+    for (int i = 0; i < 8; i++) o[i] = kq_f32_from_bits(w[i]);
+}
+
+static inline KIPP_HD void kq_f16_8w(const uint32_t *w, float *o) {
+    for (int i = 0; i < 8; i++) o[i] = kq_f16((w[i >> 1] >> (16 * (i & 1))) & 0xffffu);
+}
+
+static inline KIPP_HD void kq_bf16_8w(const uint32_t *w, float *o) {
+    for (int i = 0; i < 8; i++) o[i] = kq_bf16((w[i >> 1] >> (16 * (i & 1))) & 0xffffu);
+}
+
+static inline KIPP_HD uint32_t kq_u32(const uint8_t *p) { return kq_u16(p) | kq_u16(p + 2) << 16; }
+
 static inline KIPP_HD void kq_f32_8(const uint8_t *b, int g, float *o) {
+    uint32_t w[8];
     (void)g;
-    for (int i = 0; i < 8; i++)
-        o[i] = kq_f32_from_bits(kq_u16(b + 4 * i) | kq_u16(b + 4 * i + 2) << 16);
+    for (int i = 0; i < 8; i++) w[i] = kq_u32(b + 4 * i);
+    kq_f32_8w(w, o);
 }
 
 static inline KIPP_HD void kq_f16_8(const uint8_t *b, int g, float *o) {
+    uint32_t w[4];
     (void)g;
-    for (int i = 0; i < 8; i++) o[i] = kq_f16(kq_u16(b + 2 * i));
+    for (int i = 0; i < 4; i++) w[i] = kq_u32(b + 4 * i);
+    kq_f16_8w(w, o);
 }
 
 static inline KIPP_HD void kq_bf16_8(const uint8_t *b, int g, float *o) {
+    uint32_t w[4];
     (void)g;
-    for (int i = 0; i < 8; i++) o[i] = kq_bf16(kq_u16(b + 2 * i));
+    for (int i = 0; i < 4; i++) w[i] = kq_u32(b + 4 * i);
+    kq_bf16_8w(w, o);
 }
 
 /* Q8_0 (34 B): d f16, int8 q[32]; element = q * d. */
@@ -169,44 +190,65 @@ static inline KIPP_HD void kq_iq4_nl_8(const uint8_t *b, int g, float *o) {
     for (int i = 0; i < 8; i++) o[i] = d * (float)kq_iq4nl(kq_nib32(b + 2, 8 * g + i));
 }
 
-/* 6-bit scale and min of sub-block s (0..7) from the 12-byte packing of Q4_K/Q5_K. */
-static inline KIPP_HD void kq_k4_scale_min(int s, const uint8_t *sc, uint32_t *scale,
-                                           uint32_t *min) {
+/* Q4_K and Q5_K from words: hdr = bytes 0..15 of the block (d, dmin, scales[12]) as four
+ * little-endian u32, one 16-byte load when the block is 16-byte aligned (144 and 176 are
+ * multiples of 16); the scale byte k is byte k % 4 of hdr[1 + k / 4]. types.c's k4_scale_min
+ * packing read from the words: sub-block s uses bytes s & 3 of hdr[1], hdr[2], hdr[3]. */
+static inline KIPP_HD void kq_k4_scale_min_w(int s, const uint32_t *hdr, float *d1, float *m1) {
+    const int sh = 8 * (s & 3);
+    const uint32_t a = hdr[1] >> sh, b = hdr[2] >> sh, c = hdr[3] >> sh;
+    uint32_t scale, min;
     if (s < 4) {
-        *scale = sc[s] & 63u;
-        *min = sc[s + 4] & 63u;
+        scale = a & 63u;
+        min = b & 63u;
     } else {
-        *scale = (sc[s + 4] & 0x0fu) | (uint32_t)(sc[s - 4] >> 6) << 4;
-        *min = (uint32_t)(sc[s + 4] >> 4) | (uint32_t)(sc[s] >> 6) << 4;
+        scale = (c & 0x0fu) | ((a >> 6) & 3u) << 4;
+        min = ((c >> 4) & 0x0fu) | ((b >> 6) & 3u) << 4;
     }
+    *d1 = kq_f16(hdr[0] & 0xffffu) * (float)scale;
+    *m1 = kq_f16(hdr[0] >> 16) * (float)min;
 }
 
 /* Q4_K (144 B): d @0, dmin @2, scales[12] @4, qs[128] @16. Sub-block s = g / 4 (32
  * elements) is the low (s even) or high nibble of qs[32 (s / 2) + l]; element
- * (d * scale) * q - dmin * min. */
+ * (d * scale) * q - dmin * min. q0, q1: the group's 8 bytes qs[32 (s / 2) + 8 (g % 4) ..]
+ * as two little-endian words (8-byte aligned in an aligned block). */
+static inline KIPP_HD void kq_q4_k_8w(const uint32_t *hdr, uint32_t q0, uint32_t q1, int g,
+                                      float *o) {
+    const int s = g >> 2, sh = 4 * (s & 1);
+    float d1, m1;
+    kq_k4_scale_min_w(s, hdr, &d1, &m1);
+    for (int i = 0; i < 8; i++) {
+        const uint32_t q = ((i < 4 ? q0 : q1) >> (8 * (i & 3) + sh)) & 0x0fu;
+        o[i] = d1 * (float)q - m1;
+    }
+}
+
 static inline KIPP_HD void kq_q4_k_8(const uint8_t *b, int g, float *o) {
-    const int s = g >> 2, l0 = 8 * (g & 3);
-    uint32_t scale, min;
-    kq_k4_scale_min(s, b + 4, &scale, &min);
-    const float d1 = kq_f16(kq_u16(b)) * (float)scale, m1 = kq_f16(kq_u16(b + 2)) * (float)min;
-    const uint8_t *q = b + 16 + 32 * (s >> 1) + l0;
-    const int sh = 4 * (s & 1);
-    for (int i = 0; i < 8; i++) o[i] = d1 * (float)((q[i] >> sh) & 0x0f) - m1;
+    const uint32_t hdr[4] = {kq_u32(b), kq_u32(b + 4), kq_u32(b + 8), kq_u32(b + 12)};
+    const uint8_t *q = b + 16 + 32 * (g >> 3) + 8 * (g & 3);
+    kq_q4_k_8w(hdr, kq_u32(q), kq_u32(q + 4), g, o);
 }
 
 /* Q5_K (176 B): d @0, dmin @2, scales[12] @4, qh[32] @16, qs[128] @48; Q4_K's nibble plus
- * bit s of qh[l] as bit 4. */
-static inline KIPP_HD void kq_q5_k_8(const uint8_t *b, int g, float *o) {
-    const int s = g >> 2, l0 = 8 * (g & 3);
-    uint32_t scale, min;
-    kq_k4_scale_min(s, b + 4, &scale, &min);
-    const float d1 = kq_f16(kq_u16(b)) * (float)scale, m1 = kq_f16(kq_u16(b + 2)) * (float)min;
-    const uint8_t *q = b + 48 + 32 * (s >> 1) + l0, *qh = b + 16 + l0;
-    const int sh = 4 * (s & 1);
+ * bit s of qh[l] as bit 4. h0, h1: qh[8 (g % 4) ..], q0, q1: qs[32 (s / 2) + 8 (g % 4) ..]. */
+static inline KIPP_HD void kq_q5_k_8w(const uint32_t *hdr, uint32_t h0, uint32_t h1, uint32_t q0,
+                                      uint32_t q1, int g, float *o) {
+    const int s = g >> 2, sh = 4 * (s & 1);
+    float d1, m1;
+    kq_k4_scale_min_w(s, hdr, &d1, &m1);
     for (int i = 0; i < 8; i++) {
-        const int v = ((q[i] >> sh) & 0x0f) | ((qh[i] >> s) & 1) << 4;
+        const int bs = 8 * (i & 3);
+        const uint32_t v = (((i < 4 ? q0 : q1) >> (bs + sh)) & 0x0fu) |
+                           (((i < 4 ? h0 : h1) >> (bs + s)) & 1u) << 4;
         o[i] = d1 * (float)v - m1;
     }
+}
+
+static inline KIPP_HD void kq_q5_k_8(const uint8_t *b, int g, float *o) {
+    const uint32_t hdr[4] = {kq_u32(b), kq_u32(b + 4), kq_u32(b + 8), kq_u32(b + 12)};
+    const uint8_t *q = b + 48 + 32 * (g >> 3) + 8 * (g & 3), *qh = b + 16 + 8 * (g & 3);
+    kq_q5_k_8w(hdr, kq_u32(qh), kq_u32(qh + 4), kq_u32(q), kq_u32(q + 4), g, o);
 }
 
 /* Q6_K (210 B): ql[128] @0, qh[64] @128, int8 scales[16] @192, d f16 @208. Element

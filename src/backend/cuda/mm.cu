@@ -1,0 +1,394 @@
+/* mm.cu — the cuda backend's weight kernels (the "weights" half of kernels.h): y = x W^T
+ * straight from the GGUF block layout, and the embedding row lookup. Decode (n_tok <= 8)
+ * runs a matrix-vector kernel, exact f32 math on weights dequantized in registers; larger
+ * n_tok runs one templated tensor-core GEMM (wmma bf16 16x16x16, f32 accumulators) on tiles
+ * of W dequantized to bf16 in shared memory. Every type's block decoding is quant_math.h's,
+ * the code the host unit suite checks bit for bit against kipp_dequantize_row().
+ * Does not: quantize activations (decode keeps x in f32), or use sm_90-only features.
+ *
+ * Precision of the GEMM: the same backend's decode (matvec) and recomputation (GEMM) must
+ * agree to NMSE 1e-5 on logits after 28 layers, which plain bf16 inputs (2^-9 relative per
+ * product) do not give. So x = xh + xl and W = wh + wl (two bf16 planes each, quant_math.h's
+ * kq_bf16_split) and the accumulators sum xh*wh + xl*wh + xh*wl: the dropped xl*wl and the
+ * two planes' rounding leave ~3 * 2^-18 relative per product, and each bf16 product is exact
+ * in the f32 accumulator. BF16 weights are exact in one plane (wl = 0), so their xh*wl term
+ * is not computed. */
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_math.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#include <stdint.h>
+
+/* Every type with kernels here: one template instance per entry. */
+#define KIPP_MM_TYPES(X)                                                                       \
+    X(KQ_F32) X(KQ_F16) X(KQ_BF16) X(KQ_Q8_0) X(KQ_Q4_0) X(KQ_Q4_1) X(KQ_Q5_0) X(KQ_Q5_1)    \
+    X(KQ_IQ4_NL) X(KQ_Q2_K) X(KQ_Q3_K) X(KQ_Q4_K) X(KQ_Q5_K) X(KQ_Q6_K) X(KQ_IQ4_XS)
+
+/* n_tok at or below which kipp_cuda_matmul runs the matrix-vector kernel: each weight row is
+ * read once for all tokens, and up to 8 accumulators per lane stay in registers. */
+#define MV_MAX_TOK 8
+#define MV_WARPS 4 /* output rows per 128-thread block */
+
+/* GEMM tile: BM tokens x BN outputs per block, BK inputs per step; four warps, each a 32x32
+ * quarter as 2x2 wmma fragments. LDS pads a shared row to 40 bf16 (80 bytes) so the
+ * fragment loads of consecutive rows fall in different banks; wmma wants ld % 8 == 0 and
+ * 32-byte aligned fragment pointers, which 16-row (1280-byte) and 16-column (32-byte)
+ * offsets keep. BK = 32 divides every block size (8, 32, 256), so a step never splits a
+ * group of 8. */
+#define BM 64
+#define BN 64
+#define BK 32
+#define LDS (BK + 8)
+
+/* Group k of 8 elements of a row: block k / gpb, group k % gpb inside it (the templates fold
+ * the layout per type). a16: the row starts 16-byte aligned and its blocks stay so (checked
+ * at launch): then the float types and Q4_K/Q5_K read their group with vector loads into
+ * quant_math.h's word decoders (the same functions the byte path ends in, so host-checked);
+ * every other type, or an unaligned matrix, reads bytes. */
+template <uint32_t T> __device__ __forceinline__ void deq_group(const uint8_t *row, uint32_t k,
+                                                                 bool a16, float *o) {
+    constexpr uint32_t gpb = T == KQ_F32 || T == KQ_F16 || T == KQ_BF16 ? 1
+                             : T == KQ_Q2_K || T == KQ_Q3_K || T == KQ_Q4_K || T == KQ_Q5_K ||
+                                       T == KQ_Q6_K || T == KQ_IQ4_XS
+                                 ? 32
+                                 : 4;
+    const uint8_t *b = row + (size_t)(k / gpb) * (size_t)kq_block_bytes(T);
+    const int g = (int)(k % gpb);
+    if (T == KQ_F32 && a16) {
+        const uint4 v0 = __ldg(reinterpret_cast<const uint4 *>(b));
+        const uint4 v1 = __ldg(reinterpret_cast<const uint4 *>(b) + 1);
+        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        kq_f32_8w(w, o);
+    } else if ((T == KQ_F16 || T == KQ_BF16) && a16) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(b));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        if (T == KQ_F16) kq_f16_8w(w, o);
+        else kq_bf16_8w(w, o);
+    } else if ((T == KQ_Q4_K || T == KQ_Q5_K) && a16) {
+        const uint4 h = __ldg(reinterpret_cast<const uint4 *>(b));
+        const uint32_t hdr[4] = {h.x, h.y, h.z, h.w};
+        const int l0 = 8 * (g & 3);
+        if (T == KQ_Q4_K) {
+            const uint2 q = __ldg(reinterpret_cast<const uint2 *>(b + 16 + 32 * (g >> 3) + l0));
+            kq_q4_k_8w(hdr, q.x, q.y, g, o);
+        } else {
+            const uint2 q = __ldg(reinterpret_cast<const uint2 *>(b + 48 + 32 * (g >> 3) + l0));
+            const uint2 qh = __ldg(reinterpret_cast<const uint2 *>(b + 16 + l0));
+            kq_q5_k_8w(hdr, qh.x, qh.y, q.x, q.y, g, o);
+        }
+    } else {
+        kq_dequant8(T, b, g, o);
+    }
+}
+
+__device__ __forceinline__ const __nv_bfloat16 *bf(const uint16_t *p) {
+    return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
+/* ---- decode: matrix-vector ------------------------------------------------------------------ */
+
+/* One warp per output row o; lane l takes groups l, l + 32, ... of the row, so a warp's loads
+ * cover one contiguous stretch of the row per iteration (one 256-element block, or 8 small
+ * blocks). Each group is decoded once and multiplied into all NT tokens (x read through the
+ * cache: it is shared by every row). Per lane an f32 FMA chain of 8 ceil(n_in / 256) terms,
+ * then a 5-level butterfly: the error bound of tests/cuda/ops_mm.c. X4: x and ldx 16-byte aligned,
+ * so a group's 8 inputs are two float4 loads. */
+template <uint32_t T, int NT, bool X4>
+__global__ void __launch_bounds__(32 * MV_WARPS)
+    k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, bool a16, uint32_t n_in,
+             uint32_t n_out, const float *__restrict__ x, size_t ldx, float *__restrict__ y,
+             size_t ldy) {
+    const uint32_t lane = threadIdx.x & 31u;
+    const uint32_t o = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (o >= n_out) return; /* whole warps leave together: the shuffles below stay full */
+    const uint8_t *row = w + (size_t)o * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const uint32_t n_groups = n_in / 8;
+    for (uint32_t k = lane; k < n_groups; k += 32) {
+        float wv[8];
+        deq_group<T>(row, k, a16, wv);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float *xp = x + (size_t)t * ldx + (size_t)k * 8;
+            float xv[8];
+            if (X4) {
+                const float4 a = __ldg(reinterpret_cast<const float4 *>(xp));
+                const float4 b = __ldg(reinterpret_cast<const float4 *>(xp) + 1);
+                xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+                xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) xv[i] = __ldg(xp + i);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[t] = fmaf(wv[i], xv[i], acc[t]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = acc[t];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) y[(size_t)t * ldy + o] = v;
+    }
+}
+
+template <uint32_t T, bool X4>
+static void launch_matvec(const uint8_t *w, size_t row_bytes, bool a16, uint32_t n_in,
+                          uint32_t n_out,
+                          const float *x, size_t ldx, uint32_t n_tok, float *y, size_t ldy,
+                          cudaStream_t s) {
+    const dim3 grid((n_out + MV_WARPS - 1) / MV_WARPS), block(32 * MV_WARPS);
+    switch (n_tok) {
+#define MV_CASE(N)                                                                              \
+    case N:                                                                                     \
+        k_matvec<T, N, X4><<<grid, block, 0, s>>>(w, row_bytes, a16, n_in, n_out, x, ldx, y, ldy); \
+        break;
+        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7) MV_CASE(8)
+#undef MV_CASE
+    default: break;
+    }
+}
+
+/* ---- prefill: tensor-core GEMM ----------------------------------------------------------- */
+
+/* The activation planes: xh[t][i] = bf16(x), xl[t][i] = bf16(x - xh), dense [n_tok][n_in]. */
+__global__ void k_split_x(const float *__restrict__ x, size_t ldx, uint32_t n_in, uint32_t n_tok,
+                          uint16_t *__restrict__ xh, uint16_t *__restrict__ xl) {
+    const size_t n = (size_t)n_in * n_tok;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / n_in, c = i % n_in;
+        uint16_t h, l;
+        kq_bf16_split(x[t * ldx + c], &h, &l);
+        xh[i] = h;
+        xl[i] = l;
+    }
+}
+
+using namespace nvcuda;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> frag_b;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+
+/* y[t][o] for a BM x BN tile. Per BK step: the x planes' tile is copied (16-byte loads; rows
+ * past n_tok are zeros), W's BN x BK tile is dequantized group by group and split into two
+ * bf16 planes (rows past n_out are zeros: never read), then each warp runs 2 (or 3) wmma per
+ * fragment pair and k-half. W [o][i] row-major is, read as BK x BN, col-major: matrix_b. */
+template <uint32_t T>
+__global__ void __launch_bounds__(128)
+    k_gemm(const uint8_t *__restrict__ w, size_t row_bytes, bool a16, uint32_t n_in, uint32_t n_out,
+           const uint16_t *__restrict__ xh, const uint16_t *__restrict__ xl, uint32_t n_tok,
+           float *__restrict__ y, size_t ldy) {
+    constexpr bool split_w = T != KQ_BF16;
+    __shared__ __align__(32) uint16_t s_xh[BM * LDS], s_xl[BM * LDS];
+    __shared__ __align__(32) uint16_t s_wh[BN * LDS], s_wl[split_w ? BN * LDS : 8];
+    __shared__ __align__(32) float s_c[4][16 * 16];
+    const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
+    const uint32_t t0 = blockIdx.y * BM, o0 = blockIdx.x * BN;
+    const uint32_t wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    frag_c acc[2][2];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 2; b++) wmma::fill_fragment(acc[a][b], 0.0f);
+
+    for (uint32_t k0 = 0; k0 < n_in; k0 += BK) {
+        /* x tile: BM rows x BK bf16 = 4 uint4 per row per plane, 256 per plane */
+        for (uint32_t c = tid; c < BM * (BK / 8); c += 128) {
+            const uint32_t r = c / (BK / 8), q = c % (BK / 8);
+            uint4 vh = make_uint4(0, 0, 0, 0), vl = vh;
+            if (t0 + r < n_tok) {
+                const size_t off = (size_t)(t0 + r) * n_in + k0 + 8 * q;
+                vh = *reinterpret_cast<const uint4 *>(xh + off);
+                vl = *reinterpret_cast<const uint4 *>(xl + off);
+            }
+            *reinterpret_cast<uint4 *>(s_xh + r * LDS + 8 * q) = vh;
+            *reinterpret_cast<uint4 *>(s_xl + r * LDS + 8 * q) = vl;
+        }
+        /* W tile: BN rows x BK/8 groups, each decoded once and split */
+        for (uint32_t c = tid; c < BN * (BK / 8); c += 128) {
+            const uint32_t r = c / (BK / 8), q = c % (BK / 8);
+            uint32_t ph[4] = {0, 0, 0, 0}, pl[4] = {0, 0, 0, 0};
+            if (o0 + r < n_out) {
+                float v[8];
+                deq_group<T>(w + (size_t)(o0 + r) * row_bytes, k0 / 8 + q, a16, v);
+#pragma unroll
+                for (int i = 0; i < 8; i += 2) {
+                    uint16_t h0, l0, h1, l1;
+                    kq_bf16_split(v[i], &h0, &l0);
+                    kq_bf16_split(v[i + 1], &h1, &l1);
+                    ph[i / 2] = (uint32_t)h0 | (uint32_t)h1 << 16;
+                    pl[i / 2] = (uint32_t)l0 | (uint32_t)l1 << 16;
+                }
+            }
+            *reinterpret_cast<uint4 *>(s_wh + r * LDS + 8 * q) =
+                make_uint4(ph[0], ph[1], ph[2], ph[3]);
+            if (split_w)
+                *reinterpret_cast<uint4 *>(s_wl + r * LDS + 8 * q) =
+                    make_uint4(pl[0], pl[1], pl[2], pl[3]);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            frag_a ah[2], al[2];
+            frag_b bh[2], bl[2];
+#pragma unroll
+            for (int a = 0; a < 2; a++) {
+                const uint32_t off = (wm + 16 * a) * LDS + kk;
+                wmma::load_matrix_sync(ah[a], bf(s_xh + off), LDS);
+                wmma::load_matrix_sync(al[a], bf(s_xl + off), LDS);
+            }
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const uint32_t off = (wn + 16 * b) * LDS + kk;
+                wmma::load_matrix_sync(bh[b], bf(s_wh + off), LDS);
+                if (split_w) wmma::load_matrix_sync(bl[b], bf(s_wl + off), LDS);
+            }
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    /* small terms first, so the big one lands on the smallest sum */
+                    if (split_w) wmma::mma_sync(acc[a][b], ah[a], bl[b], acc[a][b]);
+                    wmma::mma_sync(acc[a][b], al[a], bh[b], acc[a][b]);
+                    wmma::mma_sync(acc[a][b], ah[a], bh[b], acc[a][b]);
+                }
+        }
+        __syncthreads();
+    }
+    /* through shared memory, so rows past n_tok and columns past n_out are simply not written */
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            wmma::store_matrix_sync(s_c[warp], acc[a][b], 16, wmma::mem_row_major);
+            __syncwarp();
+            for (uint32_t e = lane; e < 256; e += 32) {
+                const uint32_t t = t0 + wm + 16 * a + e / 16, o = o0 + wn + 16 * b + e % 16;
+                if (t < n_tok && o < n_out) y[(size_t)t * ldy + o] = s_c[warp][e];
+            }
+            __syncwarp();
+        }
+}
+
+/* ---- get_rows ------------------------------------------------------------------------------- */
+
+/* out[t][8k .. 8k+7] = group k of row ids[t]: the very decoding of the host oracle, so the
+ * rows are bit-exact. */
+template <uint32_t T>
+__global__ void k_get_rows(const uint8_t *__restrict__ w, size_t row_bytes, bool a16, uint32_t n,
+                           const int32_t *__restrict__ ids, uint32_t n_tok,
+                           float *__restrict__ out, size_t ldo) {
+    const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n / 8) return;
+    for (uint32_t t = blockIdx.y; t < n_tok; t += gridDim.y) { /* grid.y is capped at 65535 */
+        float v[8];
+        deq_group<T>(w + (size_t)ids[t] * row_bytes, k, a16, v);
+        float *o = out + (size_t)t * ldo + (size_t)k * 8;
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[i] = v[i];
+    }
+}
+
+/* ---- launchers ------------------------------------------------------------------------------ */
+
+static size_t row_bytes_of(uint32_t type, uint32_t n) {
+    return (size_t)(n / (uint32_t)kq_block_elems(type)) * (size_t)kq_block_bytes(type);
+}
+
+/* Every row (hence, for the float types and Q4_K/Q5_K, every block) starts 16-byte aligned:
+ * true for cudaMalloc'd matrices and for tensors at GGUF's default 32-byte alignment. */
+static bool aligned16(const uint8_t *w, size_t row_bytes) {
+    return reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0;
+}
+
+/* Shapes every kernel here handles: n a multiple of the type's block and of BK (32), which
+ * every Qwen3 matrix is; a float-type matrix with a row length not a multiple of 32 is
+ * refused rather than half computed. */
+static int shape_ok(uint32_t type, uint32_t n) {
+    const int be = kq_block_elems(type);
+    return be != 0 && n % (uint32_t)be == 0 && n % BK == 0;
+}
+
+extern "C" int kipp_cuda_mm_type_supported(uint32_t type) {
+    switch (type) {
+#define SUP_CASE(T) case T:
+        KIPP_MM_TYPES(SUP_CASE)
+#undef SUP_CASE
+        return 1;
+    default: return 0;
+    }
+}
+
+extern "C" size_t kipp_cuda_matmul_scratch_bytes(uint32_t type, uint32_t n_in, uint32_t n_tok) {
+    (void)type;
+    if (n_tok <= MV_MAX_TOK) return 0;
+    return 2 * sizeof(uint16_t) * (size_t)n_in * n_tok; /* xh and xl planes */
+}
+
+extern "C" int kipp_cuda_matmul(uint32_t type, const void *w, uint32_t n_in, uint32_t n_out,
+                                const float *x, size_t ldx, uint32_t n_tok, float *y, size_t ldy,
+                                void *scratch, cudaStream_t stream) {
+    if (!kipp_cuda_mm_type_supported(type) || !shape_ok(type, n_in)) return cudaErrorInvalidValue;
+    if (n_tok == 0 || n_out == 0) return 0;
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const size_t rb = row_bytes_of(type, n_in);
+    const bool a16 = aligned16(wb, rb);
+    if (n_tok <= MV_MAX_TOK) {
+        const bool x4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+        switch (type) {
+#define MV_TYPE(T)                                                                               \
+    case T:                                                                                      \
+        if (x4) launch_matvec<T, true>(wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream); \
+        else launch_matvec<T, false>(wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream);  \
+        break;
+            KIPP_MM_TYPES(MV_TYPE)
+#undef MV_TYPE
+        default: break;
+        }
+        return (int)cudaGetLastError();
+    }
+    if (!scratch) return cudaErrorInvalidValue;
+    uint16_t *xh = static_cast<uint16_t *>(scratch);
+    uint16_t *xl = xh + (size_t)n_in * n_tok;
+    {
+        const size_t n = (size_t)n_in * n_tok;
+        const size_t blocks = (n + 255) / 256;
+        k_split_x<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(x, ldx, n_in,
+                                                                                   n_tok, xh, xl);
+    }
+    const dim3 grid((n_out + BN - 1) / BN, (n_tok + BM - 1) / BM);
+    switch (type) {
+#define GEMM_TYPE(T)                                                                             \
+    case T:                                                                                      \
+        k_gemm<T><<<grid, 128, 0, stream>>>(wb, rb, a16, n_in, n_out, xh, xl, n_tok, y, ldy);     \
+        break;
+        KIPP_MM_TYPES(GEMM_TYPE)
+#undef GEMM_TYPE
+    default: break;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kipp_cuda_get_rows(uint32_t type, const void *w, uint32_t n, const int32_t *ids,
+                                  uint32_t n_tok, float *out, size_t ldo, cudaStream_t stream) {
+    if (!kipp_cuda_mm_type_supported(type) || !shape_ok(type, n)) return cudaErrorInvalidValue;
+    if (n_tok == 0) return 0;
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const size_t rb = row_bytes_of(type, n);
+    const bool a16 = aligned16(wb, rb);
+    const dim3 grid((n / 8 + 127) / 128, n_tok < 65535 ? n_tok : 65535);
+    switch (type) {
+#define GR_TYPE(T)                                                                               \
+    case T: k_get_rows<T><<<grid, 128, 0, stream>>>(wb, rb, a16, n, ids, n_tok, out, ldo); break;
+        KIPP_MM_TYPES(GR_TYPE)
+#undef GR_TYPE
+    default: break;
+    }
+    return (int)cudaGetLastError();
+}
