@@ -203,7 +203,7 @@ def test_gate_script_and_parser_agree(fake_host, tmp_path):
     assert crc == 0 and doc["passed"] and doc["complete"]
     assert doc["gpu"] == "NVIDIA H200" and doc["cuda"] == "12.8"
     assert doc["plan"] == [s["name"] for s in doc["steps"]]
-    assert doc["plan"][:2] == ["build", "test-cuda"] and "shape-4b-q4_k_m" not in doc["plan"]
+    assert doc["plan"][:3] == ["deps", "build", "test-cuda"] and "shape-4b-q4_k_m" not in doc["plan"]
     assert step(doc, "test-cuda")["figures"]["passed"] == 52
     assert step(doc, "shape-0.6b-bf16")["figures"]["worst_nmse"] == 2e-06
     benches = {b["step"]: b["figures"] for b in doc["benches"]}

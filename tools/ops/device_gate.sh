@@ -113,7 +113,7 @@ SHAPES=("0.6b:q4_k_m" "0.6b:bf16")
 BENCH_SHAPE=4b
 if ((SKIP_4B)); then BENCH_SHAPE=0.6b; else SHAPES+=("4b:q4_k_m"); fi
 BENCH_TYPES=(bf16 q4_k_m)
-PLAN=(build test-cuda)
+PLAN=(deps build test-cuda)
 for s in "${SHAPES[@]}"; do PLAN+=("model-${s%%:*}-${s#*:}" "shape-${s%%:*}-${s#*:}"); done
 if ((!SKIP_BENCH)); then
     for q in "${BENCH_TYPES[@]}"; do PLAN+=("model-$BENCH_SHAPE-$q" "bench-$BENCH_SHAPE-$q"); done
@@ -161,6 +161,9 @@ mark_info options "skip_bench=$SKIP_BENCH skip_4b=$SKIP_4B jobs=$JOBS gencode=$G
 
 # ---- build and gates --------------------------------------------------------------------
 BUILD_OK=0
+# a fresh machine has neither the Debian packages nor .venv: make deps installs what is missing
+# (quick when all is there); a failure here shows up again, as the build's
+run_step deps prep make deps
 run_step build build make -j"$JOBS" CUDA_GENCODE="$GENCODE" cuda-generic server-cuda \
     test-cuda-build && BUILD_OK=1
 
@@ -188,7 +191,7 @@ if ((BUILD_OK)); then
     done
 else
     for p in "${PLAN[@]}"; do
-        case "$p" in build) ;; model-*) mark_skip "$p" prep "build failed" ;;
+        case "$p" in deps|build) ;; model-*) mark_skip "$p" prep "build failed" ;;
             bench-*|server-bench-*|membw|peer-cuda) ;;
             *) mark_skip "$p" gate "build failed" ;; esac
     done
