@@ -146,8 +146,9 @@ def collect(text: str, source: str = "") -> dict:
     lines = text.splitlines()
     first = next((i for i, l in enumerate(lines[:FIRST_MARKER_WITHIN]) if l.startswith(MARK)), None)
     if first is None or not lines[first].startswith(MARK + "LOG v1"):
-        raise NotAGateLog(f"{source or 'input'}: not a device-gate log (no '{MARK}LOG v1' marker in "
-                          f"its first {FIRST_MARKER_WITHIN} lines; tools/ops/device_gate.sh writes one)")
+        raise NotAGateLog(f"{source or 'input'}: not a device-gate log (no '{MARK}LOG v1' "
+                          f"marker in its first {FIRST_MARKER_WITHIN} lines; "
+                          f"tools/ops/device_gate.sh writes one)")
     res = {
         "format": "kipp-cuda-device-gate", "format_version": 1, "log": source,
         "started": None, "host": None, "commit": None, "dirty": None, "date": None,

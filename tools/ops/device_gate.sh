@@ -27,8 +27,8 @@ usage: tools/ops/device_gate.sh [--log FILE] [--skip-bench] [--skip-4b] [--budge
   --log FILE        the log (default build/device_gate.log); also echoed to stdout
   --skip-bench      gates only: no model benches, server bench, bandwidth probe, peer build
   --skip-4b         no 4B models: its shape gate and the benches use 0.6B instead
-  --budget SECONDS  wall-clock budget (default 480): a step that would start past it is
-                    skipped with a marker, a running one is stopped at it (rc 124)
+  --budget SECONDS  wall-clock budget after `make deps` (default 480): a step that would
+                    start past it is skipped with a marker, a running one is stopped at it
   --jobs N          make -j (default: nproc)
   --root DIR        repository root (default: two levels above this script)
 Environment: KIPP_GATE_PYTHON (default .venv/bin/python), CUDA_GENCODE (default -arch=native).
@@ -53,11 +53,14 @@ while (($#)); do
         *) echo "device_gate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
 done
-case "$BUDGET" in ''|*[!0-9]*) echo "device_gate.sh: --budget needs whole seconds" >&2; exit 2 ;; esac
+case "$BUDGET" in
+    ''|*[!0-9]*) echo "device_gate.sh: --budget needs whole seconds" >&2; exit 2 ;;
+esac
 case "$JOBS" in ''|*[!0-9]*) echo "device_gate.sh: --jobs needs a number" >&2; exit 2 ;; esac
 cd "$ROOT" || { echo "device_gate.sh: cannot enter $ROOT" >&2; exit 2; }
 LOG="${LOG:-build/device_gate.log}"
-mkdir -p "$(dirname "$LOG")" build/device || { echo "device_gate.sh: cannot create $LOG" >&2; exit 2; }
+mkdir -p "$(dirname "$LOG")" build/device ||
+    { echo "device_gate.sh: cannot create $LOG" >&2; exit 2; }
 : >"$LOG" || { echo "device_gate.sh: cannot write $LOG" >&2; exit 2; }
 PY="${KIPP_GATE_PYTHON:-.venv/bin/python}"
 GENCODE="${CUDA_GENCODE:--arch=native}"
@@ -68,6 +71,7 @@ exec 3>&1
 exec > >(tee -a "$LOG" >&3) 2>&1
 TEE_PID=$!
 
+T_START=$SECONDS
 T0=$SECONDS
 FAILED=()
 SKIPPED=()
@@ -131,7 +135,9 @@ mark "PLAN ${PLAN[*]}"
 # ---- header -----------------------------------------------------------------------------
 if commit="$(git rev-parse HEAD 2>/dev/null)"; then
     mark_info commit "$commit"
-    if git diff --quiet HEAD -- 2>/dev/null; then mark_info dirty false; else mark_info dirty true; fi
+    dirty=true
+    git diff --quiet HEAD -- 2>/dev/null && dirty=false
+    mark_info dirty "$dirty"
 else
     mark_info commit unknown
     mark_info dirty unknown
@@ -164,6 +170,9 @@ BUILD_OK=0
 # a fresh machine has neither the Debian packages nor .venv: make deps installs what is missing
 # (quick when all is there); a failure here shows up again, as the build's
 run_step deps prep make deps
+# the budget is for the build, gates and benches: a fresh machine's one-time set-up (apt, pip)
+# is not counted against it
+T0=$SECONDS
 run_step build build make -j"$JOBS" CUDA_GENCODE="$GENCODE" cuda-generic server-cuda \
     test-cuda-build && BUILD_OK=1
 
@@ -206,7 +215,9 @@ if ((SKIP_BENCH)); then
     echo "device_gate.sh: --skip-bench: no benches"
 elif ((!BUILD_OK)); then
     for p in "${PLAN[@]}"; do
-        case "$p" in bench-*|server-bench-*|membw|peer-cuda) mark_skip "$p" bench "build failed" ;; esac
+        case "$p" in
+            bench-*|server-bench-*|membw|peer-cuda) mark_skip "$p" bench "build failed" ;;
+        esac
     done
 else
     for q in "${BENCH_TYPES[@]}"; do
@@ -214,7 +225,8 @@ else
         rm -f "$out"
         if model_ok "$BENCH_SHAPE" "$q"; then
             run_step "bench-$BENCH_SHAPE-$q" bench "$PY" -m tools.bench --backend cuda \
-                --binary build/kipp-cuda-generic --model "models/random/qwen3-$BENCH_SHAPE-$q.gguf" \
+                --binary build/kipp-cuda-generic \
+                --model "models/random/qwen3-$BENCH_SHAPE-$q.gguf" \
                 --prompt-tokens 512 --decode 128 --warmup 1 --runs 3 --no-membw --allow-noisy \
                 --output "$out"
             [ $? -eq 125 ] || bench_json "bench-$BENCH_SHAPE-$q" "$out"
@@ -256,7 +268,9 @@ for p in "${SKIPPED[@]+"${SKIPPED[@]}"}"; do
 done
 if ((${#FAILED[@]})); then RC=1; elif ((GATE_SKIPPED)); then RC=3; fi
 join() { local IFS=,; echo "${*:--}"; }
-mark "DONE rc=$RC seconds=$(elapsed) failed=$(join "${FAILED[@]+"${FAILED[@]}"}") skipped=$(join "${SKIPPED[@]+"${SKIPPED[@]}"}")"
+failed="$(join "${FAILED[@]+"${FAILED[@]}"}")"
+skipped="$(join "${SKIPPED[@]+"${SKIPPED[@]}"}")"
+mark "DONE rc=$RC seconds=$((SECONDS - T_START)) failed=$failed skipped=$skipped"
 exec >&3 2>&1 3>&-
 wait "$TEE_PID" 2>/dev/null
 exit "$RC"

@@ -79,14 +79,18 @@ for v in "$ITYPE" "$IMAGE" "$LOCATION" "$SSH_KEY_ID"; do
     case "$v" in *[!A-Za-z0-9._:-]*) die "refusing a value with unexpected characters: '$v'" ;; esac
 done
 for v in "$OS_GB" "$MAX_MIN" "$PROV_TIMEOUT"; do
-    case "$v" in ''|*[!0-9]*) die "--os-volume-gb, --max-minutes and --provision-timeout take whole numbers" ;; esac
+    case "$v" in
+        ''|*[!0-9]*) die "--os-volume-gb, --max-minutes, --provision-timeout take whole numbers" ;;
+    esac
 done
 
 API="${VERDA_API:-https://api.verda.com/v1}"
 API="${API%/}"
 POLL_S="${VERDA_POLL_S:-10}"
 SSH_USER="${VERDA_SSH_USER:-root}"
-SSH_OPTS="-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=30"
+# a fresh instance has a fresh host key: accepted, and not written to ~/.ssh/known_hosts
+SSH_OPTS="-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/dev/null -o BatchMode=yes"
+SSH_OPTS+=" -o ConnectTimeout=10 -o ServerAliveInterval=30"
 read -r -a SSH <<<"${VERDA_SSH:-ssh $SSH_OPTS}"
 read -r -a SCP <<<"${VERDA_SCP:-scp -q $SSH_OPTS}"
 
@@ -102,9 +106,10 @@ if ((!ACK && !QUOTE)); then
     exit 2
 fi
 [ -n "${VERDA_CLIENT_ID:-}" ] && [ -n "${VERDA_CLIENT_SECRET:-}" ] ||
-    die "VERDA_CLIENT_ID and VERDA_CLIENT_SECRET must be set (Verda console: Keys > Cloud API credentials)"
+    die "VERDA_CLIENT_ID and VERDA_CLIENT_SECRET must be set (Verda console: Keys, Cloud API)"
 if ((!QUOTE)); then
-    [ -n "$SSH_KEY_ID" ] || die "--ssh-key-id (or VERDA_SSH_KEY_ID) is needed: the id of a public key registered with Verda"
+    [ -n "$SSH_KEY_ID" ] ||
+        die "--ssh-key-id (or VERDA_SSH_KEY_ID) is needed: the id of a key registered with Verda"
     command -v git >/dev/null || die "git is needed to bundle the repository"
 fi
 command -v curl >/dev/null || die "curl is needed"
@@ -160,8 +165,10 @@ authenticate() {
     local saved="$TOKEN"
     TOKEN=""
     local body
-    body="$(python3 -c 'import json,os; print(json.dumps({"grant_type": "client_credentials",
-        "client_id": os.environ["VERDA_CLIENT_ID"], "client_secret": os.environ["VERDA_CLIENT_SECRET"]}))')"
+    # built by Python from the environment: the secret never appears on a command line
+    body="$(python3 -c 'import json, os; e = os.environ; print(json.dumps({
+        "grant_type": "client_credentials", "client_id": e["VERDA_CLIENT_ID"],
+        "client_secret": e["VERDA_CLIENT_SECRET"]}))')"
     if ! api POST /oauth2/token "$body"; then
         TOKEN="$saved"
         return 1
@@ -190,15 +197,21 @@ teardown() {
     if [ -z "$INSTANCE_ID" ]; then
         # the create call may have succeeded without our hearing the answer: find it by name
         if api GET /instances; then
-            INSTANCE_ID="$(jget "next((i['id'] for i in j if i.get('hostname') == '$HOSTNAME_TAG'), None)")"
+            INSTANCE_ID="$(jget "next((i['id'] for i in j
+                                      if i.get('hostname') == '$HOSTNAME_TAG'), None)")"
         fi
-        [ -n "$INSTANCE_ID" ] || { say "teardown: no instance named $HOSTNAME_TAG exists"; return 0; }
+        if [ -z "$INSTANCE_ID" ]; then
+            say "teardown: no instance named $HOSTNAME_TAG exists"
+            return 0
+        fi
     fi
     vols="$(instance_volumes | grep -v '^$' | sort -u)"
-    vol_json="$(printf '%s\n' $vols | python3 -c 'import json,sys; print(json.dumps([l.strip() for l in sys.stdin if l.strip()]))')"
+    vol_json="$(printf '%s\n' $vols | python3 -c 'import json, sys
+print(json.dumps([l.strip() for l in sys.stdin if l.strip()]))')"
     say "teardown: deleting instance $INSTANCE_ID and volumes $vol_json"
     for i in 1 2 3 4 5; do
-        if api PUT /instances "{\"id\": [\"$INSTANCE_ID\"], \"action\": \"delete\", \"volume_ids\": $vol_json, \"delete_permanently\": true}"; then
+        if api PUT /instances "{\"id\": [\"$INSTANCE_ID\"], \"action\": \"delete\",
+                \"volume_ids\": $vol_json, \"delete_permanently\": true}"; then
             ok=1
             break
         fi
@@ -264,17 +277,23 @@ run_bg() {
 left() { echo $((DEADLINE - TEARDOWN_RESERVE - SECONDS)); }
 
 # ---- authenticate and price -------------------------------------------------------------
-authenticate || die "authentication with $API failed ($(api_error)): check VERDA_CLIENT_ID and VERDA_CLIENT_SECRET; nothing was rented" 2
+if ! authenticate; then
+    say "authentication with $API failed ($(api_error))"
+    die "check VERDA_CLIENT_ID and VERDA_CLIENT_SECRET; nothing was rented" 2
+fi
 PRICE=""
 if api GET "/instance-types?currency=usd"; then
-    PRICE="$(jget "next((t.get('price_per_hour') for t in j if t.get('instance_type') == '$ITYPE'), None)")"
+    PRICE="$(jget "next((t.get('price_per_hour') for t in j
+                         if t.get('instance_type') == '$ITYPE'), None)")"
     listed="$(jget "any(t.get('instance_type') == '$ITYPE' for t in j)")"
-    [ "$listed" = True ] || die "instance type $ITYPE is not listed by $API/instance-types; nothing was rented" 2
+    [ "$listed" = True ] ||
+        die "instance type $ITYPE is not listed by $API/instance-types; nothing was rented" 2
 fi
 plan
 case "$PRICE" in *[!0-9.]*|.*) PRICE="" ;; esac
 if [ -n "$PRICE" ]; then
-    say "listed price: $PRICE USD/hour (at most $(python3 -c "print(f'{$PRICE * $MAX_MIN / 60:.2f}')") USD for $MAX_MIN minutes)"
+    most="$(python3 -c "print(f'{$PRICE * $MAX_MIN / 60:.2f}')")"
+    say "listed price: $PRICE USD/hour (at most $most USD for $MAX_MIN minutes)"
 else
     say "listed price: not available ($(api_error))"
 fi
@@ -286,7 +305,8 @@ say "creating $HOSTNAME_TAG"
 CREATE_ATTEMPTED=1
 body="{\"instance_type\": \"$ITYPE\", \"image\": \"$IMAGE\", \"hostname\": \"$HOSTNAME_TAG\",
  \"description\": \"Kipp CUDA device gate (disposable)\", \"ssh_key_ids\": [\"$SSH_KEY_ID\"],
- \"location_code\": \"$LOCATION\", \"os_volume\": {\"name\": \"$HOSTNAME_TAG-os\", \"size\": $OS_GB},
+ \"location_code\": \"$LOCATION\",
+ \"os_volume\": {\"name\": \"$HOSTNAME_TAG-os\", \"size\": $OS_GB},
  \"volumes\": [], \"existing_volumes\": [], \"is_spot\": false}"
 if ! api POST /instances "$body"; then
     say "create failed ($(api_error))"
@@ -294,7 +314,10 @@ if ! api POST /instances "$body"; then
 fi
 INSTANCE_ID="$(tr -d '"[:space:]' <"$WORK/resp")"
 case "$INSTANCE_ID" in
-    ''|*[!A-Za-z0-9-]*) say "create answered an unexpected id '$INSTANCE_ID'"; INSTANCE_ID=""; exit 3 ;;
+    ''|*[!A-Za-z0-9-]*)
+        say "create answered an unexpected id '$INSTANCE_ID'"
+        INSTANCE_ID=""  # the teardown looks the instance up by its hostname
+        exit 3 ;;
 esac
 say "instance $INSTANCE_ID ordered"
 
@@ -329,8 +352,10 @@ done
 
 # ---- copy, run, copy back ---------------------------------------------------------------
 git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null ||
-    say "note: uncommitted changes are not copied: the instance runs HEAD ($(git -C "$ROOT" rev-parse --short HEAD))"
-git -C "$ROOT" bundle create "$WORK/kipp.bundle" HEAD >/dev/null 2>&1 || { say "git bundle failed"; exit 1; }
+    say "note: uncommitted changes are not copied: the instance runs HEAD" \
+        "($(git -C "$ROOT" rev-parse --short HEAD))"
+git -C "$ROOT" bundle create "$WORK/kipp.bundle" HEAD >/dev/null 2>&1 ||
+    { say "git bundle failed"; exit 1; }
 run_bg timeout 600 "${SCP[@]}" "$WORK/kipp.bundle" "$SSH_USER@$IP:kipp.bundle" </dev/null ||
     { say "copying the bundle to $IP failed"; exit 1; }
 remote_args=""
@@ -338,11 +363,14 @@ for a in "${GATE_ARGS[@]+"${GATE_ARGS[@]}"}"; do remote_args+=" $(printf '%q' "$
 (($(left) > 0)) || { say "no time left to run the gate (--max-minutes $MAX_MIN)"; exit 1; }
 say "running tools/ops/device_gate.sh$remote_args on $IP ($(left) s left)"
 run_bg timeout --kill-after=10 "$(left)" "${SSH[@]}" "$SSH_USER@$IP" \
-    "rm -rf kipp && git clone -q kipp.bundle kipp && cd kipp && tools/ops/device_gate.sh --log build/device_gate.log$remote_args" </dev/null
+    "rm -rf kipp && git clone -q kipp.bundle kipp && cd kipp &&
+     tools/ops/device_gate.sh --log build/device_gate.log$remote_args" </dev/null
 GATE_RC=$?
 say "device_gate.sh finished with exit $GATE_RC"
-if run_bg timeout 300 "${SCP[@]}" "$SSH_USER@$IP:kipp/build/device_gate.log" "$OUT/device_gate.log" </dev/null; then
-    python3 "$ROOT/tools/ops/collect_cuda_gates.py" "$OUT/device_gate.log" -o "$OUT/device_gate.json"
+if run_bg timeout 300 "${SCP[@]}" "$SSH_USER@$IP:kipp/build/device_gate.log" \
+        "$OUT/device_gate.log" </dev/null; then
+    python3 "$ROOT/tools/ops/collect_cuda_gates.py" "$OUT/device_gate.log" \
+        -o "$OUT/device_gate.json"
     say "log: $OUT/device_gate.log, result: $OUT/device_gate.json"
 else
     say "could not copy the log back from $IP"
