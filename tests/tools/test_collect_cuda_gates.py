@@ -49,11 +49,12 @@ def test_passing_run(tmp_path):
     tc = step(doc, "test-cuda")
     assert tc["status"] == "pass" and tc["seconds"] == 95 and tc["kind"] == "gate"
     f = tc["figures"]
-    assert (f["passed"], f["failed"]) == (1180 + 26, 0)
-    assert [c["after"] for c in f["counts"]] == [
-        "build/kipp_test_cuda --ops",
-        "build/kipp_test_cuda --model models/kipp-tiny/kipp-tiny-bf16.gguf "
-        "tests/test-vectors/kipp-tiny --backend cuda"]
+    # the driver's total, not the sum of every count line (each sub-gate's shows twice)
+    assert (f["passed"], f["failed"]) == (1183, 0)
+    assert [(g["name"], g["passed"], g["seconds"]) for g in f["subgates"]] == [
+        ("cuda operators", 1180, 21), ("golden cuda kipp-tiny bf16", 1, 4),
+        ("phase-2 cuda kipp-tiny bf16", 1, 3)]
+    assert f["subgates"][0]["worst_nmse"] == 2.4e-07 and f["subgates_failed"] == []
     # measured NMSEs only: the "(bound: NMSE 1e-5)" of the phase-2 line is a limit
     assert sorted(n["value"] for n in f["nmse"]) == sorted([2.4e-07, 1.1e-12, 3.2e-07, 4.5e-13])
     assert f["worst_nmse"] == 3.2e-07
@@ -75,6 +76,8 @@ def test_failing_gate(tmp_path):
     assert rc == 1 and doc["passed"] is False and doc["complete"] is True
     tc = step(doc, "test-cuda")
     assert tc["status"] == "fail" and tc["rc"] == 2 and tc["figures"]["failed"] == 1
+    assert tc["figures"]["subgates_failed"] == ["cuda vs cpu-ref kipp-tiny q4_0"]
+    assert tc["figures"]["subgates"][-1]["worst_nmse"] == pytest.approx(3.1e-3)
     assert tc["figures"]["worst_nmse"] == pytest.approx(3.1e-3)
     assert doc["gates_failed"] == ["test-cuda"]
     assert "NOT PASSED" in err
@@ -82,7 +85,7 @@ def test_failing_gate(tmp_path):
 
 def test_failed_count_with_rc_zero_is_a_failure(tmp_path):
     # a gate runner that printed a failure but exited 0 must not pass
-    text = (DATA / "pass.log").read_text().replace("26 passed, 0 failed", "25 passed, 1 failed")
+    text = (DATA / "pass.log").read_text().replace("1183 passed, 0 failed", "1182 passed, 1 failed")
     log = tmp_path / "lying.log"
     log.write_text(text)
     rc, doc, _ = collect(log, tmp_path)
@@ -143,12 +146,16 @@ for a in "$@"; do
   case "$a" in
     cuda-generic) echo "nvcc -o build/kipp-cuda-generic"
                   [ "${FAKE_FAIL:-}" = build ] && { echo "error: boom"; exit 2; } ;;
-    test-cuda) echo "build/kipp_test_cuda --ops"; echo "op matvec Q8_0: NMSE 5e-08"
-               echo "40 passed, 0 failed"
-               echo "build/kipp_test_cuda --model m.gguf v --backend cuda"
-               echo "golden gate (m): 24 positions, oracle argmax, worst NMSE vs cpu-ref = 7e-07, tolerance 0.0001"
-               if [ "${FAKE_FAIL:-}" = test-cuda ]; then echo "11 passed, 1 failed"; exit 2; fi
-               echo "12 passed, 0 failed" ;;
+    test-cuda) echo "== cuda operators: build/kipp_test_cuda --cuda-operators"
+               echo "   op matvec Q8_0: NMSE 5e-08"; echo "   40 passed, 0 failed"
+               echo "   -> cuda operators: 40 passed, 0 failed (1 s)"
+               echo "== golden cuda m bf16: build/kipp_test_cuda --model m.gguf v --backend cuda"
+               echo "   golden gate (m): 24 positions, worst NMSE vs cpu-ref = 7e-07, tolerance 1e-4"
+               if [ "${FAKE_FAIL:-}" = test-cuda ]; then
+                   echo "   -> golden cuda m bf16: 0 passed, 1 failed (1 s)"; echo "40 passed, 1 failed"
+                   exit 2
+               fi
+               echo "   -> golden cuda m bf16: 1 passed, 0 failed (1 s)"; echo "41 passed, 0 failed" ;;
     random-model) [ -n "${FAKE_SLEEP:-}" ] && sleep "$FAKE_SLEEP"; echo "made $*" ;;
   esac
 done
@@ -204,7 +211,8 @@ def test_gate_script_and_parser_agree(fake_host, tmp_path):
     assert doc["gpu"] == "NVIDIA H200" and doc["cuda"] == "12.8"
     assert doc["plan"] == [s["name"] for s in doc["steps"]]
     assert doc["plan"][:3] == ["deps", "build", "test-cuda"] and "shape-4b-q4_k_m" not in doc["plan"]
-    assert step(doc, "test-cuda")["figures"]["passed"] == 52
+    assert step(doc, "test-cuda")["figures"]["passed"] == 41
+    assert step(doc, "test-cuda")["figures"]["worst_nmse"] == 7e-07
     assert step(doc, "shape-0.6b-bf16")["figures"]["worst_nmse"] == 2e-06
     benches = {b["step"]: b["figures"] for b in doc["benches"]}
     assert benches["bench-0.6b-q4_k_m"]["decode_tok_s_median"] == 150.5

@@ -25,12 +25,18 @@ FIRST_MARKER_WITHIN = 50
 GATE_KINDS = ("build", "prep", "gate")
 
 RE_COUNTS = re.compile(r"\b(\d+) passed, (\d+) failed\b")
+# tests/lib.sh's run_counted, which `make test-cuda` (tests/cuda/run_cuda_gates.sh) uses:
+#   == LABEL: COMMAND...            a sub-gate starts
+#      <the tail of its output, indented, its own "N passed, N failed" included>
+#      -> LABEL: P passed, F failed (S s)
+#   N passed, N failed              the driver's total, last and unindented
+RE_SUB_BEGIN = re.compile(r"^== (.*?)(?: \(pending: not counted\))?: ")
+RE_SUB_END = re.compile(r"^\s*-> (.*): (\d+) passed, (\d+) failed(?: \((\d+) s\))?")
+RE_TOTAL = re.compile(r"^(\d+) passed, (\d+) failed\s*$")
 NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 # "worst NMSE vs cpu-ref = 3.2e-07", "NMSE 1.2e-07", "worst NMSE 2.1e-06, tolerance 1e-04"
 RE_NMSE = re.compile(r"NMSE(?: vs [\w.-]+)?\s*[=:]?\s*" + NUM)
 RE_GBPS = re.compile(NUM + r"\s*GB/s")
-# the line naming the sub-gate that a count belongs to: a command make echoes, or "$ cmd"
-RE_COMMAND = re.compile(r"^(?:\$ |\S*kipp_test\S*\s|\S*/kipp-\S+\s)")
 
 
 class NotAGateLog(Exception):
@@ -69,28 +75,53 @@ def cuda_version(nvcc_line: str):
 
 
 def step_figures(lines: list[str]) -> dict:
-    """The figures a step's output carries: counts (with the command they follow), NMSE values,
-    GB/s values."""
-    counts, nmse, gbps = [], [], []
-    label = None
+    """The figures a step's output carries: its pass/fail counts (the driver's total, and each
+    sub-gate run_counted reported), NMSE values (the worst per sub-gate), GB/s values."""
+    counts, subgates, nmse, gbps = [], [], [], []
+    total = None
+    cur = None  # the sub-gate whose output this is
     for line in lines:
-        if RE_COMMAND.match(line):
-            label = line[2:] if line.startswith("$ ") else line
+        m = RE_SUB_BEGIN.match(line)
+        if m:
+            cur = {"name": m.group(1), "passed": None, "failed": None, "seconds": None,
+                   "worst_nmse": None}
+            subgates.append(cur)
+        m = RE_SUB_END.match(line)
+        if m:
+            if cur is None or cur["name"] != m.group(1):
+                cur = {"name": m.group(1), "seconds": None, "worst_nmse": None}
+                subgates.append(cur)
+            cur["passed"], cur["failed"] = int(m.group(2)), int(m.group(3))
+            cur["seconds"] = int(m.group(4)) if m.group(4) else None
+            cur = None
+            continue
+        m = RE_TOTAL.match(line)
+        if m:
+            total = (int(m.group(1)), int(m.group(2)))
         m = RE_COUNTS.search(line)
         if m:
-            counts.append({"passed": int(m.group(1)), "failed": int(m.group(2)), "after": label})
+            counts.append((int(m.group(1)), int(m.group(2))))
         for m in RE_NMSE.finditer(line):
             # "(bound: NMSE 1e-5)", "tolerance NMSE 1e-4": a limit, not a measurement
             if re.search(r"(bound|tolerance|limit)\W*$", line[:m.start()]):
                 continue
-            nmse.append({"value": float(m.group(1)), "line": line.strip()})
+            v = float(m.group(1))
+            nmse.append({"value": v, "line": line.strip(), "gate": cur["name"] if cur else None})
+            if cur is not None and (cur["worst_nmse"] is None or v > cur["worst_nmse"]):
+                cur["worst_nmse"] = v
         for m in RE_GBPS.finditer(line):
             gbps.append({"value": float(m.group(1)), "line": line.strip()})
     fig = {}
-    if counts:
-        fig["counts"] = counts
-        fig["passed"] = sum(c["passed"] for c in counts)
-        fig["failed"] = sum(c["failed"] for c in counts)
+    done = [g for g in subgates if g.get("passed") is not None]
+    if total is None and done:
+        total = (sum(g["passed"] for g in done), sum(g["failed"] for g in done))
+    if total is None and counts:  # one binary's own report(s), no driver around them
+        total = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+    if total is not None:
+        fig["passed"], fig["failed"] = total
+    if subgates:
+        fig["subgates"] = subgates
+        fig["subgates_failed"] = [g["name"] for g in subgates if g.get("failed")]
     if nmse:
         fig["nmse"] = nmse
         fig["worst_nmse"] = max(n["value"] for n in nmse)

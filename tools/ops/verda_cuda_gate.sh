@@ -126,7 +126,6 @@ CREATE_ATTEMPTED=0
 HOSTNAME_TAG="kipp-gate-$(date -u +%Y%m%d%H%M%S)-$$"
 CHILD=""
 CLEANED=0
-RC=0
 
 # ---- HTTP and JSON ----------------------------------------------------------------------
 # api METHOD PATH [BODY]: the response body in $WORK/resp, its status in HTTP; 0 on 2xx
