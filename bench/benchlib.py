@@ -112,7 +112,9 @@ def hardware() -> dict:
     return h
 
 
-def provenance(binary: str | None = None) -> dict:
+def provenance(binary: str | None = None, backend: str | None = None) -> dict:
+    """Commit, dirty state, compiler, hardware; for backend "cuda" also the GPU
+    (hardware.gpu, gpu_info) and nvcc's version."""
     rec = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _run(["git", "rev-parse", "HEAD"]),
@@ -122,6 +124,9 @@ def provenance(binary: str | None = None) -> dict:
         "os": platform.platform(),
         "python": platform.python_version(),
     }
+    if backend == "cuda":
+        rec["hardware"]["gpu"] = gpu_info()
+        rec["nvcc"] = nvcc_version()
     if binary:
         rec["binary"] = {"path": binary, "sha256": sha256_file(binary)}
     return rec
@@ -138,11 +143,158 @@ def dispersion(values: list[float]) -> float:
     return (max(values) - min(values)) / med if med else 0.0
 
 
+# ---- GPU (records of --backend cuda) ------------------------------------------------------
+#
+# A cuda record says which GPU it ran on (nvidia-smi: name, driver, memory, compute
+# capability) and the GPU's state before and after the runs (temperature, clocks, power,
+# utilization), since a GPU's sustained clocks depend on its temperature and power limit.
+
+NVSMI_INFO_FIELDS = ("index", "name", "driver_version", "memory.total", "pci.bus_id",
+                     "compute_cap", "clocks.max.sm", "clocks.max.mem", "power.limit")
+# the fields every nvidia-smi since the 2010s knows: the fallback when a newer one is refused
+NVSMI_INFO_FALLBACK = ("index", "name", "driver_version", "memory.total", "pci.bus_id")
+NVSMI_STATE_FIELDS = ("index", "temperature.gpu", "clocks.sm", "clocks.mem", "power.draw",
+                      "pstate", "utilization.gpu", "memory.used")
+# median utilization.gpu (percent) above this: something else runs on the GPU
+GPU_IDLE_UTIL = 10.0
+
+
+def parse_nvidia_smi_csv(text: str, fields: tuple) -> list[dict]:
+    """`nvidia-smi --query-gpu=F1,F2 --format=csv,noheader,nounits` -> one dict per GPU;
+    "[N/A]"/"[Not Supported]" -> None, integers and decimals -> numbers, the rest strings."""
+    gpus = []
+    for line in text.strip().splitlines():
+        vals = [v.strip() for v in line.split(",")]
+        if len(vals) != len(fields):
+            continue
+        g = {}
+        for k, v in zip(fields, vals):
+            if v.startswith("[") or v in ("", "N/A"):
+                g[k] = None
+                continue
+            try:
+                g[k] = int(v)
+            except ValueError:
+                try:
+                    g[k] = float(v)
+                except ValueError:
+                    g[k] = v
+        gpus.append(g)
+    return gpus
+
+
+def _nvidia_smi(args: list[str]) -> tuple[int, str]:
+    try:
+        r = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 127, str(e)
+    return r.returncode, r.stdout if r.returncode == 0 else (r.stderr or r.stdout)
+
+
+def query_gpus(fields: tuple, run=None) -> list[dict] | None:
+    """nvidia-smi's answer for fields, one dict per GPU; None when nvidia-smi fails."""
+    run = run or _nvidia_smi
+    rc, out = run([f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    return parse_nvidia_smi_csv(out, fields) if rc == 0 else None
+
+
+def gpu_info(run=None) -> dict:
+    """The hardware section's "gpu": every GPU nvidia-smi lists, CUDA_VISIBLE_DEVICES, and
+    which of them the run uses (the first visible one: Kipp's cuda backend uses device 0)."""
+    gpus = query_gpus(NVSMI_INFO_FIELDS, run)
+    if gpus is None:
+        gpus = query_gpus(NVSMI_INFO_FALLBACK, run)
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    info = {"available": bool(gpus), "gpus": gpus or [], "cuda_visible_devices": vis,
+            "device_index": gpu_index()}
+    if not gpus:
+        info["error"] = "nvidia-smi failed or lists no GPU"
+    return info
+
+
+def gpu_index() -> int:
+    """nvidia-smi's index of the GPU CUDA calls device 0 (CUDA_VISIBLE_DEVICES' first entry
+    when numeric; by default both orders agree on a one-GPU machine)."""
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def gpu_state(run=None) -> dict | None:
+    """The run's GPU's temperature, clocks, power, utilization and memory now."""
+    gpus = query_gpus(NVSMI_STATE_FIELDS, run)
+    if not gpus:
+        return None
+    idx = gpu_index()
+    return next((g for g in gpus if g.get("index") == idx), gpus[0])
+
+
+def gpu_compute_apps(run=None) -> list[dict] | None:
+    """Processes holding a CUDA context on any GPU (pid, name, MiB); None when unknown.
+    Inside a container nvidia-smi may not see other containers' processes, hence the
+    utilization samples as well."""
+    run = run or _nvidia_smi
+    fields = ("pid", "process_name", "used_memory")
+    rc, out = run([f"--query-compute-apps={','.join(fields)}", "--format=csv,noheader,nounits"])
+    return parse_nvidia_smi_csv(out, fields) if rc == 0 else None
+
+
+def gpu_idle_decision(load_1min: float, usable_cpus: int, util_samples: list, apps: list | None,
+                      allow_busy: bool, own_pids: tuple = ()) -> dict:
+    """The idle rule of a GPU run. Kipp's cuda backend and llama.cpp with every layer on the
+    GPU keep weights and KV in device memory, so host memory bandwidth and the host's other
+    cores do not enter their figures; what they need from the host is one core for the thread
+    that launches kernels and samples. So the host counts as busy only when the 1-minute load
+    leaves no core free (load > usable CPUs - 1 + 0.5): the CPU runs' rule (peer_bench's
+    idle_decision), which charges every thread and half of each free core, would refuse GPU
+    runs for load they never see. The GPU counts as busy when another process holds a context
+    on it or its median utilization over the samples exceeds GPU_IDLE_UTIL percent. Either
+    busy: refused, unless allow_busy (then marked). util_samples: numbers or None."""
+    threshold = max(usable_cpus - 1, 0) + 0.5
+    host_busy = load_1min > threshold
+    utils = sorted(u for u in util_samples if u is not None)
+    util_med = utils[len(utils) // 2] if utils else None
+    others = [a for a in (apps or []) if a.get("pid") not in own_pids]
+    gpu_busy = bool(others) or (util_med is not None and util_med > GPU_IDLE_UTIL)
+    busy = host_busy or gpu_busy
+    return {"rule": "gpu", "load_1min": load_1min, "threshold": threshold,
+            "usable_cpus": usable_cpus, "host_busy": host_busy,
+            "gpu_utilization_samples": list(util_samples), "gpu_utilization_median": util_med,
+            "gpu_util_limit": GPU_IDLE_UTIL, "gpu_other_processes": others,
+            "gpu_processes_known": apps is not None, "gpu_busy": gpu_busy, "busy": busy,
+            "allow_busy": allow_busy, "refused": busy and not allow_busy}
+
+
+def sample_gpu_idle(usable_cpus: int, allow_busy: bool, n: int = 5, interval: float = 0.2,
+                    run=None, getload=None, sleep=None) -> dict:
+    """gpu_idle_decision on n utilization samples taken interval seconds apart, now."""
+    getload = getload or os.getloadavg
+    sleep = sleep or time.sleep
+    samples = []
+    for i in range(n):
+        st = gpu_state(run)
+        samples.append(st.get("utilization.gpu") if st else None)
+        if i + 1 < n:
+            sleep(interval)
+    return gpu_idle_decision(getload()[0], usable_cpus, samples, gpu_compute_apps(run),
+                             allow_busy, own_pids=(os.getpid(),))
+
+
+def nvcc_version() -> list[str]:
+    """`nvcc --version`'s release line ($NVCC, PATH, or /usr/local/cuda/bin/nvcc)."""
+    for nvcc in (os.environ.get("NVCC"), "nvcc", "/usr/local/cuda/bin/nvcc"):
+        if nvcc:
+            out = _run([nvcc, "--version"])
+            if out:
+                return [ln for ln in out.splitlines() if "release" in ln][:1] or out.splitlines()[-1:]
+    return []
+
+
 # ---- build provenance ------------------------------------------------------------------
 
-def build_info(binary: str) -> dict:
+def build_info(binary: str, backend: str | None = None) -> dict:
     """Compiler, the compile command make uses for the CLI object (hence CFLAGS), whether the
-    binary is current with respect to the sources (make -q), and `binary --version`."""
+    binary is current with respect to the sources (make -q), and `binary --version`; for
+    backend "cuda" also nvcc's version and the nvcc commands make runs for the binary."""
     info: dict = {"cc_version": _run(["cc", "--version"]).splitlines()[0:1]}
     info["binary_version"] = _run([binary, "--version"]).splitlines()
     bdir = os.path.relpath(os.path.dirname(os.path.abspath(binary)), ROOT)
@@ -161,6 +313,12 @@ def build_info(binary: str) -> dict:
             kernels[src] = next((ln.strip() for ln in dry.splitlines()
                                  if f" -c src/backend/cpu/{src}" in ln), None)
         info["cpu_kernel_compile_commands"] = kernels
+        if backend == "cuda":
+            dry = _run_in(["make", "-n", "-B", f"BUILD={bdir}",
+                           os.path.join(bdir, os.path.basename(binary))], ROOT)
+            info["nvcc_version"] = nvcc_version()
+            info["nvcc_compile_commands"] = sorted({ln.strip() for ln in dry.splitlines()
+                                                    if "nvcc" in ln and " -c " in ln})
         try:
             q = subprocess.run(["make", "-q", f"BUILD={bdir}", os.path.join(bdir, os.path.basename(binary))],
                                cwd=ROOT, capture_output=True, timeout=60)

@@ -27,6 +27,16 @@ unchecked.
 
   .venv/bin/python -m bench.peer_bench --model M --prompt-tokens 512 --decode 64 \\
       --threads 2 --warmup 1 --runs 5 --output bench/results/peer-X.json
+
+--backend cuda (Kipp: build/kipp-cuda-generic; bandwidth: build/kipp-cuda-membw): the peer is
+llama.cpp's CUDA build (bench/peer_cuda.sh builds the pinned llama-cpp-python with
+GGML_CUDA=on into build/peer-cuda-venv, the default --python then) with every layer on the
+GPU (n_gpu_layers = -1). The check run must show that it offloaded: GPU offload supported,
+a CUDA section in system_info, "offloaded N/N layers to GPU", and CUDA buffers holding every
+weight byte but the token-embedding table (which llama.cpp keeps on the host for its row
+lookup); otherwise no record (exit 1). The record's peer.check.offload says what was found.
+The idle rule is the GPU's (benchlib.gpu_idle_decision: one free host core, no other
+process or utilization on the GPU), for any --threads.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -49,7 +60,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # substrings of llama.cpp log lines the worker keeps (with describe): the flash-attention
 # setting and what "auto" resolved to, and the KV cache's size and K/V types
-LOG_NOTES = ("flash_attn", "Flash Attention", "llama_kv_cache: size")
+# and, for GPU runs, where the weights went (offload_report reads them)
+LOG_NOTES = ("flash_attn", "Flash Attention", "llama_kv_cache: size", "layers to GPU",
+             "model buffer size")
 
 
 def worker_main(spec_json: str) -> int:
@@ -77,16 +90,19 @@ def worker_main(spec_json: str) -> int:
         if any(k in line for k in LOG_NOTES) and line not in notes:
             notes.append(line)
 
-    if not spec.get("verbose"):
-        @L.llama_log_callback
-        def _quiet(level, text, user_data):  # noqa: ARG001
-            keep(text)
-        L.llama_log_set(_quiet, ctypes.c_void_p(0))
-        worker_main._keep = _quiet  # keep the callback alive
+    verbose = bool(spec.get("verbose"))
+
+    @L.llama_log_callback
+    def _log(level, text, user_data):  # noqa: ARG001
+        keep(text)
+        if verbose:
+            sys.stderr.write(text.decode("utf-8", "replace"))
+    L.llama_log_set(_log, ctypes.c_void_p(0))
+    worker_main._keep = _log  # keep the callback alive
     L.llama_backend_init()
     stage("backend_ready")
     mp = L.llama_model_default_params()
-    mp.n_gpu_layers = 0
+    mp.n_gpu_layers = int(spec.get("n_gpu_layers", 0))  # -1: every layer (cuda records)
     mp.use_mmap = True
     mp.use_mlock = False
     t0 = time.perf_counter()
@@ -157,10 +173,14 @@ def worker_main(spec_json: str) -> int:
         "decode_tok_s": spec["decode"] / t_decode,
         "load_s": t_load, "n_vocab": n_vocab, "n_ctx": L.llama_n_ctx(ctx),
         "ids_sha256": kbench.ids_sha256(ids), "llama_tokenize_equal": tokenize_equal,
-        "first_generated_ids": out_ids[:8],
+        "first_generated_ids": out_ids[:8], "n_gpu_layers": mp.n_gpu_layers,
         "llama_perf": {"t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,
                        "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval},
     }
+    if mp.n_gpu_layers:
+        res["offload"] = {"supports_gpu_offload": bool(L.llama_supports_gpu_offload()),
+                          "log_notes": [n for n in notes if "GPU" in n or "buffer size" in n],
+                          "model_size_bytes": L.llama_model_size(model)}
     if spec.get("describe"):
         res["llama_cpp_python"] = L.__version__
         res["system_info"] = L.llama_print_system_info().decode("utf-8", "replace").strip()
@@ -426,6 +446,79 @@ def check_refusal(check: dict, cpu_flags: set) -> str | None:
     return msg
 
 
+# ---- the GPU peer's offload check (cuda records) ------------------------------------------
+
+OFFLOAD_RE = re.compile(r"offloaded (-?\d+)/(\d+) layers to GPU")
+BUFFER_RE = re.compile(r"(\S+) model buffer size =\s*([\d.]+) MiB")
+GPU_BUFFER_RE = re.compile(r"^CUDA\d+$")  # CUDA_Host is pinned host memory, not the GPU's
+# CUDA buffers must hold at least this share of the weight bytes not allowed on the host
+OFFLOAD_MIN_SHARE = 0.99
+
+
+def offload_report(offload: dict | None, system_info: str | None, host_allowed_bytes: int) -> dict:
+    """What a GPU run of llama.cpp shows about where its weights went: the worker's offload
+    block (supports_gpu_offload, log_notes, model_size_bytes), the CUDA section of
+    llama_print_system_info(), and the bytes llama.cpp may keep on the host (the token-embedding
+    table: its rows are gathered on the CPU). Pure: the refusal is offload_refusal's."""
+    offload = offload or {}
+    notes = offload.get("log_notes") or []
+    rep = {"supports_gpu_offload": offload.get("supports_gpu_offload"),
+           "cuda_system_info": parse_system_info(system_info or "", "CUDA") or None,
+           "cuda_in_system_info": "CUDA" in (system_info or ""),
+           "layers_offloaded": None, "layers_total": None, "buffers_mib": {},
+           "gpu_buffer_bytes": 0, "model_size_bytes": offload.get("model_size_bytes"),
+           "host_allowed_bytes": host_allowed_bytes, "log_notes": notes}
+    for line in notes:
+        m = OFFLOAD_RE.search(line)
+        if m:
+            rep["layers_offloaded"], rep["layers_total"] = int(m.group(1)), int(m.group(2))
+        m = BUFFER_RE.search(line)
+        if m:
+            rep["buffers_mib"][m.group(1)] = float(m.group(2))
+    rep["gpu_buffer_bytes"] = int(sum(mib for name, mib in rep["buffers_mib"].items()
+                                      if GPU_BUFFER_RE.match(name)) * 2**20)
+    size = rep["model_size_bytes"]
+    rep["gpu_share_of_offloadable"] = (rep["gpu_buffer_bytes"] / (size - host_allowed_bytes)
+                                       if size and size > host_allowed_bytes else None)
+    return rep
+
+
+def offload_refusal(rep: dict | None) -> str | None:
+    """Why a cuda record may not use this peer (None: it may): a peer that did not put every
+    layer on the GPU would make Kipp's GPU figures look better than they are."""
+    if rep is None:
+        return "the llama.cpp check run reported nothing about GPU offload"
+    why = []
+    if not rep["supports_gpu_offload"]:
+        why.append("llama_supports_gpu_offload() is false (a CPU-only build)")
+    if not rep["cuda_in_system_info"]:
+        why.append("llama_print_system_info() has no CUDA section")
+    n, m = rep["layers_offloaded"], rep["layers_total"]
+    if n is None:
+        why.append("no 'offloaded N/M layers to GPU' line in llama.cpp's log")
+    elif not m or (n >= 0 and n < m):  # -1: "all", as asked, when llama.cpp echoes it
+        why.append(f"llama.cpp offloaded {n}/{m} layers to GPU")
+    share = rep["gpu_share_of_offloadable"]
+    if share is None or share < OFFLOAD_MIN_SHARE:
+        why.append(f"CUDA buffers hold {rep['gpu_buffer_bytes'] / 2**20:.1f} MiB "
+                   f"({'?' if share is None else f'{share:.1%}'} of the weights that belong on "
+                   f"the GPU; buffers {rep['buffers_mib']})")
+    if not why:
+        return None
+    return ("the peer did not run on the GPU: " + "; ".join(why) + ". A cuda record needs "
+            "llama.cpp's CUDA build with every layer offloaded: build it with bench/peer_cuda.sh "
+            "and pass --python build/peer-cuda-venv/bin/python. No record is written.")
+
+
+def host_allowed_bytes(model_path: str) -> int:
+    """The token-embedding table's bytes: llama.cpp keeps the input layer on the host."""
+    try:
+        h = benchlib.read_gguf_header(model_path)
+    except (OSError, ValueError):
+        return 0
+    return next((t["n_bytes"] for t in h["tensors"] if t["name"] == "token_embd.weight"), 0)
+
+
 def idle_decision(load_1min: float, threads: int, usable_cpus: int, allow_busy: bool) -> dict:
     """The idle rule: busy when the 1-minute load average exceeds the threshold; refused
     when busy, --threads >= 2 and not --allow-busy (1-thread records are only marked)."""
@@ -469,19 +562,59 @@ def busy_refusal(d: dict) -> str:
             f"see bench/README.md).")
 
 
+def wait_for_gpu_idle(usable_cpus: int, allow_busy: bool, wait_s: float, sample=None,
+                      sleep=None, clock=None, log=None) -> dict:
+    """benchlib.sample_gpu_idle, repeated every IDLE_POLL_S for up to wait_s seconds while it
+    would refuse (a previous GPU job's processes take a moment to exit). sample: a function
+    (usable_cpus, allow_busy) -> decision (the tests); the rest as in wait_for_idle."""
+    sample = sample or benchlib.sample_gpu_idle
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    log = log or (lambda msg: None)
+    t0 = clock()
+    d = sample(usable_cpus, allow_busy)
+    first = d["load_1min"]
+    if d["refused"] and wait_s > 0:
+        log(f"{kbench.gpu_busy_text(d)}: waiting up to {wait_s:g} s (--idle-wait)")
+    while d["refused"] and clock() - t0 < wait_s:
+        sleep(min(IDLE_POLL_S, max(wait_s - (clock() - t0), 0)))
+        d = sample(usable_cpus, allow_busy)
+    d["load_1min_first"] = first
+    d["waited_s"] = clock() - t0
+    return d
+
+
+def gpu_busy_refusal(d: dict) -> str:
+    return (f"{kbench.gpu_busy_text(d)} (waited {d['waited_s']:.0f} s); no record is written. "
+            f"Rerun when the GPU is free, or pass --allow-busy (the record is then marked "
+            f"\"machine_busy\": true; see bench/README.md).")
+
+
 # ---- the harness -----------------------------------------------------------------------
 
+PEER_CUDA_PYTHON = "build/peer-cuda-venv/bin/python"  # bench/peer_cuda.sh
+
+
 def llama_python(args) -> str:
-    """An interpreter that can import llama_cpp: --python, this one, or the project's .venv."""
-    cands = [args.python] if args.python else [sys.executable, os.path.join(ROOT, ".venv/bin/python")]
+    """An interpreter that can import llama_cpp: --python, this one, or the project's .venv;
+    for --backend cuda --python or bench/peer_cuda.sh's venv (a CPU build must not be the
+    GPU peer by accident)."""
+    if args.python:
+        cands = [args.python]
+    elif kbench.backend_of(args) == "cuda":
+        cands = [os.path.join(ROOT, PEER_CUDA_PYTHON)]
+    else:
+        cands = [sys.executable, os.path.join(ROOT, ".venv/bin/python")]
     for py in cands:
         if py and os.access(py, os.X_OK):
             r = subprocess.run([py, "-c", "import llama_cpp"], capture_output=True)
             if r.returncode == 0:
                 return py
+    how = ("build it with  bench/peer_cuda.sh" if kbench.backend_of(args) == "cuda" else
+           "install it with  CMAKE_ARGS=\"-DGGML_NATIVE=ON\" .venv/bin/pip install -r "
+           "tools/requirements-bench.txt")
     raise kbench.BenchError(
-        "llama_cpp is not importable (tried " + ", ".join(c for c in cands if c) + "): install "
-        "it with  CMAKE_ARGS=\"-DGGML_NATIVE=ON\" .venv/bin/pip install -r tools/requirements-bench.txt")
+        "llama_cpp is not importable (tried " + ", ".join(c for c in cands if c) + "): " + how)
 
 
 class Llama:
@@ -499,7 +632,8 @@ class Llama:
                 "n_ctx": self.kipp.n_ctx, "threads": threads or self.a.threads,
                 "decode": decode or self.a.decode,
                 "text": self.a.prompt if n_ids is None else None,
-                "describe": describe, "progress": progress}
+                "describe": describe, "progress": progress,
+                "n_gpu_layers": gpu_layers(self.a)}
 
     def run_raw(self, spec: dict) -> dict:
         """One worker process; benchlib.run_measured's result (rc < 0: died by a signal)."""
@@ -526,7 +660,18 @@ class Llama:
         CHECK_DECODE steps (both at most the benchmark's own), stages reported; peer.check."""
         r = self.run_raw(self.spec(threads=1, n_ids=min(len(self.kipp.ids), CHECK_PROMPT_TOKENS),
                                    decode=min(self.a.decode, CHECK_DECODE), progress=True))
-        return build_check(peer_check_outcome(r, self.a.timeout), cpu_flags, machine)
+        outcome = peer_check_outcome(r, self.a.timeout)
+        check = build_check(outcome, cpu_flags, machine)
+        if gpu_layers(self.a):
+            res = outcome["result"] or {}
+            check["offload"] = offload_report(res.get("offload"), outcome["system_info"],
+                                              host_allowed_bytes(self.a.model))
+        return check
+
+
+def gpu_layers(args) -> int:
+    """llama.cpp's n_gpu_layers: -1 (every layer) for a cuda record, 0 for the CPU's."""
+    return -1 if kbench.backend_of(args) == "cuda" else 0
 
 
 def read_cpu_flags() -> set:
@@ -563,12 +708,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     kbench.check_paths(ap, args)  # usage errors first (exit 2), with or without llama_cpp
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    idle = wait_for_idle(args.threads, usable, args.allow_busy, args.idle_wait,
-                         log=lambda m: print(f"peer_bench: {m}", file=sys.stderr))
+    cuda = kbench.backend_of(args) == "cuda"
+    if cuda:
+        idle = wait_for_gpu_idle(usable, args.allow_busy, args.idle_wait,
+                                 log=lambda m: print(f"peer_bench: {m}", file=sys.stderr))
+        args.gpu_idle = idle  # tools/bench.py's prepare records it, does not sample again
+    else:
+        idle = wait_for_idle(args.threads, usable, args.allow_busy, args.idle_wait,
+                             log=lambda m: print(f"peer_bench: {m}", file=sys.stderr))
     if idle["refused"]:
-        print(f"peer_bench: {busy_refusal(idle)}", file=sys.stderr)
+        print(f"peer_bench: {gpu_busy_refusal(idle) if cuda else busy_refusal(idle)}",
+              file=sys.stderr)
         return EXIT_BUSY
-    if idle["busy"]:
+    if idle["busy"] and cuda:
+        print(f"peer_bench: warning: {kbench.gpu_busy_text(idle)}: the record is marked "
+              f"machine_busy", file=sys.stderr)
+    elif idle["busy"]:
         print(f"peer_bench: warning: 1-minute load average {idle['load_1min']:.2f} exceeds the "
               f"idle threshold {idle['threshold']:.2f}: the record is marked machine_busy",
               file=sys.stderr)
@@ -584,18 +739,28 @@ def main(argv: list[str] | None = None) -> int:
         else:
             check = llama.check(cpu_flags, machine)
             why = check_refusal(check, cpu_flags)
+            if not why and cuda:
+                why = offload_refusal(check.get("offload"))
             if why:
                 print(f"peer_bench: {why}", file=sys.stderr)
                 brief = {**check, "run": {k: v for k, v in check["run"].items() if k != "stderr_tail"}}
                 print("peer_bench: peer.check = " + json.dumps(brief), file=sys.stderr)
                 return kbench.EXIT_RUN
             s1 = check["sanity_1t"]
+            if cuda:
+                o = check["offload"]
+                print(f"peer_bench: peer check: llama.cpp offloaded {o['layers_offloaded']}/"
+                      f"{o['layers_total']} layers, {o['gpu_buffer_bytes'] / 2**20:.0f} MiB in "
+                      f"CUDA buffers", file=sys.stderr)
             print(f"peer_bench: peer check: llama.cpp ran ({s1['prompt_tokens']} + "
                   f"{s1['decode_tokens']} tokens, 1 thread): prefill {s1['prefill_tok_s']:.1f}, "
                   f"decode {s1['decode_tok_s']:.2f} tok/s", file=sys.stderr)
         info = llama.run_once(describe=True)  # also the first warm-up of llama.cpp
         if check is None:
             check = build_check(None, cpu_flags, machine, info.get("system_info"))
+            if cuda:  # unchecked, but the record still says what the first run showed
+                check["offload"] = offload_report(info.get("offload"), info.get("system_info"),
+                                                  host_allowed_bytes(args.model))
         isa = check["isa"] or {}
         for key, what in (("ggml_uses_cpu_lacks", "ggml was built with ISA features this CPU "
                                                   "lacks"),
@@ -636,18 +801,21 @@ def main(argv: list[str] | None = None) -> int:
         # ratio is approximate.
         check["decode_median_over_sanity_1t"] = (l_sum["decode_tok_s"]["median"]
                                                  / check["sanity_1t"]["decode_tok_s"])
-        if args.threads >= 2 and check["decode_median_over_sanity_1t"] < 1.0:
+        # (not for GPU runs: the host threads do not compute there)
+        if not cuda and args.threads >= 2 and check["decode_median_over_sanity_1t"] < 1.0:
             print(f"peer_bench: warning: llama.cpp's {args.threads}-thread decode median is "
                   f"{check['decode_median_over_sanity_1t']:.2f}x its 1-thread check figure: "
                   f"its thread pool collapsed (load? oversubscription?)", file=sys.stderr)
     rec["peer"] = {
-        "name": "llama.cpp (llama-cpp-python, low-level API)",
+        "name": "llama.cpp (llama-cpp-python, low-level API)"
+                + (", CUDA build, every layer on the GPU" if cuda else ""),
         "check": check,
         "llama_cpp_python": info.get("llama_cpp_python"),
         "ggml": info.get("ggml"),
         "system_info": info.get("system_info"),
         "python": py,
         "settings": {"n_ctx": info["n_ctx"], "n_batch": kipp.n_prompt, "n_ubatch": kipp.n_prompt,
+                     "n_gpu_layers": info.get("n_gpu_layers", 0),
                      "n_threads": args.threads, "n_threads_batch": args.threads, "mmap": True,
                      "flash_attn_type": info.get("flash_attn_type"),
                      "type_k": info.get("type_k"), "type_v": info.get("type_v"),

@@ -23,11 +23,19 @@ chunk of their request) and server side (kipp_generated_tokens_total scraped eve
 first and last scrape inside the window). The headline is the client-side figure.
 
 Target (issue): agg_decode_tps(C=8) / agg_decode_tps(C=1) >= 3.0; the record says whether
-it is met (medians over --runs, and C=8's slowest run over C=1's fastest).
-Not a test: it never fails on the figures. --quick: tiny counts for a smoke run.
+it is met (medians over --runs, and C=8's slowest run over C=1's fastest), and every level's
+median over C=1's (scaling_over_c1). Not a test: it never fails on the figures. --quick: tiny
+counts for a smoke run.
+
+--backend cuda: the binary defaults to build/kipp-server-cuda and the levels to 1,8,32,64;
+--parallel defaults to the largest level (at least 16), so no client of a level waits for a
+slot; the record's provenance.hardware.gpu and gpu_state (before, after) say which GPU and in
+what state, and warnings name a busy GPU (benchlib.gpu_idle_decision).
 
   .venv/bin/python -m bench.server_bench --model models/random/qwen3-0.6b-q8_0.gguf \\
       --threads 2 --output bench/results/server-0.6b-q8_0.json
+  .venv/bin/python -m bench.server_bench --backend cuda --model M \\
+      --output bench/results/cuda-server-throughput-4b-bf16.json
 """
 
 from __future__ import annotations
@@ -44,17 +52,23 @@ from bench import benchlib
 from bench import server_common as sc
 
 TARGET_RATIO = 3.0
+# per backend: the server binary and the client counts when not given
+DEFAULT_BINARY = {"cuda": "build/kipp-server-cuda"}
+DEFAULT_LEVELS = {"cuda": "1,8,32,64"}
+BUILD_HINT = {"cuda": "make server-cuda"}
 
 
 def add_server_args(ap: argparse.ArgumentParser) -> None:
     """Options every server bench shares."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     ap.add_argument("--model", required=True, help="Qwen3 GGUF file")
-    ap.add_argument("--binary", default="build/kipp-server", help="server binary (default build/kipp-server)")
+    ap.add_argument("--binary", default=None,
+                    help="server binary (default build/kipp-server; build/kipp-server-cuda for "
+                         "--backend cuda)")
     ap.add_argument("--output", metavar="FILE", help="write the JSON record here (default: stdout)")
     ap.add_argument("--threads", type=benchlib.positive("--threads"), default=usable,
                     help=f"server compute threads (default: usable CPUs, here {usable})")
-    ap.add_argument("--backend", default="cpu", help="server backend (default cpu)")
+    ap.add_argument("--backend", default="cpu", help="server backend: cpu (default), cuda, ...")
     ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                     help="extra argument for kipp-server (repeatable), e.g. --server-arg=--batch-tokens=128")
     ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke run, not a figure")
@@ -65,10 +79,14 @@ def add_server_args(ap: argparse.ArgumentParser) -> None:
 
 
 def check_paths(ap: argparse.ArgumentParser, args) -> None:
+    """Usage errors (exit 2); also fills in --binary's per-backend default."""
+    if args.binary is None:
+        args.binary = DEFAULT_BINARY.get(args.backend, "build/kipp-server")
     if not os.path.isfile(args.model):
         ap.error(f"--model {args.model}: no such file")
     if not (os.path.isfile(args.binary) and os.access(args.binary, os.X_OK)):
-        ap.error(f"--binary {args.binary}: not an executable file (build it: make server)")
+        ap.error(f"--binary {args.binary}: not an executable file (build it: "
+                 f"{BUILD_HINT.get(args.backend, 'make server')})")
     if args.output:
         d = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(d):
@@ -88,17 +106,30 @@ def split_server_args(extra: list[str]) -> list[str]:
 
 def record_header(args, harness: str) -> dict:
     """Provenance, build, model manifest, load average: the part every server record shares."""
+    be = getattr(args, "backend", "cpu")
     rec = {
         "harness": harness,
         "argv": sys.argv[1:],
         "quick": bool(args.quick),
-        "provenance": benchlib.provenance(args.binary),
-        "build": benchlib.build_info(args.binary),
+        "provenance": benchlib.provenance(args.binary, backend=be),
+        "build": benchlib.build_info(args.binary, backend=be),
         "model": benchlib.model_manifest(args.model, hash_file=not args.no_hash),
         "load_average": {"before": list(os.getloadavg())},
         "warnings": [],
     }
-    if rec["load_average"]["before"][0] > 0.5:
+    if be == "cuda":
+        # the GPU's rule: one free host core and an otherwise unused GPU (CPU load that the
+        # GPU server does not feel is not a warning)
+        from tools import bench as kbench
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        idle = benchlib.sample_gpu_idle(usable, allow_busy=True)
+        rec["idle_check"] = idle
+        rec["gpu_state"] = {"before": benchlib.gpu_state()}
+        if idle["busy"]:
+            msg = kbench.gpu_busy_text(idle)
+            print(f"warning: {msg}", file=sys.stderr)
+            rec["warnings"].append(msg)
+    elif rec["load_average"]["before"][0] > 0.5:
         msg = f"1-minute load average {rec['load_average']['before'][0]:.2f} > 0.5 at start: the machine is not idle"
         print(f"warning: {msg}", file=sys.stderr)
         rec["warnings"].append(msg)
@@ -109,6 +140,8 @@ def record_header(args, harness: str) -> dict:
 
 def write_record(rec: dict, output: str | None) -> None:
     rec["load_average"]["after"] = list(os.getloadavg())
+    if "gpu_state" in rec:
+        rec["gpu_state"]["after"] = benchlib.gpu_state()
     text = json.dumps(rec, indent=1, default=float)
     if output:
         benchlib.write_record_file(output, text)
@@ -117,12 +150,35 @@ def write_record(rec: dict, output: str | None) -> None:
         print(text)
 
 
+def server_args(args, extra: list[str]) -> list[str]:
+    """kipp-server's arguments after --model (ServerProcess adds --port 0)."""
+    return ["--backend", args.backend, "--threads", str(args.threads), *extra,
+            *split_server_args(args.server_arg)]
+
+
 def start_server(args, extra: list[str], name: str = "kipp-server") -> sc.ServerProcess:
-    srv = sc.ServerProcess(args.binary, args.model,
-                           ["--backend", args.backend, "--threads", str(args.threads), *extra,
-                            *split_server_args(args.server_arg)], name=name)
+    srv = sc.ServerProcess(args.binary, args.model, server_args(args, extra), name=name)
     srv.start(timeout=600)
     return srv
+
+
+def parse_levels(text: str) -> list[int]:
+    """"1,8,32,64" -> [1, 8, 32, 64]; ValueError unless integers >= 1."""
+    levels = [int(x) for x in text.split(",") if x.strip()]
+    if not levels or any(x < 1 for x in levels):
+        raise ValueError(text)
+    return levels
+
+
+def resolve_levels(args) -> list[int]:
+    """--concurrency (default per backend) as a list; --parallel's default: the largest
+    level, at least 16, so that a level's clients never wait for a free slot."""
+    if args.concurrency is None:
+        args.concurrency = DEFAULT_LEVELS.get(args.backend, "1,4,8,16")
+    levels = parse_levels(args.concurrency)
+    if args.parallel is None:
+        args.parallel = max(16, max(levels))
+    return levels
 
 
 # ---- one request --------------------------------------------------------------------------
@@ -292,7 +348,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="bench/server_bench.py", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(ap)
-    ap.add_argument("--concurrency", default="1,4,8,16", help="comma-separated client counts (default 1,4,8,16)")
+    ap.add_argument("--concurrency", default=None,
+                    help="comma-separated client counts (default 1,4,8,16; 1,8,32,64 for cuda)")
     ap.add_argument("--requests-per-client", type=benchlib.positive("--requests-per-client"), default=4,
                     help="requests each client sends per level (default 4)")
     ap.add_argument("--prompt-tokens", type=benchlib.positive("--prompt-tokens"), default=128,
@@ -300,7 +357,8 @@ def main() -> int:
     ap.add_argument("--prompt-file", help="use this text as every prompt (after a per-request line) "
                     "instead of synthetic ids")
     ap.add_argument("--max-tokens", type=benchlib.positive("--max-tokens"), default=64, help="tokens per request (default 64)")
-    ap.add_argument("--parallel", type=benchlib.positive("--parallel"), default=16, help="server --parallel (default 16)")
+    ap.add_argument("--parallel", type=benchlib.positive("--parallel"), default=None,
+                    help="server --parallel (default: the largest level, at least 16)")
     ap.add_argument("--runs", type=benchlib.positive("--runs"), default=1,
                     help="repeat every level this many times, levels interleaved (default 1)")
     ap.add_argument("--warmup", type=benchlib.positive("--warmup", 0), default=2,
@@ -318,9 +376,8 @@ def main() -> int:
         args.concurrency, args.requests_per_client = "1,8", 2
         args.prompt_tokens, args.max_tokens, args.warmup = min(args.prompt_tokens, 32), min(args.max_tokens, 16), 1
     try:
-        levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-        assert levels and all(x >= 1 for x in levels)
-    except (ValueError, AssertionError):
+        levels = resolve_levels(args)
+    except ValueError:
         ap.error(f"--concurrency expects comma-separated integers >= 1, got '{args.concurrency}'")
 
     rec = record_header(args, "bench/server_bench.py")
@@ -378,6 +435,10 @@ def main() -> int:
                                    "met": ratio >= TARGET_RATIO, "met_by_worst": worst >= TARGET_RATIO}
         print(f"agg decode tok/s C=8 / C=1 = {ratio:.2f} (target {TARGET_RATIO}, "
               f"{'met' if ratio >= TARGET_RATIO else 'NOT met'})", file=sys.stderr)
+    if 1 in levels and summary["1"]["agg_decode_tps"]:
+        base = summary["1"]["agg_decode_tps"]["median"]
+        rec["scaling_over_c1"] = {str(c): summary[str(c)]["agg_decode_tps"]["median"] / base
+                                  for c in levels if summary[str(c)]["agg_decode_tps"]}
     disp = [v["dispersion"] for v in summary.values() if v["dispersion"] is not None]
     if args.runs > 1 and disp and max(disp) > benchlib.DISPERSION_LIMIT:
         rec["noisy"] = True

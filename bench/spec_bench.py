@@ -22,6 +22,12 @@ every level in one server, N streaming clients, 4 requests of --server-max-token
 the prompt is --prompt/--prompt-file's text behind a per-request line, or 128 synthetic
 token ids when neither is given), alternating; per level the ratio of aggregate throughputs,
 so a list of levels shows where speculation stops paying as the batch grows.
+
+--backend cuda: --binary defaults to build/kipp-cuda-generic and the server (--server-binary)
+to build/kipp-server-cuda beside it; the record's provenance has the GPU (nvidia-smi) and
+nvcc; with --llama-dir (llama.cpp's CUDA build, bench/peer_cuda.sh) llama.cpp runs every
+layer of both models on the GPU (-ngl/-ngld 999). Client counts are any list, e.g.
+--server-clients 1,8,32,64.
 """
 
 from __future__ import annotations
@@ -67,6 +73,35 @@ def drafter_flags(a) -> list:
     return flags
 
 
+DEFAULT_BINARY = {"cuda": "build/kipp-cuda-generic"}
+SERVER_BINARY = {"cuda": "kipp-server-cuda"}  # beside --binary; kipp-server otherwise
+
+
+def resolve_binaries(a) -> None:
+    """--binary and --server-binary defaults for --backend."""
+    if a.binary is None:
+        a.binary = os.path.join(ROOT, DEFAULT_BINARY.get(a.backend, "build/kipp"))
+    if a.server_binary is None:
+        a.server_binary = os.path.join(os.path.dirname(a.binary),
+                                       SERVER_BINARY.get(a.backend, "kipp-server"))
+
+
+def server_bench_command(a, kind: str, out: str, prompt_file: str | None) -> list:
+    """One bench/server_bench.py run of server_ab: every level in one server of
+    --server-binary, --parallel the largest level; kind "spec" adds the drafter's flags."""
+    levels = a.server_levels
+    cmd = [sys.executable, "-m", "bench.server_bench", "--model", a.model,
+           "--binary", a.server_binary, "--threads", str(a.threads), "--backend", a.backend,
+           "--concurrency", ",".join(map(str, levels)), "--parallel", str(max(levels)),
+           "--requests-per-client", "4", "--max-tokens", str(a.server_max_tokens),
+           "--runs", "1", "--output", out]
+    if prompt_file:
+        cmd += ["--prompt-file", prompt_file]
+    if kind == "spec":
+        cmd += [f"--server-arg={x}" for x in drafter_flags(a)]
+    return cmd
+
+
 def kipp_run(a, spec: bool, tmp: str) -> dict:
     stats = os.path.join(tmp, "stats.json")
     cmd = [a.binary, "-m", a.model, "--backend", a.backend, "-t", str(a.threads),
@@ -109,11 +144,15 @@ def llama_run(a, spec: bool) -> dict:
               "-c", "1024", "--temp", "0", "--top-k", "1", "--seed", "42"]
     if a.ignore_eos:
         common.append("--ignore-eos")
+    if a.backend == "cuda":
+        common += ["-ngl", "999"]  # every layer on the GPU (llama.cpp's CUDA build)
     if spec:
         cmd = [os.path.join(a.llama_dir, "llama-speculative-simple")] + common + [
             "-md", a.draft_model, "--spec-type", "draft-simple", "-td", t, "-tbd", t,
             "--spec-draft-n-max", str(a.llama_draft_max or a.draft_max), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", str(a.draft_p_min)]
+        if a.backend == "cuda":
+            cmd += ["-ngld", "999"]
     else:
         cmd = [os.path.join(a.llama_dir, "llama-completion")] + common + ["-no-cnv"]
     r = benchlib.run_measured(cmd, timeout=3600)
@@ -158,16 +197,7 @@ def server_ab(a) -> dict:
         for i in range(a.runs):
             for kind in ("plain", "spec"):
                 out = os.path.join(tmp, f"{kind}{i}.json")
-                cmd = [sys.executable, "-m", "bench.server_bench", "--model", a.model,
-                       "--binary", os.path.join(os.path.dirname(a.binary), "kipp-server"),
-                       "--threads", str(a.threads), "--backend", a.backend,
-                       "--concurrency", ",".join(map(str, levels)), "--parallel", str(max(levels)),
-                       "--requests-per-client", "4", "--max-tokens", str(a.server_max_tokens),
-                       "--runs", "1", "--output", out]
-                if prompt_file:
-                    cmd += ["--prompt-file", prompt_file]
-                if kind == "spec":
-                    cmd += [f"--server-arg={x}" for x in drafter_flags(a)]
+                cmd = server_bench_command(a, kind, out, prompt_file)
                 p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
                 if p.returncode != 0:
                     sys.exit(f"spec_bench: server_bench failed: {p.stderr[-800:]}")
@@ -211,8 +241,12 @@ def main() -> int:
     ap.add_argument("--draft-vocab", type=benchlib.positive("--draft-vocab"),
                     help="Kipp's draft head over token ids below N (llama.cpp has no such option)")
     ap.add_argument("--draft-fixed", action="store_true")
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build/kipp"))
+    ap.add_argument("--backend", default="cpu", help="kipp backend: cpu (default), cuda, ...")
+    ap.add_argument("--binary", default=None,
+                    help="kipp CLI (default build/kipp; build/kipp-cuda-generic for cuda)")
+    ap.add_argument("--server-binary", default=None,
+                    help="kipp-server for --server-clients (default: kipp-server beside "
+                         "--binary; kipp-server-cuda for cuda)")
     ap.add_argument("--kipp-test", default=os.path.join(ROOT, "build/kipp_test"))
     ap.add_argument("--threads", type=benchlib.positive("--threads"), default=2)
     ap.add_argument("--decode", type=benchlib.positive("--decode"), default=256)
@@ -235,9 +269,6 @@ def main() -> int:
         ap.error("give --draft-model FILE or --spec-ngram N, not both")
     if not a.draft_model and not a.spec_ngram:
         a.spec_ngram = 3  # the seed's form (--model only): prompt lookup, no second model
-    for p in [a.model, a.binary] + ([a.draft_model] if a.draft_model else []):
-        if not os.path.exists(p):
-            ap.error(f"{p}: no such file")
     a.prompt_text_given = bool(a.prompt_file) or a.prompt is not None
     if a.server_clients is not None:
         try:
@@ -245,6 +276,12 @@ def main() -> int:
             assert a.server_levels and all(x >= 1 for x in a.server_levels)
         except (ValueError, AssertionError):
             ap.error(f"--server-clients expects comma-separated integers >= 1, got '{a.server_clients}'")
+    resolve_binaries(a)
+    need = [a.model] + ([a.draft_model] if a.draft_model else [])
+    need.append(a.server_binary if a.server_clients is not None else a.binary)
+    for p in need:
+        if not os.path.exists(p):
+            ap.error(f"{p}: no such file")
     if a.prompt_file:
         with open(a.prompt_file, encoding="utf-8") as f:
             a.prompt_text = f.read()
@@ -252,7 +289,8 @@ def main() -> int:
         a.prompt_text = a.prompt if a.prompt is not None else CODE_EDIT
 
     if a.server_clients:
-        rec = {"bench": "spec_bench --server-clients", "provenance": benchlib.provenance(a.binary),
+        rec = {"bench": "spec_bench --server-clients",
+               "provenance": benchlib.provenance(a.server_binary, backend=a.backend),
                "model": benchlib.model_manifest(a.model),
                "draft": benchlib.model_manifest(a.draft_model) if a.draft_model else {"ngram": a.spec_ngram},
                "config": {"backend": a.backend, "threads": a.threads, "draft_max": a.draft_max,
@@ -285,8 +323,8 @@ def main() -> int:
     s_med = statistics.median(x["tok_s"] for x in spec)
     rec = {
         "bench": "spec_bench",
-        "provenance": benchlib.provenance(a.binary),
-        "build": benchlib.build_info(a.binary),
+        "provenance": benchlib.provenance(a.binary, backend=a.backend),
+        "build": benchlib.build_info(a.binary, backend=a.backend),
         "model": benchlib.model_manifest(a.model),
         "draft": benchlib.model_manifest(a.draft_model) if a.draft_model else {"ngram": a.spec_ngram},
         "config": {"backend": a.backend, "threads": a.threads, "decode": a.decode, "runs": a.runs,

@@ -19,6 +19,15 @@ bandwidth (build/kipp-membw, when built), and peak RSS against model file + KV p
 It refuses to write --output when Kipp's dispersion exceeds the protocol's limit (10 %),
 unless --allow-noisy (the record is then marked "noisy": true). Standard library only.
 
+--backend cuda (default binary build/kipp-cuda-generic): the bandwidth probe is the GPU's,
+build/kipp-cuda-membw beside the binary (its read kernel's best GB/s is what decode's
+effective GB/s is set against); the record's provenance.hardware.gpu has nvidia-smi's name,
+driver, memory and compute capability, gpu_state its temperature, clocks, power and
+utilization before and after the runs, and idle_check the GPU idle rule's outcome
+(benchlib.gpu_idle_decision: one free host core and an otherwise unused GPU; CPU load the GPU
+run does not depend on is not held against it). Here it only warns; bench/peer_bench.py
+refuses.
+
   python3 -m tools.bench --backend cpu --model M --prompt "The capital of France is" \\
       --decode 64 --warmup 1 --runs 5 --output bench/results/X.json
 """
@@ -38,6 +47,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EXIT_USAGE, EXIT_RUN, EXIT_NOISY = 2, 1, 3
 KV_TYPES = ("f32", "f16", "bf16")  # kipp --kv-type
+# --binary and bandwidth probe per backend when not given, and the make target that builds each
+DEFAULT_BINARY = {"cuda": "build/kipp-cuda-generic"}
+MEMBW_PROBE = {"cuda": ("kipp-cuda-membw", "make build/kipp-cuda-membw")}
+BUILD_HINT = {"cuda": "make cuda-generic"}
 
 
 class BenchError(Exception):
@@ -85,8 +98,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
                     help="measured runs (default 5)")
     ap.add_argument("--threads", metavar="N", type=benchlib.positive("--threads"), default=usable,
                     help=f"threads (default: usable CPUs, here {usable})")
-    ap.add_argument("--backend", default="cpu", help="kipp backend (default cpu)")
-    ap.add_argument("--binary", default="build/kipp", help="kipp CLI (default build/kipp)")
+    ap.add_argument("--backend", default="cpu", help="kipp backend: cpu (default), cuda, ...")
+    ap.add_argument("--binary", default=None,
+                    help="kipp CLI (default build/kipp; build/kipp-cuda-generic for cuda)")
     ap.add_argument("--kv-type", choices=KV_TYPES,
                     help="KV cache element type, passed to kipp as --kv-type (default: not "
                          "passed, the backend's own; the record has the type each run used)")
@@ -94,7 +108,8 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
                     help="context size for every run (default: prompt + decode + 1, rounded "
                          "up to a multiple of 256, at most the model's trained context)")
     ap.add_argument("--membw", metavar="PATH",
-                    help="read-bandwidth probe (default: kipp-membw next to --binary, if built)")
+                    help="read-bandwidth probe (default: kipp-membw next to --binary, if built; "
+                         "kipp-cuda-membw for --backend cuda)")
     ap.add_argument("--no-membw", action="store_true", help="skip the bandwidth probe")
     add_record_args(ap)
 
@@ -107,13 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def backend_of(args) -> str:
+    return getattr(args, "backend", None) or "cpu"
+
+
 def check_paths(ap: argparse.ArgumentParser, args) -> None:
+    """Usage errors (exit 2); also fills in --binary's per-backend default."""
+    be = backend_of(args)
+    if getattr(args, "binary", None) is None:
+        args.binary = DEFAULT_BINARY.get(be, "build/kipp")
     if not os.path.isfile(args.model):
         ap.error(f"--model {args.model}: no such file")
     if not (os.path.isfile(args.binary) and os.access(args.binary, os.X_OK)):
-        ap.error(f"--binary {args.binary}: not an executable file (build it: make cpu)")
+        ap.error(f"--binary {args.binary}: not an executable file (build it: "
+                 f"{BUILD_HINT.get(be, 'make cpu')})")
     if args.membw and not os.access(args.membw, os.X_OK):
-        ap.error(f"--membw {args.membw}: not an executable file (make build/kipp-membw)")
+        ap.error(f"--membw {args.membw}: not an executable file "
+                 f"({MEMBW_PROBE.get(be, ('', 'make build/kipp-membw'))[1]})")
     if args.output:
         d = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(d):
@@ -203,16 +228,40 @@ class Kipp:
         }
 
 
+def membw_command(args) -> list[str]:
+    """The bandwidth probe's command line: the host's kipp-membw with --threads for CPU
+    backends; the GPU's kipp-cuda-membw (device 0, >= 1 GiB by default) for cuda."""
+    be = backend_of(args)
+    name = MEMBW_PROBE.get(be, ("kipp-membw",))[0]
+    path = args.membw or os.path.join(os.path.dirname(args.binary), name)
+    if be == "cuda":
+        return [path, "--runs", "5"]
+    return [path, "--threads", str(args.threads), "--runs", "5"]
+
+
+def parse_membw(stdout: str, backend: str) -> dict:
+    """The probe's JSON line; kind says whose memory it measured (host or device)."""
+    out = json.loads(stdout.strip().splitlines()[-1])
+    if not isinstance(out, dict) or not isinstance(out.get("best_gbps"), (int, float)):
+        raise ValueError("no best_gbps in the probe's output")
+    out["kind"] = "device" if backend == "cuda" else "host"
+    return out
+
+
 def measure_membw(args) -> dict | None:
     if args.no_membw:
         return None
-    path = args.membw or os.path.join(os.path.dirname(args.binary), "kipp-membw")
+    cmd = membw_command(args)
+    path, be = cmd[0], backend_of(args)
     if not os.access(path, os.X_OK):
-        return {"skipped": f"{path} not built (make build/kipp-membw)"}
-    r = benchlib.run_measured([path, "--threads", str(args.threads), "--runs", "5"], timeout=600)
+        return {"skipped": f"{path} not built ({MEMBW_PROBE.get(be, ('', 'make build/kipp-membw'))[1]})"}
+    r = benchlib.run_measured(cmd, timeout=600)
     if r["rc"] != 0:
         return {"skipped": f"{path} failed: {r['stderr'].strip()}"}
-    out = json.loads(r["stdout"])
+    try:
+        out = parse_membw(r["stdout"], be)
+    except (ValueError, IndexError) as e:
+        return {"skipped": f"{path} printed no bandwidth record: {e}"}
     out["binary"] = {"path": path, "sha256": benchlib.sha256_file(path)}
     return out
 
@@ -249,19 +298,22 @@ def kipp_section(kipp: Kipp, warm: list[dict], runs: list[dict], manifest: dict,
         },
     }
     if membw and membw.get("best_gbps"):
+        # the host's read bandwidth for CPU backends, the GPU's (kipp-cuda-membw) for cuda
         sec["decode_effective_gbps_over_membw"] = (summ["decode_effective_gbps"]["median"]
                                                    / membw["best_gbps"])
+        sec["membw_kind"] = membw.get("kind", "host")
     return sec
 
 
 def base_record(args, argv: list[str], kipp: Kipp, manifest: dict, membw) -> dict:
-    prov = benchlib.provenance(args.binary)
-    return {
+    be = backend_of(args)
+    prov = benchlib.provenance(args.binary, backend=be)
+    rec = {
         "benchmark": "prefill and decode speed",
         "harness": os.path.relpath(os.path.abspath(sys.argv[0]), ROOT),
         "argv": argv,
         "provenance": prov,
-        "build": benchlib.build_info(args.binary),
+        "build": benchlib.build_info(args.binary, backend=be),
         "model": manifest,
         "settings": {
             "backend": args.backend, "threads": args.threads, "n_ctx": kipp.n_ctx,
@@ -280,6 +332,13 @@ def base_record(args, argv: list[str], kipp: Kipp, manifest: dict, membw) -> dic
                          "after": list(os.getloadavg())},
         "dispersion_limit": benchlib.DISPERSION_LIMIT,
     }
+    if be == "cuda":
+        rec["gpu_state"] = {"before": getattr(args, "gpu_before", None),
+                            "after": benchlib.gpu_state()}
+        if getattr(args, "gpu_idle", None) is not None:
+            rec["idle_check"] = args.gpu_idle
+            rec["machine_busy"] = args.gpu_idle["busy"]
+    return rec
 
 
 def finish(rec: dict, dispersions: list[float], args) -> int:
@@ -313,10 +372,51 @@ def describe(name: str, summ: dict) -> str:
     return s
 
 
+def describe_membw(sec: dict, membw: dict | None) -> str | None:
+    """Decode's effective GB/s against the probe's, e.g. for the GPU: "... of the device's"."""
+    if not membw or "decode_effective_gbps_over_membw" not in sec:
+        return None
+    whose = "the GPU's" if membw.get("kind") == "device" else "the host's"
+    return (f"decode reads weights at {sec['decode_effective_gbps_over_membw']:.1%} of "
+            f"{whose} measured read bandwidth ({membw['best_gbps']:.1f} GB/s)")
+
+
+def gpu_preflight(args, who: str = "bench") -> None:
+    """For --backend cuda: the GPU's state before the runs (args.gpu_before) and the GPU
+    idle rule's outcome (args.gpu_idle); warns when nvidia-smi sees no GPU or a busy one."""
+    args.gpu_before = benchlib.gpu_state()
+    if args.gpu_before is None:
+        print(f"{who}: warning: nvidia-smi reports no GPU (the record's gpu fields stay empty)",
+              file=sys.stderr)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    args.gpu_idle = benchlib.sample_gpu_idle(usable, getattr(args, "allow_busy", False))
+    if args.gpu_idle["busy"]:
+        print(f"{who}: warning: " + gpu_busy_text(args.gpu_idle), file=sys.stderr)
+
+
+def gpu_busy_text(d: dict) -> str:
+    parts = []
+    if d["host_busy"]:
+        parts.append(f"1-minute load average {d['load_1min']:.2f} > {d['threshold']:.2f} "
+                     f"(no host core left for the launching thread)")
+    if d["gpu_other_processes"]:
+        parts.append("other processes on the GPU: " + ", ".join(
+            f"{a.get('pid')} {a.get('process_name')}" for a in d["gpu_other_processes"]))
+    if d["gpu_utilization_median"] is not None and d["gpu_utilization_median"] > d["gpu_util_limit"]:
+        parts.append(f"GPU utilization {d['gpu_utilization_median']:g} % > "
+                     f"{d['gpu_util_limit']:g} % before the runs")
+    return "the GPU run's machine is not idle: " + "; ".join(parts)
+
+
 def prepare(ap, args) -> tuple[Kipp, dict, dict | None]:
     check_paths(ap, args)
     args.load_before = list(os.getloadavg())
-    if args.load_before[0] > 0.5:
+    if backend_of(args) == "cuda":
+        if getattr(args, "gpu_idle", None) is None:  # peer_bench decided before (refusing)
+            gpu_preflight(args)
+        else:
+            args.gpu_before = benchlib.gpu_state()
+    elif args.load_before[0] > 0.5:
         print(f"bench: warning: 1-minute load average {args.load_before[0]:.2f} before the runs: "
               f"the machine is not idle (recorded in load_average)", file=sys.stderr)
     manifest = benchlib.model_manifest(args.model, hash_file=not args.no_hash)
@@ -343,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     rec = base_record(args, argv, kipp, manifest, membw)
     rec["kipp"] = kipp_section(kipp, warm, runs, manifest, membw)
     print("bench: " + describe("kipp", rec["kipp"]["summary"]), file=sys.stderr)
+    bw = describe_membw(rec["kipp"], membw)
+    if bw:
+        print("bench: " + bw, file=sys.stderr)
     return finish(rec, list(rec["kipp"]["dispersion"].values()), args)
 
 
