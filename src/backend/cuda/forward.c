@@ -83,6 +83,7 @@ struct kipp_cuda_fwd {
     void *map_base;         /* spark: the registered host range (page-aligned), else NULL */
     size_t map_len;
     unsigned char *map_dev; /* its device alias */
+    int map_registered;     /* 0: read through the host's page tables, nothing registered */
     dev_layer *L;           /* [n_layer] */
     const void *tok_embd, *output;
     const float *out_norm;
@@ -237,7 +238,7 @@ void kipp_cuda_fwd_free(kipp_cuda_fwd *f) {
     cudaFree(f->att_scratch);
     cudaFree(f->stage_d);
     if (f->stage_h) cudaFreeHost(f->stage_h);
-    if (f->map_base) cudaHostUnregister(f->map_base);
+    if (f->map_registered) cudaHostUnregister(f->map_base);
     if (f->stream) cudaStreamDestroy(f->stream);
     free(f->L);
     free(f->inv_freq);
@@ -267,8 +268,25 @@ static kipp_status map_weights(kipp_cuda_fwd *f, char *err, size_t err_len) {
     hi = (hi + pg - 1) & ~(pg - 1);
     cudaError_t e = cudaHostRegister((void *)lo, hi - lo,
                                      cudaHostRegisterMapped | cudaHostRegisterReadOnly);
-    if (e != cudaSuccess)
-        return cuda_err(err, err_len, "registering the mapped weights with the GPU (spark)", e);
+    if (e != cudaSuccess) {
+        /* a GPU that reads pageable memory through the host's page tables (GB10 over
+         * NVLink-C2C) takes the mapping's own addresses; without that, there is no way to
+         * run from the mapping and the error is fatal */
+        int dev = 0, pageable = 0;
+        cudaGetLastError(); /* the failed registration is handled here */
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccessUsesHostPageTables,
+                                   dev) != cudaSuccess ||
+            !pageable)
+            return cuda_err(err, err_len, "registering the mapped weights with the GPU (spark)",
+                            e);
+        f->map_base = (void *)lo;
+        f->map_len = hi - lo;
+        f->map_dev = (unsigned char *)lo;
+        f->map_registered = 0;
+        return KIPP_OK;
+    }
+    f->map_registered = 1;
     f->map_base = (void *)lo;
     f->map_len = hi - lo;
     void *dev = NULL;
