@@ -14,8 +14,9 @@
 #
 # The GPU host may have no network: --sdist FILE takes the sdist from a file, --wheelhouse DIR
 # installs Python dependencies from wheels there (pip --no-index). `--download DIR`, run where
-# the network is, fetches both (the sdist is ~77 MB; --trim also writes a smaller copy
-# without llama.cpp's test vocabularies, docs and CI files, enough to build).
+# the network is, fetches both (the sdist is ~77 MB; --trim also writes a ~13 MB copy
+# without its git pack, llama.cpp's test vocabularies, docs and CI files, enough to build).
+# Wheels are for the Python that runs --download: use the GPU host's Python version.
 #
 #   bench/peer_cuda.sh [--sdist FILE] [--wheelhouse DIR] [--jobs N] [--no-python] [--no-tools]
 #   bench/peer_cuda.sh --download DIR [--trim]
@@ -37,7 +38,7 @@ PY=${PYTHON:-python3}
 RUNTIME_DEPS=(numpy typing-extensions diskcache jinja2)
 BUILD_DEPS=(scikit-build-core pathspec packaging)
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while (($#)); do
     case "$1" in
         --sdist) SDIST=$2; shift 2 ;;
@@ -63,7 +64,8 @@ if [ -n "$DOWNLOAD" ]; then
         # test vocabularies, docs, CI, media and the web UI's assets: not part of the build
         rm -rf "${v:?}"/models/ggml-vocab-* "${v:?}"/docs "${v:?}"/.github "${v:?}"/media \
                "${v:?}"/tools/server/public* \
-               "$v"/tools/server/webui "$t/llama_cpp_python-$VERSION"/docs
+               "$v"/tools/server/webui "$t/llama_cpp_python-$VERSION"/docs \
+               "$t/llama_cpp_python-$VERSION"/.git   # the sdist ships a 39 MB git pack
         tar -czf "$DOWNLOAD/llama_cpp_python-$VERSION-trimmed.tar.gz" -C "$t" "llama_cpp_python-$VERSION"
         rm -rf "$t"
     fi
