@@ -233,6 +233,16 @@ __global__ void __launch_bounds__(128)
                     make_uint4(pl[0], pl[1], pl[2], pl[3]);
         }
         __syncthreads();
+        /* This step's products go to a fresh fragment, added to the running sums with IEEE
+         * f32 additions: tensor cores may truncate when they add into an accumulator
+         * (relative ~2^-23 per mma), which chained over n_in / 16 mma steps would bias a long
+         * dot product (~2^-23 n_in / 16 relative, 1e-4 at n_in 16384); here only the 6 mma of
+         * one step truncate, relative to the step's own partial sum. */
+        frag_c part[2][2];
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) wmma::fill_fragment(part[a][b], 0.0f);
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             frag_a ah[2], al[2];
@@ -254,11 +264,17 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
                     /* small terms first, so the big one lands on the smallest sum */
-                    if (split_w) wmma::mma_sync(acc[a][b], ah[a], bl[b], acc[a][b]);
-                    wmma::mma_sync(acc[a][b], al[a], bh[b], acc[a][b]);
-                    wmma::mma_sync(acc[a][b], ah[a], bh[b], acc[a][b]);
+                    if (split_w) wmma::mma_sync(part[a][b], ah[a], bl[b], part[a][b]);
+                    wmma::mma_sync(part[a][b], al[a], bh[b], part[a][b]);
+                    wmma::mma_sync(part[a][b], ah[a], bh[b], part[a][b]);
                 }
         }
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++)
+#pragma unroll
+                for (int i = 0; i < acc[a][b].num_elements; i++) acc[a][b].x[i] += part[a][b].x[i];
         __syncthreads();
     }
     /* through shared memory, so rows past n_tok and columns past n_out are simply not written */
