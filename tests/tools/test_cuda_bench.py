@@ -382,3 +382,17 @@ def test_spec_bench_server_command_for_cuda():
                    "--concurrency": "1,8,32,64", "--parallel": "64"}
     assert "--server-arg=--spec-ngram" in cmd
     assert "--server-arg=--spec-ngram" not in spec_bench.server_bench_command(a, "plain", "o", None)
+
+
+def test_peer_cuda_sh_refuses_without_a_gpu(tmp_path):
+    """bench/peer_cuda.sh builds only on the GPU host; a bad option is a usage error."""
+    r = subprocess.run(["bench/peer_cuda.sh", "--bogus"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "unknown option '--bogus'" in r.stderr
+    nvcc = write_exe(tmp_path / "nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release 13.0'\n")
+    # an nvidia-smi that finds no GPU, first on PATH (also on a GPU host: nothing is built)
+    write_exe(tmp_path / "nvidia-smi", "#!/bin/sh\necho 'No devices were found' >&2; exit 6\n")
+    env = dict(os.environ, NVCC=str(nvcc), PATH=f"{tmp_path}:/usr/bin:/bin")
+    r = subprocess.run(["bench/peer_cuda.sh", "--no-tools"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 1 and "no GPU (nvidia-smi -L failed)" in r.stderr, r.stderr
