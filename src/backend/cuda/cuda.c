@@ -175,7 +175,8 @@ static kipp_status cuda_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_
                          lay->n_layer, lay->kv_dim, lay->block_size, n_blocks);
     const size_t elt = kipp_kv_type_size(lay->type);
     uint64_t part, total;
-    if (!kipp_mul_ok((uint64_t)lay->n_layer * lay->block_size, (uint64_t)lay->kv_dim * elt, &part) ||
+    if (!kipp_mul_ok((uint64_t)lay->n_layer * lay->block_size, (uint64_t)lay->kv_dim * elt,
+                     &part) ||
         !kipp_mul_ok(part, 2ull * n_blocks, &total) || total > SIZE_MAX)
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
                          "KV storage: %u blocks of %u tokens x %u layers x %u %s values is too "
@@ -191,7 +192,8 @@ static kipp_status cuda_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_
     if (e != cudaSuccess) {
         cudaFree(kv->data);
         free(kv);
-        return kipp_errf(err, err_len, e == cudaErrorMemoryAllocation ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
+        return kipp_errf(err, err_len,
+                         e == cudaErrorMemoryAllocation ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
                          "cuda: device memory for the KV cache, %u blocks (%.0f MiB): %s",
                          n_blocks, total / (1024.0 * 1024.0), cudaGetErrorString(e));
     }

@@ -213,7 +213,8 @@ void kipp_cuda_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits,
         }
     /* staging: a full chunk with tables as wide as the context at the default block size */
     const uint32_t mb = (n_ctx + KIPP_KV_DEFAULT_BLOCK_SIZE - 1) / KIPP_KV_DEFAULT_BLOCK_SIZE;
-    const uint64_t stage = layout_for(CHUNK, m->hp.head_dim / 2).end_fixed + (uint64_t)CHUNK * mb * 4;
+    const uint64_t stage =
+        layout_for(CHUNK, m->hp.head_dim / 2).end_fixed + (uint64_t)CHUNK * mb * 4;
     *weight_bytes = w;
     *scratch_bytes = act_bytes(m, n_logits) + align_up(mm_need(m, n_logits)) +
                      align_up(att_need(m, n_ctx)) + stage;
@@ -247,7 +248,8 @@ void kipp_cuda_fwd_free(kipp_cuda_fwd *f) {
 }
 
 static kipp_status cuda_err(char *err, size_t err_len, const char *what, cudaError_t e) {
-    return kipp_errf(err, err_len, e == cudaErrorMemoryAllocation ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
+    return kipp_errf(err, err_len,
+                     e == cudaErrorMemoryAllocation ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
                      "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -329,7 +331,8 @@ static kipp_status upload_weights(kipp_cuda_fwd *f, char *err, size_t err_len) {
     kipp_status st;
     if (k_mapped && (st = map_weights(f, err, err_len)) != KIPP_OK) return st;
     cudaError_t e = cudaMalloc((void **)&f->warena, wbytes);
-    if (e != cudaSuccess) return cuda_err(err, err_len, "allocating device memory for the weights", e);
+    if (e != cudaSuccess)
+        return cuda_err(err, err_len, "allocating device memory for the weights", e);
     float *tmp = malloc((f->H > f->D ? f->H : f->D) * sizeof(float));
     if (!tmp) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
     size_t off = 0;
