@@ -14,9 +14,9 @@
 #
 # The GPU host may have no network: --sdist FILE takes the sdist from a file, --wheelhouse DIR
 # installs Python dependencies from wheels there (pip --no-index). `--download DIR`, run where
-# the network is, fetches both (the sdist is ~77 MB; --trim also writes a ~13 MB copy
+# the network is, fetches both (the sdist is ~77 MB; --trim keeps a ~13 MB copy instead,
 # without its git pack, llama.cpp's test vocabularies, docs and CI files, enough to build).
-# Wheels are for the Python that runs --download: use the GPU host's Python version.
+# Wheels are for the Python that runs --download, or PEER_PY_VERSION (the GPU host's).
 #
 #   bench/peer_cuda.sh [--sdist FILE] [--wheelhouse DIR] [--jobs N] [--no-python] [--no-tools]
 #   bench/peer_cuda.sh --download DIR [--trim]
@@ -38,7 +38,7 @@ PY=${PYTHON:-python3}
 RUNTIME_DEPS=(numpy typing-extensions diskcache jinja2)
 BUILD_DEPS=(scikit-build-core pathspec packaging)
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 while (($#)); do
     case "$1" in
         --sdist) SDIST=$2; shift 2 ;;
@@ -56,7 +56,11 @@ done
 if [ -n "$DOWNLOAD" ]; then
     mkdir -p "$DOWNLOAD"
     "$PY" -m pip download --no-deps --no-binary :all: -d "$DOWNLOAD" "llama-cpp-python==$VERSION"
-    "$PY" -m pip download -d "$DOWNLOAD" --only-binary :all: "${RUNTIME_DEPS[@]}" "${BUILD_DEPS[@]}"
+    # PEER_PY_VERSION (e.g. 3.12): wheels for the GPU host's Python, not this one's
+    WHEEL_FOR=()
+    [ -n "${PEER_PY_VERSION:-}" ] && WHEEL_FOR=(--python-version "$PEER_PY_VERSION")
+    "$PY" -m pip download -d "$DOWNLOAD" --only-binary :all: "${WHEEL_FOR[@]}" \
+        "${RUNTIME_DEPS[@]}" "${BUILD_DEPS[@]}"
     if ((TRIM)); then
         t=$(mktemp -d)
         tar -xzf "$DOWNLOAD/llama_cpp_python-$VERSION.tar.gz" -C "$t"
@@ -67,7 +71,8 @@ if [ -n "$DOWNLOAD" ]; then
                "$v"/tools/server/webui "$t/llama_cpp_python-$VERSION"/docs \
                "$t/llama_cpp_python-$VERSION"/.git   # the sdist ships a 39 MB git pack
         tar -czf "$DOWNLOAD/llama_cpp_python-$VERSION-trimmed.tar.gz" -C "$t" "llama_cpp_python-$VERSION"
-        rm -rf "$t"
+        # only the trimmed copy stays, so the folder fits a small transfer to the GPU host
+        rm -rf "$t" "$DOWNLOAD/llama_cpp_python-$VERSION.tar.gz"
     fi
     echo "peer_cuda.sh: downloaded into $DOWNLOAD:"
     ls -l "$DOWNLOAD"
