@@ -12,7 +12,7 @@
 #   the KV fault matrix's cuda column (a -DKIPP_FAULT_INJECT kipp_test_cuda);
 #   the CLI: greedy text from build/kipp-cuda-generic equals build/kipp's on kipp-tiny.
 # RANDOM_SHAPES="0.6b 4b" adds cuda vs cpu-ref on random-weight GGUFs of real shapes (made
-# by the Makefile when missing; tools/ops/device_gate.sh sets it).
+# by the Makefile when missing). tools/ops/device_gate.sh runs its own shape gates as steps.
 # Ends with "N passed, N failed"; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/../.."

@@ -3,7 +3,7 @@
 # developer VM and CI): asking for the cuda backend is a fatal error that names what was
 # found and what is needed — never a fallback to the CPU, never a crash or a loader error —
 # for the CLI (kipp-cuda-generic, whose default backend is cuda), the server
-# (kipp-server-cuda, before it listens), the DGX Spark build and the GPU operator tests;
+# (kipp-server-cuda, at start-up: it listens first so /health can say "loading", then exits), the DGX Spark build and the GPU operator tests;
 # the same binaries still run the CPU backends when asked by name; the ordinary binaries
 # say how to get cuda. On a machine with a driver the no-driver checks are skipped (said).
 # Ends with "N passed, N failed".
@@ -16,13 +16,16 @@ ok() { pass=$((pass + 1)); echo "ok: $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 # expect_fatal LABEL TEXT CMD...: exits non-zero (not by a signal), says TEXT on stderr,
-# prints nothing on stdout
+# prints nothing on stdout (kipp_test: only its "N passed, N failed" line; kipp-server: only
+# its "listening on" line)
 expect_fatal() {
     local label=$1 want=$2 out err rc
     shift 2
     err=$(mktemp)
     out=$(timeout 60 "$@" 2>"$err" </dev/null); rc=$?
-    if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] && grep -qF -- "$want" "$err" && [ -z "$out" ]; then
+    if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] && grep -qF -- "$want" "$err" &&
+       { [ -z "$out" ] || [[ "$out" =~ ^[0-9]+\ passed,\ [1-9][0-9]*\ failed$ ]] ||
+         [[ "$out" =~ ^kipp-server:\ listening\ on\ http://[^$'\n']*$ ]]; }; then
         ok "$label: exit $rc, '$(grep -F -- "$want" "$err" | head -n 1 | cut -c1-160)'"
     else
         bad "$label: exit $rc, stdout ${#out} bytes, wanted a non-zero exit and '$want'; stderr:"
@@ -72,20 +75,5 @@ for b in kipp-cuda-generic kipp-server-cuda kipp-cuda-spark kipp_test_cuda; do
     if strings -a "$BUILD/$b" | grep -q KIPP_FAULT; then bad "$b contains the KIPP_FAULT hook"
     else ok "$b has no fault hook"; fi
 done
-# the generic binary holds machine code for every architecture it promises, and PTX
-archs=$("$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/cuobjdump" --list-elf \
-        "$BUILD/kipp-cuda-generic" 2>/dev/null | grep -oE 'sm_[0-9]+' | sort -u | tr '\n' ' ')
-if [ "$archs" = "sm_80 sm_86 sm_89 sm_90 " ] || [ -n "${CUDA_GENCODE:-}" ]; then
-    ok "kipp-cuda-generic machine code: ${archs:-(CUDA_GENCODE set)}"
-else bad "kipp-cuda-generic machine code is '$archs', wanted sm_80 sm_86 sm_89 sm_90"; fi
-ptx=$("$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/cuobjdump" --list-ptx \
-      "$BUILD/kipp-cuda-generic" 2>/dev/null | grep -c 'sm_90' || true)
-if [ "$ptx" -gt 0 ] || [ -n "${CUDA_GENCODE:-}" ]; then ok "kipp-cuda-generic carries compute_90 PTX"
-else bad "kipp-cuda-generic carries no compute_90 PTX (newer GPUs could not run it)"; fi
-spark=$("$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/cuobjdump" --list-elf \
-        "$BUILD/kipp-cuda-spark" 2>/dev/null | grep -oE 'sm_[0-9]+' | sort -u | tr '\n' ' ')
-if [ "$spark" = "sm_121 " ]; then ok "kipp-cuda-spark machine code: sm_121"
-else bad "kipp-cuda-spark machine code is '$spark', wanted sm_121"; fi
-
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -11,7 +11,8 @@
  *   weights      GGUF block layout, as in the file: n_out rows of n_in elements, each row
  *                kipp_type_row_bytes(type, n_in) bytes (src/core/types.h); uploaded once
  *   KV storage   one allocation: [n_blocks][2 (K, V)][n_layer][block_size][kv_dim] elements
- *                of kv_type (F32, F16 or BF16), exactly the host layout (backend/host_kv.h)
+ *                of kv_type (a kipp_kv_type value: KIPP_KV_TYPE_F32, _F16 or _BF16), exactly
+ *                the host layout (backend/host_kv.h)
  *   block tables uint32 [n_seq][max_blocks]: sequence s's logical block b is physical block
  *                tables[s * max_blocks + b] */
 #ifndef KIPP_CUDA_KERNELS_H
