@@ -9,13 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
-kipp_status kipp_host_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_t n_blocks,
-                               void **store, char *err, size_t err_len) {
-    (void)state;
-    *store = NULL;
+kipp_status kipp_kv_layout_size(const kipp_kv_layout *lay, uint32_t n_blocks, const char *who,
+                                uint64_t *part_bytes, uint64_t *total_bytes, char *err,
+                                size_t err_len) {
     if (lay->type != KIPP_KV_TYPE_F32 && lay->type != KIPP_KV_TYPE_F16 &&
         lay->type != KIPP_KV_TYPE_BF16)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "host KV storage: no type %s",
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "%s KV storage: no type %s", who,
                          kipp_kv_type_name(lay->type));
     if (lay->n_layer == 0 || lay->kv_dim == 0 || lay->block_size == 0 || n_blocks == 0)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
@@ -31,6 +30,19 @@ kipp_status kipp_host_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_t 
                          "large",
                          n_blocks, lay->block_size, lay->n_layer, lay->kv_dim,
                          kipp_kv_type_name(lay->type));
+    *part_bytes = part;
+    *total_bytes = total;
+    return KIPP_OK;
+}
+
+kipp_status kipp_host_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_t n_blocks,
+                               void **store, char *err, size_t err_len) {
+    (void)state;
+    *store = NULL;
+    uint64_t part, total;
+    const kipp_status st = kipp_kv_layout_size(lay, n_blocks, "host", &part, &total, err, err_len);
+    if (st != KIPP_OK) return st;
+    const size_t elt = kipp_kv_type_size(lay->type);
     kipp_host_kv *kv = calloc(1, sizeof *kv);
     /* calloc of a large block maps fresh zero pages: memory is committed as blocks fill,
      * not here (an idle server does not hold a whole pool) */

@@ -27,6 +27,12 @@ kipp_status kipp_host_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_t 
                                void **store, char *err, size_t err_len);
 void kipp_host_kv_free(void *state, void *store);
 void kipp_host_kv_copy_block(void *state, void *store, uint32_t dst, uint32_t src);
+/* Checks a KV layout (type F32/F16/BF16, no zero dimension) and sizes it with overflow
+ * checks: one part (K or V) of a block and the whole storage of n_blocks, in bytes. Shared
+ * by every backend's kv_alloc; `who` names the storage in the unsupported-type message. */
+kipp_status kipp_kv_layout_size(const kipp_kv_layout *lay, uint32_t n_blocks, const char *who,
+                                uint64_t *part_bytes, uint64_t *total_bytes, char *err,
+                                size_t err_len);
 /* Physical memory of this machine (the host backends' memory query). */
 kipp_status kipp_host_memory(const kipp_backend_options *o, kipp_backend_memory *out, char *err,
                              size_t err_len);

@@ -7,6 +7,7 @@
  * model gates run with --backend cuda on a GPU (tests/cuda/run_cuda_gates.sh). */
 #include "backend/backend.h"
 
+#include "backend/host_kv.h"
 #include "backend/cuda/forward.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/probe.h"
@@ -164,25 +165,9 @@ static kipp_status cuda_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_
                                  void **store, char *err, size_t err_len) {
     cuda_state *s = state;
     *store = NULL;
-    if (lay->type != KIPP_KV_TYPE_F32 && lay->type != KIPP_KV_TYPE_F16 &&
-        lay->type != KIPP_KV_TYPE_BF16)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "cuda KV storage: no type %s",
-                         kipp_kv_type_name(lay->type));
-    if (lay->n_layer == 0 || lay->kv_dim == 0 || lay->block_size == 0 || n_blocks == 0)
-        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                         "KV storage: n_layer %u, kv_dim %u, block_size %u and n_blocks %u must "
-                         "all be > 0",
-                         lay->n_layer, lay->kv_dim, lay->block_size, n_blocks);
-    const size_t elt = kipp_kv_type_size(lay->type);
     uint64_t part, total;
-    if (!kipp_mul_ok((uint64_t)lay->n_layer * lay->block_size, (uint64_t)lay->kv_dim * elt,
-                     &part) ||
-        !kipp_mul_ok(part, 2ull * n_blocks, &total) || total > SIZE_MAX)
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "KV storage: %u blocks of %u tokens x %u layers x %u %s values is too "
-                         "large",
-                         n_blocks, lay->block_size, lay->n_layer, lay->kv_dim,
-                         kipp_kv_type_name(lay->type));
+    const kipp_status st = kipp_kv_layout_size(lay, n_blocks, "cuda", &part, &total, err, err_len);
+    if (st != KIPP_OK) return st;
     kipp_cuda_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
     cudaSetDevice(s->device);
