@@ -40,7 +40,10 @@ run_counted "shipped weights unpack (sha256, failures)" tests/cli/test_weights.s
 run_counted "neon kernels compile for arm64" tests/neon_check.sh
 # the cuda binaries were built by make test's prerequisites (-Werror); here their no-GPU path
 if [ "${KIPP_NO_CUDA:-}" = 1 ]; then echo "== cuda: skipped (KIPP_NO_CUDA=1)"
-else run_counted "cuda binaries without a GPU: fatal, never a fallback" tests/cuda/test_cuda_fatal.sh; fi
+else
+    run_counted "cuda binaries without a GPU: fatal, never a fallback" tests/cuda/test_cuda_fatal.sh
+    run_counted "cuda host side over a host-memory CUDA stand-in" tests/cuda/test_cuda_shim.sh
+fi
 for t in kipp-tiny tiny-tied tiny-untied random-tiny; do
     run_counted "model gates $t" tests/model/run_cpu_model.sh "$t"
 done

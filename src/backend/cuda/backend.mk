@@ -66,7 +66,7 @@ ifeq ($(KIPP_NO_CUDA),1)
 BACKEND_TEST_TARGETS +=
 else
 BACKEND_TEST_TARGETS += cuda-toolkit $(BUILD)/kipp-cuda-generic $(BUILD)/kipp-server-cuda \
-                        $(BUILD)/kipp-cuda-spark $(BUILD)/kipp_test_cuda \
+                        $(BUILD)/kipp-cuda-spark $(BUILD)/kipp_test_cuda $(BUILD)/kipp_test_cuda_shim \
                         $(if $(wildcard bench/cuda_membw.cu),$(BUILD)/kipp-cuda-membw)
 endif
 cuda-toolkit:
@@ -93,6 +93,13 @@ $(BUILD)/kipp-cuda-spark: $(KIPP_CLI_OBJ) $$(BACKEND_OBJ) $(CUDA_SPARK_OBJ) $(BU
 $(BUILD)/kipp_test_cuda: $$(TEST_OBJ) $(CUDA_TEST_OBJ) $(BUILD)/obj/src/server/openai_gen.o $$(BACKEND_OBJ) \
                          $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+# the cuda backend's host side (cuda.c, forward.c) over a host-memory stand-in for the CUDA
+# runtime and the kernels (tests/cuda/shim/): its model gates run on any machine, in make test
+$(BUILD)/obj/tests/cuda/shim/%.o: CFLAGS += $(CUDA_CFLAGS)
+$(BUILD)/kipp_test_cuda_shim: $$(TEST_OBJ) $(BUILD)/obj/tests/cuda/shim/host_shim.o \
+                              $(BUILD)/obj/src/server/openai_gen.o $$(BACKEND_OBJ) \
+                              $(CUDA_C_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # the copy-bandwidth probe (tools/bench.py --backend cuda)
 $(BUILD)/kipp-cuda-membw: bench/cuda_membw.cu
 	@mkdir -p $(dir $@)
