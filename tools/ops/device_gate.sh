@@ -122,6 +122,7 @@ for s in "${SHAPES[@]}"; do PLAN+=("model-${s%%:*}-${s#*:}" "shape-${s%%:*}-${s#
 if ((!SKIP_BENCH)); then
     for q in "${BENCH_TYPES[@]}"; do PLAN+=("model-$BENCH_SHAPE-$q" "bench-$BENCH_SHAPE-$q"); done
     PLAN+=("server-bench-$BENCH_SHAPE-q4_k_m" membw peer-cuda)
+    for q in "${BENCH_TYPES[@]}"; do PLAN+=("peer-$BENCH_SHAPE-$q"); done
 fi
 # a model made for a shape gate is not made twice for a bench
 declare -A PLANNED=()
@@ -203,7 +204,7 @@ if ((BUILD_OK)); then
 else
     for p in "${PLAN[@]}"; do
         case "$p" in deps|build) ;; model-*) mark_skip "$p" prep "build failed" ;;
-            bench-*|server-bench-*|membw|peer-cuda) ;;
+            bench-*|server-bench-*|membw|peer-*) ;;
             *) mark_skip "$p" gate "build failed" ;; esac
     done
 fi
@@ -218,7 +219,7 @@ if ((SKIP_BENCH)); then
 elif ((!BUILD_OK)); then
     for p in "${PLAN[@]}"; do
         case "$p" in
-            bench-*|server-bench-*|membw|peer-cuda) mark_skip "$p" bench "build failed" ;;
+            bench-*|server-bench-*|membw|peer-*) mark_skip "$p" bench "build failed" ;;
         esac
     done
 else
@@ -258,18 +259,43 @@ else
     else
         mark_skip membw bench "skipped: not present (build/kipp-cuda-membw)"
     fi
+    # the peer: llama.cpp's CUDA build from the pinned sources, then the same files through
+    # bench.peer_bench in this run. A GPU host without network gets the sources from PEER_DL,
+    # a folder made beforehand by `bench/peer_cuda.sh --download DIR --trim`.
+    PEER_ARGS=(--no-tools)
+    if [ -n "${PEER_DL:-}" ]; then
+        PEER_ARGS+=(--wheelhouse "$PEER_DL")
+        for f in "$PEER_DL"/llama_cpp_python-*.tar.gz; do [ -f "$f" ] && PEER_ARGS+=(--sdist "$f"); done
+    fi
     if [ -x bench/peer_cuda.sh ]; then
-        run_step peer-cuda bench bench/peer_cuda.sh
+        run_step peer-cuda bench bench/peer_cuda.sh "${PEER_ARGS[@]}"
+        peer_rc=$?
     else
         mark_skip peer-cuda bench "skipped: not present (bench/peer_cuda.sh)"
+        peer_rc=1
     fi
+    for q in "${BENCH_TYPES[@]}"; do
+        step="peer-$BENCH_SHAPE-$q"
+        out="build/device/$step.json"
+        rm -f "$out"
+        if ((peer_rc != 0)); then
+            mark_skip "$step" bench "the peer's CUDA build did not finish"
+        elif model_ok "$BENCH_SHAPE" "$q"; then
+            run_step "$step" bench "$PY" -m bench.peer_bench --backend cuda \
+                --binary build/kipp-cuda-generic --model "models/random/qwen3-$BENCH_SHAPE-$q.gguf" \
+                --prompt-tokens 512 --decode 128 --warmup 1 --runs 3 --allow-noisy --output "$out"
+            [ $? -eq 125 ] || bench_json "$step" "$out"
+        else
+            mark_skip "$step" bench "model-$BENCH_SHAPE-$q did not finish"
+        fi
+    done
 fi
 
 # ---- verdict ----------------------------------------------------------------------------
 RC=0
 GATE_SKIPPED=0
 for p in "${SKIPPED[@]+"${SKIPPED[@]}"}"; do
-    case "$p" in bench-*|server-bench-*|membw|peer-cuda) ;; *) GATE_SKIPPED=1 ;; esac
+    case "$p" in bench-*|server-bench-*|membw|peer-*) ;; *) GATE_SKIPPED=1 ;; esac
 done
 if ((${#FAILED[@]})); then RC=1; elif ((GATE_SKIPPED)); then RC=3; fi
 join() { local IFS=,; echo "${*:--}"; }
