@@ -66,21 +66,6 @@ static float urand(void) { return (float)((double)rnd() / 2147483648.0 - 1.0); }
         }                                                                                        \
     } while (0)
 
-/* Byte offsets of the f16 scale fields in one block (-1: none). */
-static void scale_offsets(uint32_t type, int off[2]) {
-    off[0] = off[1] = -1;
-    switch (type) {
-    case KIPP_TYPE_Q4_0: case KIPP_TYPE_Q5_0: case KIPP_TYPE_Q8_0: case KIPP_TYPE_IQ4_NL:
-    case KIPP_TYPE_IQ4_XS: off[0] = 0; break;
-    case KIPP_TYPE_Q4_1: case KIPP_TYPE_Q5_1: case KIPP_TYPE_Q4_K: case KIPP_TYPE_Q5_K:
-        off[0] = 0, off[1] = 2; break;
-    case KIPP_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
-    case KIPP_TYPE_Q3_K: off[0] = 108; break;
-    case KIPP_TYPE_Q6_K: off[0] = 208; break;
-    default: break;
-    }
-}
-
 /* n_rows random rows of n elements: float types from values in [-1, 1); quantized types
  * as random blocks (every quant and sub-scale bit pattern) whose f16 scales are sane,
  * 2^-11 .. 2^-6 with a random sign, so weights stay O(1) and finite. */
@@ -99,8 +84,8 @@ static void make_weights(uint32_t type, uint32_t n, uint32_t n_rows, uint8_t *w)
         return;
     }
     const uint32_t bb = kipp_type_block_bytes(type);
-    int off[2];
-    scale_offsets(type, off);
+    int off[3]; /* kt_scale_offsets (test_cuda_quant_math.c) */
+    kt_scale_offsets(type, off);
     for (uint64_t i = 0; i < rb * n_rows; i++) w[i] = (uint8_t)rnd();
     for (uint64_t b = 0; b < rb * n_rows / bb; b++)
         for (int k = 0; k < 2 && off[k] >= 0; k++) {

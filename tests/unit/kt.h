@@ -3,6 +3,7 @@
 #ifndef KIPP_KT_H
 #define KIPP_KT_H
 
+#include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -33,6 +34,9 @@ void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
 void kt_suite_cuda_quant_math(void); /* cuda dequantization (host side of quant_math.h) */
 void kt_suite_cuda_ops_math(void);   /* cuda conversions, silu, KV addressing (ops_math.h) */
 void kt_suite_cuda_probe(void);      /* cuda start-up decision: every fatal message */
+/* The byte offsets of a quantized block's f16 scale fields (-1: none), for tests that plant
+ * extreme scales (test_cuda_quant_math.c; the cuda operator tests use it too). */
+void kt_scale_offsets(uint32_t type, int off[3]);
 void kt_suite_grammar(void);     /* EBNF compiler, matcher, token masks (test_grammar.c) */
 void kt_suite_json_schema(void); /* JSON Schema -> grammar (test_json_schema.c) */
 void kt_suite_toolcall(void);    /* <tool_call> parsing, streaming (test_toolcall.c) */

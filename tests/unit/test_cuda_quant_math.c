@@ -35,7 +35,7 @@ static uint32_t bits(float f) {
 
 /* Byte offsets of the f16 scale fields of one block of each quantized type (the fields the
  * extreme cases overwrite); -1 ends the list. */
-static void scale_offsets(uint32_t type, int off[3]) {
+void kt_scale_offsets(uint32_t type, int off[3]) {
     off[0] = off[1] = off[2] = -1;
     switch (type) {
     case KIPP_TYPE_Q4_0: case KIPP_TYPE_Q5_0: case KIPP_TYPE_Q8_0: case KIPP_TYPE_IQ4_NL:
@@ -102,7 +102,7 @@ static void test_random_blocks(void) {
         const uint64_t nb = kipp_type_row_bytes(ty, N);
         const uint32_t bb = kipp_type_block_bytes(ty);
         int off[3];
-        scale_offsets(ty, off);
+        kt_scale_offsets(ty, off);
         int bad = 0;
         for (int trial = 0; trial < 200; trial++) {
             for (uint64_t i = 0; i < nb; i++) row[i] = (uint8_t)rnd();
@@ -132,7 +132,7 @@ static void test_extreme_blocks(void) {
         const uint64_t nb = kipp_type_row_bytes(ty, N);
         const uint32_t bb = kipp_type_block_bytes(ty);
         int off[3], bad = 0;
-        scale_offsets(ty, off);
+        kt_scale_offsets(ty, off);
         for (size_t f = 0; f < sizeof fill; f++)
             for (size_t s0 = 0; s0 < sizeof scales / sizeof scales[0]; s0++) {
                 const size_t s1 = (s0 * 7 + 3) % (sizeof scales / sizeof scales[0]);
