@@ -19,6 +19,10 @@ speed. Protocol: bench/README.md.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 bench/grammar_bench.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import json
 import os
@@ -26,9 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-
-if __package__ in (None, ""):  # run as a script: python3 bench/grammar_bench.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import benchlib  # noqa: E402
 

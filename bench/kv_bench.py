@@ -23,6 +23,10 @@ Not a test: it never fails on the figures. Protocol: bench/README.md.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 bench/kv_bench.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import json
 import os

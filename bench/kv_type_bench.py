@@ -22,6 +22,10 @@ issue 12 (at --target-context: f16 >= 1.3x f32 and >= 1.3x llama.cpp) is stated 
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 bench/kv_type_bench.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import os
 import sys

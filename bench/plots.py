@@ -10,6 +10,10 @@ target, with the worst case (Kipp's slowest run against the other side's fastest
 folder and fails, naming what differs, when the committed ones are stale (make test runs it).
 The SVGs are deterministic: fixed hash salt, no date, text kept as text, one font family.
 """
+if __package__ in (None, ""):  # run as a file: python3 bench/plots.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import io
 import json

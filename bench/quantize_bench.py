@@ -26,6 +26,10 @@ Usage:
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 bench/quantize_bench.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import json
 import os
@@ -34,9 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import benchlib  # noqa: E402
 from tools.quantize import FTYPES  # noqa: E402

@@ -32,6 +32,10 @@ layer of both models on the GPU (-ngl/-ngld 999). Client counts are any list, e.
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 bench/spec_bench.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import json
 import os
@@ -39,9 +43,6 @@ import re
 import statistics
 import sys
 import tempfile
-
-if __package__ in (None, ""):  # run as a script: python3 bench/spec_bench.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import benchlib  # noqa: E402
 

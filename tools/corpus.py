@@ -27,6 +27,10 @@ Usage (a listing of the files and their split, as PROVENANCE.md's manifest):
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 tools/corpus.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import ast
 import gzip

@@ -7,6 +7,10 @@ tools/download_model.sh is the entry point (it runs this file with python3); see
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 tools/download_model.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import datetime
 import hashlib

@@ -29,6 +29,10 @@ Usage: python -m tools.make_random_model --shape {0.6b,1.7b,4b,8b} --type {bf16,
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 tools/make_random_model.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import concurrent.futures as cf
 import functools

@@ -40,6 +40,10 @@ Usage: python -m tools.quantize INPUT.gguf OUTPUT.gguf --type TYPE [--threads N]
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 tools/quantize.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import concurrent.futures as cf
 import functools

@@ -18,6 +18,10 @@ Usage: python -m tools.ship_weights --name kipp-tiny [--checkpoint DIR]
 
 from __future__ import annotations
 
+if __package__ in (None, ""):  # run as a file: python3 tools/ship_weights.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
 import argparse
 import json
 import shutil
