@@ -136,6 +136,7 @@ static int parse_flags(int flags, const char *mode, int i, int argc, char **argv
 int main(int argc, char **argv) {
     if (argc == 1 || (argc == 2 && strcmp(argv[1], "--unit") == 0)) {
         kt_suite_types();
+        kt_suite_buf();
         kt_suite_gguf();
         kt_suite_sampler();
         kt_suite_tok();

@@ -23,6 +23,7 @@ extern int kt_passed, kt_failed;
 
 /* Unit suites: each returns nothing and reports through KT_CHECK. */
 void kt_suite_types(void);
+void kt_suite_buf(void);       /* core growable buffer and array growth (test_buf.c) */
 void kt_suite_gguf(void);
 void kt_suite_sampler(void);
 void kt_suite_tok(void);
