@@ -52,7 +52,7 @@ typedef struct {
 typedef struct {
     const json_t *root;
     const char *name;
-    sbuf *out;
+    kipp_buf *out;
     char **names; /* rule names defined in the buffer, ours included */
     size_t n_names, cap_names;
     refent *refs;
@@ -165,10 +165,10 @@ static void path_hint(const gen *g, const char *kind, char out[NAME_CAP]) {
 }
 
 static void emit_rule(gen *g, const char *name, const char *body) {
-    sb_puts(g->out, name);
-    sb_puts(g->out, " ::= ");
-    sb_puts(g->out, body);
-    sb_puts(g->out, "\n");
+    kipp_buf_puts(g->out, name);
+    kipp_buf_puts(g->out, " ::= ");
+    kipp_buf_puts(g->out, body);
+    kipp_buf_puts(g->out, "\n");
 }
 static const char *prim(gen *g, int p) {
     g->prims_used |= 1u << p;
@@ -178,15 +178,15 @@ static const char *prim(gen *g, int p) {
 /* ---- literals: JSON text and grammar escapes ------------------------------------------------ */
 
 /* Grammar literal matching exactly the UTF-8 text s[0..n). */
-static void gram_lit(sbuf *b, const char *s, size_t n) {
-    sb_put(b, "\"", 1);
+static void gram_lit(kipp_buf *b, const char *s, size_t n) {
+    kipp_buf_put(b, "\"", 1);
     for (size_t i = 0; i < n;) gram_cp(b, utf8_next(s, n, &i), 0);
-    sb_put(b, "\"", 1);
+    kipp_buf_put(b, "\"", 1);
 }
 
 /* Python's repr of a double (json.dumps writes floats with it): the shortest digits that
  * read back the same; fixed notation for decimal exponents -4..15, else d.ddde+XX. */
-static void py_float(sbuf *b, double v) {
+static void py_float(kipp_buf *b, double v) {
     char tmp[40];
     int prec = 0;
     for (; prec < 17; prec++) {
@@ -196,90 +196,90 @@ static void py_float(sbuf *b, double v) {
     char digits[24];
     size_t nd = 0;
     const char *p = tmp;
-    if (*p == '-') { sb_put(b, "-", 1); p++; }
+    if (*p == '-') { kipp_buf_put(b, "-", 1); p++; }
     for (; *p && *p != 'e'; p++)
         if (*p >= '0' && *p <= '9') digits[nd++] = *p;
     int e10 = *p == 'e' ? atoi(p + 1) : 0;
     while (nd > 1 && digits[nd - 1] == '0') nd--;
     if (e10 >= -4 && e10 < 16) {
         if (e10 < 0) {
-            sb_puts(b, "0.");
-            for (int i = -1; i > e10; i--) sb_put(b, "0", 1);
-            sb_put(b, digits, nd);
+            kipp_buf_puts(b, "0.");
+            for (int i = -1; i > e10; i--) kipp_buf_put(b, "0", 1);
+            kipp_buf_put(b, digits, nd);
         } else {
             size_t n_int = (size_t)e10 + 1;
-            for (size_t i = 0; i < n_int; i++) sb_put(b, i < nd ? &digits[i] : "0", 1);
-            sb_put(b, ".", 1);
-            if (nd > n_int) sb_put(b, digits + n_int, nd - n_int);
-            else sb_put(b, "0", 1);
+            for (size_t i = 0; i < n_int; i++) kipp_buf_put(b, i < nd ? &digits[i] : "0", 1);
+            kipp_buf_put(b, ".", 1);
+            if (nd > n_int) kipp_buf_put(b, digits + n_int, nd - n_int);
+            else kipp_buf_put(b, "0", 1);
         }
     } else {
-        sb_put(b, digits, 1);
-        if (nd > 1) { sb_put(b, ".", 1); sb_put(b, digits + 1, nd - 1); }
-        sb_printf(b, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
+        kipp_buf_put(b, digits, 1);
+        if (nd > 1) { kipp_buf_put(b, ".", 1); kipp_buf_put(b, digits + 1, nd - 1); }
+        kipp_buf_printf(b, "e%c%02d", e10 < 0 ? '-' : '+', abs(e10));
     }
 }
 
 /* A value's JSON text as Python's json.dumps(v, ensure_ascii=False, separators=(",", ":"))
  * writes it: raw UTF-8, short escapes, \u00xx for other controls, keys in document order. */
-static void json_text(sbuf *b, const json_t *v) {
+static void json_text(kipp_buf *b, const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_NULL: sb_puts(b, "null"); break;
-    case JSON_TRUE: sb_puts(b, "true"); break;
-    case JSON_FALSE: sb_puts(b, "false"); break;
-    case JSON_INTEGER: sb_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
+    case JSON_NULL: kipp_buf_puts(b, "null"); break;
+    case JSON_TRUE: kipp_buf_puts(b, "true"); break;
+    case JSON_FALSE: kipp_buf_puts(b, "false"); break;
+    case JSON_INTEGER: kipp_buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
     case JSON_REAL: py_float(b, json_real_value(v)); break;
     case JSON_STRING: {
         const char *s = json_string_value(v);
         size_t n = json_string_length(v);
-        sb_put(b, "\"", 1);
+        kipp_buf_put(b, "\"", 1);
         for (size_t i = 0; i < n; i++) {
             unsigned char c = (unsigned char)s[i];
             const char *e = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
                           : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-            if (e) sb_puts(b, e);
-            else if (c < 0x20) sb_printf(b, "\\u%04x", c);
-            else sb_put(b, (const char *)&c, 1);
+            if (e) kipp_buf_puts(b, e);
+            else if (c < 0x20) kipp_buf_printf(b, "\\u%04x", c);
+            else kipp_buf_put(b, (const char *)&c, 1);
         }
-        sb_put(b, "\"", 1);
+        kipp_buf_put(b, "\"", 1);
         break;
     }
     case JSON_ARRAY: {
-        sb_put(b, "[", 1);
+        kipp_buf_put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) sb_put(b, ",", 1);
+            if (i) kipp_buf_put(b, ",", 1);
             json_text(b, json_array_get(v, i));
         }
-        sb_put(b, "]", 1);
+        kipp_buf_put(b, "]", 1);
         break;
     }
     case JSON_OBJECT: {
         const char *k;
         json_t *x;
         int first = 1;
-        sb_put(b, "{", 1);
+        kipp_buf_put(b, "{", 1);
         json_object_foreach((json_t *)v, k, x) {
-            if (!first) sb_put(b, ",", 1);
+            if (!first) kipp_buf_put(b, ",", 1);
             first = 0;
             json_t *ks = json_string(k);
             if (!ks) { b->oom = 1; return; }
             json_text(b, ks);
             json_decref(ks);
-            sb_put(b, ":", 1);
+            kipp_buf_put(b, ":", 1);
             json_text(b, x);
         }
-        sb_put(b, "}", 1);
+        kipp_buf_put(b, "}", 1);
         break;
     }
     }
 }
 /* Appends a grammar literal for v's JSON text. */
-static void value_lit(sbuf *b, const json_t *v) {
-    sbuf t = {0};
+static void value_lit(kipp_buf *b, const json_t *v) {
+    kipp_buf t = {0};
     json_text(&t, v);
     if (t.oom) b->oom = 1;
-    gram_lit(b, sb_str(&t), t.n);
-    free(t.p);
+    gram_lit(b, kipp_buf_str(&t), t.len);
+    free(t.data);
 }
 
 /* JSON Schema equality: numbers by value (1 == 1.0), objects regardless of key order. */
@@ -487,10 +487,10 @@ static int cycle_from(gen *g, size_t i) {
     return 0;
 }
 
-static int gen_node(gen *g, const json_t *s, sbuf *item);
+static int gen_node(gen *g, const json_t *s, kipp_buf *item);
 
 /* The rule of a $ref target (generated once, so recursive schemas make recursive rules). */
-static int gen_ref(gen *g, const json_t *s, sbuf *item) {
+static int gen_ref(gen *g, const json_t *s, kipp_buf *item) {
     const json_t *rv = json_object_get(s, "$ref");
     if (!json_is_string(rv)) return fail(g, "%s/$ref must be a string", g->path);
     const char *ref = json_string_value(rv);
@@ -512,11 +512,11 @@ static int gen_ref(gen *g, const json_t *s, sbuf *item) {
         snprintf(g->path, sizeof g->path, "%s", ref + 1);
         g->path_n = strlen(g->path);
         g->head = idx;
-        sbuf body = {0};
+        kipp_buf body = {0};
         int rc = gen_node(g, node, &body);
-        if (!rc) emit_rule(g, g->refs[idx].rule, sb_str(&body));
+        if (!rc) emit_rule(g, g->refs[idx].rule, kipp_buf_str(&body));
         if (body.oom) g->oom = 1;
-        free(body.p);
+        free(body.data);
         memcpy(g->path, saved, sizeof saved);
         g->path_n = saved_n;
         g->head = saved_head;
@@ -533,19 +533,19 @@ static int gen_ref(gen *g, const json_t *s, sbuf *item) {
 /* Alternatives matching the digit strings of length n between x and y (same length, leading
  * zeros allowed: these are suffixes). Each level either fixes a digit or splits into the
  * low edge, a full middle block and the high edge, so the text is O(n). */
-static void digit_range(sbuf *b, const char *x, const char *y, size_t n);
+static void digit_range(kipp_buf *b, const char *x, const char *y, size_t n);
 /* c then the range of the remaining digits, in parentheses only when it has alternatives */
-static void digit_then(sbuf *b, char c, const char *x, const char *y, size_t n) {
-    sbuf t = {0};
+static void digit_then(kipp_buf *b, char c, const char *x, const char *y, size_t n) {
+    kipp_buf t = {0};
     digit_range(&t, x, y, n);
-    sb_printf(b, strstr(sb_str(&t), " | ") ? "\"%c\" ( %s )" : "\"%c\" %s", c, sb_str(&t));
+    kipp_buf_printf(b, strstr(kipp_buf_str(&t), " | ") ? "\"%c\" ( %s )" : "\"%c\" %s", c, kipp_buf_str(&t));
     if (t.oom) b->oom = 1;
-    free(t.p);
+    free(t.data);
 }
-static void digit_range(sbuf *b, const char *x, const char *y, size_t n) {
+static void digit_range(kipp_buf *b, const char *x, const char *y, size_t n) {
     if (n == 1) {
-        if (x[0] == y[0]) sb_printf(b, "\"%c\"", x[0]);
-        else sb_printf(b, "[%c-%c]", x[0], y[0]);
+        if (x[0] == y[0]) kipp_buf_printf(b, "\"%c\"", x[0]);
+        else kipp_buf_printf(b, "[%c-%c]", x[0], y[0]);
         return;
     }
     if (x[0] == y[0]) {
@@ -563,15 +563,15 @@ static void digit_range(sbuf *b, const char *x, const char *y, size_t n) {
         sep = " | ";
     }
     if (a <= c) {
-        sb_puts(b, sep);
-        if (a == c) sb_printf(b, "\"%c\"", a);
-        else sb_printf(b, "[%c-%c]", a, c);
-        sb_puts(b, " [0-9]");
+        kipp_buf_puts(b, sep);
+        if (a == c) kipp_buf_printf(b, "\"%c\"", a);
+        else kipp_buf_printf(b, "[%c-%c]", a, c);
+        kipp_buf_puts(b, " [0-9]");
         sb_suffix(b, (long)n - 1, (long)n - 1);
         sep = " | ";
     }
     if (!high_all) {
-        sb_puts(b, sep);
+        kipp_buf_puts(b, sep);
         digit_then(b, y[0], zeros, y + 1, n - 1);
     }
 }
@@ -582,7 +582,7 @@ static long long pow10ll(int d) {
 }
 /* Alternatives for the integers a..b, 1 <= a <= b <= INT_LIM, without leading zeros. Whole
  * digit-count blocks in a row merge into [1-9] [0-9]{m,n}. */
-static void pos_range(sbuf *b, long long a, long long c) {
+static void pos_range(kipp_buf *b, long long a, long long c) {
     char xs[24], ys[24];
     int da = snprintf(xs, sizeof xs, "%lld", a), dc = snprintf(ys, sizeof ys, "%lld", c);
     const char *sep = "";
@@ -591,14 +591,14 @@ static void pos_range(sbuf *b, long long a, long long c) {
         if (lo == pow10ll(d - 1) && hi == pow10ll(d) - 1) {
             int e = d;
             while (e < dc && c >= pow10ll(e + 1) - 1) e++;
-            sb_puts(b, sep);
-            if (d == 1 && e == 1) sb_puts(b, "[1-9]");
-            else { sb_puts(b, "[1-9] [0-9]"); sb_suffix(b, d - 1, e - 1); }
+            kipp_buf_puts(b, sep);
+            if (d == 1 && e == 1) kipp_buf_puts(b, "[1-9]");
+            else { kipp_buf_puts(b, "[1-9] [0-9]"); sb_suffix(b, d - 1, e - 1); }
             d = e;
         } else {
             snprintf(xs, sizeof xs, "%lld", lo);
             snprintf(ys, sizeof ys, "%lld", hi);
-            sb_puts(b, sep);
+            kipp_buf_puts(b, sep);
             digit_range(b, xs, ys, (size_t)d);
         }
         sep = " | ";
@@ -616,7 +616,7 @@ static long long bound_of(const json_t *v, int up) {
     double r = up ? ceil(d) : floor(d);
     return r > (double)INT_LIM ? INT_LIM + 1 : r < -(double)INT_LIM ? -INT_LIM - 1 : (long long)r;
 }
-static int gen_integer(gen *g, const json_t *s, sbuf *item) {
+static int gen_integer(gen *g, const json_t *s, kipp_buf *item) {
     static const char *const KW[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     long long lo = -INT_LIM, hi = INT_LIM;
     const char *lo_kw = NULL, *hi_kw = NULL; /* what set lo and hi */
@@ -651,27 +651,27 @@ static int gen_integer(gen *g, const json_t *s, sbuf *item) {
         seq_add(item, prim(g, P_INTEGER));
         return 0;
     }
-    sbuf b = {0};
-    sb_puts(&b, "(");
+    kipp_buf b = {0};
+    kipp_buf_puts(&b, "(");
     const char *sep = " ";
     if (lo < 0) {
-        sb_puts(&b, " \"-\" (");
+        kipp_buf_puts(&b, " \"-\" (");
         pos_range(&b, hi < -1 ? -hi : 1, -lo);
-        sb_puts(&b, ")");
+        kipp_buf_puts(&b, ")");
         sep = " | ";
     }
-    if (lo <= 0 && hi >= 0) { sb_printf(&b, "%s\"0\"", sep); sep = " | "; }
-    if (hi > 0) { sb_puts(&b, sep); pos_range(&b, lo > 1 ? lo : 1, hi); }
-    sb_puts(&b, " )");
+    if (lo <= 0 && hi >= 0) { kipp_buf_printf(&b, "%s\"0\"", sep); sep = " | "; }
+    if (hi > 0) { kipp_buf_puts(&b, sep); pos_range(&b, lo > 1 ? lo : 1, hi); }
+    kipp_buf_puts(&b, " )");
     if (b.oom) g->oom = 1;
-    seq_add(item, sb_str(&b));
-    free(b.p);
+    seq_add(item, kipp_buf_str(&b));
+    free(b.data);
     return 0;
 }
 
 /* ---- strings: lengths, formats ----------------------------------------------------------------- */
 
-static int gen_format(gen *g, const char *f, sbuf *item) {
+static int gen_format(gen *g, const char *f, kipp_buf *item) {
     int k = 0;
     while (k < N_FMT && strcmp(FORMAT_NAME[k], f)) k++;
     if (k == N_FMT) return fail(g, "%s/format \"%s\" is not supported", g->path, f);
@@ -679,67 +679,67 @@ static int gen_format(gen *g, const char *f, sbuf *item) {
         static const char *const HEX = "[0-9a-fA-F]", *const TWO4 = "( [01] [0-9] | \"2\" [0-3] )",
                                  *const LEAP2 = "( \"0\" [48] | [2468] [048] | [13579] [26] )";
         char body[NAME_CAP], sub[NAME_CAP], sub2[NAME_CAP];
-        sbuf t = {0};
+        kipp_buf t = {0};
         if (k == F_DATE || k == F_DATE_TIME) {
             /* the day must exist in its month; the 29th of February in leap years only */
             if (rule_name(g, "date", body) || rule_name(g, "year", sub) || rule_name(g, "leap-year", sub2))
                 return -1;
             emit_rule(g, sub, "[0-9]{3} [1-9] | [0-9]{2} [1-9] \"0\" | [0-9] [1-9] \"00\" | [1-9] \"000\"");
-            sb_printf(&t, "[0-9]{2} %s | %s \"00\"", LEAP2, LEAP2);
-            emit_rule(g, sub2, sb_str(&t));
-            t.n = 0;
-            sb_printf(
+            kipp_buf_printf(&t, "[0-9]{2} %s | %s \"00\"", LEAP2, LEAP2);
+            emit_rule(g, sub2, kipp_buf_str(&t));
+            t.len = 0;
+            kipp_buf_printf(
                 &t,
                 "%s \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | "
                 "( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | "
                 "\"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) ) | %s \"-02-29\"",
                 sub, sub2);
-            emit_rule(g, body, sb_str(&t));
+            emit_rule(g, body, kipp_buf_str(&t));
         }
         if (k == F_TIME || k == F_DATE_TIME) {
             if (rule_name(g, "time", k == F_TIME ? body : sub)) return -1;
-            t.n = 0;
-            sb_printf(&t,
+            t.len = 0;
+            kipp_buf_printf(&t,
                       "%s \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? ( \"Z\" | [+-] %s \":\" "
                       "[0-5] [0-9] )",
                       TWO4, TWO4);
-            emit_rule(g, k == F_TIME ? body : sub, sb_str(&t));
+            emit_rule(g, k == F_TIME ? body : sub, kipp_buf_str(&t));
         }
         if (k == F_DATE_TIME) {
             memcpy(sub2, body, NAME_CAP);
             if (rule_name(g, "date-time", body)) return -1;
-            t.n = 0;
-            sb_printf(&t, "%s \"T\" %s", sub2, sub);
-            emit_rule(g, body, sb_str(&t));
+            t.len = 0;
+            kipp_buf_printf(&t, "%s \"T\" %s", sub2, sub);
+            emit_rule(g, body, kipp_buf_str(&t));
         } else if (k == F_UUID) {
             if (rule_name(g, "uuid", body)) return -1;
-            t.n = 0;
-            sb_printf(&t, "%s{8} \"-\" %s{4} \"-\" %s{4} \"-\" %s{4} \"-\" %s{12}", HEX, HEX, HEX, HEX, HEX);
-            emit_rule(g, body, sb_str(&t));
+            t.len = 0;
+            kipp_buf_printf(&t, "%s{8} \"-\" %s{4} \"-\" %s{4} \"-\" %s{4} \"-\" %s{12}", HEX, HEX, HEX, HEX, HEX);
+            emit_rule(g, body, kipp_buf_str(&t));
         } else if (k == F_IPV4) {
             if (rule_name(g, "ipv4", body) || rule_name(g, "octet", sub)) return -1;
             emit_rule(g, sub, "\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]");
-            t.n = 0;
-            sb_printf(&t, "%s \".\" %s \".\" %s \".\" %s", sub, sub, sub, sub);
-            emit_rule(g, body, sb_str(&t));
+            t.len = 0;
+            kipp_buf_printf(&t, "%s \".\" %s \".\" %s \".\" %s", sub, sub, sub, sub);
+            emit_rule(g, body, kipp_buf_str(&t));
         } else if (k == F_EMAIL) {
             /* RFC 5322 dot-atom local part @ a host name with an alphabetic top-level label */
             if (rule_name(g, "email", body) || rule_name(g, "atom", sub) || rule_name(g, "label", sub2))
                 return -1;
             emit_rule(g, sub, "[A-Za-z0-9!#$%&'*+/=?\\^_`{|}~\\-]+");
             emit_rule(g, sub2, "[A-Za-z0-9] ( [A-Za-z0-9\\-]{0,61} [A-Za-z0-9] )?");
-            t.n = 0;
-            sb_printf(&t, "%s ( \".\" %s )* \"@\" ( %s \".\" )+ [A-Za-z]{2,63}", sub, sub, sub2);
-            emit_rule(g, body, sb_str(&t));
+            t.len = 0;
+            kipp_buf_printf(&t, "%s ( \".\" %s )* \"@\" ( %s \".\" )+ [A-Za-z]{2,63}", sub, sub, sub2);
+            emit_rule(g, body, kipp_buf_str(&t));
         }
-        free(t.p);
+        free(t.data);
         char str[NAME_CAP];
         snprintf(sub, sizeof sub, "%s-string", FORMAT_NAME[k]);
         if (rule_name(g, sub, str)) return -1;
-        sbuf q = {0};
-        sb_printf(&q, "\"\\\"\" %s \"\\\"\"", body);
-        emit_rule(g, str, sb_str(&q));
-        free(q.p);
+        kipp_buf q = {0};
+        kipp_buf_printf(&q, "\"\\\"\" %s \"\\\"\"", body);
+        emit_rule(g, str, kipp_buf_str(&q));
+        free(q.data);
         memcpy(g->fmt[k], str, NAME_CAP);
     }
     seq_add(item, g->fmt[k]);
@@ -747,28 +747,28 @@ static int gen_format(gen *g, const char *f, sbuf *item) {
 }
 
 /* A rule for a string whose value matches the pattern (json_schema_regex.c). */
-static int gen_pattern(gen *g, const char *pat, size_t n, sbuf *item) {
-    sbuf body = {0};
+static int gen_pattern(gen *g, const char *pat, size_t n, kipp_buf *item) {
+    kipp_buf body = {0};
     char perr[256] = "";
     const char *any = g->prim[P_CHAR];
-    sb_puts(&body, "\"\\\"\"");
+    kipp_buf_puts(&body, "\"\\\"\"");
     int rc = kipp_json_schema_pattern(pat, n, any, &body, perr, sizeof perr) ?
                  fail(g, "%s: %s", g->path, perr) :
                  0;
-    if (!rc && strstr(sb_str(&body), any)) prim(g, P_CHAR);
+    if (!rc && strstr(kipp_buf_str(&body), any)) prim(g, P_CHAR);
     seq_add(&body, "\"\\\"\"");
     char name[NAME_CAP];
     path_hint(g, "pattern", name);
     if (!rc && !(rc = rule_name(g, name, name))) {
-        emit_rule(g, name, sb_str(&body));
+        emit_rule(g, name, kipp_buf_str(&body));
         seq_add(item, name);
     }
     if (body.oom) g->oom = 1;
-    free(body.p);
+    free(body.data);
     return rc;
 }
 
-static int gen_string(gen *g, const json_t *s, sbuf *item) {
+static int gen_string(gen *g, const json_t *s, kipp_buf *item) {
     const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
     int has_len = json_object_get(s, "minLength") || json_object_get(s, "maxLength");
     if (fmt) {
@@ -794,19 +794,19 @@ static int gen_string(gen *g, const json_t *s, sbuf *item) {
         return 0;
     }
     /* one P_CHAR is one code point however it is written (a surrogate-pair escape is one) */
-    sbuf t = {0};
-    sb_puts(&t, "( \"\\\"\"");
+    kipp_buf t = {0};
+    kipp_buf_puts(&t, "( \"\\\"\"");
     kipp_json_schema_repeat(&t, prim(g, P_CHAR), mn, mx);
     seq_add(&t, "\"\\\"\" )");
-    seq_add(item, sb_str(&t));
+    seq_add(item, kipp_buf_str(&t));
     if (t.oom) g->oom = 1;
-    free(t.p);
+    free(t.data);
     return 0;
 }
 
 /* ---- objects and arrays --------------------------------------------------------------------- */
 
-static int gen_object(gen *g, const json_t *s, sbuf *item) {
+static int gen_object(gen *g, const json_t *s, kipp_buf *item) {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
                  *addl = json_object_get(s, "additionalProperties");
     if (props && !json_is_object(props)) return fail(g, "%s/properties must be an object", g->path);
@@ -825,13 +825,13 @@ static int gen_object(gen *g, const json_t *s, sbuf *item) {
     path_hint(g, "obj", hint);
     if (!props || !json_object_size(props)) {
         if (!addl || json_is_true(addl)) { seq_add(item, prim(g, P_OBJECT)); return 0; }
-        sbuf t = {0};
+        kipp_buf t = {0};
         int rc = 0;
         if (json_is_false(addl)) {
-            sb_printf(&t, "( \"{\" %s \"}\" )", ws);
-            seq_add(item, sb_str(&t));
+            kipp_buf_printf(&t, "( \"{\" %s \"}\" )", ws);
+            seq_add(item, kipp_buf_str(&t));
         } else { /* a map: any keys, every value valid against additionalProperties */
-            sbuf v = {0};
+            kipp_buf v = {0};
             long saved = g->head;
             size_t old = path_push(g, "additionalProperties");
             g->head = -1;
@@ -839,12 +839,12 @@ static int gen_object(gen *g, const json_t *s, sbuf *item) {
             g->head = saved;
             path_pop(g, old);
             const char *str = prim(g, P_STRING);
-            sb_printf(&t, "\"{\" %s ( %s %s \":\" %s %s %s ( \",\" %s %s %s \":\" %s %s %s )* )? \"}\"", ws,
-                      str, ws, ws, sb_str(&v), ws, ws, str, ws, ws, sb_str(&v), ws);
-            if (!rc && !(rc = rule_name(g, hint, rn))) { emit_rule(g, rn, sb_str(&t)); seq_add(item, rn); }
-            free(v.p);
+            kipp_buf_printf(&t, "\"{\" %s ( %s %s \":\" %s %s %s ( \",\" %s %s %s \":\" %s %s %s )* )? \"}\"", ws,
+                      str, ws, ws, kipp_buf_str(&v), ws, ws, str, ws, ws, kipp_buf_str(&v), ws);
+            if (!rc && !(rc = rule_name(g, hint, rn))) { emit_rule(g, rn, kipp_buf_str(&t)); seq_add(item, rn); }
+            free(v.data);
         }
-        free(t.p);
+        free(t.data);
         return rc;
     }
     /* the properties in schema order; kv[i] is `"key" ws ":" ws value` */
@@ -868,29 +868,29 @@ static int gen_object(gen *g, const json_t *s, sbuf *item) {
             path_pop(g, old);
             continue; /* may never appear: never generated */
         }
-        sbuf t = {0};
+        kipp_buf t = {0};
         json_t *ks = json_string(key);
         if (!ks) rc = fail(g, "out of memory");
         else value_lit(&t, ks);
         json_decref(ks);
-        sb_printf(&t, " %s \":\" %s ", ws, ws);
+        kipp_buf_printf(&t, " %s \":\" %s ", ws, ws);
         if (!rc) rc = gen_node(g, ps, &t);
         path_pop(g, old);
         if (t.oom) rc = fail(g, "out of memory");
-        kv[n] = t.p;
+        kv[n] = t.data;
         required[n++] = is_req;
     }
     g->head = saved;
-    sbuf body = {0};
+    kipp_buf body = {0};
     int all_req = 1;
     for (size_t i = 0; i < n; i++) all_req &= required[i];
     if (!rc && all_req) {
-        sb_printf(&body, "\"{\" %s", ws);
+        kipp_buf_printf(&body, "\"{\" %s", ws);
         for (size_t i = 0; i < n; i++) {
-            if (i) sb_printf(&body, " \",\" %s", ws);
-            sb_printf(&body, " %s %s", kv[i], ws);
+            if (i) kipp_buf_printf(&body, " \",\" %s", ws);
+            kipp_buf_printf(&body, " %s %s", kv[i], ws);
         }
-        sb_puts(&body, " \"}\"");
+        kipp_buf_puts(&body, " \"}\"");
     } else if (!rc) {
         /* F[i]: the properties from i on, none written yet (no comma first); R[i]: the same
          * after one was written (each starts with a comma). An optional property is skipped by
@@ -910,37 +910,37 @@ static int gen_object(gen *g, const json_t *s, sbuf *item) {
             f_reached = !required[i];
         }
         for (size_t i = n; !rc && i-- > 0;) {
-            sbuf t = {0};
+            kipp_buf t = {0};
             for (int first = 0; first < 2; first++) {
                 if ((first ? F[i] : R[i])[0] == 0) continue;
-                t.n = 0;
+                t.len = 0;
                 const char *next_r = i + 1 < n ? R[i + 1] : "",
                            *skip = first ? (i + 1 < n ? F[i + 1] : "") : next_r;
-                sbuf one = {0};
-                if (!first) sb_printf(&one, "\",\" %s ", ws);
-                sb_printf(&one, "%s %s", kv[i], ws);
+                kipp_buf one = {0};
+                if (!first) kipp_buf_printf(&one, "\",\" %s ", ws);
+                kipp_buf_printf(&one, "%s %s", kv[i], ws);
                 seq_add(&one, next_r);
-                if (required[i]) sb_puts(&t, sb_str(&one));
-                else if (skip[0]) sb_printf(&t, "%s | %s", sb_str(&one), skip);
-                else sb_printf(&t, "( %s )?", sb_str(&one));
-                emit_rule(g, first ? F[i] : R[i], sb_str(&t));
-                free(one.p);
+                if (required[i]) kipp_buf_puts(&t, kipp_buf_str(&one));
+                else if (skip[0]) kipp_buf_printf(&t, "%s | %s", kipp_buf_str(&one), skip);
+                else kipp_buf_printf(&t, "( %s )?", kipp_buf_str(&one));
+                emit_rule(g, first ? F[i] : R[i], kipp_buf_str(&t));
+                free(one.data);
             }
-            free(t.p);
+            free(t.data);
         }
-        if (!rc) sb_printf(&body, "\"{\" %s %s \"}\"", ws, F[0]);
+        if (!rc) kipp_buf_printf(&body, "\"{\" %s %s \"}\"", ws, F[0]);
         free(F);
         free(R);
     }
-    if (!rc && !(rc = rule_name(g, hint, rn))) { emit_rule(g, rn, sb_str(&body)); seq_add(item, rn); }
-    free(body.p);
+    if (!rc && !(rc = rule_name(g, hint, rn))) { emit_rule(g, rn, kipp_buf_str(&body)); seq_add(item, rn); }
+    free(body.data);
     for (size_t i = 0; i < n; i++) free(kv[i]);
     free(kv);
     free(required);
     return rc;
 }
 
-static int gen_array(gen *g, const json_t *s, sbuf *item) {
+static int gen_array(gen *g, const json_t *s, kipp_buf *item) {
     const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     long mn = 0, mx = -1;
     if (get_count(g, s, "minItems", &mn) || get_count(g, s, "maxItems", &mx)) return -1;
@@ -959,51 +959,51 @@ static int gen_array(gen *g, const json_t *s, sbuf *item) {
     const char *ws = prim(g, P_WS);
     long saved = g->head;
     g->head = -1;
-    sbuf body = {0}, el = {0}, tail = {0};
+    kipp_buf body = {0}, el = {0}, tail = {0};
     int rc = 0;
-    sb_printf(&body, "\"[\" %s", ws);
+    kipp_buf_printf(&body, "\"[\" %s", ws);
     size_t open = 0;
     for (size_t i = 0; !rc && i < k; i++) {
-        el.n = 0;
+        el.len = 0;
         size_t old = path_push(g, "prefixItems");
         path_push_idx(g, i);
         rc = gen_node(g, json_array_get(prefix, i), &el);
         path_pop(g, old);
         if (rc) break;
         if ((long)i >= mn) { seq_add(&body, "("); open++; }
-        if (i) sb_printf(&body, " \",\" %s", ws);
-        sb_printf(&body, " %s %s", sb_str(&el), ws);
+        if (i) kipp_buf_printf(&body, " \",\" %s", ws);
+        kipp_buf_printf(&body, " %s %s", kipp_buf_str(&el), ws);
     }
     long tmin = mn > (long)k ? mn - (long)k : 0, tmax = cap < 0 ? -1 : cap - (long)k;
     if (!rc && tmax != 0) {
-        el.n = 0;
+        el.len = 0;
         if (!items || json_is_true(items)) seq_add(&el, prim(g, P_VALUE));
         else {
             size_t old = path_push(g, "items");
             rc = gen_node(g, items, &el);
             path_pop(g, old);
         }
-        sbuf more = {0};
-        sb_printf(&more, "( \",\" %s %s %s )", ws, sb_str(&el), ws);
-        if (!rc && k > 0) kipp_json_schema_repeat(&body, sb_str(&more), tmin, tmax);
+        kipp_buf more = {0};
+        kipp_buf_printf(&more, "( \",\" %s %s %s )", ws, kipp_buf_str(&el), ws);
+        if (!rc && k > 0) kipp_json_schema_repeat(&body, kipp_buf_str(&more), tmin, tmax);
         else if (!rc) {
-            sb_printf(&tail, "%s %s", sb_str(&el), ws);
-            kipp_json_schema_repeat(&tail, sb_str(&more), tmin > 0 ? tmin - 1 : 0, tmax < 0 ? -1 : tmax - 1);
-            if (tmin > 0) seq_add(&body, sb_str(&tail));
-            else { seq_add(&body, "("); seq_add(&body, sb_str(&tail)); seq_add(&body, ")?"); }
+            kipp_buf_printf(&tail, "%s %s", kipp_buf_str(&el), ws);
+            kipp_json_schema_repeat(&tail, kipp_buf_str(&more), tmin > 0 ? tmin - 1 : 0, tmax < 0 ? -1 : tmax - 1);
+            if (tmin > 0) seq_add(&body, kipp_buf_str(&tail));
+            else { seq_add(&body, "("); seq_add(&body, kipp_buf_str(&tail)); seq_add(&body, ")?"); }
         }
-        free(more.p);
+        free(more.data);
     }
     g->head = saved;
-    while (open--) sb_puts(&body, " )?");
+    while (open--) kipp_buf_puts(&body, " )?");
     seq_add(&body, "\"]\"");
     char rn[NAME_CAP], hint[NAME_CAP];
     path_hint(g, "arr", hint);
-    if (!rc && !(rc = rule_name(g, hint, rn))) { emit_rule(g, rn, sb_str(&body)); seq_add(item, rn); }
+    if (!rc && !(rc = rule_name(g, hint, rn))) { emit_rule(g, rn, kipp_buf_str(&body)); seq_add(item, rn); }
     if (body.oom || el.oom || tail.oom) g->oom = 1;
-    free(body.p);
-    free(el.p);
-    free(tail.p);
+    free(body.data);
+    free(el.data);
+    free(tail.data);
     return rc;
 }
 
@@ -1088,32 +1088,32 @@ static int disjoint(gen *g, const json_t *a, const json_t *b) {
 
 /* ---- a schema node ------------------------------------------------------------------------ */
 
-static int gen_enum(gen *g, const json_t *s, sbuf *item) {
+static int gen_enum(gen *g, const json_t *s, kipp_buf *item) {
     const json_t *en = json_object_get(s, "enum"), *co = json_object_get(s, "const"),
                  *type = json_object_get(s, "type");
     unsigned tm = A_ALL;
     if (en && !json_is_array(en)) return fail(g, "%s/enum must be an array", g->path);
     if (type && type_mask(g, type, &tm, 0)) return -1;
-    sbuf t = {0};
+    kipp_buf t = {0};
     size_t n_alt = 0, n = en ? json_array_size(en) : 1;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = en ? json_array_get(en, i) : co;
         if (!(value_type(v) & tm) || (en && co && !schema_equal(v, co))) continue;
-        if (n_alt++) sb_puts(&t, " | ");
+        if (n_alt++) kipp_buf_puts(&t, " | ");
         value_lit(&t, v);
     }
     int rc = 0;
     if (!n_alt)
         rc = fail(g, "%s/%s: no value is also valid against the rest of the schema", g->path,
                   en ? "enum" : "const");
-    else if (n_alt == 1) seq_add(item, sb_str(&t));
-    else { seq_add(item, "("); seq_add(item, sb_str(&t)); seq_add(item, ")"); }
+    else if (n_alt == 1) seq_add(item, kipp_buf_str(&t));
+    else { seq_add(item, "("); seq_add(item, kipp_buf_str(&t)); seq_add(item, ")"); }
     if (t.oom) g->oom = 1;
-    free(t.p);
+    free(t.data);
     return rc;
 }
 
-static int gen_alternatives(gen *g, const json_t *s, const char *kw, sbuf *item) {
+static int gen_alternatives(gen *g, const json_t *s, const char *kw, kipp_buf *item) {
     const json_t *a = json_object_get(s, kw);
     if (!json_is_array(a) || !json_array_size(a))
         return fail(g, "%s/%s must be a non-empty array", g->path, kw);
@@ -1128,23 +1128,23 @@ static int gen_alternatives(gen *g, const json_t *s, const char *kw, sbuf *item)
                                 "members of different types or objects told apart by a required const "
                                 "property; use anyOf)",
                                 g->path, i, j);
-    sbuf t = {0};
+    kipp_buf t = {0};
     int rc = 0;
     for (size_t i = 0; !rc && i < json_array_size(a); i++) {
         size_t old = path_push(g, kw);
         path_push_idx(g, i);
-        if (i) sb_puts(&t, " |");
+        if (i) kipp_buf_puts(&t, " |");
         rc = gen_node(g, json_array_get(a, i), &t);
         path_pop(g, old);
     }
-    if (!rc && json_array_size(a) == 1) seq_add(item, sb_str(&t));
-    else if (!rc) { seq_add(item, "("); seq_add(item, sb_str(&t)); seq_add(item, ")"); }
+    if (!rc && json_array_size(a) == 1) seq_add(item, kipp_buf_str(&t));
+    else if (!rc) { seq_add(item, "("); seq_add(item, kipp_buf_str(&t)); seq_add(item, ")"); }
     if (t.oom) g->oom = 1;
-    free(t.p);
+    free(t.data);
     return rc;
 }
 
-static int gen_typed(gen *g, const json_t *s, unsigned have, sbuf *item) {
+static int gen_typed(gen *g, const json_t *s, unsigned have, kipp_buf *item) {
     unsigned tm = 0;
     const json_t *type = json_object_get(s, "type");
     if (type) {
@@ -1162,12 +1162,12 @@ static int gen_typed(gen *g, const json_t *s, unsigned have, sbuf *item) {
         json_object_foreach((json_t *)s, k, v) if (keyword_class(k) == K_NUM) return fail(
             g, "%s/%s is not supported for numbers (only for \"type\": \"integer\")", g->path, k);
     }
-    sbuf t = {0};
+    kipp_buf t = {0};
     size_t n_alt = 0;
     int rc = 0;
     for (unsigned bit = 1; !rc && bit <= A_FRAC; bit <<= 1) {
         if (!(tm & bit) || (bit == A_INT && (tm & A_FRAC))) continue;
-        if (n_alt++) sb_puts(&t, " |");
+        if (n_alt++) kipp_buf_puts(&t, " |");
         switch (bit) {
         case A_NULL: seq_add(&t, "\"null\""); break;
         case A_BOOL: seq_add(&t, prim(g, P_BOOLEAN)); break;
@@ -1178,15 +1178,15 @@ static int gen_typed(gen *g, const json_t *s, unsigned have, sbuf *item) {
         case A_FRAC: seq_add(&t, prim(g, P_NUMBER)); break;
         }
     }
-    if (!rc && n_alt == 1) seq_add(item, sb_str(&t));
-    else if (!rc) { seq_add(item, "("); seq_add(item, sb_str(&t)); seq_add(item, ")"); }
+    if (!rc && n_alt == 1) seq_add(item, kipp_buf_str(&t));
+    else if (!rc) { seq_add(item, "("); seq_add(item, kipp_buf_str(&t)); seq_add(item, ")"); }
     if (t.oom) g->oom = 1;
-    free(t.p);
+    free(t.data);
     return rc;
 }
 
 /* Appends one grammar item matching (a subset of) the values valid against s. */
-static int gen_node(gen *g, const json_t *s, sbuf *item) {
+static int gen_node(gen *g, const json_t *s, kipp_buf *item) {
     if (json_is_true(s)) { seq_add(item, prim(g, P_VALUE)); return 0; }
     if (json_is_false(s)) return fail(g, "the schema at %s is false: no value is valid", where(g));
     if (!json_is_object(s)) return fail(g, "the schema at %s is not an object or a boolean", where(g));
@@ -1230,45 +1230,45 @@ static void emit_prims(gen *g) {
             if (used >> p & 1) used |= PRIM_DEPS[p];
     } while (used != prev);
     char(*P)[NAME_CAP] = g->prim;
-    sbuf t = {0};
+    kipp_buf t = {0};
     for (int p = 0; p < N_PRIM; p++) {
         if (!(used >> p & 1)) continue;
-        t.n = 0;
+        t.len = 0;
         switch (p) {
-        case P_WS: sb_printf(&t, "( \" \" | \"\\n\" [ \\t]{0,%d} )?", WS_MAX); break;
+        case P_WS: kipp_buf_printf(&t, "( \" \" | \"\\n\" [ \\t]{0,%d} )?", WS_MAX); break;
         case P_CHAR:
-            sb_printf(&t, "[^\\\"\\\\\\x00-\\x1F] | \"\\\\\" [\\\"\\\\/bfnrt] | \"\\\\u\" %s", P[P_U]);
+            kipp_buf_printf(&t, "[^\\\"\\\\\\x00-\\x1F] | \"\\\\\" [\\\"\\\\/bfnrt] | \"\\\\u\" %s", P[P_U]);
             break;
         case P_U:
-            sb_puts(&t, "[0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | "
+            kipp_buf_puts(&t, "[0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | "
                         "[dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2}");
             break;
-        case P_STRING: sb_printf(&t, "\"\\\"\" %s* \"\\\"\"", P[P_CHAR]); break;
+        case P_STRING: kipp_buf_printf(&t, "\"\\\"\" %s* \"\\\"\"", P[P_CHAR]); break;
         case P_NUMBER:
-            sb_printf(
+            kipp_buf_printf(
                 &t, "\"-\"? ( \"0\" | [1-9] [0-9]{0,%d} ) ( \".\" [0-9]{1,%d} )? ( [eE] [-+]? [0-9]{1,%d} )?",
                 INT_DIGITS - 1, FRAC_DIGITS, EXP_DIGITS);
             break;
-        case P_INTEGER: sb_printf(&t, "\"0\" | \"-\"? [1-9] [0-9]{0,%d}", INT_DIGITS - 1); break;
-        case P_BOOLEAN: sb_puts(&t, "\"true\" | \"false\""); break;
+        case P_INTEGER: kipp_buf_printf(&t, "\"0\" | \"-\"? [1-9] [0-9]{0,%d}", INT_DIGITS - 1); break;
+        case P_BOOLEAN: kipp_buf_puts(&t, "\"true\" | \"false\""); break;
         case P_VALUE:
-            sb_printf(&t, "%s | %s | %s | %s | %s | \"null\"", P[P_OBJECT], P[P_ARRAY], P[P_STRING],
+            kipp_buf_printf(&t, "%s | %s | %s | %s | %s | \"null\"", P[P_OBJECT], P[P_ARRAY], P[P_STRING],
                       P[P_NUMBER], P[P_BOOLEAN]);
             break;
         case P_OBJECT:
-            sb_printf(&t, "\"{\" %s ( %s %s \":\" %s %s %s ( \",\" %s %s %s \":\" %s %s %s )* )? \"}\"",
+            kipp_buf_printf(&t, "\"{\" %s ( %s %s \":\" %s %s %s ( \",\" %s %s %s \":\" %s %s %s )* )? \"}\"",
                       P[P_WS], P[P_STRING], P[P_WS], P[P_WS], P[P_VALUE], P[P_WS], P[P_WS], P[P_STRING],
                       P[P_WS], P[P_WS], P[P_VALUE], P[P_WS]);
             break;
         case P_ARRAY:
-            sb_printf(&t, "\"[\" %s ( %s %s ( \",\" %s %s %s )* )? \"]\"", P[P_WS], P[P_VALUE], P[P_WS],
+            kipp_buf_printf(&t, "\"[\" %s ( %s %s ( \",\" %s %s %s )* )? \"]\"", P[P_WS], P[P_VALUE], P[P_WS],
                       P[P_WS], P[P_VALUE], P[P_WS]);
             break;
         }
-        emit_rule(g, P[p], sb_str(&t));
+        emit_rule(g, P[p], kipp_buf_str(&t));
     }
     if (t.oom) g->oom = 1;
-    free(t.p);
+    free(t.data);
 }
 
 /* Rule names already defined in the buffer: a name at the start of a line before "::=". */
@@ -1295,7 +1295,7 @@ int kipp_json_schema_rules(const json_t *schema, const char *name, char **buf, s
         if (err && err_len) snprintf(err, err_len, "kipp_json_schema_rules: a NULL argument");
         return -1;
     }
-    sbuf out = {*buf, *len, *cap, 0};
+    kipp_buf out = {*buf, *len, *cap, 0};
     size_t len0 = *len;
     gen g = {.root = schema, .name = name, .out = &out, .head = -1, .err = err, .err_len = err_len};
     int rc = 0;
@@ -1304,13 +1304,13 @@ int kipp_json_schema_rules(const json_t *schema, const char *name, char **buf, s
     for (size_t i = 0; !rc && i < nl; i++)
         if (!is_name_char((unsigned char)name[i]))
             rc = fail(&g, "the rule name \"%s\" must match [A-Za-z0-9_-]+", name);
-    if (!rc) rc = scan_names(&g, sb_str(&out), out.n);
+    if (!rc) rc = scan_names(&g, kipp_buf_str(&out), out.len);
     if (!rc && name_used(&g, name, nl)) rc = fail(&g, "the rule name \"%s\" is already defined", name);
     if (!rc) rc = name_add(&g, name, nl);
     for (int p = 0; !rc && p < N_PRIM; p++) rc = rule_name(&g, PRIM_HINT[p], g.prim[p]);
     long root = rc ? -1 : ref_add(&g, schema, name, "");
     if (root < 0) rc = -1;
-    sbuf body = {0};
+    kipp_buf body = {0};
     if (!rc) {
         g.head = root;
         rc = gen_node(&g, schema, &body);
@@ -1318,11 +1318,11 @@ int kipp_json_schema_rules(const json_t *schema, const char *name, char **buf, s
     }
     for (size_t i = 0; !rc && i < g.n_refs; i++) rc = cycle_from(&g, i);
     if (!rc) {
-        emit_rule(&g, name, sb_str(&body));
+        emit_rule(&g, name, kipp_buf_str(&body));
         emit_prims(&g);
     }
     if (!rc && (g.oom || out.oom || body.oom)) rc = fail(&g, "out of memory building the grammar");
-    free(body.p);
+    free(body.data);
     for (size_t i = 0; i < g.n_names; i++) free(g.names[i]);
     free(g.names);
     for (size_t i = 0; i < g.n_refs; i++) {
@@ -1331,9 +1331,9 @@ int kipp_json_schema_rules(const json_t *schema, const char *name, char **buf, s
         free(g.refs[i].edge);
     }
     free(g.refs);
-    *buf = out.p;
+    *buf = out.data;
     *cap = out.cap;
-    *len = rc ? len0 : out.n;
+    *len = rc ? len0 : out.len;
     if (*buf && *cap > *len) (*buf)[*len] = 0;
     return rc ? -1 : 0;
 }

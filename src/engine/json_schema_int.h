@@ -1,8 +1,10 @@
-/* json_schema_int.h — private to json_schema.c and json_schema_regex.c: the growing buffer
- * both write grammar text into, UTF-8 and grammar-escape helpers, counted repetition, and
+/* json_schema_int.h — private to json_schema.c and json_schema_regex.c (which write grammar
+ * text into a core kipp_buf, core/buf.h): UTF-8 and grammar-escape helpers, counted repetition, and
  * the regex (pattern keyword) translator. Not an API. */
 #ifndef KIPP_ENGINE_JSON_SCHEMA_INT_H
 #define KIPP_ENGINE_JSON_SCHEMA_INT_H
+
+#include "core/buf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -12,54 +14,11 @@
 
 #define KIPP_JS_MAX_COUNT 1000000 /* largest length or item count a schema may ask for */
 
-/* Grammar text under construction; oom is sticky (later appends are dropped). */
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static inline void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) {
-            if (cap > SIZE_MAX / 2) { b->oom = 1; return; }
-            cap *= 2;
-        }
-        char *q = realloc(b->p, cap);
-        if (!q) { b->oom = 1; return; }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static inline void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static inline void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static inline void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) { b->oom = 1; return; }
-    if ((size_t)k < sizeof tmp) { sb_put(b, tmp, (size_t)k); return; }
-    char *big = malloc((size_t)k + 1);
-    if (!big) { b->oom = 1; return; }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)k);
-    free(big);
-}
-static inline const char *sb_str(const sbuf *b) { return b->p ? b->p : ""; }
 /* Appends one item to a sequence, space-separated. */
-static inline void seq_add(sbuf *b, const char *item) {
+static inline void seq_add(kipp_buf *b, const char *item) {
     if (!item[0]) return;
-    if (b->n && b->p[b->n - 1] != ' ') sb_put(b, " ", 1);
-    sb_puts(b, item);
+    if (b->len && b->data[b->len - 1] != ' ') kipp_buf_put(b, " ", 1);
+    kipp_buf_puts(b, item);
 }
 
 /* The code point at s[*i] (jansson strings are valid UTF-8); advances *i. */
@@ -80,41 +39,41 @@ static inline int hexval(int c) {
                                   -1;
 }
 /* A code point inside a grammar literal ("...") or class ([...]); the grammar text stays ASCII. */
-static inline void gram_cp(sbuf *b, uint32_t cp, int in_class) {
+static inline void gram_cp(kipp_buf *b, uint32_t cp, int in_class) {
     if (cp == '"' || cp == '\\' || (in_class && (cp == ']' || cp == '[' || cp == '-' || cp == '^'))) {
         char e[2] = {'\\', (char)cp};
-        sb_put(b, e, 2);
+        kipp_buf_put(b, e, 2);
     } else if (cp >= 0x20 && cp < 0x7F) {
         char c = (char)cp;
-        sb_put(b, &c, 1);
+        kipp_buf_put(b, &c, 1);
     } else if (cp < 0x80) {
-        sb_printf(b, "\\x%02X", (unsigned)cp);
+        kipp_buf_printf(b, "\\x%02X", (unsigned)cp);
     } else if (cp < 0x10000) {
-        sb_printf(b, "\\u%04X", (unsigned)cp);
+        kipp_buf_printf(b, "\\u%04X", (unsigned)cp);
     } else {
-        sb_printf(b, "\\U%08X", (unsigned)cp);
+        kipp_buf_printf(b, "\\U%08X", (unsigned)cp);
     }
 }
 /* The postfix for mn..mx repetitions (mx < 0: unbounded), both at most 1000. */
-static inline void sb_suffix(sbuf *b, long mn, long mx) {
+static inline void sb_suffix(kipp_buf *b, long mn, long mx) {
     if (mn == 1 && mx == 1) return;
-    if (mn == 0 && mx == 1) sb_puts(b, "?");
-    else if (mn == 0 && mx < 0) sb_puts(b, "*");
-    else if (mn == 1 && mx < 0) sb_puts(b, "+");
-    else if (mx < 0) sb_printf(b, "{%ld,}", mn);
-    else if (mn == mx) sb_printf(b, "{%ld}", mn);
-    else sb_printf(b, "{%ld,%ld}", mn, mx);
+    if (mn == 0 && mx == 1) kipp_buf_puts(b, "?");
+    else if (mn == 0 && mx < 0) kipp_buf_puts(b, "*");
+    else if (mn == 1 && mx < 0) kipp_buf_puts(b, "+");
+    else if (mx < 0) kipp_buf_printf(b, "{%ld,}", mn);
+    else if (mn == mx) kipp_buf_printf(b, "{%ld}", mn);
+    else kipp_buf_printf(b, "{%ld,%ld}", mn, mx);
 }
 
 /* Appends item (one grammar item) repeated mn..mx times (mx < 0: unbounded), for any
  * 0 <= mn <= mx <= KIPP_JS_MAX_COUNT (json_schema_regex.c). */
-void kipp_json_schema_repeat(sbuf *o, const char *item, long mn, long mx);
+void kipp_json_schema_repeat(kipp_buf *o, const char *item, long mn, long mx);
 
 /* Appends the grammar sequence for the inside of a JSON string (quotes excluded) whose
  * decoded value matches the ECMA-262 regex pat[0..n) in JSON Schema's sense (a search:
  * unanchored ends allow any text, written with char_rule, the one-JSON-character rule).
  * Returns 0, or -1 with err saying what is not supported and at which offset. */
-int kipp_json_schema_pattern(const char *pat, size_t n, const char *char_rule, sbuf *out, char *err,
+int kipp_json_schema_pattern(const char *pat, size_t n, const char *char_rule, kipp_buf *out, char *err,
                              size_t err_len);
 
 #endif

@@ -12,20 +12,20 @@
 
 /* The dialect's counts stop at 1000, so larger ones nest: with K = ( x{1000} ),
  * x{0,o} for o = 1000q + r is ( K{0,q-1} x{0,999} | K{q} x{0,r} ). */
-void kipp_json_schema_repeat(sbuf *o, const char *item, long mn, long mx) {
+void kipp_json_schema_repeat(kipp_buf *o, const char *item, long mn, long mx) {
     if (!item[0] || mx == 0) return;
-    sbuf t = {0}, k = {0};
+    kipp_buf t = {0}, k = {0};
     if (mn <= 1000 && mx <= 1000) {
-        sb_puts(&t, item);
+        kipp_buf_puts(&t, item);
         sb_suffix(&t, mn, mx);
     } else {
-        sb_printf(&k, "( %s{1000} )", item);
+        kipp_buf_printf(&k, "( %s{1000} )", item);
         long a = mn / 1000, b = mn % 1000;
-        if (a) { seq_add(&t, sb_str(&k)); sb_suffix(&t, a, a); }
+        if (a) { seq_add(&t, kipp_buf_str(&k)); sb_suffix(&t, a, a); }
         if (b) { seq_add(&t, item); sb_suffix(&t, b, b); }
         if (mx < 0) {
             seq_add(&t, item);
-            sb_puts(&t, "*");
+            kipp_buf_puts(&t, "*");
         } else if (mx > mn) {
             long q = (mx - mn) / 1000, r = (mx - mn) % 1000;
             if (!q) {
@@ -33,10 +33,10 @@ void kipp_json_schema_repeat(sbuf *o, const char *item, long mn, long mx) {
                 sb_suffix(&t, 0, r);
             } else {
                 seq_add(&t, "(");
-                if (q > 1) { seq_add(&t, sb_str(&k)); sb_suffix(&t, 0, q - 1); }
+                if (q > 1) { seq_add(&t, kipp_buf_str(&k)); sb_suffix(&t, 0, q - 1); }
                 seq_add(&t, item);
-                sb_puts(&t, "{0,999} |");
-                seq_add(&t, sb_str(&k));
+                kipp_buf_puts(&t, "{0,999} |");
+                seq_add(&t, kipp_buf_str(&k));
                 sb_suffix(&t, q, q);
                 if (r) { seq_add(&t, item); sb_suffix(&t, 0, r); }
                 seq_add(&t, ")");
@@ -44,9 +44,9 @@ void kipp_json_schema_repeat(sbuf *o, const char *item, long mn, long mx) {
         }
     }
     if (t.oom || k.oom) o->oom = 1;
-    seq_add(o, sb_str(&t));
-    free(t.p);
-    free(k.p);
+    seq_add(o, kipp_buf_str(&t));
+    free(t.data);
+    free(k.data);
 }
 
 /* ---- code point sets ---------------------------------------------------------------------- */
@@ -165,11 +165,11 @@ static int rx_fail(rxp *r, const char *what) {
 }
 /* One string code point from set s as JSON string text: raw where JSON allows it, else the
  * escapes for ", \ and control characters (short ones and \u00XX). */
-static int cs_emit(rxp *r, cpset *s, sbuf *item) {
+static int cs_emit(rxp *r, cpset *s, kipp_buf *item) {
     cs_norm(s);
-    sbuf t = {0};
+    kipp_buf t = {0};
     size_t n_alt = 0;
-    sbuf raw = {0};
+    kipp_buf raw = {0};
     for (size_t i = 0; i < s->n; i++) {
         uint32_t lo = s->r[i][0], hi = s->r[i][1];
         static const uint32_t CUT[][2] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0xD800, 0xDFFF}};
@@ -184,19 +184,19 @@ static int cs_emit(rxp *r, cpset *s, sbuf *item) {
             for (size_t c = 0; c < 4; c++)
                 if (CUT[c][0] > a && CUT[c][0] - 1 < b) b = CUT[c][0] - 1;
             gram_cp(&raw, a, 1);
-            if (b > a) { sb_put(&raw, "-", 1); gram_cp(&raw, b, 1); }
+            if (b > a) { kipp_buf_put(&raw, "-", 1); gram_cp(&raw, b, 1); }
             a = b + 1;
             if (b == 0x10FFFF) break;
         }
     }
-    if (raw.n) { sb_printf(&t, "[%s]", sb_str(&raw)); n_alt++; }
-    free(raw.p);
+    if (raw.len) { kipp_buf_printf(&t, "[%s]", kipp_buf_str(&raw)); n_alt++; }
+    free(raw.data);
     static const struct { uint32_t c; const char *lit; } ESC[] = {
         {'"', "\"\\\\\\\"\""}, {'\\', "\"\\\\\\\\\""}, {8, "\"\\\\b\""}, {12, "\"\\\\f\""},
         {10, "\"\\\\n\""}, {13, "\"\\\\r\""}, {9, "\"\\\\t\""},
     };
     for (size_t i = 0; i < sizeof ESC / sizeof ESC[0]; i++)
-        if (cs_has(s, ESC[i].c)) { sb_printf(&t, "%s%s", n_alt++ ? " | " : "", ESC[i].lit); }
+        if (cs_has(s, ESC[i].c)) { kipp_buf_printf(&t, "%s%s", n_alt++ ? " | " : "", ESC[i].lit); }
     for (unsigned hi4 = 0; hi4 < 2; hi4++) {
         char cls[40];
         size_t k = 0;
@@ -206,14 +206,14 @@ static int cs_emit(rxp *r, cpset *s, sbuf *item) {
             if (lo4 >= 10) cls[k++] = "ABCDEF"[lo4 - 10];
         }
         cls[k] = 0;
-        if (k) sb_printf(&t, "%s\"\\\\u00%u\" [%s]", n_alt++ ? " | " : "", hi4, cls);
+        if (k) kipp_buf_printf(&t, "%s\"\\\\u00%u\" [%s]", n_alt++ ? " | " : "", hi4, cls);
     }
     int rc = 0;
     if (!n_alt) rc = rx_fail(r, "a character class that matches nothing");
-    else if (n_alt == 1) seq_add(item, sb_str(&t));
-    else { seq_add(item, "("); seq_add(item, sb_str(&t)); seq_add(item, ")"); }
+    else if (n_alt == 1) seq_add(item, kipp_buf_str(&t));
+    else { seq_add(item, "("); seq_add(item, kipp_buf_str(&t)); seq_add(item, ")"); }
     if (t.oom || s->oom) r->oom = 1;
-    free(t.p);
+    free(t.data);
     return rc;
 }
 
@@ -367,11 +367,11 @@ static int rx_quant(rxp *r, long *mn, long *mx) {
     if (r->i < r->n && r->s[r->i] == '?') r->i++; /* lazy: the same language */
     return 1;
 }
-static int rx_alt(rxp *r, sbuf *out, int top);
+static int rx_alt(rxp *r, kipp_buf *out, int top);
 
 /* One atom as one item (or nothing for an empty group); *lit_cp set for a plain literal
  * (one raw JSON character) so the caller can merge runs of them. */
-static int rx_atom(rxp *r, sbuf *item, long *lit_cp) {
+static int rx_atom(rxp *r, kipp_buf *item, long *lit_cp) {
     *lit_cp = -1;
     const char *s = r->s;
     char c = s[r->i];
@@ -389,15 +389,15 @@ static int rx_atom(rxp *r, sbuf *item, long *lit_cp) {
             } else return rx_fail(r, "a lookaround or group flag (?");
         }
         if (++r->depth > MAX_RX_NEST) return rx_fail(r, "nesting this deep");
-        sbuf inner = {0};
+        kipp_buf inner = {0};
         rc = rx_alt(r, &inner, 0);
         r->depth--;
         if (!rc && (r->i >= r->n || s[r->i] != ')')) rc = rx_fail(r, "an unbalanced (");
         if (!rc) {
             r->i++;
-            if (inner.n) { seq_add(item, "("); seq_add(item, sb_str(&inner)); seq_add(item, ")"); }
+            if (inner.len) { seq_add(item, "("); seq_add(item, kipp_buf_str(&inner)); seq_add(item, ")"); }
         }
-        free(inner.p);
+        free(inner.data);
         return rc;
     }
     if (c == '[') {
@@ -428,9 +428,9 @@ static int rx_atom(rxp *r, sbuf *item, long *lit_cp) {
 }
 /* A sequence; at the top level also its anchors: without ^ (or $) any text may come before
  * (after) it, as JSON Schema patterns are searches, not whole-string matches. */
-static int rx_seq(rxp *r, sbuf *out, int top) {
+static int rx_seq(rxp *r, kipp_buf *out, int top) {
     int start = 0, end = 0;
-    sbuf core = {0}, lit = {0};
+    kipp_buf core = {0}, lit = {0};
     if (top && r->i < r->n && r->s[r->i] == '^') { r->i++; start = 1; }
     int rc = 0;
     while (!rc && r->i < r->n && r->s[r->i] != '|' && r->s[r->i] != ')') {
@@ -443,69 +443,69 @@ static int rx_seq(rxp *r, sbuf *out, int top) {
             if (rc > 0) { r->i = at; rc = rx_fail(r, "a quantifier with nothing to repeat"); }
             break;
         }
-        sbuf atom = {0};
+        kipp_buf atom = {0};
         rc = rx_atom(r, &atom, &cp);
         int q = rc ? 0 : rx_quant(r, &mn, &mx);
         if (q < 0) rc = -1;
         if (!rc && cp >= 0 && !q) {
             gram_cp(&lit, (uint32_t)cp, 0);
         } else if (!rc) {
-            if (lit.n) {
-                sb_puts(&core, " \"");
-                sb_puts(&core, sb_str(&lit));
-                sb_puts(&core, "\"");
-                lit.n = 0;
+            if (lit.len) {
+                kipp_buf_puts(&core, " \"");
+                kipp_buf_puts(&core, kipp_buf_str(&lit));
+                kipp_buf_puts(&core, "\"");
+                lit.len = 0;
             }
-            if (cp >= 0) { sb_puts(&atom, "\""); gram_cp(&atom, (uint32_t)cp, 0); sb_puts(&atom, "\""); }
+            if (cp >= 0) { kipp_buf_puts(&atom, "\""); gram_cp(&atom, (uint32_t)cp, 0); kipp_buf_puts(&atom, "\""); }
             if (q && r->i < r->n && r->s[r->i] && strchr("*+?", r->s[r->i]))
                 rc = rx_fail(r, "a quantifier after a quantifier");
-            else if (q) kipp_json_schema_repeat(&core, sb_str(&atom), mn, mx);
-            else seq_add(&core, sb_str(&atom));
+            else if (q) kipp_json_schema_repeat(&core, kipp_buf_str(&atom), mn, mx);
+            else seq_add(&core, kipp_buf_str(&atom));
         }
-        free(atom.p);
+        free(atom.data);
     }
-    if (!rc && lit.n) { sb_puts(&core, " \""); sb_puts(&core, sb_str(&lit)); sb_puts(&core, "\""); }
+    if (!rc && lit.len) { kipp_buf_puts(&core, " \""); kipp_buf_puts(&core, kipp_buf_str(&lit)); kipp_buf_puts(&core, "\""); }
     if (!rc && top && r->i < r->n && r->s[r->i] == ')') rc = rx_fail(r, "an unbalanced )");
     if (!rc) {
         const char *any = top && (!start || !end) ? r->char_rule : "";
-        sbuf star = {0};
-        if (any[0]) { sb_puts(&star, any); sb_puts(&star, "*"); }
-        if (any[0] && !core.n) seq_add(out, sb_str(&star));
+        kipp_buf star = {0};
+        if (any[0]) { kipp_buf_puts(&star, any); kipp_buf_puts(&star, "*"); }
+        if (any[0] && !core.len) seq_add(out, kipp_buf_str(&star));
         else {
-            if (top && !start) seq_add(out, sb_str(&star));
-            seq_add(out, sb_str(&core));
-            if (top && !end) seq_add(out, sb_str(&star));
+            if (top && !start) seq_add(out, kipp_buf_str(&star));
+            seq_add(out, kipp_buf_str(&core));
+            if (top && !end) seq_add(out, kipp_buf_str(&star));
         }
-        free(star.p);
+        free(star.data);
     }
     if (core.oom || lit.oom) r->oom = 1;
-    free(core.p);
-    free(lit.p);
+    free(core.data);
+    free(lit.data);
     return rc;
 }
-static int rx_alt(rxp *r, sbuf *out, int top) {
-    sbuf alts = {0};
+static int rx_alt(rxp *r, kipp_buf *out, int top) {
+    kipp_buf alts = {0};
     size_t n_alt = 0;
     int has_empty = 0, rc = 0;
     for (;;) {
-        sbuf seq = {0};
+        kipp_buf seq = {0};
         rc = rx_seq(r, &seq, top);
-        if (!rc && seq.n) { sb_printf(&alts, "%s%s", n_alt++ ? " | " : "", sb_str(&seq)); }
+        if (!rc && seq.len) { kipp_buf_printf(&alts, "%s%s", n_alt++ ? " | " : "", kipp_buf_str(&seq)); }
         else if (!rc) has_empty = 1;
-        free(seq.p);
+        free(seq.data);
         if (rc || r->i >= r->n || r->s[r->i] != '|') break;
         r->i++;
     }
     if (!rc && n_alt) {
-        if (n_alt == 1 && !has_empty) seq_add(out, sb_str(&alts));
-        else { seq_add(out, "("); seq_add(out, sb_str(&alts)); sb_puts(out, has_empty ? " )?" : " )"); }
+        if (n_alt == 1 && !has_empty) seq_add(out, kipp_buf_str(&alts));
+        else { seq_add(out, "("); seq_add(out, kipp_buf_str(&alts)); kipp_buf_puts(out, has_empty ? " )?" : " )"); }
     }
     if (alts.oom) r->oom = 1;
-    free(alts.p);
+    free(alts.data);
     return rc;
 }
 
-int kipp_json_schema_pattern(const char *pat, size_t n, const char *char_rule, sbuf *out, char *err,
+int kipp_json_schema_pattern(const char *pat, size_t n, const char *char_rule, kipp_buf *out, char *err,
                              size_t err_len) {
     rxp r = {.s = pat, .n = n, .char_rule = char_rule, .err = err, .err_len = err_len};
     int rc = rx_alt(&r, out, 1);

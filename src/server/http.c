@@ -105,7 +105,7 @@ static int model_served(const kipp_server *sv, const char *name) {
 
 typedef struct {
     int endpoint; /* M_EP_* */
-    oai_buf body;
+    kipp_buf body;
     int too_large, responded;
     size_t body_reserved; /* bytes of sv->bodies this request holds */
     int body_refused;     /* no room for the body in time: 503 once it has been read */
@@ -144,7 +144,7 @@ typedef struct {
     int done;
     int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
     conn_state *cs; /* its connection's state (alive while MHD calls the handler or reader) */
-    oai_buf out; /* SSE bytes not yet handed to MHD */
+    kipp_buf out; /* SSE bytes not yet handed to MHD */
     size_t out_pos;
     double t_start, t_checked;
 } gen_state;
@@ -273,7 +273,7 @@ static kipp_finish pump(gen_state *gs, gen_choice *gc, int *gone) {
             if (ps == PEER_FIN && !gs->probed) {
                 gs->probed = 1;
                 if (gs->rq.stream) {
-                    oai_buf_add(&gs->out, ": probe\n\n", 10);
+                    kipp_buf_put(&gs->out, ": probe\n\n", 10);
                     return KIPP_FINISH_NONE;
                 }
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -339,15 +339,15 @@ static void gen_free(gen_state *gs) {
     }
     free(gs->ch);
     oai_request_free(&gs->rq);
-    oai_buf_free(&gs->out);
+    kipp_buf_free(&gs->out);
     free(gs);
 }
 
 static void sse(gen_state *gs, char *json) {
     if (!json) { gs->ch[0].g.oom = 1; return; }
-    oai_buf_add(&gs->out, "data: ", 6);
-    oai_buf_add(&gs->out, json, strlen(json));
-    oai_buf_add(&gs->out, "\n\n", 2);
+    kipp_buf_put(&gs->out, "data: ", 6);
+    kipp_buf_put(&gs->out, json, strlen(json));
+    kipp_buf_put(&gs->out, "\n\n", 2);
     free(json);
 }
 
@@ -356,12 +356,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     gen_state *gs = cls;
     (void)pos;
     for (;;) {
-        if (gs->out_pos < gs->out.n) {
-            size_t n = gs->out.n - gs->out_pos;
+        if (gs->out_pos < gs->out.len) {
+            size_t n = gs->out.len - gs->out_pos;
             if (n > max) n = max;
-            memcpy(buf, gs->out.p + gs->out_pos, n);
+            memcpy(buf, gs->out.data + gs->out_pos, n);
             gs->out_pos += n;
-            if (gs->out_pos == gs->out.n) gs->out_pos = gs->out.n = 0;
+            if (gs->out_pos == gs->out.len) gs->out_pos = gs->out.len = 0;
             return (ssize_t)n;
         }
         if (gs->done) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -380,14 +380,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                                      "server_error", NULL, NULL);
             cancel_all(gs);
             sse(gs, e);
-            oai_buf_add(&gs->out, "data: [DONE]\n\n", 14);
+            kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
             gs->done = 1;
             continue;
         }
         if (fin != KIPP_FINISH_NONE) oai_gen_finish(&gc->g);
         const uint32_t tok1 = gc->g.n_used < gc->n_seen ? gc->g.n_used : gc->n_seen;
         fill_meta(gs, gc, KIPP_FINISH_NONE);
-        if (gc->g.content.n || gc->g.reasoning.n || gc->first || (gs->rq.logprobs && tok1 > tok0))
+        if (gc->g.content.len || gc->g.reasoning.len || gc->first || (gs->rq.logprobs && tok1 > tok0))
             sse(gs, oai_chunk_json(&gc->g, &gs->meta, gc->req, tok0, tok1 > tok0 ? tok1 : tok0,
                                    gc->first));
         for (char *tj; (tj = oai_tool_chunk_json(&gc->g, &gs->meta));) sse(gs, tj);
@@ -400,7 +400,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             for (uint32_t i = 0; i < gs->n_ch; i++) all &= gs->ch[i].done;
             if (all) {
                 if (gs->rq.include_usage) sse(gs, oai_usage_chunk_json(&gc->g, &gs->meta));
-                oai_buf_add(&gs->out, "data: [DONE]\n\n", 14);
+                kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
                 gs->done = 1;
                 note_duration(gs);
             }
@@ -518,7 +518,7 @@ static int body_reserve(kipp_server *sv, struct MHD_Connection *c, conn_state *c
 }
 
 static void body_release(kipp_server *sv, conn_state *cs) {
-    oai_buf_free(&cs->body);
+    kipp_buf_free(&cs->body);
     if (!cs->body_reserved) return;
     budget_give(sv, &sv->bodies, cs->body_reserved);
     cs->body_reserved = 0;
@@ -550,7 +550,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         gen_free(gs);
         return res;
     }
-    if (oai_parse(cs->body.p ? cs->body.p : "", cs->body.n, ep, sv->n_vocab, &gs->rq, msg,
+    if (oai_parse(cs->body.data ? cs->body.data : "", cs->body.len, ep, sv->n_vocab, &gs->rq, msg,
                   sizeof msg, &param) != 0) {
         parse_leave(sv);
         res = send_error(sv, c, cs, 400, msg, "invalid_request_error", param, NULL);
@@ -1094,10 +1094,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             body_reserve(sv, c, cs) != 0)
             cs->body_refused = 1;
         if (cs->body_refused || cs->too_large) { /* read and dropped */
-        } else if (cs->body.n + *upload_size > cs->body_reserved) {
+        } else if (cs->body.len + *upload_size > cs->body_reserved) {
             cs->too_large = 1; /* past --max-body, or past what Content-Length said */
             body_release(sv, cs);
-        } else if (oai_buf_add(&cs->body, upload, *upload_size)) {
+        } else if (kipp_buf_put(&cs->body, upload, *upload_size)) {
             return MHD_NO;
         }
         *upload_size = 0;
@@ -1137,8 +1137,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cs->endpoint == M_EP_EMBEDDINGS || !sv->sched) { /* src/server/embeddings.c */
         int status = 500;
         atomic_fetch_add(&sv->active, 1); /* drain waits for it */
-        char *js = oai_embeddings_answer(sv->emb, sv->m, cs->endpoint == M_EP_EMBEDDINGS, cs->body.p,
-                                         cs->body.n, sv->model_name, served_cb, sv, &status);
+        char *js = oai_embeddings_answer(sv->emb, sv->m, cs->endpoint == M_EP_EMBEDDINGS, cs->body.data,
+                                         cs->body.len, sv->model_name, served_cb, sv, &status);
         atomic_fetch_sub(&sv->active, 1);
         return send_json(sv, c, cs, status, js);
     }

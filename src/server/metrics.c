@@ -4,7 +4,6 @@
 
 #include "server/openai.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,44 +18,35 @@ void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status) {
     c->requests[endpoint][k]++;
 }
 
-static void put(oai_buf *b, const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n > 0) oai_buf_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+static void metric(kipp_buf *b, const char *name, const char *type, const char *help, double v) {
+    kipp_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-static void metric(oai_buf *b, const char *name, const char *type, const char *help, double v) {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
-}
-
-static void histogram(oai_buf *b, const char *name, const char *help, const kipp_hist *h) {
-    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+static void histogram(kipp_buf *b, const char *name, const char *help, const kipp_hist *h) {
+    kipp_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < KIPP_HIST_BUCKETS; i++) {
         cum += h->count[i];
-        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, kipp_hist_bounds[i], (unsigned long long)cum);
+        kipp_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, kipp_hist_bounds[i], (unsigned long long)cum);
     }
     cum += h->count[KIPP_HIST_BUCKETS];
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-    put(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
+    kipp_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    kipp_buf_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
 }
 
 char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s, int ready) {
-    oai_buf b = {0};
-    put(&b, "# HELP kipp_requests_total HTTP requests answered, by endpoint and status code.\n"
+    kipp_buf b = {0};
+    kipp_buf_printf(&b, "# HELP kipp_requests_total HTTP requests answered, by endpoint and status code.\n"
             "# TYPE kipp_requests_total counter\n");
     for (int e = 0; e < M_EP_N; e++)
         for (int k = 0; k < M_ST_N; k++)
             if (c->requests[e][k] || (k == 0 && e <= M_EP_COMPLETIONS)) {
                 if (kipp_metrics_statuses[k])
-                    put(&b, "kipp_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                    kipp_buf_printf(&b, "kipp_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
                         kipp_metrics_endpoints[e], kipp_metrics_statuses[k],
                         (unsigned long long)c->requests[e][k]);
                 else
-                    put(&b, "kipp_requests_total{endpoint=\"%s\",status=\"other\"} %llu\n",
+                    kipp_buf_printf(&b, "kipp_requests_total{endpoint=\"%s\",status=\"other\"} %llu\n",
                         kipp_metrics_endpoints[e], (unsigned long long)c->requests[e][k]);
             }
     metric(&b, "kipp_ready", "gauge", "1 once the model is loaded.", ready);
@@ -108,16 +98,16 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
     metric(&b, "kipp_grammar_masks_partial_total", "counter",
            "Token masks cut short by the work budget (a hostile, highly ambiguous grammar).",
            (double)s->grammar_masks_partial);
-    put(&b, "# HELP kipp_spec_request_acceptance Per-request acceptance (kept / drafted) of "
+    kipp_buf_printf(&b, "# HELP kipp_spec_request_acceptance Per-request acceptance (kept / drafted) of "
             "finished requests that drafted.\n# TYPE kipp_spec_request_acceptance histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < 10; i++) {
         cum += s->spec_req_acc[i];
-        put(&b, "kipp_spec_request_acceptance_bucket{le=\"%g\"} %llu\n", (i + 1) / 10.0,
+        kipp_buf_printf(&b, "kipp_spec_request_acceptance_bucket{le=\"%g\"} %llu\n", (i + 1) / 10.0,
             (unsigned long long)cum);
     }
-    put(&b, "kipp_spec_request_acceptance_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    put(&b, "kipp_spec_request_acceptance_sum %.17g\nkipp_spec_request_acceptance_count %llu\n",
+    kipp_buf_printf(&b, "kipp_spec_request_acceptance_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    kipp_buf_printf(&b, "kipp_spec_request_acceptance_sum %.17g\nkipp_spec_request_acceptance_count %llu\n",
         s->spec_req_acc_sum, (unsigned long long)s->spec_req_n);
     metric(&b, "kipp_queue_depth", "gauge", "Requests waiting for a running slot.", s->queue_depth);
     metric(&b, "kipp_running_sequences", "gauge", "Sequences in the running batch.", s->running);
@@ -130,5 +120,5 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
     histogram(&b, "kipp_inter_token_latency_seconds", "Between consecutive tokens of a request.", &s->itl);
     histogram(&b, "kipp_request_duration_seconds", "Generation requests, arrival to the last byte.",
               &c->duration);
-    return b.p;
+    return b.data;
 }

@@ -5,6 +5,7 @@
 #ifndef KIPP_SERVER_OPENAI_H
 #define KIPP_SERVER_OPENAI_H
 
+#include "core/buf.h"
 #include "engine/sched.h"
 #include "kipp.h"
 #include "tok/reasoning.h"
@@ -74,17 +75,10 @@ int oai_apply_tool_choice(oai_request *r, const kipp_model *m);
 
 /* ---- turning tokens into a response --------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} oai_buf;
-int oai_buf_add(oai_buf *b, const char *s, size_t n); /* 0 ok, -1 out of memory */
-void oai_buf_free(oai_buf *b);
-
 /* A tool call split out of the reply (rq->tool_parse). */
 typedef struct {
     char id[24];      /* "call_" and 16 hex digits, unique per call */
-    oai_buf name, args;
+    kipp_buf name, args;
     size_t args_sent; /* streaming: bytes of args already sent in a chunk */
     int head_sent;    /* streaming: the delta with the id and the name was sent */
 } oai_call;
@@ -94,8 +88,8 @@ typedef struct {
     const oai_request *rq;
     kipp_detokenizer *dt;
     kipp_reasoning rs;
-    oai_buf held;               /* text held back: it may start a stop string */
-    oai_buf content, reasoning; /* text decided since the caller last took it */
+    kipp_buf held;               /* text held back: it may start a stop string */
+    kipp_buf content, reasoning; /* text decided since the caller last took it */
     uint32_t index;             /* the choice's index (n > 1) */
     kipp_toolcall tc;           /* the content's <tool_call> split (rq->tool_parse) */
     oai_call *calls;            /* [n_calls] in order; kept to the end (the final response

@@ -13,27 +13,6 @@
 #include <sys/random.h>
 #include <time.h>
 
-int oai_buf_add(oai_buf *b, const char *s, size_t n) {
-    if (n == 0 && b->p) return 0;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-void oai_buf_free(oai_buf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 /* The reasoning split's output: content goes on through the tool-call split when the
  * request has tools. */
 static void emit_part(void *user, int is_reasoning, const char *bytes, size_t n) {
@@ -42,7 +21,7 @@ static void emit_part(void *user, int is_reasoning, const char *bytes, size_t n)
         if (kipp_toolcall_feed(&g->tc, bytes, n, NULL, 0) != KIPP_OK) g->oom = 1;
         return;
     }
-    if (oai_buf_add(is_reasoning ? &g->reasoning : &g->content, bytes, n)) g->oom = 1;
+    if (kipp_buf_put(is_reasoning ? &g->reasoning : &g->content, bytes, n)) g->oom = 1;
 }
 
 /* splitmix64's finalizer: a bijection, so distinct call numbers give distinct ids */
@@ -57,7 +36,7 @@ static void emit_tool(void *user, kipp_toolcall_event ev, uint32_t index, const 
                       size_t n) {
     oai_gen *g = user;
     if (ev == KIPP_TOOLCALL_CONTENT) {
-        if (oai_buf_add(&g->content, bytes, n)) g->oom = 1;
+        if (kipp_buf_put(&g->content, bytes, n)) g->oom = 1;
     } else if (ev == KIPP_TOOLCALL_BEGIN) {
         if (g->n_calls == g->cap_calls) {
             const uint32_t cap = g->cap_calls ? 2 * g->cap_calls : 4;
@@ -73,10 +52,10 @@ static void emit_tool(void *user, kipp_toolcall_event ev, uint32_t index, const 
         memset(c, 0, sizeof *c);
         snprintf(c->id, sizeof c->id, "call_%016llx",
                  (unsigned long long)mix64(g->call_seed + index));
-        if (oai_buf_add(&c->name, bytes, n) || oai_buf_add(&c->args, "", 0)) g->oom = 1;
+        if (kipp_buf_put(&c->name, bytes, n) || kipp_buf_put(&c->args, "", 0)) g->oom = 1;
         g->n_calls++;
     } else if (ev == KIPP_TOOLCALL_ARGS && index < g->n_calls) {
-        if (oai_buf_add(&g->calls[index].args, bytes, n)) g->oom = 1;
+        if (kipp_buf_put(&g->calls[index].args, bytes, n)) g->oom = 1;
     }
 }
 
@@ -106,13 +85,13 @@ int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
 void oai_gen_free(oai_gen *g) {
     kipp_detokenizer_free(g->dt);
     free(g->text_offset);
-    oai_buf_free(&g->held);
-    oai_buf_free(&g->content);
-    oai_buf_free(&g->reasoning);
+    kipp_buf_free(&g->held);
+    kipp_buf_free(&g->content);
+    kipp_buf_free(&g->reasoning);
     kipp_toolcall_free(&g->tc);
     for (uint32_t i = 0; i < g->n_calls; i++) {
-        oai_buf_free(&g->calls[i].name);
-        oai_buf_free(&g->calls[i].args);
+        kipp_buf_free(&g->calls[i].name);
+        kipp_buf_free(&g->calls[i].args);
     }
     free(g->calls);
     g->calls = NULL;
@@ -150,7 +129,7 @@ int oai_apply_tool_choice(oai_request *r, const kipp_model *m) {
 static void emit_text(oai_gen *g, const char *s, size_t n) {
     if (n == 0) return;
     if (g->rq->ep == OAI_CHAT) kipp_reasoning_feed(&g->rs, s, n, NULL, 0);
-    else if (oai_buf_add(&g->content, s, n)) g->oom = 1;
+    else if (kipp_buf_put(&g->content, s, n)) g->oom = 1;
 }
 
 /* Bytes at the end of the held text that could begin a stop string. */
@@ -159,8 +138,8 @@ static size_t stop_holdback(const oai_gen *g) {
     for (int i = 0; i < g->rq->n_stop; i++) {
         const char *st = g->rq->stop[i];
         const size_t ls = strlen(st);
-        for (size_t k = ls - 1 < g->held.n ? ls - 1 : g->held.n; k > keep; k--)
-            if (memcmp(g->held.p + g->held.n - k, st, k) == 0) { keep = k; break; }
+        for (size_t k = ls - 1 < g->held.len ? ls - 1 : g->held.len; k > keep; k--)
+            if (memcmp(g->held.data + g->held.len - k, st, k) == 0) { keep = k; break; }
     }
     return keep;
 }
@@ -168,25 +147,25 @@ static size_t stop_holdback(const oai_gen *g) {
 /* Moves the held text on: cut at the first stop string, or emit all that cannot start one. */
 static int settle(oai_gen *g) {
     const char *first = NULL;
-    for (int i = 0; i < g->rq->n_stop && g->held.n; i++) {
+    for (int i = 0; i < g->rq->n_stop && g->held.len; i++) {
         const char *st = g->rq->stop[i];
         const size_t ls = strlen(st);
-        for (size_t at = 0; at + ls <= g->held.n; at++)
-            if (memcmp(g->held.p + at, st, ls) == 0) {
-                if (!first || g->held.p + at < first) first = g->held.p + at;
+        for (size_t at = 0; at + ls <= g->held.len; at++)
+            if (memcmp(g->held.data + at, st, ls) == 0) {
+                if (!first || g->held.data + at < first) first = g->held.data + at;
                 break;
             }
     }
     if (first) {
-        emit_text(g, g->held.p, (size_t)(first - g->held.p));
-        g->held.n = 0;
+        emit_text(g, g->held.data, (size_t)(first - g->held.data));
+        g->held.len = 0;
         g->stopped = 1;
         return 1;
     }
     const size_t keep = stop_holdback(g);
-    emit_text(g, g->held.p, g->held.n - keep);
-    if (keep) memmove(g->held.p, g->held.p + g->held.n - keep, keep);
-    g->held.n = keep;
+    emit_text(g, g->held.data, g->held.len - keep);
+    if (keep) memmove(g->held.data, g->held.data + g->held.len - keep, keep);
+    g->held.len = keep;
     return 0;
 }
 
@@ -222,7 +201,7 @@ int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
         return 1;
     }
     g->n_chars += utf8_chars(text, n);
-    if (n && oai_buf_add(&g->held, text, n)) g->oom = 1;
+    if (n && kipp_buf_put(&g->held, text, n)) g->oom = 1;
     return settle(g);
 }
 
@@ -231,10 +210,10 @@ void oai_gen_finish(oai_gen *g) {
         const char *text;
         size_t n = 0;
         if (kipp_detokenizer_end(g->dt, &text, &n) != KIPP_OK) g->oom = 1;
-        else if (n && oai_buf_add(&g->held, text, n)) g->oom = 1;
+        else if (n && kipp_buf_put(&g->held, text, n)) g->oom = 1;
         if (!settle(g)) { /* no stop string: what was held back is plain text */
-            emit_text(g, g->held.p, g->held.n);
-            g->held.n = 0;
+            emit_text(g, g->held.data, g->held.len);
+            g->held.len = 0;
         }
     }
     if (g->rq->ep == OAI_CHAT) kipp_reasoning_finish(&g->rs, NULL, 0);
@@ -354,10 +333,10 @@ static json_t *finish_json(const oai_meta *meta) {
 }
 
 /* Takes a buffer's text as a JSON string (NULL when empty and omit_empty) and empties it. */
-static json_t *take(oai_buf *b, int omit_empty) {
-    if (b->n == 0 && omit_empty) return NULL;
-    json_t *s = json_stringn(b->p ? b->p : "", b->n);
-    b->n = 0;
+static json_t *take(kipp_buf *b, int omit_empty) {
+    if (b->len == 0 && omit_empty) return NULL;
+    json_t *s = json_stringn(b->data ? b->data : "", b->len);
+    b->len = 0;
     return s ? s : json_string("");
 }
 
@@ -410,7 +389,7 @@ char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta) {
     size_t n_args = 0;
     for (uint32_t i = 0; i < g->n_calls && !c; i++) {
         oai_call *k = &g->calls[i];
-        n_args = k->args_sent + utf8_whole(k->args.p + k->args_sent, k->args.n - k->args_sent);
+        n_args = k->args_sent + utf8_whole(k->args.data + k->args_sent, k->args.len - k->args_sent);
         if (!k->head_sent || n_args > k->args_sent) c = k;
     }
     if (!c) return NULL;
@@ -419,11 +398,11 @@ char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta) {
     if (!c->head_sent) { /* OpenAI's first delta of a call: id and name, no arguments yet */
         json_object_set_new(tc, "id", json_string(c->id));
         json_object_set_new(tc, "type", json_string("function"));
-        json_object_set_new(fn, "name", string_or_empty(c->name.p, c->name.n));
+        json_object_set_new(fn, "name", string_or_empty(c->name.data, c->name.len));
         json_object_set_new(fn, "arguments", json_string(""));
         c->head_sent = 1;
     } else {
-        json_object_set_new(fn, "arguments", string_or_empty(c->args.p + c->args_sent, n_args - c->args_sent));
+        json_object_set_new(fn, "arguments", string_or_empty(c->args.data + c->args_sent, n_args - c->args_sent));
         c->args_sent = n_args;
     }
     json_object_set_new(tc, "function", fn);
@@ -448,8 +427,8 @@ static json_t *tool_calls_json(const oai_gen *g) {
         json_t *tc = json_object(), *fn = json_object();
         json_object_set_new(tc, "id", json_string(c->id));
         json_object_set_new(tc, "type", json_string("function"));
-        json_object_set_new(fn, "name", string_or_empty(c->name.p, c->name.n));
-        json_object_set_new(fn, "arguments", string_or_empty(c->args.p, c->args.n));
+        json_object_set_new(fn, "name", string_or_empty(c->name.data, c->name.len));
+        json_object_set_new(fn, "arguments", string_or_empty(c->args.data, c->args.len));
         json_object_set_new(tc, "function", fn);
         json_array_append_new(a, tc);
     }

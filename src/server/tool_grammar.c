@@ -4,6 +4,7 @@
  * Parsing the calls back out is src/tok/toolcall.c. */
 #include "server/structured.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "engine/json_schema.h"
 
@@ -11,21 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Appends fmt (with up to two %s) to a growing text. */
-static int add(char **buf, size_t *len, size_t *cap, const char *fmt, const char *a, const char *b) {
-    int n = snprintf(NULL, 0, fmt, a ? a : "", b ? b : "");
-    if (n < 0) return -1;
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *len + (size_t)n + 1) c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p) return -1;
-        *buf = p;
-        *cap = c;
-    }
-    snprintf(*buf + *len, (size_t)n + 1, fmt, a ? a : "", b ? b : "");
-    *len += (size_t)n;
-    return 0;
+/* Appends fmt (with up to two %s, NULL read as ""); 0, or -1 out of memory. */
+static int add(kipp_buf *b, const char *fmt, const char *x, const char *y) {
+    return kipp_buf_printf(b, fmt, x ? x : "", y ? y : "") == KIPP_OK ? 0 : -1;
 }
 
 /* OpenAI's rule for function names, which also keeps them safe inside grammar literals. */
@@ -42,13 +31,12 @@ static int valid_name(const char *s) {
 
 char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char *err,
                        size_t err_len) {
-    char *rules = NULL, *head = NULL; /* the tools' rules; root and call */
-    size_t len = 0, cap = 0, hlen = 0, hcap = 0;
+    kipp_buf rules = {0}, head = {0}; /* the tools' rules; root and call */
     int n_calls = 0;
     err[0] = 0;
     json_t *any_object = json_pack("{s:s}", "type", "object");
     int bad = !any_object ||
-              add(&head, &hlen, &hcap, parallel ? "root ::= call (\"\\n\" call)*\ncall ::=" : "root ::= call\ncall ::=",
+              add(&head, parallel ? "root ::= call (\"\\n\" call)*\ncall ::=" : "root ::= call\ncall ::=",
                   NULL, NULL);
     size_t i;
     json_t *tool;
@@ -67,15 +55,15 @@ char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char
         snprintf(rule, sizeof rule, "tool-%zu", i);
         snprintf(args, sizeof args, "tool-%zu-args", i);
         /* the call exactly as Qwen3's chat template tells the model to write it */
-        bad = add(&head, &hlen, &hcap, n_calls ? " | %s" : " %s", rule, NULL) ||
-              add(&rules, &len, &cap, "%s ::= \"<tool_call>\\n{\\\"name\\\": \\\"", rule, NULL) ||
-              add(&rules, &len, &cap, "%s\\\", \\\"arguments\\\": \" ", name, NULL) ||
-              add(&rules, &len, &cap, "%s \"}\\n</tool_call>\"\n", args, NULL);
+        bad = add(&head, n_calls ? " | %s" : " %s", rule, NULL) ||
+              add(&rules, "%s ::= \"<tool_call>\\n{\\\"name\\\": \\\"", rule, NULL) ||
+              add(&rules, "%s\\\", \\\"arguments\\\": \" ", name, NULL) ||
+              add(&rules, "%s \"}\\n</tool_call>\"\n", args, NULL);
         if (bad) break;
         json_t *params = json_object_get(fn, "parameters");
         char e2[400];
         if (kipp_json_schema_rules(params && json_is_object(params) ? params : any_object, args,
-                                   &rules, &len, &cap, e2, sizeof e2) != 0) {
+                                   &rules.data, &rules.len, &rules.cap, e2, sizeof e2) != 0) {
             kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "tools[%zu].function.parameters: %s", i, e2);
             bad = 1;
             break;
@@ -89,12 +77,12 @@ char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char
         else kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "tool_choice \"required\" needs at least one tool");
         bad = 1;
     }
-    if (!bad) bad = add(&head, &hlen, &hcap, "\n", NULL, NULL) || add(&head, &hlen, &hcap, "%s", rules, NULL);
-    free(rules);
+    if (!bad) bad = add(&head, "\n", NULL, NULL) || add(&head, "%s", rules.data, NULL);
+    kipp_buf_free(&rules);
     if (bad) {
-        free(head);
+        kipp_buf_free(&head);
         if (!err[0]) kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory building the tool grammar");
         return NULL;
     }
-    return head;
+    return kipp_buf_take(&head, NULL);
 }

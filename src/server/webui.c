@@ -103,7 +103,7 @@ static void base64_32(const unsigned char in[32], char out[45]) {
  * or the other kind's text is not taken for an element. The page is ours and is written with lowercase tags, no src=
  * scripts and no "</script>" or "</style>" inside an element; a browser hashes exactly the
  * bytes between the tags. */
-static int add_hashes(oai_buf *scripts, oai_buf *styles, const char *page) {
+static int add_hashes(kipp_buf *scripts, kipp_buf *styles, const char *page) {
     for (const char *p = page; (p = strchr(p, '<'));) {
         if (!strncmp(p, "<!--", 4)) { /* a comment may name the tags */
             const char *e = strstr(p + 4, "-->");
@@ -122,8 +122,8 @@ static int add_hashes(oai_buf *scripts, oai_buf *styles, const char *page) {
         char b64[45];
         sha256(body, (size_t)(end - body), d);
         base64_32(d, b64);
-        oai_buf *b = is_script ? scripts : styles;
-        if (oai_buf_add(b, " 'sha256-", 9) || oai_buf_add(b, b64, 44) || oai_buf_add(b, "'", 1))
+        kipp_buf *b = is_script ? scripts : styles;
+        if (kipp_buf_put(b, " 'sha256-", 9) || kipp_buf_put(b, b64, 44) || kipp_buf_put(b, "'", 1))
             return -1;
         p = end;
     }
@@ -135,13 +135,13 @@ char *kipp_webui_csp(void) {
     const char *page = kipp_webui_page(&n);
     const char *fixed = "default-src 'none'; base-uri 'none'; form-action 'none'; "
                         "frame-ancestors 'none'; img-src data:; connect-src 'self'; script-src";
-    oai_buf b = {0}, styles = {0};
-    int bad = oai_buf_add(&b, fixed, strlen(fixed)) || oai_buf_add(&styles, "; style-src", 11) ||
-              add_hashes(&b, &styles, page) || oai_buf_add(&b, styles.p, styles.n);
-    oai_buf_free(&styles);
+    kipp_buf b = {0}, styles = {0};
+    int bad = kipp_buf_put(&b, fixed, strlen(fixed)) || kipp_buf_put(&styles, "; style-src", 11) ||
+              add_hashes(&b, &styles, page) || kipp_buf_put(&b, styles.data, styles.len);
+    kipp_buf_free(&styles);
     if (bad) {
-        oai_buf_free(&b);
+        kipp_buf_free(&b);
         return NULL;
     }
-    return b.p; /* malloc'd and NUL-terminated by oai_buf_add */
+    return b.data; /* malloc'd and NUL-terminated by kipp_buf_put */
 }

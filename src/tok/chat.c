@@ -587,16 +587,39 @@ static int ends_with(span s, const char *x) {
 
 /* Text from the request (message content, reasoning, tool-call names and arguments, tool
  * schemas) is marked: the caller may tokenize it with special tokens as plain text. */
-static void put(kipp_sbuf *b, span s) {
-    size_t at = b->len;
-    kipp_sbuf_put(b, s.p, s.n);
-    kipp_sbuf_mark(b, at);
+typedef struct {
+    kipp_buf text; /* the rendering */
+    int track;     /* record marks: the caller asked for the spans */
+    size_t (*marks)[2], n_marks, cap_marks; /* [n_marks] byte ranges [at, end) of text */
+} rendering;
+
+/* Records [from, text.len) as marked (nothing when !track or it is empty), joined to the
+ * previous range when adjacent; a failure to grow is the text's failure (sticky oom). */
+static void mark(rendering *b, size_t from) {
+    if (!b->track || b->text.oom || from >= b->text.len) return;
+    if (b->n_marks && b->marks[b->n_marks - 1][1] == from) {
+        b->marks[b->n_marks - 1][1] = b->text.len;
+        return;
+    }
+    if (kipp_grow((void **)&b->marks, &b->cap_marks, b->n_marks + 1, sizeof *b->marks)) {
+        b->text.oom = 1;
+        return;
+    }
+    b->marks[b->n_marks][0] = from;
+    b->marks[b->n_marks][1] = b->text.len;
+    b->n_marks++;
 }
 
-static kipp_status put_json(const json_t *v, kipp_sbuf *b, char *err, size_t err_len) {
-    size_t at = b->len;
-    kipp_status st = kipp_pyjson_dump(v, b, err, err_len);
-    kipp_sbuf_mark(b, at);
+static void put(rendering *b, span s) {
+    size_t at = b->text.len;
+    kipp_buf_put(&b->text, s.p, s.n);
+    mark(b, at);
+}
+
+static kipp_status put_json(const json_t *v, rendering *b, char *err, size_t err_len) {
+    size_t at = b->text.len;
+    kipp_status st = kipp_pyjson_dump(v, &b->text, err, err_len);
+    mark(b, at);
     return st;
 }
 
@@ -606,51 +629,51 @@ static kipp_status put_json(const json_t *v, kipp_sbuf *b, char *err, size_t err
  * no <think> parsing) and ends the prompt with a bare assistant header; the hybrid and
  * Thinking-2507 templates treat reasoning alike and differ only in the generation prompt. */
 
-static kipp_status render_tool_calls(kipp_sbuf *b, const json_t *calls, span content,
+static kipp_status render_tool_calls(rendering *b, const json_t *calls, span content,
                                      char *err, size_t err_len) {
     for (size_t j = 0; j < json_array_size(calls); j++) {
-        if (j > 0 || content.n) kipp_sbuf_puts(b, "\n");
+        if (j > 0 || content.n) kipp_buf_puts(&b->text, "\n");
         const json_t *fn = call_function(json_array_get(calls, j));
         const json_t *args = json_object_get(fn, "arguments");
-        kipp_sbuf_puts(b, "<tool_call>\n{\"name\": \"");
+        kipp_buf_puts(&b->text, "<tool_call>\n{\"name\": \"");
         put(b, str_span(json_object_get(fn, "name")));
-        kipp_sbuf_puts(b, "\", \"arguments\": ");
+        kipp_buf_puts(&b->text, "\", \"arguments\": ");
         if (json_is_string(args)) { /* a JSON text already: pasted as is */
             put(b, str_span(args));
         } else {
             kipp_status st = put_json(args, b, err, err_len);
             if (st) return st;
         }
-        kipp_sbuf_puts(b, "}\n</tool_call>");
+        kipp_buf_puts(&b->text, "}\n</tool_call>");
     }
     return KIPP_OK;
 }
 
-static kipp_status render_qwen3(kipp_sbuf *b, kipp_chat_template_kind kind, const msg_t *m,
+static kipp_status render_qwen3(rendering *b, kipp_chat_template_kind kind, const msg_t *m,
                                 size_t n, const json_t *tools, int add_generation_prompt,
                                 int enable_thinking, char *err, size_t err_len) {
     if (tools && json_array_size(tools) > 0) {
-        kipp_sbuf_puts(b, "<|im_start|>system\n");
+        kipp_buf_puts(&b->text, "<|im_start|>system\n");
         if (m[0].role == ROLE_SYSTEM) {
             put(b, m[0].content);
-            kipp_sbuf_puts(b, "\n\n");
+            kipp_buf_puts(&b->text, "\n\n");
         }
-        kipp_sbuf_puts(b, "# Tools\n\nYou may call one or more functions to assist with the "
+        kipp_buf_puts(&b->text, "# Tools\n\nYou may call one or more functions to assist with the "
                           "user query.\n\nYou are provided with function signatures within "
                           "<tools></tools> XML tags:\n<tools>");
         for (size_t j = 0; j < json_array_size(tools); j++) {
-            kipp_sbuf_puts(b, "\n");
+            kipp_buf_puts(&b->text, "\n");
             kipp_status st = put_json(json_array_get(tools, j), b, err, err_len);
             if (st) return st;
         }
-        kipp_sbuf_puts(b, "\n</tools>\n\nFor each function call, return a json object with "
+        kipp_buf_puts(&b->text, "\n</tools>\n\nFor each function call, return a json object with "
                           "function name and arguments within <tool_call></tool_call> XML "
                           "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
                           "<args-json-object>}\n</tool_call><|im_end|>\n");
     } else if (m[0].role == ROLE_SYSTEM) {
-        kipp_sbuf_puts(b, "<|im_start|>system\n");
+        kipp_buf_puts(&b->text, "<|im_start|>system\n");
         put(b, m[0].content);
-        kipp_sbuf_puts(b, "<|im_end|>\n");
+        kipp_buf_puts(&b->text, "<|im_end|>\n");
     }
 
     /* The last "real" user query: later assistant turns (a tool-call loop in progress) keep
@@ -667,11 +690,11 @@ static kipp_status render_qwen3(kipp_sbuf *b, kipp_chat_template_kind kind, cons
     for (size_t i = 0; i < n; i++) {
         const msg_t *msg = &m[i];
         if (msg->role == ROLE_USER || (msg->role == ROLE_SYSTEM && i > 0)) {
-            kipp_sbuf_puts(b, "<|im_start|>");
-            kipp_sbuf_puts(b, role_names[msg->role]);
-            kipp_sbuf_puts(b, "\n");
+            kipp_buf_puts(&b->text, "<|im_start|>");
+            kipp_buf_puts(&b->text, role_names[msg->role]);
+            kipp_buf_puts(&b->text, "\n");
             put(b, msg->content);
-            kipp_sbuf_puts(b, "<|im_end|>\n");
+            kipp_buf_puts(&b->text, "<|im_end|>\n");
         } else if (msg->role == ROLE_ASSISTANT) {
             span content = msg->content, reasoning = {"", 0};
             if (kind == KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507) {
@@ -691,12 +714,12 @@ static kipp_status render_qwen3(kipp_sbuf *b, kipp_chat_template_kind kind, cons
                 reasoning = lstrip_nl(before);
                 content = lstrip_nl(after);
             }
-            kipp_sbuf_puts(b, "<|im_start|>assistant\n");
+            kipp_buf_puts(&b->text, "<|im_start|>assistant\n");
             if (kind != KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507 && i > last_query &&
                 (i == n - 1 || reasoning.n)) {
-                kipp_sbuf_puts(b, "<think>\n");
+                kipp_buf_puts(&b->text, "<think>\n");
                 put(b, strip_nl(reasoning));
-                kipp_sbuf_puts(b, "\n</think>\n\n");
+                kipp_buf_puts(&b->text, "\n</think>\n\n");
                 put(b, lstrip_nl(content));
             } else {
                 put(b, content);
@@ -705,30 +728,30 @@ static kipp_status render_qwen3(kipp_sbuf *b, kipp_chat_template_kind kind, cons
                 kipp_status st = render_tool_calls(b, msg->tool_calls, content, err, err_len);
                 if (st) return st;
             }
-            kipp_sbuf_puts(b, "<|im_end|>\n");
+            kipp_buf_puts(&b->text, "<|im_end|>\n");
         } else if (msg->role == ROLE_TOOL) {
             /* consecutive tool results share one user turn */
-            if (i == 0 || m[i - 1].role != ROLE_TOOL) kipp_sbuf_puts(b, "<|im_start|>user");
-            kipp_sbuf_puts(b, "\n<tool_response>\n");
+            if (i == 0 || m[i - 1].role != ROLE_TOOL) kipp_buf_puts(&b->text, "<|im_start|>user");
+            kipp_buf_puts(&b->text, "\n<tool_response>\n");
             put(b, msg->content);
-            kipp_sbuf_puts(b, "\n</tool_response>");
-            if (i == n - 1 || m[i + 1].role != ROLE_TOOL) kipp_sbuf_puts(b, "<|im_end|>\n");
+            kipp_buf_puts(&b->text, "\n</tool_response>");
+            if (i == n - 1 || m[i + 1].role != ROLE_TOOL) kipp_buf_puts(&b->text, "<|im_end|>\n");
         }
         /* a leading system message was written above */
     }
     if (add_generation_prompt) {
-        kipp_sbuf_puts(b, "<|im_start|>assistant\n");
+        kipp_buf_puts(&b->text, "<|im_start|>assistant\n");
         /* the 2507 templates have no enable_thinking: Instruct never thinks, Thinking always */
-        if (kind == KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507) kipp_sbuf_puts(b, "<think>\n");
+        if (kind == KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507) kipp_buf_puts(&b->text, "<think>\n");
         else if (kind == KIPP_CHAT_TEMPLATE_QWEN3 && !enable_thinking)
-            kipp_sbuf_puts(b, "<think>\n\n</think>\n\n");
+            kipp_buf_puts(&b->text, "<think>\n\n</think>\n\n");
     }
     return KIPP_OK;
 }
 
 /* ---- plain ChatML --------------------------------------------------------------------------- */
 
-static kipp_status render_chatml(kipp_sbuf *b, const msg_t *m, size_t n, const json_t *tools,
+static kipp_status render_chatml(rendering *b, const msg_t *m, size_t n, const json_t *tools,
                                  int add_generation_prompt, char *err, size_t err_len) {
     if (tools && json_array_size(tools) > 0)
         return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
@@ -739,13 +762,13 @@ static kipp_status render_chatml(kipp_sbuf *b, const msg_t *m, size_t n, const j
             return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                              "messages[%zu].tool_calls: the model has no chat template (plain "
                              "ChatML), which cannot express tool calls", i);
-        kipp_sbuf_puts(b, "<|im_start|>");
-        kipp_sbuf_puts(b, role_names[m[i].role]);
-        kipp_sbuf_puts(b, "\n");
+        kipp_buf_puts(&b->text, "<|im_start|>");
+        kipp_buf_puts(&b->text, role_names[m[i].role]);
+        kipp_buf_puts(&b->text, "\n");
         put(b, m[i].content); /* reasoning is not part of ChatML: dropped */
-        kipp_sbuf_puts(b, "<|im_end|>\n");
+        kipp_buf_puts(&b->text, "<|im_end|>\n");
     }
-    if (add_generation_prompt) kipp_sbuf_puts(b, "<|im_start|>assistant\n");
+    if (add_generation_prompt) kipp_buf_puts(&b->text, "<|im_start|>assistant\n");
     return KIPP_OK;
 }
 
@@ -779,7 +802,7 @@ static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
     if (st) return st;
     if (tools && json_is_null(tools)) tools = NULL;
     size_t n = json_array_size(messages);
-    kipp_sbuf b = {0};
+    rendering b = {0};
     b.track = spans != NULL;
     st = kind == KIPP_CHAT_TEMPLATE_CHATML
              ? render_chatml(&b, m, n, tools, add_generation_prompt, err, err_len)
@@ -787,12 +810,12 @@ static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
                             err_len);
     free(m);
     if (st) {
-        kipp_sbuf_free(&b);
+        kipp_buf_free(&b.text);
+        free(b.marks);
         return st;
     }
-    size_t *marks = b.marks, n_marks = b.n_marks;
-    b.marks = NULL;
-    *out = kipp_sbuf_take(&b, out_len);
+    size_t *marks = (size_t *)b.marks, n_marks = b.n_marks;
+    *out = kipp_buf_take(&b.text, out_len);
     if (!*out) {
         free(marks);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory rendering the chat");

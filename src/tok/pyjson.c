@@ -1,6 +1,5 @@
-/* pyjson.c — json.dumps-compatible writer for jansson values (see pyjson.h) and the
- * growable byte buffer. The float repr reproduces CPython's float_repr_style 'short':
- * the shortest digit string that reads back to the same double (ties: the one nearest
+/* pyjson.c — json.dumps-compatible writer for jansson values (see pyjson.h). The float
+ * repr reproduces CPython's float_repr_style 'short': the shortest digit string that reads back to the same double (ties: the one nearest
  * the value), printed positionally when the decimal exponent is in [-4, 16) and as
  * d.ddde+XX otherwise. Not here: parsing, Python's big integers, indent/sort options. */
 #include "tok/pyjson.h"
@@ -12,82 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- byte buffer ----------------------------------------------------------------------- */
-
-void kipp_sbuf_put(kipp_sbuf *b, const void *bytes, size_t n) {
-    if (b->oom) return;
-    if (n >= SIZE_MAX - b->len) {
-        b->oom = 1;
-        return;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) {
-                b->oom = 1;
-                return;
-            }
-            cap *= 2;
-        }
-        char *p = realloc(b->ptr, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->ptr = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->ptr + b->len, bytes, n);
-    b->len += n;
-    b->ptr[b->len] = '\0';
-}
-
-void kipp_sbuf_puts(kipp_sbuf *b, const char *s) { kipp_sbuf_put(b, s, strlen(s)); }
-
-void kipp_sbuf_free(kipp_sbuf *b) {
-    free(b->ptr);
-    free(b->marks);
-    b->ptr = NULL;
-    b->marks = NULL;
-    b->len = b->cap = b->n_marks = b->cap_marks = 0;
-    b->oom = 0;
-}
-
-void kipp_sbuf_mark(kipp_sbuf *b, size_t from) {
-    if (!b->track || b->oom || from >= b->len) return;
-    if (b->n_marks && b->marks[2 * b->n_marks - 1] == from) { /* adjacent: extend */
-        b->marks[2 * b->n_marks - 1] = b->len;
-        return;
-    }
-    if (b->n_marks == b->cap_marks) {
-        size_t cap = b->cap_marks ? 2 * b->cap_marks : 16;
-        size_t *m = realloc(b->marks, 2 * cap * sizeof *m);
-        if (!m) {
-            b->oom = 1;
-            return;
-        }
-        b->marks = m;
-        b->cap_marks = cap;
-    }
-    b->marks[2 * b->n_marks] = from;
-    b->marks[2 * b->n_marks + 1] = b->len;
-    b->n_marks++;
-}
-
-char *kipp_sbuf_take(kipp_sbuf *b, size_t *len) {
-    if (!b->oom && !b->ptr) kipp_sbuf_put(b, "", 0); /* an empty result is "" not NULL */
-    if (b->oom) {
-        kipp_sbuf_free(b);
-        if (len) *len = 0;
-        return NULL;
-    }
-    char *p = b->ptr;
-    if (len) *len = b->len;
-    b->ptr = NULL;
-    b->len = b->cap = 0;
-    return p;
-}
 
 /* ---- float repr ------------------------------------------------------------------------- */
 
@@ -184,77 +107,77 @@ size_t kipp_pyjson_float_repr(double x, char out[32]) {
 
 /* Python's py_encode_basestring: escape '"', '\\' and bytes < 0x20 (short forms for
  * \b \f \n \r \t, else \u00xx in lower-case hex); everything else, UTF-8 included, raw. */
-static void put_string(kipp_sbuf *b, const char *s, size_t n) {
-    kipp_sbuf_put(b, "\"", 1);
+static void put_string(kipp_buf *b, const char *s, size_t n) {
+    kipp_buf_put(b, "\"", 1);
     size_t run = 0; /* start of the pending raw run */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        kipp_sbuf_put(b, s + run, i - run);
+        kipp_buf_put(b, s + run, i - run);
         run = i + 1;
         char esc[8];
         switch (c) {
-        case '"': kipp_sbuf_put(b, "\\\"", 2); break;
-        case '\\': kipp_sbuf_put(b, "\\\\", 2); break;
-        case '\b': kipp_sbuf_put(b, "\\b", 2); break;
-        case '\f': kipp_sbuf_put(b, "\\f", 2); break;
-        case '\n': kipp_sbuf_put(b, "\\n", 2); break;
-        case '\r': kipp_sbuf_put(b, "\\r", 2); break;
-        case '\t': kipp_sbuf_put(b, "\\t", 2); break;
+        case '"': kipp_buf_put(b, "\\\"", 2); break;
+        case '\\': kipp_buf_put(b, "\\\\", 2); break;
+        case '\b': kipp_buf_put(b, "\\b", 2); break;
+        case '\f': kipp_buf_put(b, "\\f", 2); break;
+        case '\n': kipp_buf_put(b, "\\n", 2); break;
+        case '\r': kipp_buf_put(b, "\\r", 2); break;
+        case '\t': kipp_buf_put(b, "\\t", 2); break;
         default:
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            kipp_sbuf_put(b, esc, 6);
+            kipp_buf_put(b, esc, 6);
         }
     }
-    kipp_sbuf_put(b, s + run, n - run);
-    kipp_sbuf_put(b, "\"", 1);
+    kipp_buf_put(b, s + run, n - run);
+    kipp_buf_put(b, "\"", 1);
 }
 
-static kipp_status dump(const json_t *v, kipp_sbuf *b, int depth, char *err, size_t err_len) {
+static kipp_status dump(const json_t *v, kipp_buf *b, int depth, char *err, size_t err_len) {
     if (depth > KIPP_PYJSON_MAX_DEPTH)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "JSON value nested deeper than %d levels", KIPP_PYJSON_MAX_DEPTH);
     char num[32];
     switch (json_typeof(v)) {
-    case JSON_NULL: kipp_sbuf_puts(b, "null"); break;
-    case JSON_TRUE: kipp_sbuf_puts(b, "true"); break;
-    case JSON_FALSE: kipp_sbuf_puts(b, "false"); break;
+    case JSON_NULL: kipp_buf_puts(b, "null"); break;
+    case JSON_TRUE: kipp_buf_puts(b, "true"); break;
+    case JSON_FALSE: kipp_buf_puts(b, "false"); break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        kipp_sbuf_puts(b, num);
+        kipp_buf_puts(b, num);
         break;
-    case JSON_REAL: kipp_sbuf_put(b, num, kipp_pyjson_float_repr(json_real_value(v), num)); break;
+    case JSON_REAL: kipp_buf_put(b, num, kipp_pyjson_float_repr(json_real_value(v), num)); break;
     case JSON_STRING: put_string(b, json_string_value(v), json_string_length(v)); break;
     case JSON_ARRAY:
-        kipp_sbuf_put(b, "[", 1);
+        kipp_buf_put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) kipp_sbuf_put(b, ", ", 2);
+            if (i) kipp_buf_put(b, ", ", 2);
             kipp_status st = dump(json_array_get(v, i), b, depth + 1, err, err_len);
             if (st) return st;
         }
-        kipp_sbuf_put(b, "]", 1);
+        kipp_buf_put(b, "]", 1);
         break;
     case JSON_OBJECT: {
-        kipp_sbuf_put(b, "{", 1);
+        kipp_buf_put(b, "{", 1);
         int first = 1;
         /* jansson (>= 2.8) iterates objects in insertion order, as Python dicts do */
         for (void *it = json_object_iter((json_t *)v); it;
              it = json_object_iter_next((json_t *)v, it)) {
-            if (!first) kipp_sbuf_put(b, ", ", 2);
+            if (!first) kipp_buf_put(b, ", ", 2);
             first = 0;
             put_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
-            kipp_sbuf_put(b, ": ", 2);
+            kipp_buf_put(b, ": ", 2);
             kipp_status st = dump(json_object_iter_value(it), b, depth + 1, err, err_len);
             if (st) return st;
         }
-        kipp_sbuf_put(b, "}", 1);
+        kipp_buf_put(b, "}", 1);
         break;
     }
     }
     return KIPP_OK;
 }
 
-kipp_status kipp_pyjson_dump(const json_t *v, kipp_sbuf *out, char *err, size_t err_len) {
+kipp_status kipp_pyjson_dump(const json_t *v, kipp_buf *out, char *err, size_t err_len) {
     if (!v) return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "no JSON value to serialize");
     kipp_status st = dump(v, out, 0, err, err_len);
     if (st == KIPP_OK && out->oom)

@@ -24,21 +24,6 @@ static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r
 /* A byte that ends a bare JSON token (number, true, ...) in the arguments position. */
 static int ends_token(char c) { return is_ws(c) || c == ',' || c == '}' || c == ']'; }
 
-static int buf_add(kipp_toolcall_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
 /* ---- decoding (shared by both paths) ------------------------------------------------------ */
 
 /* A JSON string token (quotes included) as a call name: 1 and a malloc'd copy when it is
@@ -59,13 +44,13 @@ static int decode_name(const char *tok, size_t n, char **name, size_t *name_len)
 
 /* The arguments of an announced call whose value is a string or a bare token (tok, n
  * bytes): a string decoded, another valid JSON value as written, anything else "". */
-static int token_args(const char *tok, size_t n, kipp_toolcall_buf *out) {
+static int token_args(const char *tok, size_t n, kipp_buf *out) {
     json_error_t je;
     json_t *v = n ? json_loadb(tok, n, JSON_DECODE_ANY, &je) : NULL;
     int rc = 0;
-    if (json_is_string(v)) rc = buf_add(out, json_string_value(v), json_string_length(v));
-    else if (v) rc = buf_add(out, tok, n);
-    else rc = buf_add(out, "", 0);
+    if (json_is_string(v)) rc = kipp_buf_put(out, json_string_value(v), json_string_length(v));
+    else if (v) rc = kipp_buf_put(out, tok, n);
+    else rc = kipp_buf_put(out, "", 0);
     json_decref(v);
     return rc;
 }
@@ -139,13 +124,13 @@ static int match_announced(const char *b, size_t n, char **name, size_t *name_le
 }
 
 /* Rule 2's arguments from the text after "arguments": */
-static int announced_args(const char *s, size_t n, kipp_toolcall_buf *out) {
+static int announced_args(const char *s, size_t n, kipp_buf *out) {
     const size_t i = skip_ws(s, n, 0);
-    if (i == n) return buf_add(out, "", 0);
-    if (s[i] == '{' || s[i] == '[') return buf_add(out, s + i, scan_tree(s, n, i) - i);
+    if (i == n) return kipp_buf_put(out, "", 0);
+    if (s[i] == '{' || s[i] == '[') return kipp_buf_put(out, s + i, scan_tree(s, n, i) - i);
     if (s[i] == '"') {
         size_t e;
-        return scan_string(s, n, i, &e) ? token_args(s + i, e - i, out) : buf_add(out, "", 0);
+        return scan_string(s, n, i, &e) ? token_args(s + i, e - i, out) : kipp_buf_put(out, "", 0) != KIPP_OK;
     }
     size_t e = i;
     while (e < n && !ends_token(s[e])) e++;
@@ -190,7 +175,7 @@ static int find_args_text(const char *b, size_t n, size_t *v0, size_t *v1) {
 /* Rule 3: 1 with the call's name and arguments when b is a JSON object with a non-empty
  * string "name"; 0 when it is no call; -1 out of memory. */
 static int parse_other(const char *b, size_t n, char **name, size_t *name_len,
-                       kipp_toolcall_buf *args) {
+                       kipp_buf *args) {
     json_error_t je;
     json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
     json_t *nm = json_object_get(o, "name"); /* NULL when o is not an object */
@@ -206,14 +191,14 @@ static int parse_other(const char *b, size_t n, char **name, size_t *name_len,
     size_t v0, v1;
     if (rc < 0) {
     } else if (!a) {
-        if (buf_add(args, "{}", 2)) rc = -1;
+        if (kipp_buf_put(args, "{}", 2)) rc = -1;
     } else if (json_is_string(a)) {
-        if (buf_add(args, json_string_value(a), json_string_length(a))) rc = -1;
+        if (kipp_buf_put(args, json_string_value(a), json_string_length(a))) rc = -1;
     } else if (find_args_text(b, n, &v0, &v1)) {
-        if (buf_add(args, b + v0, v1 - v0)) rc = -1;
+        if (kipp_buf_put(args, b + v0, v1 - v0)) rc = -1;
     } else { /* not reached for a valid object; re-encoding keeps the value */
         char *s = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!s || buf_add(args, s, strlen(s))) rc = -1;
+        if (!s || kipp_buf_put(args, s, strlen(s))) rc = -1;
         free(s);
     }
     json_decref(o);
@@ -228,22 +213,22 @@ static int parse_other(const char *b, size_t n, char **name, size_t *name_len,
 
 /* Appends content s[0..n) less leading whitespace (after a call) and trailing whitespace
  * (before a call or at the end). */
-static int add_segment(kipp_toolcall_buf *c, const char *s, size_t n, int strip_lead) {
+static int add_segment(kipp_buf *c, const char *s, size_t n, int strip_lead) {
     if (strip_lead)
         while (n && is_ws(s[0])) s++, n--;
     while (n && is_ws(s[n - 1])) n--;
-    return buf_add(c, s, n);
+    return kipp_buf_put(c, s, n);
 }
 
 kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_result *out,
                                 char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
-    kipp_toolcall_buf content = {0};
+    kipp_buf content = {0};
     size_t cap = 0;
     size_t pos = 0;  /* start of the current content segment */
     size_t from = 0; /* where the next <tool_call> is looked for */
     int after_call = 0;
-    if (buf_add(&content, "", 0)) goto nomem;
+    if (kipp_buf_put(&content, "", 0)) goto nomem;
     for (;;) {
         const size_t at = find(text, len, from, open_tag, OPEN_LEN);
         if (at == len) {
@@ -257,16 +242,16 @@ kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_resu
         const size_t bn = close - b0;
         char *name = NULL;
         size_t name_len = 0, rest;
-        kipp_toolcall_buf args = {0};
+        kipp_buf args = {0};
         int rc;
         if (match_announced(b, bn, &name, &name_len, &rest))
             rc = announced_args(b + rest, bn - rest, &args) ? -1 : 1;
         else
             rc = parse_other(b, bn, &name, &name_len, &args);
-        if (rc == 1 && !args.p && buf_add(&args, "", 0)) rc = -1;
+        if (rc == 1 && !args.data && kipp_buf_put(&args, "", 0)) rc = -1;
         if (rc < 0) {
             free(name);
-            free(args.p);
+            free(args.data);
             goto nomem;
         }
         if (rc == 0 && close == len) { /* cut short before it became a call: dropped */
@@ -282,22 +267,22 @@ kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_resu
             kipp_toolcall_call *p = realloc(out->calls, cap * sizeof *p);
             if (!p) {
                 free(name);
-                free(args.p);
+                free(args.data);
                 goto nomem;
             }
             out->calls = p;
         }
         out->calls[out->n_calls++] =
-            (kipp_toolcall_call){.name = name, .name_len = name_len, .args = args.p, .args_len = args.n};
+            (kipp_toolcall_call){.name = name, .name_len = name_len, .args = args.data, .args_len = args.len};
         if (add_segment(&content, text + pos, at - pos, after_call)) goto nomem;
         after_call = 1;
         pos = from = next;
     }
-    out->content = content.p;
-    out->content_len = content.n;
+    out->content = content.data;
+    out->content_len = content.len;
     return KIPP_OK;
 nomem:
-    free(content.p);
+    free(content.data);
     return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "tool-call split: out of memory");
 }
 
@@ -345,15 +330,15 @@ void kipp_toolcall_init(kipp_toolcall *t, kipp_toolcall_emit_fn emit, void *user
 
 void kipp_toolcall_free(kipp_toolcall *t) {
     if (!t) return;
-    free(t->ws.p);
-    free(t->text.p);
-    t->ws = t->text = (kipp_toolcall_buf){0};
+    free(t->ws.data);
+    free(t->text.data);
+    t->ws = t->text = (kipp_buf){0};
 }
 
 uint32_t kipp_toolcall_n_calls(const kipp_toolcall *t) { return t->n_calls; }
 
-static void add(kipp_toolcall *t, kipp_toolcall_buf *b, const char *s, size_t n) {
-    if (buf_add(b, s, n)) t->oom = 1;
+static void add(kipp_toolcall *t, kipp_buf *b, const char *s, size_t n) {
+    if (kipp_buf_put(b, s, n)) t->oom = 1;
 }
 
 static void flush(kipp_toolcall *t) {
@@ -382,14 +367,14 @@ static void content_byte(kipp_toolcall *t, char c) {
         return;
     }
     if (!t->lead_drop)
-        for (size_t i = 0; i < t->ws.n; i++) out_byte(t, KIPP_TOOLCALL_CONTENT, t->ws.p[i]);
-    t->ws.n = 0;
+        for (size_t i = 0; i < t->ws.len; i++) out_byte(t, KIPP_TOOLCALL_CONTENT, t->ws.data[i]);
+    t->ws.len = 0;
     t->lead_drop = 0;
     out_byte(t, KIPP_TOOLCALL_CONTENT, c);
 }
 
 static void begin_call(kipp_toolcall *t, const char *name, size_t name_len) {
-    t->ws.n = 0; /* the whitespace before <tool_call> */
+    t->ws.len = 0; /* the whitespace before <tool_call> */
     t->n_calls++;
     event(t, KIPP_TOOLCALL_BEGIN, name, name_len);
 }
@@ -398,34 +383,34 @@ static void end_call(kipp_toolcall *t, int closed) {
     if (t->body <= DEFERRED) { /* never announced: rule 3, or the text is content */
         char *name = NULL;
         size_t name_len = 0;
-        kipp_toolcall_buf args = {0};
-        const int rc = parse_other(t->text.p ? t->text.p : "", t->text.n, &name, &name_len, &args);
+        kipp_buf args = {0};
+        const int rc = parse_other(t->text.data ? t->text.data : "", t->text.len, &name, &name_len, &args);
         if (rc < 0) t->oom = 1;
         if (rc == 1) {
             begin_call(t, name, name_len);
-            if (args.n) event(t, KIPP_TOOLCALL_ARGS, args.p, args.n);
+            if (args.len) event(t, KIPP_TOOLCALL_ARGS, args.data, args.len);
             event(t, KIPP_TOOLCALL_END, "", 0);
             t->lead_drop = 1;
         } else if (closed) { /* an invalid body: the text was no call after all */
             for (size_t i = 0; i < OPEN_LEN; i++) content_byte(t, open_tag[i]);
-            for (size_t i = 0; i < t->text.n; i++) content_byte(t, t->text.p[i]);
+            for (size_t i = 0; i < t->text.len; i++) content_byte(t, t->text.data[i]);
             for (size_t i = 0; i < CLOSE_LEN; i++) content_byte(t, close_tag[i]);
         } /* else cut short before it became a call: dropped (no tag text in content) */
         free(name);
-        free(args.p);
+        free(args.data);
     } else {
         if (t->body == A_TOKEN || t->body == A_AFTER_TOKEN) {
-            kipp_toolcall_buf args = {0};
-            if (token_args(t->text.p ? t->text.p : "", t->text.n, &args)) t->oom = 1;
-            if (args.n) event(t, KIPP_TOOLCALL_ARGS, args.p, args.n);
-            free(args.p);
+            kipp_buf args = {0};
+            if (token_args(t->text.data ? t->text.data : "", t->text.len, &args)) t->oom = 1;
+            if (args.len) event(t, KIPP_TOOLCALL_ARGS, args.data, args.len);
+            free(args.data);
         }
         /* A_WS, A_STRING (not closed): ""; A_TREE, A_AFTER_TREE: already streamed */
         event(t, KIPP_TOOLCALL_END, "", 0);
         t->lead_drop = 1;
     }
     t->mode = M_CONTENT;
-    t->text.n = 0;
+    t->text.len = 0;
 }
 
 /* One byte of rule 2's prefix (already appended to t->text). */
@@ -437,7 +422,7 @@ static void prefix_byte(kipp_toolcall *t, char c) {
         if (t->esc) t->esc = 0;
         else if (c == '\\') t->esc = 1;
         else if (c == '"')
-            t->body = decode_name(t->text.p + t->mark, t->text.n - t->mark, NULL, NULL) ? P_COMMA
+            t->body = decode_name(t->text.data + t->mark, t->text.len - t->mark, NULL, NULL) ? P_COMMA
                                                                                         : DEFERRED;
         return;
     case P_KEY_NAME:
@@ -454,7 +439,7 @@ static void prefix_byte(kipp_toolcall *t, char c) {
         if (c != single[t->body]) {
             t->body = DEFERRED;
         } else if (t->body == P_QUOTE) {
-            t->mark = t->text.n - 1; /* the name's token starts at its quote */
+            t->mark = t->text.len - 1; /* the name's token starts at its quote */
             t->esc = 0;
             t->body = P_NAME;
         } else if (t->body == P_COLON2) {
@@ -462,15 +447,15 @@ static void prefix_byte(kipp_toolcall *t, char c) {
             size_t e = t->mark;
             char *name = NULL;
             size_t name_len = 0;
-            scan_string(t->text.p, t->text.n, t->mark, &e);
-            if (!decode_name(t->text.p + t->mark, e - t->mark, &name, &name_len)) {
+            scan_string(t->text.data, t->text.len, t->mark, &e);
+            if (!decode_name(t->text.data + t->mark, e - t->mark, &name, &name_len)) {
                 t->oom = 1; /* it decoded at P_NAME: only memory can fail now */
                 t->body = DEFERRED;
                 return;
             }
             begin_call(t, name, name_len);
             free(name);
-            t->text.n = 0;
+            t->text.len = 0;
             t->body = A_WS;
         } else {
             t->body++;
@@ -486,7 +471,7 @@ static void body_byte(kipp_toolcall *t, char c) {
         return;
     case A_WS:
         if (is_ws(c)) return;
-        t->text.n = 0;
+        t->text.len = 0;
         if (c == '{' || c == '[') {
             t->depth = 1;
             t->in_str = t->esc = 0;
@@ -568,7 +553,7 @@ static void step(kipp_toolcall *t, char c) {
         } else {
             t->mode = M_BODY; /* the whitespace before the tag stays held: the body may be no call */
             t->body = P_OPEN;
-            t->text.n = 0;
+            t->text.len = 0;
             t->lit = 0;
             t->esc = t->in_str = 0;
         }
@@ -600,7 +585,7 @@ kipp_status kipp_toolcall_finish(kipp_toolcall *t, char *err, size_t err_len) {
     while (t->n_tag) break_tag(t); /* a partial tag that can no longer complete */
     if (t->mode == M_BODY) end_call(t, 0); /* cut short inside a call: the end closes it */
     flush(t);                              /* trailing whitespace is never emitted */
-    t->ws.n = 0;
+    t->ws.len = 0;
     t->mode = M_DONE;
     if (t->oom)
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "tool-call split: out of memory holding text back");

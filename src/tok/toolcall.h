@@ -48,6 +48,7 @@
 #define KIPP_TOK_TOOLCALL_H
 
 #include "kipp.h"
+#include "core/buf.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -89,21 +90,16 @@ typedef enum {
 typedef void (*kipp_toolcall_emit_fn)(void *user, kipp_toolcall_event ev, uint32_t index,
                                       const char *bytes, size_t n);
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} kipp_toolcall_buf;
-
 /* Streaming state: the caller owns the struct (stack is fine) and frees it with
  * kipp_toolcall_free; fields are private (toolcall.c). */
 typedef struct {
     int mode;               /* CONTENT, BODY or DONE (toolcall.c) */
     int lead_drop;          /* content's leading whitespace is dropped (right after a call) */
-    kipp_toolcall_buf ws;   /* content whitespace held back */
+    kipp_buf ws;   /* content whitespace held back */
     char tag[16];           /* partial <tool_call> or </tool_call> held back */
     size_t n_tag;
     int body;               /* the call's sub-state (toolcall.c) */
-    kipp_toolcall_buf text; /* the body (not announced yet) or the arguments token held */
+    kipp_buf text; /* the body (not announced yet) or the arguments token held */
     size_t lit;             /* announced-prefix matcher: bytes of the current key read */
     size_t mark;            /* where the name's string token starts in text */
     int in_str, esc;        /* JSON lexing: inside a string, after a backslash */

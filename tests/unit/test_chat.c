@@ -103,12 +103,12 @@ static void test_float_repr(void) {
 static void dump_is(const char *json, size_t flags, const char *want) {
     json_error_t jerr;
     json_t *v = json_loads(json, flags | JSON_DECODE_ANY, &jerr);
-    kipp_sbuf b = {0};
+    kipp_buf b = {0};
     char err[KIPP_ERR_LEN] = "";
     kipp_status st = v ? kipp_pyjson_dump(v, &b, err, sizeof err) : KIPP_ERR_FORMAT;
-    KT_CHECK(st == KIPP_OK && b.len == strlen(want) && memcmp(b.ptr, want, b.len) == 0,
-             "dump %s: got \"%s\" want \"%s\" (%s)", json, b.ptr ? b.ptr : "", want, err);
-    kipp_sbuf_free(&b);
+    KT_CHECK(st == KIPP_OK && b.len == strlen(want) && memcmp(b.data, want, b.len) == 0,
+             "dump %s: got \"%s\" want \"%s\" (%s)", json, b.data ? b.data : "", want, err);
+    kipp_buf_free(&b);
     json_decref(v);
 }
 
@@ -135,15 +135,15 @@ static void test_pyjson(void) {
         json_array_append_new(cur, next);
         cur = next;
     }
-    kipp_sbuf b = {0};
+    kipp_buf b = {0};
     char err[KIPP_ERR_LEN] = "";
     KT_CHECK(kipp_pyjson_dump(deep, &b, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
                  strstr(err, "nested"), "%s", err);
-    kipp_sbuf_free(&b);
+    kipp_buf_free(&b);
     json_decref(deep);
 
     size_t n = 99;
-    char *s = kipp_sbuf_take(&b, &n); /* an empty buffer gives "" */
+    char *s = kipp_buf_take(&b, &n); /* an empty buffer gives "" */
     KT_CHECK(s && n == 0 && s[0] == '\0');
     free(s);
 }
@@ -436,18 +436,18 @@ void kt_suite_chat(void) {
 /* ---- reasoning split ---------------------------------------------------------------------- */
 
 typedef struct {
-    kipp_sbuf part[2]; /* [0] content, [1] reasoning */
+    kipp_buf part[2]; /* [0] content, [1] reasoning */
     int bad_call;      /* an emit with n == 0 */
 } collect;
 
 static void on_emit(void *user, int is_reasoning, const char *bytes, size_t n) {
     collect *c = user;
     if (n == 0) c->bad_call = 1;
-    kipp_sbuf_put(&c->part[is_reasoning ? 1 : 0], bytes, n);
+    kipp_buf_put(&c->part[is_reasoning ? 1 : 0], bytes, n);
 }
 
-static int same(const kipp_sbuf *b, const char *p, size_t n) {
-    return b->len == n && (n == 0 || memcmp(b->ptr, p, n) == 0);
+static int same(const kipp_buf *b, const char *p, size_t n) {
+    return b->len == n && (n == 0 || memcmp(b->data, p, n) == 0);
 }
 
 /* Streams text cut at the given offsets (sorted, at most 3) and compares with the one-shot
@@ -467,8 +467,8 @@ static int stream_matches(const char *text, kipp_reasoning_mode mode, const size
     }
     kipp_reasoning_finish(&st, NULL, 0);
     int ok = !col.bad_call && same(&col.part[1], r, rn) && same(&col.part[0], c, cn);
-    kipp_sbuf_free(&col.part[0]);
-    kipp_sbuf_free(&col.part[1]);
+    kipp_buf_free(&col.part[0]);
+    kipp_buf_free(&col.part[1]);
     return ok;
 }
 
@@ -550,8 +550,8 @@ static void test_split_streaming(void) {
             kipp_reasoning_split(texts[i], len, (kipp_reasoning_mode)mode, &r, &rn, &c, &cn);
             KT_CHECK(same(&col.part[1], r, rn) && same(&col.part[0], c, cn),
                      "text %zu mode %d: byte-at-a-time differs", i, mode);
-            kipp_sbuf_free(&col.part[0]);
-            kipp_sbuf_free(&col.part[1]);
+            kipp_buf_free(&col.part[0]);
+            kipp_buf_free(&col.part[1]);
         }
     }
 }
@@ -575,8 +575,8 @@ static void test_stream_events(void) {
     KT_CHECK(kipp_reasoning_finish(&st, err, sizeof err) == KIPP_OK);
     KT_CHECK(kipp_reasoning_feed(&st, "x", 1, err, sizeof err) == KIPP_ERR_INVALID_ARG);
     KT_CHECK(kipp_reasoning_finish(&st, err, sizeof err) == KIPP_ERR_INVALID_ARG);
-    kipp_sbuf_free(&col.part[0]);
-    kipp_sbuf_free(&col.part[1]);
+    kipp_buf_free(&col.part[0]);
+    kipp_buf_free(&col.part[1]);
 
     kipp_reasoning_init(&st, KIPP_REASONING_OPEN_IN_PROMPT, NULL, NULL); /* no sink is fine */
     KT_CHECK(kipp_reasoning_in_reasoning(&st));

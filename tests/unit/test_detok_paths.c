@@ -22,7 +22,7 @@ static size_t n_chars(const char *s, size_t n) {
 static char *stream_cli(const kipp_model *m, const int32_t *ids, size_t n, size_t *len) {
     kipp_detokenizer *dt = NULL;
     char err[KIPP_ERR_LEN];
-    oai_buf out = {0};
+    kipp_buf out = {0};
     KT_CHECK(kipp_detokenizer_init(m, 1, &dt, err, sizeof err) == KIPP_OK, "%s", err);
     if (!dt) return NULL;
     for (size_t i = 0; i <= n; i++) {
@@ -31,11 +31,11 @@ static char *stream_cli(const kipp_model *m, const int32_t *ids, size_t n, size_
         kipp_status st = i < n ? kipp_detokenizer_next(dt, ids[i], &t, &k)
                                : kipp_detokenizer_end(dt, &t, &k);
         KT_CHECK(st == KIPP_OK, "token %zu (id %d)", i, i < n ? ids[i] : -1);
-        oai_buf_add(&out, t, k);
+        kipp_buf_put(&out, t, k);
     }
     kipp_detokenizer_free(dt);
-    *len = out.n;
-    return out.p ? out.p : strdup("");
+    *len = out.len;
+    return out.data ? out.data : strdup("");
 }
 
 /* The server: oai_gen over the same ids (completions endpoint, no stop strings, and with a
@@ -61,10 +61,10 @@ static char *stream_server(const kipp_model *m, const int32_t *ids, size_t n, si
     }
     oai_gen_finish(&g);
     KT_CHECK(!g.oom && g.n_used == n);
-    char *s = malloc(g.content.n + 1);
-    memcpy(s, g.content.p ? g.content.p : "", g.content.n);
-    s[g.content.n] = 0;
-    *len = g.content.n;
+    char *s = malloc(g.content.len + 1);
+    memcpy(s, g.content.data ? g.content.data : "", g.content.len);
+    s[g.content.len] = 0;
+    *len = g.content.len;
     if (offsets) {
         *offsets = malloc((n + 1) * sizeof **offsets);
         memcpy(*offsets, g.text_offset, n * sizeof **offsets);

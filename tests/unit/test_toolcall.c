@@ -570,7 +570,7 @@ static void test_server_stream(kipp_model *m) {
         }
         json_t *chunks[64];
         size_t n_chunks = 0;
-        if (g.content.n || g.reasoning.n || i == 0) {
+        if (g.content.len || g.reasoning.len || i == 0) {
             char *js = oai_chunk_json(&g, &meta, NULL, 0, 0, i == 0);
             chunks[n_chunks++] = json_loads(js ? js : "", 0, NULL);
             free(js);
