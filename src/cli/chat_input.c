@@ -7,6 +7,7 @@
 #define _XOPEN_SOURCE 700 /* nl_langinfo */
 #include "cli/chat_input.h"
 
+#include "core/buf.h"
 #include "core/outfile.h"
 #include "kipp.h"
 
@@ -15,6 +16,7 @@
 #include <histedit.h>
 #include <langinfo.h>
 #include <locale.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,19 +48,11 @@ static void on_sigwinch(int sig) {
     g_winch = 1;
 }
 
-static int grow(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 1;
-    size_t c = *cap ? *cap : 256;
-    while (c < need) c *= 2;
-    char *b = realloc(*buf, c);
-    if (!b) return 0;
-    *buf = b;
-    *cap = c;
-    return 1;
-}
 
 static int msg_append(kipp_chat_input *in, const char *s, size_t n) {
-    if (!grow(&in->msg, &in->msg_cap, in->msg_len + n + 1)) return 0;
+    if (n >= SIZE_MAX - in->msg_len ||
+        kipp_grow((void **)&in->msg, &in->msg_cap, in->msg_len + n + 1, 1) != KIPP_OK)
+        return 0;
     memcpy(in->msg + in->msg_len, s, n);
     in->msg_len += n;
     in->msg[in->msg_len] = '\0';
@@ -307,7 +301,7 @@ static phys_result read_physical(kipp_chat_input *in) {
             return PHYS_EOF;
         }
         n = (size_t)count;
-        if (!grow(&in->line, &in->line_cap, n + 1)) goto oom;
+        if (kipp_grow((void **)&in->line, &in->line_cap, n + 1, 1) != KIPP_OK) goto oom;
         memcpy(in->line, got, n);
     } else {
         if (in->p.prompt) {

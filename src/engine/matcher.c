@@ -14,6 +14,7 @@
  * JSON string leaves the same state. */
 #include "engine/grammar.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "engine/grammar_int.h"
 
@@ -475,16 +476,17 @@ int kipp_matcher_allows_token(kipp_matcher *m, int32_t id) { return token(m, id,
 
 /* ---- masks ----------------------------------------------------------------------------------- */
 
-/* Grows an array (of elem bytes per entry) to hold n + extra entries; -1 out of memory. */
-static int grow(kipp_matcher *m, void **p, uint32_t *cap, uint32_t n, uint32_t extra, size_t elem,
-                uint32_t first) {
-    if (n + extra <= *cap) return 0;
-    uint32_t c = *cap ? 2 * *cap : first; /* small first sizes: the tests exercise growth */
-    while (c < n + extra) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) { m->oom = 1; return -1; }
-    *p = q;
-    *cap = c;
+/* Grows an array (of elem bytes per entry) to hold n + extra entries with the core's
+ * kipp_grow; the counts here are uint32_t, so a total past UINT32_MAX fails too. -1 (and
+ * m->oom) when out of memory. */
+static int grow(kipp_matcher *m, void **p, uint32_t *cap, uint32_t n, uint32_t extra, size_t elem) {
+    if (n + (uint64_t)extra <= *cap) return 0;
+    size_t c = *cap;
+    if (n + (uint64_t)extra > UINT32_MAX || kipp_grow(p, &c, (size_t)n + extra, elem) != KIPP_OK) {
+        m->oom = 1;
+        return -1;
+    }
+    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
     return 0;
 }
 
@@ -528,8 +530,8 @@ static uint32_t new_state(kipp_matcher *m, uint32_t *tops, uint32_t n, int compl
         if (w->n == n && w->complete == complete && !memcmp(m->mbuf + w->off, tops, n * sizeof *tops))
             return m->intern[h] - 1;
     }
-    if (grow(m, (void **)&m->mbuf, &m->cap_mbuf, m->n_mbuf, n, sizeof *m->mbuf, 64) ||
-        grow(m, (void **)&m->ws, &m->cap_ws, m->n_ws, 1, sizeof *m->ws, 16))
+    if (grow(m, (void **)&m->mbuf, &m->cap_mbuf, m->n_mbuf, n, sizeof *m->mbuf) ||
+        grow(m, (void **)&m->ws, &m->cap_ws, m->n_ws, 1, sizeof *m->ws))
         return NONE;
     wstate *w = &m->ws[m->n_ws];
     memset(w, 0, sizeof *w);
@@ -580,7 +582,7 @@ static uint32_t merge(kipp_matcher *m, uint32_t sid, unsigned b) {
             uint32_t q = 0;
             while (q < mg->n && mg->top[q] != g) q++;
             if (q < mg->n) continue;
-            if (mg->n == mg->cap && grow(m, (void **)&mg->top, &mg->cap, mg->n, 1, sizeof *mg->top, 16))
+            if (mg->n == mg->cap && grow(m, (void **)&mg->top, &mg->cap, mg->n, 1, sizeof *mg->top))
                 return NONE;
             mg->top[mg->n++] = g;
         }
@@ -590,7 +592,7 @@ static uint32_t merge(kipp_matcher *m, uint32_t sid, unsigned b) {
 
 /* State sid's dispatch table and byte classes. */
 static void build_disp(kipp_matcher *m, uint32_t sid) {
-    if (grow(m, (void **)&m->dbuf, &m->cap_dbuf, m->n_dbuf, 256, sizeof *m->dbuf, 512)) return;
+    if (grow(m, (void **)&m->dbuf, &m->cap_dbuf, m->n_dbuf, 256, sizeof *m->dbuf)) return;
     uint16_t *d = m->dbuf + m->n_dbuf;
     const uint32_t n = m->ws[sid].n, off = m->ws[sid].off, c0 = m->n_cbuf;
     m->work += 256u * n;
@@ -612,7 +614,7 @@ static void build_disp(kipp_matcher *m, uint32_t sid) {
         uint32_t c = 0;
         while (c < n_cls && m->cbuf[c0 + c].tops != tops) c++;
         if (c == n_cls) {
-            if (n_cls == MULTI - 1 || grow(m, (void **)&m->cbuf, &m->cap_cbuf, m->n_cbuf, 1, sizeof *m->cbuf, 16))
+            if (n_cls == MULTI - 1 || grow(m, (void **)&m->cbuf, &m->cap_cbuf, m->n_cbuf, 1, sizeof *m->cbuf))
                 continue;
             m->cbuf[m->n_cbuf++] = (wclass){.tops = tops, .sid = NONE};
             n_cls++;

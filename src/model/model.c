@@ -3,6 +3,7 @@
  * checks its shape and type. Weights stay in the mapping. Does not run the model. */
 #include "model/model.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "core/types.h"
 #include "tok/chat.h"
@@ -366,23 +367,13 @@ void kipp_detokenizer_free(kipp_detokenizer *d) {
     free(d);
 }
 
-static int detok_reserve(kipp_detokenizer *d, size_t need) {
-    if (need <= d->cap) return 1;
-    size_t cap = d->cap ? d->cap : 256;
-    while (cap < need) cap *= 2;
-    char *p = realloc(d->buf, cap);
-    if (!p) return 0;
-    d->buf = p;
-    d->cap = cap;
-    return 1;
-}
-
 /* _next (end = 0) and _end (end = 1): the text into d's own buffer, grown first. */
 static kipp_status detok_step(kipp_detokenizer *d, int32_t id, int end, const char **text,
                               size_t *n_text) {
     *text = "";
     *n_text = 0;
-    if (!detok_reserve(d, end ? KIPP_DETOK_FLUSH_MAX : kipp_detok_bound(&d->d, id)))
+    if (kipp_grow((void **)&d->buf, &d->cap, end ? KIPP_DETOK_FLUSH_MAX : kipp_detok_bound(&d->d, id),
+                  1) != KIPP_OK)
         return KIPP_ERR_NOMEM;
     size_t n = 0;
     kipp_status st = end ? kipp_detok_flush(&d->d, d->buf, d->cap, &n)

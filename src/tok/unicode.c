@@ -9,6 +9,8 @@
  * output, the quick-check tables of UAX #15 (derived from utf8proc data instead). */
 #include "tok/unicode.h"
 
+#include "core/buf.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -298,23 +300,6 @@ int kipp_tok_nfc_stable(uint32_t cp) {
     return 1;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return 1;
-    size_t c = *cap ? *cap : 256;
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / elem)
-            return 0;
-        c *= 2;
-    }
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return 0;
-    *p = q;
-    *cap = c;
-    return 1;
-}
-
 /* Canonical ordering: every run of non-starters sorted stably by combining class. Short
  * runs (the normal case) by insertion, long ones by counting sort: linear either way. */
 static int reorder(kipp_tok_nfc_buf *b, size_t n) {
@@ -340,7 +325,7 @@ static int reorder(kipp_tok_nfc_buf *b, size_t n) {
                 c[m] = x;
             }
         } else {
-            if (!grow((void **)&b->tmp, &b->tmp_cap, len, sizeof *b->tmp))
+            if (kipp_grow((void **)&b->tmp, &b->tmp_cap, len, sizeof *b->tmp) != KIPP_OK)
                 return 0;
             c = b->cps;
             size_t count[257] = {0};
@@ -360,7 +345,7 @@ static int reorder(kipp_tok_nfc_buf *b, size_t n) {
 static int put_bytes(kipp_tok_nfc_buf *b, size_t *m, const uint8_t *s, size_t n) {
     if (n == 0)
         return 1;
-    if (!grow((void **)&b->out, &b->out_cap, *m + n, 1))
+    if (kipp_grow((void **)&b->out, &b->out_cap, *m + n, 1) != KIPP_OK)
         return 0;
     memcpy(b->out + *m, s, n);
     *m += n;
@@ -375,7 +360,7 @@ static int nfc_segment(kipp_tok_nfc_buf *b, size_t *m, const uint8_t *s, size_t 
         size_t step;
         uint32_t cp = kipp_tok_utf8_next(s, n, i, &step);
         i += step;
-        if (!grow((void **)&b->cps, &b->cps_cap, k + 8, sizeof *b->cps))
+        if (kipp_grow((void **)&b->cps, &b->cps_cap, k + 8, sizeof *b->cps) != KIPP_OK)
             return 0;
         utf8proc_ssize_t d = utf8proc_decompose_char((utf8proc_int32_t)cp, b->cps + k, 8,
                                                      UTF8PROC_DECOMPOSE, NULL);
@@ -391,7 +376,7 @@ static int nfc_segment(kipp_tok_nfc_buf *b, size_t *m, const uint8_t *s, size_t 
                                                   UTF8PROC_STABLE | UTF8PROC_COMPOSE);
     if (r < 0)
         return 0;
-    if (!grow((void **)&b->out, &b->out_cap, *m + 4 * (size_t)r, 1))
+    if (kipp_grow((void **)&b->out, &b->out_cap, *m + 4 * (size_t)r, 1) != KIPP_OK)
         return 0;
     for (utf8proc_ssize_t i = 0; i < r; i++)
         *m += kipp_tok_utf8_put((uint32_t)b->cps[i], b->out + *m);
