@@ -63,13 +63,23 @@ def env_for(api, tmp_path, **extra) -> dict:
     return env
 
 
+def _default_signals() -> None:
+    """In the child, before exec: SIGINT/SIGQUIT/SIGTERM/SIGHUP at their defaults and none
+    blocked. A shell started from a background or nohup'd shell inherits SIGINT and SIGQUIT
+    ignored, and bash can never trap a signal ignored at entry: without this the script under
+    test would not see the test's Ctrl-C (issue 29)."""
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 def start(repo, env, *args, out=None):
     cmd = ["bash", str(repo / "tools" / "ops" / "verda_cuda_gate.sh")]
     if out:
         cmd += ["--out", str(out)]
     cmd += args
     return subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_default_signals)
 
 
 def run(repo, env, *args, out=None, timeout=60):
