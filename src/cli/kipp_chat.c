@@ -10,6 +10,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_spec.h"
 #include "cli/generate.h"
+#include "core/buf.h"
 #include "kipp.h"
 #include "tok/reasoning.h"
 #include "tok/unicode.h"
@@ -18,6 +19,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,14 +352,9 @@ static void show_part(void *user, int is_reasoning, const char *bytes, size_t n)
 }
 
 static int reply_append(chat_session *s, const char *bytes, size_t n) {
-    if (s->reply_len + n + 1 > s->reply_cap) {
-        size_t cap = s->reply_cap ? s->reply_cap : 4096;
-        while (cap < s->reply_len + n + 1) cap *= 2;
-        char *r = realloc(s->reply, cap);
-        if (!r) return 0;
-        s->reply = r;
-        s->reply_cap = cap;
-    }
+    if (n >= SIZE_MAX - s->reply_len ||
+        kipp_grow((void **)&s->reply, &s->reply_cap, s->reply_len + n + 1, 1) != KIPP_OK)
+        return 0;
     memcpy(s->reply + s->reply_len, bytes, n);
     s->reply_len += n;
     s->reply[s->reply_len] = '\0';

@@ -8,6 +8,7 @@
  * words O(n log n)). */
 #include "tok/vocab.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "tok/unicode.h"
 
@@ -173,14 +174,8 @@ static void try_pair(scratch *w, const kipp_vocab *v, int32_t left, int32_t righ
 }
 
 static int push_id(scratch *w, int32_t id) {
-    if (w->n_ids == w->ids_cap) {
-        size_t cap = w->ids_cap ? w->ids_cap * 2 : 64;
-        int32_t *p = realloc(w->ids, cap * sizeof *p);
-        if (!p)
-            return 0;
-        w->ids = p;
-        w->ids_cap = cap;
-    }
+    if (kipp_grow((void **)&w->ids, &w->ids_cap, w->n_ids + 1, sizeof *w->ids) != KIPP_OK)
+        return 0;
     w->ids[w->n_ids++] = id;
     return 1;
 }

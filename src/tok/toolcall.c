@@ -262,15 +262,10 @@ kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_resu
             from = next;
             continue;
         }
-        if (out->n_calls == cap) {
-            cap = cap ? 2 * cap : 4;
-            kipp_toolcall_call *p = realloc(out->calls, cap * sizeof *p);
-            if (!p) {
-                free(name);
-                free(args.data);
-                goto nomem;
-            }
-            out->calls = p;
+        if (kipp_grow((void **)&out->calls, &cap, out->n_calls + 1, sizeof *out->calls) != KIPP_OK) {
+            free(name);
+            free(args.data);
+            goto nomem;
         }
         out->calls[out->n_calls++] =
             (kipp_toolcall_call){.name = name, .name_len = name_len, .args = args.data, .args_len = args.len};

@@ -7,6 +7,7 @@
  * added tokens (GGUF does not carry those flags; Qwen's are all false). */
 #include "tok/vocab.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "tok/unicode.h"
 
@@ -376,15 +377,9 @@ static kipp_status build_merges(kipp_vocab *v, const char *const *merges,
                            excerpt_len(n), m, left < 0 ? "left" : "right");
             break;
         }
-        if (n > cap) {
-            while (cap < n)
-                cap *= 2;
-            char *p = realloc(joined, cap);
-            if (!p) {
-                st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory at merge %u", r);
-                break;
-            }
-            joined = p;
+        if (kipp_grow((void **)&joined, &cap, n, 1) != KIPP_OK) {
+            st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory at merge %u", r);
+            break;
         }
         memcpy(joined, m, nl);
         memcpy(joined + nl, sp + 1, nr);
