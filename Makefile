@@ -15,9 +15,15 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 ifeq ($(SAN),1)
 OPT      := -O1 -g $(SAN_FLAGS)
 endif
+# ThreadSanitizer (make test-tsan, BUILD=build/tsan): data races in the thread pool, the
+# scheduler and the server; cannot be combined with SAN=1 (ASan and TSan exclude each other)
+ifeq ($(TSAN),1)
+OPT      := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+endif
 CFLAGS   += $(CSTD) $(WARN) $(OPT) $(EXTRA_CFLAGS) -Iinclude -Isrc -pthread
 LDLIBS   += -lutf8proc -ljansson -lm -pthread
 
+CORE_SRC := $(wildcard src/core/*.c)
 LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
            src/backend/registry.c src/backend/host_kv.c \
            src/backend/cuda/probe.c
@@ -28,12 +34,22 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # references (src/backend/registry.c), which do not pull archive members in.
 BACKEND_SRC :=
 BACKEND_TEST_TARGETS :=
+# The link lists, once: each binary's own objects (the backend fragments link the same
+# lists into their binaries). Every binary also links $(BACKEND_OBJ) and libkipp.a.
+CLI_COMMON_OBJ := $(addprefix $(BUILD)/obj/src/cli/,cli_args.o cli_spec.o)
+KIPP_CLI_OBJ   := $(BUILD)/obj/src/cli/kipp.o $(CLI_COMMON_OBJ) \
+                  $(addprefix $(BUILD)/obj/src/cli/,cli_grammar.o generate.o)
+SERVER_BIN_OBJ := $(BUILD)/obj/src/cli/kipp_server.o $(CLI_COMMON_OBJ)
+CHAT_OBJ       := $(addprefix $(BUILD)/obj/src/cli/,kipp_chat.o chat_input.o chat_file.o) \
+                  $(CLI_COMMON_OBJ) $(BUILD)/obj/src/cli/generate.o
+PPL_OBJ        := $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o
 include $(sort $(wildcard src/backend/*/backend.mk))
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: FORCE embed-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check bench-plots demo vectors \
+        test-build check-build test-full \
         fuzz clean tiny-models trained-models
 
 all: cpu
@@ -78,7 +94,7 @@ $(BUILD)/libkipp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kipp: $(BUILD)/obj/src/cli/kipp.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/cli_grammar.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp: $(KIPP_CLI_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
@@ -87,25 +103,24 @@ SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
 # the chat page is pulled into webui.o by .incbin (src/server/webui.c): editing it rebuilds
 $(BUILD)/obj/src/server/webui.o: src/server/webui/index.html
 server: $(BUILD)/kipp-server
-$(BUILD)/kipp-server: $(BUILD)/obj/src/cli/kipp_server.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-server: $(SERVER_BIN_OBJ) $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
 
 # the C quantizer (tools/quantize.py is the reference it is tested against); quantize.c
 # mirrors numpy float32 operation by operation, so no FMA contraction there
 $(BUILD)/obj/src/core/quantize.o: CFLAGS += -O3 -ffp-contract=off -fno-trapping-math -fno-math-errno
-QUANTIZE_OBJ := $(addprefix $(BUILD)/obj/src/,cli/kipp_quantize.o core/quantize.o core/types.o \
-                core/threadpool.o core/error.o core/outfile.o gguf/gguf.o)
+QUANTIZE_OBJ := $(BUILD)/obj/src/cli/kipp_quantize.o $(CORE_SRC:%.c=$(BUILD)/obj/%.o) \
+                $(BUILD)/obj/src/gguf/gguf.o
 $(BUILD)/kipp-quantize: $(QUANTIZE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # perplexity / KL-divergence over a text (bench/ppl_bench.py drives it)
-$(BUILD)/kipp-perplexity: $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-perplexity: $(PPL_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 chat: $(BUILD)/kipp-chat
 # libedit (line editing, history) is linked into kipp-chat only
-CHAT_OBJ := $(BUILD)/obj/src/cli/kipp_chat.o $(BUILD)/obj/src/cli/chat_input.o $(BUILD)/obj/src/cli/chat_file.o
-$(BUILD)/kipp-chat: $(CHAT_OBJ) $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_spec.o $(BUILD)/obj/src/cli/generate.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
+$(BUILD)/kipp-chat: $(CHAT_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -ledit
 
 # the OpenAI text path (not HTTP) is linked in: the detokenizer property test drives it
@@ -139,47 +154,32 @@ build/kipp_test_fault: FORCE
 endif
 FORCE:
 
-# libFuzzer target (clang); also replays the committed corpus in `make test`.
-$(BUILD)/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/core/types.c src/core/error.c
+# libFuzzer targets (clang, ASan + UBSan), replayed and run briefly by make test. Each
+# fuzzer's sources are listed once here; every one links all of src/core (the shared
+# plumbing: buffers, errors, types), so a core helper never needs a list edited.
+FUZZ_SRC_gguf    := src/gguf/gguf.c
+FUZZ_SRC_chat    := src/tok/chat.c src/tok/pyjson.c src/tok/reasoning.c src/gguf/gguf.c
+FUZZ_SRC_tok     := $(wildcard src/tok/*.c) src/gguf/gguf.c
+FUZZ_SRC_oai     := src/server/openai_req.c src/server/tool_grammar.c src/engine/json_schema.c \
+                    src/engine/json_schema_regex.c src/engine/sampler.c
+FUZZ_SRC_grammar := src/engine/grammar.c src/engine/matcher.c src/engine/json_schema.c \
+                    src/engine/json_schema_regex.c
+FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c $(wildcard src/tok/*.c) src/gguf/gguf.c
+FUZZ_NAMES := gguf chat tok oai grammar embed
+FUZZERS := $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
+FUZZ_FLAGS := $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
+.SECONDEXPANSION:
+$(FUZZERS): $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(CORE_SRC)
 	@mkdir -p $(BUILD)
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -lm
-
-$(BUILD)/fuzz_chat: tests/fuzz/fuzz_chat.c src/tok/chat.c src/tok/pyjson.c src/tok/reasoning.c \
-                    src/gguf/gguf.c src/core/types.c src/core/error.c
-	@mkdir -p $(BUILD)
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
-
-$(BUILD)/fuzz_tok: tests/fuzz/fuzz_tok.c $(wildcard src/tok/*.c src/core/*.c) src/gguf/gguf.c
-	@mkdir -p $(BUILD)
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
-
-$(BUILD)/fuzz_oai: tests/fuzz/fuzz_oai.c src/server/openai_req.c src/server/tool_grammar.c \
-                   src/engine/json_schema.c src/engine/json_schema_regex.c src/engine/sampler.c \
-                   src/core/error.c
-	@mkdir -p $(BUILD)
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
-
-$(BUILD)/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/engine/grammar.c src/engine/matcher.c \
-                       src/engine/json_schema.c src/engine/json_schema_regex.c src/core/error.c
-	@mkdir -p $(BUILD)
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ -ljansson -lm
-
-$(BUILD)/fuzz_embed: tests/fuzz/fuzz_embed.c src/server/embeddings_req.c src/model/model.c \
-                     $(wildcard src/tok/*.c src/core/*.c) src/gguf/gguf.c
-	@mkdir -p $(BUILD)
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $^ -o $@ $(LDLIBS)
-
-FUZZERS := $(BUILD)/fuzz_gguf $(BUILD)/fuzz_chat $(BUILD)/fuzz_tok $(BUILD)/fuzz_oai $(BUILD)/fuzz_grammar \
-           $(BUILD)/fuzz_embed
+	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(LDLIBS)
 
 fuzz: $(BUILD)/fuzz_gguf
 	@mkdir -p $(BUILD)/fuzz-corpus
 	$(BUILD)/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-60} $(BUILD)/fuzz-corpus tests/fuzz/corpus/gguf
 
--include $(LIB_OBJ:.o=.d) $(BACKEND_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp.d \
-         $(BUILD)/obj/src/cli/kipp_server.d $(BUILD)/obj/src/cli/kipp_chat.d $(CHAT_OBJ:.o=.d) $(BUILD)/obj/src/cli/kipp_perplexity.d \
-         $(BUILD)/obj/src/cli/cli_args.d $(BUILD)/obj/src/cli/cli_spec.d $(BUILD)/obj/src/cli/generate.d \
-         $(BUILD)/obj/src/cli/cli_grammar.d
+# Every object's dependency file, whatever binary it belongs to (compiled with -MMD -MP):
+# one rule, so no object is left out of header tracking.
+-include $(shell find $(BUILD)/obj $(BUILD)/cuda-generic $(BUILD)/cuda-spark -name '*.d' 2>/dev/null)
 
 # ---- set-up ---------------------------------------------------------------------------
 
@@ -274,12 +274,44 @@ embed-vectors: deps models/tiny-embed/config.json
 
 # ---- tests ------------------------------------------------------------------------------
 
-test: deps cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models \
-      $(BACKEND_TEST_TARGETS)
-	@BUILD=$(BUILD) tests/run_tests.sh
+# The tiers (docs/testing.md): the stages are the lines of tests/stages.txt, run by
+# tests/run_tests.sh; each target first runs set-up, then builds what its stages need in
+# parallel (-j$(NPROC)), then runs the stages, several at once where the cores allow.
+#   make check       the edit loop (a few minutes on a built tree)
+#   make test        the CI tier (.ci/run): under 25 minutes on 2 cores from a fresh clone
+#   make test-full   everything: the full tier (every type x ISA level x backend, mutation,
+#                    the fault matrix, all CUDA architectures), then test-sanitize, test-tsan
+#   make stage-NAME  one stage (tests/run_tests.sh --list --tier full names them)
+# TEST_ARGS passes runner flags, e.g. TEST_ARGS="--skip server" or
+# TEST_ARGS="--record bench/results/test-times-NAME.json". Set-up and build seconds reach
+# the runner's record through KIPP_SETUP_SECONDS / KIPP_BUILD_SECONDS.
+NPROC ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_BUILD := cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models \
+              $(BACKEND_TEST_TARGETS)
+.PHONY: test-build full-build check-build test-full
+test-build: $(TEST_BUILD)
+full-build: $(TEST_BUILD)
+check-build: cpu server $(FUZZERS) tiny-models
+# deps (set-up), then BUILD_GOAL in parallel, then the runner on TIER
+define run_tier
+	@t0=$$(date +%s); $(MAKE) --no-print-directory deps || exit 1; t1=$$(date +%s); \
+	$(MAKE) --no-print-directory -j$(NPROC) $(1) || exit 1; t2=$$(date +%s); \
+	KIPP_SETUP_SECONDS=$$((t1 - t0)) KIPP_BUILD_SECONDS=$$((t2 - t1)) BUILD=$(BUILD) \
+	    tests/run_tests.sh --tier $(2) $(TEST_ARGS)
+endef
+test:
+	$(call run_tier,test-build,test)
 
-check: deps cpu server $(FUZZERS) tiny-models
-	@BUILD=$(BUILD) tests/check.sh
+check:
+	$(call run_tier,check-build,check)
+
+stage-%:
+	$(call run_tier,test-build,test --only '^$*$$')
+
+# the full tier with every CUDA architecture, then the sanitizer and TSan runs; the last line
+# adds up the three
+test-full:
+	@tests/run_full.sh
 
 test-server: deps server tiny-models
 	@BUILD=$(BUILD) tests/server/run_server_tests.sh
