@@ -1,4 +1,4 @@
-/* kipp_test.c — the test binary: unit suites with no arguments (or --unit), and the model
+/* kipp_test.c — the test binary: unit suites with no arguments (or --unit [SUITE...]), and the model
  * gates on a GGUF + golden-vector directory. Every mode ends with "N passed, N failed" and
  * exits non-zero on any failure. */
 #include "gates.h"
@@ -73,8 +73,32 @@ static const struct {
 };
 #define N_MODES (sizeof modes / sizeof modes[0])
 
+/* The unit suites, in the order --unit runs them; kipp_test --unit NAME... runs some. */
+static const struct {
+    const char *name, *what;
+    void (*run)(void);
+} suites[] = {
+    {"types", "tensor types, dequantization vs gguf-py fixtures", kt_suite_types},
+    {"buf", "core growable buffer and array growth", kt_suite_buf},
+    {"gguf", "GGUF reader on valid and malformed files", kt_suite_gguf},
+    {"sampler", "sampling", kt_suite_sampler},
+    {"tok", "tokenizer: pre-tokenizer, BPE, added tokens, NFC, invalid UTF-8", kt_suite_tok},
+    {"detok", "streaming detokenizer", kt_suite_detok},
+    {"chat", "chat template renderer, Python-compatible JSON", kt_suite_chat},
+    {"reasoning", "<think> streaming split", kt_suite_reasoning},
+    {"kv", "KV block pool, tables, refcounts, copy-on-write", kt_suite_kv},
+    {"cpu_kernels", "cpu kernels of every ISA level vs scalar references", kt_suite_cpu_kernels},
+    {"cuda_quant_math", "cuda dequantization, host side", kt_suite_cuda_quant_math},
+    {"cuda_ops_math", "cuda conversions, silu, KV addressing, host side", kt_suite_cuda_ops_math},
+    {"cuda_probe", "cuda start-up decision", kt_suite_cuda_probe},
+    {"grammar", "grammar compiler, matcher, token masks", kt_suite_grammar},
+    {"json_schema", "JSON Schema -> grammar", kt_suite_json_schema},
+    {"toolcall", "tool-call splitter", kt_suite_toolcall},
+};
+#define N_SUITES (sizeof suites / sizeof suites[0])
+
 static void usage(void) {
-    fprintf(stderr, "usage: kipp_test [--unit]\n");
+    fprintf(stderr, "usage: kipp_test [--unit [SUITE...]]   (--unit --list names the suites)\n");
     for (size_t i = 0; i < N_MODES; i++)
         fprintf(stderr, "       kipp_test %-17s %-5s  %s\n", modes[i].flag, modes[i].args,
                 modes[i].what);
@@ -134,23 +158,26 @@ static int parse_flags(int flags, const char *mode, int i, int argc, char **argv
 }
 
 int main(int argc, char **argv) {
-    if (argc == 1 || (argc == 2 && strcmp(argv[1], "--unit") == 0)) {
-        kt_suite_types();
-        kt_suite_buf();
-        kt_suite_gguf();
-        kt_suite_sampler();
-        kt_suite_tok();
-        kt_suite_detok();
-        kt_suite_chat();
-        kt_suite_reasoning();
-        kt_suite_kv();
-        kt_suite_cpu_kernels();
-        kt_suite_cuda_quant_math();
-        kt_suite_cuda_ops_math();
-        kt_suite_cuda_probe();
-        kt_suite_grammar();
-        kt_suite_json_schema();
-        kt_suite_toolcall();
+    if (argc == 1 || strcmp(argv[1], "--unit") == 0) {
+        /* --unit [SUITE...]: the named suites (all without names); --unit --list names them */
+        if (argc == 3 && strcmp(argv[2], "--list") == 0) {
+            for (size_t k = 0; k < N_SUITES; k++) printf("%-16s %s\n", suites[k].name, suites[k].what);
+            return 0;
+        }
+        for (int a = 2; a < argc; a++) {
+            size_t k = 0;
+            while (k < N_SUITES && strcmp(argv[a], suites[k].name) != 0) k++;
+            if (k == N_SUITES) {
+                fprintf(stderr, "kipp_test: --unit: unknown suite '%s' (kipp_test --unit --list "
+                                "names them)\n", argv[a]);
+                return 2;
+            }
+        }
+        for (size_t k = 0; k < N_SUITES; k++) {
+            int wanted = argc <= 2;
+            for (int a = 2; a < argc && !wanted; a++) wanted = strcmp(argv[a], suites[k].name) == 0;
+            if (wanted) suites[k].run();
+        }
     } else {
         size_t i = 0;
         while (i < N_MODES && strcmp(argv[1], modes[i].flag) != 0) i++;
