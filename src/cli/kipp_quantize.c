@@ -18,6 +18,7 @@
  * Not here: importance matrices, other ftypes, requantizing a quantized input (refused:
  * quantize from the f32/f16/bf16 file), per-tensor overrides. */
 #define _XOPEN_SOURCE 700 /* realpath, mkstemp, fchmod */
+#include "core/buf.h"
 #include "core/outfile.h"
 #include "core/quantize.h"
 #include "core/threadpool.h"
@@ -88,34 +89,17 @@ static void on_signal(int sig) {
 
 /* ---- the header, built in memory --------------------------------------------------------- */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-    int oom;
-} buf;
-
-static void put(buf *b, const void *data, size_t n) {
-    if (b->oom) return;
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *q = realloc(b->p, cap);
-        if (!q) { b->oom = 1; return; }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, data, n);
-    b->n += n;
-}
-static void put_u32(buf *b, uint32_t v) {
+/* The header is a kipp_buf: its failure is sticky, so build_header checks oom once. */
+static void put(kipp_buf *b, const void *data, size_t n) { (void)kipp_buf_put(b, data, n); }
+static void put_u32(kipp_buf *b, uint32_t v) {
     uint8_t t[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
     put(b, t, 4);
 }
-static void put_u64(buf *b, uint64_t v) {
+static void put_u64(kipp_buf *b, uint64_t v) {
     put_u32(b, (uint32_t)v);
     put_u32(b, (uint32_t)(v >> 32));
 }
-static void put_str(buf *b, const char *s, uint64_t n) {
+static void put_str(kipp_buf *b, const char *s, uint64_t n) {
     put_u64(b, n);
     put(b, s, (size_t)n);
 }
@@ -439,7 +423,7 @@ typedef struct {
     const kipp_gguf *g;
     uint32_t *types;
     uint64_t *nbytes;
-    buf head;
+    kipp_buf head;
 } plan;
 
 static int build_header(plan *pl, const qtype_def *q) {
@@ -448,7 +432,7 @@ static int build_header(plan *pl, const qtype_def *q) {
     const uint32_t align = kipp_gguf_alignment(g);
     const int has_align = kipp_gguf_find_key(g, "general.alignment") >= 0;
     const int has_ftype = kipp_gguf_find_key(g, "general.file_type") >= 0;
-    buf *b = &pl->head;
+    kipp_buf *b = &pl->head;
     put(b, "GGUF", 4);
     put_u32(b, 3);
     put_u64(b, n_t);
@@ -500,7 +484,7 @@ static int build_header(plan *pl, const qtype_def *q) {
         off += pl->nbytes[i] + (align - pl->nbytes[i] % align) % align;
     }
     static const uint8_t zeros[4096];
-    if (n_t) put(b, zeros, (align - b->n % align) % align);
+    if (n_t) put(b, zeros, (align - b->len % align) % align);
     if (b->oom) {
         fprintf(stderr, PROG ": error: out of memory for the header\n");
         return -1;
@@ -687,7 +671,7 @@ int main(int argc, char **argv) {
     pr.label = slash ? slash + 1 : o.out;
     pr.total = total;
     pr.t0 = now_s();
-    if (kipp_write_all(fd, pl.head.p, pl.head.n) || write_tensors(fd, &pl, pool, &pr) ||
+    if (kipp_write_all(fd, pl.head.data, pl.head.len) || write_tensors(fd, &pl, pool, &pr) ||
         fsync(fd) != 0) {
         const int e = errno;
         if (pr.bar) fprintf(stderr, "\r\033[K");
@@ -724,7 +708,7 @@ done:
     }
     kipp_threadpool_free(pool);
     free(target);
-    free(pl.head.p);
+    kipp_buf_free(&pl.head);
     free(pl.types);
     free(pl.nbytes);
     kipp_gguf_free(g);
