@@ -18,12 +18,19 @@
 # Exit status: 0 every build/prep/gate step ran and passed; 1 one failed (benches never fail
 # the run; their rc is in the log); 2 bad usage; 3 none failed but a planned one was skipped
 # (the time budget ran out). --skip-bench and --skip-4b leave steps out of the PLAN instead.
+#
+# Offline (a GPU host that reaches no package registry): with --offline, KIPP_GATE_OFFLINE=1,
+# or a bundle at build/offline/ (tools/ops/prepare_offline.sh makes it where there is
+# network; carry that one folder), the `deps` step is tools/ops/offline_deps.sh instead of
+# `make deps`: no apt-get, pip only with --no-index, the bundle's libraries and wheels for
+# what the host lacks; every later make runs with `-o deps`, and PEER_DL defaults to the
+# bundle's wheels/ when the peer's sources are in it. --online (KIPP_GATE_OFFLINE=0) forces `make deps`.
 set -u
 
 usage() {
     cat <<'EOF'
 usage: tools/ops/device_gate.sh [--log FILE] [--skip-bench] [--skip-4b] [--budget SECONDS]
-                                [--jobs N] [--root DIR]
+                                [--jobs N] [--root DIR] [--offline|--online]
   --log FILE        the log (default build/device_gate.log); also echoed to stdout
   --skip-bench      gates only: no model benches, server bench, bandwidth probe, peer build
   --skip-4b         no 4B models: its shape gate and the benches use 0.6B instead
@@ -31,16 +38,24 @@ usage: tools/ops/device_gate.sh [--log FILE] [--skip-bench] [--skip-4b] [--budge
                     start past it is skipped with a marker, a running one is stopped at it
   --jobs N          make -j (default: nproc)
   --root DIR        repository root (default: two levels above this script)
-Environment: KIPP_GATE_PYTHON (default .venv/bin/python), CUDA_GENCODE (default -arch=native).
+  --offline         no network: the deps step is tools/ops/offline_deps.sh (the bundle
+                    build/offline/ from tools/ops/prepare_offline.sh), never `make deps`;
+                    the default when build/offline/MANIFEST.txt exists
+  --online          `make deps` even when a bundle is there
+Environment: KIPP_GATE_PYTHON (default .venv/bin/python), CUDA_GENCODE (default -arch=native),
+KIPP_GATE_OFFLINE (1 as --offline, 0 as --online), KIPP_OFFLINE_BUNDLE (default build/offline),
+PEER_DL (the peer's sources and wheels; offline, default the bundle's wheels/).
 EOF
 }
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OPS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$OPS/../.." && pwd)"
 LOG=""
 SKIP_BENCH=0
 SKIP_4B=0
 BUDGET=480
 JOBS="$(nproc 2>/dev/null || echo 4)"
+OFFLINE="${KIPP_GATE_OFFLINE:-auto}"
 while (($#)); do
     case "$1" in
         --log) LOG="${2:-}"; shift 2 || { usage >&2; exit 2; } ;;
@@ -49,6 +64,8 @@ while (($#)); do
         --budget) BUDGET="${2:-}"; shift 2 || { usage >&2; exit 2; } ;;
         --jobs) JOBS="${2:-}"; shift 2 || { usage >&2; exit 2; } ;;
         --root) ROOT="${2:-}"; shift 2 || { usage >&2; exit 2; } ;;
+        --offline) OFFLINE=1; shift ;;
+        --online) OFFLINE=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "device_gate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -63,6 +80,16 @@ mkdir -p "$(dirname "$LOG")" build/device ||
     { echo "device_gate.sh: cannot create $LOG" >&2; exit 2; }
 : >"$LOG" || { echo "device_gate.sh: cannot write $LOG" >&2; exit 2; }
 PY="${KIPP_GATE_PYTHON:-.venv/bin/python}"
+BUNDLE="${KIPP_OFFLINE_BUNDLE:-build/offline}"
+case "$OFFLINE" in
+    1|0) ;;
+    auto|'') OFFLINE=0; [ -f "$BUNDLE/MANIFEST.txt" ] && OFFLINE=1 ;;
+    *) echo "device_gate.sh: KIPP_GATE_OFFLINE must be 0 or 1" >&2; exit 2 ;;
+esac
+# offline, no make may run the `deps` target (scripts/setup.sh: apt-get, pip); -o is not
+# passed to sub-makes, but those the gates start build files only
+MAKE_DEPS=()
+((OFFLINE)) && MAKE_DEPS=(-o deps)
 GENCODE="${CUDA_GENCODE:--arch=native}"
 
 # Everything from here on goes to the log and to stdout (one stream: stderr interleaves in
@@ -164,34 +191,44 @@ mark_info cpu "$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //
 mark_info cores "$(nproc 2>/dev/null || echo unknown)"
 mark_info kernel "$(uname -sr)"
 mark_info budget_seconds "$BUDGET"
-mark_info options "skip_bench=$SKIP_BENCH skip_4b=$SKIP_4B jobs=$JOBS gencode=$GENCODE"
+mark_info options "skip_bench=$SKIP_BENCH skip_4b=$SKIP_4B jobs=$JOBS gencode=$GENCODE offline=$OFFLINE"
 
 # ---- build and gates --------------------------------------------------------------------
 BUILD_OK=0
 # a fresh machine has neither the Debian packages nor .venv: make deps installs what is missing
 # (quick when all is there); a failure here shows up again, as the build's
-run_step deps prep make deps
+if ((OFFLINE)); then
+    OFFLINE_ENV=build/device/offline-env.sh
+    run_step deps prep "$OPS/offline_deps.sh" --bundle "$BUNDLE" --env "$OFFLINE_ENV"
+    # shellcheck disable=SC1090  # export lines written by offline_deps.sh
+    [ -f "$OFFLINE_ENV" ] && . "$OFFLINE_ENV"
+    if [ -z "${PEER_DL:-}" ] && ls "$BUNDLE"/wheels/llama_cpp_python-*.tar.gz >/dev/null 2>&1; then
+        PEER_DL="$BUNDLE/wheels"
+    fi
+else
+    run_step deps prep make deps
+fi
 # the budget is for the build, gates and benches: a fresh machine's one-time set-up (apt, pip)
 # is not counted against it
 T0=$SECONDS
 TARGETS=(cuda-generic server-cuda test-cuda-build)
 # the GPU copy-bandwidth probe, where its source is in the tree (tools.bench reads it too)
 [ -f bench/cuda_membw.cu ] && TARGETS+=(build/kipp-cuda-membw)
-run_step build build make -j"$JOBS" CUDA_GENCODE="$GENCODE" "${TARGETS[@]}" && BUILD_OK=1
+run_step build build make "${MAKE_DEPS[@]+"${MAKE_DEPS[@]}"}" -j"$JOBS" CUDA_GENCODE="$GENCODE" "${TARGETS[@]}" && BUILD_OK=1
 
 # model_ok SHAPE TYPE: makes models/random/qwen3-SHAPE-TYPE.gguf once (step model-SHAPE-TYPE)
 declare -A MODEL_RC=()
 model_ok() {
     local step="model-$1-$2"
     if [ -z "${MODEL_RC[$step]:-}" ]; then
-        run_step "$step" prep make random-model SHAPE="$1" TYPE="$2"
+        run_step "$step" prep make "${MAKE_DEPS[@]+"${MAKE_DEPS[@]}"}" random-model SHAPE="$1" TYPE="$2"
         MODEL_RC[$step]=$?
     fi
     return "${MODEL_RC[$step]}"
 }
 
 if ((BUILD_OK)); then
-    run_step test-cuda gate make -j"$JOBS" CUDA_GENCODE="$GENCODE" test-cuda
+    run_step test-cuda gate make "${MAKE_DEPS[@]+"${MAKE_DEPS[@]}"}" -j"$JOBS" CUDA_GENCODE="$GENCODE" test-cuda
     for s in "${SHAPES[@]}"; do
         shape="${s%%:*}" type="${s#*:}"
         if model_ok "$shape" "$type"; then
