@@ -3,6 +3,7 @@
  * silently dropped from the conversation the model then sees. */
 #include "cli/chat_file.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "core/outfile.h"
 #include "tok/unicode.h"
@@ -150,17 +151,16 @@ kipp_status kipp_chat_load(const char *path, json_t **out, char *err, size_t err
     kipp_status st = KIPP_OK;
     for (;;) {
         if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = ncap <= MAX_FILE_BYTES + 1 ? realloc(buf, ncap) : NULL;
-            if (!nb) {
+            /* ncap is 65536 * 2^k, which kipp_grow (doubling from 16) reaches exactly */
+            const size_t ncap = cap ? cap * 2 : 65536;
+            if (ncap > MAX_FILE_BYTES + 1 ||
+                kipp_grow((void **)&buf, &cap, ncap, 1) != KIPP_OK) {
                 st = ncap > MAX_FILE_BYTES + 1
                          ? kipp_errf(err, err_len, KIPP_ERR_FORMAT, "%s: larger than %zu MiB",
                                      path, MAX_FILE_BYTES >> 20)
                          : kipp_errf(err, err_len, KIPP_ERR_NOMEM, "%s: out of memory", path);
                 break;
             }
-            buf = nb;
-            cap = ncap;
         }
         size_t k = fread(buf + n, 1, cap - n, f);
         n += k;

@@ -1,6 +1,8 @@
 /* cli_args.c — see cli_args.h. */
 #include "cli/cli_args.h"
 
+#include "core/buf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -239,10 +241,13 @@ void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci) {
 }
 
 char *kipp_cli_read_all(FILE *f, size_t max, size_t *len, int *too_big) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
+    /* kipp_grow's caps are 4096 * 2^k here (it doubles to exactly the need asked for when
+     * that is 16 * 2^k), so the limit is the same cap test as ever: a full buffer whose cap
+     * reached max is too big. */
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
     *too_big = 0;
-    if (!buf) return NULL;
+    if (kipp_grow((void **)&buf, &cap, 4096, 1) != KIPP_OK) return NULL;
     for (;;) {
         if (n + 1 >= cap) {
             if (cap >= max) {
@@ -250,10 +255,7 @@ char *kipp_cli_read_all(FILE *f, size_t max, size_t *len, int *too_big) {
                 free(buf);
                 return NULL;
             }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); return NULL; }
-            buf = nb;
-            cap *= 2;
+            if (kipp_grow((void **)&buf, &cap, cap * 2, 1) != KIPP_OK) { free(buf); return NULL; }
         }
         size_t got = fread(buf + n, 1, cap - 1 - n, f);
         n += got;
