@@ -59,7 +59,11 @@ class Session:
     @staticmethod
     def _own_terminal():
         """In the child: a new session whose controlling terminal is the pty, so that
-        Ctrl-C typed on it is a SIGINT, as in a real terminal."""
+        Ctrl-C typed on it is a SIGINT, as in a real terminal. The signals at their defaults and
+        none blocked, whatever this test inherited (a background shell ignores SIGINT)."""
+        for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 

@@ -279,6 +279,14 @@ def wait_health(port: int, proc: subprocess.Popen, log: Path, timeout: float = 1
     pytest.fail(f"the server never answered /health on port {port}:\n{log.read_text()[-3000:]}")
 
 
+def _default_signals() -> None:
+    """In a background block's child: SIGTERM (the clean-up's signal) and the others at their
+    defaults and none blocked, whatever this test inherited."""
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang in RUN_LANGS], ids=lambda b: b.id)
 def test_readme_block(farm, block):
     if block.marker and block.marker.startswith("skip:"):
@@ -289,7 +297,8 @@ def test_readme_block(farm, block):
         log = farm.root / "out" / f"background-{block.line}.log"
         with open(log, "w") as fh:
             proc = subprocess.Popen(argv, cwd=farm.root, env=env, stdin=subprocess.DEVNULL, stdout=fh,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_default_signals)
         farm.background.append(proc)
         wait_health(farm.port, proc, log)
         return
