@@ -7,7 +7,10 @@
  * begins). */
 #include "server/openai.h"
 
+#include "core/buf.h"
+
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -39,14 +42,14 @@ static void emit_tool(void *user, kipp_toolcall_event ev, uint32_t index, const 
         if (kipp_buf_put(&g->content, bytes, n)) g->oom = 1;
     } else if (ev == KIPP_TOOLCALL_BEGIN) {
         if (g->n_calls == g->cap_calls) {
-            const uint32_t cap = g->cap_calls ? 2 * g->cap_calls : 4;
-            oai_call *p = realloc(g->calls, cap * sizeof *p);
-            if (!p) { /* the call is lost; its ARGS find no slot below */
-                g->oom = 1;
+            /* the count is uint32_t: a call past UINT32_MAX fails like out of memory */
+            size_t cap = g->cap_calls;
+            if (g->n_calls == UINT32_MAX ||
+                kipp_grow((void **)&g->calls, &cap, (size_t)g->n_calls + 1, sizeof *g->calls)) {
+                g->oom = 1; /* the call is lost; its ARGS find no slot below */
                 return;
             }
-            g->calls = p;
-            g->cap_calls = cap;
+            g->cap_calls = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
         }
         oai_call *c = &g->calls[g->n_calls];
         memset(c, 0, sizeof *c);
@@ -105,11 +108,14 @@ int oai_request_ban_token(oai_request *r, int32_t id) {
     for (uint32_t i = 0; i < r->sp.n_logit_bias; i++) /* "7" and "07" are both token 7 */
         if (r->bias[i].id == id) r->bias[i].bias = found++ ? 0.0f : OAI_BAN_BIAS;
     if (found) return 0;
-    kipp_logit_bias *b = realloc(r->bias, (r->sp.n_logit_bias + 1) * sizeof *b);
-    if (!b) return -1;
-    b[r->sp.n_logit_bias] = (kipp_logit_bias){id, OAI_BAN_BIAS};
-    r->bias = b;
-    r->sp.logit_bias = b;
+    /* openai_req.c allocates the list to its size, so its cap is its count; the count is
+     * uint32_t, so an entry past UINT32_MAX fails like out of memory */
+    size_t cap = r->sp.n_logit_bias;
+    if (r->sp.n_logit_bias == UINT32_MAX ||
+        kipp_grow((void **)&r->bias, &cap, (size_t)r->sp.n_logit_bias + 1, sizeof *r->bias))
+        return -1;
+    r->bias[r->sp.n_logit_bias] = (kipp_logit_bias){id, OAI_BAN_BIAS};
+    r->sp.logit_bias = r->bias;
     r->sp.n_logit_bias++;
     return 0;
 }
@@ -178,15 +184,12 @@ static size_t utf8_chars(const char *s, size_t n) {
 
 int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
     if (g->stopped) return 0;
-    if (g->n_used == g->text_offset_cap) {
-        size_t cap = g->text_offset_cap ? 2 * g->text_offset_cap : 64;
-        uint32_t *p = realloc(g->text_offset, cap * sizeof *p);
-        if (!p) {
-            g->oom = 1;
-            return 1;
-        }
-        g->text_offset = p;
-        g->text_offset_cap = cap;
+    /* n_used is uint32_t: a token past UINT32_MAX fails like out of memory */
+    if (g->n_used == UINT32_MAX ||
+        kipp_grow((void **)&g->text_offset, &g->text_offset_cap, (size_t)g->n_used + 1,
+                  sizeof *g->text_offset)) {
+        g->oom = 1;
+        return 1;
     }
     g->text_offset[g->n_used++] = (uint32_t)g->n_chars;
     /* the same streaming detokenizer kipp and kipp-chat print through */
