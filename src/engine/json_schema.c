@@ -113,12 +113,9 @@ static int name_used(const gen *g, const char *s, size_t n) {
     return 0;
 }
 static int name_add(gen *g, const char *s, size_t n) {
-    if (g->n_names == g->cap_names) {
-        size_t cap = g->cap_names ? 2 * g->cap_names : 64;
-        char **q = realloc(g->names, cap * sizeof *q);
-        if (!q) { g->oom = 1; return fail(g, "out of memory"); }
-        g->names = q;
-        g->cap_names = cap;
+    if (kipp_grow((void **)&g->names, &g->cap_names, g->n_names + 1, sizeof *g->names)) {
+        g->oom = 1;
+        return fail(g, "out of memory");
     }
     char *c = malloc(n + 1);
     if (!c) { g->oom = 1; return fail(g, "out of memory"); }
@@ -440,12 +437,9 @@ static long ref_find(const gen *g, const json_t *node) {
     return -1;
 }
 static long ref_add(gen *g, const json_t *node, const char *rule, const char *ptr) {
-    if (g->n_refs == g->cap_refs) {
-        size_t cap = g->cap_refs ? 2 * g->cap_refs : 16;
-        refent *q = realloc(g->refs, cap * sizeof *q);
-        if (!q) { g->oom = 1; return fail(g, "out of memory"); }
-        g->refs = q;
-        g->cap_refs = cap;
+    if (kipp_grow((void **)&g->refs, &g->cap_refs, g->n_refs + 1, sizeof *g->refs)) {
+        g->oom = 1;
+        return fail(g, "out of memory");
     }
     refent *r = &g->refs[g->n_refs];
     memset(r, 0, sizeof *r);
@@ -464,12 +458,9 @@ static long ref_add(gen *g, const json_t *node, const char *rule, const char *pt
 static int head_edge(gen *g, long target) {
     if (g->head < 0) return 0;
     refent *r = &g->refs[g->head];
-    if (r->n_edge == r->cap_edge) {
-        size_t cap = r->cap_edge ? 2 * r->cap_edge : 4;
-        size_t *q = realloc(r->edge, cap * sizeof *q);
-        if (!q) { g->oom = 1; return fail(g, "out of memory"); }
-        r->edge = q;
-        r->cap_edge = cap;
+    if (kipp_grow((void **)&r->edge, &r->cap_edge, r->n_edge + 1, sizeof *r->edge)) {
+        g->oom = 1;
+        return fail(g, "out of memory");
     }
     r->edge[r->n_edge++] = (size_t)target;
     return 0;

@@ -59,12 +59,9 @@ typedef struct {
 } cpset;
 
 static void cs_add(cpset *s, uint32_t lo, uint32_t hi) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 8;
-        uint32_t(*q)[2] = realloc(s->r, cap * sizeof *q);
-        if (!q) { s->oom = 1; return; }
-        s->r = q;
-        s->cap = cap;
+    if (kipp_grow((void **)&s->r, &s->cap, s->n + 1, sizeof *s->r)) {
+        s->oom = 1;
+        return;
     }
     s->r[s->n][0] = lo;
     s->r[s->n][1] = hi;
