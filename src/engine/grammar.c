@@ -6,10 +6,12 @@
  * (matcher.c). */
 #include "engine/grammar.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "engine/grammar_int.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,8 @@
 
 typedef struct {
     kipp_gelem *p;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap; /* kipp_grow's */
 } evec;
 
 typedef struct {
@@ -35,9 +38,11 @@ typedef struct {
     size_t n, i;
     uint32_t line;
     prule *rules;
-    uint32_t n_rules, cap_rules;
+    uint32_t n_rules;
+    size_t cap_rules;
     uint64_t (*sets)[4];
-    uint32_t n_sets, cap_sets;
+    uint32_t n_sets;
+    size_t cap_sets;
     uint32_t *names, *setix; /* hash tables (open addressing) of rule names and byte sets:
                                 index + 1, 0 empty; sized to stay under half full */
     uint32_t cap_names, cap_setix;
@@ -84,14 +89,18 @@ static int perr(parser *p, const char *fmt, const char *a) {
     return -1;
 }
 
-static int push(parser *p, evec *v, unsigned kind, uint32_t arg) {
-    if (v->n == v->cap) {
-        uint32_t cap = v->cap ? 2 * v->cap : 16;
-        kipp_gelem *q = realloc(v->p, cap * sizeof *q);
-        if (!q) { p->oom = 1; return perr(p, "out of memory", NULL); }
-        v->p = q;
-        v->cap = cap;
+/* Grows *arr (elem bytes per entry, *cap entries) with the core's kipp_grow to hold n + 1
+ * entries; n counts in uint32_t, so an entry past UINT32_MAX fails like out of memory. */
+static int grow(parser *p, void **arr, size_t *cap, uint32_t n, size_t elem) {
+    if (n == UINT32_MAX || kipp_grow(arr, cap, (size_t)n + 1, elem) != KIPP_OK) {
+        p->oom = 1;
+        return perr(p, "out of memory", NULL);
     }
+    return 0;
+}
+
+static int push(parser *p, evec *v, unsigned kind, uint32_t arg) {
+    if (grow(p, (void **)&v->p, &v->cap, v->n, sizeof *v->p)) return -1;
     v->p[v->n].kind = kind;
     v->p[v->n].arg = arg;
     v->n++;
@@ -100,13 +109,7 @@ static int push(parser *p, evec *v, unsigned kind, uint32_t arg) {
 
 static int64_t new_rule(parser *p, const char *name, size_t len) {
     if (p->n_rules >= MAX_RULES) return perr(p, "too many rules", NULL);
-    if (p->n_rules == p->cap_rules) {
-        uint32_t cap = p->cap_rules ? 2 * p->cap_rules : 64;
-        prule *q = realloc(p->rules, cap * sizeof *q);
-        if (!q) { p->oom = 1; return perr(p, "out of memory", NULL); }
-        p->rules = q;
-        p->cap_rules = cap;
-    }
+    if (grow(p, (void **)&p->rules, &p->cap_rules, p->n_rules, sizeof *p->rules)) return -1;
     prule *r = &p->rules[p->n_rules];
     memset(r, 0, sizeof *r);
     r->line = p->line;
@@ -153,13 +156,7 @@ static int64_t byte_set(parser *p, const uint64_t set[4]) {
     uint32_t h = hash_bytes(set, 32) & (p->cap_setix - 1);
     for (; p->setix[h]; h = (h + 1) & (p->cap_setix - 1))
         if (!memcmp(p->sets[p->setix[h] - 1], set, 32)) return p->setix[h] - 1;
-    if (p->n_sets == p->cap_sets) {
-        uint32_t cap = p->cap_sets ? 2 * p->cap_sets : 64;
-        uint64_t(*q)[4] = realloc(p->sets, cap * sizeof *q);
-        if (!q) { p->oom = 1; return perr(p, "out of memory", NULL); }
-        p->sets = q;
-        p->cap_sets = cap;
-    }
+    if (grow(p, (void **)&p->sets, &p->cap_sets, p->n_sets, sizeof *p->sets)) return -1;
     memcpy(p->sets[p->n_sets], set, 32);
     p->setix[h] = p->n_sets + 1;
     return p->n_sets++;
