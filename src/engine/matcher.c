@@ -33,6 +33,25 @@
 #define WALK_WORK_BUDGET (32u << 20)
 #define HC_BITS 14      /* frame hash-consing table: 16K slots */
 
+/* Grows n_arr parallel arrays (*arrs[i], elems[i] bytes per entry) that share the uint32_t
+ * capacity *cap to hold need entries, each with the core's kipp_grow, so that all reach the
+ * same doubled capacity; the counts here are uint32_t, so a need past UINT32_MAX fails too.
+ * -1 when out of memory: *cap is left as it was, and the arrays grown before the failure
+ * keep their larger blocks (harmless: each still holds *cap entries or more). */
+static int grow_arrays(void **const arrs[], const size_t elems[], unsigned n_arr, uint32_t *cap,
+                       uint64_t need) {
+    if (need <= *cap) return 0;
+    if (need > UINT32_MAX) return -1;
+    size_t common = SIZE_MAX;
+    for (unsigned i = 0; i < n_arr; i++) {
+        size_t c = *cap;
+        if (kipp_grow(arrs[i], &c, (size_t)need, elems[i]) != KIPP_OK) return -1;
+        if (c < common) common = c; /* the same for all but where a doubling would overflow */
+    }
+    *cap = common > UINT32_MAX ? UINT32_MAX : (uint32_t)common;
+    return 0;
+}
+
 /* ---- the token trie ------------------------------------------------------------------------- */
 
 struct kipp_token_trie {
@@ -76,17 +95,13 @@ static uint32_t tok_len(const kipp_token_trie *t, uint32_t id) {
 
 static int64_t trie_node(trie_builder *b, uint32_t lo, uint32_t hi, uint32_t depth) {
     kipp_token_trie *t = b->t;
-    if (t->n_nodes == t->cap_nodes) {
-        uint32_t cap = t->cap_nodes ? 2 * t->cap_nodes : 1024;
-        uint32_t *e0 = realloc(t->e0, cap * sizeof *e0), *t0 = e0 ? realloc(t->t0, cap * sizeof *t0) : NULL;
-        if (e0) t->e0 = e0;
-        if (t0) t->t0 = t0;
-        uint16_t *ne = t0 ? realloc(t->ne, cap * sizeof *ne) : NULL;
-        if (ne) t->ne = ne;
-        uint16_t *nt = ne ? realloc(t->nt, cap * sizeof *nt) : NULL;
-        if (nt) t->nt = nt;
-        if (!nt) { b->oom = 1; return -1; }
-        t->cap_nodes = cap;
+    {
+        void **const nodes[] = {(void **)&t->e0, (void **)&t->t0, (void **)&t->ne, (void **)&t->nt};
+        const size_t elems[] = {sizeof *t->e0, sizeof *t->t0, sizeof *t->ne, sizeof *t->nt};
+        if (grow_arrays(nodes, elems, 4, &t->cap_nodes, (uint64_t)t->n_nodes + 1)) {
+            b->oom = 1;
+            return -1;
+        }
     }
     const uint32_t node = t->n_nodes++;
     t->t0[node] = t->n_toks;
@@ -98,15 +113,13 @@ static int64_t trie_node(trie_builder *b, uint32_t lo, uint32_t hi, uint32_t dep
         while (i < hi && (unsigned char)t->blob[t->off[b->ids[i]] + depth] == c) i++;
         n_child++;
     }
-    if (t->n_edges + n_child > t->cap_edges) {
-        uint32_t cap = t->cap_edges ? t->cap_edges : 1024;
-        while (cap < t->n_edges + n_child) cap *= 2;
-        uint8_t *eb = realloc(t->ebyte, cap);
-        if (eb) t->ebyte = eb;
-        uint32_t *ec = eb ? realloc(t->echild, cap * sizeof *ec) : NULL;
-        if (!ec) { b->oom = 1; return -1; }
-        t->echild = ec;
-        t->cap_edges = cap;
+    {
+        void **const edges[] = {(void **)&t->ebyte, (void **)&t->echild};
+        const size_t elems[] = {sizeof *t->ebyte, sizeof *t->echild};
+        if (grow_arrays(edges, elems, 2, &t->cap_edges, (uint64_t)t->n_edges + n_child)) {
+            b->oom = 1;
+            return -1;
+        }
     }
     const uint32_t e0 = t->n_edges;
     t->e0[node] = e0;
@@ -262,6 +275,17 @@ struct kipp_matcher {
     kipp_matcher_stats st;
 };
 
+/* Grows an array (of elem bytes per entry) to hold n + extra entries (grow_arrays with one
+ * array). -1 (and m->oom) when out of memory. */
+static int grow(kipp_matcher *m, void **p, uint32_t *cap, uint32_t n, uint32_t extra, size_t elem) {
+    void **const arrs[] = {p};
+    if (grow_arrays(arrs, &elem, 1, cap, (uint64_t)n + extra)) {
+        m->oom = 1;
+        return -1;
+    }
+    return 0;
+}
+
 /* Frames are hash-consed: a (pos, parent) pair that exists already is reused, so stacks
  * that are equal are the same frame index, and deduplicating tops by (pos, parent) is
  * structural. Without it an ambiguous grammar (`.* "a"+ "b" .*`, what an unanchored
@@ -273,15 +297,14 @@ static uint32_t new_frame(kipp_matcher *m, uint32_t pos, uint32_t parent) {
     const uint32_t c = m->hc[h];
     if (c && c < m->nf && m->fpos[c] == pos && m->fpar[c] == parent) return c;
     if (m->nf == m->capf) {
-        uint32_t cap = 2 * m->capf;
-        uint32_t *p = realloc(m->fpos, cap * sizeof *p), *q = p ? realloc(m->fpar, cap * sizeof *q) : NULL;
-        if (p) m->fpos = p;
-        if (q) m->fpar = q;
-        memo_ent *me = q ? realloc(m->memo, cap * sizeof *me) : NULL;
-        if (!me) { m->oom = 1; return 0; }
-        memset(me + m->capf, 0, (cap - m->capf) * sizeof *me);
-        m->memo = me;
-        m->capf = cap;
+        const uint32_t old = m->capf;
+        void **const frames[] = {(void **)&m->fpos, (void **)&m->fpar, (void **)&m->memo};
+        const size_t elems[] = {sizeof *m->fpos, sizeof *m->fpar, sizeof *m->memo};
+        if (grow_arrays(frames, elems, 3, &m->capf, (uint64_t)m->nf + 1)) {
+            m->oom = 1;
+            return 0;
+        }
+        memset(m->memo + old, 0, (m->capf - old) * sizeof *m->memo);
     }
     m->fpos[m->nf] = pos;
     m->fpar[m->nf] = parent;
@@ -294,11 +317,7 @@ static void add_top(kipp_matcher *m, sset *s, uint32_t pos, uint32_t parent) {
         if (m->fpos[s->top[k]] == pos && m->fpar[s->top[k]] == parent) return;
     if (s->n == s->cap) {
         if (s->cap >= MAX_TOPS) return;
-        uint32_t cap = s->cap ? 2 * s->cap : 16;
-        uint32_t *p = realloc(s->top, cap * sizeof *p);
-        if (!p) { m->oom = 1; return; }
-        s->top = p;
-        s->cap = cap;
+        if (grow(m, (void **)&s->top, &s->cap, s->n, 1, sizeof *s->top)) return;
     }
     uint32_t f = new_frame(m, pos, parent);
     if (f) s->top[s->n++] = f;
@@ -475,20 +494,6 @@ int kipp_matcher_accept_token(kipp_matcher *m, int32_t id) { return token(m, id,
 int kipp_matcher_allows_token(kipp_matcher *m, int32_t id) { return token(m, id, 0); }
 
 /* ---- masks ----------------------------------------------------------------------------------- */
-
-/* Grows an array (of elem bytes per entry) to hold n + extra entries with the core's
- * kipp_grow; the counts here are uint32_t, so a total past UINT32_MAX fails too. -1 (and
- * m->oom) when out of memory. */
-static int grow(kipp_matcher *m, void **p, uint32_t *cap, uint32_t n, uint32_t extra, size_t elem) {
-    if (n + (uint64_t)extra <= *cap) return 0;
-    size_t c = *cap;
-    if (n + (uint64_t)extra > UINT32_MAX || kipp_grow(p, &c, (size_t)n + extra, elem) != KIPP_OK) {
-        m->oom = 1;
-        return -1;
-    }
-    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
-    return 0;
-}
 
 static int top_has(const kipp_matcher *m, uint32_t f, unsigned b) {
     return kipp_gset_has(m->g->sets[m->g->el[m->fpos[f]].arg], b);
@@ -680,13 +685,7 @@ static uint32_t state_key(kipp_matcher *m) {
     uint32_t n = 0;
     for (uint32_t k = 0; k <= m->cur.n; k++) {
         for (uint32_t f = k < m->cur.n ? m->cur.top[k] : 0;; f = m->fpar[f]) {
-            if (n + 2 > m->cap_key) {
-                uint32_t cap = m->cap_key ? 2 * m->cap_key : 256;
-                uint32_t *p = realloc(m->key, cap * sizeof *p);
-                if (!p) { m->oom = 1; return 0; }
-                m->key = p;
-                m->cap_key = cap;
-            }
+            if (grow(m, (void **)&m->key, &m->cap_key, n, 2, sizeof *m->key)) return 0;
             if (k == m->cur.n) { m->key[n++] = (uint32_t)m->cur.complete; break; }
             if (!f) { m->key[n++] = 0; break; }
             m->key[n++] = m->fpos[f] + 1;
