@@ -17,6 +17,10 @@
 #     cpu and on bf16 on cpu-ref, with tiny-tied's prompts (same vocabulary), and cpu vs
 #     cpu-ref alone on the q5_k_m, q2_k and iq4_xs mixes (Q5_K, Q2_K, Q3_K, IQ4_XS).
 # Tiny checkpoints are made locally; real ones must have been downloaded and converted.
+# TIER (tests/stages.txt; unset means full) trims the repetitions, never a gate kind: in the
+# test tier cpu-vs-ref runs every ISA level on bf16 and the best level on the other types,
+# and the multi-logit/paged/pooled/long-context repetitions per weight type run on the
+# K-quant files only (full_gate in tests/model/gate.sh names each one left out).
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -31,6 +35,7 @@ K=$BUILD/kipp_test
 finish() {
     local note=""
     [ "$pending" -gt 0 ] && note=" ($pending pending gates not counted)"
+    [ "$deferred" -gt 0 ] && echo "($deferred gates of the full tier left out: TIER=${TIER:-})"
     echo "$passed passed, $failed failed$note"
     [ "$failed" -eq 0 ]
     exit
@@ -44,13 +49,14 @@ make_models() { # model files... (through the Makefile rules; a failure is one f
 }
 
 # The same-backend gates (1e-6 between layouts, batchings and recomputation) on file $1
-# with prompts from $2, on backend $3 (label suffix $4).
+# with prompts from $2, on backend $3 (label suffix $4); g1 (phase-2) and g2 (the others)
+# name the runner, gate or full_gate, default gate.
 same_backend_gates() {
     local m=$1 v=$2 b=$3 what=$4
-    gate "phase-2 $b $what" --phase2-model "$m" "$v" --backend "$b"
-    gate "multi-logit $b $what" --multilogit "$m" "$v" --backend "$b"
-    gate "paged KV $b $what" --paged-cpu "$m" "$v" --backend "$b"
-    gate "pooled KV $b $what" --pooled-cpu "$m" "$v" --backend "$b"
+    ${g1:-gate} "phase-2 $b $what" --phase2-model "$m" "$v" --backend "$b"
+    ${g2:-gate} "multi-logit $b $what" --multilogit "$m" "$v" --backend "$b"
+    ${g2:-gate} "paged KV $b $what" --paged-cpu "$m" "$v" --backend "$b"
+    ${g2:-gate} "pooled KV $b $what" --pooled-cpu "$m" "$v" --backend "$b"
 }
 
 case "$name" in
@@ -66,13 +72,20 @@ random-*)
     for q in $types $mixes; do files+=("models/random/qwen3-$shape-$q.gguf"); done
     make_models "${files[@]}"
     for q in $types $mixes; do
-        gate "cpu vs cpu-ref $shape $q" --cpu-vs-ref-shape "models/random/qwen3-$shape-$q.gguf"
+        isa=$(type_isa); [ "$q" = bf16 ] && isa=
+        KIPP_GATE_ISA=$isa gate "cpu vs cpu-ref $shape $q" --cpu-vs-ref-shape "models/random/qwen3-$shape-$q.gguf"
     done
     if [ "$shape" = tiny ]; then
         # model-level gates on the 256-multiple shape (Q4_K and Q6_K), tiny-tied's prompts
         pv=tests/test-vectors/tiny-tied
-        same_backend_gates "models/random/qwen3-tiny-bf16.gguf" "$pv" cpu-ref bf16
-        for q in $types; do same_backend_gates "models/random/qwen3-tiny-$q.gguf" "$pv" cpu "$q"; done
+        # (cpu-ref's: its cache machinery, run on the tiny checkpoints in every tier)
+        g1=full_gate g2=full_gate same_backend_gates "models/random/qwen3-tiny-bf16.gguf" "$pv" cpu-ref bf16
+        # cpu: phase-2 on every type; the other same-backend gates on the K-quant and bf16
+        # files in the test tier (the 32-element types run them on the tiny checkpoints)
+        for q in $types; do
+            g2=gate; case "$q" in bf16 | q4_k_m | q6_k) ;; *) g2=full_gate ;; esac
+            g2=$g2 same_backend_gates "models/random/qwen3-tiny-$q.gguf" "$pv" cpu "$q"
+        done
     fi
     # the scheduler on the integer kernels: solo == batch == prefix cache == preemption
     gate "scheduler cpu $shape q8_0" --sched "models/random/qwen3-$shape-q8_0.gguf" --backend cpu
@@ -150,50 +163,61 @@ for q in $types; do
         else
             passed=$((passed + 1))
         fi
-        for b in cpu-ref cpu; do
-            gate "golden $b $q" --model "$m" "$vec" --backend "$b"
-            gate "phase-2 $b $q" --phase2-model "$m" "$vec" --backend "$b"
-        done
+        # cpu-ref's same-backend gates test its cache machinery, which no checkpoint
+        # changes: on kipp-tiny (hidden 512, the slowest for the scalar oracle) they run in
+        # the full tier, on the tiny checkpoints in every tier
+        gref=gate; case "$name" in kipp-*) gref=full_gate ;; esac
+        gate "golden cpu-ref $q" --model "$m" "$vec" --backend cpu-ref
+        $gref "phase-2 cpu-ref $q" --phase2-model "$m" "$vec" --backend cpu-ref
+        gate "golden cpu $q" --model "$m" "$vec" --backend cpu
+        gate "phase-2 cpu $q" --phase2-model "$m" "$vec" --backend cpu
         ;;
     esac
     if [ "$q" = bf16 ]; then
         for b in cpu-ref cpu; do
-            gate "multi-logit $b $q" --multilogit "$m" "$vec" --backend "$b"
-            gate "paged KV $b $q" --paged-cpu "$m" "$vec" --backend "$b"
-            gate "pooled KV $b $q" --pooled-cpu "$m" "$vec" --backend "$b"
-            gate "longctx $b $q" --longctx "$m" "$vec" --backend "$b"
+            g=gate; [ "$b" = cpu-ref ] && g=$gref
+            $g "multi-logit $b $q" --multilogit "$m" "$vec" --backend "$b"
+            $g "paged KV $b $q" --paged-cpu "$m" "$vec" --backend "$b"
+            $g "pooled KV $b $q" --pooled-cpu "$m" "$vec" --backend "$b"
+            $g "longctx $b $q" --longctx "$m" "$vec" --backend "$b"
         done
         # the cpu backend's other KV types (its default is its own; see kipp --info)
         for kv in f32 bf16; do
             gate "golden cpu kv $kv $q" --model "$m" "$vec" --backend cpu --kv-type "$kv"
             gate "phase-2 cpu kv $kv $q" --phase2-model "$m" "$vec" --backend cpu --kv-type "$kv"
-            gate "paged KV cpu kv $kv $q" --paged-cpu "$m" "$vec" --backend cpu --kv-type "$kv"
+            full_gate "paged KV cpu kv $kv $q" --paged-cpu "$m" "$vec" --backend cpu --kv-type "$kv"
         done
     fi
     # the optimized backend against the oracle on this file: every ISA level, 1 and 2 threads
-    gate "cpu vs cpu-ref $q" --cpu-vs-ref "$m" "$vec"
+    # (every ISA level on bf16; on the other types the best level in the test tier)
+    isa=$(type_isa); [ "$q" = bf16 ] && isa=
+    KIPP_GATE_ISA=$isa gate "cpu vs cpu-ref $q" --cpu-vs-ref "$m" "$vec"
     case "$q" in
     bf16 | f32) ;;
     *) # no vectors for this file: cpu-vs-ref above is its golden gate; the rest on cpu
-        same_backend_gates "$m" "$vec" cpu "$q"
+        # (phase-2 in every tier; the other same-backend gates on kipp-tiny's K-quants
+        # in the test tier, on every type in full)
+        g2=full_gate
+        case "$name:$q" in kipp-*:q4_k_m | kipp-*:q6_k) g2=gate ;; esac
+        g2=$g2 same_backend_gates "$m" "$vec" cpu "$q"
         # kipp-tiny: 512 of its 1,024 positions (the cpu-ref recomputations at the far
         # positions dominate make test's time); bf16 above goes all the way
         lc=()
         case "$name" in kipp-*) lc=(--ctx 512) ;; esac
-        gate "longctx cpu $q" --longctx "$m" "$vec" --backend cpu "${lc[@]}"
+        $g2 "longctx cpu $q" --longctx "$m" "$vec" --backend cpu "${lc[@]}"
         ;;
     esac
 done
 # the other 32-element types, at less cost: cpu vs cpu-ref on the shape gate's tokens (every
 # ISA level, 1 and 2 threads, batched and interleaved) and cached == recomputed on cpu
 for q in ${extra:-}; do
-    gate "cpu vs cpu-ref $name $q" --cpu-vs-ref-shape "$(gguf "$q")"
+    KIPP_GATE_ISA=$(type_isa) gate "cpu vs cpu-ref $name $q" --cpu-vs-ref-shape "$(gguf "$q")"
     gate "phase-2 cpu $q" --phase2-model "$(gguf "$q")" "$vec" --backend cpu
 done
 # the scheduler (continuous batching, prefix cache, preemption, cancellation) on both
 # backends; cpu-ref only on the smallest checkpoint: it is the slowest gate there is.
 gate "scheduler cpu bf16" --sched "$(gguf bf16)" --backend cpu
-[ "$name" = tiny-tied ] && gate "scheduler cpu-ref bf16" --sched "$(gguf bf16)" --backend cpu-ref
+[ "$name" = tiny-tied ] && full_gate "scheduler cpu-ref bf16" --sched "$(gguf bf16)" --backend cpu-ref
 for j in tests/tok/golden.jsonl tests/tok/ascii_golden.jsonl; do
     run_counted "tokenizer golden $(basename "$j")" "$K" --tok-golden "$(gguf bf16)" "$j"
 done
