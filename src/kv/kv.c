@@ -5,6 +5,7 @@
  * writes K/V bytes. Also the KV type names. Design: docs/kv-cache.md. */
 #include "kv/kv.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 
 #include <stdlib.h>
@@ -70,14 +71,11 @@ static kipp_kv_seq *live_seq(kipp_kv_pool *pool, uint32_t id, const char *op, ch
 
 static kipp_status table_reserve(kipp_kv_seq *s, uint32_t n_blocks, char *err, size_t err_len) {
     if (n_blocks <= s->cap) return KIPP_OK;
-    uint32_t cap = s->cap ? s->cap : 4;
-    while (cap < n_blocks) cap = cap > UINT32_MAX / 2 ? n_blocks : cap * 2;
-    uint32_t *b = realloc(s->blocks, (size_t)cap * sizeof *b);
-    if (!b)
+    size_t cap = s->cap; /* kipp_grow's; the table's count is uint32_t, so cap is clamped */
+    if (kipp_grow((void **)&s->blocks, &cap, n_blocks, sizeof *s->blocks) != KIPP_OK)
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV: out of memory for a %u-block table",
-                         cap);
-    s->blocks = b;
-    s->cap = cap;
+                         n_blocks);
+    s->cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
     return KIPP_OK;
 }
 
@@ -85,14 +83,17 @@ static kipp_status table_reserve(kipp_kv_seq *s, uint32_t n_blocks, char *err, s
 static kipp_status new_slot(kipp_kv_pool *pool, uint32_t *id, char *err, size_t err_len) {
     for (uint32_t i = 0; i < pool->seq_cap; i++)
         if (!pool->seqs[i].live) { *id = i; return KIPP_OK; }
-    uint32_t cap = pool->seq_cap ? pool->seq_cap * 2 : 8;
-    kipp_kv_seq *seqs = cap > pool->seq_cap ? realloc(pool->seqs, (size_t)cap * sizeof *seqs) : NULL;
-    if (!seqs)
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV: out of memory for %u sequences", cap);
-    memset(seqs + pool->seq_cap, 0, (size_t)(cap - pool->seq_cap) * sizeof *seqs);
-    pool->seqs = seqs;
+    /* ids are uint32_t and below seq_cap: a sequence past UINT32_MAX - 1 fails like out of
+     * memory */
+    size_t cap = pool->seq_cap;
+    if (pool->seq_cap == UINT32_MAX ||
+        kipp_grow((void **)&pool->seqs, &cap, (size_t)pool->seq_cap + 1, sizeof *pool->seqs) != KIPP_OK)
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "KV: out of memory for %u sequences",
+                         pool->seq_cap + 1u);
+    const uint32_t new_cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+    memset(pool->seqs + pool->seq_cap, 0, (size_t)(new_cap - pool->seq_cap) * sizeof *pool->seqs);
     *id = pool->seq_cap;
-    pool->seq_cap = cap;
+    pool->seq_cap = new_cap;
     return KIPP_OK;
 }
 
