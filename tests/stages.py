@@ -159,6 +159,14 @@ def cpu_class() -> dict:
             "n_isa_levels": len(levels), "machine": platform.machine()}
 
 
+def rel(p: Path) -> str:
+    """p relative to the repository when it is inside it (log paths in messages)."""
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
 def _child_setup():
     # default dispositions for the signals a test may send or a shell may have ignored,
     # whatever the runner inherited (a background shell ignores SIGINT and SIGQUIT)
@@ -205,7 +213,7 @@ class Runner:
             lines.append(f"{s.name}: killed after its {s.timeout} s timeout")
         out += ["   " + ln for ln in lines[-self.tail:]]
         out.append(f"   -> {s.name}: {s.passed} passed, {s.failed} failed ({s.seconds:.0f} s, {s.cpu_seconds:.0f} s CPU)"
-                   + (f"  [log: {s.log.relative_to(ROOT) if s.log.is_relative_to(ROOT) else s.log}]"
+                   + (f"  [log: {rel(s.log)}]"
                       if s.failed else ""))
         print("\n".join(out), flush=True)
         self.running.remove(s)
@@ -279,7 +287,8 @@ def write_record(path: Path, tier: str, runner: Runner, wall: float, extra: dict
         "stages": [{"name": s.name, "seconds": round(s.seconds, 1), "cores": s.cores,
                     "cpu_seconds": round(s.cpu_seconds, 1),
                     "start_offset": round(s.t0 - runner.t_start, 1), "passed": s.passed,
-                    "failed": s.failed, "rc": s.rc} for s in runner.done],
+                    "failed": s.failed, "rc": s.rc}
+                   for s in sorted(runner.done, key=lambda s: s.line)],
     }
     try:
         rec["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
@@ -320,13 +329,15 @@ def main(argv=None) -> int:
                     or os.cpu_count() or 1,
                     help="core budget for concurrent stages (default: the machine's cores; "
                          "1 runs them one at a time)")
+    ap.add_argument("--stages", metavar="FILE", default=str(STAGES),
+                    help="the stage list (default tests/stages.txt)")
     ap.add_argument("--record", metavar="PATH",
                     help="also write the per-stage times to PATH (bench/results/test-times-*.json)")
     args = ap.parse_args(argv)
 
     try:
-        stages = select(parse_stages(), args.tier, args.only, args.skip)
-    except StageError as e:
+        stages = select(parse_stages(Path(args.stages)), args.tier, args.only, args.skip)
+    except (StageError, OSError) as e:
         print(f"run_tests: {e}", file=sys.stderr)
         return 2
     if args.only and not stages:
@@ -355,7 +366,7 @@ def main(argv=None) -> int:
     log_dir = ROOT / build / "test-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"run_tests: tier {args.tier}, {len(stages)} stages, {args.jobs} cores; logs in "
-          f"{log_dir.relative_to(ROOT)}/", flush=True)
+          f"{rel(log_dir)}/", flush=True)
     runner = Runner(stages, args.jobs, env, log_dir)
 
     def on_signal(signum, _frame):
@@ -374,7 +385,7 @@ def main(argv=None) -> int:
           f"of stages; the longest: " + ", ".join(f"{s.name} {s.seconds:.0f} s" for s in slow[:5]))
     bad = [s.name for s in runner.done if s.failed]
     if bad:
-        print("run_tests: failed stages: " + ", ".join(bad) + f" (logs in {log_dir.relative_to(ROOT)}/)")
+        print("run_tests: failed stages: " + ", ".join(bad) + f" (logs in {rel(log_dir)}/)")
     extra = {"selection": {"only": args.only, "skip": args.skip}}
     if not args.only and not args.skip:
         write_record(times, args.tier, runner, wall, extra)
