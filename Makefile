@@ -322,10 +322,19 @@ test-draft-spec: deps cpu server chat tiny-models
 test-chat: deps cpu chat tiny-models
 	@BUILD=$(BUILD) tests/chat/test_chat.sh
 
+# the test tier's binaries (test-build: every fuzzer, kipp-grammarbench, the cuda binaries the
+# cuda-fatal and cuda-shim stages run) built under ASan + UBSan into build/san, then its stages
+# (KIPP_SANITIZE=1: the rebuilding ones left out, sanitizer-speed client timeouts)
 test-sanitize: deps tiny-models
-	$(MAKE) BUILD=build/san SAN=1 cpu server chat build/san/fuzz_gguf build/san/fuzz_chat build/san/fuzz_tok \
-	    build/san/fuzz_oai
-	@BUILD=build/san KIPP_SANITIZE=1 tests/run_tests.sh
+	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build/san SAN=1 test-build
+	@BUILD=build/san KIPP_SANITIZE=1 tests/run_tests.sh $(TEST_ARGS)
+
+# ThreadSanitizer (tests/tsan/run_tsan.sh): the unit suites, the scheduler gates, the thread
+# pool in a forward pass and the server tests on binaries built with TSAN=1 into build/tsan
+.PHONY: test-tsan
+test-tsan: deps tiny-models
+	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build/tsan TSAN=1 cpu server chat
+	@BUILD=build/tsan tests/tsan/run_tsan.sh
 
 test-cpu-model: deps cpu
 	@BUILD=$(BUILD) tests/model/run_cpu_model.sh $(CHECKPOINT)

@@ -2,18 +2,27 @@
 # run_fuzz.sh NAME [SECONDS] — one fuzzer's stage: replay its committed corpus
 # (tests/fuzz/corpus/NAME) through $BUILD/fuzz_NAME, then, unless SECONDS is 0, a short run
 # of SECONDS (default FUZZ_SECONDS, 15) starting from it in a scratch directory (the
-# committed corpus is never written). Ends with "N passed, N failed".
+# committed corpus is never written).
+# run_fuzz.sh --replay NAME... — replay each named corpus only (make check).
+# Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
-name=${1:?usage: run_fuzz.sh NAME [SECONDS]}
-secs=${2:-${FUZZ_SECONDS:-15}}
 . tests/lib.sh
-run_counted "$name corpus replay" "$BUILD/fuzz_$name" -runs=0 "tests/fuzz/corpus/$name"
-if [ "$secs" != 0 ]; then
-    dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-    run_counted "$name fuzz (${secs}s)" "$BUILD/fuzz_$name" -max_total_time="$secs" "$dir" \
-        "tests/fuzz/corpus/$name"
+if [ "${1:-}" = --replay ]; then
+    shift
+    for name in "$@"; do
+        run_counted "$name corpus replay" "$BUILD/fuzz_$name" -runs=0 "tests/fuzz/corpus/$name"
+    done
+else
+    name=${1:?usage: run_fuzz.sh NAME [SECONDS] | run_fuzz.sh --replay NAME...}
+    secs=${2:-${FUZZ_SECONDS:-15}}
+    run_counted "$name corpus replay" "$BUILD/fuzz_$name" -runs=0 "tests/fuzz/corpus/$name"
+    if [ "$secs" != 0 ]; then
+        dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+        run_counted "$name fuzz (${secs}s)" "$BUILD/fuzz_$name" -max_total_time="$secs" "$dir" \
+            "tests/fuzz/corpus/$name"
+    fi
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
