@@ -363,6 +363,8 @@ def main(argv=None) -> int:
                 "PYTHONDONTWRITEBYTECODE": "1"})
     env.setdefault("KIPP_FUZZ_VOCAB", "models/tiny-tied/kipp-tiny-tied-bf16.gguf")
     env.setdefault("KIPP_FUZZ_EMBED_MODEL", "models/tiny-embed/kipp-tiny-embed-bf16.gguf")
+    # cpu-ref recomputations shared between gates, kept per build (tests/model/gate_common.h)
+    env.setdefault("KIPP_REF_CACHE", str(ROOT / build / "ref-cache"))
     log_dir = ROOT / build / "test-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"run_tests: tier {args.tier}, {len(stages)} stages, {args.jobs} cores; logs in "
