@@ -63,17 +63,22 @@ help:
 	@echo "make cuda-generic   build build/kipp-cuda-generic (kipp with the cuda backend; sm_80..sm_90 + PTX)"
 	@echo "make server-cuda    build build/kipp-server-cuda"
 	@echo "make cuda-spark     build build/kipp-cuda-spark (DGX Spark, sm_121, weights mmapped)"
+	@echo "make metal / server-metal / test-metal   Apple Metal (macOS only; not written yet:"
+	@echo "                    on other hosts each says so and fails)"
 	@echo "make test-cuda      the cuda backend's gates (needs an NVIDIA GPU; docs/cuda.md)"
 	@echo "make test-cuda-model CHECKPOINT=name  the cuda gates for one checkpoint (GPU)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin, line editing through a pty)"
 	@echo "make test-draft-spec speculative decoding gates (greedy identity, sampling statistics)"
 	@echo "make demo           build, unpack the shipped kipp-tiny model, answer a question with it"
-	@echo "make check          fast tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
+	@echo "make check          check tier for the edit loop (minutes): unit suites, fuzz-corpus replay,"
 	@echo "                    tiny bf16 model gates (cpu-ref and cpu), kipp-server smoke test"
-	@echo "make test           the full gate (CI): unit, fuzz, tooling, docs, model, CLI, chat, server,"
-	@echo "                    mutation and KV fault-matrix stages"
-	@echo "make test-sanitize  the same under ASan + UBSan"
+	@echo "make test           the CI tier (under 25 min on 2 cores): every stage of tests/stages.txt"
+	@echo "                    in the test tier, several at once (docs/testing.md)"
+	@echo "make test-full      everything: the full tier, all CUDA architectures, test-sanitize, test-tsan"
+	@echo "make stage-NAME     one stage (tests/run_tests.sh --list --tier full names them)"
+	@echo "make test-sanitize  the test tier under ASan + UBSan"
+	@echo "make test-tsan      ThreadSanitizer over the unit suites, scheduler gates and server tests"
 	@echo "make test-cpu-model CHECKPOINT=name   CPU model gates for one checkpoint"
 	@echo "make docs / docs-check   regenerate / verify docs/html (also fails on a broken local link)"
 	@echo "make bench-plots    regenerate BENCHMARKS.md's summary and bench/plots/ from bench/results/"
@@ -150,7 +155,7 @@ $(BUILD)/kipp-membw: $(BUILD)/obj/bench/membw.o
 ifeq ($(BUILD),build)
 build/kipp_test_fault: FORCE
 	$(MAKE) --no-print-directory BUILD=build/fault EXTRA_CFLAGS=-DKIPP_FAULT_INJECT build/fault/kipp_test
-	cp build/fault/kipp_test $@
+	cp build/fault/kipp_test $@.tmp && mv -f $@.tmp $@
 endif
 FORCE:
 
@@ -287,7 +292,7 @@ embed-vectors: deps models/tiny-embed/config.json
 # the runner's record through KIPP_SETUP_SECONDS / KIPP_BUILD_SECONDS.
 NPROC ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_BUILD := cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models \
-              $(BACKEND_TEST_TARGETS)
+              $(BACKEND_TEST_TARGETS) $(if $(filter build,$(BUILD)),build/kipp_test_fault)
 .PHONY: test-build full-build check-build test-full
 test-build: $(TEST_BUILD)
 full-build: $(TEST_BUILD)

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 from bench import benchlib  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_4B = os.path.join(ROOT, "models", "qwen3-4b-base", "qwen3-4b-base-bf16.gguf")
+DEFAULT_4B = os.path.join(ROOT, "models", "qwen3-4b-base", "kipp-qwen3-4b-base-bf16.gguf")
 DEFAULT_TEXT = os.path.join(ROOT, "bench", "data", "kipp-tiny-heldout.txt")
 TYPES = ("q8_0", "q6_k", "q4_k_m", "q4_0")
 # every file type both quantizers make; the names are llama-quantize's (lower case)

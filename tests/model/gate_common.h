@@ -68,7 +68,7 @@ kipp_ctx *kt_gate_ref(kt_gate *g);
  * (g->c when g->is_ref, or kt_gate_ref(g)). With KIPP_REF_CACHE set (the test runner sets
  * $BUILD/ref-cache) the row is kept in that directory under a 128-bit key of the model
  * file's identity (path, device, inode, size, mtime), this binary's identity (the same of
- * /proc/self/exe), KIPP_FAULT and the ids: gates that need the same cpu-ref recomputation
+ * /proc/self/exe), KIPP_FAULT (in the fault build) and the ids: gates that need the same cpu-ref recomputation
  * (golden off the reference at each KV type, phase-2 and long-context on cpu-ref) compute it
  * once per build. A rebuilt binary or a rewritten model is a new key. */
 kipp_status kt_ref_nocache(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,

@@ -139,5 +139,5 @@ $(BUILD)/kipp-cuda-membw: bench/cuda_membw.cu $(CUDA_GENCODE_STAMP)
 ifeq ($(BUILD),build)
 build/kipp_test_cuda_fault: FORCE
 	$(MAKE) --no-print-directory BUILD=build/fault EXTRA_CFLAGS=-DKIPP_FAULT_INJECT build/fault/kipp_test_cuda
-	cp build/fault/kipp_test_cuda $@
+	cp build/fault/kipp_test_cuda $@.tmp && mv -f $@.tmp $@
 endif
