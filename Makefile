@@ -332,7 +332,7 @@ test-chat: deps cpu chat tiny-models
 # (KIPP_SANITIZE=1: the rebuilding ones left out, sanitizer-speed client timeouts)
 test-sanitize: deps tiny-models
 	$(MAKE) --no-print-directory -j$(NPROC) BUILD=build/san SAN=1 test-build
-	@BUILD=build/san KIPP_SANITIZE=1 tests/run_tests.sh $(TEST_ARGS)
+	@BUILD=build/san KIPP_SANITIZE=1 KIPP_TEST_TIMEOUT_SCALE=6 tests/run_tests.sh $(TEST_ARGS)
 
 # ThreadSanitizer (tests/tsan/run_tsan.sh): the unit suites, the scheduler gates, the thread
 # pool in a forward pass and the server tests on binaries built with TSAN=1 into build/tsan

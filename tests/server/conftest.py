@@ -10,7 +10,10 @@ is appended to the failure message of a test that fails):
   tight_server    -c 256 --parallel 4 --kv-tokens 272 (the running batch outgrows the pool:
                   preemption and recomputation)
   nocache_server  --no-prefix-cache --model-name renamed-tiny
-Environment: BUILD (default build) picks $BUILD/kipp-server; KIPP_SERVER_THREADS (default 2).
+Environment: BUILD (default build) picks $BUILD/kipp-server; KIPP_SERVER_THREADS (default 2);
+KIPP_TEST_TIMEOUT_SCALE (default 1; make test-sanitize and make test-tsan set 6) multiplies the
+client-side waits (start-up, a request's timeout, wait_idle) for a sanitized server's speed. It
+never changes what a test asserts about the server's own limits or answers.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ SERVER_BIN = str(ROOT / BUILD / "kipp-server")
 MODEL = str(ROOT / "models" / "tiny-tied" / "kipp-tiny-tied-bf16.gguf")
 MODEL_NAME = "kipp-tiny-tied-bf16"
 THREADS = os.environ.get("KIPP_SERVER_THREADS", "2")
+TIMEOUT_SCALE = float(os.environ.get("KIPP_TEST_TIMEOUT_SCALE") or 1)
 CTX = 512           # the tiny checkpoint's trained context (max_position_embeddings)
 API_KEY = "kipp-test-secret-0123456789"
 TIGHT_CTX, TIGHT_KV = 256, 272     # the smallest pool the server accepts: ctx + one block
@@ -62,7 +66,7 @@ def start_server(name: str, *args: str, threads: str = THREADS, model: str = MOD
     s = sc.ServerProcess(SERVER_BIN, model, ["--backend", "cpu", "--threads", threads, *args],
                          log_dir=LOG_DIR, name=name)
     _servers.append(s)
-    s.start(timeout=60)
+    s.start(timeout=60 * TIMEOUT_SCALE)
     return s
 
 
@@ -81,7 +85,7 @@ class Srv:
     def client(self, api_key: str | None = None, **kw):
         from openai import OpenAI
         return OpenAI(base_url=self.url + "/v1", api_key=api_key or self.api_key or "unused",
-                      max_retries=0, timeout=kw.pop("timeout", 120), **kw)
+                      max_retries=0, timeout=kw.pop("timeout", 120) * TIMEOUT_SCALE, **kw)
 
     def auth_headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -89,13 +93,13 @@ class Srv:
     def request(self, method, path, body=None, headers=None, timeout=120):
         h = self.auth_headers()
         h.update(headers or {})
-        return self.proc.request(method, path, body, h, timeout)
+        return self.proc.request(method, path, body, h, timeout * TIMEOUT_SCALE)
 
     def post(self, path: str, obj, headers=None, timeout=120):
         """(status, headers, JSON body or None)."""
         h = self.auth_headers()
         h.update(headers or {})
-        return self.proc.post_json(path, obj, h, timeout)
+        return self.proc.post_json(path, obj, h, timeout * TIMEOUT_SCALE)
 
     def chat(self, messages, **fields) -> dict:
         body = {"model": self.model, "messages": messages, **fields}
@@ -118,6 +122,7 @@ class Srv:
     def wait_idle(self, timeout: float = 15.0) -> sc.Metrics:
         """Polls /metrics until no sequence runs or waits and no KV block is held by anything
         but the prefix cache. Returns the last Metrics; fails the test on timeout."""
+        timeout *= TIMEOUT_SCALE
         deadline = time.monotonic() + timeout
         while True:
             m = self.metrics()
