@@ -39,6 +39,62 @@ def tiny_tied_sharded(ckpt_root) -> Path:
     return make_tiny_checkpoint.write_checkpoint("tiny-tied", ckpt_root / "sharded" / "tiny-tied", n_shards=3)
 
 
+@pytest.fixture(scope="session")
+def tiny_embed(ckpt_root) -> Path:
+    return make_tiny_checkpoint.write_checkpoint("tiny-embed", ckpt_root / "single" / "tiny-embed")
+
+
+@pytest.fixture(scope="session")
+def converted(request, tmp_path_factory):
+    """converted(which, outtype): tools/convert_to_gguf.py's output for a tiny checkpoint,
+    converted once per session (test_convert.py, test_interop_c.py); read, never modified."""
+    from tools import convert_to_gguf as conv
+    out, cache = tmp_path_factory.mktemp("gguf"), {}
+
+    def get(which: str, outtype: str) -> Path:  # which: tiny-tied, tiny-untied, tiny-embed
+        if (which, outtype) not in cache:
+            src = request.getfixturevalue(which.replace("-", "_"))
+            cache[which, outtype] = conv.convert(src, outtype, out / f"{which}-{outtype}.gguf", progress=False)
+        return cache[which, outtype]
+    return get
+
+
+@pytest.fixture(scope="session")
+def gguf_py_written(tiny_tied, tmp_path_factory):
+    """gguf_py_written(outtype): tiny-tied written by gguf-py's GGUFWriter
+    (make_gguf_with_gguf_py.py, run as a program), once per session; read, never modified."""
+    out, cache = tmp_path_factory.mktemp("gguf-py"), {}
+
+    def get(outtype: str) -> Path:
+        if outtype not in cache:
+            path = out / f"gguf-py-{outtype}.gguf"
+            res = run_tool(Path(__file__).resolve().parent / "make_gguf_with_gguf_py.py", path,
+                           "--checkpoint", tiny_tied, "--outtype", outtype)
+            assert res.returncode == 0, res.stderr
+            cache[outtype] = path
+        return cache[outtype]
+    return get
+
+
+def gguf_reader(path):
+    """gguf-py's GGUFReader, parsing over a plain ndarray view of its memmap.
+
+    The parse is gguf-py's own, byte for byte; only the buffer type differs: GGUFReader slices
+    its np.memmap once per value, and memmap's subclass hooks on ~750,000 slices (the full
+    Qwen3 vocab and merges) are two thirds of its time (~20 s -> ~7 s a file on a loaded
+    2-core machine). Tensor .data comes back as plain ndarrays over the same mapping."""
+    import gguf
+    import numpy as np
+
+    class _Reader(gguf.GGUFReader):
+        def _get(self, offset, dtype, count=1, override_order=None):
+            if type(self.data) is not np.ndarray:
+                self.data = self.data.view(np.ndarray)  # keeps the mapping alive via .base
+            return super()._get(offset, dtype, count, override_order)
+
+    return _Reader(path)
+
+
 def run_tool(*args, env=None, check=False, timeout=600, cwd=None) -> subprocess.CompletedProcess:
     """Runs a command (a Python file is run with this interpreter)."""
     cmd = [str(a) for a in args]

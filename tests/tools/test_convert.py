@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 from tools import convert_to_gguf as conv
-from conftest import TOOLS, run_module, run_tool
+from conftest import TOOLS, gguf_reader, run_module
 from make_gguf_with_gguf_py import read_safetensors
 
-HERE = Path(__file__).resolve().parent
 Q = gguf.GGMLQuantizationType
 
 EXPECTED_KEYS = [
@@ -58,22 +57,6 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-_cache: dict = {}
-
-
-@pytest.fixture(scope="session")
-def converted(tiny_tied, tiny_untied, tmp_path_factory):
-    out = tmp_path_factory.mktemp("gguf")
-
-    def get(which: str, outtype: str) -> Path:
-        key = (which, outtype)
-        if key not in _cache:
-            src = tiny_tied if which == "tiny-tied" else tiny_untied
-            _cache[key] = conv.convert(src, outtype, out / f"{which}-{outtype}.gguf", progress=False)
-        return _cache[key]
-    return get
-
-
 @pytest.fixture(scope="session")
 def sources(tiny_tied, tiny_untied):
     return {"tiny-tied": read_safetensors(tiny_tied / "model.safetensors"),
@@ -84,10 +67,10 @@ _readers: dict = {}
 
 
 def read(path: Path) -> gguf.GGUFReader:
-    """GGUFReader takes ~9 s on a file with the full Qwen3 vocab, so each file is read once."""
+    """GGUFReader takes seconds on a file with the full Qwen3 vocab, so each file is read once."""
     key = str(path)
     if key not in _readers:
-        _readers[key] = gguf.GGUFReader(path)
+        _readers[key] = gguf_reader(path)
     return _readers[key]
 
 
@@ -328,13 +311,11 @@ def test_merges_as_strings_give_same_metadata(tiny_tied, tmp_path):
 
 
 @pytest.mark.parametrize("outtype", ["f32", "q8_0"])
-def test_matches_gguf_py_writer(tiny_tied, converted, tmp_path, outtype):
+def test_matches_gguf_py_writer(converted, gguf_py_written, outtype):
     """gguf-py's GGUFWriter, fed independently, produces the same metadata and tensors."""
-    other = tmp_path / "gguf-py.gguf"
-    res = run_tool(HERE / "make_gguf_with_gguf_py.py", other, "--checkpoint", tiny_tied, "--outtype", outtype)
-    assert res.returncode == 0, res.stderr
+    other = gguf_py_written(outtype)
     ours_path = converted("tiny-tied", outtype)
-    ours, theirs = read(ours_path), gguf.GGUFReader(other)
+    ours, theirs = read(ours_path), gguf_reader(other)
     keys = [k for k in ours.fields if not k.startswith("GGUF.")]
     assert keys == [k for k in theirs.fields if not k.startswith("GGUF.")]
     for k in keys:
@@ -470,15 +451,8 @@ def test_error_unsupported_outtype(tiny_tied, tmp_path):
 
 # ---- embedding checkpoints (Qwen3Model, last-token pooling) ----------------------------
 
-@pytest.fixture(scope="module")
-def tiny_embed(tmp_path_factory):
-    from tools import make_tiny_checkpoint as mtc
-    return mtc.write_checkpoint("tiny-embed", tmp_path_factory.mktemp("ckpt") / "tiny-embed")
-
-
-def test_embedding_checkpoint_gets_pooling_last_and_no_output(tiny_embed, tmp_path):
-    out = conv.convert(tiny_embed, "bf16", tmp_path / "e.gguf", progress=False)
-    r = gguf.GGUFReader(out)
+def test_embedding_checkpoint_gets_pooling_last_and_no_output(converted):
+    r = gguf_reader(converted("tiny-embed", "bf16"))
     f = r.fields["qwen3.pooling_type"]
     assert int(f.parts[f.data[0]][0]) == conv.POOLING_LAST
     names = {t.name for t in r.tensors}

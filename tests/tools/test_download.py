@@ -236,9 +236,8 @@ def test_any_repo_id(tiny_tied, tmp_path, repo, folder):
         assert f"next: .venv/bin/python -m tools.convert_to_gguf {dest}" in res.stdout
 
 
-def test_embedding_repo_gets_pooling_config(ckpt_root, tmp_path):
-    from tools import make_tiny_checkpoint
-    src = make_tiny_checkpoint.write_checkpoint("tiny-embed", ckpt_root / "embed" / "tiny-embed")
+def test_embedding_repo_gets_pooling_config(tiny_embed, tmp_path):
+    src = tiny_embed
     repo = "Qwen/Qwen3-Embedding-0.6B"
     with FakeHub() as h:
         for p in sorted(src.rglob("*")):

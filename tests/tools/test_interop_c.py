@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import convert_to_gguf as conv
 from conftest import run_tool
-
-HERE = Path(__file__).resolve().parent
 
 
 def kipp_bin() -> Path:
@@ -31,14 +28,9 @@ def kipp_bin() -> Path:
 
 
 @pytest.fixture(scope="module")
-def gguf_files(tiny_tied, tmp_path_factory):
+def gguf_files(converted, gguf_py_written):
     kipp_bin()  # fail fast, before converting anything
-    out = tmp_path_factory.mktemp("interop")
-    ours = conv.convert(tiny_tied, "f32", out / "kipp-converter.gguf", progress=False)
-    theirs = out / "gguf-py.gguf"
-    res = run_tool(HERE / "make_gguf_with_gguf_py.py", theirs, "--checkpoint", tiny_tied, "--outtype", "f32")
-    assert res.returncode == 0, res.stderr
-    return {"ours": ours, "gguf-py": theirs}
+    return {"ours": converted("tiny-tied", "f32"), "gguf-py": gguf_py_written("f32")}
 
 
 @pytest.mark.parametrize("which", ["ours", "gguf-py"])
@@ -52,12 +44,9 @@ def test_kipp_info_loads(gguf_files, which):
 # ---- embedding models (qwen3.pooling_type) ----------------------------------------------
 
 @pytest.fixture(scope="module")
-def embed_gguf(tmp_path_factory):
+def embed_gguf(converted):
     kipp_bin()
-    from tools import make_tiny_checkpoint as mtc
-    out = tmp_path_factory.mktemp("embed")
-    ckpt = mtc.write_checkpoint("tiny-embed", out / "tiny-embed")
-    return conv.convert(ckpt, "bf16", out / "embed.gguf", progress=False)
+    return converted("tiny-embed", "bf16")
 
 
 def with_pooling(src: Path, dst: Path, value: int) -> Path:

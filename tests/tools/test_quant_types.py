@@ -22,7 +22,7 @@ import pytest
 
 from tools import kipp_quants as kq
 from tools import quantize as qz
-from conftest import run_module
+from conftest import gguf_reader, run_module
 from tools.kipp_gguf_writer import GGML_BLOCK, GGMLType, GGUFWriter
 from random_model_helpers import dequant_gguf_py, kipp_dequant, raw_bytes, tensors  # noqa: F401
 
@@ -394,7 +394,7 @@ def test_gguf_py_reads_the_cli_output(mix_model, tmp_path):
     res = run_module("tools.quantize", mix_model, dst, "--type", "iq4_xs", "--no-progress")
     assert res.returncode == 0, res.stderr
     assert "iq4_xs" in res.stdout
-    r = gguf.GGUFReader(dst)
+    r = gguf_reader(dst)
     types = {t.name: t.tensor_type.name for t in r.tensors}
     assert types == mix8_expected("iq4_xs", tensors(mix_model))
     ft = r.fields["general.file_type"]
