@@ -1,6 +1,7 @@
 /* spec.c — see spec.h. */
 #include "engine/spec.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "tok/vocab.h"
@@ -20,7 +21,7 @@ typedef struct {
     uint32_t n_smp_hist;   /* hist tokens accepted into smp (drafts are marked, rolled back) */
     int greedy;
     kipp_token_prob *q[KIPP_SPEC_MAX_K]; /* the draft's distributions (sampling) */
-    uint32_t q_cap[KIPP_SPEC_MAX_K];
+    size_t q_cap[KIPP_SPEC_MAX_K];       /* kipp_grow's */
 } slot_t;
 
 struct kipp_drafter {
@@ -294,12 +295,8 @@ static int pick(kipp_drafter *d, slot_t *s, kipp_draft_job *j, float *row) {
     } else {
         const kipp_token_prob *dist;
         uint32_t n = kipp_sampler_dist(s->smp, row, &dist);
-        if (s->q_cap[r] < n) {
-            kipp_token_prob *q = realloc(s->q[r], (size_t)n * sizeof *q);
-            if (!q) return 0; /* no memory for q: draft fewer */
-            s->q[r] = q;
-            s->q_cap[r] = n;
-        }
+        if (kipp_grow((void **)&s->q[r], &s->q_cap[r], n, sizeof *s->q[r]) != KIPP_OK)
+            return 0; /* no memory for q: draft fewer */
         memcpy(s->q[r], dist, (size_t)n * sizeof *dist);
         tok = kipp_sampler_draw(s->smp, s->q[r], n);
         pr = 0.0f;
