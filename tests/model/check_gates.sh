@@ -9,7 +9,9 @@ BUILD=${BUILD:-build}
 K=$BUILD/kipp_test
 . tests/lib.sh
 . tests/model/gate.sh
-for t in tiny-untied tiny-tied; do
+# check_gates.sh [NAME...]: the named tiny checkpoints (default both; the check tier runs
+# one stage each, side by side)
+for t in ${@:-tiny-untied tiny-tied}; do
     m=models/$t/kipp-$t-bf16.gguf v=tests/test-vectors/$t
     for b in cpu-ref cpu; do
         gate "golden $b bf16 $t" --model "$m" "$v" --backend "$b"
