@@ -25,4 +25,4 @@ fi
 PY=${PYTHON:-.venv/bin/python}
 export KIPP_SERVER_TEST_LOGS=${KIPP_SERVER_TEST_LOGS:-$(mktemp -d -t kipp-server-tests-XXXXXX)}
 echo "server logs: $KIPP_SERVER_TEST_LOGS"
-exec "$PY" -m pytest -q -p no:cacheprovider tests/server "$@"
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 tests/server "$@"
