@@ -183,7 +183,7 @@ kipp_ctx *kt_gate_ref(kt_gate *g) {
     return g->ref;
 }
 
-/* ---- the reference cache (kt_ref_nocache) ------------------------------------------------ */
+/* ---- the reference cache (kt_recompute) --------------------------------------------------- */
 
 typedef struct {
     uint64_t h1, h2; /* two FNV-1a streams with different offsets: a 128-bit key */
@@ -232,11 +232,12 @@ static int ref_cache_path(const kt_gate *g, const int32_t *ids, uint32_t n, char
                     (unsigned long long)k.h2) < (int)len;
 }
 
-kipp_status kt_ref_nocache(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,
-                           char *err, size_t err_len) {
+kipp_status kt_recompute(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,
+                         char *err, size_t err_len) {
     const uint32_t V = g->info.n_vocab;
     char path[4200];
-    const int cached = ref_cache_path(g, ids, n, path, sizeof path);
+    const int is_ref = c == g->ref || (c == g->c && g->is_ref);
+    const int cached = is_ref && ref_cache_path(g, ids, n, path, sizeof path);
     if (cached) {
         FILE *f = fopen(path, "rb");
         if (f) {
@@ -326,7 +327,7 @@ double kt_golden_position(kt_gate *g, const char *vec_dir, size_t pi, const int3
     char err[KIPP_ERR_LEN];
     kipp_ctx *ref = kt_gate_ref(g);
     if (!ref) return 1e30;
-    if (kt_ref_nocache(g, ref, ids, (uint32_t)pos + 1, g->b, err, sizeof err) != KIPP_OK) {
+    if (kt_recompute(g, ref, ids, (uint32_t)pos + 1, g->b, err, sizeof err) != KIPP_OK) {
         KT_CHECK(0, "cpu-ref recomputation, prompt %zu position %zu: %s", pi, pos, err);
         return 1e30;
     }

@@ -63,16 +63,17 @@ void kt_gate_close(kt_gate *g);
 /* The cpu-ref, f32-KV context on the gate's model with n_ctx = g->cp.n_ctx, opened on first
  * use; NULL (a counted failure) if it cannot be made. */
 kipp_ctx *kt_gate_ref(kt_gate *g);
-/* The reference's recomputation of ids[0..n) (kipp_forward_nocache on cpu-ref with f32 KV,
- * the last position's logits into out): on c, which must be the reference configuration
- * (g->c when g->is_ref, or kt_gate_ref(g)). With KIPP_REF_CACHE set (the test runner sets
- * $BUILD/ref-cache) the row is kept in that directory under a 128-bit key of the model
+/* kipp_forward_nocache of ids[0..n) on c (g->c or kt_gate_ref(g)), the last position's
+ * logits into out. When c is the reference configuration (cpu-ref with f32 KV: kt_gate_ref's
+ * context, or g->c when g->is_ref) and KIPP_REF_CACHE is set (the test runner sets
+ * $BUILD/ref-cache), the row is kept in that directory under a 128-bit key of the model
  * file's identity (path, device, inode, size, mtime), this binary's identity (the same of
- * /proc/self/exe), KIPP_FAULT (in the fault build) and the ids: gates that need the same cpu-ref recomputation
- * (golden off the reference at each KV type, phase-2 and long-context on cpu-ref) compute it
- * once per build. A rebuilt binary or a rewritten model is a new key. */
-kipp_status kt_ref_nocache(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,
-                           char *err, size_t err_len);
+ * /proc/self/exe), KIPP_FAULT (in the fault build) and the ids: gates that need the same
+ * cpu-ref recomputation (golden off the reference at each KV type, phase-2 and long-context
+ * on cpu-ref) compute it once per build. A rebuilt binary or a rewritten model is a new key;
+ * any other context is recomputed every time. */
+kipp_status kt_recompute(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,
+                         char *err, size_t err_len);
 
 /* Token ids of one manifest prompt, malloc'd; NULL when it has none. */
 int32_t *kt_prompt_tokens(json_t *prompt, size_t *n);

@@ -84,10 +84,7 @@ int kt_gate_phase2(const char *model_path, const char *vec_dir, const kt_opts *o
         kipp_ctx_truncate(c, 0, err, sizeof err);
         for (size_t pos = 0; pos < n; pos++) {
             kipp_status st = kipp_decode(c, &ids[pos], 1, cached, err, sizeof err);
-            if (st == KIPP_OK && g.is_ref) /* the reference's recomputation: cacheable */
-                st = kt_ref_nocache(&g, c, ids, (uint32_t)pos + 1, fresh, err, sizeof err);
-            else if (st == KIPP_OK)
-                st = kipp_forward_nocache(c, ids, (uint32_t)pos + 1, fresh, err, sizeof err);
+            if (st == KIPP_OK) st = kt_recompute(&g, c, ids, (uint32_t)pos + 1, fresh, err, sizeof err);
             if (st != KIPP_OK) { KT_CHECK(0, "%s", err); break; }
             double e, tol;
             const char *what;

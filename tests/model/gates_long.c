@@ -110,9 +110,7 @@ int kt_gate_longctx(const char *model_path, const char *vec_dir, const kt_opts *
     kipp_ctx *ref = g.is_ref ? NULL : kt_gate_ref(&g);
     for (uint32_t i = 0; i < n_at; i++) {
         const float *got = cached + (size_t)i * V;
-        const kipp_status st = g.is_ref ? kt_ref_nocache(&g, g.c, ids, at[i] + 1, g.a, err, sizeof err)
-                                        : kipp_forward_nocache(g.c, ids, at[i] + 1, g.a, err, sizeof err);
-        if (st != KIPP_OK) {
+        if (kt_recompute(&g, g.c, ids, at[i] + 1, g.a, err, sizeof err) != KIPP_OK) {
             KT_CHECK(0, "%s recomputation to %u: %s", g.label, at[i], err);
             continue;
         }
@@ -126,7 +124,7 @@ int kt_gate_longctx(const char *model_path, const char *vec_dir, const kt_opts *
         worst_tol = tol;
         worst_what = what;
         if (!ref) continue;
-        if (kt_ref_nocache(&g, ref, ids, at[i] + 1, g.b, err, sizeof err) != KIPP_OK) {
+        if (kt_recompute(&g, ref, ids, at[i] + 1, g.b, err, sizeof err) != KIPP_OK) {
             KT_CHECK(0, "cpu-ref recomputation to %u: %s", at[i], err);
             continue;
         }
