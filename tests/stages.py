@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ class Stage:
     cpu_seconds: float = 0.0
     passed: int = 0
     failed: int = 0
-    output: list = field(default_factory=list)
+    fh: object = None  # the open log while it runs
 
 
 class StageError(Exception):
@@ -198,23 +198,22 @@ class Runner:
         s.proc = subprocess.Popen(["bash", "-c", s.command], cwd=ROOT, env=self.env,
                                   stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                   start_new_session=True, preexec_fn=_child_setup)
-        s._fh = fh
+        s.fh = fh
         self.running.append(s)
 
     def finish(self, s: Stage, rc: int):
         s.seconds = time.monotonic() - s.t0
-        s._fh.close()
+        s.fh.close()
         s.rc = rc
         text = s.log.read_text(encoding="utf-8", errors="replace")
         s.passed, s.failed = count(text, rc)
         lines = text.rstrip("\n").split("\n") if text else []
-        out = [f"== {s.name} (done)"] if len(self.done) or self.running else []
+        out = [f"== {s.name} (done)"]
         if rc == -9 and s.seconds >= s.timeout:
             lines.append(f"{s.name}: killed after its {s.timeout} s timeout")
         out += ["   " + ln for ln in lines[-self.tail:]]
-        out.append(f"   -> {s.name}: {s.passed} passed, {s.failed} failed ({s.seconds:.0f} s, {s.cpu_seconds:.0f} s CPU)"
-                   + (f"  [log: {rel(s.log)}]"
-                      if s.failed else ""))
+        out.append(f"   -> {s.name}: {s.passed} passed, {s.failed} failed ({s.seconds:.0f} s, "
+                   f"{s.cpu_seconds:.0f} s CPU)" + (f"  [log: {rel(s.log)}]" if s.failed else ""))
         print("\n".join(out), flush=True)
         self.running.remove(s)
         self.done.append(s)
@@ -242,12 +241,17 @@ class Runner:
         s.cpu_seconds = ru.ru_utime + ru.ru_stime
         return rc
 
+    @staticmethod
+    def kill(s: Stage):
+        """SIGKILL to the stage's session: it and whatever it left running."""
+        try:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill_all(self):
         for s in self.running:
-            try:
-                os.killpg(s.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self.kill(s)
 
     def run(self):
         while self.pending or self.running:
@@ -261,13 +265,10 @@ class Runner:
             for s in list(self.running):
                 rc = self.reap(s, block=False)
                 if rc is None and time.monotonic() - s.t0 > s.timeout:
-                    os.killpg(s.proc.pid, signal.SIGKILL)
+                    self.kill(s)
                     rc = self.reap(s, block=True)
                 if rc is not None:
-                    try:  # what the stage left behind in its session goes with it
-                        os.killpg(s.proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                    self.kill(s)  # what the stage left behind in its session goes with it
                     self.finish(s, rc)
         return time.monotonic() - self.t_start
 

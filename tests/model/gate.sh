@@ -41,14 +41,14 @@ pending=0
 # tier (CI) runs each gate kind at model level but leaves the repetitions over weight types
 # to full, where the unit suite already checks every type x ISA level at kernel level.
 # full_gate LABEL ARGS... is a gate that runs in the full tier only (elsewhere it is named
-# and counted in $deferred, never as a pass); type_isa is the KIPP_GATE_ISA for cpu-vs-ref
-# on a file other than the checkpoint's reference type: every level in full, the best one
-# in the test tier.
+# and counted in $deferred, never as a pass); type_isa TYPE is the KIPP_GATE_ISA for
+# cpu-vs-ref on a file of that weight type: every level on bf16 and in full, the best one
+# on the other types in the test tier.
 deferred=0
 full_gate() { # label, kipp_test arguments...
     if [ "${TIER:-full}" = full ]; then gate "$@"; return; fi
     echo "== $1: full tier only (make test-full)"
     deferred=$((deferred + 1))
 }
-type_isa() { [ "${TIER:-full}" = full ] && echo "" || echo best; }
+type_isa() { [ "$1" = bf16 ] || [ "${TIER:-full}" = full ] || echo best; }
 

@@ -72,8 +72,7 @@ random-*)
     for q in $types $mixes; do files+=("models/random/qwen3-$shape-$q.gguf"); done
     make_models "${files[@]}"
     for q in $types $mixes; do
-        isa=$(type_isa); [ "$q" = bf16 ] && isa=
-        KIPP_GATE_ISA=$isa gate "cpu vs cpu-ref $shape $q" --cpu-vs-ref-shape "models/random/qwen3-$shape-$q.gguf"
+        KIPP_GATE_ISA=$(type_isa "$q") gate "cpu vs cpu-ref $shape $q" --cpu-vs-ref-shape "models/random/qwen3-$shape-$q.gguf"
     done
     if [ "$shape" = tiny ]; then
         # model-level gates on the 256-multiple shape (Q4_K and Q6_K), tiny-tied's prompts
@@ -197,9 +196,8 @@ for q in $types; do
     # kipp-tiny's q6_k and q4_0 (each needs its own cpu-ref pass over kipp-tiny, the
     # oracle's slowest model) in the full tier: the test tier gates both types against the
     # oracle on random-tiny and the tiny checkpoints
-    isa=$(type_isa); [ "$q" = bf16 ] && isa=
     gv=gate; case "$name:$q" in kipp-*:q6_k | kipp-*:q4_0) gv=full_gate ;; esac
-    KIPP_GATE_ISA=$isa $gv "cpu vs cpu-ref $q" --cpu-vs-ref "$m" "$vec"
+    KIPP_GATE_ISA=$(type_isa "$q") $gv "cpu vs cpu-ref $q" --cpu-vs-ref "$m" "$vec"
     case "$q" in
     bf16 | f32) ;;
     *) # no vectors for this file: cpu-vs-ref above is its golden gate; the rest on cpu
@@ -219,7 +217,7 @@ done
 # the other 32-element types, at less cost: cpu vs cpu-ref on the shape gate's tokens (every
 # ISA level, 1 and 2 threads, batched and interleaved) and cached == recomputed on cpu
 for q in ${extra:-}; do
-    KIPP_GATE_ISA=$(type_isa) gate "cpu vs cpu-ref $name $q" --cpu-vs-ref-shape "$(gguf "$q")"
+    KIPP_GATE_ISA=$(type_isa "$q") gate "cpu vs cpu-ref $name $q" --cpu-vs-ref-shape "$(gguf "$q")"
     gate "phase-2 cpu $q" --phase2-model "$(gguf "$q")" "$vec" --backend cpu
 done
 # the scheduler (continuous batching, prefix cache, preemption, cancellation) on both
