@@ -1,5 +1,6 @@
 /* http.c — kipp-server's HTTP layer on libmicrohttpd (a thread per connection, so a handler
- * may block while its request generates). Routes, Host/Origin/Content-Type rules, the API
+ * may block while its request generates). Routes, strict RFC 9112 framing (every header
+ * line, before any body is read), Host/Origin/Content-Type rules, the API
  * key (constant-time compare), the body limit (413 before the body is read when
  * Content-Length says so), JSON errors, SSE streaming through a content-reader callback,
  * disconnect detection (a reset or error on the socket cancels at once; a FIN is probed
