@@ -943,8 +943,9 @@ static int framing_refused(kipp_server *sv, struct MHD_Connection *c, conn_state
     const char *code = NULL;
     if (sc.name) {
         printable(shown, sizeof shown, sc.name);
-        snprintf(msg, sizeof msg, "the header name '%s' is not a token (no space may come before "
-                                  "the colon, RFC 9112 section 5.1)", shown);
+        snprintf(msg, sizeof msg, "the header name '%s' is not a token (letters, digits and "
+                                  "!#$%%&'*+-.^_`|~; no space before the colon: RFC 9112 section "
+                                  "5.1)", shown);
     } else if (sc.n_host > 1) {
         snprintf(msg, sizeof msg, "more than one Host header");
     } else if (sc.n_cl > 1 || sc.cl_bad) {
