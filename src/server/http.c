@@ -1,5 +1,6 @@
 /* http.c — kipp-server's HTTP layer on libmicrohttpd (a thread per connection, so a handler
- * may block while its request generates). Routes, Host/Origin/Content-Type rules, the API
+ * may block while its request generates). Routes, strict RFC 9112 framing (every header
+ * line, before any body is read), Host/Origin/Content-Type rules, the API
  * key (constant-time compare), the body limit (413 before the body is read when
  * Content-Length says so), JSON errors, SSE streaming through a content-reader callback,
  * disconnect detection (a reset or error on the socket cancels at once; a FIN is probed
@@ -828,21 +829,149 @@ static int json_ctype(const char *ct) {
     return *ct == 0 || *ct == ';';
 }
 
+/* Every header field line of a request (MHD's lookup sees only the first of a name; this
+ * sees duplicates too), as the framing checks need it. */
 typedef struct {
-    int n;
-    int bad;
-} cl_scan;
+    int n_cl, cl_bad;   /* Content-Length lines; one that is not a number */
+    int n_te, n_host;   /* Transfer-Encoding and Host lines */
+    const char *te;     /* the first Transfer-Encoding value */
+    const char *name;   /* a field name that is not a token ("Transfer-Encoding " from a space
+                         * before the colon: MHD keeps it in the name) */
+    const char *expect; /* an Expect value other than 100-continue */
+} hdr_scan;
 
-static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *key,
-                                const char *value) {
+static int is_token(const char *s) { /* RFC 9110 5.6.2 */
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", *s)))
+            return 0;
+    return 1;
+}
+
+/* s without leading and trailing spaces and tabs, as [*b, *e) */
+static void ows_trim(const char *s, size_t n, const char **b, const char **e) {
+    while (n && (*s == ' ' || *s == '\t')) s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+    *b = s, *e = s + n;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
     (void)kind;
-    cl_scan *sc = cls;
-    if (key && !strcasecmp(key, "Content-Length")) {
-        sc->n++;
+    hdr_scan *sc = cls;
+    if (!key) return MHD_YES;
+    if (!is_token(key) && !sc->name) sc->name = key;
+    if (!strcasecmp(key, "Content-Length")) {
+        sc->n_cl++;
         if (!value || !*value || strspn(value, "0123456789") != strlen(value) || strlen(value) > 18)
-            sc->bad = 1;
+            sc->cl_bad = 1;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        if (!sc->n_te++) sc->te = value ? value : "";
+    } else if (!strcasecmp(key, "Host")) {
+        sc->n_host++;
+    } else if (!strcasecmp(key, "Expect") && !sc->expect) {
+        const char *b, *e;
+        ows_trim(value ? value : "", value ? strlen(value) : 0, &b, &e);
+        if (e - b != 12 || strncasecmp(b, "100-continue", 12)) sc->expect = value ? value : "";
     }
     return MHD_YES;
+}
+
+/* s for a message: at most 64 bytes, control and non-ASCII bytes as '?' */
+static void printable(char *out, size_t cap, const char *s) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < cap && i < 64; i++)
+        out[i] = (unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f ? '?' : s[i];
+    out[i] = 0;
+}
+
+/* The Transfer-Encoding value te: 0 when it is the one coding Kipp reads, chunked, spelled as
+ * libmicrohttpd recognizes it (exactly "chunked", any case: with anything else MHD does not
+ * de-chunk but reads to the end of the connection); else the status (400 or 501) with its
+ * message in msg. */
+static int te_status(const char *te, char *msg, size_t cap) {
+    char shown[72];
+    printable(shown, sizeof shown, te);
+    if (!strcasecmp(te, "chunked")) return 0;
+    /* the codings of the list, in order; the last one decides the framing (RFC 9112 6.3) */
+    const char *last_b = NULL, *last_e = NULL;
+    int n = 0, chunked_before = 0, other_before = 0;
+    for (const char *p = te;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *b, *e;
+        ows_trim(p, len, &b, &e);
+        if (e > b) {
+            if (n++) {
+                if (last_e - last_b == 7 && !strncasecmp(last_b, "chunked", 7)) chunked_before = 1;
+                else other_before = 1;
+            }
+            last_b = b, last_e = e;
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (!n || last_e - last_b != 7 || strncasecmp(last_b, "chunked", 7)) {
+        snprintf(msg, cap, "the Transfer-Encoding '%s' does not end in chunked: the body's length "
+                           "cannot be known (RFC 9112 section 6.3)", shown);
+        return 400;
+    }
+    if (chunked_before) {
+        snprintf(msg, cap, "the Transfer-Encoding '%s' applies chunked more than once", shown);
+        return 400;
+    }
+    if (other_before) {
+        snprintf(msg, cap, "the Transfer-Encoding '%s' is not implemented: chunked is the only "
+                           "transfer coding this server reads", shown);
+        return 501;
+    }
+    snprintf(msg, cap, "the Transfer-Encoding '%s' must be exactly 'chunked'", shown);
+    return 400;
+}
+
+/* RFC 9112 framing and the Expect field, checked first: a request whose length two parsers
+ * (a proxy in front, libmicrohttpd here) could read differently is refused, and so is what
+ * libmicrohttpd would mis-frame. Returns 1 with the answer queued (always Connection: close:
+ * where the request ends, and so where the next one starts, is not known), else 0. */
+static int framing_refused(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
+                           enum MHD_Result *res) {
+    hdr_scan sc = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &sc);
+    char msg[320], shown[72];
+    int status = 400;
+    const char *code = NULL;
+    if (sc.name) {
+        printable(shown, sizeof shown, sc.name);
+        snprintf(msg, sizeof msg, "the header name '%s' is not a token (letters, digits and "
+                                  "!#$%%&'*+-.^_`|~; no space before the colon: RFC 9112 section "
+                                  "5.1)", shown);
+    } else if (sc.n_host > 1) {
+        snprintf(msg, sizeof msg, "more than one Host header");
+    } else if (sc.n_cl > 1 || sc.cl_bad) {
+        snprintf(msg, sizeof msg, "%s", sc.n_cl > 1 ? "more than one Content-Length header"
+                                                    : "the Content-Length header is not a number");
+    } else if (sc.n_te && sc.n_cl) {
+        snprintf(msg, sizeof msg, "both Transfer-Encoding and Content-Length are given (RFC 9112 "
+                                  "section 6.3)");
+    } else if (sc.n_te > 1) {
+        snprintf(msg, sizeof msg, "more than one Transfer-Encoding header");
+    } else if (sc.n_te && !cs->http11) {
+        snprintf(msg, sizeof msg, "Transfer-Encoding in an HTTP/1.0 request (RFC 9112 section 6.1)");
+    } else if (sc.n_te && (status = te_status(sc.te, msg, sizeof msg)) != 0) {
+        if (status == 501) code = "unsupported_transfer_encoding";
+    } else if (sc.expect) {
+        printable(shown, sizeof shown, sc.expect);
+        snprintf(msg, sizeof msg, "the expectation '%s' cannot be met: 100-continue is the only "
+                                  "one this server knows", shown);
+        status = 417;
+        code = "expectation_failed";
+    } else {
+        return 0;
+    }
+    cs->close = 1;
+    *res = send_error(sv, c, cs, status, msg, "invalid_request_error", NULL, code);
+    return 1;
 }
 
 static enum MHD_Result send_preflight(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
@@ -992,6 +1121,8 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
                                   const char *url, const char *method) {
     int is_post;
     cs->endpoint = route(url, &is_post);
+    enum MHD_Result res;
+    if (framing_refused(sv, c, cs, &res)) return res;
     const wd_conn *w = wd_of(c);
     if (w && w->bad_path)
         return send_error(sv, c, cs, 400, "the path contains an encoded NUL (%00)",
@@ -1017,15 +1148,6 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
                               "origin_not_allowed");
         }
         if (ok == 2) cs->cors = origin;
-    }
-    cl_scan sc = {0, 0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &sc);
-    if (sc.n > 1 || sc.bad) {
-        cs->close = 1; /* which length would frame the next request? none: close */
-        return send_error(sv, c, cs, 400,
-                          sc.n > 1 ? "more than one Content-Length header"
-                                   : "the Content-Length header is not a number",
-                          "invalid_request_error", NULL, NULL);
     }
     if (cs->endpoint == M_EP_OTHER)
         return send_error(sv, c, cs, 404, "no such endpoint", "not_found_error", NULL, NULL);

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-const int kipp_metrics_statuses[M_ST_N] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 500, 503, 0};
+const int kipp_metrics_statuses[M_ST_N] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 417, 500, 501, 503, 0};
 const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "completions", "models",
                                                     "health", "metrics", "embeddings",
                                                     "webui", "other"};

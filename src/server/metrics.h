@@ -10,8 +10,8 @@
 
 enum { M_EP_CHAT, M_EP_COMPLETIONS, M_EP_MODELS, M_EP_HEALTH, M_EP_METRICS, M_EP_EMBEDDINGS,
        M_EP_WEBUI, M_EP_OTHER, M_EP_N };
-enum { M_ST_N = 12 };
-extern const int kipp_metrics_statuses[M_ST_N]; /* 200 204 400 401 403 404 405 413 415 500 503, other */
+enum { M_ST_N = 14 };
+extern const int kipp_metrics_statuses[M_ST_N]; /* 200 204 400 401 403 404 405 413 415 417 500 501 503, other */
 extern const char *const kipp_metrics_endpoints[M_EP_N];
 
 typedef struct {
