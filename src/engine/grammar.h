@@ -15,7 +15,9 @@
  *   \UHHHHHHHH. Literals and classes are Unicode code points, matched as UTF-8 (a class
  *   never matches a surrogate or an invalid byte sequence); "." is any code point.
  * Left recursion (direct or through rules that can match the empty string) is refused at
- * compile time, as is a reference to an undefined rule. */
+ * compile time, as is a reference to an undefined rule, and so is a grammar over the cost
+ * bound (grammar_cost.c: more than 4,096 rule expansions before a byte, or more than 64 ways
+ * to match the empty string at one point; docs/grammar.md "Limits"). */
 #ifndef KIPP_ENGINE_GRAMMAR_H
 #define KIPP_ENGINE_GRAMMAR_H
 
