@@ -145,6 +145,8 @@ def test_hostile_client_gone_is_cancelled(gsrv):
     ({"grammar": chain(4096)}, lambda s: s == "a"),
     ({"grammar": 'root ::= ("x"?){0,63} "!"'}, lambda s: re.fullmatch(r"x{0,63}!", s) is not None),
     ({"grammar": 'root ::= ("x"{1,1000}){0,1000} "."'}, lambda s: re.fullmatch(r"x*\.?", s) is not None),
+    ({"response_format": schema_format({"type": "string", "pattern": "^x{0,1000000}$"})},  # the flat form
+     lambda s: re.fullmatch(r"x*", json.loads(s)) is not None),
     ({"response_format": schema_format({"type": "string", "pattern": "^[a-z]{1,8}-[0-9]{2,4}$"})},
      lambda s: (lambda v: re.fullmatch(r"[a-z]{1,8}-[0-9]{2,4}", v) is not None)(json.loads(s))),
 ])
