@@ -25,7 +25,12 @@
 #include <time.h>
 
 #define MAX_TOPS 1024   /* stacks kept per state (ambiguous grammars beyond: the rest are dropped) */
-#define MAX_RESOLVE KIPP_GRAMMAR_MAX_RESOLVE /* rule expansions per resolve (grammar_int.h) */
+/* Rule expansions per closure (one resolve from a stack top). The compiler bounds every
+ * position's own closure by KIPP_GRAMMAR_MAX_RESOLVE (grammar_int.h); a closure that falls
+ * off the end of its rule goes on in the callers (their rest is nullable), which no count at
+ * compile time bounds (it grows with the nesting), so this has room for that. Past it the
+ * matcher fails visibly (kipp_matcher_error names it) instead of dropping stacks. */
+#define MAX_RESOLVE (16u * KIPP_GRAMMAR_MAX_RESOLVE)
 #define N_CACHE 64
 /* A mask walk stops after this much work (edges, tops scanned and merged): a grammar
  * ambiguous enough to need more (a hostile one) gets a partial mask — every token in it is
@@ -380,7 +385,12 @@ static void resolve(kipp_matcher *m, uint32_t pos, uint32_t parent, sset *out) {
             continue;
         }
         if (e.kind == G_BYTES) { add_top(m, out, pos, parent); return; }
-        if (m->budget == 0) return;
+        if (m->budget == 0) {
+            m->failed = 1;
+            snprintf(m->why, sizeof m->why, "the grammar needs more than %u rule expansions "
+                     "before its next character here (the limit)", MAX_RESOLVE);
+            return;
+        }
         m->budget--;
         /* a rule: its caller resumes at pos + 1, unless that is the end (a tail call) */
         const uint32_t np = g->el[pos + 1].kind == G_END ? parent : new_frame(m, pos + 1, parent);

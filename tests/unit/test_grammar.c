@@ -385,6 +385,46 @@ static void test_resolve_budget_per_stack(void) {
     free(s);
 }
 
+/* A closure that climbs out of its rule into the callers (their rest can be empty): 3,000
+ * expansions inside the rule and 3,000 in the caller pass the compile-time bound (per
+ * position) and must work; one that climbs through 20 callers of 4,000 each is past the
+ * run-time limit and fails visibly, naming it, instead of silently losing the stacks. */
+static void test_resolve_climbs(void) {
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= a c1\na ::= \"x\" b1 | \"y\"\n", 0, 0);
+    for (int i = 1; i < 3000; i++) cat(&s, &len, &cap, "b%d ::= b%d\n", i, i + 1);
+    cat(&s, &len, &cap, "b3000 ::= \"q\" | \"\"\n", 0, 0);
+    for (int i = 1; i < 3000; i++) cat(&s, &len, &cap, "c%d ::= c%d\n", i, i + 1);
+    cat(&s, &len, &cap, "c3000 ::= \"z\"\n", 0, 0);
+    kipp_grammar *g = compile(s);
+    KT_CHECK(g != NULL);
+    if (g) KT_CHECK(matches_s(g, "xz") == 1 && matches_s(g, "xqz") == 1 && matches_s(g, "yz") == 1);
+    kipp_grammar_free(g);
+    len = 0;
+    cat(&s, &len, &cap, "root ::= r\nr ::= \"(\" r p1 | \"x\"\n", 0, 0);
+    for (int i = 1; i < 4000; i++) cat(&s, &len, &cap, "p%d ::= p%d\n", i, i + 1);
+    cat(&s, &len, &cap, "p4000 ::= \")\" | \"\"\n", 0, 0);
+    g = compile(s);
+    free(s);
+    KT_CHECK(g != NULL);
+    kipp_matcher *m;
+    char err[256];
+    if (g && kipp_matcher_new(g, NULL, &m, err, sizeof err) == KIPP_OK) {
+        KT_CHECK(kipp_matcher_accept_bytes(m, "((((((((((", 10) == 1);
+        KT_CHECK(kipp_matcher_accept_bytes(m, "((((((((((x", 11) == 0);
+        const char *e = kipp_matcher_error(m);
+        KT_CHECK(e != NULL && strstr(e, "more than 65536 rule expansions") != NULL, "error: %s", e ? e : "(none)");
+        kipp_matcher_free(m);
+    }
+    if (g && kipp_matcher_new(g, NULL, &m, err, sizeof err) == KIPP_OK) { /* 10 deep: fine */
+        KT_CHECK(kipp_matcher_accept_bytes(m, "((((((((((x))", 13) == 1 && kipp_matcher_complete(m) == 1);
+        KT_CHECK(kipp_matcher_error(m) == NULL);
+        kipp_matcher_free(m);
+    }
+    kipp_grammar_free(g);
+}
+
 static int n_asked;
 static int interrupt_now(void *arg) {
     n_asked++;
@@ -474,5 +514,6 @@ void kt_suite_grammar(void) {
     test_masks();
     test_cost_bound();
     test_resolve_budget_per_stack();
+    test_resolve_climbs();
     test_time_limit();
 }
