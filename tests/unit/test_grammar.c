@@ -1,7 +1,8 @@
 /* test_grammar.c — the EBNF compiler and the matcher: compile errors name what is wrong,
  * byte-level acceptance (UTF-8 classes checked code point by code point against the class
- * definition), repetition bounds, flat stacks for long repetitions, and token masks checked
- * against brute force (every token tried on a fresh matcher that replays the output). */
+ * definition), repetition bounds, flat stacks for long repetitions, token masks checked
+ * against brute force (every token tried on a fresh matcher that replays the output), the
+ * compile-time cost bound, the run-time expansion limit and the per-token time limit. */
 #include "engine/grammar.h"
 #include "kt.h"
 
