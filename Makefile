@@ -167,7 +167,7 @@ FUZZ_SRC_chat    := src/tok/chat.c src/tok/pyjson.c src/tok/reasoning.c src/gguf
 FUZZ_SRC_tok     := $(wildcard src/tok/*.c) src/gguf/gguf.c
 FUZZ_SRC_oai     := src/server/openai_req.c src/server/tool_grammar.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c src/engine/sampler.c
-FUZZ_SRC_grammar := src/engine/grammar.c src/engine/matcher.c src/engine/json_schema.c \
+FUZZ_SRC_grammar := src/engine/grammar.c src/engine/grammar_cost.c src/engine/matcher.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c
 FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c $(wildcard src/tok/*.c) src/gguf/gguf.c
 FUZZ_NAMES := gguf chat tok oai grammar embed

@@ -38,7 +38,8 @@ int kipp_generate(const kipp_gen_params *p, kipp_gen_result *r) {
         int32_t tok = kipp_sampler_sample(p->sampler, p->logits);
         if (constrained && !kipp_matcher_accept_token(p->matcher, tok)) {
             stream(p, 0, 1);
-            fprintf(stderr, "\n%s: the grammar allows no token here (is it satisfiable?)\n", p->prog);
+            const char *why = kipp_matcher_error(p->matcher); /* the time limit, or unsatisfiable */
+            fprintf(stderr, "\n%s: %s\n", p->prog, why ? why : "the grammar allows no token here (is it satisfiable?)");
             return 0;
         }
         if (p->matcher && !constrained && tok == p->constrain_after) constrained = 1;

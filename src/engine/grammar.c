@@ -31,6 +31,8 @@ typedef struct {
     evec body;  /* alternatives, each terminated by G_END */
     int defined;
     uint32_t line; /* first use, for "not defined" */
+    uint32_t def_line; /* where a named rule is defined; a helper rule: where it was made */
+    uint32_t owner;    /* the named rule whose definition made it (itself for a named rule) */
 } prule;
 
 typedef struct {
@@ -49,6 +51,7 @@ typedef struct {
     char *err;
     size_t err_len;
     int failed, oom, depth;
+    uint32_t cur; /* the named rule being parsed (helper rules' owner) */
 } parser;
 
 static uint32_t hash_bytes(const void *s, size_t n) {
@@ -112,7 +115,8 @@ static int64_t new_rule(parser *p, const char *name, size_t len) {
     if (grow(p, (void **)&p->rules, &p->cap_rules, p->n_rules, sizeof *p->rules)) return -1;
     prule *r = &p->rules[p->n_rules];
     memset(r, 0, sizeof *r);
-    r->line = p->line;
+    r->line = r->def_line = p->line;
+    r->owner = name ? p->n_rules : p->cur;
     if (name) {
         if (!(r->name = malloc(len + 1))) { p->oom = 1; return perr(p, "out of memory", NULL); }
         memcpy(r->name, name, len);
@@ -593,6 +597,8 @@ static int parse_rules(parser *p) {
         if (r < 0) return -1;
         if (p->rules[r].defined) return perr(p, "rule '%s' is defined twice", p->rules[r].name);
         p->rules[r].defined = 1;
+        p->rules[r].def_line = p->line;
+        p->cur = (uint32_t)r;
         evec body = {0};
         if (parse_alts(p, &body, 0)) { free(body.p); return -1; }
         p->rules[r].body = body;
@@ -685,6 +691,36 @@ static kipp_grammar *flatten(parser *p) {
     return g;
 }
 
+/* The cost bound (grammar_cost.c): the error names the rule (a helper rule's named owner),
+ * its line, the limit and the count. */
+static int check_cost(parser *p, const kipp_grammar *g) {
+    uint32_t pos;
+    int which;
+    uint64_t v;
+    const int r = kipp_grammar_cost_check(g, &pos, &which, &v);
+    if (r < 0) { p->oom = 1; return perr(p, "out of memory", NULL); }
+    if (r == 0) return 0;
+    uint32_t rule = 0; /* the rule whose alternatives hold pos */
+    while (rule + 1 < g->n_rules && g->alt_start[g->rule_alt0[rule + 1]] <= pos) rule++;
+    const prule *h = &p->rules[rule], *o = &p->rules[h->owner];
+    char msg[400], count[32];
+    if (v >= (uint64_t)1 << 40) snprintf(count, sizeof count, "more than 10^12");
+    else snprintf(count, sizeof count, "%llu", (unsigned long long)v);
+    p->line = h->def_line;
+    if (which == 0)
+        snprintf(msg, sizeof msg, "rule '%s' needs %s rule expansions before it matches a character; "
+                 "the limit is %u (a chain of rules that only name the next rule counts one per "
+                 "rule)", o->name ? o->name : "?", count, KIPP_GRAMMAR_MAX_RESOLVE);
+    else
+        snprintf(msg, sizeof msg, "rule '%s' can match the empty string in %s ways at one point; "
+                 "the limit is %u (a counted repetition of something that can be empty, as in "
+                 "(\"x\"{0,9}){0,100} or (\"x\"?){0,100}: repeat something that cannot be "
+                 "empty, as in \"x\"{0,900})", o->name ? o->name : "?", count, KIPP_GRAMMAR_MAX_EMPTY_PATHS);
+    kipp_errf(p->err, p->err_len, KIPP_ERR_INVALID_ARG, "grammar line %u: %s", p->line, msg);
+    p->failed = 1; /* not perr: its buffer is shorter than this message */
+    return -1;
+}
+
 kipp_status kipp_grammar_compile(const char *text, size_t len, kipp_grammar **out, char *err,
                                  size_t err_len) {
     *out = NULL;
@@ -721,6 +757,8 @@ kipp_status kipp_grammar_compile(const char *text, size_t len, kipp_grammar **ou
     kipp_grammar *g = st ? NULL : flatten(&p);
     if (!st && !g) st = perr(&p, "out of memory", NULL);
     if (g) g->root = (uint32_t)root;
+    if (!st) st = check_cost(&p, g);
+    if (st) kipp_grammar_free(g), g = NULL;
     free(nullable);
     for (uint32_t r = 0; r < p.n_rules; r++) {
         free(p.rules[r].name);

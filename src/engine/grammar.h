@@ -15,7 +15,9 @@
  *   \UHHHHHHHH. Literals and classes are Unicode code points, matched as UTF-8 (a class
  *   never matches a surrogate or an invalid byte sequence); "." is any code point.
  * Left recursion (direct or through rules that can match the empty string) is refused at
- * compile time, as is a reference to an undefined rule. */
+ * compile time, as is a reference to an undefined rule, and so is a grammar over the cost
+ * bound (grammar_cost.c: more than 4,096 rule expansions before a byte, or more than 64 ways
+ * to match the empty string at one point; docs/grammar.md "Limits"). */
 #ifndef KIPP_ENGINE_GRAMMAR_H
 #define KIPP_ENGINE_GRAMMAR_H
 
@@ -83,5 +85,21 @@ typedef struct {
 void kipp_matcher_get_stats(const kipp_matcher *m, kipp_matcher_stats *out);
 /* The work after which a mask walk stops (default: about 32 M units; the tests lower it). */
 void kipp_matcher_set_work_budget(kipp_matcher *m, uint64_t units);
+
+/* The wall-time bound of one computation: one mask, one accept, the start state (seconds;
+ * default KIPP_MATCHER_TIME_LIMIT_S; 0: none). The work budget above counts units, and a
+ * grammar that passes the compile-time cost bound can still make single units expensive
+ * (thousands of alternatives that each lead to thousands of stacks), so the clock is read
+ * every few thousand units of work. A computation past the limit stops and the matcher
+ * fails for good: kipp_matcher_error says why, masks allow no token, accepts refuse. The
+ * scheduler ends such a request with an error instead of holding every other sequence. */
+#define KIPP_MATCHER_TIME_LIMIT_S 2.0
+void kipp_matcher_set_time_limit(kipp_matcher *m, double seconds);
+/* Asked as often as the clock: when fn(arg) returns nonzero the computation stops and the
+ * matcher fails as on the time limit (the scheduler passes the request's cancel flag, so a
+ * client that went away stops costing mask time at once). NULL: none. */
+void kipp_matcher_set_interrupt(kipp_matcher *m, int (*fn)(void *), void *arg);
+/* NULL while the matcher works; else why it failed (borrowed: valid until it is freed). */
+const char *kipp_matcher_error(const kipp_matcher *m);
 
 #endif

@@ -31,6 +31,18 @@ struct kipp_grammar {
     uint32_t n_sets;
 };
 
+/* The compile-time cost bound (grammar_cost.c; docs/grammar.md "Limits"): from any position,
+ * the matcher's resolve may expand at most this many rules before it reaches a byte (it stops
+ * there: more would be cut short at run time), and may fall off the end of the rule along at
+ * most this many empty derivations (each one resolves what follows again: a mask's cost grows
+ * with their square). */
+#define KIPP_GRAMMAR_MAX_RESOLVE 4096
+#define KIPP_GRAMMAR_MAX_EMPTY_PATHS 64
+
+/* 0 when every position is within both limits; 1: position *bad_pos is over limit *which
+ * (0: expansions, 1: empty paths) with count *value (saturated near 2^40); -1: out of memory. */
+int kipp_grammar_cost_check(const struct kipp_grammar *g, uint32_t *bad_pos, int *which, uint64_t *value);
+
 static inline int kipp_gset_has(const uint64_t *set, unsigned b) {
     return (int)((set[b >> 6] >> (b & 63)) & 1);
 }

@@ -19,12 +19,18 @@
 #include "engine/grammar_int.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define MAX_TOPS 1024   /* stacks kept per state (ambiguous grammars beyond: the rest are dropped) */
-#define MAX_RESOLVE 4096 /* rule expansions per step without a byte (bounds hostile grammars) */
+/* Rule expansions per closure (one resolve from a stack top). The compiler bounds every
+ * position's own closure by KIPP_GRAMMAR_MAX_RESOLVE (grammar_int.h); a closure that falls
+ * off the end of its rule goes on in the callers (their rest is nullable), which no count at
+ * compile time bounds (it grows with the nesting), so this has room for that. Past it the
+ * matcher fails visibly (kipp_matcher_error names it) instead of dropping stacks. */
+#define MAX_RESOLVE (16u * KIPP_GRAMMAR_MAX_RESOLVE)
 #define N_CACHE 64
 /* A mask walk stops after this much work (edges, tops scanned and merged): a grammar
  * ambiguous enough to need more (a hostile one) gets a partial mask — every token in it is
@@ -32,6 +38,10 @@
  * grammars stay far below (every walk of the JSON corpus's replay fits in 0.5 M). */
 #define WALK_WORK_BUDGET (32u << 20)
 #define HC_BITS 14      /* frame hash-consing table: 16K slots */
+/* Work units (resolve steps, tops scanned, merge comparisons, trie edges) between looks at
+ * the clock and the interrupt: a few microseconds of work, so the time limit is overrun by
+ * about that much at most. */
+#define CHECK_EVERY 4096u
 
 /* Grows n_arr parallel arrays (*arrs[i], elems[i] bytes per entry) that share the uint32_t
  * capacity *cap to hold need entries, each with the core's kipp_grow, so that all reach the
@@ -273,7 +283,43 @@ struct kipp_matcher {
     int owns_grammar;
     uint64_t work, budget_work; /* this walk's work, and where it stops (WALK_WORK_BUDGET) */
     kipp_matcher_stats st;
+    /* the wall-time bound of one mask or accept (kipp_matcher_set_time_limit) */
+    uint64_t ops, next_check; /* work done since creation; when to look at the clock next */
+    double time_limit, deadline; /* seconds; CLOCK_MONOTONIC seconds */
+    int (*interrupt)(void *);
+    void *interrupt_arg;
+    int failed;            /* sticky: the time limit or the interrupt stopped a computation */
+    char why[160];
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Starts the clock of one computation (a mask, an accept) that began at time t. */
+static void begin(kipp_matcher *m, double t) {
+    m->deadline = t + m->time_limit;
+    m->next_check = m->ops + CHECK_EVERY;
+}
+
+/* 1 when the computation must stop: the matcher failed already, or (every CHECK_EVERY units
+ * of m->ops) the interrupt asks for it or the time limit has passed. */
+static int stop_now(kipp_matcher *m) {
+    if (m->failed) return 1;
+    if (m->ops < m->next_check) return 0;
+    m->next_check = m->ops + CHECK_EVERY;
+    if (m->interrupt && m->interrupt(m->interrupt_arg)) {
+        m->failed = 1;
+        snprintf(m->why, sizeof m->why, "the grammar computation was interrupted");
+    } else if (m->time_limit > 0 && now_s() > m->deadline) {
+        m->failed = 1;
+        snprintf(m->why, sizeof m->why, "the grammar took longer than its time limit of %g s "
+                 "for one token (it is too ambiguous to follow)", m->time_limit);
+    }
+    return m->failed;
+}
 
 /* Grows an array (of elem bytes per entry) to hold n + extra entries (grow_arrays with one
  * array). -1 (and m->oom) when out of memory. */
@@ -313,6 +359,7 @@ static uint32_t new_frame(kipp_matcher *m, uint32_t pos, uint32_t parent) {
 }
 
 static void add_top(kipp_matcher *m, sset *s, uint32_t pos, uint32_t parent) {
+    m->ops += s->n;
     for (uint32_t k = 0; k < s->n; k++)
         if (m->fpos[s->top[k]] == pos && m->fpar[s->top[k]] == parent) return;
     if (s->n == s->cap) {
@@ -328,6 +375,8 @@ static void add_top(kipp_matcher *m, sset *s, uint32_t pos, uint32_t parent) {
 static void resolve(kipp_matcher *m, uint32_t pos, uint32_t parent, sset *out) {
     const kipp_grammar *g = m->g;
     for (;;) {
+        m->ops++;
+        if (stop_now(m)) return;
         const kipp_gelem e = g->el[pos];
         if (e.kind == G_END) {
             if (parent == 0) { out->complete = 1; return; }
@@ -336,7 +385,12 @@ static void resolve(kipp_matcher *m, uint32_t pos, uint32_t parent, sset *out) {
             continue;
         }
         if (e.kind == G_BYTES) { add_top(m, out, pos, parent); return; }
-        if (m->budget == 0) return;
+        if (m->budget == 0) {
+            m->failed = 1;
+            snprintf(m->why, sizeof m->why, "the grammar needs more than %u rule expansions "
+                     "before its next character here (the limit)", MAX_RESOLVE);
+            return;
+        }
         m->budget--;
         /* a rule: its caller resumes at pos + 1, unless that is the end (a tail call) */
         const uint32_t np = g->el[pos + 1].kind == G_END ? parent : new_frame(m, pos + 1, parent);
@@ -359,9 +413,9 @@ static int sset_reserve(kipp_matcher *m, sset *s) {
 static void advance(kipp_matcher *m, const sset *in, unsigned b, sset *out) {
     out->n = 0;
     out->complete = 0;
-    m->budget = MAX_RESOLVE;
     for (uint32_t k = 0; k < in->n; k++) {
         const uint32_t f = in->top[k], pos = m->fpos[f];
+        m->budget = MAX_RESOLVE; /* per top, as in the mask's after(): the two agree */
         if (kipp_gset_has(m->g->sets[m->g->el[pos].arg], b)) resolve(m, pos + 1, m->fpar[f], out);
     }
 }
@@ -415,6 +469,7 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
     m->fpar = malloc(m->capf * sizeof *m->fpar);
     m->memo = calloc(m->capf, sizeof *m->memo);
     m->budget_work = WALK_WORK_BUDGET;
+    m->time_limit = KIPP_MATCHER_TIME_LIMIT_S;
     m->hc = calloc(1u << HC_BITS, sizeof *m->hc);
     m->gen = 1;
     m->nf = 1;
@@ -423,14 +478,22 @@ kipp_status kipp_matcher_new(const kipp_grammar *g, const kipp_token_trie *t, ki
               sset_reserve(m, &m->tmp) || sset_reserve(m, &m->merge);
     for (uint32_t k = 0; k < 2 && !bad; k++) bad = sset_reserve(m, &m->step[k]);
     if (!bad) {
-        m->budget = MAX_RESOLVE;
+        begin(m, now_s());
         const uint32_t a0 = g->rule_alt0[g->root], na = g->rule_nalt[g->root];
-        for (uint32_t a = 0; a < na; a++) resolve(m, g->alt_start[a0 + a], 0, &m->cur);
+        for (uint32_t a = 0; a < na; a++) {
+            m->budget = MAX_RESOLVE;
+            resolve(m, g->alt_start[a0 + a], 0, &m->cur);
+        }
         bad = m->oom;
     }
     if (bad) {
         kipp_matcher_free(m);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "out of memory for a grammar matcher");
+    }
+    if (m->failed) { /* the start state alone ran past the time limit */
+        kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "%s", m->why);
+        kipp_matcher_free(m);
+        return KIPP_ERR_INVALID_ARG;
     }
     *out = m;
     return KIPP_OK;
@@ -453,13 +516,15 @@ void kipp_matcher_own_grammar(kipp_matcher *m) {
 
 /* Runs bytes from the current state; commit: make the result the state. 1 if accepted. */
 static int run_bytes(kipp_matcher *m, const char *bytes, size_t n, int commit) {
+    if (m->failed) return 0;
     if (n == 0) return 1;
+    begin(m, now_s());
     const uint32_t mark = m->nf;
     sset *a = &m->step[0], *b = &m->step[1];
     sset_copy(m, a, &m->cur);
     for (size_t i = 0; i < n; i++) {
         advance(m, a, (unsigned char)bytes[i], b);
-        if (b->n == 0 && (!b->complete || i + 1 < n)) {
+        if (m->failed || (b->n == 0 && (!b->complete || i + 1 < n))) {
             m->nf = mark;
             return 0;
         }
@@ -484,7 +549,7 @@ int kipp_matcher_finished(const kipp_matcher *m) { return m->cur.complete && m->
 
 static int token(kipp_matcher *m, int32_t id, int commit) {
     const kipp_token_trie *t = m->t;
-    if (!t || id < 0 || (uint32_t)id >= t->n_vocab) return 0;
+    if (!t || id < 0 || (uint32_t)id >= t->n_vocab || m->failed) return 0;
     if (t->is_eog[id]) return m->cur.complete;
     const uint32_t len = tok_len(t, (uint32_t)id);
     return len ? run_bytes(m, t->blob + t->off[id], len, commit) : 0;
@@ -579,10 +644,12 @@ static uint32_t merge(kipp_matcher *m, uint32_t sid, unsigned b) {
         const uint32_t f = m->mbuf[m->ws[sid].off + k];
         if (!top_has(m, f, b)) continue;
         const uint32_t a = after(m, f);
-        if (a == NONE) return NONE;
+        if (a == NONE || m->failed) return NONE;
         complete |= m->ws[a].complete;
         m->work += (uint64_t)m->ws[a].n * (mg->n + 1);
         for (uint32_t j = 0; j < m->ws[a].n; j++) {
+            m->ops += mg->n + 1;
+            if (stop_now(m)) return NONE;
             const uint32_t g = m->mbuf[m->ws[a].off + j];
             uint32_t q = 0;
             while (q < mg->n && mg->top[q] != g) q++;
@@ -601,6 +668,7 @@ static void build_disp(kipp_matcher *m, uint32_t sid) {
     uint16_t *d = m->dbuf + m->n_dbuf;
     const uint32_t n = m->ws[sid].n, off = m->ws[sid].off, c0 = m->n_cbuf;
     m->work += 256u * n;
+    m->ops += 256u * n;
     uint32_t n_cls = 0;
     for (unsigned b = 0; b < 256; b++) {
         d[b] = 0;
@@ -645,12 +713,15 @@ static void walk(kipp_matcher *m, uint32_t node, uint32_t sid, uint32_t *bits) {
         const unsigned b = t->ebyte[e];
         if (!kipp_gset_has(allow, b)) continue;
         if (++m->work > m->budget_work) return; /* partial: see WALK_WORK_BUDGET */
+        m->ops++;
+        if (stop_now(m)) return; /* failed: the caller discards the mask */
         uint32_t d;
         if (disp != NONE) {
             d = m->dbuf[disp + b];
         } else { /* first visit: find the matching top */
             d = 0;
             m->work += m->ws[sid].n;
+            m->ops += m->ws[sid].n;
             for (uint32_t k = 0; k < m->ws[sid].n && d != MULTI; k++)
                 if (top_has(m, m->mbuf[m->ws[sid].off + k], b)) d = d ? MULTI : k + 1;
         }
@@ -697,8 +768,13 @@ static uint32_t state_key(kipp_matcher *m) {
 void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
     const kipp_token_trie *t = m->t;
     if (!t) return;
+    if (m->failed) { /* for good: nothing is allowed */
+        memset(bits, 0, m->n_words * sizeof *bits);
+        return;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    begin(m, (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec);
     m->st.masks++;
     const uint32_t nk = state_key(m);
     uint32_t h = 2166136261u;
@@ -732,7 +808,8 @@ void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
         m->st.partial += partial;
         if (m->cur.complete)
             for (uint32_t k = 0; k < t->n_eog; k++) bits[t->eog[k] >> 5] |= 1u << (t->eog[k] & 31);
-        if (nk && !m->oom && !partial) { /* keep it (a partial mask is not worth keeping) */
+        if (m->failed) memset(bits, 0, m->n_words * sizeof *bits);
+        if (nk && !m->oom && !partial && !m->failed) { /* keep it (a partial mask is not worth keeping) */
             if (!victim->mask) victim->mask = malloc(m->n_words * sizeof *victim->mask);
             uint32_t *key = realloc(victim->key, nk * sizeof *key);
             if (key) victim->key = key;
@@ -767,3 +844,12 @@ void kipp_matcher_apply(kipp_matcher *m, float *logits, uint32_t n) {
 void kipp_matcher_get_stats(const kipp_matcher *m, kipp_matcher_stats *out) { *out = m->st; }
 
 void kipp_matcher_set_work_budget(kipp_matcher *m, uint64_t units) { m->budget_work = units; }
+
+void kipp_matcher_set_time_limit(kipp_matcher *m, double seconds) { m->time_limit = seconds > 0 ? seconds : 0; }
+
+void kipp_matcher_set_interrupt(kipp_matcher *m, int (*fn)(void *), void *arg) {
+    m->interrupt = fn;
+    m->interrupt_arg = arg;
+}
+
+const char *kipp_matcher_error(const kipp_matcher *m) { return m->failed ? m->why : NULL; }

@@ -190,6 +190,15 @@ void kipp_req_stop(kipp_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The matcher's interrupt (kipp_matcher_set_interrupt): the request's cancel flag. */
+static int req_cancelled(void *arg) {
+    kipp_req *r = arg;
+    pthread_mutex_lock(&r->s->mu);
+    const int c = r->cancel;
+    pthread_mutex_unlock(&r->s->mu);
+    return c;
+}
+
 void kipp_req_release(kipp_req *r) {
     if (!r) return;
     kipp_sched *s = r->s;
@@ -248,6 +257,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     memcpy(r->all, p->prompt, (size_t)p->n_prompt * sizeof *r->all);
     r->p.prompt = r->all;
     r->mt = p->matcher; /* ours from here on */
+    if (r->mt) kipp_matcher_set_interrupt(r->mt, req_cancelled, r);
     r->mt_active = p->constrain_after < 0;
     r->n_all = p->n_prompt;
     pthread_condattr_t ca;
@@ -268,6 +278,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
         s->st.rejected += !s->stop;
         const int stopping = s->stop;
         pthread_mutex_unlock(&s->mu);
+        if (r->mt) kipp_matcher_set_interrupt(r->mt, NULL, NULL);
         r->mt = NULL; /* a failed submit leaves the matcher with the caller */
         req_free(r);
         return kipp_errf(err, err_len, KIPP_ERR_BUSY,
@@ -585,6 +596,19 @@ static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
     return r->pending == KIPP_FINISH_NONE;
 }
 
+/* 1 when request r (whose first n tokens are in the KV cache) ends here instead of being
+ * sampled: it was cancelled (it finishes as the engine loop would finish it, this step
+ * instead of after the mask), or its matcher failed (the grammar's time limit: an error). */
+static int grammar_stopped(kipp_req *r, uint32_t n) {
+    const int c = req_cancelled(r);
+    const char *e = kipp_matcher_error(r->mt);
+    if (!c && !e) return 0;
+    r->n_fed = n;
+    if (c) r->pending = c == 2 ? KIPP_FINISH_STOP : KIPP_FINISH_CANCELLED;
+    else snprintf(r->err, sizeof r->err, "%s", e), r->pending = KIPP_FINISH_ERROR;
+    return 1;
+}
+
 /* A decoding request's rows: verify its drafts (none: plain sampling), roll rejected drafts
  * out of the KV cache, emit the final tokens. */
 static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
@@ -593,11 +617,16 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     int32_t out[KIPP_SPEC_MAX_K + 1];
     uint32_t m = 0, n_out;
     if (k == 0) {
+        /* a mask is bounded in time and stops when the request is cancelled (the matcher
+         * asks req_cancelled): a client gone mid-mask costs no more than what was done */
+        if (r->mt && r->mt_active && grammar_stopped(r, N)) return;
         if (r->mt && r->mt_active) kipp_matcher_apply(r->mt, rows, s->n_vocab);
+        if (r->mt && r->mt_active && grammar_stopped(r, N)) return;
         out[0] = kipp_sampler_sample(r->smp, rows);
         kipp_sampler_accept(r->smp, out[0]);
         n_out = 1;
         if (r->mt && r->mt_active && !kipp_matcher_accept_token(r->mt, out[0])) {
+            if (grammar_stopped(r, N)) return;
             snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
                      "(is the grammar satisfiable?)", r->n_gen);
             r->pending = KIPP_FINISH_ERROR;

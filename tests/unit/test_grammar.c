@@ -1,11 +1,13 @@
 /* test_grammar.c — the EBNF compiler and the matcher: compile errors name what is wrong,
  * byte-level acceptance (UTF-8 classes checked code point by code point against the class
- * definition), repetition bounds, flat stacks for long repetitions, and token masks checked
- * against brute force (every token tried on a fresh matcher that replays the output). */
+ * definition), repetition bounds, flat stacks for long repetitions, token masks checked
+ * against brute force (every token tried on a fresh matcher that replays the output), the
+ * compile-time cost bound, the run-time expansion limit and the per-token time limit. */
 #include "engine/grammar.h"
 #include "kt.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,9 +300,221 @@ static void test_masks(void) {
     kipp_token_trie_free(t);
 }
 
+/* Appends printf-style text to a malloc'd string (the tests' grammars that are too long to
+ * write out). */
+static void cat(char **s, size_t *n, size_t *cap, const char *fmt, int a, int b) {
+    char tmp[128];
+    const int k = snprintf(tmp, sizeof tmp, fmt, a, b);
+    if (*n + (size_t)k + 1 > *cap) {
+        *cap = 2 * (*n + (size_t)k + 1);
+        *s = realloc(*s, *cap);
+    }
+    memcpy(*s + *n, tmp, (size_t)k + 1);
+    *n += (size_t)k;
+}
+
+/* root ::= r1, r1 ::= r2, ..., r<n> ::= "a": n rule expansions before the first byte. */
+static char *chain(int n) {
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= r1\n", 0, 0);
+    for (int i = 1; i < n; i++) cat(&s, &len, &cap, "r%d ::= r%d\n", i, i + 1);
+    cat(&s, &len, &cap, "r%d ::= \"a\"\n", n, 0);
+    return s;
+}
+
+/* The compile-time cost bound (docs/grammar.md "Limits"): grammars whose resolve would be
+ * cut short (more than 4,096 expansions before a byte) or whose masks cost the square of an
+ * ambiguity (more than 64 empty paths) are refused, naming the rule, the line and the limit;
+ * grammars at the limits compile and work. */
+static void test_cost_bound(void) {
+    /* issue 30: one mask took 7 s, three deep held the engine for 82 s */
+    check_error("root ::= ((\"x\"{0,1000}){0,1000})", "grammar line 1: rule 'root' can match the empty string");
+    check_error("root ::= ((\"x\"{0,1000}){0,1000})", "the limit is 64");
+    check_error("root ::= (((\"x\"{0,1000}){0,1000}){0,1000})", "the limit is");
+    check_error("root ::= (\"x\"?){0,64}", "65 ways");
+    check_error("root ::= item \",\"\n# a comment\nitem ::= \"[\" (\"a\"? \"b\"?){0,100} \"]\"",
+                "grammar line 3: rule 'item' can match the empty string in 65 ways");
+    kipp_grammar *g = compile("root ::= (\"x\"?){0,63} \"!\""); /* 64 ways: at the limit */
+    KT_CHECK(g != NULL);
+    if (g) KT_CHECK(matches_s(g, "xxx!") == 1 && matches_s(g, "!") == 1);
+    kipp_grammar_free(g);
+    g = compile("root ::= (\"x\"{1,1000}){0,1000} | ([a-z] [0-9]?){0,1000}"); /* not empty: fine */
+    KT_CHECK(g != NULL);
+    kipp_grammar_free(g);
+    /* issue 30 item 7: a chain of 4,097 rules that only name the next one answered every
+     * request with "the grammar allows no token" (a 500); now a compile error */
+    char *c = chain(4096);
+    g = compile(c);
+    KT_CHECK(g != NULL, "a chain of 4096 rules is within the limit");
+    if (g) KT_CHECK(matches_s(g, "a") == 1 && matches_s(g, "") == 0);
+    kipp_grammar_free(g);
+    free(c);
+    c = chain(4097);
+    check_error(c, "grammar line 1: rule 'root' needs 4097 rule expansions before it matches a character; "
+                   "the limit is 4096");
+    free(c);
+    c = chain(20000); /* the error points where the limit is crossed, not at root */
+    check_error(c, "grammar line 15904: rule 'r15903' needs 4097 rule expansions");
+    free(c);
+}
+
+/* A byte after which several stacks each need many expansions: each stack gets the full
+ * expansion budget when a token is accepted, as it does in the mask (a budget shared by all
+ * stacks of a step cut the last alternatives, and the mask allowed a token accept refused). */
+static void test_resolve_budget_per_stack(void) {
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= \"a\" c1-1", 0, 0);
+    for (int k = 2; k <= 5; k++) cat(&s, &len, &cap, " | \"a\" c%d-1", k, 0);
+    cat(&s, &len, &cap, "\n", 0, 0);
+    for (int k = 1; k <= 5; k++) {
+        for (int i = 1; i < 1000; i++) {
+            cat(&s, &len, &cap, "c%d-%d ::= ", k, i);
+            cat(&s, &len, &cap, "c%d-%d\n", k, i + 1);
+        }
+        cat(&s, &len, &cap, "c%d-1000 ::= \"%d\"\n", k, k);
+    }
+    kipp_grammar *g = compile(s);
+    KT_CHECK(g != NULL);
+    if (g)
+        for (int k = 1; k <= 5; k++) {
+            char w[3] = {'a', (char)('0' + k), 0};
+            KT_CHECK(matches_s(g, w) == 1, "\"%s\" (alternative %d, 5 x 1000 expansions after the 'a')", w, k);
+        }
+    kipp_grammar_free(g);
+    free(s);
+}
+
+/* A closure that climbs out of its rule into the callers (their rest can be empty): 3,000
+ * expansions inside the rule and 3,000 in the caller pass the compile-time bound (per
+ * position) and must work; one that climbs through 20 callers of 4,000 each is past the
+ * run-time limit and fails visibly, naming it, instead of silently losing the stacks. */
+static void test_resolve_climbs(void) {
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= a c1\na ::= \"x\" b1 | \"y\"\n", 0, 0);
+    for (int i = 1; i < 3000; i++) cat(&s, &len, &cap, "b%d ::= b%d\n", i, i + 1);
+    cat(&s, &len, &cap, "b3000 ::= \"q\" | \"\"\n", 0, 0);
+    for (int i = 1; i < 3000; i++) cat(&s, &len, &cap, "c%d ::= c%d\n", i, i + 1);
+    cat(&s, &len, &cap, "c3000 ::= \"z\"\n", 0, 0);
+    kipp_grammar *g = compile(s);
+    KT_CHECK(g != NULL);
+    if (g) KT_CHECK(matches_s(g, "xz") == 1 && matches_s(g, "xqz") == 1 && matches_s(g, "yz") == 1);
+    kipp_grammar_free(g);
+    len = 0;
+    cat(&s, &len, &cap, "root ::= r\nr ::= \"(\" r p1 | \"x\"\n", 0, 0);
+    for (int i = 1; i < 4000; i++) cat(&s, &len, &cap, "p%d ::= p%d\n", i, i + 1);
+    cat(&s, &len, &cap, "p4000 ::= \")\" | \"\"\n", 0, 0);
+    g = compile(s);
+    free(s);
+    KT_CHECK(g != NULL);
+    kipp_matcher *m;
+    char err[256];
+    if (g && kipp_matcher_new(g, NULL, &m, err, sizeof err) == KIPP_OK) {
+        KT_CHECK(kipp_matcher_accept_bytes(m, "((((((((((", 10) == 1);
+        KT_CHECK(kipp_matcher_accept_bytes(m, "((((((((((x", 11) == 0);
+        const char *e = kipp_matcher_error(m);
+        KT_CHECK(e != NULL && strstr(e, "more than 65536 rule expansions") != NULL, "error: %s", e ? e : "(none)");
+        kipp_matcher_free(m);
+    }
+    if (g && kipp_matcher_new(g, NULL, &m, err, sizeof err) == KIPP_OK) { /* 10 deep: fine */
+        KT_CHECK(kipp_matcher_accept_bytes(m, "((((((((((x))", 13) == 1 && kipp_matcher_complete(m) == 1);
+        KT_CHECK(kipp_matcher_error(m) == NULL);
+        kipp_matcher_free(m);
+    }
+    kipp_grammar_free(g);
+}
+
+static int n_asked;
+static int interrupt_now(void *arg) {
+    n_asked++;
+    return *(const int *)arg;
+}
+
+/* The wall-time bound and the interrupt: a grammar within the compile-time bound whose first
+ * mask merges a million stacks (minutes of work) stops at the limit; the matcher then fails
+ * for good (error set, no token allowed, accepts refused); the interrupt stops it the same
+ * way. */
+static void test_time_limit(void) {
+    static const char *const toks[] = {"a", "w1", "aw1", "!", "<eos>", "w"};
+    enum { N = sizeof toks / sizeof toks[0] };
+    size_t lens[N];
+    uint8_t eog[N] = {0};
+    for (int i = 0; i < N; i++) lens[i] = strlen(toks[i]);
+    lens[4] = 0;
+    eog[4] = 1;
+    kipp_token_trie *t;
+    char err[512];
+    KT_CHECK(kipp_token_trie_build_list(toks, lens, eog, N, &t, err, sizeof err) == KIPP_OK);
+    /* root ::= "a" e "!" | ... (1,000 times), e ::= "w0" | ... | "w999": after "a", 1,000
+     * stacks each lead to 1,000 */
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= \"a\" e \"!\"", 0, 0);
+    for (int k = 1; k < 1000; k++) cat(&s, &len, &cap, " | \"a\" e \"!\"", 0, 0);
+    cat(&s, &len, &cap, "\ne ::= \"w0\"", 0, 0);
+    for (int k = 1; k < 1000; k++) cat(&s, &len, &cap, " | \"w%d\"", k, 0);
+    cat(&s, &len, &cap, "\n", 0, 0);
+    kipp_grammar *g = compile(s);
+    free(s);
+    KT_CHECK(g != NULL, "within the compile-time bound");
+    kipp_matcher *m;
+    if (g && kipp_matcher_new(g, t, &m, err, sizeof err) == KIPP_OK) {
+        KT_CHECK(kipp_matcher_error(m) == NULL);
+        kipp_matcher_set_time_limit(m, 0.05);
+        uint32_t bits[1] = {~0u};
+        kipp_matcher_mask(m, bits);
+        const char *e = kipp_matcher_error(m);
+        KT_CHECK(e != NULL && strstr(e, "time limit of 0.05 s") != NULL, "error: %s", e ? e : "(none)");
+        KT_CHECK(bits[0] == 0, "a failed mask allows nothing (0x%x)", bits[0]);
+        kipp_matcher_stats st;
+        kipp_matcher_get_stats(m, &st);
+        KT_CHECK(st.seconds < 5.0, "the mask took %.2f s", st.seconds);
+        KT_CHECK(kipp_matcher_accept_token(m, 0) == 0, "a failed matcher accepts nothing");
+        kipp_matcher_set_time_limit(m, 0); /* failed for good, even without a limit */
+        kipp_matcher_mask(m, bits);
+        KT_CHECK(bits[0] == 0 && kipp_matcher_error(m) != NULL);
+        kipp_matcher_free(m);
+    }
+    if (g && kipp_matcher_new(g, t, &m, err, sizeof err) == KIPP_OK) {
+        int stop = 0;
+        n_asked = 0;
+        kipp_matcher_set_time_limit(m, 0);
+        kipp_matcher_set_interrupt(m, interrupt_now, &stop);
+        KT_CHECK(kipp_matcher_accept_token(m, 5) == 0 && kipp_matcher_error(m) == NULL); /* "w": no */
+        stop = 1;
+        uint32_t bits[1] = {~0u};
+        kipp_matcher_mask(m, bits);
+        const char *e = kipp_matcher_error(m);
+        KT_CHECK(e != NULL && strstr(e, "interrupted") != NULL, "error: %s", e ? e : "(none)");
+        KT_CHECK(n_asked == 1 && bits[0] == 0, "asked %d times, bits 0x%x", n_asked, bits[0]);
+        kipp_matcher_free(m);
+    }
+    kipp_grammar_free(g);
+    /* an ordinary grammar with the smallest limit still works (the clock is read every few
+     * thousand units: a cheap step never looks at it) */
+    g = compile("root ::= \"a\" \"w1\"? \"!\"");
+    if (g && kipp_matcher_new(g, t, &m, err, sizeof err) == KIPP_OK) {
+        kipp_matcher_set_time_limit(m, 1e-9);
+        uint32_t bits[1];
+        kipp_matcher_mask(m, bits);
+        KT_CHECK(kipp_matcher_error(m) == NULL && bits[0] == ((1u << 0) | (1u << 2)), "bits 0x%x", bits[0]);
+        KT_CHECK(kipp_matcher_accept_token(m, 2) == 1 && kipp_matcher_accept_token(m, 3) == 1);
+        KT_CHECK(kipp_matcher_complete(m) == 1);
+        kipp_matcher_free(m);
+    }
+    kipp_grammar_free(g);
+    kipp_token_trie_free(t);
+}
+
 void kt_suite_grammar(void) {
     test_errors();
     test_bytes();
     test_utf8_classes();
     test_masks();
+    test_cost_bound();
+    test_resolve_budget_per_stack();
+    test_resolve_climbs();
+    test_time_limit();
 }
