@@ -424,27 +424,28 @@ static void content_byte(kipp_toolcall *t, char c) {
 }
 
 /* A decided call, whole: BEGIN, ARGS, END. */
-static void emit_call(kipp_toolcall *t, const char *name, size_t name_len, const kipp_buf *args) {
+static void emit_call(kipp_toolcall *t, const char *name, size_t name_len, const char *args,
+                      size_t args_len) {
     t->ws.len = 0; /* the whitespace before <tool_call> */
     t->n_calls++;
     event(t, KIPP_TOOLCALL_BEGIN, name, name_len);
-    if (args->len) event(t, KIPP_TOOLCALL_ARGS, args->data, args->len);
+    if (args_len) event(t, KIPP_TOOLCALL_ARGS, args, args_len);
     event(t, KIPP_TOOLCALL_END, "", 0);
 }
 
 /* Rule 2: the arguments value just closed (an object's last bracket, a string's quote):
  * the call is emitted when they are an object, else the body is no call. */
 static void args_closed(kipp_toolcall *t) {
-    const char *b = t->text.data;
-    const size_t n = t->text.len;
-    kipp_buf args = {0};
-    int rc = 0;
+    const char *b = t->text.data, *v0 = b + t->args0;
+    const size_t n = t->text.len, vn = n - t->args0;
+    kipp_buf decoded = {0}; /* a string value's decoded text */
+    int rc;
     if (t->body == A_TREE) {
-        rc = is_object_text(b + t->args0, n - t->args0) ? (kipp_buf_put(&args, b + t->args0, n - t->args0) ? -1 : 1) : 0;
+        rc = is_object_text(v0, vn);
     } else {
         json_error_t je;
-        json_t *v = json_loadb(b + t->args0, n - t->args0, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-        rc = json_is_string(v) ? string_args(v, &args) : 0;
+        json_t *v = json_loadb(v0, vn, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        rc = json_is_string(v) ? string_args(v, &decoded) : 0;
         json_decref(v);
     }
     char *name = NULL;
@@ -453,14 +454,15 @@ static void args_closed(kipp_toolcall *t) {
     if (rc == 1 && decode_name(b + t->mark, e - t->mark, NULL, 0, &name, &name_len) != 1) rc = -1;
     if (rc < 0) t->oom = 1; /* the name decoded at P_NAME: only memory can fail now */
     if (rc == 1) {
-        emit_call(t, name, name_len, &args);
+        if (t->body == A_TREE) emit_call(t, name, name_len, v0, vn);
+        else emit_call(t, name, name_len, decoded.data, decoded.len);
         t->body = A_DONE;
         t->text.len = 0;
     } else {
         t->body = A_BAD;
     }
     free(name);
-    free(args.data);
+    free(decoded.data);
 }
 
 static void end_call(kipp_toolcall *t, int closed) {
@@ -472,7 +474,7 @@ static void end_call(kipp_toolcall *t, int closed) {
         const int rc = parse_other(t->text.data ? t->text.data : "", t->text.len, t->names,
                                    t->n_names, &name, &name_len, &args);
         if (rc < 0) t->oom = 1;
-        if (rc == 1) emit_call(t, name, name_len, &args);
+        if (rc == 1) emit_call(t, name, name_len, args.data, args.len);
         call = rc == 1;
         free(name);
         free(args.data);

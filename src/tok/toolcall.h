@@ -32,7 +32,7 @@
  *     a name must be one of them, byte for byte; without one any non-empty string is a
  *     name. A call to an undeclared function is no call.
  *  5. A body that is no call and was closed by </tool_call> stays in the content verbatim,
- *     <tool_call>body</tool_call>, as if the tags were plain text. One the end of the text
+ *     <tool_call>body</tool_call>, as if the tags were plain text. One that the end of the text
  *     cut short is dropped (a reply cut off by max_tokens never shows half a call as
  *     content, nor a call whose arguments are incomplete).
  *  6. Content is the text outside calls, except JSON whitespace (space, \t, \n, \r)
