@@ -373,9 +373,15 @@ static void test_random_texts(void) {
         const char *const *names = iter % 2 ? DECLARED : NULL;
         kipp_toolcall_result r;
         if (kipp_toolcall_parse(b.p, b.n, names, n_of(names), &r, NULL, 0) != KIPP_OK) abort();
-        for (size_t i = 0; i < r.n_calls; i++) /* every call's arguments are a JSON object */
-            if (!json_is_object(json_loadb(r.calls[i].args, r.calls[i].args_len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL)))
+        for (size_t i = 0; i < r.n_calls; i++) { /* every call's arguments are a JSON object */
+            json_t *a = json_loadb(r.calls[i].args, r.calls[i].args_len,
+                                   JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+            if (!json_is_object(a)) {
+                fprintf(stderr, "  arguments that are no JSON object: \"%s\"\n", r.calls[i].args);
                 ok = 0;
+            }
+            json_decref(a);
+        }
         size_t cuts[4];
         for (int k = 0; k < 4; k++) cuts[k] = NEXT() % (b.n + 1);
         for (int i = 1; i < 4; i++) /* ascending */
