@@ -14,7 +14,10 @@
 #define WS_MAX 20         /* indentation after the one newline allowed between two tokens */
 #define INT_DIGITS 16     /* digits of an integer part (and of integer ranges) */
 #define FRAC_DIGITS 16    /* digits after the decimal point */
-#define EXP_DIGITS 3      /* digits of an exponent */
+#define EXP_DIGITS 3      /* digits of an exponent; a positive one at most 292 (P_NUMBER's rule):
+                             a 16-digit integer part times 1e292 stays below DBL_MAX (1.8e308),
+                             so every number parses as a finite double (a negative exponent can
+                             only round to 0) */
 #define INT_LIM 9999999999999999LL /* the largest INT_DIGITS-digit integer */
 #define MAX_NEST 64       /* schema nesting, through a $ref target on its first visit too */
 #define NAME_CAP 256      /* rule names */
@@ -1237,8 +1240,10 @@ static void emit_prims(gen *g) {
         case P_STRING: kipp_buf_printf(&t, "\"\\\"\" %s* \"\\\"\"", P[P_CHAR]); break;
         case P_NUMBER:
             kipp_buf_printf(
-                &t, "\"-\"? ( \"0\" | [1-9] [0-9]{0,%d} ) ( \".\" [0-9]{1,%d} )? ( [eE] [-+]? [0-9]{1,%d} )?",
-                INT_DIGITS - 1, FRAC_DIGITS, EXP_DIGITS);
+                &t,
+                "\"-\"? ( \"0\" | [1-9] [0-9]{0,%d} ) ( \".\" [0-9]{1,%d} )? ( [eE] ( \"-\" [0-9]{1,%d} | "
+                "\"+\"? ( [0-9]{1,%d} | [01] [0-9]{%d} | \"2\" [0-8] [0-9] | \"29\" [0-2] ) ) )?",
+                INT_DIGITS - 1, FRAC_DIGITS, EXP_DIGITS, EXP_DIGITS - 1, EXP_DIGITS - 1);
             break;
         case P_INTEGER: kipp_buf_printf(&t, "\"0\" | \"-\"? [1-9] [0-9]{0,%d}", INT_DIGITS - 1); break;
         case P_BOOLEAN: kipp_buf_puts(&t, "\"true\" | \"false\""); break;

@@ -40,6 +40,11 @@ typedef struct {
                                     (a non-empty 'tools' and tool_choice not "none") */
     int tool_choice_none;        /* chat: tool_choice "none": <tool_call> is banned
                                     (oai_apply_tool_choice) */
+    char **tool_names;           /* chat: the tools' function names [n_tool_names]: a parsed
+                                    call must name one of them */
+    size_t n_tool_names;
+    char param_buf[48];          /* a rejection's param when it names a part of a field
+                                    (e.g. "tools[1].function"); *param points here */
     char *chat_body;             /* chat: JSON for kipp_chat_apply */
     char *prompt_text;           /* completions: a string prompt, or */
     size_t prompt_len;

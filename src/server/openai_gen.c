@@ -74,6 +74,8 @@ int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
                                                         : KIPP_REASONING_OPEN_BY_TAG,
                         emit_part, g);
     kipp_toolcall_init(&g->tc, emit_tool, g);
+    /* a call must name one of the request's tools (toolcall.h, rule 4) */
+    if (rq->tool_names) kipp_toolcall_set_names(&g->tc, (const char *const *)rq->tool_names, rq->n_tool_names);
     /* call ids must not repeat across requests or restarts: random, or the clock when the
      * kernel has no entropy to give yet */
     if (getrandom(&g->call_seed, sizeof g->call_seed, GRND_NONBLOCK) != (ssize_t)sizeof g->call_seed) {
@@ -220,7 +222,7 @@ void oai_gen_finish(oai_gen *g) {
         }
     }
     if (g->rq->ep == OAI_CHAT) kipp_reasoning_finish(&g->rs, NULL, 0);
-    /* a call cut short ends with the arguments streamed so far (toolcall.h) */
+    /* a call cut short before its arguments closed is dropped (toolcall.h) */
     if (g->rq->ep == OAI_CHAT && g->rq->tool_parse && kipp_toolcall_finish(&g->tc, NULL, 0) != KIPP_OK)
         g->oom = 1;
 }

@@ -128,6 +128,75 @@ static int parse_unsupported(json_t *o, oai_endpoint ep, perr *e) {
     return 0;
 }
 
+/* A rejection of part of tools[i]: param is "tools[i]" + what (".function.name", ...). */
+static int fail_tool(perr *e, oai_request *r, size_t i, const char *what, const char *fmt, ...) {
+    snprintf(r->param_buf, sizeof r->param_buf, "tools[%zu]%s", i, what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, e->msg_len, fmt, ap);
+    va_end(ap);
+    *e->param = r->param_buf;
+    return -1;
+}
+
+/* tools: an array of {"type": "function", "function": {"name", "description", "parameters",
+ * "strict"}} with valid, distinct names and object schemas as parameters (OpenAI's rules);
+ * the names go to r->tool_names (a parsed call must name one). The schemas are enforced,
+ * and their keywords checked, only for a forced tool_choice (oai_tool_grammar). */
+static int parse_tools(json_t *tools, oai_request *r, perr *e) {
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return fail(e, "tools", "'tools' must be an array");
+    const size_t n = json_array_size(tools);
+    if (n && !(r->tool_names = calloc(n, sizeof *r->tool_names))) return fail(e, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i);
+        if (!json_is_object(t))
+            return fail_tool(e, r, i, "", "tools[%zu] must be an object {\"type\": \"function\", "
+                             "\"function\": {\"name\": ...}}", i);
+        json_t *ty = json_object_get(t, "type");
+        if (!json_is_string(ty))
+            return fail_tool(e, r, i, ".type", "tools[%zu].type must be \"function\"", i);
+        if (strcmp(json_string_value(ty), "function"))
+            return fail_tool(e, r, i, ".type", "tools[%zu].type '%.40s' is not supported: only "
+                             "\"function\" tools are", i, json_string_value(ty));
+        json_t *fn = json_object_get(t, "function");
+        if (!json_is_object(fn))
+            return fail_tool(e, r, i, ".function", "tools[%zu].function must be an object with "
+                             "the function's 'name' (and 'description', 'parameters')", i);
+        json_t *nm = json_object_get(fn, "name");
+        if (!json_is_string(nm) || strlen(json_string_value(nm)) != json_string_length(nm) ||
+            !oai_tool_name_valid(json_string_value(nm)))
+            return fail_tool(e, r, i, ".function.name", "tools[%zu].function.name must be 1 to 64 "
+                             "characters of a-z, A-Z, 0-9, _ and -", i);
+        const char *name = json_string_value(nm);
+        for (size_t k = 0; k < r->n_tool_names; k++)
+            if (!strcmp(r->tool_names[k], name))
+                return fail_tool(e, r, i, ".function.name", "tools[%zu].function.name '%s' is "
+                                 "already the name of tools[%zu]: names must be unique", i, name, k);
+        json_t *d = json_object_get(fn, "description");
+        if (d && !json_is_null(d) && !json_is_string(d))
+            return fail_tool(e, r, i, ".function.description", "tools[%zu].function.description "
+                             "must be a string", i);
+        json_t *st = json_object_get(fn, "strict");
+        if (st && !json_is_null(st) && !json_is_boolean(st))
+            return fail_tool(e, r, i, ".function.strict", "tools[%zu].function.strict must be true "
+                             "or false", i);
+        json_t *p = json_object_get(fn, "parameters");
+        if (p && !json_is_null(p)) {
+            if (!json_is_object(p))
+                return fail_tool(e, r, i, ".function.parameters", "tools[%zu].function.parameters "
+                                 "must be a JSON Schema object (the arguments are a JSON object)", i);
+            json_t *pt = json_object_get(p, "type");
+            if (pt && !(json_is_string(pt) && !strcmp(json_string_value(pt), "object")))
+                return fail_tool(e, r, i, ".function.parameters", "tools[%zu].function.parameters "
+                                 "must have \"type\": \"object\" (the arguments are a JSON object)", i);
+        }
+        if (!(r->tool_names[r->n_tool_names] = strdup(name))) return fail(e, NULL, "out of memory");
+        r->n_tool_names++;
+    }
+    return 0;
+}
+
 /* Constrained decoding: response_format (json_object, json_schema), the "grammar"
  * extension, and tool_choice "required" or a named function — at most one of the three.
  * Sets r->grammar to grammar text (compiled by the server) and r->tool_parse. */
@@ -172,8 +241,7 @@ static int parse_constraint(json_t *o, oai_endpoint ep, oai_request *r, perr *e)
     }
     if (ep != OAI_CHAT) return 0;
     json_t *tools = json_object_get(o, "tools");
-    if (tools && !json_is_null(tools) && !json_is_array(tools))
-        return fail(e, "tools", "'tools' must be an array");
+    if (parse_tools(tools, r, e)) return -1;
     json_t *ptc = json_object_get(o, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
         return fail(e, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
@@ -210,8 +278,11 @@ static int parse_constraint(json_t *o, oai_endpoint ep, oai_request *r, perr *e)
                     r->grammar_param);
     if (!json_is_array(tools) || json_array_size(tools) == 0)
         return fail(e, "tool_choice", "tool_choice \"%s\" needs 'tools'", only ? "function" : "required");
-    if (!(r->grammar = oai_tool_grammar(tools, only, !only && !json_is_false(ptc), msg, sizeof msg)))
-        return fail(e, "tool_choice", "%s", msg);
+    long bad_tool;
+    if (!(r->grammar = oai_tool_grammar(tools, only, !only && !json_is_false(ptc), &bad_tool, msg,
+                                        sizeof msg))) /* names were checked: a schema's fault */
+        return bad_tool >= 0 ? fail_tool(e, r, (size_t)bad_tool, ".function.parameters", "%s", msg)
+                             : fail(e, "tool_choice", "%s", msg);
     r->grammar_len = strlen(r->grammar);
     r->grammar_param = "tool_choice";
     return 0;
@@ -471,6 +542,8 @@ out:
 
 void oai_request_free(oai_request *r) {
     free(r->grammar);
+    for (size_t i = 0; i < r->n_tool_names; i++) free(r->tool_names[i]);
+    free(r->tool_names);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->chat_body);

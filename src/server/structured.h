@@ -21,8 +21,13 @@ kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_
                                    kipp_matcher **out, char *err, size_t err_len);
 /* Grammar text whose sentences are Qwen3 tool calls of the given tools (only: just the
  * function of that name; parallel: one or more calls, else exactly one), each call's
- * arguments valid against its function's parameters schema. malloc'd; NULL with err. */
-char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char *err,
-                       size_t err_len);
+ * arguments an object valid against its function's parameters schema (one without "type"
+ * is taken as "type": "object"). malloc'd; NULL with err, and *bad_tool the index of the
+ * tool at fault (or -1: none, e.g. out of memory or no tool named only). */
+/* OpenAI's rule for function names: 1 to 64 characters of a-z A-Z 0-9 _ - (which also keeps
+ * them safe inside grammar literals). */
+int oai_tool_name_valid(const char *s);
+char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, long *bad_tool,
+                       char *err, size_t err_len);
 
 #endif

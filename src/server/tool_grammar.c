@@ -17,8 +17,7 @@ static int add(kipp_buf *b, const char *fmt, const char *x, const char *y) {
     return kipp_buf_printf(b, fmt, x ? x : "", y ? y : "") == KIPP_OK ? 0 : -1;
 }
 
-/* OpenAI's rule for function names, which also keeps them safe inside grammar literals. */
-static int valid_name(const char *s) {
+int oai_tool_name_valid(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > 64) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -29,11 +28,12 @@ static int valid_name(const char *s) {
     return 1;
 }
 
-char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char *err,
-                       size_t err_len) {
+char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, long *bad_tool,
+                       char *err, size_t err_len) {
     kipp_buf rules = {0}, head = {0}; /* the tools' rules; root and call */
     int n_calls = 0;
     err[0] = 0;
+    *bad_tool = -1;
     json_t *any_object = json_pack("{s:s}", "type", "object");
     int bad = !any_object ||
               add(&head, parallel ? "root ::= call (\"\\n\" call)*\ncall ::=" : "root ::= call\ncall ::=",
@@ -44,9 +44,10 @@ char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char
         if (bad) break;
         json_t *fn = json_object_get(tool, "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
-        if (!name || !valid_name(name)) {
+        if (!name || !oai_tool_name_valid(name)) {
             kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                       "tools[%zu].function.name must be 1 to 64 characters of a-z, A-Z, 0-9, _ and -", i);
+            *bad_tool = (long)i;
             bad = 1;
             break;
         }
@@ -60,11 +61,20 @@ char *oai_tool_grammar(const json_t *tools, const char *only, int parallel, char
               add(&rules, "%s\\\", \\\"arguments\\\": \" ", name, NULL) ||
               add(&rules, "%s \"}\\n</tool_call>\"\n", args, NULL);
         if (bad) break;
+        /* the arguments are always an object: parameters without a "type" are given
+         * "type": "object" (one of another type is refused by the request's validation) */
         json_t *params = json_object_get(fn, "parameters");
-        char e2[400];
-        if (kipp_json_schema_rules(params && json_is_object(params) ? params : any_object, args,
-                                   &rules.data, &rules.len, &rules.cap, e2, sizeof e2) != 0) {
+        json_t *schema = json_is_object(params) ? json_copy(params) : json_incref(any_object);
+        if (schema && !json_object_get(schema, "type"))
+            json_object_set_new(schema, "type", json_string("object"));
+        char e2[400] = "out of memory";
+        const int rc = schema ? kipp_json_schema_rules(schema, args, &rules.data, &rules.len,
+                                                       &rules.cap, e2, sizeof e2)
+                              : -1;
+        json_decref(schema);
+        if (rc != 0) {
             kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "tools[%zu].function.parameters: %s", i, e2);
+            *bad_tool = (long)i;
             bad = 1;
             break;
         }

@@ -21,38 +21,55 @@ static const char key_args[] = "\"arguments\"";
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-/* A byte that ends a bare JSON token (number, true, ...) in the arguments position. */
+/* A byte that ends a bare JSON token (number, true, ...) after an object key. */
 static int ends_token(char c) { return is_ws(c) || c == ',' || c == '}' || c == ']'; }
 
 /* ---- decoding (shared by both paths) ------------------------------------------------------ */
 
-/* A JSON string token (quotes included) as a call name: 1 and a malloc'd copy when it is
- * valid JSON and decodes to a non-empty string (jansson refuses \u0000), else 0. */
-static int decode_name(const char *tok, size_t n, char **name, size_t *name_len) {
+/* Rule 4: name[0..n) is a declared name (any name when there is no list). */
+static int declared(const char *const *names, size_t n_names, const char *name, size_t n) {
+    if (!names) return 1;
+    for (size_t i = 0; i < n_names; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], name, n) == 0) return 1;
+    return 0;
+}
+
+/* A JSON string token (quotes included) as a call name: 1 (and, when name is not NULL, a
+ * malloc'd copy) when it is valid JSON and decodes to a non-empty declared name (jansson
+ * refuses \u0000), 0 when it does not, -1 out of memory. */
+static int decode_name(const char *tok, size_t n, const char *const *names, size_t n_names,
+                       char **name, size_t *name_len) {
     json_error_t je;
     json_t *v = json_loadb(tok, n, JSON_DECODE_ANY, &je);
-    int ok = json_is_string(v) && json_string_length(v) > 0;
+    int ok = json_is_string(v) && json_string_length(v) > 0 &&
+             declared(names, n_names, json_string_value(v), json_string_length(v));
     if (ok && name) {
         *name_len = json_string_length(v);
         *name = malloc(*name_len + 1);
         if (*name) memcpy(*name, json_string_value(v), *name_len + 1);
-        else ok = 0;
+        else ok = -1;
     }
     json_decref(v);
     return ok;
 }
 
-/* The arguments of an announced call whose value is a string or a bare token (tok, n
- * bytes): a string decoded, another valid JSON value as written, anything else "". */
-static int token_args(const char *tok, size_t n, kipp_buf *out) {
+/* s[0..n) is the text of a JSON object: what a client's json.loads takes (numbers of any
+ * size that fit a double; \u0000 allowed). */
+static int is_object_text(const char *s, size_t n) {
     json_error_t je;
-    json_t *v = n ? json_loadb(tok, n, JSON_DECODE_ANY, &je) : NULL;
-    int rc = 0;
-    if (json_is_string(v)) rc = kipp_buf_put(out, json_string_value(v), json_string_length(v));
-    else if (v) rc = kipp_buf_put(out, tok, n);
-    else rc = kipp_buf_put(out, "", 0);
+    json_t *v = json_loadb(s, n, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &je);
+    const int ok = json_is_object(v);
     json_decref(v);
-    return rc;
+    return ok;
+}
+
+/* The arguments of a call given as a JSON string value v: 1 with its decoded text in out
+ * when that is a JSON object's text, 0 when not, -1 out of memory. */
+static int string_args(const json_t *v, kipp_buf *out) {
+    const char *s = json_string_value(v);
+    const size_t n = json_string_length(v);
+    if (!is_object_text(s, n)) return 0;
+    return kipp_buf_put(out, s, n) ? -1 : 1;
 }
 
 /* ---- scanning whole texts (the reference; rule 3 also in streaming) ----------------------- */
@@ -65,6 +82,25 @@ static size_t skip_ws(const char *s, size_t n, size_t i) {
 static size_t find(const char *s, size_t n, size_t from, const char *pat, size_t pat_len) {
     for (size_t i = from; i + pat_len <= n; i++)
         if (memcmp(s + i, pat, pat_len) == 0) return i;
+    return n;
+}
+
+/* Rule 1: where the body that starts at s[from] ends — its first </tool_call> outside a
+ * JSON string (strings counting when the body starts with '{') — or n. */
+static size_t find_close(const char *s, size_t n, size_t from) {
+    int seen = 0, json = 0, in_str = 0, esc = 0;
+    for (size_t i = from; i < n; i++) {
+        const char c = s[i];
+        if (in_str) {
+            if (esc) esc = 0;
+            else if (c == '\\') esc = 1;
+            else if (c == '"') in_str = 0;
+            continue;
+        }
+        if (n - i >= CLOSE_LEN && memcmp(s + i, close_tag, CLOSE_LEN) == 0) return i;
+        if (!seen && !is_ws(c)) seen = 1, json = c == '{';
+        if (json && c == '"') in_str = 1;
+    }
     return n;
 }
 
@@ -81,15 +117,17 @@ static int scan_string(const char *s, size_t n, size_t i, size_t *end) {
     return 0;
 }
 
+#define NOT_CLOSED ((size_t)-1)
+
 /* s[i] is '{' or '[': the end of the bracketed value (past the bracket that brings the
- * depth back to 0, any kind of bracket counting), or n when it is not closed. */
+ * depth back to 0, any kind of bracket counting), or NOT_CLOSED when the text ends first. */
 static size_t scan_tree(const char *s, size_t n, size_t i) {
     size_t depth = 0;
     for (size_t j = i; j < n; j++) {
         const char c = s[j];
         if (c == '"') {
             size_t e;
-            if (!scan_string(s, n, j, &e)) return n;
+            if (!scan_string(s, n, j, &e)) return NOT_CLOSED;
             j = e - 1;
         } else if (c == '{' || c == '[') {
             depth++;
@@ -97,12 +135,14 @@ static size_t scan_tree(const char *s, size_t n, size_t i) {
             if (--depth == 0) return j + 1;
         }
     }
-    return n;
+    return NOT_CLOSED;
 }
 
 /* Rule 2's prefix {"name": <string>, "arguments": — 1 with the decoded name and *rest (just
- * past the colon) when b starts with it; 0 otherwise (also when b ends inside it). */
-static int match_announced(const char *b, size_t n, char **name, size_t *name_len, size_t *rest) {
+ * past the colon) when b starts with it and the name is declared; 0 otherwise (also when b
+ * ends inside it); -1 out of memory. */
+static int match_announced(const char *b, size_t n, const char *const *names, size_t n_names,
+                           char **name, size_t *name_len, size_t *rest) {
     size_t i = skip_ws(b, n, 0), e;
     if (i == n || b[i] != '{') return 0;
     i = skip_ws(b, n, i + 1);
@@ -118,23 +158,27 @@ static int match_announced(const char *b, size_t n, char **name, size_t *name_le
     if (n - i < sizeof key_args - 1 || memcmp(b + i, key_args, sizeof key_args - 1)) return 0;
     i = skip_ws(b, n, i + sizeof key_args - 1);
     if (i == n || b[i] != ':') return 0;
-    if (!decode_name(b + name0, e - name0, name, name_len)) return 0;
-    *rest = i + 1;
-    return 1;
+    const int rc = decode_name(b + name0, e - name0, names, n_names, name, name_len);
+    if (rc == 1) *rest = i + 1;
+    return rc;
 }
 
-/* Rule 2's arguments from the text after "arguments": */
+/* Rule 2's arguments from the text after "arguments": 1 (a call), 0 (no call), -1. */
 static int announced_args(const char *s, size_t n, kipp_buf *out) {
     const size_t i = skip_ws(s, n, 0);
-    if (i == n) return kipp_buf_put(out, "", 0);
-    if (s[i] == '{' || s[i] == '[') return kipp_buf_put(out, s + i, scan_tree(s, n, i) - i);
-    if (s[i] == '"') {
-        size_t e;
-        return scan_string(s, n, i, &e) ? token_args(s + i, e - i, out) : kipp_buf_put(out, "", 0) != KIPP_OK;
+    if (i == n) return 0;
+    if (s[i] == '{') {
+        const size_t e = scan_tree(s, n, i);
+        if (e == NOT_CLOSED || !is_object_text(s + i, e - i)) return 0;
+        return kipp_buf_put(out, s + i, e - i) ? -1 : 1;
     }
-    size_t e = i;
-    while (e < n && !ends_token(s[e])) e++;
-    return token_args(s + i, e - i, out);
+    size_t e;
+    if (s[i] != '"' || !scan_string(s, n, i, &e)) return 0;
+    json_error_t je;
+    json_t *v = json_loadb(s + i, e - i, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    const int rc = json_is_string(v) ? string_args(v, out) : 0;
+    json_decref(v);
+    return rc;
 }
 
 /* The text of the top-level "arguments" value of b, a valid JSON object (jansson said so);
@@ -154,6 +198,7 @@ static int find_args_text(const char *b, size_t n, size_t *v0, size_t *v1) {
             if (!scan_string(b, n, i, &ve)) return 0;
         } else if (b[i] == '{' || b[i] == '[') {
             ve = scan_tree(b, n, i);
+            if (ve == NOT_CLOSED) return 0;
         } else {
             ve = i;
             while (ve < n && !ends_token(b[ve])) ve++;
@@ -172,39 +217,55 @@ static int find_args_text(const char *b, size_t n, size_t *v0, size_t *v1) {
     }
 }
 
-/* Rule 3: 1 with the call's name and arguments when b is a JSON object with a non-empty
- * string "name"; 0 when it is no call; -1 out of memory. */
-static int parse_other(const char *b, size_t n, char **name, size_t *name_len,
-                       kipp_buf *args) {
+/* Rule 3: 1 with the call's name and arguments when b is a JSON object with a declared
+ * "name" and object arguments; 0 when it is no call; -1 out of memory. */
+static int parse_other(const char *b, size_t n, const char *const *names, size_t n_names,
+                       char **name, size_t *name_len, kipp_buf *args) {
     json_error_t je;
-    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &je);
     json_t *nm = json_object_get(o, "name"); /* NULL when o is not an object */
-    if (!json_is_string(nm) || json_string_length(nm) == 0) {
+    json_t *a = json_object_get(o, "arguments");
+    if (!json_is_string(nm) || json_string_length(nm) == 0 ||
+        !declared(names, n_names, json_string_value(nm), json_string_length(nm)) ||
+        (a && !json_is_object(a) && !json_is_string(a))) {
         json_decref(o);
         return 0;
     }
-    int rc = 1;
-    *name_len = json_string_length(nm);
-    if (!(*name = malloc(*name_len + 1))) rc = -1;
-    else memcpy(*name, json_string_value(nm), *name_len + 1);
-    json_t *a = json_object_get(o, "arguments");
     size_t v0, v1;
-    if (rc < 0) {
-    } else if (!a) {
-        if (kipp_buf_put(args, "{}", 2)) rc = -1;
-    } else if (json_is_string(a)) {
-        if (kipp_buf_put(args, json_string_value(a), json_string_length(a))) rc = -1;
-    } else if (find_args_text(b, n, &v0, &v1)) {
-        if (kipp_buf_put(args, b + v0, v1 - v0)) rc = -1;
-    } else { /* not reached for a valid object; re-encoding keeps the value */
-        char *s = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!s || kipp_buf_put(args, s, strlen(s))) rc = -1;
+    int rc = 1;
+    if (!a) rc = kipp_buf_put(args, "{}", 2) ? -1 : 1;
+    else if (json_is_string(a)) rc = string_args(a, args);
+    else if (find_args_text(b, n, &v0, &v1)) rc = kipp_buf_put(args, b + v0, v1 - v0) ? -1 : 1;
+    else { /* not reached for a valid object; re-encoding keeps the value */
+        char *s = json_dumps(a, JSON_COMPACT);
+        rc = !s || kipp_buf_put(args, s, strlen(s)) ? -1 : 1;
         free(s);
     }
+    if (rc == 1) {
+        *name_len = json_string_length(nm);
+        if (!(*name = malloc(*name_len + 1))) rc = -1;
+        else memcpy(*name, json_string_value(nm), *name_len + 1);
+    }
     json_decref(o);
-    if (rc < 0) {
+    if (rc != 1) {
+        free(args->data);
+        *args = (kipp_buf){0};
+    }
+    return rc;
+}
+
+/* A body (rules 2 and 3): 1 with the call's name and arguments, 0 no call, -1. */
+static int parse_body(const char *b, size_t n, const char *const *names, size_t n_names,
+                      char **name, size_t *name_len, kipp_buf *args) {
+    size_t rest;
+    int rc = match_announced(b, n, names, n_names, name, name_len, &rest);
+    if (rc == 0) return parse_other(b, n, names, n_names, name, name_len, args);
+    if (rc == 1) rc = announced_args(b + rest, n - rest, args);
+    if (rc != 1) {
         free(*name);
         *name = NULL;
+        free(args->data);
+        *args = (kipp_buf){0};
     }
     return rc;
 }
@@ -220,8 +281,9 @@ static int add_segment(kipp_buf *c, const char *s, size_t n, int strip_lead) {
     return kipp_buf_put(c, s, n);
 }
 
-kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_result *out,
-                                char *err, size_t err_len) {
+kipp_status kipp_toolcall_parse(const char *text, size_t len, const char *const *names,
+                                size_t n_names, kipp_toolcall_result *out, char *err,
+                                size_t err_len) {
     memset(out, 0, sizeof *out);
     kipp_buf content = {0};
     size_t cap = 0;
@@ -236,24 +298,13 @@ kipp_status kipp_toolcall_parse(const char *text, size_t len, kipp_toolcall_resu
             break;
         }
         const size_t b0 = at + OPEN_LEN;
-        const size_t close = find(text, len, b0, close_tag, CLOSE_LEN);
+        const size_t close = find_close(text, len, b0);
         const size_t next = close < len ? close + CLOSE_LEN : len;
-        const char *b = text + b0;
-        const size_t bn = close - b0;
         char *name = NULL;
-        size_t name_len = 0, rest;
+        size_t name_len = 0;
         kipp_buf args = {0};
-        int rc;
-        if (match_announced(b, bn, &name, &name_len, &rest))
-            rc = announced_args(b + rest, bn - rest, &args) ? -1 : 1;
-        else
-            rc = parse_other(b, bn, &name, &name_len, &args);
-        if (rc == 1 && !args.data && kipp_buf_put(&args, "", 0)) rc = -1;
-        if (rc < 0) {
-            free(name);
-            free(args.data);
-            goto nomem;
-        }
+        const int rc = parse_body(text + b0, close - b0, names, n_names, &name, &name_len, &args);
+        if (rc < 0) goto nomem;
         if (rc == 0 && close == len) { /* cut short before it became a call: dropped */
             if (add_segment(&content, text + pos, at - pos, after_call)) goto nomem;
             break;
@@ -297,7 +348,7 @@ void kipp_toolcall_result_free(kipp_toolcall_result *r) {
 enum { M_CONTENT, M_BODY, M_DONE };
 
 /* A call's sub-states. P_*: reading rule 2's prefix; DEFERRED: it failed (the body is kept
- * for rule 3); the rest follow the announcement. */
+ * for rule 3); A_*: after it (rule 2 decides). */
 enum {
     P_OPEN,      /* ws* '{' */
     P_KEY_NAME,  /* ws* "name" */
@@ -306,14 +357,13 @@ enum {
     P_NAME,      /* inside the name string */
     P_COMMA,     /* ws* ',' */
     P_KEY_ARGS,  /* ws* "arguments" */
-    P_COLON2,    /* ws* ':' -> announced */
+    P_COLON2,    /* ws* ':' -> rule 2 */
     DEFERRED,
     A_WS,        /* whitespace before the arguments value */
-    A_TREE,      /* streaming an object or array */
-    A_STRING,    /* holding a string value */
-    A_TOKEN,     /* holding a bare token */
-    A_AFTER_TREE,  /* the value is complete; the rest of the body is ignored */
-    A_AFTER_TOKEN, /* the held string or token is complete */
+    A_TREE,      /* inside an object */
+    A_STRING,    /* inside a string value */
+    A_BAD,       /* the arguments are no object: no call */
+    A_DONE,      /* the call was emitted; the rest of the body is ignored */
 };
 
 void kipp_toolcall_init(kipp_toolcall *t, kipp_toolcall_emit_fn emit, void *user) {
@@ -321,6 +371,11 @@ void kipp_toolcall_init(kipp_toolcall *t, kipp_toolcall_emit_fn emit, void *user
     t->mode = M_CONTENT;
     t->emit = emit;
     t->user = user;
+}
+
+void kipp_toolcall_set_names(kipp_toolcall *t, const char *const *names, size_t n_names) {
+    t->names = names;
+    t->n_names = names ? n_names : 0;
 }
 
 void kipp_toolcall_free(kipp_toolcall *t) {
@@ -368,57 +423,84 @@ static void content_byte(kipp_toolcall *t, char c) {
     out_byte(t, KIPP_TOOLCALL_CONTENT, c);
 }
 
-static void begin_call(kipp_toolcall *t, const char *name, size_t name_len) {
+/* A decided call, whole: BEGIN, ARGS, END. */
+static void emit_call(kipp_toolcall *t, const char *name, size_t name_len, const char *args,
+                      size_t args_len) {
     t->ws.len = 0; /* the whitespace before <tool_call> */
     t->n_calls++;
     event(t, KIPP_TOOLCALL_BEGIN, name, name_len);
+    if (args_len) event(t, KIPP_TOOLCALL_ARGS, args, args_len);
+    event(t, KIPP_TOOLCALL_END, "", 0);
+}
+
+/* Rule 2: the arguments value just closed (an object's last bracket, a string's quote):
+ * the call is emitted when they are an object, else the body is no call. */
+static void args_closed(kipp_toolcall *t) {
+    const char *b = t->text.data, *v0 = b + t->args0;
+    const size_t n = t->text.len, vn = n - t->args0;
+    kipp_buf decoded = {0}; /* a string value's decoded text */
+    int rc;
+    if (t->body == A_TREE) {
+        rc = is_object_text(v0, vn);
+    } else {
+        json_error_t je;
+        json_t *v = json_loadb(v0, vn, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        rc = json_is_string(v) ? string_args(v, &decoded) : 0;
+        json_decref(v);
+    }
+    char *name = NULL;
+    size_t name_len = 0, e = t->mark;
+    scan_string(b, n, t->mark, &e);
+    if (rc == 1 && decode_name(b + t->mark, e - t->mark, NULL, 0, &name, &name_len) != 1) rc = -1;
+    if (rc < 0) t->oom = 1; /* the name decoded at P_NAME: only memory can fail now */
+    if (rc == 1) {
+        if (t->body == A_TREE) emit_call(t, name, name_len, v0, vn);
+        else emit_call(t, name, name_len, decoded.data, decoded.len);
+        t->body = A_DONE;
+        t->text.len = 0;
+    } else {
+        t->body = A_BAD;
+    }
+    free(name);
+    free(decoded.data);
 }
 
 static void end_call(kipp_toolcall *t, int closed) {
-    if (t->body <= DEFERRED) { /* never announced: rule 3, or the text is content */
+    int call = t->body == A_DONE;
+    if (t->body <= DEFERRED) { /* rule 2's prefix did not match: rule 3 */
         char *name = NULL;
         size_t name_len = 0;
         kipp_buf args = {0};
-        const int rc = parse_other(t->text.data ? t->text.data : "", t->text.len, &name, &name_len, &args);
+        const int rc = parse_other(t->text.data ? t->text.data : "", t->text.len, t->names,
+                                   t->n_names, &name, &name_len, &args);
         if (rc < 0) t->oom = 1;
-        if (rc == 1) {
-            begin_call(t, name, name_len);
-            if (args.len) event(t, KIPP_TOOLCALL_ARGS, args.data, args.len);
-            event(t, KIPP_TOOLCALL_END, "", 0);
-            t->lead_drop = 1;
-        } else if (closed) { /* an invalid body: the text was no call after all */
-            for (size_t i = 0; i < OPEN_LEN; i++) content_byte(t, open_tag[i]);
-            for (size_t i = 0; i < t->text.len; i++) content_byte(t, t->text.data[i]);
-            for (size_t i = 0; i < CLOSE_LEN; i++) content_byte(t, close_tag[i]);
-        } /* else cut short before it became a call: dropped (no tag text in content) */
+        if (rc == 1) emit_call(t, name, name_len, args.data, args.len);
+        call = rc == 1;
         free(name);
         free(args.data);
-    } else {
-        if (t->body == A_TOKEN || t->body == A_AFTER_TOKEN) {
-            kipp_buf args = {0};
-            if (token_args(t->text.data ? t->text.data : "", t->text.len, &args)) t->oom = 1;
-            if (args.len) event(t, KIPP_TOOLCALL_ARGS, args.data, args.len);
-            free(args.data);
-        }
-        /* A_WS, A_STRING (not closed): ""; A_TREE, A_AFTER_TREE: already streamed */
-        event(t, KIPP_TOOLCALL_END, "", 0);
-        t->lead_drop = 1;
     }
+    if (call) {
+        t->lead_drop = 1;
+    } else if (closed) { /* no call: the text was plain text after all */
+        for (size_t i = 0; i < OPEN_LEN; i++) content_byte(t, open_tag[i]);
+        for (size_t i = 0; i < t->text.len; i++) content_byte(t, t->text.data[i]);
+        for (size_t i = 0; i < CLOSE_LEN; i++) content_byte(t, close_tag[i]);
+    } /* else cut short before it became a call: dropped (no tag text in content) */
     t->mode = M_CONTENT;
     t->text.len = 0;
 }
 
-/* One byte of rule 2's prefix (already appended to t->text). */
+/* One byte of rule 2's prefix (already appended to t->text; the lexer has seen it). */
 static void prefix_byte(kipp_toolcall *t, char c) {
     static const char single[] = {[P_OPEN] = '{', [P_COLON1] = ':', [P_QUOTE] = '"',
                                   [P_COMMA] = ',', [P_COLON2] = ':'};
     switch (t->body) {
     case P_NAME:
-        if (t->esc) t->esc = 0;
-        else if (c == '\\') t->esc = 1;
-        else if (c == '"')
-            t->body = decode_name(t->text.data + t->mark, t->text.len - t->mark, NULL, NULL) ? P_COMMA
-                                                                                        : DEFERRED;
+        if (!t->in_str) /* the closing quote */
+            t->body = decode_name(t->text.data + t->mark, t->text.len - t->mark, t->names,
+                                  t->n_names, NULL, NULL) == 1
+                          ? P_COMMA
+                          : DEFERRED;
         return;
     case P_KEY_NAME:
     case P_KEY_ARGS: {
@@ -435,85 +517,53 @@ static void prefix_byte(kipp_toolcall *t, char c) {
             t->body = DEFERRED;
         } else if (t->body == P_QUOTE) {
             t->mark = t->text.len - 1; /* the name's token starts at its quote */
-            t->esc = 0;
             t->body = P_NAME;
-        } else if (t->body == P_COLON2) {
-            /* announced: the name token still sits in t->text from t->mark */
-            size_t e = t->mark;
-            char *name = NULL;
-            size_t name_len = 0;
-            scan_string(t->text.data, t->text.len, t->mark, &e);
-            if (!decode_name(t->text.data + t->mark, e - t->mark, &name, &name_len)) {
-                t->oom = 1; /* it decoded at P_NAME: only memory can fail now */
-                t->body = DEFERRED;
-                return;
-            }
-            begin_call(t, name, name_len);
-            free(name);
-            t->text.len = 0;
-            t->body = A_WS;
         } else {
-            t->body++;
+            t->body = t->body == P_COLON2 ? A_WS : t->body + 1;
         }
     }
 }
 
-/* One byte of a call's body (past the close-tag layer). */
-static void body_byte(kipp_toolcall *t, char c) {
+/* One byte of a call's body (past the close-tag layer and the lexer); was_str: the byte
+ * was inside a JSON string. */
+static void body_byte(kipp_toolcall *t, char c, int was_str) {
+    if (t->body == A_DONE) return;
+    add(t, &t->text, &c, 1);
     switch (t->body) {
     case DEFERRED:
-        add(t, &t->text, &c, 1);
+    case A_BAD:
         return;
     case A_WS:
         if (is_ws(c)) return;
-        t->text.len = 0;
-        if (c == '{' || c == '[') {
-            t->depth = 1;
-            t->in_str = t->esc = 0;
-            t->body = A_TREE;
-            out_byte(t, KIPP_TOOLCALL_ARGS, c);
-        } else if (c == '"') {
-            t->esc = 0;
-            t->body = A_STRING;
-            add(t, &t->text, &c, 1);
-        } else if (ends_token(c)) {
-            t->body = A_AFTER_TOKEN; /* an empty token */
-        } else {
-            t->body = A_TOKEN;
-            add(t, &t->text, &c, 1);
-        }
+        t->args0 = t->text.len - 1;
+        t->depth = 1;
+        t->body = c == '{' ? A_TREE : c == '"' ? A_STRING : A_BAD;
         return;
     case A_TREE:
-        out_byte(t, KIPP_TOOLCALL_ARGS, c);
-        if (t->in_str) {
-            if (t->esc) t->esc = 0;
-            else if (c == '\\') t->esc = 1;
-            else if (c == '"') t->in_str = 0;
-        } else if (c == '"') {
-            t->in_str = 1;
-        } else if (c == '{' || c == '[') {
-            t->depth++;
-        } else if ((c == '}' || c == ']') && --t->depth == 0) {
-            t->body = A_AFTER_TREE;
-        }
+        if (was_str) return;
+        if (c == '{' || c == '[') t->depth++;
+        else if ((c == '}' || c == ']') && --t->depth == 0) args_closed(t);
         return;
     case A_STRING:
-        add(t, &t->text, &c, 1);
-        if (t->esc) t->esc = 0;
-        else if (c == '\\') t->esc = 1;
-        else if (c == '"') t->body = A_AFTER_TOKEN;
-        return;
-    case A_TOKEN:
-        if (ends_token(c)) t->body = A_AFTER_TOKEN;
-        else add(t, &t->text, &c, 1);
-        return;
-    case A_AFTER_TREE:
-    case A_AFTER_TOKEN:
+        if (!t->in_str) args_closed(t); /* the closing quote */
         return;
     default: /* P_*: the body is kept whole until the prefix is decided */
-        add(t, &t->text, &c, 1);
         prefix_byte(t, c);
     }
+}
+
+/* Rule 1's lexer over every body byte, in order, then the byte itself. */
+static void body_feed(kipp_toolcall *t, char c) {
+    const int was_str = t->in_str;
+    if (t->in_str) {
+        if (t->esc) t->esc = 0;
+        else if (c == '\\') t->esc = 1;
+        else if (c == '"') t->in_str = 0;
+    } else {
+        if (!t->seen && !is_ws(c)) t->seen = 1, t->json = c == '{';
+        if (t->json && c == '"') t->in_str = 1;
+    }
+    body_byte(t, c, was_str);
 }
 
 static void step(kipp_toolcall *t, char c);
@@ -530,13 +580,17 @@ static void break_tag(kipp_toolcall *t) {
     const size_t n_held = t->n_tag;
     memcpy(held, t->tag, n_held);
     t->n_tag = 0;
-    if (t->mode == M_BODY) body_byte(t, held[0]);
+    if (t->mode == M_BODY) body_feed(t, held[0]);
     else content_byte(t, held[0]);
     restep(t, held + 1, n_held - 1);
 }
 
 static void step(kipp_toolcall *t, char c) {
     const int in_body = t->mode == M_BODY;
+    if (in_body && t->in_str) { /* no tag inside a string (no partial tag is held then) */
+        body_feed(t, c);
+        return;
+    }
     const char *tag = in_body ? close_tag : open_tag;
     const size_t tag_len = in_body ? CLOSE_LEN : OPEN_LEN;
     if (c == tag[t->n_tag]) {
@@ -550,12 +604,12 @@ static void step(kipp_toolcall *t, char c) {
             t->body = P_OPEN;
             t->text.len = 0;
             t->lit = 0;
-            t->esc = t->in_str = 0;
+            t->esc = t->in_str = t->seen = t->json = 0;
         }
         return;
     }
     if (t->n_tag == 0) {
-        if (in_body) body_byte(t, c);
+        if (in_body) body_feed(t, c);
         else content_byte(t, c);
         return;
     }

@@ -236,7 +236,7 @@ def test_forced_single_call_streams_openai_deltas(server):
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": TOOLS}, "tool_choice",
      "'nope'"),
     ({"tool_choice": "required", "tools": [{"type": "function", "function": {"name": "bad name!"}}]},
-     "tool_choice", "function.name"),
+     "tools[0].function.name", "function.name"),
     ({"tool_choice": "required", "tools": TOOLS, "response_format": {"type": "json_object"}}, "tool_choice",
      "cannot both"),
     ({"tool_choice": "auto", "tools": TOOLS, "parallel_tool_calls": False}, "parallel_tool_calls", "auto"),

@@ -134,12 +134,26 @@ static void test_bounds(void) {
     KT_CHECK(matches_str(g, "12345678901234567") == 0, "17 integer digits");
     KT_CHECK(matches_str(g, "0.1234567890123456") == 1, "16 fraction digits");
     KT_CHECK(matches_str(g, "0.12345678901234567") == 0, "17 fraction digits");
-    KT_CHECK(matches_str(g, "1e308") == 1 && matches_str(g, "1E-300") == 1, "3 exponent digits");
-    KT_CHECK(matches_str(g, "1e0308") == 0, "4 exponent digits");
+    KT_CHECK(matches_str(g, "1e292") == 1 && matches_str(g, "1E+292") == 1 && matches_str(g, "1e+099") == 1 &&
+                 matches_str(g, "1e7") == 1 && matches_str(g, "1e05") == 1 && matches_str(g, "1e199") == 1,
+             "positive exponents up to 292");
+    KT_CHECK(matches_str(g, "1e293") == 0 && matches_str(g, "1e300") == 0 && matches_str(g, "1e+308") == 0 &&
+                 matches_str(g, "1e999") == 0 && matches_str(g, "-1E+300") == 0,
+             "positive exponents above 292 (1e999 is infinity to a double parser)");
+    KT_CHECK(matches_str(g, "1E-300") == 1 && matches_str(g, "-1e-999") == 1, "3-digit negative exponents");
+    KT_CHECK(matches_str(g, "-9999999999999999.9999999999999999e292") == 1,
+             "the largest number still a finite double");
+    KT_CHECK(matches_str(g, "1e0308") == 0 && matches_str(g, "1e0100") == 0 && matches_str(g, "1e-0100") == 0,
+             "4 exponent digits");
     KT_CHECK(matches_str(g, "-0") == 1 && matches_str(gi, "-0") == 0,
              "-0 is a number, not an integer spelling");
     KT_CHECK(matches_str(gi, "1.0") == 0 && matches_str(gi, "1e2") == 0, "integers are written as digits");
     KT_CHECK(matches_str(gi, "-1234567890123456") == 1 && matches_str(gi, "00") == 0);
+    /* an integer without bounds is an int64 (16 digits < 2^63 - 1, 19 digits) */
+    KT_CHECK(matches_str(gi, "9999999999999999") == 1 && matches_str(gi, "-9999999999999999") == 1 &&
+                 matches_str(gi, "10000000000000000") == 0 && matches_str(gi, "9223372036854775807") == 0 &&
+                 matches_str(gi, "-9223372036854775808") == 0,
+             "unbounded integers stay inside the signed 64-bit range");
     /* strings: escapes, surrogates only in pairs, no raw control characters */
     KT_CHECK(matches_str(g, "\"\\ud83d\\ude00\\u00E9\\/\\b\\f\\n\\r\\t\\\"\\\\\"") == 1, "every JSON escape");
     KT_CHECK(matches_str(g, "\"\\ud800\"") == 0, "a lone high surrogate escape");
@@ -189,6 +203,25 @@ static void test_integer_ranges(void) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         long long lo = (long long)(x % 20000) - 10000, hi = lo + (long long)((x >> 20) % (t % 2 ? 2500 : 40));
         check_range(lo, hi, 1, 1);
+    }
+    /* bounds beyond int64 (a real, jansson's largest integers) leave the 16-digit range */
+    static const char *const HUGE[] = {
+        "{\"type\":\"integer\",\"minimum\":-1e30,\"maximum\":1e30}",
+        "{\"type\":\"integer\",\"minimum\":-9223372036854775808,\"maximum\":9223372036854775807}",
+        "{\"type\":\"integer\",\"minimum\":5}",
+        "{\"type\":\"integer\",\"maximum\":-5}",
+    };
+    for (size_t i = 0; i < sizeof HUGE / sizeof HUGE[0]; i++) {
+        json_t *h = parse(HUGE[i]);
+        kipp_grammar *gh = compile_schema(h, HUGE[i]);
+        json_decref(h);
+        if (!gh) continue;
+        const int pos = i != 3, neg = i != 2;
+        KT_CHECK(matches_str(gh, "9999999999999999") == pos && matches_str(gh, "-9999999999999999") == neg &&
+                     matches_str(gh, "10000000000000000") == 0 && matches_str(gh, "-10000000000000000") == 0 &&
+                     matches_str(gh, "9223372036854775807") == 0,
+                 "%s: at most 16 digits, inside int64", HUGE[i]);
+        kipp_grammar_free(gh);
     }
     /* 16-digit bounds; exclusive and real bounds */
     json_t *s =

@@ -89,12 +89,21 @@ static void collect_free(collect *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Streams text cut at cuts[0..n_cuts) (ascending; repeats give empty chunks). */
-static void run_stream(const char *text, size_t len, const size_t *cuts, size_t n_cuts,
-                       collect *c) {
+/* A NULL-terminated list's length (0 for NULL: any name). */
+static size_t n_of(const char *const *names) {
+    size_t n = 0;
+    while (names && names[n]) n++;
+    return n;
+}
+
+/* Streams text cut at cuts[0..n_cuts) (ascending; repeats give empty chunks), with the
+ * declared names (NULL-terminated; NULL: any). */
+static void run_stream(const char *text, size_t len, const char *const *names, const size_t *cuts,
+                       size_t n_cuts, collect *c) {
     memset(c, 0, sizeof *c);
     kipp_toolcall t;
     kipp_toolcall_init(&t, on_event, c);
+    kipp_toolcall_set_names(&t, names, n_of(names));
     size_t at = 0;
     for (size_t k = 0; k <= n_cuts; k++) {
         size_t end = k < n_cuts ? cuts[k] : len;
@@ -113,10 +122,10 @@ static int same_bytes(const char *a, size_t an, const char *b, size_t bn) {
 }
 
 /* The streamed result equals the one-shot one; prints the difference when not. */
-static int stream_agrees(const char *text, const kipp_toolcall_result *ref, const size_t *cuts,
-                         size_t n_cuts) {
+static int stream_agrees(const char *text, const char *const *names, const kipp_toolcall_result *ref,
+                         const size_t *cuts, size_t n_cuts) {
     collect c;
-    run_stream(text, strlen(text), cuts, n_cuts, &c);
+    run_stream(text, strlen(text), names, cuts, n_cuts, &c);
     int ok = !c.bad && same_bytes(c.content.p, c.content.n, ref->content, ref->content_len) &&
              c.n_calls == ref->n_calls;
     for (size_t i = 0; ok && i < c.n_calls; i++)
@@ -146,6 +155,8 @@ typedef struct {
     const char *call[MAX_CALLS][2]; /* name, arguments */
 } tc_case;
 
+static const char *const DECLARED[] = {"f", "get_weather", NULL};
+
 #define TC "<tool_call>\n"
 #define TE "\n</tool_call>"
 
@@ -167,23 +178,38 @@ static const tc_case cases[] = {
      "", 1, {{"f", "{'a': {'b': [1, {'c': '}]'}]}, 'd': 'x\\'}y', 'e': '\\\\'}"}}},
     {"arguments as a JSON string", TC "{'name': 'f', 'arguments': '{\\'x\\': 1}'}" TE, "", 1,
      {{"f", "{'x': 1}"}}},
-    {"string arguments with escapes", TC "{'name': 'f', 'arguments': 'a\\nb\\u00e9\\ud83d\\ude00'}" TE,
-     "", 1, {{"f", "a\nb\xc3\xa9\xf0\x9f\x98\x80"}}},
+    {"string arguments with escapes", TC "{'name': 'f', 'arguments': '{\\'k\\': \\'a\\\\nb\\u00e9\\ud83d\\ude00\\'}'}" TE,
+     "", 1, {{"f", "{'k': 'a\\nb\xc3\xa9\xf0\x9f\x98\x80'}"}}},
+    {"string arguments that are no object are no call", TC "{'name': 'f', 'arguments': 'a\\nb'}" TE,
+     TC "{'name': 'f', 'arguments': 'a\\nb'}" TE, 0, {{0}}},
     {"arguments before name", TC "{'arguments': {'q': 'x y'}, 'name': 'search'}" TE, "", 1,
      {{"search", "{'q': 'x y'}"}}},
-    {"another key first", TC "{'id': 1, 'name': 'f', 'arguments': [1, 'a']}" TE, "", 1,
-     {{"f", "[1, 'a']"}}},
+    {"another key first", TC "{'id': 1, 'name': 'f', 'arguments': {'a': [1, 'b']}}" TE, "", 1,
+     {{"f", "{'a': [1, 'b']}"}}},
+    {"array arguments, other order, are no call", TC "{'id': 1, 'name': 'f', 'arguments': [1]}" TE,
+     TC "{'id': 1, 'name': 'f', 'arguments': [1]}" TE, 0, {{0}}},
     {"no arguments key", TC "{'name': 'now'}" TE, "", 1, {{"now", "{}"}}},
-    {"string arguments, other order", TC "{'arguments': 'x\\ty', 'name': 'f'}" TE, "", 1,
-     {{"f", "x\ty"}}},
+    {"string arguments, other order", TC "{'arguments': ' {}\\t', 'name': 'f'}" TE, "", 1,
+     {{"f", " {}\t"}}},
+    {"string arguments, other order, no object", TC "{'arguments': 'x', 'name': 'f'}" TE,
+     TC "{'arguments': 'x', 'name': 'f'}" TE, 0, {{0}}},
     {"extra key after arguments", TC "{'name': 'f', 'arguments': {'x': 1}, 'id': 7}" TE, "", 1,
      {{"f", "{'x': 1}"}}},
-    {"array arguments", TC "{'name': 'f', 'arguments': [1, 2]}" TE, "", 1, {{"f", "[1, 2]"}}},
-    {"number arguments", TC "{'name': 'f', 'arguments': 42}" TE, "", 1, {{"f", "42"}}},
-    {"null arguments", TC "{'name': 'f', 'arguments':null}" TE, "", 1, {{"f", "null"}}},
-    {"invalid bare token", TC "{'name': 'f', 'arguments': tru}" TE, "", 1, {{"f", ""}}},
-    {"invalid string escape", TC "{'name': 'f', 'arguments': '\\x'}" TE, "", 1, {{"f", ""}}},
-    {"nothing after arguments", TC "{'name': 'f', 'arguments': }" TE, "", 1, {{"f", ""}}},
+    /* arguments that are no JSON object make no call: the block stays content */
+    {"array arguments", TC "{'name': 'f', 'arguments': [1, 2]}" TE, TC "{'name': 'f', 'arguments': [1, 2]}" TE,
+     0, {{0}}},
+    {"number arguments", TC "{'name': 'f', 'arguments': 42}" TE, TC "{'name': 'f', 'arguments': 42}" TE, 0, {{0}}},
+    {"null arguments", TC "{'name': 'f', 'arguments':null}" TE, TC "{'name': 'f', 'arguments':null}" TE, 0, {{0}}},
+    {"invalid bare token", TC "{'name': 'f', 'arguments': tru}" TE, TC "{'name': 'f', 'arguments': tru}" TE, 0, {{0}}},
+    {"invalid string escape", TC "{'name': 'f', 'arguments': '\\x'}" TE, TC "{'name': 'f', 'arguments': '\\x'}" TE,
+     0, {{0}}},
+    {"nothing after arguments", TC "{'name': 'f', 'arguments': }" TE, TC "{'name': 'f', 'arguments': }" TE, 0, {{0}}},
+    {"mismatched brackets", TC "{'name': 'f', 'arguments': {'a': [1}}}" TE,
+     TC "{'name': 'f', 'arguments': {'a': [1}}}" TE, 0, {{0}}},
+    {"invalid JSON inside the arguments", TC "{'name': 'f', 'arguments': {'a': 1,}}" TE,
+     TC "{'name': 'f', 'arguments': {'a': 1,}}" TE, 0, {{0}}},
+    {"numbers of any size in the arguments", TC "{'name': 'f', 'arguments': {'a': 123456789012345678901234}}" TE,
+     "", 1, {{"f", "{'a': 123456789012345678901234}"}}},
     {"compact", "<tool_call>{'name':'f','arguments':{'a':1}}</tool_call>", "", 1, {{"f", "{'a':1}"}}},
     {"every kind of whitespace",
      "<tool_call>\r\n {\r\n'name' :\t'f' ,\n'arguments' :\n{ }\n}\r\n</tool_call>", "", 1,
@@ -212,35 +238,72 @@ static const tc_case cases[] = {
      TC "{'arguments': 1, 'name': 'a', 'name': 'b'}" TE, 0, {{0}}},
     {"open tag inside a body", TC "<tool_call>{'name': 'f', 'arguments': {}}" TE,
      TC "<tool_call>{'name': 'f', 'arguments': {}}" TE, 0, {{0}}},
+    /* </tool_call> inside a JSON string does not end the body */
     {"close tag inside an argument string",
-     "<tool_call>{'name': 'f', 'arguments': {'s': 'a</tool_call>b'}}</tool_call>",
-     "b'}}</tool_call>", 1,
-     {{"f", "{'s': 'a"}}},
+     "<tool_call>{'name': 'f', 'arguments': {'s': 'a</tool_call>b'}}</tool_call> ok",
+     "ok", 1, {{"f", "{'s': 'a</tool_call>b'}"}}},
+    {"close tag inside an argument string, escaped quotes around it",
+     TC "{'name': 'f', 'arguments': {'s': '\\'</tool_call>\\\\', 't': '\\\\'}}" TE,
+     "", 1, {{"f", "{'s': '\\'</tool_call>\\\\', 't': '\\\\'}"}}},
+    {"close tag inside a string, other order",
+     TC "{'arguments': {'s': '</tool_call>'}, 'name': 'f'}" TE, "", 1, {{"f", "{'s': '</tool_call>'}"}}},
+    {"close tag inside string arguments",
+     TC "{'name': 'f', 'arguments': '{\\'s\\': \\'</tool_call>\\'}'}" TE, "", 1, {{"f", "{'s': '</tool_call>'}"}}},
+    {"close tag after the arguments' last bracket, inside a string",
+     TC "{'name': 'f', 'arguments': {}, 'x': '</tool_call>'}" TE, "", 1, {{"f", "{}"}}},
+    {"a body that is no JSON ends at the first close tag", "<tool_call>say 'hi</tool_call> bye",
+     "<tool_call>say 'hi</tool_call> bye", 0, {{0}}},
+    {"an unclosed string runs to the end (dropped)", "A " TC "{'name': 'f</tool_call> tail", "A", 0, {{0}}},
     {"announced, body invalid after the value", TC "{'name': 'f', 'arguments': {'a': 1}" TE, "", 1,
      {{"f", "{'a': 1}"}}},
-    {"cut short in the arguments", "Hi " TC "{'name': 'f', 'arguments': {'a': [1, 2", "Hi", 1,
-     {{"f", "{'a': [1, 2"}}},
+    /* cut short: a call only when its arguments closed before the end */
+    {"cut short in the arguments (dropped)", "Hi " TC "{'name': 'f', 'arguments': {'a': [1, 2", "Hi", 0,
+     {{0}}},
+    {"cut short after the arguments closed", "Hi " TC "{'name': 'f', 'arguments': {'a': 2}", "Hi", 1,
+     {{"f", "{'a': 2}"}}},
+    {"cut short after a complete call, in the next", TC "{'name': 'f', 'arguments': {}}" TE "\n" TC
+     "{'name': 'f', 'arguments': {'a' : 22000659210157", "", 1, {{"f", "{}"}}},
     {"cut short in a partial close tag", TC "{'name': 'f', 'arguments': {'a': 1}}\n</tool_", "", 1,
      {{"f", "{'a': 1}"}}},
-    {"cut short in a string argument", TC "{'name': 'f', 'arguments': 'abc", "", 1, {{"f", ""}}},
-    {"cut short in a bare token", TC "{'name': 'f', 'arguments': 12", "", 1, {{"f", "12"}}},
+    {"cut short in a string argument (dropped)", TC "{'name': 'f', 'arguments': '{", "", 0, {{0}}},
+    {"cut short in a bare token (dropped)", TC "{'name': 'f', 'arguments': 12", "", 0, {{0}}},
     {"cut short before the announcement (dropped)", "Hi\n" TC "{'name': 'f", "Hi", 0, {{0}}},
     {"cut short after the body, other order", "<tool_call>{'arguments': {}, 'name': 'g'}\n", "", 1,
      {{"g", "{}"}}},
     {"cut short in a partial open tag", "Hi <tool_ca", "Hi <tool_ca", 0, {{0}}},
     {"cut short right after the open tag (dropped)", "Hi\n<tool_call>\n", "Hi", 0, {{0}}},
     {"an invalid closed call stays content", "Hi " TC "{'nam': 1}</tool_call>", "Hi " TC "{'nam': 1}</tool_call>", 0, {{0}}},
+    /* declared names: a call to another function is no call */
     {"empty text", "", "", 0, {{0}}},
 };
 
-static void test_oneshot_and_streaming(void) {
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const tc_case *k = &cases[i];
+/* Cases with the declared names "f" and "get_weather": a call to another function is no call. */
+static const tc_case declared_cases[] = {
+    {"close tag inside the name", TC "{'name': 'f</tool_call>', 'arguments': {}}" TE " x",
+     TC "{'name': 'f</tool_call>', 'arguments': {}}" TE " x", 0, {{0}}},
+    {"a declared name", TC "{'name': 'get_weather', 'arguments': {}}" TE, "", 1, {{"get_weather", "{}"}}},
+    {"an undeclared name stays content", "X " TC "{'name': 'rm_rf', 'arguments': {'p': '/'}}" TE " Y",
+     "X " TC "{'name': 'rm_rf', 'arguments': {'p': '/'}}" TE " Y", 0, {{0}}},
+    {"an undeclared name, other order", TC "{'arguments': {}, 'name': 'g'}" TE,
+     TC "{'arguments': {}, 'name': 'g'}" TE, 0, {{0}}},
+    {"a name that only starts like a declared one", TC "{'name': 'ff', 'arguments': {}}" TE,
+     TC "{'name': 'ff', 'arguments': {}}" TE, 0, {{0}}},
+    {"an undeclared call cut short is dropped", "Hi " TC "{'name': 'rm_rf', 'arguments': {}}", "Hi", 0, {{0}}},
+    {"undeclared between declared", TC "{'name': 'f', 'arguments': {}}" TE "\n" TC
+     "{'name': 'x', 'arguments': {}}" TE "\n" TC "{'name': 'f', 'arguments': {'b': 1}}" TE,
+     TC "{'name': 'x', 'arguments': {}}" TE, 2, {{"f", "{}"}, {"f", "{'b': 1}"}}},
+    {"escaped declared name", TC "{'name': '\\u0066', 'arguments': {}}" TE, "", 1, {{"f", "{}"}}},
+};
+
+static void run_cases(const tc_case *table, size_t n_cases, const char *const *names) {
+    for (size_t i = 0; i < n_cases; i++) {
+        const tc_case *k = &table[i];
         char *text = unq(k->text), *content = unq(k->content);
         const size_t len = strlen(text);
         kipp_toolcall_result r;
         char err[KIPP_ERR_LEN];
-        KT_CHECK(kipp_toolcall_parse(text, len, &r, err, sizeof err) == KIPP_OK, "%s: %s", k->what, err);
+        KT_CHECK(kipp_toolcall_parse(text, len, names, n_of(names), &r, err, sizeof err) == KIPP_OK,
+                 "%s: %s", k->what, err);
         int ok = same_bytes(r.content, r.content_len, content, strlen(content)) && r.n_calls == k->n_calls &&
                  r.content[r.content_len] == 0;
         for (size_t j = 0; ok && j < r.n_calls; j++) {
@@ -253,17 +316,17 @@ static void test_oneshot_and_streaming(void) {
                  r.n_calls, r.n_calls ? ", first " : "", r.n_calls ? r.calls[0].name : "",
                  r.n_calls ? " " : "", r.n_calls ? r.calls[0].args : "");
         /* the invariant: every chunking streams the one-shot result */
-        ok = stream_agrees(text, &r, NULL, 0);
+        ok = stream_agrees(text, names, &r, NULL, 0);
         for (size_t a = 0; ok && a <= len; a++)
             for (size_t b = a; ok && b <= len; b++) {
                 const size_t cuts[2] = {a, b};
-                ok = stream_agrees(text, &r, cuts, 2);
+                ok = stream_agrees(text, names, &r, cuts, 2);
             }
         if (ok && len) {
             size_t *cuts = malloc(len * sizeof *cuts);
             if (!cuts) abort();
             for (size_t a = 0; a < len; a++) cuts[a] = a + 1;
-            ok = stream_agrees(text, &r, cuts, len - 1); /* byte by byte */
+            ok = stream_agrees(text, names, &r, cuts, len - 1); /* byte by byte */
             free(cuts);
         }
         KT_CHECK(ok, "streaming disagrees with the one-shot split: %s", k->what);
@@ -271,6 +334,11 @@ static void test_oneshot_and_streaming(void) {
         free(text);
         free(content);
     }
+}
+
+static void test_oneshot_and_streaming(void) {
+    run_cases(cases, sizeof cases / sizeof cases[0], NULL);
+    run_cases(declared_cases, sizeof declared_cases / sizeof declared_cases[0], DECLARED);
 }
 
 /* Random texts from fragments that make and break calls, tags and JSON: the one-shot split
@@ -281,7 +349,8 @@ static void test_random_texts(void) {
         "<tool_call>", "</tool_call>", "<tool_", "</tool", "<", "\n", " ", "\t", "x", "\xc3\xa9",
         "{", "}", "[", "]", "'", "\\", ",", ":", "{'name': 'f', 'arguments': ", "{'name':'g',",
         "'arguments':", "'name'", "'f'", "{'arguments': {}, 'name': 'h'}", "{'a': 1}", "12", "null",
-        "'s\\'q'", "\xff", "'\\u00e9'", "'\\'}'", "'}]'", "{'k': [",
+        "'s\\'q'", "\xff", "'\\u00e9'", "'\\'}'", "'}]'", "{'k': [", "'</tool_call>'", "'{}'",
+        "{'name': 'g', 'arguments': ", "'a</tool_call",
     };
     /* half the texts open an announced call, so the fragments land in streamed arguments */
     static const char *const start[] = {"", "<tool_call>{'name': 'f', 'arguments': "};
@@ -300,8 +369,19 @@ static void test_random_texts(void) {
             tput(&b, f, strlen(f));
             free(f);
         }
+        /* every other text declares only "f" and "get_weather" ('g' and 'h' are undeclared) */
+        const char *const *names = iter % 2 ? DECLARED : NULL;
         kipp_toolcall_result r;
-        if (kipp_toolcall_parse(b.p, b.n, &r, NULL, 0) != KIPP_OK) abort();
+        if (kipp_toolcall_parse(b.p, b.n, names, n_of(names), &r, NULL, 0) != KIPP_OK) abort();
+        for (size_t i = 0; i < r.n_calls; i++) { /* every call's arguments are a JSON object */
+            json_t *a = json_loadb(r.calls[i].args, r.calls[i].args_len,
+                                   JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+            if (!json_is_object(a)) {
+                fprintf(stderr, "  arguments that are no JSON object: \"%s\"\n", r.calls[i].args);
+                ok = 0;
+            }
+            json_decref(a);
+        }
         size_t cuts[4];
         for (int k = 0; k < 4; k++) cuts[k] = NEXT() % (b.n + 1);
         for (int i = 1; i < 4; i++) /* ascending */
@@ -309,12 +389,12 @@ static void test_random_texts(void) {
                 size_t t = cuts[j];
                 cuts[j] = cuts[j - 1], cuts[j - 1] = t;
             }
-        ok = stream_agrees(b.p, &r, cuts, 4);
+        ok = ok && stream_agrees(b.p, names, &r, cuts, 4);
         if (ok && b.n) {
             size_t *all = malloc(b.n * sizeof *all);
             if (!all) abort();
             for (size_t a = 0; a < b.n; a++) all[a] = a + 1;
-            ok = stream_agrees(b.p, &r, all, b.n - 1);
+            ok = stream_agrees(b.p, names, &r, all, b.n - 1);
             free(all);
         }
         kipp_toolcall_result_free(&r);
@@ -341,23 +421,21 @@ static void test_streaming_timing(void) {
     kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
     free(s);
     KT_CHECK(c.n_calls == 0 && c.content.n == 15, "no call before its prefix is complete");
-    s = unq("ments': ");
+    s = unq("ments': {'q': 'a}");
     kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
     free(s);
-    KT_CHECK(c.n_calls == 1 && c.open && strcmp(c.name[0].p, "lookup") == 0, "the name is sent at 'arguments':");
-    s = unq("{'q': 'a}");
-    kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
-    KT_CHECK(c.args[0].p && strcmp(c.args[0].p, s) == 0, "arguments streamed: \"%s\"",
-             c.args[0].p ? c.args[0].p : "");
-    free(s);
+    KT_CHECK(c.n_calls == 0 && c.content.n == 15, "no call before its arguments close");
     s = unq("'}}\n</tool_");
     kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
     free(s);
     char *want = unq("{'q': 'a}'}");
-    KT_CHECK(c.open && strcmp(c.args[0].p, want) == 0, "a partial close tag is held: \"%s\"", c.args[0].p);
+    KT_CHECK(c.n_calls == 1 && !c.open && strcmp(c.name[0].p, "lookup") == 0 && c.args[0].p &&
+                 strcmp(c.args[0].p, want) == 0 && c.n_args_events == 1,
+             "the call comes whole when its arguments close, before </tool_call>: \"%s\"",
+             c.args[0].p ? c.args[0].p : "");
     free(want);
     kipp_toolcall_feed(&t, "call>\n\n", 7, err, sizeof err);
-    KT_CHECK(!c.open && c.n_calls == 1 && c.content.n == 15, "the call ends at </tool_call>");
+    KT_CHECK(!c.open && c.n_calls == 1 && c.content.n == 15, "nothing more at </tool_call>");
     KT_CHECK(kipp_toolcall_finish(&t, err, sizeof err) == KIPP_OK);
     KT_CHECK(kipp_toolcall_feed(&t, "x", 1, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
              strstr(err, "after finish"), "feed after finish: %s", err);
@@ -381,17 +459,35 @@ static void test_streaming_timing(void) {
     kipp_toolcall_free(&t);
     collect_free(&c);
 
-    /* long arguments are streamed in pieces, not held to the end */
+    /* long arguments are held until they close (a call is never withdrawn), and a close
+     * tag inside one of their strings does not end the call */
     memset(&c, 0, sizeof c);
     kipp_toolcall_init(&t, on_event, &c);
-    s = unq(TC "{'name': 'f', 'arguments': {'k': '");
+    s = unq(TC "{'name': 'f', 'arguments': {'k': '</tool_call>");
     kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
     free(s);
     for (int i = 0; i < 1000; i++) kipp_toolcall_feed(&t, "abc", 3, err, sizeof err);
-    KT_CHECK(c.args[0].n == 7 + 3000 && c.n_args_events >= 1000, "%zu bytes in %zu events",
-             c.args[0].n, c.n_args_events);
+    KT_CHECK(c.n_calls == 0 && c.content.n == 0, "nothing before the arguments close");
+    s = unq("'}}" TE);
+    kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
+    free(s);
+    KT_CHECK(c.n_calls == 1 && c.args[0].n == 7 + 12 + 3000 + 2 && c.n_args_events == 1 && c.content.n == 0,
+             "%zu calls, %zu bytes in %zu events, %zu content bytes", c.n_calls, c.args[0].n,
+             c.n_args_events, c.content.n);
     kipp_toolcall_finish(&t, err, sizeof err);
     KT_CHECK(!c.open && !c.bad);
+    kipp_toolcall_free(&t);
+    collect_free(&c);
+
+    /* cut short inside the arguments: nothing at all, at any point */
+    memset(&c, 0, sizeof c);
+    kipp_toolcall_init(&t, on_event, &c);
+    s = unq(TC "{'name': 'f', 'arguments': {'a': 2200065921015766, 'b':");
+    kipp_toolcall_feed(&t, s, strlen(s), err, sizeof err);
+    free(s);
+    kipp_toolcall_finish(&t, err, sizeof err);
+    KT_CHECK(c.n_calls == 0 && c.content.n == 0 && !c.bad, "%zu calls, content \"%s\"", c.n_calls,
+             c.content.p ? c.content.p : "");
     kipp_toolcall_free(&t);
     collect_free(&c);
 
@@ -537,6 +633,40 @@ static void test_server_response(kipp_model *m) {
         oai_gen_free(&g);
     }
     free(only);
+
+    /* the request's tools are the declared names: a call to another function stays text */
+    char *names[2] = {"get_weather", "now"};
+    rq.tool_parse = 1;
+    rq.tool_names = names;
+    rq.n_tool_names = 2;
+    char *undeclared = unq("<tool_call>{'name': 'rm_rf', 'arguments': {}}</tool_call>"
+                           "<tool_call>{'name': 'now', 'arguments': {}}</tool_call>");
+    const size_t n_und = text_ids(undeclared, ids);
+    oai_gen g;
+    KT_CHECK(oai_gen_init(&g, m, &rq) == 0);
+    for (size_t i = 0; i < n_und; i++) {
+        kipp_gen_token t;
+        memset(&t, 0, sizeof t);
+        t.id = ids[i];
+        oai_gen_push(&g, &t);
+    }
+    oai_gen_finish(&g);
+    oai_gen *gp = &g;
+    kipp_req *rq0 = NULL;
+    char *js = oai_response_json(&gp, &rq0, &meta.finish_reason, 1, &meta);
+    json_t *o = js ? json_loads(js, 0, NULL) : NULL;
+    json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    json_t *calls = json_object_get(msg, "tool_calls");
+    char *want = unq("<tool_call>{'name': 'rm_rf', 'arguments': {}}</tool_call>");
+    KT_CHECK(g.n_calls == 1 && json_array_size(calls) == 1 &&
+                 !strcmp(jstr(json_object_get(json_array_get(calls, 0), "function"), "name"), "now") &&
+                 jstr(msg, "content") && !strcmp(jstr(msg, "content"), want),
+             "undeclared: %s", js ? js : "(null)");
+    free(want);
+    json_decref(o);
+    free(js);
+    oai_gen_free(&g);
+    free(undeclared);
     free(text);
     free(want_args);
 }
@@ -614,9 +744,9 @@ static void test_server_stream(kipp_model *m) {
     KT_CHECK(content.p && !strcmp(content.p, "Checking."), "content %s", content.p ? content.p : "");
     KT_CHECK(args[0].p && !strcmp(args[0].p, want_args) && args[1].p && !strcmp(args[1].p, "{}"),
              "arguments %s / %s", args[0].p ? args[0].p : "", args[1].p ? args[1].p : "");
-    /* the first call is announced and streamed before its </tool_call>; the second (another
-     * key order) comes whole after its own */
-    KT_CHECK(head_at[0] < first_close && n_arg_deltas[0] > 10 && n_arg_deltas[1] == 1,
+    /* the first call comes whole when its arguments close, before its </tool_call>; the
+     * second (another key order) whole after its own */
+    KT_CHECK(head_at[0] < first_close && n_arg_deltas[0] == 1 && n_arg_deltas[1] == 1,
              "head at token %zu (close at %zu), %zu and %zu argument deltas", head_at[0],
              first_close, n_arg_deltas[0], n_arg_deltas[1]);
     meta.finish_reason = "tool_calls"; /* http.c's final chunk: nothing left to send */
