@@ -59,7 +59,7 @@ struct kipp_req {
     kipp_gen_token *out;    /* [max_tokens] */
     kipp_sampler *smp;
     kipp_matcher *mt;       /* p.matcher, owned */
-    int mt_active;          /* the matcher applies (constrain_after has been generated) */
+    kipp_think think;       /* the optional reasoning prefix in front of mt */
     double t_submit, t_last;
     double t_admit, t_first; /* first admission, first token published (0: not yet); s->mu */
     char err[KIPP_ERR_LEN];
@@ -248,7 +248,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     memcpy(r->all, p->prompt, (size_t)p->n_prompt * sizeof *r->all);
     r->p.prompt = r->all;
     r->mt = p->matcher; /* ours from here on */
-    r->mt_active = p->constrain_after < 0;
+    kipp_think_init(&r->think, &p->think, s->m);
     r->n_all = p->n_prompt;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -523,7 +523,8 @@ static void draft(kipp_sched *s) {
             prefill += rem < s->p.batch_tokens ? rem : s->p.batch_tokens;
             continue;
         }
-        if (r->slot < 0 || r->mt) continue; /* no drafts under a grammar (one mask per token) */
+        /* no drafts under a grammar or a reasoning bound (one mask per token) */
+        if (r->slot < 0 || r->mt || kipp_think_masks(&r->think)) continue;
         uint32_t cap = s->k_max;
         const uint32_t room = s->n_ctx - r->n_all, left = r->p.max_tokens - r->n_gen - 1;
         if (cap > room) cap = room;
@@ -593,17 +594,16 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     int32_t out[KIPP_SPEC_MAX_K + 1];
     uint32_t m = 0, n_out;
     if (k == 0) {
-        if (r->mt && r->mt_active) kipp_matcher_apply(r->mt, rows, s->n_vocab);
+        kipp_think_apply(&r->think, r->mt, rows, s->n_vocab);
         out[0] = kipp_sampler_sample(r->smp, rows);
         kipp_sampler_accept(r->smp, out[0]);
         n_out = 1;
-        if (r->mt && r->mt_active && !kipp_matcher_accept_token(r->mt, out[0])) {
+        if (!kipp_think_accept(&r->think, r->mt, out[0])) {
             snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
                      "(is the grammar satisfiable?)", r->n_gen);
             r->pending = KIPP_FINISH_ERROR;
             return;
         }
-        if (r->mt && !r->mt_active && out[0] == r->p.constrain_after) r->mt_active = 1;
     } else {
         n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
         kipp_spec_seq_update(&r->spec, k, m);
