@@ -186,6 +186,27 @@ def test_length_cut_is_not_free_text(rnd):
         assert check_reply(r["choices"][0], SCHEMAS["nested"], "{") == "length", r
 
 
+@pytest.fixture(scope="module")
+def thinking_2507(tmp_path_factory) -> Srv:
+    from test_chat_2507 import TEMPLATES, swap_template
+    out = str(tmp_path_factory.mktemp("think2507") / "tiny-thinking-2507.gguf")
+    swap_template(ROOT / "models" / "tiny-tied" / "kipp-tiny-tied-bf16.gguf", out,
+                  (TEMPLATES / "qwen3-thinking-2507.jinja").read_text(encoding="utf-8"))
+    return Srv(start_server("think-2507", "--model-name", "t", model=out), model_name="t")
+
+
+def test_thinking_2507_reasoning_is_closed_for_the_grammar(thinking_2507):
+    """Thinking-2507's prompt ends inside <think>: the reply starts in the reasoning. The
+    random model never writes </think> itself; the bound closes it (half of max_tokens by
+    default, or max_reasoning_tokens; 0 closes it at once) and the grammar answers."""
+    for extra, n_reason in (({}, 10), ({"max_reasoning_tokens": 3}, 3), ({"max_reasoning_tokens": 0}, 0)):
+        r = thinking_2507.chat(USER, max_tokens=20, temperature=0, logprobs=True,
+                               response_format=fmt(SCHEMAS["boolean"]), **extra)
+        toks = tokens(r)
+        assert toks.index("</think>") == n_reason, toks
+        assert check_reply(r["choices"][0], SCHEMAS["boolean"], "tf") == "stop", r
+
+
 @pytest.mark.parametrize("value,words", [(-1, "must be in [0,"), ("5", "must be an integer"),
                                          (1.5, "must be an integer")])
 def test_bad_max_reasoning_tokens(rnd, value, words):
