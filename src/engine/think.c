@@ -10,25 +10,37 @@
 #include <math.h>
 #include <string.h>
 
-void kipp_think_init(kipp_think *t, const kipp_think_params *p, const kipp_model *m) {
+void kipp_think_init_vocab(kipp_think *t, const kipp_think_params *p, const kipp_think_vocab *v) {
     memset(t, 0, sizeof *t);
     t->open = t->close = t->gap[0] = t->gap[1] = -1;
     t->state = KIPP_THINK_GRAMMAR;
-    if (!p || !p->on || !m) return;
-    const kipp_vocab *v = m->vocab;
-    t->open = kipp_vocab_find(v, "<think>", 7);
-    t->close = kipp_vocab_find(v, "</think>", 8);
-    /* byte-level BPE spells '\n' as U+010A ("Ċ") */
-    t->gap[0] = kipp_vocab_find(v, "\xc4\x8a", 2);
-    t->gap[1] = kipp_vocab_find(v, "\xc4\x8a\xc4\x8a", 4);
-    const int32_t *eog;
-    t->n_eog = kipp_vocab_eog_ids(v, &eog);
-    if (t->n_eog > sizeof t->eog / sizeof t->eog[0]) t->n_eog = sizeof t->eog / sizeof t->eog[0];
-    memcpy(t->eog, eog, t->n_eog * sizeof *eog);
+    if (!p || !p->on || !v) return;
+    t->open = v->open;
+    t->close = v->close;
+    t->gap[0] = v->gap[0];
+    t->gap[1] = v->gap[1];
+    t->n_eog = v->n_eog < sizeof t->eog / sizeof t->eog[0] ? v->n_eog : sizeof t->eog / sizeof t->eog[0];
+    if (t->n_eog) memcpy(t->eog, v->eog, t->n_eog * sizeof *t->eog);
     t->max_reasoning = p->max_reasoning_tokens;
     if (t->close < 0) return; /* no way to end a reasoning: nothing may open one */
     if (p->in_prompt) t->state = KIPP_THINK_REASONING;
     else if (t->open >= 0) t->state = KIPP_THINK_START;
+}
+
+void kipp_think_init(kipp_think *t, const kipp_think_params *p, const kipp_model *m) {
+    if (!p || !p->on || !m) {
+        kipp_think_init_vocab(t, NULL, NULL);
+        return;
+    }
+    const kipp_vocab *voc = m->vocab;
+    kipp_think_vocab v = {
+        .open = kipp_vocab_find(voc, "<think>", 7),
+        .close = kipp_vocab_find(voc, "</think>", 8),
+        /* byte-level BPE spells '\n' as U+010A ("\xc4\x8a") */
+        .gap = {kipp_vocab_find(voc, "\xc4\x8a", 2), kipp_vocab_find(voc, "\xc4\x8a\xc4\x8a", 4)},
+    };
+    v.n_eog = kipp_vocab_eog_ids(voc, &v.eog);
+    kipp_think_init_vocab(t, p, &v);
 }
 
 static int valid(int32_t id, uint32_t n) { return id >= 0 && (uint32_t)id < n; }

@@ -41,8 +41,18 @@ typedef struct {
     uint32_t max_reasoning, n_reasoning, n_gap;
 } kipp_think;
 
-/* p NULL, p->on 0 or a vocab without </think>: the grammar from the first token. */
+/* The token ids the gate needs (-1: absent); eog[0..n_eog) the end-of-generation ids. */
+typedef struct {
+    int32_t open, close, gap[2];
+    const int32_t *eog;
+    uint32_t n_eog;
+} kipp_think_vocab;
+
+/* p NULL, p->on 0 or a vocab without </think>: the grammar from the first token. The ids
+ * come from m's vocabulary (<think>, </think>, "\n", "\n\n", its end-of-generation ids). */
 void kipp_think_init(kipp_think *t, const kipp_think_params *p, const kipp_model *m);
+/* The same with the ids given (tests). */
+void kipp_think_init_vocab(kipp_think *t, const kipp_think_params *p, const kipp_think_vocab *v);
 /* Masks logits[0..n-1] for the next token. mt may be NULL (no grammar: only the bound and
  * <think> at the start with bound 0 are enforced). */
 void kipp_think_apply(kipp_think *t, kipp_matcher *mt, float *logits, uint32_t n);
