@@ -121,7 +121,7 @@ def test_json_object_and_stream(rnd):
 
 
 def test_tool_choice_required_with_thinking(rnd):
-    for seed in (None, 1, 2, 3):
+    for seed in (None, 1):
         kw = {"temperature": 0} if seed is None else {"temperature": 1.0, "seed": seed}
         for tc in ("required", {"type": "function", "function": {"name": "get_weather"}}):
             r = rnd.chat([{"role": "user", "content": "Weather in Paris?"}], tools=[TOOL], tool_choice=tc,
