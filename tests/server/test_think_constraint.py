@@ -252,7 +252,8 @@ def run_matrix(tmp_path_factory, models, seeds, max_tokens):
                 for name, r in ex.map(one, jobs):
                     stats[check_reply(r["choices"][0], SCHEMAS[name], FIRST[name])] += 1
                 for r in ex.map(lambda s: srv.chat([{"role": "user", "content": "Weather?"}], tools=[TOOL],
-                                                   tool_choice="required", max_tokens=2 * max_tokens, temperature=1.0,
+                                                   tool_choice="required", parallel_tool_calls=False,
+                                                   max_tokens=2 * max_tokens, temperature=1.0,
                                                    seed=s), seeds):
                     stats[check_calls(r["choices"][0])] += 1
         finally:
