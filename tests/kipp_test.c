@@ -94,6 +94,7 @@ static const struct {
     {"grammar", "grammar compiler, matcher, token masks", kt_suite_grammar},
     {"json_schema", "JSON Schema -> grammar", kt_suite_json_schema},
     {"toolcall", "tool-call splitter", kt_suite_toolcall},
+    {"think", "reasoning prefix gate before the grammar", kt_suite_think},
 };
 #define N_SUITES (sizeof suites / sizeof suites[0])
 

@@ -30,19 +30,19 @@ int kipp_generate(const kipp_gen_params *p, kipp_gen_result *r) {
     r->stop = "n_predict";
     kipp_model_info info;
     kipp_model_get_info(p->model, &info);
-    int constrained = p->matcher && p->constrain_after < 0;
+    kipp_think think;
+    kipp_think_init(&think, p->matcher ? &p->think : NULL, p->model);
     double t0 = kipp_cli_now();
     while (r->n_gen < p->n_predict) {
         if (p->interrupted && *p->interrupted) { r->stop = "interrupted"; break; }
-        if (constrained) kipp_matcher_apply(p->matcher, p->logits, info.n_vocab);
+        kipp_think_apply(&think, p->matcher, p->logits, info.n_vocab);
         int32_t tok = kipp_sampler_sample(p->sampler, p->logits);
-        if (constrained && !kipp_matcher_accept_token(p->matcher, tok)) {
+        if (!kipp_think_accept(&think, p->matcher, tok)) {
             stream(p, 0, 1);
             const char *why = kipp_matcher_error(p->matcher); /* the time limit, or unsatisfiable */
             fprintf(stderr, "\n%s: %s\n", p->prog, why ? why : "the grammar allows no token here (is it satisfiable?)");
             return 0;
         }
-        if (p->matcher && !constrained && tok == p->constrain_after) constrained = 1;
         r->n_gen++;
         if (p->on_sampled) p->on_sampled(p->user, tok);
         if (!p->ignore_eos && kipp_token_is_eog(p->model, tok)) { r->stop = "eog"; break; }

@@ -8,6 +8,7 @@
 
 #include "engine/grammar.h"
 #include "engine/spec.h"
+#include "engine/think.h"
 #include "kipp.h"
 
 #include <signal.h>
@@ -36,9 +37,9 @@ typedef struct {
     const int32_t *hist;
     uint32_t n_hist;
     /* constrained output (NULL: none; not with a drafter): tokens are drawn from those the
-     * matcher allows, from the first one or after the token constrain_after (>= 0) */
+     * matcher allows, from the first one or after an optional reasoning prefix (think) */
     kipp_matcher *matcher;
-    int32_t constrain_after;
+    kipp_think_params think;
 } kipp_gen_params;
 
 typedef struct {

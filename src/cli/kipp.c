@@ -595,17 +595,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "kipp: speculative decoding: %s\n", kipp_drafter_describe(drafter));
     }
     if (!kipp_cli_grammar_start("kipp", &o.gr, m, &trie, &matcher)) goto done;
-    int32_t think_end = -1; /* with thinking on, the grammar starts after </think> */
+    /* with thinking on, an optional reasoning (at most half of -n) comes before the grammar */
+    kipp_think_params think = {0};
     kipp_chat_thinking thinks = KIPP_CHAT_THINK_OFF;
     if (matcher && o.chat &&
         kipp_chat_template_info(m, !o.no_think, NULL, &thinks, NULL, 0) == KIPP_OK &&
-        thinks != KIPP_CHAT_THINK_OFF) {
-        int32_t te[2];
-        size_t nte = 0;
-        if (kipp_tokenize(m, "</think>", 8, 1, te, 2, &nte, NULL, 0) == KIPP_OK && nte == 1) think_end = te[0];
-    }
+        thinks != KIPP_CHAT_THINK_OFF)
+        think = (kipp_think_params){.on = 1, .in_prompt = thinks == KIPP_CHAT_THINK_IN_PROMPT,
+                                    .max_reasoning_tokens = (uint32_t)(o.n_predict / 2)};
     kipp_gen_params gp = {.prog = "kipp", .ctx = c, .model = m, .sampler = smp, .detok = dt,
-                          .matcher = matcher, .constrain_after = think_end,
+                          .matcher = matcher, .think = think,
                           .logits = logits, .n_predict = o.n_predict,
                           .ignore_eos = o.ignore_eos, .on_text = text_out,
                           .drafter = drafter, .k_max = (uint32_t)o.spec.draft_max,

@@ -59,7 +59,7 @@ struct kipp_req {
     kipp_gen_token *out;    /* [max_tokens] */
     kipp_sampler *smp;
     kipp_matcher *mt;       /* p.matcher, owned */
-    int mt_active;          /* the matcher applies (constrain_after has been generated) */
+    kipp_think think;       /* the optional reasoning prefix in front of mt */
     double t_submit, t_last;
     double t_admit, t_first; /* first admission, first token published (0: not yet); s->mu */
     char err[KIPP_ERR_LEN];
@@ -258,7 +258,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     r->p.prompt = r->all;
     r->mt = p->matcher; /* ours from here on */
     if (r->mt) kipp_matcher_set_interrupt(r->mt, req_cancelled, r);
-    r->mt_active = p->constrain_after < 0;
+    kipp_think_init(&r->think, &p->think, s->m);
     r->n_all = p->n_prompt;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -534,7 +534,8 @@ static void draft(kipp_sched *s) {
             prefill += rem < s->p.batch_tokens ? rem : s->p.batch_tokens;
             continue;
         }
-        if (r->slot < 0 || r->mt) continue; /* no drafts under a grammar (one mask per token) */
+        /* no drafts under a grammar or a reasoning bound (one mask per token) */
+        if (r->slot < 0 || r->mt || kipp_think_masks(&r->think)) continue;
         uint32_t cap = s->k_max;
         const uint32_t room = s->n_ctx - r->n_all, left = r->p.max_tokens - r->n_gen - 1;
         if (cap > room) cap = room;
@@ -619,20 +620,19 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     if (k == 0) {
         /* a mask is bounded in time and stops when the request is cancelled (the matcher
          * asks req_cancelled): a client gone mid-mask costs no more than what was done */
-        if (r->mt && r->mt_active && grammar_stopped(r, N)) return;
-        if (r->mt && r->mt_active) kipp_matcher_apply(r->mt, rows, s->n_vocab);
-        if (r->mt && r->mt_active && grammar_stopped(r, N)) return;
+        if (r->mt && grammar_stopped(r, N)) return;
+        kipp_think_apply(&r->think, r->mt, rows, s->n_vocab);
+        if (r->mt && grammar_stopped(r, N)) return;
         out[0] = kipp_sampler_sample(r->smp, rows);
         kipp_sampler_accept(r->smp, out[0]);
         n_out = 1;
-        if (r->mt && r->mt_active && !kipp_matcher_accept_token(r->mt, out[0])) {
-            if (grammar_stopped(r, N)) return;
+        if (!kipp_think_accept(&r->think, r->mt, out[0])) {
+            if (r->mt && grammar_stopped(r, N)) return;
             snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
                      "(is the grammar satisfiable?)", r->n_gen);
             r->pending = KIPP_FINISH_ERROR;
             return;
         }
-        if (r->mt && !r->mt_active && out[0] == r->p.constrain_after) r->mt_active = 1;
     } else {
         n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
         kipp_spec_seq_update(&r->spec, k, m);

@@ -11,6 +11,7 @@
 
 #include "engine/grammar.h"
 #include "engine/spec.h"
+#include "engine/think.h"
 #include "kipp.h"
 
 #include <stdint.h>
@@ -66,8 +67,9 @@ typedef struct {
                               from the tokens it allows. A successful submit takes it over
                               (freed with the request); after a failed one it is still the
                               caller's. Such a request is never drafted for. */
-    int32_t constrain_after; /* -1: the matcher applies from the first token; else from the
-                                token after this id (e.g. </think>: reasoning is free) */
+    kipp_think_params think; /* the reply may reason before the matcher applies (an optional
+                                <think>...</think> prefix, bounded; engine/think.h). Zero:
+                                the matcher applies from the first token */
     uint64_t group;        /* siblings (the n choices of one API request; 0: none): a
                               request is not admitted while a sibling is still prefilling,
                               then starts from a fork of that sibling's KV (one prefill) */

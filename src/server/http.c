@@ -617,20 +617,26 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         gc->first = 1;
         rp.sampling.seed = gs->rq.sp.seed + i;
         rp.matcher = NULL;
-        rp.constrain_after = -1;
+        rp.think = (kipp_think_params){0};
         if (gs->rq.grammar) { /* constrained decoding: a bad grammar is the client's 400 */
             st = sv->structured ? oai_structured_matcher(sv->structured, gs->rq.grammar, gs->rq.grammar_len,
                                                          &rp.matcher, err, sizeof err)
                                 : KIPP_ERR_NOMEM;
             if (st != KIPP_OK) { err_param = gs->rq.grammar_param; break; }
-            /* with thinking on, the reasoning is free and the grammar starts after </think>
-             * (the template decides: Instruct-2507 never thinks, Thinking-2507 always does) */
-            kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
-            if (gs->rq.ep == OAI_CHAT &&
-                kipp_chat_template_info(sv->m, gs->rq.enable_thinking, NULL, &th, NULL, 0) == KIPP_OK &&
-                th != KIPP_CHAT_THINK_OFF)
-                rp.constrain_after = oai_structured_think_end(sv->structured);
         }
+        /* with thinking on, a reply that opens with <think> reasons freely up to </think>, and
+         * the grammar applies after it; any other reply is constrained from its first token.
+         * The reasoning of a constrained reply is bounded (by default half of max_tokens) so
+         * that the grammar gets its turn (the template decides whether the model thinks:
+         * Instruct-2507 never does, Thinking-2507's prompt already opened the <think>) */
+        kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
+        if (gs->rq.ep == OAI_CHAT && (gs->rq.grammar || gs->rq.max_reasoning_tokens >= 0) &&
+            kipp_chat_template_info(sv->m, gs->rq.enable_thinking, NULL, &th, NULL, 0) == KIPP_OK &&
+            th != KIPP_CHAT_THINK_OFF)
+            rp.think = (kipp_think_params){
+                .on = 1, .in_prompt = th == KIPP_CHAT_THINK_IN_PROMPT,
+                .max_reasoning_tokens = gs->rq.max_reasoning_tokens >= 0 ? (uint32_t)gs->rq.max_reasoning_tokens
+                                                                         : rp.max_tokens / 2};
         st = oai_gen_init(&gc->g, sv->m, &gs->rq) == 0 ? kipp_sched_submit(sv->sched, &rp, &gc->req, err, sizeof err)
                                                      : KIPP_ERR_NOMEM;
         gc->g.index = i;

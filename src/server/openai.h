@@ -26,6 +26,8 @@ typedef struct {
     char *model;
     int stream, include_usage;
     int64_t max_tokens;          /* -1: not given */
+    int64_t max_reasoning_tokens; /* chat: tokens of reasoning before </think> is forced
+                                     (-1: not given; the server's default applies) */
     uint32_t n;                  /* choices (1..OAI_MAX_N); choice i samples with seed + i */
     kipp_sampler_params sp;
     int n_stop;

@@ -461,7 +461,8 @@ static const char *const known_fields[2][48] = {
      "tool_choice", "parallel_tool_calls", "response_format", "user", "metadata", "store",
      "service_tier", "prompt_cache_key", "safety_identifier", "chat_template_kwargs",
      "ignore_eos", "content_special_tokens", "audio", "modalities", "prediction", "functions",
-     "function_call", "web_search_options", "reasoning_effort", "verbosity", "grammar", NULL},
+     "function_call", "web_search_options", "reasoning_effort", "verbosity", "grammar",
+     "max_reasoning_tokens", NULL},
     {"model", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
      "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop",
      "stream", "stream_options", "logprobs", "logit_bias", "n", "echo", "suffix", "best_of",
@@ -512,6 +513,9 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
         get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, &e))
         goto out;
     r->max_tokens = mt;
+    long long mr = -1;
+    if (ep == OAI_CHAT && get_int(o, "max_reasoning_tokens", 0, 1 << 30, &mr, &e)) goto out;
+    r->max_reasoning_tokens = mr;
     if (get_bool(o, "stream", &r->stream, &e) || get_bool(o, "ignore_eos", &r->ignore_eos, &e))
         goto out;
     json_t *so = json_object_get(o, "stream_options");

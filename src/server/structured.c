@@ -18,7 +18,6 @@ struct oai_structured {
     const kipp_model *m;
     pthread_mutex_t mu; /* guards trie's construction */
     kipp_token_trie *trie;
-    int32_t think_end;  /* </think>, or -1 */
 };
 
 oai_structured *oai_structured_new(const kipp_model *m) {
@@ -26,7 +25,6 @@ oai_structured *oai_structured_new(const kipp_model *m) {
     if (!s) return NULL;
     s->m = m;
     pthread_mutex_init(&s->mu, NULL);
-    s->think_end = m ? kipp_vocab_find(m->vocab, "</think>", 8) : -1;
     return s;
 }
 
@@ -36,8 +34,6 @@ void oai_structured_free(oai_structured *s) {
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
-
-int32_t oai_structured_think_end(const oai_structured *s) { return s->think_end; }
 
 kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_t len,
                                    kipp_matcher **out, char *err, size_t err_len) {

@@ -14,8 +14,6 @@ typedef struct oai_structured oai_structured;
 
 oai_structured *oai_structured_new(const kipp_model *m); /* NULL: out of memory */
 void oai_structured_free(oai_structured *s);             /* NULL is a no-op */
-/* The </think> token (a chat request with thinking constrains only what follows it), or -1. */
-int32_t oai_structured_think_end(const oai_structured *s);
 /* Compiles grammar text and makes a matcher that owns the compiled grammar. Thread-safe. */
 kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_t len,
                                    kipp_matcher **out, char *err, size_t err_len);

@@ -671,6 +671,11 @@ int kipp_vocab_is_eog(const kipp_vocab *v, int32_t id) {
     return 0;
 }
 
+uint32_t kipp_vocab_eog_ids(const kipp_vocab *v, const int32_t **ids) {
+    *ids = v->eog;
+    return v->n_eog;
+}
+
 int kipp_vocab_is_special(const kipp_vocab *v, int32_t id) {
     return valid_id(v, id) && (v->flags[id] & FLAG_SPECIAL);
 }

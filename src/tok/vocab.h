@@ -93,6 +93,8 @@ int kipp_vocab_is_special(const kipp_vocab *v, int32_t id);
 /* End of generation: the eos id, and <|endoftext|>, <|im_end|>, <|fim_pad|>,
  * <|repo_name|>, <|file_sep|> when present (reference §7.3). */
 int kipp_vocab_is_eog(const kipp_vocab *v, int32_t id);
+/* The same ids as a list (at most 6; valid as long as v is); returns how many. */
+uint32_t kipp_vocab_eog_ids(const kipp_vocab *v, const int32_t **ids);
 
 /* Exact lookup of a vocab string (byte-level form for NORMAL tokens); -1 if absent. */
 int32_t kipp_vocab_find(const kipp_vocab *v, const char *text, size_t len);

@@ -28,6 +28,7 @@ void kt_suite_gguf(void);
 void kt_suite_sampler(void);
 void kt_suite_tok(void);
 void kt_suite_detok(void);     /* streaming detokenizer (tests/unit/test_detok.c) */
+void kt_suite_think(void);     /* the reasoning gate before the matcher (test_think.c) */
 void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSON */
 void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
