@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 from bench import server_common as sc
 from bench import robustness_cases as rc
@@ -165,6 +166,9 @@ class Segment:
         return self.rec
 
 
+_OPEN_RUNS: list = []   # ClassRuns of the class running now (closed after it, also on a harness error)
+
+
 class ClassRun:
     """One attack class: servers (segments), case outcomes, the class record."""
 
@@ -184,6 +188,7 @@ class ClassRun:
         self.t0 = time.monotonic()
         self.srv = None
         self.seg: Segment | None = None
+        _OPEN_RUNS.append(self)
 
     def open(self, model: str | None = None, more: list[str] | tuple | None = None):
         if model:
@@ -456,6 +461,7 @@ def cls_n_parallel(b) -> dict:
         desc = "n 16 non-streamed" if i == 0 else f"n 8 stream {i}"
         if t.is_alive():
             run.note(desc, "hang", ("served",), {"max_tokens": mt})
+            run.not_run += len(th) - i - 1     # their server was replaced
             break
         r = box.get("r")
         if i == 0:
@@ -563,7 +569,8 @@ def cls_nonreading_stream(b) -> dict:
         "generated_all_while_unread": (last.get("generated") or 0) >= total,
         "bytes_read_after_window": len(got), "read_after_window_s": NONREADING_READ_S, "chunks_read": chunks,
         "stream_done_while_read": done, "bytes_per_token": bpt,
-        "kernel_queued_bytes": kernel_q, "server_send_q_bytes": last.get("server_send_q"),
+        "kernel_queued_bytes": kernel_q, "bytes_read_beyond_kernel_queues": len(got) - kernel_q,
+        "stream_resumed_when_read": len(got) > kernel_q, "server_send_q_bytes": last.get("server_send_q"),
         "client_recv_q_bytes": last.get("client_recv_q"),
         "bytes_buffered_estimate": int(produced) if produced is not None else None,
         "bytes_buffered_in_server_estimate": int(user_buf) if user_buf is not None else None,
@@ -725,9 +732,18 @@ def phase_attack(b) -> dict:
         t = time.monotonic()
         try:
             c = CLASSES[name](b)
-        except (sc.ServerError, OSError, http.client.HTTPException) as e:
-            c = {"what": ATTACK_EXPECT[name]["what"], "harness_error": f"{type(e).__name__}: {e}"[:2000],
+        except Exception as e:   # noqa: BLE001 — one class failing must not lose the others' figures
+            c = {"what": ATTACK_EXPECT[name]["what"],
+                 "harness_error": (f"{type(e).__name__}: {e}\n" + traceback.format_exc())[-3000:],
                  "outcomes": {}, "unacceptable": None, "latency_met": None, "rss_met": None}
+        finally:
+            for r in _OPEN_RUNS:     # no probe, sampler or server outlives its class
+                if r.srv is not None:
+                    try:
+                        r.close_server("harness error", kill=True)
+                    except Exception:   # noqa: BLE001
+                        r.srv.kill()
+            _OPEN_RUNS.clear()
         c["elapsed_s"] = round(time.monotonic() - t, 2)
         res["classes"][name] = c
         totals.update(c.get("outcomes") or {})

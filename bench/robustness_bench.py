@@ -4,8 +4,8 @@ bench/results/server-robustness-<model>.json. Protocol: bench/README.md ("Robust
 The hostile cases, the raw HTTP client and the reply classification live in
 bench/robustness_cases.py.
 
-Four phases (--phases hostile,rss,slow,drain; each starts its own fresh server, so one
-phase cannot spoil another's figures):
+Five phases (--phases hostile,rss,slow,drain,attack; each starts its own fresh server, so
+one phase cannot spoil another's figures):
 
 hostile  Hand-made HTTP over raw sockets, per class 20-50 seeded, reproducible cases
          (malformed JSON, invalid UTF-8, wrong field types and ranges, oversize body and
@@ -22,6 +22,10 @@ hostile  Hand-made HTTP over raw sockets, per class 20-50 seeded, reproducible c
            closed       the server closed the connection without any answer
            hang         no complete answer within --deadline seconds
            crash        the server process died
+           rejected_501 a 501 Not Implemented (an unknown transfer coding)
+           kept_open    an error answer to a framing case after which RFC 9112 requires the
+                        connection closed (Content-Length with Transfer-Encoding, an unknown
+                        coding, a broken chunk size), but the server kept it open
          Each case lists the outcomes acceptable for it ("closed" only for garbage / TLS
          bytes and framing the server cannot answer); the record counts outcomes per class,
          the unacceptable ones with examples, and /health after every class (a dead
@@ -51,6 +55,23 @@ drain    N (--drain-streams, 8) long streaming completions; once each has receiv
          or finished_before_sigterm (then raise --drain-max-tokens). Records
          SIGTERM -> exit time, exit code, and the --shutdown-timeout passed (only when
          `kipp-server --help` lists it). Target: every stream completed within the timeout.
+
+attack   Issue 30's ten hostile classes (bench/robustness_attack.py; cases and acceptable
+         outcomes: robustness_cases.py ATTACK_EXPECT), each on a fresh server: the
+         unloaded latency of a plain 4-token chat (--attack-unloaded samples, the worst
+         is the reference), idle VmRSS and the KV pool; then the class runs while the same
+         plain chat is timed in a loop (worst latency, target <= 2 x unloaded) and VmRSS is
+         sampled every 10 ms (VmHWM reset at the start; target <= 1.25 x idle + KV pool).
+         Classes: hostile_grammar (repetition bombs, a bomb regex, a client that leaves
+         mid-request), thinking_constraints (json_schema / tool_choice required with
+         thinking on, on models that do not open with <think>, with and without an EOS
+         logit bias; the reply is constrained_valid, cut_length, failed_visibly or
+         unconstrained_as_constrained — target 0 — and cut_length_unconstrained is told
+         apart), n_parallel, nonreading_stream (bytes buffered: see bench/README.md),
+         nonstream_big, http_framing, passthrough_rules, tool_definitions, cut_tool_calls,
+         n_accounting. A hostile request not answered within --attack-deadline is a hang
+         (the server is then replaced). Target: 0 crash, 0 hang, 0 unconstrained returned
+         as constrained, the latency and memory targets in every class.
 
 Not a test: it never fails on the figures (exit 0 once the record is written; 2 on a usage
 error, 1 when the harness itself fails — then --output is not touched). The record is
