@@ -557,10 +557,12 @@ def cls_nonreading_stream(b) -> dict:
         if b"data: [DONE]" in got[-64:]:
             break
     sc.abort_connection(s)
-    # one SSE chunk per token and choice (its logprobs entry); the usage chunk has no choices
+    # every generated token has one logprobs entry with its own "top_logprobs" list (a chunk
+    # may carry several tokens when the server coalesces what piled up)
     chunks = sum(1 for line in got.split(b"\n") if line.startswith(b"data: {") and b'"delta"' in line)
+    tokens_read = got.count(b'"top_logprobs"')
     done = b"data: [DONE]" in got
-    bpt = len(got) / chunks if chunks else None
+    bpt = len(got) / tokens_read if tokens_read else None
     kernel_q = (last.get("server_send_q") or 0) + (last.get("client_recv_q") or 0)
     produced = last.get("generated") * bpt if (bpt and last.get("generated") is not None) else None
     user_buf = max(0.0, produced - kernel_q) if produced is not None else None
@@ -574,6 +576,7 @@ def cls_nonreading_stream(b) -> dict:
         "generated_tokens_unread": last.get("generated"), "tokens_requested": total,
         "generated_all_while_unread": (last.get("generated") or 0) >= total,
         "bytes_read_after_window": len(got), "read_after_window_s": NONREADING_READ_S, "chunks_read": chunks,
+        "tokens_read": tokens_read,
         "stream_done_while_read": done, "bytes_per_token": bpt,
         "kernel_queued_bytes": kernel_q, "bytes_read_beyond_kernel_queues": len(got) - kernel_q,
         "stream_resumed_when_read": len(got) > kernel_q, "server_send_q_bytes": last.get("server_send_q"),
@@ -583,8 +586,8 @@ def cls_nonreading_stream(b) -> dict:
         "rss_growth_bytes": (rss_peak - idle) if (rss_peak and idle) else None,
         "method": ("bytes the server had produced for the unread stream = (rise of kipp_generated_tokens_total "
                    "less the plain probes' completion tokens) x bytes per token of the stream (bytes read in the "
-                   "seconds after the window / SSE chunks among them); of them in kernel buffers: the server socket's "
-                   "send queue + the client socket's receive queue (/proc/net/tcp tx_queue/rx_queue); the rest "
+                   "seconds after the window / the tokens in them, one top_logprobs list each); of them in "
+                   "kernel buffers: the server socket's send queue + the client socket's receive queue (/proc/net/tcp tx_queue/rx_queue); the rest "
                    "is held by the server process. Server close: its socket leaves ESTABLISHED (/proc/net/tcp)."),
         "trace": trace[::max(1, len(trace) // 40)]}
     run.note("stream n 16, never read", out, ATTACK_EXPECT["nonreading_stream"]["ok"],
