@@ -4,8 +4,8 @@ bench/results/server-robustness-<model>.json. Protocol: bench/README.md ("Robust
 The hostile cases, the raw HTTP client and the reply classification live in
 bench/robustness_cases.py.
 
-Four phases (--phases hostile,rss,slow,drain; each starts its own fresh server, so one
-phase cannot spoil another's figures):
+Five phases (--phases hostile,rss,slow,drain,attack; each starts its own fresh server, so
+one phase cannot spoil another's figures):
 
 hostile  Hand-made HTTP over raw sockets, per class 20-50 seeded, reproducible cases
          (malformed JSON, invalid UTF-8, wrong field types and ranges, oversize body and
@@ -22,6 +22,10 @@ hostile  Hand-made HTTP over raw sockets, per class 20-50 seeded, reproducible c
            closed       the server closed the connection without any answer
            hang         no complete answer within --deadline seconds
            crash        the server process died
+           rejected_501 a 501 Not Implemented (an unknown transfer coding)
+           kept_open    an error answer to a framing case after which RFC 9112 requires the
+                        connection closed (Content-Length with Transfer-Encoding, an unknown
+                        coding, a broken chunk size), but the server kept it open
          Each case lists the outcomes acceptable for it ("closed" only for garbage / TLS
          bytes and framing the server cannot answer); the record counts outcomes per class,
          the unacceptable ones with examples, and /health after every class (a dead
@@ -51,6 +55,23 @@ drain    N (--drain-streams, 8) long streaming completions; once each has receiv
          or finished_before_sigterm (then raise --drain-max-tokens). Records
          SIGTERM -> exit time, exit code, and the --shutdown-timeout passed (only when
          `kipp-server --help` lists it). Target: every stream completed within the timeout.
+
+attack   Issue 30's ten hostile classes (bench/robustness_attack.py; cases and acceptable
+         outcomes: robustness_cases.py ATTACK_EXPECT), each on a fresh server: the
+         unloaded latency of a plain 4-token chat (--attack-unloaded samples, the worst
+         is the reference), idle VmRSS and the KV pool; then the class runs while the same
+         plain chat is timed in a loop (worst latency, target <= 2 x unloaded) and VmRSS is
+         sampled every 10 ms (VmHWM reset at the start; target <= 1.25 x idle + KV pool).
+         Classes: hostile_grammar (repetition bombs, a bomb regex, a client that leaves
+         mid-request), thinking_constraints (json_schema / tool_choice required with
+         thinking on, on models that do not open with <think>, with and without an EOS
+         logit bias; the reply is constrained_valid, cut_length, failed_visibly or
+         unconstrained_as_constrained — target 0 — and cut_length_unconstrained is told
+         apart), n_parallel, nonreading_stream (bytes buffered: see bench/README.md),
+         nonstream_big, http_framing, passthrough_rules, tool_definitions, cut_tool_calls,
+         n_accounting. A hostile request not answered within --attack-deadline is a hang
+         (the server is then replaced). Target: 0 crash, 0 hang, 0 unconstrained returned
+         as constrained, the latency and memory targets in every class.
 
 Not a test: it never fails on the figures (exit 0 once the record is written; 2 on a usage
 error, 1 when the harness itself fails — then --output is not touched). The record is
@@ -85,10 +106,12 @@ import time
 from bench import benchlib
 from bench import server_common as sc
 from bench.robustness_cases import (exchange, _j, _chat, _cmpl, _rand_text, hostile_classes, classify)
+from bench import robustness_attack
 from bench.server_bench import record_header, split_server_args
 
-PHASES = ("hostile", "rss", "slow", "drain")
-OUTCOMES = ("clear_4xx", "unclear_4xx", "served", "other_status", "closed", "hang", "crash")
+PHASES = ("hostile", "rss", "slow", "drain", "attack")
+OUTCOMES = ("clear_4xx", "unclear_4xx", "served", "other_status", "closed", "hang", "crash",
+            "rejected_501", "kept_open")
 DEFAULT_MODEL = "models/tiny-tied/kipp-tiny-tied-bf16.gguf"
 RSS_FACTOR = 1.25
 SLOW_P99_RATIO = 2.0
@@ -170,9 +193,9 @@ class Bench:
     def supports(self, flag: str) -> bool:
         return re.search(r"(^|\s)" + re.escape(flag) + r"\b", self.help) is not None
 
-    def start(self, name: str, more: list[str] = ()) -> sc.ServerProcess:
+    def start(self, name: str, more: list[str] = (), model: str | None = None) -> sc.ServerProcess:
         argv = ["--backend", self.args.backend, "--threads", str(self.args.threads), *more, *self.extra]
-        srv = sc.ServerProcess(self.args.binary, self.args.model, argv, log_dir=self.logs,
+        srv = sc.ServerProcess(self.args.binary, model or self.args.model, argv, log_dir=self.logs,
                                name=f"{name}-{len(self.argvs)}")
         self.servers.append(srv)
         srv.start(timeout=300)
@@ -184,9 +207,16 @@ class Bench:
         bpt = re.search(r"(\d+) bytes/token", log)  # the start-up line, in the pool's KV type
         srv.kv_bytes_per_token = int(bpt.group(1)) if bpt else None
         ctx_m = re.search(r"context (\d+)", open(srv.stderr_path, errors="replace").read())
-        if ctx_m:
+        srv.ctx = int(ctx_m.group(1)) if ctx_m else None
+        if ctx_m and model is None:
             self.ctx = int(ctx_m.group(1))
         return srv
+
+    def ctx_of(self, srv) -> int:
+        return getattr(srv, "ctx", None) or self.ctx
+
+    def kv_pool(self, srv, model: str | None = None):
+        return kv_pool_bytes(self, srv, model)
 
     def health(self, srv) -> int | None:
         try:
@@ -213,7 +243,8 @@ def phase_hostile(b: Bench) -> dict:
         t_class = time.monotonic()
         m0 = srv.metrics() if cname == "disconnect_mid_stream" else None
         for case in cases:
-            kw = {k: v for k, v in case.kw.items() if k in ("head", "shut_wr", "disconnect_after", "shut_wr_after")}
+            kw = {k: v for k, v in case.kw.items() if k in ("head", "shut_wr", "disconnect_after", "shut_wr_after",
+                                                        "expect_close")}
             r = exchange(srv.connect_host, srv.port, case.data, a.deadline, **kw)
             out = "crash" if not srv.alive() else classify(r, case)
             counts[out] += 1
@@ -271,11 +302,11 @@ def phase_hostile(b: Bench) -> dict:
 
 # ---- phase 2: peak RSS under maximal prompts ------------------------------------------------
 
-def kv_pool_bytes(b: Bench, srv) -> tuple[int | None, str]:
+def kv_pool_bytes(b: Bench, srv, model: str | None = None) -> tuple[int | None, str]:
     """Bytes of the paged KV pool: blocks (from /metrics) x tokens per block (log line) x bytes
     per token (the start-up line, which knows the KV type; else the GGUF shape in f32)."""
     try:
-        meta = benchlib.read_gguf_header(b.args.model)["metadata"]
+        meta = benchlib.read_gguf_header(model or b.args.model)["metadata"]
         arch = meta.get("general.architecture", "qwen3")
         n_layer = int(meta[f"{arch}.block_count"])
         n_kv = int(meta[f"{arch}.attention.head_count_kv"])
@@ -758,6 +789,8 @@ def summary(rec: dict) -> str:
         lines.append(f"drain: {d['streams']} streams, SIGTERM -> exit {d['sigterm_to_exit_s']} s, "
                      f"exit code {d['exit_code']}, --shutdown-timeout {d['shutdown_timeout_s']}; "
                      f"{d['outcomes']} -> met={d['met']}")
+    if "attack" in ph:
+        lines.extend(robustness_attack.summary_lines(ph["attack"]))
     return "\n".join(lines)
 
 
@@ -799,10 +832,37 @@ def main() -> int:
                     help="text chunks each stream must have before SIGTERM (3)")
     ap.add_argument("--shutdown-timeout", type=pos("--shutdown-timeout"), default=30,
                     help="--shutdown-timeout passed to the server when it supports the flag (30)")
+    ap.add_argument("--attack-classes", default="", metavar="LIST",
+                    help="attack phase: comma list of classes (default all: "
+                         + ",".join(robustness_attack.CLASSES) + ")")
+    ap.add_argument("--attack-deadline", type=float, default=10.0,
+                    help="attack: seconds before a hostile request counts as a hang / stall (10)")
+    ap.add_argument("--attack-class-budget", type=float, default=75.0,
+                    help="attack: a class starts no case after this many seconds (75)")
+    ap.add_argument("--attack-unloaded", type=pos("--attack-unloaded"), default=12,
+                    help="attack: plain requests timed alone before each class (12)")
+    ap.add_argument("--attack-probe-timeout", type=float, default=60.0,
+                    help="attack: timeout of one plain probe request (60)")
+    ap.add_argument("--attack-seeds", type=pos("--attack-seeds"), default=1,
+                    help="attack thinking_constraints: sampling seeds per model, kind and bias (1)")
+    ap.add_argument("--attack-random-seeds", default="1,2", metavar="LIST",
+                    help="attack thinking_constraints: seeds of the random 2-layer Qwen3 models made with "
+                         "tools/make_random_model.py into a temporary directory (1,2; empty: none)")
+    ap.add_argument("--attack-tool-seeds", type=pos("--attack-tool-seeds"), default=12,
+                    help="attack cut_tool_calls: seeds (12)")
+    ap.add_argument("--attack-nonreading-window", type=float, default=15.0,
+                    help="attack nonreading_stream: seconds the client does not read (15)")
     ap.add_argument("--no-hash", action="store_true", help="skip the model sha256 (trials only)")
     args = ap.parse_args()
     args.quick = False
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    try:
+        args.attack_random_seeds = [int(x) for x in args.attack_random_seeds.split(",") if x.strip()]
+    except ValueError:
+        ap.error("--attack-random-seeds takes a comma list of integers")
+    bad = [c for c in args.attack_classes.split(",") if c.strip() and c.strip() not in robustness_attack.CLASSES]
+    if bad:
+        ap.error(f"--attack-classes: unknown {','.join(bad)} (known: {','.join(robustness_attack.CLASSES)})")
     if not phases or any(p not in PHASES for p in phases):
         ap.error(f"--phases takes a comma list of {','.join(PHASES)}")
     if not os.path.isfile(args.model):
@@ -828,7 +888,8 @@ def main() -> int:
     b = Bench(args)
     rec["server_flags_supported"] = {f: b.supports(f) for f in (
         "--max-connections", "--max-connections-per-ip", "--read-timeout", "--shutdown-timeout")}
-    runners = {"hostile": phase_hostile, "rss": phase_rss, "slow": phase_slow, "drain": phase_drain}
+    runners = {"hostile": phase_hostile, "rss": phase_rss, "slow": phase_slow, "drain": phase_drain,
+               "attack": robustness_attack.phase_attack}
     try:
         for p in phases:
             t0 = time.monotonic()

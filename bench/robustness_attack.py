@@ -1,0 +1,809 @@
+"""robustness_attack.py — the "attack" phase of bench/robustness_bench.py: ten hostile
+classes (issue 30), each on a fresh server, while a plain 4-token chat is timed in a loop and
+the server's VmRSS is sampled every 10 ms. The cases, their acceptable outcomes and the pure
+classification live in bench/robustness_cases.py (ATTACK_EXPECT, constraint_outcome, ...).
+
+Per class the record has: cases, outcome counts, unacceptable ones with examples, the plain
+request's unloaded latency (the worst of --attack-unloaded samples, p50 too) and its worst
+latency while the class ran (a probe still in flight at the end counts with its age), the
+ratio and whether it is <= 2; the idle VmRSS (after one warm-up request), the KV pool, the
+peak VmRSS (10 ms samples and VmHWM, reset through /proc/PID/clear_refs at the class start)
+against 1.25 x idle + KV pool; class extras (bytes buffered for the non-reading client, the
+body size of the big non-streamed reply, the accounting figures). A hostile request that is
+not answered within --attack-deadline counts as a hang (a stall); then the server is killed
+and a fresh one serves the rest of the class (a new segment: its own baseline). A class stops
+starting cases after --attack-class-budget seconds (the rest are counted as not_run).
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+from bench import server_common as sc
+from bench import robustness_cases as rc
+from bench.robustness_cases import ATTACK_EXPECT, ATTACK_OUTCOMES, Case, _chat, _j, exchange, http_bytes
+
+LATENCY_RATIO = 2.0
+RSS_FACTOR = 1.25
+KIPP_TINY = "models/kipp-tiny/kipp-tiny-bf16.gguf"
+RANDOM_QWEN3 = "models/random/qwen3-tiny-bf16.gguf"
+NONREADING_READ_S = 5.0   # after the non-reading window: read this long, then reset
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+              "0B": "CLOSING"}
+
+
+# ---- plain-request probe and memory ------------------------------------------------------
+
+def plain_request(srv, model: str, i: int, timeout: float) -> tuple[bool, float, int]:
+    """(ok, seconds, completion tokens) of one plain chat, max_tokens 4, greedy."""
+    body = _j(_chat(model, f"Plain question {i % 50}: what is {i % 7} plus {i % 5}?", max_tokens=4, temperature=0))
+    t0 = time.perf_counter()
+    try:
+        st, _, raw = srv.request("POST", "/v1/chat/completions", body, timeout=timeout)
+        dt = time.perf_counter() - t0
+        toks = (json.loads(raw).get("usage") or {}).get("completion_tokens", 0) if st == 200 else 0
+        return st == 200, dt, toks
+    except (OSError, http.client.HTTPException, ValueError):
+        return False, time.perf_counter() - t0, 0
+
+
+class Probe:
+    """Plain requests one after another (a 20 ms gap) on a thread while a class runs."""
+
+    def __init__(self, srv, model: str, timeout: float):
+        self.srv, self.model, self.timeout = srv, model, timeout
+        self.lat: list[float] = []
+        self.failed = 0
+        self.tokens = 0
+        self.t_inflight: float | None = None
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._th.start()
+        return self
+
+    def _run(self):
+        i = 0
+        while not self._stop.is_set():
+            self.t_inflight = time.perf_counter()
+            ok, dt, toks = plain_request(self.srv, self.model, i, self.timeout)
+            self.t_inflight = None
+            i += 1
+            self.tokens += toks
+            self.lat.append(dt)
+            self.failed += not ok
+            self._stop.wait(0.02)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._th.join(2.0)
+        pending = None
+        if self._th.is_alive() and self.t_inflight is not None:
+            pending = time.perf_counter() - self.t_inflight   # a stalled probe: its age so far
+        lat = list(self.lat)
+        worst = max(lat + ([pending] if pending else []), default=None)
+        return {"probes": len(lat), "failed": self.failed, "unfinished_probe_age_s": pending,
+                "worst_s": worst, "latency_s": sc.dist(lat)}
+
+
+def proc_kb(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def reset_hwm(pid: int) -> bool:
+    """Resets VmHWM to the current RSS (Linux: "5" into clear_refs)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class Segment:
+    """One server's share of a class: its baseline (unloaded latency, idle RSS, KV pool), then
+    the probe and the RSS sampler while the class runs on it."""
+
+    def __init__(self, run, srv, model_path: str):
+        self.run, self.srv, self.model_path = run, srv, model_path
+        self.model = srv.model_name
+        a = run.args
+        plain_request(srv, self.model, 999, a.attack_deadline)       # warm-up
+        self.unloaded = [plain_request(srv, self.model, i, a.attack_deadline)[1] for i in range(a.attack_unloaded)]
+        time.sleep(0.2)
+        self.idle = proc_kb(srv.pid, "VmRSS")
+        self.kv, self.kv_how = run.kv_pool(srv, model_path)
+        self.hwm_reset = reset_hwm(srv.pid)
+        self.sampler = sc.RSSSampler(srv.pid, 0.01).start()
+        self.probe = Probe(srv, self.model, a.attack_probe_timeout).start() if run.probe else None
+        self.t0 = time.monotonic()
+        self.rec: dict | None = None
+
+    def close(self, why: str | None = None) -> dict:
+        if self.rec is not None:
+            return self.rec
+        p = self.probe.stop() if self.probe else None
+        samples = self.sampler.stop()
+        hwm = proc_kb(self.srv.pid, "VmHWM") if self.hwm_reset and self.srv.alive() else None
+        peak = max([v for _, v in samples] + ([hwm] if hwm else []), default=None)
+        ref = max(self.unloaded) if self.unloaded else None
+        limit = RSS_FACTOR * self.idle + self.kv if (self.idle and self.kv is not None) else None
+        worst = p["worst_s"] if p else None
+        ratio = worst / ref if (worst is not None and ref) else None
+        self.rec = {
+            "model": self.model_path, "server_argv": self.srv.argv, "wall_s": round(time.monotonic() - self.t0, 2),
+            "ended_by": why,
+            "plain": {"unloaded_samples_s": [round(x, 4) for x in self.unloaded],
+                      "unloaded_ref_s": ref, "unloaded_p50_s": sc.percentile(self.unloaded, 50),
+                      "worst_s": worst, "ratio": ratio,
+                      # not the target: the typical probe against the typical unloaded one, which
+                      # tells a stall (both ratios high) from scheduling jitter (only the worst)
+                      "p50_ratio": ((p["latency_s"].get("p50") or 0) / sc.percentile(self.unloaded, 50)
+                                    if (p and p["latency_s"].get("p50") and self.unloaded) else None),
+                      "met": (ratio is not None and ratio <= LATENCY_RATIO and p["failed"] == 0) if p else None,
+                      **({k: p[k] for k in ("probes", "failed", "unfinished_probe_age_s", "latency_s")} if p else {})},
+            "rss": {"idle_bytes": self.idle, "kv_pool_bytes": self.kv, "kv_pool_derivation": self.kv_how,
+                    "limit_bytes": int(limit) if limit else None, "peak_sampled_bytes": max((v for _, v in samples), default=None),
+                    "hwm_bytes": hwm, "hwm_reset": self.hwm_reset, "peak_bytes": peak,
+                    "peak_over_idle_bytes": (peak - self.idle) if (peak and self.idle) else None,
+                    "met": bool(limit) and peak is not None and peak <= limit}}
+        return self.rec
+
+
+_OPEN_RUNS: list = []   # ClassRuns of the class running now (closed after it, also on a harness error)
+
+
+class ClassRun:
+    """One attack class: servers (segments), case outcomes, the class record."""
+
+    def __init__(self, b, name: str, model: str | None = None, more: list[str] | tuple = (), probe: bool = True):
+        self.b, self.args, self.name = b, b.args, name
+        self.model_path = model or b.args.model
+        self.more = list(more)
+        self.probe = probe
+        self.kv_pool = lambda srv, m: b.kv_pool(srv, m)
+        self.segments: list[Segment] = []
+        self.counts = collections.Counter()
+        self.unacceptable = 0
+        self.examples: list[dict] = []
+        self.cases = 0
+        self.not_run = 0
+        self.extra: dict = {}
+        self.t0 = time.monotonic()
+        self.srv = None
+        self.seg: Segment | None = None
+        _OPEN_RUNS.append(self)
+
+    def open(self, model: str | None = None, more: list[str] | tuple | None = None):
+        if model:
+            self.model_path = model
+        if more is not None:
+            self.more = list(more)
+        self.srv = self.b.start(f"attack-{self.name}", self.more, model=self.model_path)
+        self.seg = Segment(self, self.srv, self.model_path)
+        self.segments.append(self.seg)
+        return self.srv
+
+    @property
+    def model(self) -> str:
+        return self.srv.model_name
+
+    def close_server(self, why: str | None = None, kill: bool = False):
+        if self.seg:
+            self.seg.close(why)
+        if self.srv:
+            (self.srv.kill() if kill or not self.srv.alive() else self.srv.stop(timeout=10))
+        self.srv = self.seg = None
+
+    def restart(self, why: str):
+        self.close_server(why, kill=True)
+        self.open()
+
+    def over_budget(self) -> bool:
+        return time.monotonic() - self.t0 > self.args.attack_class_budget
+
+    def note(self, desc: str, outcome: str, ok, detail: dict | None = None):
+        if self.srv is not None and not self.srv.alive():
+            outcome = "crash"
+        self.cases += 1
+        self.counts[outcome] += 1
+        if outcome not in ok:
+            self.unacceptable += 1
+            if len(self.examples) < self.args.examples:
+                self.examples.append({"case": desc, "outcome": outcome, "acceptable": sorted(ok), **(detail or {})})
+        if outcome == "crash":
+            self.extra.setdefault("crash_stderr", []).append(self.srv.stderr_tail(1200))
+            self.restart("crash")
+        elif outcome == "hang":
+            self.restart("hang")
+
+    def record(self) -> dict:
+        if self.srv:
+            self.close_server("end")
+        segs = [s.rec for s in self.segments if s.rec]
+        ratios = [s["plain"]["ratio"] for s in segs if s["plain"].get("ratio") is not None]
+        worst = [s["plain"]["worst_s"] for s in segs if s["plain"].get("worst_s") is not None]
+        peaks = [s["rss"]["peak_bytes"] for s in segs if s["rss"].get("peak_bytes")]
+        lat_met = [s["plain"]["met"] for s in segs if s["plain"].get("met") is not None]
+        r = {"what": ATTACK_EXPECT[self.name]["what"], "cases": self.cases, "not_run": self.not_run,
+             "outcomes": {k: v for k, v in self.counts.items()}, "unacceptable": self.unacceptable,
+             "examples": self.examples, "elapsed_s": round(time.monotonic() - self.t0, 2),
+             "worst_plain_latency_s": max(worst) if worst else None,
+             "worst_plain_ratio": max(ratios) if ratios else None,
+             "plain_p50_ratio": max((s["plain"]["p50_ratio"] for s in segs if s["plain"].get("p50_ratio")),
+                                    default=None),
+             "latency_target": f"worst plain latency <= {LATENCY_RATIO} x unloaded (worst of the unloaded samples), no probe failed",
+             "latency_met": (all(lat_met) if lat_met else None),
+             "peak_rss_bytes": max(peaks) if peaks else None,
+             "rss_target": f"peak VmRSS <= {RSS_FACTOR} x idle VmRSS + KV pool bytes, per server",
+             "rss_met": all(s["rss"]["met"] for s in segs) if segs else None,
+             "segments": segs, **self.extra}
+        return r
+
+
+# ---- raw exchanges --------------------------------------------------------------------------
+
+def post_case(run: ClassRun, case: Case) -> rc.Reply:
+    path = case.kw.get("path", "/v1/completions")
+    data = http_bytes("POST", path, case.data)
+    return exchange(run.srv.connect_host, run.srv.port, data, run.args.attack_deadline)
+
+
+def read_all(host: str, port: int, data: bytes, deadline: float, idle: float = 2.0,
+             shut_wr: bool = False) -> tuple[bytes, bool, bool]:
+    """Sends data, then reads until EOF, the deadline, or `idle` seconds without a byte once a
+    final answer is complete. (raw, eof, hang: the deadline passed before any final answer)."""
+    t_end = time.monotonic() + deadline
+    s = socket.create_connection((host, port), timeout=5)
+    raw, eof = b"", False
+    try:
+        s.setblocking(False)
+        out = data
+        while out and time.monotonic() < t_end:
+            try:
+                n = s.send(out[:65536])
+                out = out[n:]
+            except BlockingIOError:
+                select.select([s], [s], [], 0.1)
+                try:
+                    raw += s.recv(65536)
+                except (BlockingIOError, OSError):
+                    pass
+            except OSError:
+                break
+        if shut_wr:
+            rc.half_close(s)
+        last = time.monotonic()
+        while time.monotonic() < t_end:
+            r, _, _ = select.select([s], [], [], 0.1)
+            if r:
+                try:
+                    d = s.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    d = b""
+                if not d:
+                    eof = True
+                    break
+                raw += d
+                last = time.monotonic()
+            finals = [x for x in rc.parse_responses(raw, False) if x["status"] >= 200 and x["complete"]]
+            if finals and time.monotonic() - last > idle:
+                break
+    finally:
+        s.close()
+    finals = [x for x in rc.parse_responses(raw, eof) if x["status"] >= 200 and x["complete"]]
+    return raw, eof, (not finals and not eof)
+
+
+def wait_recovered(run: ClassRun, timeout: float) -> float | None:
+    """Seconds until a plain request succeeds (None: not within timeout)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        ok, _, _ = plain_request(run.srv, run.model, 0, max(1.0, timeout - (time.monotonic() - t0)))
+        if ok:
+            return round(time.monotonic() - t0, 3)
+    return None
+
+
+# ---- the classes -----------------------------------------------------------------------------
+
+def cls_hostile_grammar(b) -> dict:
+    run = ClassRun(b, "hostile_grammar")
+    run.open()
+    for case in rc.attack_grammar_cases(run.model):
+        if run.over_budget():
+            run.not_run += 1
+            continue
+        leave = case.kw.get("leave_after")
+        t0 = time.monotonic()
+        if leave:
+            data = http_bytes("POST", case.kw["path"], case.data)
+            r = exchange(run.srv.connect_host, run.srv.port, data, leave)
+            out = "closed" if r.hang else rc.classify(r, case)
+            rec_s = wait_recovered(run, b.args.attack_deadline)
+            detail = {"recovered_after_leaving_s": rec_s}
+            if rec_s is None:
+                out = "hang"
+        else:
+            r = post_case(run, case)
+            out = rc.classify(r, case)
+            detail = {"status": r.status, "body": r.body[:200].decode("utf-8", "replace")}
+        detail["wall_s"] = round(time.monotonic() - t0, 2)
+        run.note(case.desc, out, case.ok, detail)
+    return run.record()
+
+
+def _chat_json(srv, body: dict, timeout: float):
+    """(status or None on timeout/close, parsed JSON or None, raw size, seconds)."""
+    t0 = time.perf_counter()
+    try:
+        st, _, raw = srv.request("POST", "/v1/chat/completions", _j(body), timeout=timeout)
+    except (socket.timeout, TimeoutError):
+        return "hang", None, 0, time.perf_counter() - t0
+    except (OSError, http.client.HTTPException):
+        return None, None, 0, time.perf_counter() - t0
+    try:
+        js = json.loads(raw)
+    except ValueError:
+        js = None
+    return st, js, len(raw), time.perf_counter() - t0
+
+
+def make_random_models(b, tmp: str) -> list[str]:
+    out = []
+    for seed in b.args.attack_random_seeds:
+        path = os.path.join(tmp, f"qwen3-tiny-l2-seed{seed}.gguf")
+        p = subprocess.run([sys.executable, "-m", "tools.make_random_model", "--shape", "tiny", "--layers", "2",
+                            "--seed", str(seed), "--type", "bf16", "--output", path, "--no-progress"],
+                           cwd=sc.ROOT, capture_output=True, text=True, timeout=300)
+        if p.returncode == 0:
+            out.append(path)
+        else:
+            print(f"  attack: make_random_model seed {seed} failed: {p.stderr[-300:]}", file=sys.stderr)
+    return out
+
+
+def cls_thinking_constraints(b) -> dict:
+    a = b.args
+    run = ClassRun(b, "thinking_constraints")
+    tmp = tempfile.mkdtemp(prefix="kipp-attack-models-")
+    models = [a.model] + ([RANDOM_QWEN3] if os.path.isfile(os.path.join(sc.ROOT, RANDOM_QWEN3)) else [])
+    models += make_random_models(b, tmp)
+    run.extra["models"] = models
+    per_model = {}
+    try:
+        for mp in models:
+            if run.over_budget():
+                run.not_run += 2 * 2 * a.attack_seeds
+                continue
+            if run.srv:
+                run.close_server("next model")
+            run.open(model=mp)
+            c = collections.Counter()
+            for kind in ("schema", "tool"):
+                for seed in range(a.attack_seeds):
+                    for bias in (None, 100):
+                        body = _chat(run.model, "Give me a person as JSON." if kind == "schema" else "Weather in Paris?",
+                                     max_tokens=32, seed=seed, temperature=1.0)
+                        if kind == "schema":
+                            body["response_format"] = {"type": "json_schema", "json_schema": {
+                                "name": "person", "schema": rc.PERSON_SCHEMA, "strict": True}}
+                        else:
+                            body.update(tools=rc.WEATHER_TOOLS, tool_choice="required")
+                        if bias:
+                            body["logit_bias"] = {str(rc.EOS_QWEN3): bias}
+                        st, js, _, dt = _chat_json(run.srv, body, a.attack_deadline)
+                        out = "hang" if st == "hang" else rc.constraint_outcome(
+                            st, js, kind, rc.PERSON_SCHEMA, rc.WEATHER_TOOLS)
+                        c[out] += 1
+                        msg = ((js or {}).get("choices") or [{}])[0].get("message") if isinstance(js, dict) else None
+                        run.note(f"{os.path.basename(mp)} {kind} seed {seed}{' eos bias +%d' % bias if bias else ''}", out,
+                                 ATTACK_EXPECT["thinking_constraints"]["ok"],
+                                 {"status": st if st != "hang" else None, "seconds": round(dt, 2),
+                                  "content": str((msg or {}).get("content"))[:120],
+                                  "tool_calls": str((msg or {}).get("tool_calls"))[:160],
+                                  "finish_reason": (((js or {}).get("choices") or [{}])[0].get("finish_reason")
+                                                    if isinstance(js, dict) else None)})
+            per_model[mp] = dict(c)
+    finally:
+        run.extra["outcomes_per_model"] = per_model
+        for f in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, f))
+        os.rmdir(tmp)
+    return run.record()
+
+
+def _gen_thread(fn, *args):
+    box = {}
+
+    def go():
+        try:
+            box["r"] = fn(*args)
+        except Exception as e:   # noqa: BLE001 (recorded as the request's failure)
+            box["e"] = f"{type(e).__name__}: {e}"
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, box
+
+
+def cls_n_parallel(b) -> dict:
+    a = b.args
+    more = [] if "--parallel" in " ".join(b.extra) else ["--parallel", "8"]
+    run = ClassRun(b, "n_parallel", more=more)
+    run.open()
+    mt = max(16, min(120, b.ctx_of(run.srv) - 64))
+    srv, m, cap = run.srv, run.model, a.attack_deadline * 4
+    body16 = {"model": m, "prompt": "Count with me:", "max_tokens": mt, "n": 16, "ignore_eos": True, "seed": 1}
+    th = [_gen_thread(srv.request, "POST", "/v1/completions", _j(body16), None, cap)]
+    for i in range(2):
+        body8 = {"model": m, "prompt": f"Stream {i}:", "max_tokens": mt, "n": 8, "ignore_eos": True, "stream": True,
+                 "seed": 2 + i}
+        th.append(_gen_thread(sc.sse_request, srv.connect_host, srv.port, "/v1/completions", body8, None, cap))
+    t_end = time.monotonic() + cap
+    for i, (t, box) in enumerate(th):
+        t.join(max(0.1, t_end - time.monotonic()))
+        desc = "n 16 non-streamed" if i == 0 else f"n 8 stream {i}"
+        if t.is_alive():
+            run.note(desc, "hang", ("served",), {"max_tokens": mt})
+            run.not_run += len(th) - i - 1     # their server was replaced
+            break
+        r = box.get("r")
+        if i == 0:
+            ok = r is not None and r[0] == 200 and len((json.loads(r[2]).get("choices") or [])) == 16
+        else:
+            ok = r is not None and r.status == 200 and r.done
+        run.note(desc, "served" if ok else ("other_status" if r is not None else "closed"), ("served",),
+                 {"error": box.get("e"), "status": (r[0] if i == 0 else r.status) if r is not None else None})
+    run.extra["max_tokens"] = mt
+    return run.record()
+
+
+def tcp_sockets() -> dict:
+    """{(local port, remote port): (state, tx_queue, rx_queue)} of loopback IPv4 TCP sockets."""
+    out = {}
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                p = line.split()
+                lp, rp = int(p[1].split(":")[1], 16), int(p[2].split(":")[1], 16)
+                tx, rx = (int(x, 16) for x in p[4].split(":"))
+                out[(lp, rp)] = (TCP_STATES.get(p[3], p[3]), tx, rx)
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def cls_nonreading_stream(b) -> dict:
+    a = b.args
+    run = ClassRun(b, "nonreading_stream")
+    srv = run.open()
+    m = run.model
+    mt = max(16, min(300, b.ctx_of(srv) - 64))
+    n = 16
+    body = {"model": m, "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": mt, "n": n,
+            "logprobs": True, "top_logprobs": 20, "stream": True, "stream_options": {"include_usage": True},
+            "ignore_eos": True, "seed": 3}
+    data = http_bytes("POST", "/v1/chat/completions", _j(body))
+    m0 = srv.metrics()
+    probe_tok0 = run.seg.probe.tokens
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((srv.connect_host, srv.port))
+    cport = s.getsockname()[1]
+    s.sendall(data)
+    t0 = time.monotonic()
+    trace, closed_at, total = [], None, n * mt
+    done_gen_at = None
+    while time.monotonic() - t0 < a.attack_nonreading_window:
+        time.sleep(0.25)
+        socks = tcp_sockets()
+        srv_side = socks.get((srv.port, cport))
+        cli_side = socks.get((cport, srv.port))
+        try:
+            mm = srv.metrics()
+            gen = mm.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total") \
+                - (run.seg.probe.tokens - probe_tok0)
+        except (OSError, sc.ServerError, http.client.HTTPException, TypeError):
+            gen = None
+        trace.append({"t_s": round(time.monotonic() - t0, 2), "server_state": srv_side[0] if srv_side else None,
+                      "server_send_q": srv_side[1] if srv_side else None,
+                      "client_recv_q": cli_side[2] if cli_side else None, "generated": gen,
+                      "rss": proc_kb(srv.pid, "VmRSS")})
+        if closed_at is None and (srv_side is None or srv_side[0] != "ESTABLISHED"):
+            closed_at = trace[-1]["t_s"]
+        if gen is not None and gen >= total and done_gen_at is None:
+            done_gen_at = trace[-1]["t_s"]
+        if closed_at is not None or (done_gen_at is not None and trace[-1]["t_s"] - done_gen_at > 2):
+            break
+    window_s = round(time.monotonic() - t0, 2)
+    last = trace[-1] if trace else {}
+    # now read for a while: the bytes per token of what comes says what the unread part was worth
+    got, eof, t_read = b"", False, time.monotonic()
+    s.settimeout(0.5)
+    while time.monotonic() - t_read < NONREADING_READ_S:
+        try:
+            d = s.recv(1 << 20)
+        except socket.timeout:
+            continue
+        except OSError:
+            d = b""
+        if not d:
+            eof = True
+            break
+        got += d
+        if b"data: [DONE]" in got[-64:]:
+            break
+    sc.abort_connection(s)
+    # every generated token has one logprobs entry with its own "top_logprobs" list (a chunk
+    # may carry several tokens when the server coalesces what piled up)
+    chunks = sum(1 for line in got.split(b"\n") if line.startswith(b"data: {") and b'"delta"' in line)
+    tokens_read = got.count(b'"top_logprobs"')
+    done = b"data: [DONE]" in got
+    bpt = len(got) / tokens_read if tokens_read else None
+    kernel_q = (last.get("server_send_q") or 0) + (last.get("client_recv_q") or 0)
+    produced = last.get("generated") * bpt if (bpt and last.get("generated") is not None) else None
+    user_buf = max(0.0, produced - kernel_q) if produced is not None else None
+    idle = run.seg.idle
+    rss_peak = max((x["rss"] or 0) for x in trace) if trace else None
+    # served: the stream still flows once read; closed: the server ended it; hang: neither
+    out = "served" if got else ("closed" if (eof or closed_at is not None) else "hang")
+    run.extra["nonreading"] = {
+        "so_rcvbuf": 4096, "n": n, "max_tokens": mt, "top_logprobs": 20, "window_s": window_s,
+        "server_closed": closed_at is not None, "server_closed_after_s": closed_at,
+        "generated_tokens_unread": last.get("generated"), "tokens_requested": total,
+        "generated_all_while_unread": (last.get("generated") or 0) >= total,
+        "bytes_read_after_window": len(got), "read_after_window_s": NONREADING_READ_S, "chunks_read": chunks,
+        "tokens_read": tokens_read,
+        "stream_done_while_read": done, "bytes_per_token": bpt,
+        "kernel_queued_bytes": kernel_q, "bytes_read_beyond_kernel_queues": len(got) - kernel_q,
+        "stream_resumed_when_read": len(got) > kernel_q, "server_send_q_bytes": last.get("server_send_q"),
+        "client_recv_q_bytes": last.get("client_recv_q"),
+        "bytes_buffered_estimate": int(produced) if produced is not None else None,
+        "bytes_buffered_in_server_estimate": int(user_buf) if user_buf is not None else None,
+        "rss_growth_bytes": (rss_peak - idle) if (rss_peak and idle) else None,
+        "method": ("bytes the server had produced for the unread stream = (rise of kipp_generated_tokens_total "
+                   "less the plain probes' completion tokens) x bytes per token of the stream (bytes read in the "
+                   "seconds after the window / the tokens in them, one top_logprobs list each); of them in "
+                   "kernel buffers: the server socket's send queue + the client socket's receive queue (/proc/net/tcp tx_queue/rx_queue); the rest "
+                   "is held by the server process. Server close: its socket leaves ESTABLISHED (/proc/net/tcp)."),
+        "trace": trace[::max(1, len(trace) // 40)]}
+    run.note("stream n 16, never read", out, ATTACK_EXPECT["nonreading_stream"]["ok"],
+             {"bytes_read_after_window": len(got), "done": done})
+    return run.record()
+
+
+def cls_nonstream_big(b) -> dict:
+    a = b.args
+    run = ClassRun(b, "nonstream_big")
+    run.open()
+    ctx = b.ctx_of(run.srv)
+    sizes = [1000] + ([ctx - 64] if ctx - 64 < 1000 else [])
+    bodies = []
+    for mt in sizes:
+        body = {"model": run.model, "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": mt,
+                "n": 16, "logprobs": True, "top_logprobs": 20, "ignore_eos": True, "seed": 4}
+        st, js, size, dt = _chat_json(run.srv, body, max(120.0, a.attack_deadline * 12))
+        if st == "hang":
+            out = "hang"
+        elif st is None:
+            out = "closed"
+        elif st == 200 and isinstance(js, dict) and len(js.get("choices") or []) == 16:
+            out = "served"
+        elif 400 <= st < 500 and isinstance(js, dict) and "error" in js:
+            out = "clear_4xx"
+        else:
+            out = "other_status"
+        bodies.append({"max_tokens": mt, "status": st if st != "hang" else None, "body_bytes": size,
+                       "seconds": round(dt, 2),
+                       "error": ((js or {}).get("error") or {}).get("message") if isinstance(js, dict) else None})
+        run.note(f"n 16 x max_tokens {mt} x top_logprobs 20", out, ATTACK_EXPECT["nonstream_big"]["ok"], bodies[-1])
+        if out == "served":
+            break
+    run.extra["requests"] = bodies
+    return run.record()
+
+
+def cls_http_framing(b) -> dict:
+    a = b.args
+    run = ClassRun(b, "http_framing")
+    run.open()
+    for case in rc.framing_cases(run.model):
+        if run.over_budget():
+            run.not_run += 1
+            continue
+        raw, eof, hang = read_all(run.srv.connect_host, run.srv.port, case.data, a.attack_deadline,
+                                  shut_wr=bool(case.kw.get("shut_wr")))
+        out = rc.framing_outcome(raw, eof, hang, case.kw["expect"])
+        rs = rc.parse_responses(raw, eof)
+        run.note(case.desc, out, case.ok, {"statuses": [x["status"] for x in rs], "closed_by_server": eof,
+                                           "first_bytes": raw[:120].decode("latin-1")})
+    return run.record()
+
+
+def _cases_via_exchange(b, name: str, cases_fn) -> dict:
+    run = ClassRun(b, name)
+    run.open()
+    for case in cases_fn(run.model):
+        if run.over_budget():
+            run.not_run += 1
+            continue
+        t0 = time.monotonic()
+        r = post_case(run, case)
+        out = rc.classify(r, case)
+        run.note(case.desc, out, case.ok, {"status": r.status, "seconds": round(time.monotonic() - t0, 2),
+                                           "body": r.body[:200].decode("utf-8", "replace")})
+    return run.record()
+
+
+def cls_passthrough_rules(b) -> dict:
+    return _cases_via_exchange(b, "passthrough_rules", lambda m: rc.passthrough_cases(m, b.max_body))
+
+
+def cls_tool_definitions(b) -> dict:
+    return _cases_via_exchange(b, "tool_definitions", rc.tool_definition_cases)
+
+
+def cls_cut_tool_calls(b) -> dict:
+    a = b.args
+    model = KIPP_TINY if os.path.isfile(os.path.join(sc.ROOT, KIPP_TINY)) else a.model
+    run = ClassRun(b, "cut_tool_calls", model=model)
+    run.open()
+    run.extra["model"] = model
+    cons = collections.Counter()
+    for seed in range(a.attack_tool_seeds):
+        if run.over_budget():
+            run.not_run += 1
+            continue
+        body = _chat(run.model, "What is the weather in Paris and in Rome?", max_tokens=60, seed=seed,
+                     temperature=1.0, tools=rc.WEATHER_TOOLS, tool_choice="required")
+        st, js, _, dt = _chat_json(run.srv, body, a.attack_deadline)
+        out = "hang" if st == "hang" else rc.tool_args_outcome(st, js)
+        if st != "hang":
+            cons[rc.constraint_outcome(st, js, "tool", None, rc.WEATHER_TOOLS)] += 1
+        ch = ((js or {}).get("choices") or [{}])[0] if isinstance(js, dict) else {}
+        run.note(f"seed {seed}", out, ATTACK_EXPECT["cut_tool_calls"]["ok"],
+                 {"finish_reason": ch.get("finish_reason"),
+                  "tool_calls": str((ch.get("message") or {}).get("tool_calls"))[:200]})
+    run.extra["constraint_outcomes"] = dict(cons)
+    return run.record()
+
+
+def cls_n_accounting(b) -> dict:
+    a = b.args
+    run = ClassRun(b, "n_accounting", probe=False)
+    run.open()
+    rows = []
+    for n in (1, 16):
+        body = _chat(run.model, "Count the prompt tokens of this request, please.", max_tokens=4, n=n, seed=5)
+        m0 = run.srv.metrics()
+        st, js, _, _ = _chat_json(run.srv, body, a.attack_deadline)
+        m1 = run.srv.metrics()
+        usage = (js or {}).get("usage") or {} if isinstance(js, dict) else {}
+        rise = m1.get("kipp_prompt_tokens_total") - m0.get("kipp_prompt_tokens_total")
+        gen_rise = m1.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total")
+        row = {"n": n, "status": st, "usage_prompt_tokens": usage.get("prompt_tokens"),
+               "usage_completion_tokens": usage.get("completion_tokens"),
+               "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+               "kipp_prompt_tokens_total_rise": rise, "kipp_generated_tokens_total_rise": gen_rise}
+        rows.append(row)
+        out = ("hang" if st == "hang" else "failed_visibly" if st != 200 else
+               "consistent" if (usage.get("prompt_tokens") == rise and usage.get("completion_tokens") == gen_rise)
+               else "inconsistent")
+        run.note(f"n {n}: usage vs metrics", out, ATTACK_EXPECT["n_accounting"]["ok"], row)
+    run.extra["accounting"] = rows
+    # then the same n 16 request again with the plain probe running (latency and memory)
+    run.close_server("accounting measured")
+    run.probe = True
+    run.open()
+    _chat_json(run.srv, _chat(run.model, "Count the prompt tokens of this request, please.", max_tokens=64, n=16,
+                              seed=6, ignore_eos=True), a.attack_deadline * 2)
+    return run.record()
+
+
+CLASSES = {"hostile_grammar": cls_hostile_grammar, "thinking_constraints": cls_thinking_constraints,
+           "n_parallel": cls_n_parallel, "nonreading_stream": cls_nonreading_stream,
+           "nonstream_big": cls_nonstream_big, "http_framing": cls_http_framing,
+           "passthrough_rules": cls_passthrough_rules, "tool_definitions": cls_tool_definitions,
+           "cut_tool_calls": cls_cut_tool_calls, "n_accounting": cls_n_accounting}
+
+
+def phase_attack(b) -> dict:
+    a = b.args
+    names = list(CLASSES) if not a.attack_classes else [c.strip() for c in a.attack_classes.split(",") if c.strip()]
+    res = {"classes": {}, "deadline_s": a.attack_deadline, "class_budget_s": a.attack_class_budget,
+           "unloaded_samples": a.attack_unloaded, "outcome_names": list(ATTACK_OUTCOMES)}
+    t0 = time.monotonic()
+    totals = collections.Counter()
+    for name in names:
+        t = time.monotonic()
+        try:
+            c = CLASSES[name](b)
+        except Exception as e:   # noqa: BLE001 — one class failing must not lose the others' figures
+            c = {"what": ATTACK_EXPECT[name]["what"],
+                 "harness_error": (f"{type(e).__name__}: {e}\n" + traceback.format_exc())[-3000:],
+                 "outcomes": {}, "unacceptable": None, "latency_met": None, "rss_met": None}
+        finally:
+            for r in _OPEN_RUNS:     # no probe, sampler or server outlives its class
+                if r.srv is not None:
+                    try:
+                        r.close_server("harness error", kill=True)
+                    except Exception:   # noqa: BLE001
+                        r.srv.kill()
+            _OPEN_RUNS.clear()
+        c["elapsed_s"] = round(time.monotonic() - t, 2)
+        res["classes"][name] = c
+        totals.update(c.get("outcomes") or {})
+        print(f"  attack {name:22s} {c.get('cases', 0):3d} cases  "
+              + " ".join(f"{k}={v}" for k, v in (c.get("outcomes") or {}).items())
+              + f"  unacceptable={c.get('unacceptable')}  plain worst {fmt_s(c.get('worst_plain_latency_s'))}"
+              f" (x{fmt_r(c.get('worst_plain_ratio'))})  peak rss {fmt_mb(c.get('peak_rss_bytes'))}"
+              f" met lat={c.get('latency_met')} rss={c.get('rss_met')}  {c['elapsed_s']} s"
+              + (f"  HARNESS ERROR {c['harness_error'][:200]}" if c.get("harness_error") else ""), file=sys.stderr)
+    res["elapsed_s"] = round(time.monotonic() - t0, 2)
+    res["totals"] = dict(totals)
+    res["crash"], res["hang"] = totals.get("crash", 0), totals.get("hang", 0)
+    res["unconstrained_as_constrained"] = totals.get("unconstrained_as_constrained", 0)
+    res["latency_met_all"] = all(c.get("latency_met") is not False for c in res["classes"].values())
+    res["rss_met_all"] = all(c.get("rss_met") is not False for c in res["classes"].values())
+    res["unacceptable_total"] = sum(c.get("unacceptable") or 0 for c in res["classes"].values())
+    res["harness_errors"] = [n for n, c in res["classes"].items() if c.get("harness_error")]
+    res["targets"] = {"crash": 0, "hang": 0, "unconstrained_as_constrained": 0,
+                      "plain_latency": f"worst <= {LATENCY_RATIO} x unloaded, per class",
+                      "peak_rss": f"<= {RSS_FACTOR} x idle + KV pool, per class"}
+    res["met"] = (res["crash"] == 0 and res["hang"] == 0 and res["unconstrained_as_constrained"] == 0
+                  and res["latency_met_all"] and res["rss_met_all"] and not res["harness_errors"])
+    return res
+
+
+def fmt_s(x):
+    return "n/a" if x is None else f"{x * 1000:.0f} ms"
+
+
+def fmt_r(x):
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def fmt_mb(x):
+    return "n/a" if x is None else f"{x / 1e6:.1f} MB"
+
+
+def summary_lines(att: dict) -> list[str]:
+    lines = [f"attack: {len(att['classes'])} classes; crash {att['crash']}, hang {att['hang']}, "
+             f"unconstrained returned as constrained {att['unconstrained_as_constrained']}, "
+             f"unacceptable {att['unacceptable_total']}; latency met {att['latency_met_all']}, "
+             f"rss met {att['rss_met_all']} -> met={att['met']}"]
+    for n, c in att["classes"].items():
+        extra = ""
+        nr = c.get("nonreading")
+        if nr:
+            extra = (f"; unread stream: ~{fmt_mb(nr.get('bytes_buffered_estimate'))} produced, "
+                     f"{fmt_mb(nr.get('bytes_buffered_in_server_estimate'))} held by the server, "
+                     f"closed={nr.get('server_closed')}")
+        lines.append(f"    {n}: " + (", ".join(f"{k} {v}" for k, v in (c.get("outcomes") or {}).items()) or "-")
+                     + f"; plain worst {fmt_s(c.get('worst_plain_latency_s'))} (x{fmt_r(c.get('worst_plain_ratio'))}, "
+                     f"met {c.get('latency_met')}); peak rss {fmt_mb(c.get('peak_rss_bytes'))} (met {c.get('rss_met')})"
+                     + extra + (f"; HARNESS ERROR {c['harness_error'][:120]}" if c.get("harness_error") else ""))
+    return lines

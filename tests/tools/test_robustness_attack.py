@@ -1,0 +1,164 @@
+"""The pure classification of bench/robustness_cases.py's attack phase (issue 30): the JSON
+Schema subset, the constrained-reply outcomes (an unconstrained reply returned as
+constrained must be told from a length cut), tool-call arguments, pipelined-response
+parsing, the framing verdicts, and the strict close check of exchange() against a local
+socket that answers and then keeps the connection open or closes it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+from bench import robustness_cases as rc
+
+SCHEMA = rc.PERSON_SCHEMA
+TOOLS = rc.WEATHER_TOOLS
+
+
+def chat(content=None, finish="stop", calls=None):
+    msg = {"role": "assistant", "content": content}
+    if calls is not None:
+        msg["tool_calls"] = calls
+    return {"choices": [{"index": 0, "message": msg, "finish_reason": finish}]}
+
+
+def call(name="get_weather", args='{"city": "Paris"}'):
+    return {"id": "call_1", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def test_schema_valid_subset():
+    assert rc.schema_valid({"name": "a", "age": 3}, SCHEMA)
+    assert not rc.schema_valid({"name": "a"}, SCHEMA)                     # required
+    assert not rc.schema_valid({"name": "a", "age": 3.5}, SCHEMA)         # integer
+    assert not rc.schema_valid({"name": "a", "age": True}, SCHEMA)        # bool is no integer
+    assert not rc.schema_valid({"name": "a", "age": 3, "x": 1}, SCHEMA)   # additionalProperties
+    assert not rc.schema_valid([1], SCHEMA)
+    assert rc.schema_valid("xx", {"type": "string", "pattern": "^x+$", "maxLength": 2})
+    assert not rc.schema_valid("xxx", {"type": "string", "maxLength": 2})
+    assert rc.schema_valid([1, 2], {"type": "array", "items": {"type": "integer"}, "maxItems": 2})
+    assert not rc.schema_valid(5, {"type": "integer", "maximum": 4})
+    assert rc.schema_valid(None, {"type": ["null", "string"]})
+    assert rc.schema_valid({"anything": 1}, {})
+
+
+def test_constraint_outcome_schema():
+    assert rc.constraint_outcome(200, chat('{"name": "a", "age": 3}'), "schema", SCHEMA) == "constrained_valid"
+    # the brief's zero-target: finish stop and content not valid
+    assert rc.constraint_outcome(200, chat(" admon admon"), "schema", SCHEMA) == "unconstrained_as_constrained"
+    assert rc.constraint_outcome(200, chat(""), "schema", SCHEMA) == "unconstrained_as_constrained"
+    assert rc.constraint_outcome(200, chat('{"name": 1, "age": 3}'), "schema", SCHEMA) == "unconstrained_as_constrained"
+    # a cut: a prefix of a constrained reply, or text that could start none
+    assert rc.constraint_outcome(200, chat('{"name": "a', "length"), "schema", SCHEMA) == "cut_length"
+    assert rc.constraint_outcome(200, chat(" admon admon", "length"), "schema", SCHEMA) == "cut_length_unconstrained"
+    assert rc.constraint_outcome(400, {"error": {"message": "x"}}, "schema", SCHEMA) == "failed_visibly"
+    assert rc.constraint_outcome(200, {"error": {"message": "x"}}, "schema", SCHEMA) == "failed_visibly"
+    assert rc.constraint_outcome(None, None, "schema", SCHEMA) == "closed"
+
+
+def test_constraint_outcome_tool():
+    ok = chat(None, "tool_calls", [call()])
+    assert rc.constraint_outcome(200, ok, "tool", tools=TOOLS) == "constrained_valid"
+    assert rc.constraint_outcome(200, chat("Sunny.", "stop"), "tool", tools=TOOLS) == "unconstrained_as_constrained"
+    assert rc.constraint_outcome(200, chat(None, "tool_calls", [call("launch")]), "tool",
+                                 tools=TOOLS) == "unconstrained_as_constrained"
+    assert rc.constraint_outcome(200, chat(None, "tool_calls", [call(args='{"town": 1}')]), "tool",
+                                 tools=TOOLS) == "unconstrained_as_constrained"
+    assert rc.constraint_outcome(200, chat(None, "length", []), "tool", tools=TOOLS) == "cut_length"
+    assert rc.constraint_outcome(200, chat("特朗特朗", "length"), "tool", tools=TOOLS) == "cut_length_unconstrained"
+
+
+def test_tool_args_outcome():
+    assert rc.tool_args_outcome(200, chat(None, "length", [call()])) == "args_valid"
+    assert rc.tool_args_outcome(200, chat(None, "length", [])) == "args_valid"
+    assert rc.tool_args_outcome(200, chat(None, "length", [call(args='{"city": "ab')])) == "args_invalid"
+    assert rc.tool_args_outcome(500, {"error": {}}) == "failed_visibly"
+
+
+OK_JSON = b'{"status":"ok"}'
+
+
+def resp(status, body=OK_JSON, chunked=False):
+    if chunked:
+        return (b"HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                % (status, len(body), body))
+    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+
+
+def test_parse_responses_pipelined_and_interim():
+    raw = b"HTTP/1.1 100 Continue\r\n\r\n" + resp(200, chunked=True) + resp(404)
+    rs = rc.parse_responses(raw)
+    assert [r["status"] for r in rs] == [100, 200, 404]
+    assert rs[1]["body"] == OK_JSON and all(r["complete"] for r in rs)
+    part = rc.parse_responses(resp(200)[:-3], eof=False)
+    assert part[0]["complete"] is False
+
+
+def test_framing_outcome():
+    assert rc.framing_outcome(resp(400), True, False, "reject") == "rejected_closed"
+    assert rc.framing_outcome(resp(400), False, False, "reject") == "rejected_open"
+    assert rc.framing_outcome(resp(501), True, False, "reject") == "rejected_closed"
+    assert rc.framing_outcome(resp(413) + resp(200), False, False, "reject") == "served_trailing"
+    assert rc.framing_outcome(resp(200) + resp(200), False, False, "reject") == "served"
+    assert rc.framing_outcome(b"", False, True, "reject") == "hang"
+    assert rc.framing_outcome(b"", True, False, "reject") == "closed"
+    assert rc.framing_outcome(resp(200) + resp(200), False, False, "serve") == "served"
+    assert rc.framing_outcome(b"HTTP/1.1 100 Continue\r\n\r\n" + resp(200), True, False, "no_100") == "sent_100"
+    assert rc.framing_outcome(resp(200), True, False, "no_100") == "no_100"
+
+
+def test_passthrough_chain_and_cases():
+    g = rc.passthrough_chain(5000)
+    lines = g.strip().split("\n")
+    assert len(lines) == 5000 and lines[0] == "root ::= r1" and lines[-1] == 'r4999 ::= "x"'
+    cases = rc.passthrough_cases("m", 1 << 20)
+    assert all(json.loads(c.data)["grammar"] for c in cases)
+    assert {c.desc.split()[2] for c in cases} >= {"4097", "5000"}
+
+
+def serve_once(answer: bytes, close: bool):
+    """A one-connection server: reads the request, sends answer, then closes or holds on."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    hold = threading.Event()
+
+    def run():
+        c, _ = ls.accept()
+        c.recv(65536)
+        c.sendall(answer)
+        if not close:
+            hold.wait(5)
+        c.close()
+        ls.close()
+    threading.Thread(target=run, daemon=True).start()
+    return ls.getsockname()[1], hold
+
+
+def test_expect_close_kept_open_and_501():
+    err = b'{"error":{"message":"bad framing"}}'
+    case = rc.Case("x", b"", ok=("clear_4xx",), expect_close=0.3)
+    port, hold = serve_once(resp(400, err), close=False)
+    r = rc.exchange("127.0.0.1", port, b"POST / HTTP/1.1\r\n\r\n", 5, expect_close=0.3)
+    hold.set()
+    assert r.status == 400 and r.closed_after is False and rc.classify(r, case) == "kept_open"
+    port, _ = serve_once(resp(400, err), close=True)
+    r = rc.exchange("127.0.0.1", port, b"POST / HTTP/1.1\r\n\r\n", 5, expect_close=0.3)
+    assert r.closed_after is True and rc.classify(r, case) == "clear_4xx"
+    port, _ = serve_once(resp(501, err), close=True)
+    r = rc.exchange("127.0.0.1", port, b"POST / HTTP/1.1\r\n\r\n", 5, expect_close=0.3)
+    assert rc.classify(r, case) == "rejected_501"
+    # without expect_close the old behaviour: a complete answer ends the exchange at once
+    port, hold = serve_once(resp(400, err), close=False)
+    r = rc.exchange("127.0.0.1", port, b"POST / HTTP/1.1\r\n\r\n", 5)
+    hold.set()
+    assert r.closed_after is None and rc.classify(r, rc.Case("y")) == "clear_4xx"
+
+
+def test_attack_expectations_cover_every_class():
+    from bench import robustness_attack as ra
+    assert set(ra.CLASSES) == set(rc.ATTACK_EXPECT)
+    for name, e in rc.ATTACK_EXPECT.items():
+        assert e["what"] and set(e["ok"]) <= set(rc.ATTACK_OUTCOMES), name
+    for c in rc.framing_cases("m") + rc.tool_definition_cases("m") + rc.attack_grammar_cases("m"):
+        assert set(c.ok) <= set(rc.ATTACK_OUTCOMES), c.desc
