@@ -666,6 +666,71 @@ def cls_tool_definitions(b) -> dict:
     return _cases_via_exchange(b, "tool_definitions", rc.tool_definition_cases)
 
 
+def _sse_to_reply(raw: bytes):
+    """A streamed chat reply reassembled as the non-streamed JSON would be (content, tool
+    calls by index with their argument pieces joined, finish_reason); None when the stream did
+    not end with [DONE]."""
+    content, calls, finish, done = "", {}, None, False
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            done = True
+            continue
+        try:
+            ev = json.loads(data)
+        except ValueError:
+            return None
+        for ch in ev.get("choices") or []:
+            d = ch.get("delta") or {}
+            content += d.get("content") or ""
+            for tc in d.get("tool_calls") or []:
+                c = calls.setdefault(tc.get("index", 0), {"function": {"name": "", "arguments": ""}})
+                f = tc.get("function") or {}
+                c["function"]["name"] += f.get("name") or ""
+                c["function"]["arguments"] += f.get("arguments") or ""
+            finish = ch.get("finish_reason") or finish
+    if not done:
+        return None
+    return {"choices": [{"finish_reason": finish, "message": {
+        "content": content or None, "tool_calls": [calls[k] for k in sorted(calls)] or None}}]}
+
+
+def cls_tool_outputs(b) -> dict:
+    """The model made (by the grammar extension, tool_choice auto) to write a call to an
+    undeclared function and a call with </tool_call> inside a string argument: the first must
+    not come back as a call, the second must come back whole with valid JSON arguments."""
+    a = b.args
+    run = ClassRun(b, "tool_outputs")
+    run.open()
+    for desc, text, expect in rc.TOOL_OUTPUT_CASES:
+        for stream in (False, True):
+            if run.over_budget():
+                run.not_run += 1
+                continue
+            body = _chat(run.model, "Call a tool.", max_tokens=96, tools=rc.WEATHER_TOOLS,
+                         tool_choice="auto", grammar=rc._forced_text_grammar(text),
+                         chat_template_kwargs={"enable_thinking": False}, stream=stream)
+            if stream:
+                try:
+                    st, _, raw = run.srv.request("POST", "/v1/chat/completions", _j(body),
+                                                 timeout=a.attack_deadline)
+                    js = _sse_to_reply(raw) if st == 200 else None
+                except (socket.timeout, TimeoutError):
+                    st, js = "hang", None
+                except (OSError, http.client.HTTPException):
+                    st, js = None, None
+            else:
+                st, js, _, _ = _chat_json(run.srv, body, a.attack_deadline)
+            out = "hang" if st == "hang" else rc.tool_output_outcome(st, js, expect)
+            ch = ((js or {}).get("choices") or [{}])[0] if isinstance(js, dict) else {}
+            run.note(f"{desc}{', streamed' if stream else ''}", out, ATTACK_EXPECT["tool_outputs"]["ok"],
+                     {"status": st, "finish_reason": ch.get("finish_reason"),
+                      "message": str(ch.get("message"))[:240]})
+    return run.record()
+
+
 def cls_cut_tool_calls(b) -> dict:
     a = b.args
     model = KIPP_TINY if os.path.isfile(os.path.join(sc.ROOT, KIPP_TINY)) else a.model
@@ -727,6 +792,7 @@ CLASSES = {"hostile_grammar": cls_hostile_grammar, "thinking_constraints": cls_t
            "n_parallel": cls_n_parallel, "nonreading_stream": cls_nonreading_stream,
            "nonstream_big": cls_nonstream_big, "http_framing": cls_http_framing,
            "passthrough_rules": cls_passthrough_rules, "tool_definitions": cls_tool_definitions,
+           "tool_outputs": cls_tool_outputs,
            "cut_tool_calls": cls_cut_tool_calls, "n_accounting": cls_n_accounting}
 
 

@@ -1,5 +1,5 @@
 /* structured.h — constrained decoding for the server: a matcher for a request's grammar
- * over the model's token trie (built on first use, shared), and the grammar that forces
+ * over the model's token trie (built at start-up, shared), and the grammar that forces
  * Qwen3 tool calls (tool_choice "required" or a named function). */
 #ifndef KIPP_SERVER_STRUCTURED_H
 #define KIPP_SERVER_STRUCTURED_H
@@ -12,7 +12,9 @@
 
 typedef struct oai_structured oai_structured;
 
-oai_structured *oai_structured_new(const kipp_model *m); /* NULL: out of memory */
+/* Builds the model's token trie now (a failure is retried at the first matcher). NULL: out
+ * of memory. */
+oai_structured *oai_structured_new(const kipp_model *m);
 void oai_structured_free(oai_structured *s);             /* NULL is a no-op */
 /* Compiles grammar text and makes a matcher that owns the compiled grammar. Thread-safe. */
 kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_t len,
