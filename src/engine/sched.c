@@ -592,7 +592,10 @@ static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
     if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
     r->all[r->n_all++] = tok;
     r->n_gen++;
-    if (!r->p.ignore_eos && kipp_token_is_eog(s->m, tok)) r->pending = KIPP_FINISH_STOP;
+    /* under a grammar an end-of-generation token is allowed only once the sentence is whole
+     * (never in the reasoning): it ends the reply even with ignore_eos, or the end tokens
+     * would repeat into the text after the sentence */
+    if ((!r->p.ignore_eos || r->mt) && kipp_token_is_eog(s->m, tok)) r->pending = KIPP_FINISH_STOP;
     else if (r->n_gen >= r->p.max_tokens || r->n_all >= s->n_ctx) r->pending = KIPP_FINISH_LENGTH;
     return r->pending == KIPP_FINISH_NONE;
 }

@@ -200,7 +200,8 @@ int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
     /* the token that ends the generation adds no text, even one HF does not call special
      * (<|fim_pad|>, <|file_sep|>, ...): a reply, or a constrained JSON document, never ends in
      * an end marker */
-    if (!g->rq->ignore_eos && kipp_token_is_eog(g->m, t->id)) return settle(g);
+    if ((!g->rq->ignore_eos || g->rq->grammar) && kipp_token_is_eog(g->m, t->id))
+        return settle(g); /* under a grammar it ends the reply even with ignore_eos (sched.c) */
     if (kipp_detokenizer_next(g->dt, t->id, &text, &n) != KIPP_OK) {
         g->oom = 1;
         return 1;

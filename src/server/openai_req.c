@@ -536,6 +536,14 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
     if (parse_sampling(o, r, &e) || parse_logit_bias(o, r, n_vocab, &e) || parse_stop(o, r, &e) ||
         parse_unsupported(o, ep, &e) || parse_constraint(o, ep, r, &e))
         goto out;
+    /* a reply that claims to be JSON (or calls) ends where its grammar says: a stop string
+     * would cut it short and still say "stop" (a raw grammar's writer may want that) */
+    if (r->n_stop && r->grammar && strcmp(r->grammar_param, "grammar") != 0) {
+        fail(&e, "stop", "'stop' cannot be combined with %s: the grammar decides where a "
+             "constrained reply ends (a stop string would cut it short)",
+             !strcmp(r->grammar_param, "tool_choice") ? "a forced 'tool_choice'" : "a JSON 'response_format'");
+        goto out;
+    }
     if (ep == OAI_CHAT ? parse_chat(o, r, &e) : parse_completions(o, r, n_vocab, &e)) goto out;
     note_unknown(o, ep, r);
     rc = 0;
