@@ -39,6 +39,9 @@ static void emit_tool(void *user, kipp_toolcall_event ev, uint32_t index, const 
                       size_t n) {
     oai_gen *g = user;
     if (ev == KIPP_TOOLCALL_CONTENT) {
+        /* a forced tool_choice's grammar allows only calls: content there is what is left of
+         * a call cut short (a partial "<tool_call" tag at the end of a cut reply), never text */
+        if (g->rq->grammar_param && !strcmp(g->rq->grammar_param, "tool_choice")) return;
         if (kipp_buf_put(&g->content, bytes, n)) g->oom = 1;
     } else if (ev == KIPP_TOOLCALL_BEGIN) {
         if (g->n_calls == g->cap_calls) {

@@ -71,3 +71,29 @@ def test_stop_with_a_raw_grammar_still_applies(server):
     assert st == 200, raw
     ch = json.loads(raw)["choices"][0]
     assert ch["text"] == "aaa" and ch["finish_reason"] == "stop", ch
+
+
+def _stream_content(raw: bytes) -> str:
+    out = ""
+    for line in raw.decode().splitlines():
+        if line.startswith("data: {"):
+            for ch in json.loads(line[6:])["choices"]:
+                out += (ch.get("delta") or {}).get("content") or ""
+    return out
+
+
+def test_forced_tool_call_cut_short_leaves_no_tag_text(server):
+    """tool_choice required cut by max_tokens inside its opening tag: no '<tool_' in content
+    (docs/server.md: a reply cut by max_tokens never shows half a tag), streamed or not."""
+    for max_tokens in (1, 2, 3, 5):
+        body = {"model": MODEL_NAME, "max_tokens": max_tokens, "tools": TOOLS, "tool_choice": "required",
+                "chat_template_kwargs": {"enable_thinking": False},
+                "messages": [{"role": "user", "content": "hi"}]}
+        st, _, raw = post(server, "/v1/chat/completions", body)
+        assert st == 200, raw
+        ch = json.loads(raw)["choices"][0]
+        assert ch["finish_reason"] == "length" and not ch["message"].get("tool_calls"), ch
+        assert not ch["message"]["content"], ch
+        st, _, raw = post(server, "/v1/chat/completions", {**body, "stream": True})
+        assert st == 200 and raw.rstrip().endswith(b"data: [DONE]"), raw
+        assert _stream_content(raw) == "", raw
