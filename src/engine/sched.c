@@ -488,17 +488,24 @@ static void preempt_at_locked(kipp_sched *s, uint32_t i) {
     s->st.preempted++;
 }
 
-/* No slot is free and r waits: frees one for it when that is fair. First a sequence its
- * window paused (its client is not reading); else, when r's request has fewer than its
- * fair share ceil(max_running / active requests) running, the newest decoding sequence of
- * the request holding the most slots, if that is above its share. 1: a slot is free. */
-static int make_room_locked(kipp_sched *s, const kipp_req *r) {
+/* Preempts the newest decoding sequence its window paused (its client is not reading):
+ * its slot and KV go to a request that could run. 1: one was. */
+static int preempt_paused_locked(kipp_sched *s) {
     for (uint32_t i = s->n_running; i-- > 0;)
         if (s->running[i]->state == KIPP_REQ_DECODE && paused_locked(s->running[i])) {
             preempt_at_locked(s, i);
             s->st.preempted_paused++;
             return 1;
         }
+    return 0;
+}
+
+/* No slot is free and r waits: frees one for it when that is fair. First a sequence its
+ * window paused (its client is not reading); else, when r's request has fewer than its
+ * fair share ceil(max_running / active requests) running, the newest decoding sequence of
+ * the request holding the most slots, if that is above its share. 1: a slot is free. */
+static int make_room_locked(kipp_sched *s, const kipp_req *r) {
+    if (preempt_paused_locked(s)) return 1;
     const uint32_t groups = active_groups(s);
     const uint32_t fair = groups ? (s->p.max_running + groups - 1) / groups : s->p.max_running;
     if (group_running(s, r) >= fair) return 0;
@@ -551,6 +558,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
             if (pool_of(s)->n_free < need && s->n_running > 0) { /* wait for room */
                 kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+                if (preempt_paused_locked(s)) continue; /* a paused sequence's KV first */
                 return;
             }
             if (s->pc) kipp_pc_note_lookup(s->pc, r->n_all, n_hit);

