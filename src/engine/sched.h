@@ -3,7 +3,9 @@
  * plus a budget of prompt tokens of sequences still prefilling, as one batch. Requests join
  * at token boundaries, share the paged KV pool and the prefix cache, wait in a bounded queue
  * when no slot or no memory is free, are preempted (and later recomputed) when the pool runs
- * dry, and are cancelled by their consumer at any time. Thread-safe: submit, wait, cancel
+ * dry, and are cancelled by their consumer at any time. Admission is fair across API
+ * requests (a group of n siblings gets its share of the slots when others wait), and a
+ * request with a window pauses while its consumer lags. Thread-safe: submit, wait, cancel
  * and stats may be called from any thread. Does not detokenize, apply stop strings or speak
  * HTTP (src/server does). Design: docs/server.md ("Scheduling"). */
 #ifndef KIPP_ENGINE_SCHED_H

@@ -5,8 +5,11 @@
  * disconnect detection (a reset or error on the socket cancels at once; a FIN is probed
  * with a harmless write, so a half-closed client still gets its answer), a bound on
  * requests being parsed and tokenized at once, a watchdog thread that enforces the read
- * deadline MHD's per-byte idle timeout cannot, and drain on shutdown. Not here: the OpenAI
- * field mapping (openai_req.c / openai_gen.c) and scheduling (src/engine/sched.c). */
+ * deadline MHD's per-byte idle timeout cannot and closes responses the client stopped
+ * taking (--write-timeout), back-pressure (a token window per request, a small send buffer
+ * for streams), large non-streamed bodies sent piece by piece, and drain on shutdown. Not
+ * here: the OpenAI field mapping (openai_req.c / openai_gen.c) and scheduling
+ * (src/engine/sched.c). */
 #include "server/server.h"
 
 #include "server/embeddings.h"

@@ -1,7 +1,8 @@
 /* openai_gen.c — from generated tokens to OpenAI responses: streaming detokenization, stop
  * strings (text that may begin a stop string is held back until it cannot), the Qwen3
  * reasoning split for chat, then (when the request has tools) the <tool_call> split of the
- * content into tool_calls (src/tok/toolcall.c), and the JSON of chunks, whole responses,
+ * content into tool_calls (src/tok/toolcall.c), and the JSON of chunks, whole responses
+ * (also made piece by piece, oai_body, so a large one is never whole in memory),
  * usage and errors. Text is always valid UTF-8 (the detokenizer never emits half a
  * character; stop strings are matched on bytes and cut only where a whole stop string
  * begins). */
