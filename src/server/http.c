@@ -284,7 +284,13 @@ static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
     }
     if (n_live == 0) return KIPP_FINISH_STOP; /* callers never ask then */
     for (;;) {
-        const int k = kipp_req_wait_any(rs, have, n_live, 0, WAIT_SLICE_MS);
+        int k; /* one choice waits on its own request (a broadcast per step wakes wait_any) */
+        if (n_live == 1) {
+            kipp_finish f;
+            k = kipp_req_wait(rs[0], have[0], WAIT_SLICE_MS, &f) > have[0] || f != KIPP_FINISH_NONE ? 0 : -1;
+        } else {
+            k = kipp_req_wait_any(rs, have, n_live, 0, WAIT_SLICE_MS);
+        }
         /* the socket is looked at every WAIT_SLICE_MS even while tokens flow: a fast model
          * never leaves a wait idle long enough otherwise */
         const double t = now_s();

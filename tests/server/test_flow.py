@@ -89,7 +89,7 @@ def test_plain_request_is_not_queued_behind_siblings(flow_server):
 
     def hostile():
         t = time.monotonic()
-        big["js"] = srv.complete(PROMPT, n=8, max_tokens=300, temperature=1.0, seed=3, ignore_eos=True)
+        big["js"] = srv.complete(PROMPT, n=8, max_tokens=200, temperature=1.0, seed=3, ignore_eos=True)
         big["s"] = time.monotonic() - t
 
     th = threading.Thread(target=hostile)
