@@ -341,7 +341,10 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
     kipp_req *a = NULL, *b = NULL;
     if (kipp_sched_submit(s, &ra, &a, err, sizeof err) == KIPP_OK) {
         uint32_t n = 0;
-        for (int k = 0; k < 600 && n < 4; k++) n = kipp_req_wait(a, 0, 100, &fin);
+        for (int k = 0; k < 600 && n < 4; k++) { /* up to a minute (sanitizers are slow) */
+            n = kipp_req_wait(a, 0, 0, &fin);
+            if (n < 4) sleep_ms(100);
+        }
         sleep_ms(200); /* room to run past the window, were it not kept */
         n = kipp_req_wait(a, 0, 0, &fin);
         kipp_sched_stats st;
