@@ -72,6 +72,8 @@ static void usage(FILE *f) {
             "      --max-connections-per-ip N  open connections per client address (default 64)\n"
             "      --read-timeout SECONDS  a whole request, headers and body, must arrive within\n"
             "                            this (not reset by each byte; default 30)\n"
+            "      --write-timeout SECONDS  a response the client accepts no byte of for this\n"
+            "                            long is closed and its request cancelled (default 30)\n"
             "      --max-parsing N       requests parsed and tokenized at once; others wait up\n"
             "                            to 10 s, then 503 (default 4)\n"
             "      --shutdown-timeout SECONDS  on SIGTERM/SIGINT, how long requests in flight may\n"
@@ -247,6 +249,7 @@ int main(int argc, char **argv) {
         else if (IS("--max-connections")) { NUM(1, 65536); sp.max_connections = (uint32_t)v; }
         else if (IS("--max-connections-per-ip")) { NUM(1, 65536); sp.max_connections_per_ip = (uint32_t)v; }
         else if (IS("--read-timeout")) { NUM(1, 86400); sp.read_timeout_s = (uint32_t)v; }
+        else if (IS("--write-timeout")) { NUM(1, 86400); sp.write_timeout_s = (uint32_t)v; }
         else if (IS("--max-parsing")) { NUM(1, 1024); sp.max_parsing = (uint32_t)v; }
         else if (IS("--shutdown-timeout")) { NUM(0, 86400); shutdown_timeout = (unsigned)v; }
         else if (IS("--content-special-tokens")) {

@@ -42,6 +42,7 @@ struct kipp_req {
     uint32_t n_out;         /* published tokens */
     kipp_finish finish;     /* published once every token is */
     int cancel;             /* 1: cancelled; 2: stopped early by its consumer (not counted) */
+    uint32_t n_read;        /* tokens its consumer has taken (the window counts from here) */
     uint32_t n_cached_pub;
     pthread_cond_t cv;
     kipp_req *next;         /* queue link */
@@ -54,6 +55,7 @@ struct kipp_req {
     uint32_t n_fed;         /* all[0..n_fed-1] are in the KV cache of seq */
     uint32_t seq;
     int has_seq, admitted_once;
+    int hold;               /* paused by its window this step (set before each step) */
     uint32_t n_gen;         /* tokens written to out (published or not) */
     kipp_finish pending;    /* decided this step, published with the tokens */
     kipp_gen_token *out;    /* [max_tokens] */
@@ -81,6 +83,7 @@ struct kipp_sched {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t work; /* the engine waits here for requests */
+    pthread_cond_t any;  /* broadcast when any request publishes (kipp_req_wait_any) */
     int stop;
     kipp_req *q_head, *q_tail;
     uint32_t n_queue;
@@ -127,9 +130,52 @@ static kipp_req *req_unref_locked(kipp_req *r) {
     return --r->refs == 0 ? r : NULL;
 }
 
+/* The consumer has taken `have` tokens: a request its window paused may go on (lock held). */
+static void note_read_locked(kipp_req *r, uint32_t have) {
+    if (have <= r->n_read) return;
+    r->n_read = have;
+    if (r->p.window) pthread_cond_signal(&r->s->work);
+}
+
+/* Paused by its window: it has run `window` tokens ahead of its consumer (engine thread,
+ * lock held: n_gen is the engine's, n_read the consumer's). */
+static int paused_locked(const kipp_req *r) {
+    return r->p.window && r->n_gen >= r->n_read + r->p.window;
+}
+
+static void deadline_in(struct timespec *dl, int timeout_ms) {
+    clock_gettime(CLOCK_MONOTONIC, dl);
+    dl->tv_sec += timeout_ms / 1000;
+    dl->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl->tv_nsec >= 1000000000L) { dl->tv_sec++; dl->tv_nsec -= 1000000000L; }
+}
+
+int kipp_req_wait_any(kipp_req *const *rs, const uint32_t *have, uint32_t n, uint32_t start,
+                      int timeout_ms) {
+    if (n == 0) return -1;
+    kipp_sched *s = rs[0]->s;
+    struct timespec dl;
+    if (timeout_ms > 0) deadline_in(&dl, timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < n; i++) note_read_locked(rs[i], have[i]);
+    int got = -1;
+    for (;;) {
+        for (uint32_t k = 0; k < n && got < 0; k++) {
+            const uint32_t i = (start + k) % n;
+            if (rs[i]->n_out > have[i] || rs[i]->finish != KIPP_FINISH_NONE) got = (int)i;
+        }
+        if (got >= 0 || timeout_ms == 0) break;
+        if (timeout_ms < 0) pthread_cond_wait(&s->any, &s->mu);
+        else if (pthread_cond_timedwait(&s->any, &s->mu, &dl) != 0) break;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return got;
+}
+
 uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *finish) {
     kipp_sched *s = r->s;
     pthread_mutex_lock(&s->mu);
+    note_read_locked(r, have);
     if (r->n_out <= have && r->finish == KIPP_FINISH_NONE && timeout_ms != 0) {
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -341,6 +387,7 @@ static kipp_req *finish_locked(kipp_sched *s, kipp_req *r, kipp_finish f) {
         s->st.grammar_masks_partial += ms.partial;
     }
     pthread_cond_broadcast(&r->cv);
+    pthread_cond_broadcast(&s->any);
     return req_unref_locked(r);
 }
 
@@ -380,13 +427,128 @@ static uint32_t live_prefix(const kipp_sched *s, const kipp_req *r, uint32_t *sr
     return best;
 }
 
+/* Sequences of r's API request (its group) in the running batch; a request without
+ * siblings is a group of its own. */
+static uint32_t group_running(const kipp_sched *s, const kipp_req *r) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < s->n_running; i++)
+        k += s->running[i] == r || (r->p.group && s->running[i]->p.group == r->p.group);
+    return k;
+}
+
+/* A queued request that could run now: not paused by its window, no sibling prefilling. */
+static int runnable_locked(const kipp_sched *s, const kipp_req *r) {
+    return !paused_locked(r) && !sibling_prefilling(s, r);
+}
+
+/* The queued request to admit next: of the runnable ones, that whose API request has the
+ * fewest sequences running, the earliest queued among equals. So requests interleave, not
+ * siblings: a plain request waiting behind an n = 16 one takes the next free slot. */
+static kipp_req *pick_locked(const kipp_sched *s) {
+    kipp_req *best = NULL;
+    uint32_t best_k = 0;
+    for (kipp_req *q = s->q_head; q; q = q->next) {
+        if (q->cancel || !runnable_locked(s, q)) continue;
+        const uint32_t k = group_running(s, q);
+        if (!best || k < best_k) best = q, best_k = k;
+    }
+    return best;
+}
+
+/* API requests (groups) running or runnable in the queue: the fair share of the slots is
+ * max_running over this. */
+static uint32_t active_groups(const kipp_sched *s) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *r = s->running[i];
+        uint32_t j = 0;
+        while (j < i && !(r->p.group && s->running[j]->p.group == r->p.group)) j++;
+        n += j == i;
+    }
+    for (const kipp_req *q = s->q_head; q; q = q->next) {
+        if (q->cancel || !runnable_locked(s, q)) continue;
+        int seen = 0;
+        for (uint32_t i = 0; q->p.group && i < s->n_running && !seen; i++)
+            seen = s->running[i]->p.group == q->p.group;
+        for (const kipp_req *o = s->q_head; q->p.group && o != q && !seen; o = o->next)
+            seen = o->p.group == q->p.group && !o->cancel && runnable_locked(s, o);
+        n += !seen;
+    }
+    return n;
+}
+
+static void queue_unlink(kipp_sched *s, kipp_req *r) {
+    kipp_req **pp = &s->q_head, *prev = NULL;
+    while (*pp != r) prev = *pp, pp = &(*pp)->next;
+    *pp = r->next;
+    if (s->q_tail == r) s->q_tail = prev;
+    r->next = NULL;
+    s->n_queue--;
+}
+
+/* Sends running[i] back to the front of the queue; its KV goes to the prefix cache (when
+ * there is one), so it resumes cheaply; else it is recomputed. */
+static void preempt_at_locked(kipp_sched *s, uint32_t i) {
+    kipp_req *r = s->running[i];
+    release_seq(s, r, 1);
+    running_remove(s, i);
+    r->next = s->q_head;
+    s->q_head = r;
+    if (!s->q_tail) s->q_tail = r;
+    s->n_queue++;
+    s->st.preempted++;
+}
+
+/* Preempts the newest decoding sequence its window paused (its client is not reading):
+ * its slot and KV go to a request that could run. 1: one was. */
+static int preempt_paused_locked(kipp_sched *s) {
+    for (uint32_t i = s->n_running; i-- > 0;)
+        if (s->running[i]->state == KIPP_REQ_DECODE && paused_locked(s->running[i])) {
+            preempt_at_locked(s, i);
+            s->st.preempted_paused++;
+            return 1;
+        }
+    return 0;
+}
+
+/* No slot is free and r waits: frees one for it when that is fair. First a sequence its
+ * window paused (its client is not reading); else, when r's request has fewer than its
+ * fair share ceil(max_running / active requests) running, the newest decoding sequence of
+ * the request holding the most slots, if that is above its share. 1: a slot is free. */
+static int make_room_locked(kipp_sched *s, const kipp_req *r) {
+    if (preempt_paused_locked(s)) return 1;
+    const uint32_t groups = active_groups(s);
+    const uint32_t fair = groups ? (s->p.max_running + groups - 1) / groups : s->p.max_running;
+    if (group_running(s, r) >= fair) return 0;
+    uint32_t victim = 0, most = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *q = s->running[i];
+        if (!q->p.group || q->state != KIPP_REQ_DECODE) continue;
+        const uint32_t k = group_running(s, q);
+        if (k > most || (k == most && i > victim)) most = k, victim = i;
+    }
+    if (most <= fair) return 0;
+    preempt_at_locked(s, victim);
+    s->st.preempted_fair++;
+    return 1;
+}
+
 /* Moves queued requests into the running batch while a slot and memory are free (lock
- * held; runs on the engine thread, which owns the pool). */
+ * held; runs on the engine thread, which owns the pool). Cancelled ones are dropped
+ * wherever they wait. */
 static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
-    while (s->q_head && s->n_running < s->p.max_running) {
-        kipp_req *r = s->q_head;
-        if (!r->cancel && sibling_prefilling(s, r)) return; /* FIFO: the rest wait too */
-        if (!r->cancel) {
+    for (kipp_req *q = s->q_head, *nx; q; q = nx) {
+        nx = q->next;
+        if (!q->cancel) continue;
+        queue_unlink(s, q);
+        kipp_req *d = finish_locked(s, q, q->cancel == 2 ? KIPP_FINISH_STOP : KIPP_FINISH_CANCELLED);
+        if (d) dead[(*n_dead)++] = d;
+    }
+    for (;;) {
+        kipp_req *r = pick_locked(s);
+        if (!r) return;
+        if (s->n_running >= s->p.max_running && !make_room_locked(s, r)) return;
+        {
             uint32_t seq = 0, n_hit = s->pc ? kipp_pc_acquire(s->pc, r->all, r->n_all, &seq) : 0;
             uint32_t src = 0;
             const uint32_t n_live = live_prefix(s, r, &src);
@@ -407,6 +569,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
             if (pool_of(s)->n_free < need && s->n_running > 0) { /* wait for room */
                 kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+                if (preempt_paused_locked(s)) continue; /* a paused sequence's KV first */
                 return;
             }
             if (s->pc) kipp_pc_note_lookup(s->pc, r->n_all, n_hit);
@@ -434,19 +597,14 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
                 r->n_cached_pub = n_hit;
                 r->t_admit = now_s();
                 for (uint32_t i = 0; i < r->p.n_prompt; i++) kipp_sampler_accept(r->smp, r->all[i]);
-                s->st.prompt_tokens += r->p.n_prompt;
+                /* usage.prompt_tokens: an API request's prompt once, whatever its n */
+                if (r->p.sibling == 0) s->st.prompt_tokens += r->p.n_prompt;
+                s->st.seq_prompt_tokens += r->p.n_prompt;
                 r->admitted_once = 1;
             }
             s->running[s->n_running++] = r;
         }
-        s->q_head = r->next;
-        if (!s->q_head) s->q_tail = NULL;
-        r->next = NULL;
-        s->n_queue--;
-        if (r->cancel) {
-            kipp_req *d = finish_locked(s, r, r->cancel == 2 ? KIPP_FINISH_STOP : KIPP_FINISH_CANCELLED);
-            if (d) dead[(*n_dead)++] = d;
-        }
+        queue_unlink(s, r);
     }
 }
 
@@ -493,7 +651,7 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < s->n_running; i++) {
             kipp_req *r = s->running[i];
-            if ((pass == 0) != (r->state == KIPP_REQ_DECODE)) continue;
+            if ((pass == 0) != (r->state == KIPP_REQ_DECODE) || r->hold) continue;
             if (pass == 0) {
                 s->b_chunk[i] = 1 + r->job.n_draft;
                 s->b_row[i] = n_rows;
@@ -534,8 +692,8 @@ static void draft(kipp_sched *s) {
             prefill += rem < s->p.batch_tokens ? rem : s->p.batch_tokens;
             continue;
         }
-        /* no drafts under a grammar or a reasoning bound (one mask per token) */
-        if (r->slot < 0 || r->mt || kipp_think_masks(&r->think)) continue;
+        /* no drafts under a grammar or a reasoning bound (one mask per token), or while paused */
+        if (r->slot < 0 || r->mt || kipp_think_masks(&r->think) || r->hold) continue;
         uint32_t cap = s->k_max;
         const uint32_t room = s->n_ctx - r->n_all, left = r->p.max_tokens - r->n_gen - 1;
         if (cap > room) cap = room;
@@ -712,6 +870,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     s->st.spec_drafted = s->e_drafted;
     s->st.spec_accepted = s->e_accepted;
     s->st.spec_draft_seconds = s->e_draft_s;
+    int published = 0;
     for (uint32_t i = 0; i < s->n_running;) {
         kipp_req *r = s->running[i];
         r->drafted_pub = r->spec.drafted;
@@ -726,6 +885,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             r->t_last = t;
             r->n_out = r->n_gen;
             pthread_cond_broadcast(&r->cv);
+            published = 1;
         }
         if (r->pending == KIPP_FINISH_NONE) { i++; continue; }
         pthread_mutex_unlock(&s->mu);
@@ -736,6 +896,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         if (d) dead[(*n_dead)++] = d;
         running_remove(s, i);
     }
+    if (published) pthread_cond_broadcast(&s->any);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -746,6 +907,9 @@ static void pool_stats_locked(kipp_sched *s) {
     s->st.kv_blocks_used = pool->n_blocks - pool->n_free;
     s->st.queue_depth = s->n_queue;
     s->st.running = s->n_running;
+    s->st.paused = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) s->st.paused += paused_locked(s->running[i]);
+    for (const kipp_req *q = s->q_head; q; q = q->next) s->st.paused += paused_locked(q);
     if (s->pc) {
         kipp_pc_stats ps;
         kipp_pc_get_stats(s->pc, &ps);
@@ -783,6 +947,17 @@ static void *engine_main(void *arg) {
             continue;
         }
         if (s->n_running == 0) {
+            pthread_cond_wait(&s->work, &s->mu);
+            continue;
+        }
+        /* sequences their window pauses sit this step out (their consumer is behind) */
+        uint32_t n_run = 0;
+        for (uint32_t i = 0; i < s->n_running; i++) {
+            kipp_req *r = s->running[i];
+            r->hold = r->state == KIPP_REQ_DECODE && paused_locked(r);
+            n_run += !r->hold;
+        }
+        if (n_run == 0) { /* every one is paused: wait for a consumer to read (or a cancel) */
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
@@ -861,6 +1036,11 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->n_vocab = info.n_vocab;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
+    pthread_condattr_t ca; /* kipp_req_wait_any's deadline is on CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->any, &ca);
+    pthread_condattr_destroy(&ca);
     cp.n_kv_blocks = (p.n_kv_tokens + p.block_size - 1) / p.block_size;
     st = kipp_ctx_init(m, &cp, &s->ctx, err, err_len);
     if (st != KIPP_OK) goto fail;
@@ -938,6 +1118,7 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->kk);
     kipp_ctx_free(s->ctx);
     pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->any);
     pthread_mutex_destroy(&s->mu);
     free(s->running);
     free(s->b_chunk);

@@ -3,7 +3,9 @@
  * plus a budget of prompt tokens of sequences still prefilling, as one batch. Requests join
  * at token boundaries, share the paged KV pool and the prefix cache, wait in a bounded queue
  * when no slot or no memory is free, are preempted (and later recomputed) when the pool runs
- * dry, and are cancelled by their consumer at any time. Thread-safe: submit, wait, cancel
+ * dry, and are cancelled by their consumer at any time. Admission is fair across API
+ * requests (a group of n siblings gets its share of the slots when others wait), and a
+ * request with a window pauses while its consumer lags. Thread-safe: submit, wait, cancel
  * and stats may be called from any thread. Does not detokenize, apply stop strings or speak
  * HTTP (src/server does). Design: docs/server.md ("Scheduling"). */
 #ifndef KIPP_ENGINE_SCHED_H
@@ -73,6 +75,13 @@ typedef struct {
     uint64_t group;        /* siblings (the n choices of one API request; 0: none): a
                               request is not admitted while a sibling is still prefilling,
                               then starts from a fork of that sibling's KV (one prefill) */
+    uint32_t sibling;      /* its index among its siblings: prompt_tokens counts the prompt
+                              once per group, for sibling 0 (seq_prompt_tokens for each) */
+    uint32_t window;       /* back-pressure (0: none): the request is paused while it has
+                              generated this many tokens past what its consumer has taken
+                              (the `have` of its last kipp_req_wait / _wait_any), and goes
+                              on once the consumer takes more. A paused sequence keeps its
+                              KV and slot while no other request waits for one */
 } kipp_req_params;
 
 /* One generated token. Log-probabilities are of the model's raw distribution (before
@@ -102,6 +111,11 @@ typedef struct {
     uint32_t kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: held only by the cache */
     uint64_t pc_lookups, pc_hits, pc_lookup_tokens, pc_hit_tokens;
     uint64_t live_prefix_tokens; /* prompt tokens taken from a running sequence's KV (fork) */
+    uint64_t seq_prompt_tokens;  /* prompt tokens of every admitted sequence (prompt_tokens
+                                    counts a group's shared prompt once) */
+    uint64_t preempted_fair, preempted_paused; /* of preempted: to give a waiting request
+                                    its fair share of slots; a paused sequence's slot */
+    uint32_t paused;             /* sequences paused by their window (running or queued) */
     uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding */
     double spec_draft_seconds;
     /* finished requests that drafted, by acceptance: count[i] for (i/10, (i+1)/10], [0]
@@ -140,6 +154,12 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
  * (< 0: forever). Returns the number of tokens available; *finish is set once every token
  * is in (KIPP_FINISH_NONE before). Tokens 0..n-1 may then be read with kipp_req_token. */
 uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *finish);
+/* The same for several requests of one scheduler: waits until one of rs[0..n) has more
+ * than have[i] tokens or has finished, at most timeout_ms (< 0: forever). Returns the first
+ * such index at or after `start` (round robin), or -1 on timeout. Each have[i] counts as
+ * taken by the consumer (see kipp_req_params.window). */
+int kipp_req_wait_any(kipp_req *const *rs, const uint32_t *have, uint32_t n, uint32_t start,
+                      int timeout_ms);
 /* Token i < the count kipp_req_wait returned; valid until kipp_req_release. */
 const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i);
 /* Prompt tokens served from the prefix cache (final once the first token is out). */

@@ -6,8 +6,11 @@
  * disconnect detection (a reset or error on the socket cancels at once; a FIN is probed
  * with a harmless write, so a half-closed client still gets its answer), a bound on
  * requests being parsed and tokenized at once, a watchdog thread that enforces the read
- * deadline MHD's per-byte idle timeout cannot, and drain on shutdown. Not here: the OpenAI
- * field mapping (openai_req.c / openai_gen.c) and scheduling (src/engine/sched.c). */
+ * deadline MHD's per-byte idle timeout cannot and closes responses the client stopped
+ * taking (--write-timeout), back-pressure (a token window per request, a small send buffer
+ * for streams), large non-streamed bodies sent piece by piece, and drain on shutdown. Not
+ * here: the OpenAI field mapping (openai_req.c / openai_gen.c) and scheduling
+ * (src/engine/sched.c). */
 #include "server/server.h"
 
 #include "server/embeddings.h"
@@ -31,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/sockios.h> /* SIOCOUTQ */
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +60,8 @@ typedef struct wd_conn {
     int fd, state, bad_path;
     double t0, t_first; /* when the wait for this request began; its first byte (0: none) */
     uint64_t base;      /* bytes received before this request */
+    uint64_t acked;     /* answering: bytes the client had acknowledged at t_acked, the */
+    double t_acked;     /* last time it took one (or had nothing pending) */
 } wd_conn;
 
 struct kipp_server {
@@ -128,7 +135,7 @@ typedef struct {
 typedef struct {
     oai_gen g;
     kipp_req *req;
-    uint32_t n_seen;
+    uint32_t n_seen, tok0; /* tokens taken; where the last pump began */
     int first, done;
 } gen_choice;
 
@@ -145,9 +152,14 @@ typedef struct {
     int done;
     int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
     conn_state *cs; /* its connection's state (alive while MHD calls the handler or reader) */
-    kipp_buf out; /* SSE bytes not yet handed to MHD */
+    kipp_buf out; /* SSE (or a piece of a large body) not yet handed to MHD */
     size_t out_pos;
     double t_start, t_checked;
+    /* a non-streamed body sent piece by piece (KIPP_SERVER_INLINE_BODY) */
+    oai_gen *gens[OAI_MAX_N];
+    kipp_req *reqs[OAI_MAX_N];
+    const char *fins[OAI_MAX_N];
+    oai_body body;
 } gen_state;
 
 static double now_s(void) {
@@ -249,21 +261,41 @@ static void cancel_all(gen_state *gs) {
         if (gs->ch[i].req) kipp_req_cancel(gs->ch[i].req);
 }
 
-/* Pulls the request's new tokens through the text pipeline. Returns the finish state
- * (KIPP_FINISH_NONE while running); *gone is set when the client left. When the peer sent
- * FIN, the first time: a streaming request returns KIPP_FINISH_NONE with an SSE comment in
- * gs->out (the write that tells a closed socket from a half-closed one); a non-streaming
- * HTTP/1.1 one sends "100 Continue" (which clients skip) for the same reason. After the
- * shutdown deadline (kipp_server_shutdown) the request ends at once as "length". */
-static kipp_finish pump(gen_state *gs, gen_choice *gc, int *gone) {
+/* Waits for the next choice with new tokens (or finished), round robin over the choices
+ * still running, and pulls its new tokens through the text pipeline; *which is that
+ * choice and gc->tok0 the token it began at. Waiting on all choices at once matters: a
+ * choice still queued must not hold up its siblings, which the window pauses until their
+ * tokens are taken. Returns the finish state (KIPP_FINISH_NONE while running); *gone is
+ * set when the client left. When the peer sent FIN, the first time: a streaming request
+ * returns KIPP_FINISH_NONE with *which NULL and an SSE comment in gs->out (the write that
+ * tells a closed socket from a half-closed one); a non-streaming HTTP/1.1 one sends "100
+ * Continue" (which clients skip) for the same reason. After the shutdown deadline
+ * (kipp_server_shutdown) the request ends at once as "length". */
+static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
     kipp_finish fin = KIPP_FINISH_NONE;
     *gone = 0;
+    *which = NULL;
+    kipp_req *rs[OAI_MAX_N];
+    uint32_t have[OAI_MAX_N], n_live = 0;
+    gen_choice *map[OAI_MAX_N];
+    for (uint32_t k = 0; k < gs->n_ch; k++) {
+        gen_choice *x = &gs->ch[(gs->turn + k) % gs->n_ch];
+        if (x->done) continue;
+        rs[n_live] = x->req, have[n_live] = x->n_seen, map[n_live++] = x;
+    }
+    if (n_live == 0) return KIPP_FINISH_STOP; /* callers never ask then */
     for (;;) {
-        const uint32_t n = kipp_req_wait(gc->req, gc->n_seen, WAIT_SLICE_MS, &fin);
+        int k; /* one choice waits on its own request (a broadcast per step wakes wait_any) */
+        if (n_live == 1) {
+            kipp_finish f;
+            k = kipp_req_wait(rs[0], have[0], WAIT_SLICE_MS, &f) > have[0] || f != KIPP_FINISH_NONE ? 0 : -1;
+        } else {
+            k = kipp_req_wait_any(rs, have, n_live, 0, WAIT_SLICE_MS);
+        }
         /* the socket is looked at every WAIT_SLICE_MS even while tokens flow: a fast model
          * never leaves a wait idle long enough otherwise */
         const double t = now_s();
-        if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || (n == gc->n_seen && fin == KIPP_FINISH_NONE)) {
+        if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || k < 0) {
             gs->t_checked = t;
             const int ps = peer_state(gs->fd);
             if (ps == PEER_GONE) {
@@ -285,21 +317,33 @@ static kipp_finish pump(gen_state *gs, gen_choice *gc, int *gone) {
                     return KIPP_FINISH_CANCELLED;
                 }
             }
-            if (atomic_load(&gs->sv->stopping) && fin == KIPP_FINISH_NONE) {
-                cancel_all(gs); /* the shutdown deadline: end it as cut short */
-                return KIPP_FINISH_LENGTH;
+            if (atomic_load(&gs->sv->stopping)) {
+                gen_choice *gc = k >= 0 ? map[k] : map[0];
+                kipp_finish f;
+                kipp_req_wait(gc->req, gc->n_seen, 0, &f);
+                if (f == KIPP_FINISH_NONE) {
+                    cancel_all(gs); /* the shutdown deadline: end it as cut short */
+                    gc->tok0 = gc->n_seen;
+                    gs->turn = (uint32_t)(gc - gs->ch + 1) % gs->n_ch;
+                    *which = gc;
+                    return KIPP_FINISH_LENGTH;
+                }
             }
         }
-        if (n > gc->n_seen || fin != KIPP_FINISH_NONE) {
-            for (; gc->n_seen < n; gc->n_seen++)
-                if (oai_gen_push(&gc->g, kipp_req_token(gc->req, gc->n_seen)))
-                    kipp_req_stop(gc->req); /* a stop string: the text is complete */
-            /* a stop string ends the text even when the engine also reached max_tokens */
-            if (gc->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
-            /* the engine stopping (kipp_sched_stop) after the deadline also ends as cut */
-            if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) fin = KIPP_FINISH_LENGTH;
-            return fin;
-        }
+        if (k < 0) continue;
+        gen_choice *gc = map[k];
+        gs->turn = (uint32_t)(gc - gs->ch + 1) % gs->n_ch;
+        *which = gc;
+        gc->tok0 = gc->n_seen;
+        const uint32_t n = kipp_req_wait(gc->req, gc->n_seen, 0, &fin);
+        for (; gc->n_seen < n; gc->n_seen++)
+            if (oai_gen_push(&gc->g, kipp_req_token(gc->req, gc->n_seen)))
+                kipp_req_stop(gc->req); /* a stop string: the text is complete */
+        /* a stop string ends the text even when the engine also reached max_tokens */
+        if (gc->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
+        /* the engine stopping (kipp_sched_stop) after the deadline also ends as cut */
+        if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) fin = KIPP_FINISH_LENGTH;
+        return fin;
     }
 }
 
@@ -366,15 +410,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (gs->done) return MHD_CONTENT_READER_END_OF_STREAM;
-        gen_choice *gc = NULL; /* the next choice still running, round robin */
-        for (uint32_t k = 0; k < gs->n_ch && !gc; k++) {
-            gen_choice *x = &gs->ch[(gs->turn + k) % gs->n_ch];
-            if (!x->done) gc = x, gs->turn = (gs->turn + k + 1) % gs->n_ch;
-        }
         int gone;
-        const uint32_t tok0 = gc->n_seen;
-        kipp_finish fin = pump(gs, gc, &gone);
+        gen_choice *gc; /* the next choice with news, round robin */
+        kipp_finish fin = pump(gs, &gc, &gone);
         if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!gc) continue; /* the probe is in gs->out */
+        const uint32_t tok0 = gc->tok0;
         if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
             char *e = oai_error_json(fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req)
                                                               : "the request was cancelled",
@@ -410,6 +451,71 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 static void stream_free(void *cls) { gen_free(cls); }
+
+/* MHD content reader for a large non-streamed body: its pieces as the client takes them. */
+static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    gen_state *gs = cls;
+    (void)pos;
+    while (gs->out_pos == gs->out.len) {
+        gs->out_pos = gs->out.len = 0;
+        const int more = oai_body_next(&gs->body, &gs->out);
+        if (more < 0) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory: cut */
+        if (more == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    size_t n = gs->out.len - gs->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, gs->out.data + gs->out_pos, n);
+    gs->out_pos += n;
+    return (ssize_t)n;
+}
+
+/* Answers a finished non-streamed generation. A body of at most KIPP_SERVER_INLINE_BODY
+ * bytes is built whole and sent; a larger one (n choices with logprobs) is never whole in
+ * memory: a first pass counts its bytes (Content-Length), then its pieces are made again
+ * as the client reads them (body_reader), so a client that stops reading holds one piece. */
+static enum MHD_Result send_body_pieces(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
+                                        gen_state *gs) {
+    oai_body_init(&gs->body, gs->gens, gs->reqs, gs->fins, gs->n_ch, &gs->meta);
+    kipp_buf first = {0};
+    int more;
+    while ((more = oai_body_next(&gs->body, &first)) > 0 && first.len <= KIPP_SERVER_INLINE_BODY) {}
+    enum MHD_Result res;
+    if (more == 0) {
+        res = send_json(sv, c, cs, 200, kipp_buf_take(&first, NULL));
+        note_duration(gs);
+        gen_free(gs);
+        return res;
+    }
+    uint64_t total = first.len;
+    kipp_buf_free(&first);
+    kipp_buf piece = {0};
+    while (more > 0) {
+        piece.len = 0;
+        more = oai_body_next(&gs->body, &piece);
+        total += piece.len;
+    }
+    kipp_buf_free(&piece);
+    struct MHD_Response *r = NULL;
+    if (more == 0) {
+        oai_body_init(&gs->body, gs->gens, gs->reqs, gs->fins, gs->n_ch, &gs->meta);
+        gs->out.len = gs->out_pos = 0;
+        r = MHD_create_response_from_callback(total, 16384, body_reader, gs, stream_free);
+    }
+    if (!r) {
+        res = send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
+        gen_free(gs);
+        return res;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    common_headers(sv, cs, r);
+    res = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    cs->responded = 1;
+    cs->status = 200;
+    count(sv, cs->endpoint, 200);
+    note_duration(gs);
+    return res;
+}
 
 /* Tokenizes the request's prompt (chat template or completions prompt). Returns 0 or an
  * HTTP status with the error already sent. */
@@ -616,6 +722,8 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         gen_choice *gc = &gs->ch[i];
         gc->first = 1;
         rp.sampling.seed = gs->rq.sp.seed + i;
+        rp.sibling = i;
+        rp.window = KIPP_SERVER_TOKEN_WINDOW;
         rp.matcher = NULL;
         rp.think = (kipp_think_params){0};
         if (gs->rq.grammar) { /* constrained decoding: a bad grammar is the client's 400 */
@@ -662,6 +770,11 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     gs->meta = (oai_meta){.id = gs->id, .model = gs->rq.model, .created = (long long)time(NULL),
                           .n_prompt = gs->n_prompt};
     if (gs->rq.stream) {
+        /* the kernel's send buffer would otherwise grow to net.ipv4.tcp_wmem's maximum (4 MiB)
+         * for a client that does not read, and hold thousands of tokens before the window
+         * could pause anything */
+        const int sndbuf = KIPP_SERVER_STREAM_SNDBUF;
+        if (gs->fd >= 0) setsockopt(gs->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, gs, stream_free);
         if (!r) {
@@ -678,20 +791,18 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         count(sv, cs->endpoint, 200);
         return res;
     }
-    /* not streamed: wait here for the whole completion */
-    oai_gen *gens[OAI_MAX_N];
-    kipp_req *reqs[OAI_MAX_N];
-    const char *fins[OAI_MAX_N];
-    for (uint32_t i = 0; i < gs->n_ch; i++) { /* the choices run together; collect each */
-        gen_choice *gc = &gs->ch[i];
-        kipp_finish fin;
+    /* not streamed: wait here for the whole completion; the choices run together and are
+     * taken as their tokens come (so the window never pauses them) */
+    for (uint32_t left = gs->n_ch; left;) {
+        gen_choice *gc;
         int gone;
-        while ((fin = pump(gs, gc, &gone)) == KIPP_FINISH_NONE) {}
+        const kipp_finish fin = pump(gs, &gc, &gone);
         if (gone) { /* nobody to answer: close the connection */
             gen_free(gs);
             cs->responded = 1;
             return MHD_NO;
         }
+        if (!gc || fin == KIPP_FINISH_NONE) continue;
         if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
             cancel_all(gs);
             res = send_error(sv, c, cs, 500,
@@ -701,13 +812,13 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
             return res;
         }
         oai_gen_finish(&gc->g);
+        gc->done = 1;
+        left--;
         fill_meta(gs, gc, fin);
-        gens[i] = &gc->g, reqs[i] = gc->req, fins[i] = gs->meta.finish_reason;
+        const uint32_t i = (uint32_t)(gc - gs->ch);
+        gs->gens[i] = &gc->g, gs->reqs[i] = gc->req, gs->fins[i] = gs->meta.finish_reason;
     }
-    res = send_json(sv, c, cs, 200, oai_response_json(gens, reqs, fins, gs->n_ch, &gs->meta));
-    note_duration(gs);
-    gen_free(gs);
-    return res;
+    return send_body_pieces(sv, c, cs, gs);
 }
 
 /* ---- small endpoints -------------------------------------------------------------------- */
@@ -1015,6 +1126,29 @@ static uint64_t bytes_received(int fd) {
                : 0;
 }
 
+static uint64_t bytes_acked(int fd) {
+    struct tcp_info ti;
+    socklen_t l = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0) return 0;
+    return l >= offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked
+               ? ti.tcpi_bytes_acked
+               : 0;
+}
+
+/* A response stalled: the socket has bytes the client has not acknowledged and it took
+ * none for --write-timeout (watchdog, wd_mu held). */
+static int write_stalled(wd_conn *w, double t, double limit) {
+    int pending = 0;
+    const uint64_t acked = bytes_acked(w->fd);
+    if (ioctl(w->fd, SIOCOUTQ, &pending) != 0 || pending <= 0 || acked != w->acked) {
+        w->acked = acked;
+        w->t_acked = t;
+        return 0;
+    }
+    return t - w->t_acked > limit;
+}
+
 static wd_conn *wd_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
@@ -1030,6 +1164,9 @@ static void wd_set(kipp_server *sv, struct MHD_Connection *c, int state) {
             w->t0 = now_s();
             w->t_first = 0;
             w->base = bytes_received(w->fd);
+        } else if (state == WD_BUSY) {
+            w->t_acked = now_s();
+            w->acked = bytes_acked(w->fd);
         }
     }
     pthread_mutex_unlock(&sv->wd_mu);
@@ -1037,14 +1174,21 @@ static void wd_set(kipp_server *sv, struct MHD_Connection *c, int state) {
 
 /* Closes (shutdown: MHD's thread then sees EOF and cleans up) every connection that has not
  * delivered a whole request within --read-timeout of the wait for it starting, or whose
- * request line is not complete LINE_DEADLINE_S after its first byte (garbage, TLS). */
+ * request line is not complete LINE_DEADLINE_S after its first byte (garbage, TLS), or
+ * whose response the client has taken no byte of for --write-timeout (the socket's send
+ * queue full and not draining: its request is cancelled when MHD's write fails). */
 static void *watchdog(void *arg) {
     kipp_server *sv = arg;
-    const double limit = sv->p.read_timeout_s;
+    const double limit = sv->p.read_timeout_s, wlimit = sv->p.write_timeout_s;
     while (!atomic_load(&sv->wd_stop)) {
         const double t = now_s();
         pthread_mutex_lock(&sv->wd_mu);
         for (wd_conn *w = sv->conns; w; w = w->next) {
+            if (w->state == WD_BUSY && write_stalled(w, t, wlimit)) {
+                shutdown(w->fd, SHUT_RDWR);
+                w->state = WD_KILLED;
+                continue;
+            }
             if (w->state == WD_BUSY || w->state == WD_KILLED) continue;
             int kill = t - w->t0 > limit;
             if (!kill && w->state == WD_WAIT) {
@@ -1365,6 +1509,7 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     if (!sv->p.max_connections_per_ip)
         sv->p.max_connections_per_ip = KIPP_SERVER_DEFAULT_MAX_CONNECTIONS_PER_IP;
     if (!sv->p.read_timeout_s) sv->p.read_timeout_s = KIPP_SERVER_DEFAULT_READ_TIMEOUT_S;
+    if (!sv->p.write_timeout_s) sv->p.write_timeout_s = KIPP_SERVER_DEFAULT_WRITE_TIMEOUT_S;
     if (!sv->p.max_parsing) sv->p.max_parsing = KIPP_SERVER_DEFAULT_MAX_PARSING;
     if (!sv->p.max_body) sv->p.max_body = KIPP_SERVER_DEFAULT_MAX_BODY;
     sv->parsing.cap = sv->p.max_parsing;

@@ -57,10 +57,20 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            (double)s->rejected);
     metric(&b, "kipp_requests_preempted_total", "counter",
            "Sequences whose KV blocks were freed to make room (recomputed later).", (double)s->preempted);
+    metric(&b, "kipp_requests_preempted_fair_total", "counter",
+           "Of them, to give a waiting request its fair share of the running slots.",
+           (double)s->preempted_fair);
+    metric(&b, "kipp_requests_preempted_paused_total", "counter",
+           "Of them, paused sequences (their client not reading) giving their slot to a waiting request.",
+           (double)s->preempted_paused);
     metric(&b, "kipp_engine_errors_total", "counter", "Sequences that ended with a backend error.",
            (double)s->errors);
-    metric(&b, "kipp_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+    metric(&b, "kipp_prompt_tokens_total", "counter",
+           "Prompt tokens of admitted requests, once per request whatever its n (usage.prompt_tokens).",
            (double)s->prompt_tokens);
+    metric(&b, "kipp_sequence_prompt_tokens_total", "counter",
+           "Prompt tokens of every admitted sequence (each of n choices; most come from a fork or the cache).",
+           (double)s->seq_prompt_tokens);
     metric(&b, "kipp_generated_tokens_total", "counter", "Tokens generated.", (double)s->generated_tokens);
     metric(&b, "kipp_engine_steps_total", "counter", "Batched decode steps.", (double)s->steps);
     metric(&b, "kipp_engine_batched_tokens_total", "counter", "Tokens run through the model.",
@@ -111,6 +121,8 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
         s->spec_req_acc_sum, (unsigned long long)s->spec_req_n);
     metric(&b, "kipp_queue_depth", "gauge", "Requests waiting for a running slot.", s->queue_depth);
     metric(&b, "kipp_running_sequences", "gauge", "Sequences in the running batch.", s->running);
+    metric(&b, "kipp_paused_sequences", "gauge",
+           "Sequences paused because they ran a window of tokens ahead of their client.", s->paused);
     metric(&b, "kipp_kv_blocks_total", "gauge", "Blocks in the paged KV pool.", s->kv_blocks_total);
     metric(&b, "kipp_kv_blocks_used", "gauge", "KV blocks referenced by a sequence or the prefix cache.",
            s->kv_blocks_used);

@@ -138,10 +138,28 @@ char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta);
  * ""}}, then its new arguments as {"index", "function": {"arguments"}}. Call until NULL
  * after each oai_chunk_json. */
 char *oai_tool_chunk_json(oai_gen *g, const oai_meta *meta);
-/* The whole non-streamed response: choice i from gs[i] (content/reasoning taken) and
- * reqs[i], with finish reason finish[i]; meta's usage covers every choice. */
+/* The whole non-streamed response: choice i from gs[i] and reqs[i], with finish reason
+ * finish[i]; meta's usage covers every choice. */
 char *oai_response_json(oai_gen *const *gs, kipp_req *const *reqs, const char *const *finish,
                         uint32_t n, const oai_meta *meta);
+/* The same response made piece by piece (bounded memory: a piece is the envelope, a
+ * choice's head or tail, up to 32 tokens' logprobs, or the usage), so a large body need
+ * never be whole in memory. Nothing is consumed: running it again from oai_body_init gives
+ * the same bytes. The arrays must outlive the iterator. */
+typedef struct {
+    oai_gen *const *gs;
+    kipp_req *const *reqs;
+    const char *const *finish;
+    uint32_t n;
+    const oai_meta *meta;
+    int phase, part; /* internal */
+    uint32_t ch, tok;
+} oai_body;
+void oai_body_init(oai_body *b, oai_gen *const *gs, kipp_req *const *reqs,
+                   const char *const *finish, uint32_t n, const oai_meta *meta);
+/* Appends the next piece to out: 1 while pieces remain, 0 once the body is complete (and
+ * nothing appended), -1 out of memory. */
+int oai_body_next(oai_body *b, kipp_buf *out);
 /* GET /v1/models: the served name, then each alias but "*". */
 char *oai_models_json(const char *name, const char *const *aliases, size_t n_aliases);
 /* {"error": {...}} */

@@ -1,7 +1,8 @@
 /* openai_gen.c — from generated tokens to OpenAI responses: streaming detokenization, stop
  * strings (text that may begin a stop string is held back until it cannot), the Qwen3
  * reasoning split for chat, then (when the request has tools) the <tool_call> split of the
- * content into tool_calls (src/tok/toolcall.c), and the JSON of chunks, whole responses,
+ * content into tool_calls (src/tok/toolcall.c), and the JSON of chunks, whole responses
+ * (also made piece by piece, oai_body, so a large one is never whole in memory),
  * usage and errors. Text is always valid UTF-8 (the detokenizer never emits half a
  * character; stop strings are matched on bytes and cut only where a whole stop string
  * begins). */
@@ -451,39 +452,149 @@ char *oai_usage_chunk_json(const oai_gen *g, const oai_meta *meta) {
     return dump(o);
 }
 
-char *oai_response_json(oai_gen *const *gs, kipp_req *const *reqs, const char *const *finish,
-                        uint32_t n, const oai_meta *meta) {
-    const int chat = gs[0]->rq->ep == OAI_CHAT;
-    json_t *o = envelope(meta, chat ? "chat.completion" : "text_completion");
-    json_t *choices = json_array();
-    for (uint32_t i = 0; i < n; i++) {
-        oai_gen *g = gs[i];
-        const kipp_req *req = reqs[i];
+/* ---- the whole response, piece by piece ---------------------------------------------- */
+
+/* A buffer's text as a JSON string without emptying it (NULL when empty and omit_empty):
+ * the body is serialized twice when it is large (once to count its length). */
+static json_t *peek(const kipp_buf *b, int omit_empty) {
+    if (b->len == 0 && omit_empty) return NULL;
+    json_t *s = json_stringn(b->data ? b->data : "", b->len);
+    return s ? s : json_string("");
+}
+
+/* Appends o's compact JSON (any value) and frees o; without its last byte when strip. */
+static void put_json(kipp_buf *out, json_t *o, int strip) {
+    char *t = o ? json_dumps(o, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    json_decref(o);
+    if (!t) { out->oom = 1; return; }
+    const size_t n = strlen(t);
+    kipp_buf_put(out, t, strip && n ? n - 1 : n);
+    free(t);
+}
+
+void oai_body_init(oai_body *b, oai_gen *const *gs, kipp_req *const *reqs,
+                   const char *const *finish, uint32_t n, const oai_meta *meta) {
+    *b = (oai_body){.gs = gs, .reqs = reqs, .finish = finish, .n = n, .meta = meta};
+}
+
+/* One token's logprobs entry: chat's object, or completions' element of array `part` (0
+ * tokens, 1 token_logprobs, 2 top_logprobs, 3 text_offset). */
+static json_t *lp_entry(const oai_gen *g, const kipp_req *req, uint32_t i, int chat, int part) {
+    const kipp_gen_token *t = kipp_req_token(req, i);
+    if (chat) {
+        json_t *bytes, *e = json_object(), *tops = json_array();
+        json_object_set_new(e, "token", token_text(g->m, t->id, &bytes));
+        json_object_set_new(e, "logprob", json_real(t->logprob));
+        json_object_set_new(e, "bytes", bytes);
+        for (uint32_t k = 0; k < t->n_top; k++) {
+            json_t *tb, *te = json_object();
+            json_object_set_new(te, "token", token_text(g->m, t->top_id[k], &tb));
+            json_object_set_new(te, "logprob", json_real(t->top_logprob[k]));
+            json_object_set_new(te, "bytes", tb);
+            json_array_append_new(tops, te);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        return e;
+    }
+    switch (part) {
+    case 0: return token_text(g->m, t->id, NULL);
+    case 1: return json_real(t->logprob);
+    case 2: {
+        json_t *top = json_object();
+        for (uint32_t k = 0; k < t->n_top; k++) {
+            json_t *s = token_text(g->m, t->top_id[k], NULL);
+            json_object_set_new(top, json_string_value(s), json_real(t->top_logprob[k]));
+            json_decref(s);
+        }
+        return top;
+    }
+    default:
+        return json_integer(i < g->n_used ? (json_int_t)g->text_offset[i] : (json_int_t)g->n_chars);
+    }
+}
+
+#define BODY_SLICE 32 /* logprobs entries per piece */
+
+int oai_body_next(oai_body *b, kipp_buf *out) {
+    static const char *const parts[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    if (b->phase == 3) return 0;
+    const int chat = b->gs[0]->rq->ep == OAI_CHAT;
+    if (b->phase == 0) { /* the envelope, up to the choices */
+        put_json(out, envelope(b->meta, chat ? "chat.completion" : "text_completion"), 1);
+        kipp_buf_puts(out, ",\"choices\":[");
+        b->phase = 1, b->ch = 0, b->tok = 0, b->part = -1;
+        return out->oom ? -1 : 1;
+    }
+    if (b->phase == 1 && b->ch == b->n) { /* the usage, and the end */
+        kipp_buf_puts(out, "],\"usage\":");
+        put_json(out, usage_json(b->meta), 0);
+        kipp_buf_puts(out, "}");
+        b->phase = 3;
+        return out->oom ? -1 : 1;
+    }
+    const oai_gen *g = b->gs[b->ch];
+    const kipp_req *req = b->reqs[b->ch];
+    if (b->part < 0) { /* a choice's head: index and text, up to its logprobs */
         json_t *choice = json_object();
         json_object_set_new(choice, "index", json_integer(g->index));
         if (chat) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
             /* OpenAI: content is null when the reply is only tool calls */
-            json_t *content = take(&g->content, g->n_calls > 0);
+            json_t *content = peek(&g->content, g->n_calls > 0);
             json_object_set_new(msg, "content", content ? content : json_null());
-            json_t *r = take(&g->reasoning, 1);
+            json_t *r = peek(&g->reasoning, 1);
             json_object_set_new(msg, "reasoning_content", r ? r : json_null());
             if (g->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(g));
             json_object_set_new(choice, "message", msg);
         } else {
-            json_object_set_new(choice, "text", take(&g->content, 0));
+            json_object_set_new(choice, "text", peek(&g->content, 0));
         }
-        json_object_set_new(choice, "logprobs",
-                            g->rq->logprobs ? (chat ? chat_logprobs(g->m, req, 0, g->n_used)
-                                                    : completion_logprobs(g, req, 0, g->n_used))
-                                            : json_null());
-        json_object_set_new(choice, "finish_reason", finish[i] ? json_string(finish[i]) : json_null());
-        json_array_append_new(choices, choice);
+        put_json(out, choice, 1);
+        kipp_buf_puts(out, ",\"logprobs\":");
+        if (g->rq->logprobs) {
+            kipp_buf_puts(out, chat ? "{\"content\":[" : "{\"tokens\":[");
+            b->part = 0, b->tok = 0;
+            return out->oom ? -1 : 1;
+        }
+        kipp_buf_puts(out, "null");
+        b->part = 4; /* straight to the tail */
     }
-    json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(meta));
-    return dump(o);
+    if (b->part < 4) { /* a slice of the logprobs */
+        const uint32_t t1 = b->tok + BODY_SLICE < g->n_used ? b->tok + BODY_SLICE : g->n_used;
+        for (uint32_t i = b->tok; i < t1; i++) {
+            if (i) kipp_buf_puts(out, ",");
+            put_json(out, lp_entry(g, req, i, chat, b->part), 0);
+        }
+        b->tok = t1;
+        if (t1 == g->n_used) {
+            b->part = chat ? 4 : b->part + 1;
+            b->tok = 0;
+            if (b->part < 4) kipp_buf_printf(out, "],\"%s\":[", parts[b->part]);
+            else kipp_buf_puts(out, "]}");
+        }
+        if (b->part < 4) return out->oom ? -1 : 1;
+    }
+    /* the choice's tail */
+    kipp_buf_puts(out, ",\"finish_reason\":");
+    put_json(out, b->finish[b->ch] ? json_string(b->finish[b->ch]) : json_null(), 0);
+    kipp_buf_puts(out, b->ch + 1 < b->n ? "}," : "}");
+    b->ch++, b->part = -1;
+    return out->oom ? -1 : 1;
+}
+
+char *oai_response_json(oai_gen *const *gs, kipp_req *const *reqs, const char *const *finish,
+                        uint32_t n, const oai_meta *meta) {
+    oai_body b;
+    kipp_buf out = {0};
+    oai_body_init(&b, gs, reqs, finish, n, meta);
+    int more;
+    while ((more = oai_body_next(&b, &out)) > 0) {}
+    if (more < 0) {
+        kipp_buf_free(&out);
+        return NULL;
+    }
+    return kipp_buf_take(&out, NULL);
 }
 
 char *oai_error_json(const char *message, const char *type, const char *param, const char *code) {

@@ -18,6 +18,15 @@
 #define KIPP_SERVER_DEFAULT_MAX_CONNECTIONS_PER_IP 64
 #define KIPP_SERVER_DEFAULT_READ_TIMEOUT_S 30
 #define KIPP_SERVER_DEFAULT_MAX_PARSING 4
+#define KIPP_SERVER_DEFAULT_WRITE_TIMEOUT_S 30
+/* back-pressure: a request's sequences run at most this many tokens ahead of what the
+ * server has handed to the connection (kipp_req_params.window) */
+#define KIPP_SERVER_TOKEN_WINDOW 64
+/* SO_SNDBUF of a streaming response's socket (the kernel doubles it for its bookkeeping) */
+#define KIPP_SERVER_STREAM_SNDBUF (64 * 1024)
+/* a non-streamed response body above this many bytes is not built whole: it is sent piece
+ * by piece as the client reads (its length counted by a first pass) */
+#define KIPP_SERVER_INLINE_BODY (1u << 20)
 
 typedef struct {
     const char *host;            /* "127.0.0.1" unless told otherwise */
@@ -33,6 +42,9 @@ typedef struct {
     uint32_t max_connections;    /* 0: KIPP_SERVER_DEFAULT_MAX_CONNECTIONS, and so on */
     uint32_t max_connections_per_ip;
     uint32_t read_timeout_s;     /* a whole request (headers + body) within this */
+    uint32_t write_timeout_s;    /* a response the client accepts no byte of for this long
+                                    (while the server has bytes for it) is closed and its
+                                    request cancelled */
     uint32_t max_parsing;        /* requests parsed/tokenized at once */
     const char *const *allowed_hosts; /* extra Host names ("*": any); loopback always */
     size_t n_allowed_hosts;

@@ -2,7 +2,8 @@
  * tokens are identical alone, in a concurrent batch of 8, with the prefix cache, and under
  * KV-pool pressure that forces preemption and recomputation; cancellation returns every
  * block; a full queue says busy; logprobs are consistent; a reused prefix decodes to the
- * same logits as recomputation (1e-6). Runs on the backend and KV type the flags name
+ * same logits as recomputation (1e-6); a window pauses an unread request (which yields its
+ * slot) and admission is fair across requests. Runs on the backend and KV type the flags name
  * (default cpu), the scheduler's context and the bare prefix-cache context alike. */
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
@@ -305,6 +306,118 @@ static kipp_model *open_gate(const char *model_path, const kt_opts *o, prompts *
     return m;
 }
 
+/* Waits (at most 60 s) for r to finish, reading as it goes; 0: it did. */
+static int collect_within(kipp_req *r, outputs *o, int i, kipp_finish *fin) {
+    uint32_t n = 0;
+    *fin = KIPP_FINISH_NONE;
+    for (int k = 0; k < 600 && *fin == KIPP_FINISH_NONE; k++) n = kipp_req_wait(r, n, 100, fin);
+    o->n[i] = n;
+    for (uint32_t k = 0; k < n && k < MAX_GEN; k++) o->tok[i][k] = kipp_req_token(r, k)->id;
+    return *fin == KIPP_FINISH_NONE ? -1 : 0;
+}
+
+/* Back-pressure and fairness: a request with a window of 4 that nobody reads stops at 4
+ * tokens (paused, not finished) and, read later, gives its solo tokens; alone on one slot
+ * its paused sequence yields the slot to another request (and resumes after). Fairness:
+ * on 2 slots, a plain request sent after an n = 4 group finishes before the group's last
+ * sibling (it does not queue behind the siblings), every output is its solo output, and
+ * prompt_tokens counts the group's prompt once. */
+static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp_sched_params *base,
+                                     const outputs *solo) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched_params sp = *base;
+    sp.max_running = 1;
+    sp.prefix_cache_entries = 16;
+    kipp_sched *s;
+    if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    outputs o;
+    memset(&o, 0, sizeof o);
+    kipp_finish fin;
+    kipp_req_params ra = req_params(p, 0, 0.0f);
+    ra.window = 4;
+    kipp_req *a = NULL, *b = NULL;
+    if (kipp_sched_submit(s, &ra, &a, err, sizeof err) == KIPP_OK) {
+        uint32_t n = 0;
+        for (int k = 0; k < 600 && n < 4; k++) { /* up to a minute (sanitizers are slow) */
+            n = kipp_req_wait(a, 0, 0, &fin);
+            if (n < 4) sleep_ms(100);
+        }
+        sleep_ms(200); /* room to run past the window, were it not kept */
+        n = kipp_req_wait(a, 0, 0, &fin);
+        kipp_sched_stats st;
+        kipp_sched_get_stats(s, &st);
+        KT_CHECK(n == 4 && fin == KIPP_FINISH_NONE && st.paused == 1,
+                 "window 4, not read: %u tokens, finish %d, %u paused", n, (int)fin, st.paused);
+        const kipp_req_params rb = req_params(p, 1, 0.0f);
+        if (kipp_sched_submit(s, &rb, &b, err, sizeof err) == KIPP_OK) {
+            KT_CHECK(collect_within(b, &o, 1, &fin) == 0 && fin == KIPP_FINISH_LENGTH,
+                     "a request behind a paused one on the only slot did not finish (%d)", (int)fin);
+        } else {
+            KT_CHECK(0, "submit: %s", err);
+        }
+        KT_CHECK(collect_within(a, &o, 0, &fin) == 0 && fin == KIPP_FINISH_LENGTH,
+                 "the paused request did not finish once read (%d)", (int)fin);
+        kipp_sched_get_stats(s, &st);
+        KT_CHECK(st.preempted_paused >= 1, "the paused sequence never gave up its slot");
+        for (int i = 0; i < 2; i++)
+            KT_CHECK(o.n[i] == solo->n[i] && !memcmp(o.tok[i], solo->tok[i], o.n[i] * sizeof(int32_t)),
+                     "window: request %d differs from its solo run", i);
+    } else {
+        KT_CHECK(0, "submit: %s", err);
+    }
+    kipp_req_release(a);
+    kipp_req_release(b);
+    kipp_sched_free(s);
+
+    sp.max_running = 2;
+    if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    kipp_req *g[4] = {0}, *plain = NULL;
+    int bad = 0;
+    for (uint32_t i = 0; i < 4 && !bad; i++) {
+        kipp_req_params rg = req_params(p, 2, 0.0f);
+        rg.group = 7;
+        rg.sibling = i;
+        bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
+    }
+    const kipp_req_params rp = req_params(p, 3, 0.0f);
+    bad = bad || kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
+    KT_CHECK(!bad, "submit: %s", err);
+    if (!bad) {
+        KT_CHECK(collect_within(plain, &o, 3, &fin) == 0, "the plain request did not finish");
+        kipp_finish last;
+        kipp_req_wait(g[3], 0, 0, &last);
+        KT_CHECK(last == KIPP_FINISH_NONE, "the plain request finished only after every sibling "
+                 "of the n = 4 request sent before it (it queued behind them)");
+        KT_CHECK(o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
+                 "fairness: the plain request differs from its solo run");
+        for (int i = 0; i < 4; i++) {
+            outputs og;
+            KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
+                         !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
+                     "fairness: sibling %d differs from the prompt's solo run", i);
+        }
+    }
+    for (int i = 0; i < 4; i++) kipp_req_release(g[i]);
+    kipp_req_release(plain);
+    kipp_sched_stop(s);
+    kipp_sched_stats st;
+    kipp_sched_get_stats(s, &st);
+    if (!bad) {
+        KT_CHECK(st.prompt_tokens == p->n[2] + p->n[3], "prompt_tokens %llu: the group's prompt "
+                 "(%u) counts once, with the plain one's (%u)", (unsigned long long)st.prompt_tokens,
+                 p->n[2], p->n[3]);
+        KT_CHECK(st.seq_prompt_tokens == 4ull * p->n[2] + p->n[3], "seq_prompt_tokens %llu",
+                 (unsigned long long)st.seq_prompt_tokens);
+    }
+    kipp_sched_free(s);
+}
+
 int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) {
     (void)unused;
     const int failed0 = kt_failed;
@@ -321,6 +434,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     }
     kipp_sched_free(probe);
     outputs solo, batch, cached, pressed, sampled_solo, sampled_batch;
+    memset(&solo, 0, sizeof solo);
     kipp_sched_stats st;
     if (run(m, &sp, &p, 0, 0.0f, &solo, NULL) == 0) {
         if (run(m, &sp, &p, 1, 0.0f, &batch, &st) == 0) same(&solo, &batch, "batch of 8");
@@ -339,6 +453,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     if (run(m, &sp, &p, 0, 1.0f, &sampled_solo, NULL) == 0 &&
         run(m, &sp, &p, 1, 1.0f, &sampled_batch, NULL) == 0)
         same(&sampled_solo, &sampled_batch, "seeded sampling at temperature 1");
+    if (solo.n[0]) gate_window_and_fairness(m, &p, &sp, &solo);
     gate_cancel_and_queue(m, &p, &sp);
     gate_logprobs(m, &p, &sp);
     gate_prefix_cache(m, &p, &sp);
@@ -348,7 +463,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     lp.kv_type = sp.kv_type;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
-           "cancel and queue, logprobs, prefix reuse\n", kt_label(&lp, label, sizeof label));
+           "window and fairness, cancel and queue, logprobs, prefix reuse\n", kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }
 
