@@ -170,6 +170,33 @@ def other_rows(root):
     rows.append(("SIGTERM drain: streams completed", "%d of %d in %.1f s" % (
         dr["outcomes"]["completed"], dr["streams"], dr["sigterm_to_exit_s"]), "all",
         met(dr["outcomes"]["completed"] == dr["streams"]), name))
+    at = ph.get("attack")
+    if at:
+        cl = at["classes"]
+        n_cases = sum(c["cases"] for c in cl.values())
+        rows.append(("Attack classes (%d): crashes + hangs + unconstrained replies returned as "
+                     "constrained" % len(cl), "%d + %d + %d in %d cases (%d unacceptable)" % (
+                         at["crash"], at["hang"], at["unconstrained_as_constrained"], n_cases,
+                         at["unacceptable_total"]), "0",
+                     met(at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0),
+                     name))
+        worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
+        n_lat = sum(1 for c in cl.values() if c["latency_met"])
+        rows.append(("Attack: worst plain-request latency beside a hostile class / unloaded",
+                     "%.1f× (%s); %d of %d classes met" % (cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl)),
+                     "≤ 2× per class", met(at["latency_met_all"]), name))
+        n_rss = sum(1 for c in cl.values() if c["rss_met"])
+        worst = max(cl, key=lambda k: cl[k]["peak_rss_bytes"] or 0)
+        rows.append(("Attack: peak RSS per hostile class",
+                     "worst %.1f MB (%s); %d of %d classes met" % (cl[worst]["peak_rss_bytes"] / 1e6, worst,
+                                                                 n_rss, len(cl)),
+                     "≤ 1.25 × idle + KV per class", met(at["rss_met_all"]), name))
+        nr = cl.get("nonreading_stream", {}).get("nonreading")
+        if nr:
+            rows.append(("Non-reading streaming client (n 16, top_logprobs 20): tokens generated unread",
+                         "%d of %d (%.1f MB of SSE)" % (nr["generated_tokens_unread"], nr["tokens_requested"],
+                                                        nr["bytes_buffered_estimate"] / 1e6),
+                         "bounded", met(not nr["generated_all_while_unread"]), name))
 
     d = load(root, "kv-type-0.6b-q8_0.json")["target"]
     for key, what in (("f16_over_f32", "Kipp f16 KV / f32 KV"), ("f16_over_llama", "Kipp f16 KV / llama.cpp")):
