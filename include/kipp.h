@@ -350,6 +350,18 @@ void kipp_sampler_free(kipp_sampler *s);
 void kipp_sampler_accept(kipp_sampler *s, int32_t id);
 /* Picks the next token. logits are modified in place (penalties, temperature). */
 int32_t kipp_sampler_sample(kipp_sampler *s, float *logits);
+/* Scratch several samplers may share: the vocabulary-sized candidate arrays and histograms
+ * a sampling call works in (about 22 bytes per vocabulary entry plus 512 KiB: 3.7 MB for
+ * Qwen3's vocabulary, which each sampler otherwise holds, and touches, for itself). Sharing
+ * is for samplers that are never called at the same time (one thread samples them in turn,
+ * as the scheduler's engine thread does): the scratch holds nothing between calls. */
+typedef struct kipp_sampler_scratch kipp_sampler_scratch;
+kipp_status kipp_sampler_scratch_init(uint32_t n_vocab, kipp_sampler_scratch **out, char *err,
+                                      size_t err_len);
+void kipp_sampler_scratch_free(kipp_sampler_scratch *sc); /* NULL is a no-op */
+/* s works in sc from now on (its own scratch is freed); sc must outlive s. A scratch made
+ * for fewer vocabulary entries than s has is not taken (s keeps its own). */
+void kipp_sampler_share_scratch(kipp_sampler *s, kipp_sampler_scratch *sc);
 
 /* ---- speculative decoding (docs/speculative.md) --------------------------------------- */
 

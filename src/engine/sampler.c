@@ -49,7 +49,8 @@ struct kipp_sampler {
     uint32_t n_distinct;
 
     kipp_logit_bias *bias; /* [p.n_logit_bias] the sampler's copy (p.logit_bias points here) */
-    cand *c, *c2;  /* [n_vocab] scratch */
+    cand *c, *c2;  /* [n_vocab] scratch (its own, or a shared kipp_sampler_scratch's) */
+    int shared;    /* c, c2, hist, mass, qdense belong to a kipp_sampler_scratch */
     kipp_token_prob *dist; /* [n_vocab] kipp_sampler_dist's output */
     float *qdense;         /* [n_vocab] zero between kipp_sampler_verify calls */
     /* undo log of the accepts since kipp_sampler_mark (speculative rollback) */
@@ -190,6 +191,16 @@ nomem:
                      n_vocab);
 }
 
+static void free_scratch(kipp_sampler *s) {
+    if (s->shared)
+        return;
+    free(s->c);
+    free(s->c2);
+    free(s->hist);
+    free(s->mass);
+    free(s->qdense);
+}
+
 void kipp_sampler_free(kipp_sampler *s) {
     if (!s)
         return;
@@ -197,14 +208,63 @@ void kipp_sampler_free(kipp_sampler *s) {
     free(s->count);
     free(s->distinct);
     free(s->where);
-    free(s->c);
-    free(s->c2);
-    free(s->hist);
-    free(s->mass);
+    free_scratch(s);
     free(s->dist);
-    free(s->qdense);
     free(s->bias);
     free(s);
+}
+
+/* ---- shared scratch -------------------------------------------------------------------- */
+
+struct kipp_sampler_scratch {
+    uint32_t n_vocab;
+    cand *c, *c2;   /* [n_vocab] */
+    uint32_t *hist; /* [N_BUCKETS] */
+    double *mass;   /* [N_BUCKETS / 2] */
+    float *qdense;  /* [n_vocab] zero between calls */
+};
+
+void kipp_sampler_scratch_free(kipp_sampler_scratch *sc) {
+    if (!sc)
+        return;
+    free(sc->c);
+    free(sc->c2);
+    free(sc->hist);
+    free(sc->mass);
+    free(sc->qdense);
+    free(sc);
+}
+
+kipp_status kipp_sampler_scratch_init(uint32_t n_vocab, kipp_sampler_scratch **out, char *err,
+                                      size_t err_len) {
+    *out = NULL;
+    if (n_vocab == 0 || n_vocab > (uint32_t)INT32_MAX)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "sampler scratch: n_vocab must be in 1..%d (got %u)", INT32_MAX, n_vocab);
+    kipp_sampler_scratch *sc = calloc(1, sizeof *sc);
+    if (sc) {
+        sc->n_vocab = n_vocab;
+        sc->c = malloc((size_t)n_vocab * sizeof *sc->c);
+        sc->c2 = malloc((size_t)n_vocab * sizeof *sc->c2);
+        sc->hist = malloc(N_BUCKETS * sizeof *sc->hist);
+        sc->mass = malloc(N_BUCKETS / 2 * sizeof *sc->mass);
+        sc->qdense = calloc(n_vocab, sizeof *sc->qdense);
+    }
+    if (!sc || !sc->c || !sc->c2 || !sc->hist || !sc->mass || !sc->qdense) {
+        kipp_sampler_scratch_free(sc);
+        return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
+                         "sampler scratch: out of memory for n_vocab %u", n_vocab);
+    }
+    *out = sc;
+    return KIPP_OK;
+}
+
+void kipp_sampler_share_scratch(kipp_sampler *s, kipp_sampler_scratch *sc) {
+    if (!s || !sc || sc->n_vocab < s->n_vocab)
+        return;
+    free_scratch(s);
+    s->c = sc->c, s->c2 = sc->c2, s->hist = sc->hist, s->mass = sc->mass, s->qdense = sc->qdense;
+    s->shared = 1;
 }
 
 /* ---- history --------------------------------------------------------------------------- */

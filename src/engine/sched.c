@@ -97,6 +97,7 @@ struct kipp_sched {
     uint32_t *b_chunk; /* tokens each running request contributes this step */
     uint32_t *b_row;   /* its logits row when its last token is in the batch */
     float *logits, *raw;
+    kipp_sampler_scratch *scratch; /* shared by the requests' samplers (engine thread only) */
     /* speculative decoding */
     kipp_drafter *drafter;
     uint32_t k_max, k_min;
@@ -292,6 +293,9 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     if (!r->all || !r->out || (nb && !r->bias))
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
     if (st == KIPP_OK) st = kipp_sampler_init(&p->sampling, s->n_vocab, &r->smp, err, err_len);
+    /* every request's sampler is called on the engine thread, one at a time: they share one
+     * scratch (3.7 MB for Qwen3's vocabulary, else touched per sequence) */
+    if (st == KIPP_OK) kipp_sampler_share_scratch(r->smp, s->scratch);
     if (st != KIPP_OK) {
         free(r->all);
         free(r->out);
@@ -1079,6 +1083,10 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->b_want = malloc(max_batch);
     s->logits = malloc((size_t)p.max_running * rows_per * s->n_vocab * sizeof *s->logits);
     s->raw = malloc((size_t)rows_per * s->n_vocab * sizeof *s->raw);
+    if (kipp_sampler_scratch_init(s->n_vocab, &s->scratch, err, err_len) != KIPP_OK) {
+        st = KIPP_ERR_NOMEM;
+        goto fail;
+    }
     if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
@@ -1128,6 +1136,7 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->b_want);
     free(s->logits);
     free(s->raw);
+    kipp_sampler_scratch_free(s->scratch);
     free(s);
 }
 

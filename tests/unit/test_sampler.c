@@ -482,7 +482,54 @@ static void test_tiny_temperature(void) {
         }
 }
 
+/* Samplers sharing one scratch (the scheduler's engine thread) draw exactly what samplers
+ * with their own draw, interleaved call by call, with filters and penalties on; a scratch
+ * smaller than the sampler's vocabulary is not taken. */
+static void test_shared_scratch(void) {
+    enum { NV = 40, NS = 3, STEPS = 200 };
+    char err[KIPP_ERR_LEN] = "";
+    kipp_sampler_scratch *sc = NULL, *small = NULL;
+    KT_CHECK(kipp_sampler_scratch_init(NV, &sc, err, sizeof err) == KIPP_OK && sc, "%s", err);
+    KT_CHECK(kipp_sampler_scratch_init(0, &small, err, sizeof err) == KIPP_ERR_INVALID_ARG && !small);
+    KT_CHECK(kipp_sampler_scratch_init(NV - 1, &small, err, sizeof err) == KIPP_OK && small, "%s", err);
+    kipp_sampler *own[NS], *shared[NS];
+    for (int k = 0; k < NS; k++) {
+        kipp_sampler_params p = kipp_sampler_default_params();
+        p.seed = 100 + (uint64_t)k;
+        p.top_k = k == 0 ? 0 : 8 * k; /* k 0: the whole vocabulary through top-p */
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.2f;
+        own[k] = make(&p, NV);
+        shared[k] = make(&p, NV);
+        kipp_sampler_share_scratch(shared[k], small); /* too small: not taken */
+        kipp_sampler_share_scratch(shared[k], sc);
+    }
+    int same = 1;
+    uint64_t x = 7;
+    for (int t = 0; t < STEPS && same; t++)
+        for (int k = 0; k < NS; k++) {
+            float l[NV], l2[NV];
+            for (int i = 0; i < NV; i++) { /* the same pseudo-random logits for both */
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                l[i] = l2[i] = (float)((x >> 40) % 1000) / 250.0f;
+            }
+            const int32_t a = kipp_sampler_sample(own[k], l), b = kipp_sampler_sample(shared[k], l2);
+            kipp_sampler_accept(own[k], a);
+            kipp_sampler_accept(shared[k], b);
+            if (a != b) same = 0;
+        }
+    KT_CHECK(same, "a sampler on the shared scratch drew differently from one on its own");
+    for (int k = 0; k < NS; k++) {
+        kipp_sampler_free(own[k]);
+        kipp_sampler_free(shared[k]);
+    }
+    kipp_sampler_scratch_free(sc);
+    kipp_sampler_scratch_free(small);
+    kipp_sampler_scratch_free(NULL);
+}
+
 void kt_suite_sampler(void) {
+    test_shared_scratch();
     test_tiny_temperature();
     test_logit_bias();
     test_defaults();
