@@ -719,6 +719,7 @@ static void hand_off(kipp_sched *s, kipp_req *r, const float *row, uint32_t N) {
     r->wait_mask = 1;
     pthread_mutex_lock(&s->mu);
     r->mk = MK_QUEUED;
+    s->st.grammar_masks_deferred++;
     if (s->mq_tail) s->mq_tail->mk_next = r;
     else s->mq_head = r;
     s->mq_tail = r;
