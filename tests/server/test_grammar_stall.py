@@ -4,13 +4,15 @@ milliseconds on the engine thread is redone on the mask thread while every other
 steps on. While such a request (within the compile-time bound, its first mask runs into the
 2 s time limit) is being computed, consecutive plain requests each finish within a bound
 tied to their unloaded latency, the slow request still fails visibly (500 naming the limit),
-and one whose client goes away ends well before that limit.
+and one whose client goes away ends well before that limit; masks finished on the mask
+thread give replies (with logprobs) that follow the grammar.
 
 On its own server: the old code held the engine for the whole mask (a plain request took
 the 2 s), and that must not leak into other test files."""
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 import time
@@ -130,3 +132,29 @@ def test_two_slow_requests_and_plain_ones(ssrv):
     for st, _, js in out:
         assert st == 500 and f"time limit of {TIME_LIMIT:g} s" in js["error"]["message"], js
     assert plain_s < TIME_LIMIT * TIMEOUT_SCALE, plain_s
+
+
+def wide(n: int) -> str:
+    return ("root ::= " + " | ".join(['"a" e "!"'] * n) + "\ne ::= "
+            + " | ".join(f'"w{i}"' for i in range(n)) + "\n")
+
+
+def test_deferred_masks_follow_the_grammar(ssrv):
+    """A grammar whose first masks take tens of milliseconds: they are finished on the mask
+    thread, and the reply (with logprobs, greedy, twice) follows the grammar all the same."""
+    before = ssrv.metrics().get("kipp_grammar_masks_deferred_total")
+    replies = []
+    for _ in range(2):
+        st, _, js = ssrv.post(CHAT, body(max_tokens=8, grammar=wide(60), logprobs=True, top_logprobs=2),
+                              timeout=TIME_LIMIT + QUICK)
+        assert st == 200, js
+        ch = js["choices"][0]
+        text = ch["message"]["content"]
+        assert re.fullmatch(r"a(w[0-9]{0,2}!?)?", text), text  # a prefix of a sentence
+        if ch["finish_reason"] == "stop":
+            assert re.fullmatch(r"aw[0-9]{1,2}!", text), text
+        lp = ch["logprobs"]["content"]
+        assert len(lp) >= js["usage"]["completion_tokens"] - 1 and all(len(t["top_logprobs"]) == 2 for t in lp), lp
+        replies.append((text, [t["token"] for t in lp]))
+    assert replies[0] == replies[1], replies
+    assert ssrv.metrics().get("kipp_grammar_masks_deferred_total") > before
