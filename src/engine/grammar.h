@@ -101,5 +101,14 @@ void kipp_matcher_set_time_limit(kipp_matcher *m, double seconds);
 void kipp_matcher_set_interrupt(kipp_matcher *m, int (*fn)(void *), void *arg);
 /* NULL while the matcher works; else why it failed (borrowed: valid until it is freed). */
 const char *kipp_matcher_error(const kipp_matcher *m);
+/* A soft deadline for the computations that follow (CLOCK_MONOTONIC seconds; 0: none), read
+ * with the clock above: a mask or accept still running then stops without failing and
+ * leaves everything as it was (the state, the logits kipp_matcher_apply was given; a mask
+ * is not cached, an accept returns 0), and kipp_matcher_yielded says so until the next
+ * computation. The scheduler tries a mask on its engine thread within a few milliseconds
+ * this way and hands one that runs longer to its mask thread (docs/grammar.md "Limits"). */
+void kipp_matcher_set_yield(kipp_matcher *m, double deadline);
+/* 1 when the last mask or accept stopped at the yield deadline (its result means nothing). */
+int kipp_matcher_yielded(const kipp_matcher *m);
 
 #endif

@@ -289,6 +289,8 @@ struct kipp_matcher {
     int (*interrupt)(void *);
     void *interrupt_arg;
     int failed;            /* sticky: the time limit or the interrupt stopped a computation */
+    double yield_at;       /* kipp_matcher_set_yield: a soft deadline (0: none) */
+    int yielded;           /* the last computation stopped at it (not sticky) */
     char why[160];
 };
 
@@ -305,20 +307,25 @@ static void begin(kipp_matcher *m, double t) {
 }
 
 /* 1 when the computation must stop: the matcher failed already, or (every CHECK_EVERY units
- * of m->ops) the interrupt asks for it or the time limit has passed. */
+ * of m->ops) the interrupt asks for it, the yield deadline or the time limit has passed. */
 static int stop_now(kipp_matcher *m) {
-    if (m->failed) return 1;
+    if (m->failed || m->yielded) return 1;
     if (m->ops < m->next_check) return 0;
     m->next_check = m->ops + CHECK_EVERY;
     if (m->interrupt && m->interrupt(m->interrupt_arg)) {
         m->failed = 1;
         snprintf(m->why, sizeof m->why, "the grammar computation was interrupted");
-    } else if (m->time_limit > 0 && now_s() > m->deadline) {
-        m->failed = 1;
-        snprintf(m->why, sizeof m->why, "the grammar took longer than its time limit of %g s "
-                 "for one token (it is too ambiguous to follow)", m->time_limit);
+    } else if (m->time_limit > 0 || m->yield_at > 0) {
+        const double t = now_s();
+        if (m->yield_at > 0 && t > m->yield_at) {
+            m->yielded = 1; /* not a failure: the caller redoes it without the deadline */
+        } else if (m->time_limit > 0 && t > m->deadline) {
+            m->failed = 1;
+            snprintf(m->why, sizeof m->why, "the grammar took longer than its time limit of %g s "
+                     "for one token (it is too ambiguous to follow)", m->time_limit);
+        }
     }
-    return m->failed;
+    return m->failed || m->yielded;
 }
 
 /* Grows an array (of elem bytes per entry) to hold n + extra entries (grow_arrays with one
@@ -516,6 +523,7 @@ void kipp_matcher_own_grammar(kipp_matcher *m) {
 
 /* Runs bytes from the current state; commit: make the result the state. 1 if accepted. */
 static int run_bytes(kipp_matcher *m, const char *bytes, size_t n, int commit) {
+    m->yielded = 0;
     if (m->failed) return 0;
     if (n == 0) return 1;
     begin(m, now_s());
@@ -524,7 +532,7 @@ static int run_bytes(kipp_matcher *m, const char *bytes, size_t n, int commit) {
     sset_copy(m, a, &m->cur);
     for (size_t i = 0; i < n; i++) {
         advance(m, a, (unsigned char)bytes[i], b);
-        if (m->failed || (b->n == 0 && (!b->complete || i + 1 < n))) {
+        if (m->failed || m->yielded || (b->n == 0 && (!b->complete || i + 1 < n))) {
             m->nf = mark;
             return 0;
         }
@@ -549,6 +557,7 @@ int kipp_matcher_finished(const kipp_matcher *m) { return m->cur.complete && m->
 
 static int token(kipp_matcher *m, int32_t id, int commit) {
     const kipp_token_trie *t = m->t;
+    m->yielded = 0;
     if (!t || id < 0 || (uint32_t)id >= t->n_vocab || m->failed) return 0;
     if (t->is_eog[id]) return m->cur.complete;
     const uint32_t len = tok_len(t, (uint32_t)id);
@@ -644,7 +653,7 @@ static uint32_t merge(kipp_matcher *m, uint32_t sid, unsigned b) {
         const uint32_t f = m->mbuf[m->ws[sid].off + k];
         if (!top_has(m, f, b)) continue;
         const uint32_t a = after(m, f);
-        if (a == NONE || m->failed) return NONE;
+        if (a == NONE || m->failed || m->yielded) return NONE;
         complete |= m->ws[a].complete;
         m->work += (uint64_t)m->ws[a].n * (mg->n + 1);
         for (uint32_t j = 0; j < m->ws[a].n; j++) {
@@ -768,6 +777,7 @@ static uint32_t state_key(kipp_matcher *m) {
 void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
     const kipp_token_trie *t = m->t;
     if (!t) return;
+    m->yielded = 0;
     if (m->failed) { /* for good: nothing is allowed */
         memset(bits, 0, m->n_words * sizeof *bits);
         return;
@@ -808,8 +818,9 @@ void kipp_matcher_mask(kipp_matcher *m, uint32_t *bits) {
         m->st.partial += partial;
         if (m->cur.complete)
             for (uint32_t k = 0; k < t->n_eog; k++) bits[t->eog[k] >> 5] |= 1u << (t->eog[k] & 31);
-        if (m->failed) memset(bits, 0, m->n_words * sizeof *bits);
-        if (nk && !m->oom && !partial && !m->failed) { /* keep it (a partial mask is not worth keeping) */
+        if (m->failed || m->yielded) memset(bits, 0, m->n_words * sizeof *bits);
+        m->st.masks -= m->yielded; /* not a mask: it is computed again */
+        if (nk && !m->oom && !partial && !m->failed && !m->yielded) { /* keep it (a partial mask is not worth keeping) */
             if (!victim->mask) victim->mask = malloc(m->n_words * sizeof *victim->mask);
             uint32_t *key = realloc(victim->key, nk * sizeof *key);
             if (key) victim->key = key;
@@ -836,6 +847,10 @@ void kipp_matcher_apply(kipp_matcher *m, float *logits, uint32_t n) {
         return;
     }
     kipp_matcher_mask(m, bits);
+    if (m->yielded) { /* logits untouched: the caller computes it again */
+        if (bits != stack_bits) free(bits);
+        return;
+    }
     for (uint32_t i = 0; i < n; i++)
         if (i >= m->t->n_vocab || !((bits[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
     if (bits != stack_bits) free(bits);
@@ -853,3 +868,7 @@ void kipp_matcher_set_interrupt(kipp_matcher *m, int (*fn)(void *), void *arg) {
 }
 
 const char *kipp_matcher_error(const kipp_matcher *m) { return m->failed ? m->why : NULL; }
+
+void kipp_matcher_set_yield(kipp_matcher *m, double deadline) { m->yield_at = deadline > 0 ? deadline : 0; }
+
+int kipp_matcher_yielded(const kipp_matcher *m) { return m->yielded; }

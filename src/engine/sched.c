@@ -2,7 +2,9 @@
  * running list, every request's published fields (n_out, finish, cancel, refs) and the
  * statistics. The context, the KV pool and the prefix cache belong to the engine thread
  * alone; admission runs on it too. A step is built and decoded without the lock; tokens
- * are written past the published count and published under the lock afterwards. */
+ * are written past the published count and published under the lock afterwards.
+ * A grammar's token is tried on the engine thread for a few milliseconds; one that takes
+ * longer goes to the mask thread, and the request sits out of the batch until it is back. */
 #include "engine/sched.h"
 
 #include "core/error.h"
@@ -15,6 +17,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#endif
+
+/* A constrained token's grammar work (mask, draw, accept) runs on the engine thread until
+ * MASK_INLINE_S has passed (the matcher's yield deadline; MASK_STEP_S for all of a step's
+ * together); past that it is redone on the mask thread, with the matcher's own time limit
+ * (KIPP_MATCHER_TIME_LIMIT_S) as the visible failure, while the other sequences step on. */
+#define MASK_INLINE_S 0.005
+#define MASK_STEP_S 0.02
+
+/* a request's place with the mask thread (kipp_req.mk, under s->mu) */
+enum { MK_NONE = 0, MK_QUEUED, MK_RUNNING, MK_DONE };
+/* grammar_token's outcomes */
+enum { TOK_OK = 0, TOK_NONE, TOK_STOP, TOK_YIELD };
 
 const double kipp_hist_bounds[KIPP_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                     0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
@@ -71,6 +88,16 @@ struct kipp_req {
     kipp_spec_seq spec;
     kipp_draft_job job;     /* this step's drafts */
     uint64_t drafted_pub, accepted_pub;
+    /* the mask thread. mk (s->mu) says who holds mt, think, smp and the wk_ fields: the
+     * engine while MK_NONE or MK_DONE, the mask thread while MK_QUEUED or MK_RUNNING */
+    int mk;
+    kipp_req *mk_next;      /* the mask thread's queue (s->mu) */
+    int wait_mask;          /* engine thread: 1 handed off, 2 back; out of the batch meanwhile */
+    int mask_slow;          /* the last token's grammar work ran past MASK_INLINE_S */
+    int32_t wk_tok;         /* the token drawn whose accept is still to do; -1: none */
+    int wk_res;             /* the mask thread's grammar_token outcome */
+    kipp_gen_token wk_gen;  /* the token drawn, with its log-probabilities */
+    float *wk_row, *wk_raw; /* [n_vocab] the logits row handed off, its copy for logprobs */
 };
 
 struct kipp_sched {
@@ -110,6 +137,12 @@ struct kipp_sched {
     uint64_t e_steps, e_drafted, e_accepted; /* engine-side totals, published under mu */
     kipp_spec_seq global;    /* acceptance over every request: a new request's prior */
     double e_draft_s;
+    /* the mask thread (mask_main) */
+    pthread_t mthread;
+    int mthread_started, mstop;
+    pthread_cond_t mwork;    /* it waits here for masks (s->mu) */
+    kipp_req *mq_head, *mq_tail;
+    double inline_left;      /* engine thread: this step's inline grammar time left */
 };
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -119,6 +152,8 @@ static void req_free(kipp_req *r) {
     pthread_cond_destroy(&r->cv);
     kipp_sampler_free(r->smp);
     kipp_matcher_free(r->mt);
+    free(r->wk_row);
+    free(r->wk_raw);
     free(r->all);
     free(r->out);
     free(r->bias);
@@ -293,9 +328,10 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     if (!r->all || !r->out || (nb && !r->bias))
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
     if (st == KIPP_OK) st = kipp_sampler_init(&p->sampling, s->n_vocab, &r->smp, err, err_len);
-    /* every request's sampler is called on the engine thread, one at a time: they share one
-     * scratch (3.7 MB for Qwen3's vocabulary, else touched per sequence) */
-    if (st == KIPP_OK) kipp_sampler_share_scratch(r->smp, s->scratch);
+    /* unconstrained requests' samplers are called on the engine thread only, one at a time:
+     * they share one scratch (3.7 MB for Qwen3's vocabulary, else touched per sequence). A
+     * constrained request may sample on the mask thread (hand_off): it keeps its own. */
+    if (st == KIPP_OK && !p->matcher) kipp_sampler_share_scratch(r->smp, s->scratch);
     if (st != KIPP_OK) {
         free(r->all);
         free(r->out);
@@ -507,7 +543,8 @@ static void preempt_at_locked(kipp_sched *s, uint32_t i) {
  * its slot and KV go to a request that could run. 1: one was. */
 static int preempt_paused_locked(kipp_sched *s) {
     for (uint32_t i = s->n_running; i-- > 0;)
-        if (s->running[i]->state == KIPP_REQ_DECODE && paused_locked(s->running[i])) {
+        if (s->running[i]->state == KIPP_REQ_DECODE && !s->running[i]->wait_mask &&
+            paused_locked(s->running[i])) { /* the mask thread's requests keep their slots */
             preempt_at_locked(s, i);
             s->st.preempted_paused++;
             return 1;
@@ -527,7 +564,7 @@ static int make_room_locked(kipp_sched *s, const kipp_req *r) {
     uint32_t victim = 0, most = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const kipp_req *q = s->running[i];
-        if (!q->p.group || q->state != KIPP_REQ_DECODE) continue;
+        if (!q->p.group || q->state != KIPP_REQ_DECODE || q->wait_mask) continue;
         const uint32_t k = group_running(s, q);
         if (k > most || (k == most && i > victim)) most = k, victim = i;
     }
@@ -613,18 +650,25 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
 }
 
 /* Frees the blocks of the most recently admitted request and puts it back at the front of
- * the queue; it is recomputed from its prompt and the tokens it already produced. */
-static void preempt_newest(kipp_sched *s) {
-    kipp_req *r = s->running[s->n_running - 1];
+ * the queue; it is recomputed from its prompt and the tokens it already produced. Only one
+ * in the batch is (a request waiting for the mask thread keeps its blocks), and only while
+ * another stays in it: 0 when there is none to preempt. */
+static int preempt_newest(kipp_sched *s) {
+    uint32_t n_batch = 0, i = s->n_running;
+    for (uint32_t k = 0; k < s->n_running; k++) n_batch += !s->running[k]->wait_mask;
+    if (n_batch < 2) return 0;
+    while (s->running[--i]->wait_mask) {}
+    kipp_req *r = s->running[i];
     release_seq(s, r, 1);
     pthread_mutex_lock(&s->mu);
-    s->n_running--;
+    running_remove(s, i);
     r->next = s->q_head;
     s->q_head = r;
     if (!s->q_tail) s->q_tail = r;
     s->n_queue++;
     s->st.preempted++;
     pthread_mutex_unlock(&s->mu);
+    return 1;
 }
 
 /* ---- the engine thread: one step -------------------------------------------------------- */
@@ -655,6 +699,7 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < s->n_running; i++) {
             kipp_req *r = s->running[i];
+            if (r->wait_mask) continue; /* its next token is still with the mask thread */
             if ((pass == 0) != (r->state == KIPP_REQ_DECODE) || r->hold) continue;
             if (pass == 0) {
                 s->b_chunk[i] = 1 + r->job.n_draft;
@@ -745,13 +790,10 @@ static void draft(kipp_sched *s) {
     s->e_draft_s += dt;
 }
 
-/* Appends one final token to a request; 0 when it finished the request. */
-static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
-    kipp_gen_token *g = &r->out[r->n_gen];
-    g->id = tok;
-    g->logprob = 0;
-    g->n_top = 0;
-    if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+/* Appends the final token r->out[r->n_gen] (filled in) to a request; 0 when it finished
+ * the request. */
+static int emit_filled(kipp_sched *s, kipp_req *r) {
+    const int32_t tok = r->out[r->n_gen].id;
     r->all[r->n_all++] = tok;
     r->n_gen++;
     /* under a grammar an end-of-generation token is allowed only once the sentence is whole
@@ -760,6 +802,16 @@ static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
     if ((!r->p.ignore_eos || r->mt) && kipp_token_is_eog(s->m, tok)) r->pending = KIPP_FINISH_STOP;
     else if (r->n_gen >= r->p.max_tokens || r->n_all >= s->n_ctx) r->pending = KIPP_FINISH_LENGTH;
     return r->pending == KIPP_FINISH_NONE;
+}
+
+/* Appends one final token to a request; 0 when it finished the request. */
+static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
+    kipp_gen_token *g = &r->out[r->n_gen];
+    g->id = tok;
+    g->logprob = 0;
+    g->n_top = 0;
+    if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+    return emit_filled(s, r);
 }
 
 /* 1 when request r (whose first n tokens are in the KV cache) ends here instead of being
@@ -775,6 +827,108 @@ static int grammar_stopped(kipp_req *r, uint32_t n) {
     return 1;
 }
 
+/* The grammar's part of one token of request r (which has no drafts): the think gate's and
+ * the matcher's mask over row, the draw, the token fed back (r->wk_tok >= 0: drawn already,
+ * only feeding it back is left). r->wk_gen gets the token, with log-probabilities from raw
+ * when asked. On the engine thread under the matcher's yield deadline (TOK_YIELD: it gave
+ * up with nothing changed, to be redone from where wk_tok says) or on the mask thread
+ * without one. TOK_STOP: the matcher failed (time limit, interrupt); TOK_NONE: nothing is
+ * allowed. */
+static int grammar_token(kipp_sched *s, kipp_req *r, float *row, const float *raw) {
+    if (r->wk_tok < 0) {
+        kipp_think_apply(&r->think, r->mt, row, s->n_vocab);
+        if (kipp_matcher_yielded(r->mt)) return TOK_YIELD;
+        if (kipp_matcher_error(r->mt)) return TOK_STOP;
+        kipp_gen_token *g = &r->wk_gen;
+        g->id = kipp_sampler_sample(r->smp, row);
+        kipp_sampler_accept(r->smp, g->id);
+        g->logprob = 0;
+        g->n_top = 0;
+        if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+        r->wk_tok = g->id;
+    }
+    if (!kipp_think_accept(&r->think, r->mt, r->wk_tok))
+        return kipp_matcher_yielded(r->mt) ? TOK_YIELD : kipp_matcher_error(r->mt) ? TOK_STOP : TOK_NONE;
+    r->wk_tok = -1;
+    return TOK_OK;
+}
+
+/* Ends a constrained token on the engine thread (N: the tokens in the KV cache): the
+ * request stops (cancelled, the matcher failed), fails (nothing allowed) or gets it. */
+static void grammar_done(kipp_sched *s, kipp_req *r, int res, uint32_t N) {
+    if (grammar_stopped(r, N)) return;
+    if (res != TOK_OK) {
+        snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
+                 "(is the grammar satisfiable?)", r->n_gen);
+        r->pending = KIPP_FINISH_ERROR;
+        return;
+    }
+    r->n_fed = N;
+    r->out[r->n_gen] = r->wk_gen;
+    emit_filled(s, r);
+}
+
+/* Hands request r's token to the mask thread: the logits row (untouched by a yielded try)
+ * unless a token is drawn already; r sits out of the batch until it is back. */
+static void hand_off(kipp_sched *s, kipp_req *r, const float *row, uint32_t N) {
+    const size_t bytes = (size_t)s->n_vocab * sizeof *row;
+    if ((!r->wk_row && !(r->wk_row = malloc(bytes))) ||
+        (r->p.logprobs && !r->wk_raw && !(r->wk_raw = malloc(bytes)))) {
+        snprintf(r->err, sizeof r->err, "out of memory for a grammar mask");
+        r->pending = KIPP_FINISH_ERROR;
+        return;
+    }
+    if (r->wk_tok < 0) {
+        memcpy(r->wk_row, row, bytes);
+        if (r->p.logprobs) memcpy(r->wk_raw, s->raw, bytes);
+    }
+    r->n_fed = N;
+    r->wait_mask = 1;
+    pthread_mutex_lock(&s->mu);
+    r->mk = MK_QUEUED;
+    s->st.grammar_masks_deferred++;
+    if (s->mq_tail) s->mq_tail->mk_next = r;
+    else s->mq_head = r;
+    s->mq_tail = r;
+    pthread_cond_signal(&s->mwork);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The mask thread: grammar tokens the engine handed off, one at a time, at the lowest
+ * priority (so on a small machine the engine's own threads keep their speed). A request it
+ * holds is the engine's again once it is MK_DONE. */
+static void *mask_main(void *arg) {
+    kipp_sched *s = arg;
+#ifdef __linux__
+    (void)setpriority(PRIO_PROCESS, 0, 19); /* Linux: nice is per thread; this one only */
+#endif
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        kipp_req *r = s->mq_head;
+        if (!r) {
+            if (s->mstop) break;
+            pthread_cond_wait(&s->mwork, &s->mu);
+            continue;
+        }
+        s->mq_head = r->mk_next;
+        if (!s->mq_head) s->mq_tail = NULL;
+        r->mk_next = NULL;
+        r->mk = MK_RUNNING;
+        const int cancelled = r->cancel;
+        pthread_mutex_unlock(&s->mu);
+        const double t0 = now_s();
+        /* the matcher's time limit bounds this, its interrupt (the cancel flag) ends it */
+        const int res = cancelled ? TOK_STOP : grammar_token(s, r, r->wk_row, r->wk_raw);
+        r->mask_slow = now_s() - t0 > MASK_INLINE_S;
+        pthread_mutex_lock(&s->mu);
+        r->wk_res = res;
+        r->mk = MK_DONE;
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
 /* A decoding request's rows: verify its drafts (none: plain sampling), roll rejected drafts
  * out of the KV cache, emit the final tokens. */
 static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
@@ -782,17 +936,30 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     if (r->p.logprobs) memcpy(s->raw, rows, (size_t)(k + 1) * s->n_vocab * sizeof *rows);
     int32_t out[KIPP_SPEC_MAX_K + 1];
     uint32_t m = 0, n_out;
-    if (k == 0) {
+    if (k == 0 && r->mt) { /* never drafted for (draft) */
         /* a mask is bounded in time and stops when the request is cancelled (the matcher
          * asks req_cancelled): a client gone mid-mask costs no more than what was done */
-        if (r->mt && grammar_stopped(r, N)) return;
-        kipp_think_apply(&r->think, r->mt, rows, s->n_vocab);
-        if (r->mt && grammar_stopped(r, N)) return;
+        if (grammar_stopped(r, N)) return;
+        r->wk_tok = -1;
+        int res = TOK_YIELD; /* the last token's was slow, or the step's time is spent */
+        if (!r->mask_slow && s->inline_left > 0) {
+            const double t0 = now_s();
+            kipp_matcher_set_yield(r->mt, t0 + (s->inline_left < MASK_INLINE_S ? s->inline_left
+                                                                                : MASK_INLINE_S));
+            res = grammar_token(s, r, rows, s->raw);
+            kipp_matcher_set_yield(r->mt, 0);
+            s->inline_left -= now_s() - t0;
+        }
+        if (res == TOK_YIELD) hand_off(s, r, rows, N);
+        else grammar_done(s, r, res, N);
+        return;
+    }
+    if (k == 0) { /* no grammar: the think gate alone (its reasoning bound) */
+        kipp_think_apply(&r->think, NULL, rows, s->n_vocab);
         out[0] = kipp_sampler_sample(r->smp, rows);
         kipp_sampler_accept(r->smp, out[0]);
         n_out = 1;
-        if (!kipp_think_accept(&r->think, r->mt, out[0])) {
-            if (r->mt && grammar_stopped(r, N)) return;
+        if (!kipp_think_accept(&r->think, NULL, out[0])) {
             snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
                      "(is the grammar satisfiable?)", r->n_gen);
             r->pending = KIPP_FINISH_ERROR;
@@ -820,10 +987,16 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     kipp_status st;
     uint32_t n, n_want;
     draft(s);
+    s->inline_left = MASK_STEP_S;
     double t0;
     for (;;) {
         memset(s->b_chunk, 0, s->n_running * sizeof *s->b_chunk);
         n = build_batch(s, &n_want);
+        if (n == 0) { /* every request waits for the mask thread (one came back: publish) */
+            st = KIPP_OK;
+            t0 = now_s();
+            break;
+        }
         const kipp_batch b = {.n = n, .tokens = s->b_tok, .seq_ids = s->b_seq, .want_logits = s->b_want};
         t0 = now_s();
         st = kipp_decode_batch(s->ctx, &b, s->logits, err, sizeof err);
@@ -835,11 +1008,11 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         }
         if (had_drafts) continue;
         if (s->pc && kipp_pc_evict_one(s->pc)) continue;
-        if (s->n_running > 1) { preempt_newest(s); continue; }
+        if (preempt_newest(s)) continue;
         break; /* a lone sequence the pool cannot hold: it ends with "length" below */
     }
     const double t = now_s();
-    if (st == KIPP_OK && s->drafter) {
+    if (st == KIPP_OK && s->drafter && n > 0) {
         /* the model prices rows that need logits (decode and verification: the lm_head is
          * most of a small model's row); a step with prompt rows, which skip the lm_head, is
          * learned from only while nothing else has been seen */
@@ -847,6 +1020,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     }
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
+        if (r->wait_mask) continue; /* not in this batch */
         if (st == KIPP_ERR_KV_FULL) { r->pending = KIPP_FINISH_LENGTH; continue; }
         if (st != KIPP_OK) {
             snprintf(r->err, sizeof r->err, "%s", err);
@@ -865,6 +1039,19 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         r->job.n_draft = 0;
         finish_decode(s, r, rows);
         if (r->pending == KIPP_FINISH_NONE) r->state = KIPP_REQ_DECODE;
+    }
+    /* tokens the mask thread has finished: the engine's again */
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        kipp_req *r = s->running[i];
+        if (r->wait_mask == 1 && r->mk == MK_DONE) r->mk = MK_NONE, r->wait_mask = 2;
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        kipp_req *r = s->running[i];
+        if (r->wait_mask != 2) continue;
+        r->wait_mask = 0;
+        grammar_done(s, r, r->wk_res, r->n_fed);
     }
     /* publish */
     pthread_mutex_lock(&s->mu);
@@ -934,7 +1121,8 @@ static void *engine_main(void *arg) {
         /* drop cancelled running requests */
         for (uint32_t i = 0; i < s->n_running;) {
             kipp_req *r = s->running[i];
-            if (!r->cancel) { i++; continue; }
+            /* one with the mask thread is interrupted there and ends when it is back */
+            if (!r->cancel || r->wait_mask) { i++; continue; }
             pthread_mutex_unlock(&s->mu);
             release_seq(s, r, 1);
             pthread_mutex_lock(&s->mu);
@@ -950,7 +1138,10 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
-        if (s->n_running == 0) {
+        int runnable = 0; /* in the batch, or back from the mask thread */
+        for (uint32_t i = 0; i < s->n_running && !runnable; i++)
+            runnable = !s->running[i]->wait_mask || s->running[i]->mk == MK_DONE;
+        if (!runnable) {
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
@@ -970,7 +1161,19 @@ static void *engine_main(void *arg) {
         for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
         pthread_mutex_lock(&s->mu);
     }
-    /* stopping: every request still here ends as cancelled */
+    /* stopping: every request still here ends as cancelled, those with the mask thread once
+     * it has handed them back (cancelled: its matcher's interrupt stops the mask) */
+    for (;;) {
+        int busy = 0;
+        for (uint32_t i = 0; i < s->n_running; i++) {
+            kipp_req *r = s->running[i];
+            if (!r->wait_mask || r->mk == MK_DONE) continue;
+            busy = 1;
+            if (!r->cancel) r->cancel = 1;
+        }
+        if (!busy) break;
+        pthread_cond_wait(&s->work, &s->mu);
+    }
     uint32_t n_dead = 0;
     while (s->n_running) {
         kipp_req *r = s->running[--s->n_running];
@@ -1092,6 +1295,13 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
         goto fail;
     }
     pool_stats_locked(s);
+    pthread_cond_init(&s->mwork, NULL);
+    if (pthread_create(&s->mthread, NULL, mask_main, s) != 0) {
+        pthread_cond_destroy(&s->mwork);
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: cannot start the mask thread");
+        goto fail;
+    }
+    s->mthread_started = 1;
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: cannot start the engine thread");
         goto fail;
@@ -1105,13 +1315,24 @@ fail:
 }
 
 void kipp_sched_stop(kipp_sched *s) {
-    if (!s || !s->thread_started) return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = 1;
-    pthread_cond_signal(&s->work);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    s->thread_started = 0;
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_signal(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+        s->thread_started = 0;
+    }
+    if (s->mthread_started) { /* after the engine: it has taken every request back */
+        pthread_mutex_lock(&s->mu);
+        s->mstop = 1;
+        pthread_cond_signal(&s->mwork);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->mthread, NULL);
+        pthread_cond_destroy(&s->mwork);
+        s->mthread_started = 0;
+    }
 }
 
 void kipp_sched_free(kipp_sched *s) {

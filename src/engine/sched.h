@@ -127,6 +127,7 @@ typedef struct {
      * served from the matcher's cache, seconds spent computing them */
     uint64_t grammar_requests, grammar_masks, grammar_cache_hits, grammar_masks_partial;
     double grammar_mask_seconds;
+    uint64_t grammar_masks_deferred; /* constrained tokens handed to the mask thread */
 } kipp_sched_stats;
 
 /* Loads nothing: the model is the caller's and must outlive the scheduler. Starts the

@@ -50,6 +50,7 @@ void kipp_think_apply(kipp_think *t, kipp_matcher *mt, float *logits, uint32_t n
     case KIPP_THINK_START: { /* the grammar's first tokens, and <think> while reasoning may happen */
         const float keep = valid(t->open, n) ? logits[t->open] : 0;
         if (mt) kipp_matcher_apply(mt, logits, n);
+        if (mt && kipp_matcher_yielded(mt)) break; /* logits untouched: computed again */
         if (valid(t->open, n)) logits[t->open] = t->max_reasoning > 0 ? keep : -INFINITY;
         break;
     }
@@ -68,6 +69,7 @@ void kipp_think_apply(kipp_think *t, kipp_matcher *mt, float *logits, uint32_t n
         float keep[2];
         for (int i = 0; i < 2; i++) keep[i] = valid(t->gap[i], n) ? logits[t->gap[i]] : 0;
         kipp_matcher_apply(mt, logits, n);
+        if (kipp_matcher_yielded(mt)) break;
         if (t->n_gap < 2)
             for (int i = 0; i < 2; i++)
                 if (valid(t->gap[i], n)) logits[t->gap[i]] = keep[i];
@@ -108,6 +110,7 @@ int kipp_think_accept(kipp_think *t, kipp_matcher *mt, int32_t tok) {
             t->state = KIPP_THINK_GRAMMAR;
             return 1;
         }
+        if (kipp_matcher_yielded(mt)) return 0; /* undecided: asked again */
         if (t->n_gap < 2 && tok >= 0 && (tok == t->gap[0] || tok == t->gap[1])) {
             t->n_gap++;
             return 1;

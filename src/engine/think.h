@@ -54,7 +54,9 @@ void kipp_think_init(kipp_think *t, const kipp_think_params *p, const kipp_model
 /* The same with the ids given (tests). */
 void kipp_think_init_vocab(kipp_think *t, const kipp_think_params *p, const kipp_think_vocab *v);
 /* Masks logits[0..n-1] for the next token. mt may be NULL (no grammar: only the bound and
- * <think> at the start with bound 0 are enforced). */
+ * <think> at the start with bound 0 are enforced). When the matcher yields
+ * (kipp_matcher_set_yield) the logits are left as they were and the call can be repeated;
+ * so can kipp_think_accept's, which then returns 0 with nothing changed. */
 void kipp_think_apply(kipp_think *t, kipp_matcher *mt, float *logits, uint32_t n);
 /* Advances over the token drawn from the masked logits (feeding the matcher once the
  * grammar has started): 1, or 0 if the token is not allowed (state unchanged). */

@@ -108,6 +108,10 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
     metric(&b, "kipp_grammar_masks_partial_total", "counter",
            "Token masks cut short by the work budget (a hostile, highly ambiguous grammar).",
            (double)s->grammar_masks_partial);
+    metric(&b, "kipp_grammar_masks_deferred_total", "counter",
+           "Constrained tokens whose grammar work ran past 5 ms on the engine thread and was "
+           "redone on the mask thread.",
+           (double)s->grammar_masks_deferred);
     kipp_buf_printf(&b, "# HELP kipp_spec_request_acceptance Per-request acceptance (kept / drafted) of "
             "finished requests that drafted.\n# TYPE kipp_spec_request_acceptance histogram\n");
     uint64_t cum = 0;

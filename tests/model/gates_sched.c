@@ -5,7 +5,9 @@
  * same logits as recomputation (1e-6); a window pauses an unread request (which yields its
  * slot) and admission is fair across requests. Runs on the backend and KV type the flags name
  * (default cpu), the scheduler's context and the bare prefix-cache context alike. */
+#include "core/buf.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "engine/prefix_cache.h"
 #include "engine/sched.h"
 #include "gate_common.h"
@@ -285,6 +287,80 @@ static void gate_prefix_cache(kipp_model *m, const prompts *p, const kipp_sched_
     kipp_ctx_free(ctx);
 }
 
+/* A grammar whose first mask runs for seconds (after "a", 1,000 stacks that each lead to
+ * 1,000: a million to merge; within the compile-time bound) does not hold the other
+ * sequences: a plain request submitted behind it finishes while that mask is still being
+ * computed (on the mask thread), and cancelling the constrained request ends it before its
+ * time limit (5 s here). The old engine computed the mask in its step: the plain request
+ * waited for the time limit. */
+static void gate_slow_mask(kipp_model *m, const prompts *p, const kipp_sched_params *sp) {
+    char err[KIPP_ERR_LEN];
+    kipp_buf text = {0};
+    int bad = kipp_buf_puts(&text, "root ::= ") != KIPP_OK;
+    for (int k = 0; k < 1000 && !bad; k++)
+        bad = kipp_buf_printf(&text, "%s\"a\" e \"!\"", k ? " | " : "") != KIPP_OK;
+    bad = bad || kipp_buf_puts(&text, "\ne ::= ") != KIPP_OK;
+    for (int k = 0; k < 1000 && !bad; k++)
+        bad = kipp_buf_printf(&text, "%s\"w%d\"", k ? " | " : "", k) != KIPP_OK;
+    kipp_grammar *g = NULL;
+    kipp_token_trie *trie = NULL;
+    kipp_matcher *mt = NULL;
+    kipp_sched *s = NULL;
+    if (bad || kipp_grammar_compile(text.data, text.len, &g, err, sizeof err) != KIPP_OK ||
+        kipp_token_trie_build(m, &trie, err, sizeof err) != KIPP_OK ||
+        kipp_matcher_new(g, trie, &mt, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "slow mask: %s", bad ? "out of memory" : err);
+        if (!mt) kipp_grammar_free(g);
+        goto done;
+    }
+    kipp_matcher_own_grammar(mt);
+    kipp_matcher_set_time_limit(mt, 5.0);
+    if (kipp_sched_start(m, sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        goto done;
+    }
+    kipp_req_params hp = req_params(p, 0, 0.0f);
+    hp.matcher = mt;
+    kipp_req *hostile = NULL, *plain = NULL;
+    if (kipp_sched_submit(s, &hp, &hostile, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "submit: %s", err);
+        goto done;
+    }
+    mt = NULL; /* the request's */
+    kipp_finish fin, hfin;
+    for (int k = 0; k < 5000; k++) { /* its prompt is in: its first mask is under way */
+        kipp_sched_stats st;
+        kipp_sched_get_stats(s, &st);
+        if (st.steps > 0) break;
+        sleep_ms(1);
+    }
+    const kipp_req_params rp = req_params(p, 1, 0.0f);
+    if (kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "submit: %s", err);
+    } else {
+        outputs o;
+        collect(plain, &o, 1, &fin);
+        KT_CHECK(fin == KIPP_FINISH_LENGTH && o.n[1] == MAX_GEN, "the plain request: %u tokens, finish %d",
+                 o.n[1], (int)fin);
+        kipp_req_wait(hostile, 0, 0, &hfin);
+        KT_CHECK(hfin == KIPP_FINISH_NONE, "the plain request finished only after the slow mask "
+                 "(finish %d: %s)", (int)hfin, kipp_req_error(hostile));
+        kipp_req_release(plain);
+    }
+    kipp_req_cancel(hostile);
+    uint32_t n = 0;
+    hfin = KIPP_FINISH_NONE;
+    while (hfin == KIPP_FINISH_NONE) n = kipp_req_wait(hostile, n, -1, &hfin);
+    KT_CHECK(hfin == KIPP_FINISH_CANCELLED, "the cancelled slow request ended with %d (%s)",
+             (int)hfin, kipp_req_error(hostile));
+    kipp_req_release(hostile);
+done:
+    kipp_sched_free(s);
+    kipp_matcher_free(mt);
+    kipp_token_trie_free(trie);
+    kipp_buf_free(&text);
+}
+
 /* The model, the prompts and the scheduler parameters both scheduler gates start from;
  * NULL (a counted failure) when the model or its prompts cannot be had. */
 static kipp_model *open_gate(const char *model_path, const kt_opts *o, prompts *p,
@@ -457,13 +533,15 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_cancel_and_queue(m, &p, &sp);
     gate_logprobs(m, &p, &sp);
     gate_prefix_cache(m, &p, &sp);
+    gate_slow_mask(m, &p, &sp);
     kipp_model_free(m);
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
     lp.kv_type = sp.kv_type;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
-           "window and fairness, cancel and queue, logprobs, prefix reuse\n", kt_label(&lp, label, sizeof label));
+           "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask\n",
+           kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }
 

@@ -2,7 +2,8 @@
  * byte-level acceptance (UTF-8 classes checked code point by code point against the class
  * definition), repetition bounds, flat stacks for long repetitions, token masks checked
  * against brute force (every token tried on a fresh matcher that replays the output), the
- * compile-time cost bound, the run-time expansion limit and the per-token time limit. */
+ * compile-time cost bound, the run-time expansion limit, the per-token time limit and the
+ * yield deadline the scheduler tries masks under. */
 #include "engine/grammar.h"
 #include "kt.h"
 
@@ -508,6 +509,69 @@ static void test_time_limit(void) {
     kipp_token_trie_free(t);
 }
 
+/* The yield deadline (kipp_matcher_set_yield): a mask or accept still running then stops
+ * without failing and changes nothing (logits, state, cache); the same computation without
+ * it gives the real answer, and the time limit still fails visibly. */
+static void test_yield(void) {
+    static const char *const toks[] = {"a", "w1", "aw1", "!", "<eos>", "w"};
+    enum { N = sizeof toks / sizeof toks[0] };
+    size_t lens[N];
+    uint8_t eog[N] = {0};
+    for (int i = 0; i < N; i++) lens[i] = strlen(toks[i]);
+    lens[4] = 0;
+    eog[4] = 1;
+    kipp_token_trie *t;
+    char err[512];
+    KT_CHECK(kipp_token_trie_build_list(toks, lens, eog, N, &t, err, sizeof err) == KIPP_OK);
+    for (int n = 1000; n >= 30; n -= 970) { /* n x n stacks after "a": 1000 is slow, 30 is not */
+        char *s = NULL;
+        size_t len = 0, cap = 0;
+        cat(&s, &len, &cap, "root ::= \"a\" e \"!\"", 0, 0);
+        for (int k = 1; k < n; k++) cat(&s, &len, &cap, " | \"a\" e \"!\"", 0, 0);
+        cat(&s, &len, &cap, "\ne ::= \"w0\"", 0, 0);
+        for (int k = 1; k < n; k++) cat(&s, &len, &cap, " | \"w%d\"", k, 0);
+        cat(&s, &len, &cap, "\n", 0, 0);
+        kipp_grammar *g = compile(s);
+        free(s);
+        kipp_matcher *m;
+        if (!g || kipp_matcher_new(g, t, &m, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "%d x %d: %s", n, n, g ? err : "does not compile");
+            kipp_grammar_free(g);
+            continue;
+        }
+        kipp_matcher_set_time_limit(m, 0);
+        kipp_matcher_set_yield(m, 1e-9); /* long past */
+        float logits[N] = {1, 1, 1, 1, 1, 1};
+        kipp_matcher_apply(m, logits, N);
+        KT_CHECK(kipp_matcher_yielded(m) && kipp_matcher_error(m) == NULL, "%d: a yield is no failure", n);
+        for (int i = 0; i < N; i++) KT_CHECK(logits[i] == 1, "%d: logit %d touched by a yielded mask", n, i);
+        kipp_matcher_stats st;
+        kipp_matcher_get_stats(m, &st);
+        KT_CHECK(st.masks == 0 && st.cache_hits == 0, "%d: a yielded mask counted", n);
+        KT_CHECK(kipp_matcher_accept_token(m, 0) == 0 && kipp_matcher_yielded(m) &&
+                 kipp_matcher_error(m) == NULL, "%d: a yielded accept", n);
+        kipp_matcher_set_yield(m, 0);
+        if (n == 30) { /* cheap enough to finish: the state is what it was */
+            kipp_matcher_apply(m, logits, N);
+            KT_CHECK(!kipp_matcher_yielded(m) && logits[0] == 1 && logits[2] == 1 && isinf(logits[1]),
+                     "the mask after a yield: %g %g %g", logits[0], logits[1], logits[2]);
+            KT_CHECK(kipp_matcher_accept_token(m, 0) == 1 && kipp_matcher_accept_token(m, 1) == 1 &&
+                     kipp_matcher_accept_token(m, 3) == 1 && kipp_matcher_complete(m),
+                     "a yielded accept left the state as it was");
+        } else { /* the time limit still fails it, visibly */
+            kipp_matcher_set_time_limit(m, 0.05);
+            uint32_t bits[1] = {~0u};
+            kipp_matcher_mask(m, bits);
+            const char *e = kipp_matcher_error(m);
+            KT_CHECK(!kipp_matcher_yielded(m) && e && strstr(e, "time limit of 0.05 s") && bits[0] == 0,
+                     "after a yield, the time limit: %s", e ? e : "(none)");
+        }
+        kipp_matcher_free(m);
+        kipp_grammar_free(g);
+    }
+    kipp_token_trie_free(t);
+}
+
 void kt_suite_grammar(void) {
     test_errors();
     test_bytes();
@@ -517,4 +581,5 @@ void kt_suite_grammar(void) {
     test_resolve_budget_per_stack();
     test_resolve_climbs();
     test_time_limit();
+    test_yield();
 }
