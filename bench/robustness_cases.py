@@ -357,8 +357,8 @@ def hostile_classes(model: str, ctx: int, max_body: int, n_vocab: int, seed: int
         "temperature": ["hot", -1, 3, 1e400, [], True],
         "top_p": [-0.1, 1.5, "x"], "top_k": [-5, 1.5, "x"], "min_p": [-1, 2, "x"],
         "presence_penalty": [-3, 3, "x"], "frequency_penalty": [-3, 3, "x"],
-        "seed": ["x", 1.5, []], "n": [2, 0, -1, "1"],
-        "stop": [1, [1], ["a", "b", "c", "d", "e"], {}, [""]],
+        "seed": ["x", 1.5, []], "n": [17, 0, -1, "1"],     # 1..16 are served (docs/server.md)
+        "stop": [1, [1], ["s"] * 17, {}, [""]],            # up to 16 strings are served
         "stream": ["yes", 1, []], "stream_options": ["x", 1, {"include_usage": "x"}],
         "logprobs": ["x", 21, -1], "top_logprobs": [21, -1, "x"],
     }
@@ -454,6 +454,8 @@ def hostile_classes(model: str, ctx: int, max_body: int, n_vocab: int, seed: int
         ok = ("clear_4xx", "unclear_4xx") if p in ("*", "/%", "/%zz") else ("clear_4xx",)
         if p in ("/v1/../health", "http://evil.com/health", "/v1/chat%2Fcompletions"):
             ok = ("clear_4xx", "served")    # normalised or absolute-form: answering /health is fine
+        if p in ("/", "/index.html"):
+            ok = ("served",)                # the web chat page (docs/server.md, "Web chat page")
         cases.append(Case(f"{method} {p[:60]}", http_bytes(method, p, body), ok=ok))
     C["unknown_paths"] = cases
 
