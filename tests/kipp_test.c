@@ -80,6 +80,7 @@ static const struct {
 } suites[] = {
     {"types", "tensor types, dequantization vs gguf-py fixtures", kt_suite_types},
     {"buf", "core growable buffer and array growth", kt_suite_buf},
+    {"vmath", "log-sum-exp and top k of a logits row (log-probabilities)", kt_suite_vmath},
     {"gguf", "GGUF reader on valid and malformed files", kt_suite_gguf},
     {"sampler", "sampling", kt_suite_sampler},
     {"tok", "tokenizer: pre-tokenizer, BPE, added tokens, NFC, invalid UTF-8", kt_suite_tok},

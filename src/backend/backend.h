@@ -78,6 +78,13 @@ typedef struct kipp_backend_ops {
      * rounded through the context's KV type as the cache would store them. */
     kipp_status (*forward_nocache)(void *state, const int32_t *tokens, uint32_t n,
                                    float *logits, char *err, size_t err_len);
+
+    /* Optional (NULL: the engine runs such work on its own thread): runs fn(arg, i, ith) for
+     * every i in [0, n) on the backend's host threads, ith the thread's index below
+     * host_threads(), and returns when all are done. For the engine's per-row host work
+     * between batches (sampling, log-probabilities); never called during decode_batch. */
+    void (*host_for)(void *state, uint32_t n, void (*fn)(void *arg, uint32_t i, int ith), void *arg);
+    int (*host_threads)(void *state);
 } kipp_backend_ops;
 
 /* Looks a backend up by name (NULL: kipp_backend_default()). Unknown names and backends not

@@ -179,6 +179,19 @@ kipp_kv_pool *kipp_ctx_kv_pool(kipp_ctx *c) { return c->pool; }
 
 uint32_t kipp_ctx_n_ctx(const kipp_ctx *c) { return c->n_ctx; }
 
+void kipp_ctx_host_for(kipp_ctx *c, uint32_t n, kipp_host_fn fn, void *arg) {
+    if (c->ops->host_for && n > 1) {
+        c->ops->host_for(c->state, n, fn, arg);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) fn(arg, i, 0);
+}
+
+int kipp_ctx_host_threads(kipp_ctx *c) {
+    const int n = c->ops->host_threads ? c->ops->host_threads(c->state) : 1;
+    return n > 0 ? n : 1;
+}
+
 void kipp_ctx_kv_stats(const kipp_ctx *c, kipp_kv_stats *out) { kipp_kv_pool_stats(c->pool, out); }
 
 void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {

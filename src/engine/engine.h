@@ -18,4 +18,11 @@ kipp_status kipp_ctx_kv_bytes_per_token(const kipp_model *m, const kipp_ctx_para
                                         uint64_t *out, kipp_kv_type *type, char *err,
                                         size_t err_len);
 
+/* Per-row host work between batches on the backend's host threads (the cpu backend's pool;
+ * elsewhere the calling thread alone): fn(arg, i, ith) for each i in [0, n), ith below
+ * kipp_ctx_host_threads(c). Never while a batch runs: the caller is the one driving c. */
+typedef void (*kipp_host_fn)(void *arg, uint32_t i, int ith);
+void kipp_ctx_host_for(kipp_ctx *c, uint32_t n, kipp_host_fn fn, void *arg);
+int kipp_ctx_host_threads(kipp_ctx *c);
+
 #endif

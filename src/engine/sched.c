@@ -8,6 +8,7 @@
 #include "engine/sched.h"
 
 #include "core/error.h"
+#include "core/vmath.h"
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 
@@ -98,6 +99,8 @@ struct kipp_req {
     int wk_res;             /* the mask thread's grammar_token outcome */
     kipp_gen_token wk_gen;  /* the token drawn, with its log-probabilities */
     float *wk_row, *wk_raw; /* [n_vocab] the logits row handed off, its copy for logprobs */
+    int par, par_ok;        /* engine thread: this step's token was drawn in the parallel
+                               row phase (sample_row) into out[n_gen]; the think gate took it */
 };
 
 struct kipp_sched {
@@ -125,6 +128,12 @@ struct kipp_sched {
     uint32_t *b_row;   /* its logits row when its last token is in the batch */
     float *logits, *raw;
     kipp_sampler_scratch *scratch; /* shared by the requests' samplers (engine thread only) */
+    /* the parallel row phase: host thread t samples in hsc[t] and keeps a row for its
+     * log-probabilities in hraw[t] (t = 0, the engine thread: scratch and raw) */
+    int n_host;
+    kipp_sampler_scratch **hsc;
+    float **hraw;
+    uint32_t *par; /* [max_running] the running indices sampled in parallel this step */
     /* speculative decoding */
     kipp_drafter *drafter;
     uint32_t k_max, k_min;
@@ -673,21 +682,12 @@ static int preempt_newest(kipp_sched *s) {
 
 /* ---- the engine thread: one step -------------------------------------------------------- */
 
-/* Log-probabilities of the raw logits: the chosen token's and the n most likely. */
+/* Log-probabilities of the raw logits: the chosen token's and the n most likely (the
+ * log-sum-exp and the top n in SIMD lanes: src/core/vmath.c). */
 static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t, uint32_t n_top) {
-    float mx = -INFINITY;
-    for (uint32_t i = 0; i < n_vocab; i++) mx = raw[i] > mx ? raw[i] : mx;
-    double sum = 0;
-    for (uint32_t i = 0; i < n_vocab; i++) sum += exp((double)raw[i] - mx);
-    const double lse = mx + log(sum);
+    const double lse = kipp_log_sum_exp(raw, n_vocab);
     t->logprob = (float)(raw[t->id] - lse);
-    t->n_top = 0;
-    for (uint32_t i = 0; i < n_vocab && n_top; i++) { /* insertion into a short sorted list */
-        if (t->n_top == n_top && raw[i] <= raw[t->top_id[n_top - 1]]) continue;
-        uint32_t j = t->n_top < n_top ? t->n_top++ : n_top - 1;
-        while (j > 0 && raw[t->top_id[j - 1]] < raw[i]) { t->top_id[j] = t->top_id[j - 1]; j--; }
-        t->top_id[j] = (int32_t)i;
-    }
+    t->n_top = kipp_vec_top_k(raw, n_vocab, n_top, t->top_id);
     for (uint32_t k = 0; k < t->n_top; k++) t->top_logprob[k] = (float)(raw[t->top_id[k]] - lse);
 }
 
@@ -936,6 +936,18 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     if (r->p.logprobs) memcpy(s->raw, rows, (size_t)(k + 1) * s->n_vocab * sizeof *rows);
     int32_t out[KIPP_SPEC_MAX_K + 1];
     uint32_t m = 0, n_out;
+    if (r->par) { /* drawn in the parallel row phase: out[n_gen] is filled */
+        r->par = 0;
+        if (!r->par_ok) {
+            snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
+                     "(is the grammar satisfiable?)", r->n_gen);
+            r->pending = KIPP_FINISH_ERROR;
+            return;
+        }
+        r->n_fed = N;
+        emit_filled(s, r);
+        return;
+    }
     if (k == 0 && r->mt) { /* never drafted for (draft) */
         /* a mask is bounded in time and stops when the request is cancelled (the matcher
          * asks req_cancelled): a client gone mid-mask costs no more than what was done */
@@ -982,6 +994,41 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
         if (!emit(s, r, out[i], s->raw + (size_t)i * s->n_vocab)) break;
 }
 
+/* One row of the parallel phase (host thread ith): request running[par[j]], undrafted and
+ * unconstrained, gets its think gate, its draw and the drawn token's log-probabilities into
+ * out[n_gen]; all of it touches only the request, its row and thread ith's scratch.
+ * finish_decode appends the token on the engine thread. */
+static void sample_row(void *arg, uint32_t j, int ith) {
+    kipp_sched *s = arg;
+    const uint32_t i = s->par[j];
+    kipp_req *r = s->running[i];
+    float *row = s->logits + (size_t)s->b_row[i] * s->n_vocab, *raw = s->hraw[ith];
+    if (r->p.logprobs) memcpy(raw, row, (size_t)s->n_vocab * sizeof *row);
+    kipp_sampler_share_scratch(r->smp, s->hsc[ith]);
+    kipp_think_apply(&r->think, NULL, row, s->n_vocab);
+    kipp_gen_token *g = &r->out[r->n_gen];
+    g->id = kipp_sampler_sample(r->smp, row);
+    kipp_sampler_accept(r->smp, g->id);
+    g->logprob = 0;
+    g->n_top = 0;
+    r->par_ok = kipp_think_accept(&r->think, NULL, g->id);
+    if (r->par_ok && r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+    r->par = 1;
+}
+
+/* The rows sampled in parallel this step: requests in the batch that finish a token with
+ * no drafts to verify and no grammar (a grammar's mask may hand off to the mask thread). */
+static void sample_rows(kipp_sched *s) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *r = s->running[i];
+        if (r->wait_mask || r->mt || s->b_chunk[i] == 0) continue;
+        if (r->state == KIPP_REQ_DECODE ? r->job.n_draft == 0 : r->n_fed + s->b_chunk[i] >= r->n_all)
+            s->par[n++] = i;
+    }
+    kipp_ctx_host_for(s->ctx, n, sample_row, s);
+}
+
 static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     char err[KIPP_ERR_LEN];
     kipp_status st;
@@ -1018,6 +1065,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
          * learned from only while nothing else has been seen */
         if (n_want == n || s->timing.n_target == 0) kipp_spec_timing_target(&s->timing, n, t - t0);
     }
+    if (st == KIPP_OK) sample_rows(s);
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (r->wait_mask) continue; /* not in this batch */
@@ -1290,6 +1338,28 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
         st = KIPP_ERR_NOMEM;
         goto fail;
     }
+    /* the parallel row phase's per-thread scratch (malloc'd: resident once a thread uses it) */
+    s->n_host = kipp_ctx_host_threads(s->ctx);
+    if (s->n_host > 256) s->n_host = 256;
+    s->hsc = calloc((size_t)s->n_host, sizeof *s->hsc);
+    s->hraw = calloc((size_t)s->n_host, sizeof *s->hraw);
+    s->par = calloc(p.max_running, sizeof *s->par);
+    if (!s->hsc || !s->hraw || !s->par) {
+        st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
+        goto fail;
+    }
+    s->hsc[0] = s->scratch;
+    s->hraw[0] = s->raw;
+    for (int t = 1; t < s->n_host; t++) {
+        if (kipp_sampler_scratch_init(s->n_vocab, &s->hsc[t], err, err_len) != KIPP_OK) {
+            st = KIPP_ERR_NOMEM;
+            goto fail;
+        }
+        if (!(s->hraw[t] = malloc((size_t)s->n_vocab * sizeof *s->hraw[t]))) {
+            st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
+            goto fail;
+        }
+    }
     if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
@@ -1358,6 +1428,13 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->logits);
     free(s->raw);
     kipp_sampler_scratch_free(s->scratch);
+    for (int t = 1; t < s->n_host && s->hsc && s->hraw; t++) {
+        kipp_sampler_scratch_free(s->hsc[t]);
+        free(s->hraw[t]);
+    }
+    free(s->hsc);
+    free(s->hraw);
+    free(s->par);
     free(s);
 }
 

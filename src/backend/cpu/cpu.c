@@ -156,6 +156,24 @@ static kipp_status cpu_forward_nocache(void *state, const int32_t *tokens, uint3
     return kipp_cpu_fwd_nocache(s->fwd, tokens, n, logits, err, err_len);
 }
 
+typedef struct {
+    void (*fn)(void *arg, uint32_t i, int ith);
+    void *arg;
+} host_job;
+
+static void host_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    const host_job *j = ctx;
+    for (uint64_t i = begin; i < end; i++) j->fn(j->arg, (uint32_t)i, ith);
+}
+
+static void cpu_host_for(void *state, uint32_t n, void (*fn)(void *arg, uint32_t i, int ith), void *arg) {
+    cpu_state *s = state;
+    host_job j = {fn, arg};
+    kipp_threadpool_for(s->pool, n, 1, host_rows, &j);
+}
+
+static int cpu_host_threads(void *state) { return kipp_threadpool_n_threads(((cpu_state *)state)->pool); }
+
 const kipp_backend_ops kipp_backend_cpu = {
     .name = "cpu",
     .caps = cpu_caps,
@@ -168,4 +186,6 @@ const kipp_backend_ops kipp_backend_cpu = {
     .kv_copy_block = kipp_host_kv_copy_block,
     .decode_batch = cpu_decode_batch,
     .forward_nocache = cpu_forward_nocache,
+    .host_for = cpu_host_for,
+    .host_threads = cpu_host_threads,
 };
