@@ -25,9 +25,14 @@
 /* A constrained token's grammar work (mask, draw, accept) runs on the engine thread until
  * MASK_INLINE_S has passed (the matcher's yield deadline; MASK_STEP_S for all of a step's
  * together); past that it is redone on the mask thread, with the matcher's own time limit
- * (KIPP_MATCHER_TIME_LIMIT_S) as the visible failure, while the other sequences step on. */
+ * (KIPP_MATCHER_TIME_LIMIT_S) as the visible failure, while the other sequences step on.
+ * Every row of a step waits for its inline grammar work, so while rows without a grammar
+ * share the step, that work gets at most MASK_SHARE of the step's forward pass (at least
+ * MASK_MIN_S): a constrained request never more than half-again slows the others. */
 #define MASK_INLINE_S 0.005
 #define MASK_STEP_S 0.02
+#define MASK_SHARE 0.5
+#define MASK_MIN_S 0.0005
 
 /* a request's place with the mask thread (kipp_req.mk, under s->mu) */
 enum { MK_NONE = 0, MK_QUEUED, MK_RUNNING, MK_DONE };
@@ -1034,7 +1039,6 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     kipp_status st;
     uint32_t n, n_want;
     draft(s);
-    s->inline_left = MASK_STEP_S;
     double t0;
     for (;;) {
         memset(s->b_chunk, 0, s->n_running * sizeof *s->b_chunk);
@@ -1065,7 +1069,17 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
          * learned from only while nothing else has been seen */
         if (n_want == n || s->timing.n_target == 0) kipp_spec_timing_target(&s->timing, n, t - t0);
     }
-    if (st == KIPP_OK) sample_rows(s);
+    if (st == KIPP_OK) {
+        s->inline_left = MASK_STEP_S;
+        for (uint32_t i = 0; i < s->n_running; i++) {
+            const kipp_req *r = s->running[i];
+            if (r->wait_mask || r->mt || s->b_chunk[i] == 0) continue;
+            const double share = MASK_SHARE * (t - t0); /* an unconstrained row waits too */
+            s->inline_left = share < MASK_MIN_S ? MASK_MIN_S : share < MASK_STEP_S ? share : MASK_STEP_S;
+            break;
+        }
+        sample_rows(s);
+    }
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (r->wait_mask) continue; /* not in this batch */

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) { /* xorshift64*: [0, 1) */
@@ -139,7 +140,34 @@ static void test_top(void) {
     KT_CHECK(kipp_vec_top_k(x, 100, 2, a) == 2 && a[0] == 99 && a[1] == 0, "the last entry largest");
 }
 
+/* every variant this CPU runs gives the bits the best one gives */
+static void test_variants(void) {
+    enum { N = 151936 };
+    float *x = malloc(N * sizeof *x);
+    int32_t a[20], b[20];
+    if (!x) { KT_CHECK(0, "out of memory"); return; }
+    const int best = kipp_vmath_level();
+    int diff = 0, rows = 0;
+    for (int t = 0; t < 60; t++) {
+        const size_t n = t < 50 ? (size_t)t * 7 + (size_t)(urand() * 7) : N;
+        fill(x, n, -30, 10, t & 1);
+        const double want = kipp_log_sum_exp_at(best, x, n);
+        const uint32_t mw = kipp_vec_top_k_at(best, x, (uint32_t)n, 20, a);
+        for (int lv = 0; lv < best; lv++) {
+            const double got = kipp_log_sum_exp_at(lv, x, n);
+            const uint32_t mg = kipp_vec_top_k_at(lv, x, (uint32_t)n, 20, b);
+            int same = memcmp(&got, &want, sizeof got) == 0 && mg == mw;
+            for (uint32_t j = 0; same && j < mw; j++) same = a[j] == b[j];
+            diff += !same;
+            rows++;
+        }
+    }
+    KT_CHECK(diff == 0, "%d of %d rows differ between variants (best level %d)", diff, rows, best);
+    free(x);
+}
+
 void kt_suite_vmath(void) {
     test_lse();
     test_top();
+    test_variants();
 }
