@@ -34,6 +34,15 @@
 #define MASK_SHARE 0.5
 #define MASK_MIN_S 0.0005
 
+/* Chunked prefill beside decoding rows: every decoding sequence waits for the prompt
+ * tokens in its step, so while any decode, a step's prompt tokens are capped at what costs
+ * about PREFILL_SHARE of a decode-only step (measured: EMAs of decode-only step time and
+ * of seconds per token in prompt-heavy steps), never under PREFILL_MIN; alone, prompts get
+ * the whole --batch-tokens. Prompts share the budget shortest remaining first, so a short
+ * prompt is not queued behind a long one's chunks. */
+#define PREFILL_SHARE 1.0
+#define PREFILL_MIN 16u
+
 /* a request's place with the mask thread (kipp_req.mk, under s->mu) */
 enum { MK_NONE = 0, MK_QUEUED, MK_RUNNING, MK_DONE };
 /* grammar_token's outcomes */
@@ -139,6 +148,10 @@ struct kipp_sched {
     kipp_sampler_scratch **hsc;
     float **hraw;
     uint32_t *par; /* [max_running] the running indices sampled in parallel this step */
+    uint32_t *ord; /* [max_running] prefilling running indices, shortest remaining first */
+    uint32_t b_prefill;            /* prompt tokens in this step's batch */
+    double ema_dec_s, ema_tok_s;   /* decode-only step seconds; seconds per batch token in
+                                      prompt-heavy steps (0: not measured yet) */
     /* speculative decoding */
     kipp_drafter *drafter;
     uint32_t k_max, k_min;
@@ -700,38 +713,64 @@ static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t,
  * chunks within the step's budget. Returns the batch size; b_chunk[i] is running[i]'s
  * share, b_row[i] its first logits row; *n_logits_rows the rows that want logits. */
 static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
-    uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens;
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < s->n_running; i++) {
-            kipp_req *r = s->running[i];
-            if (r->wait_mask) continue; /* its next token is still with the mask thread */
-            if ((pass == 0) != (r->state == KIPP_REQ_DECODE) || r->hold) continue;
-            if (pass == 0) {
-                s->b_chunk[i] = 1 + r->job.n_draft;
-                s->b_row[i] = n_rows;
-                for (uint32_t k = 0; k <= r->job.n_draft; k++) {
-                    s->b_tok[n] = k ? r->job.draft[k - 1] : r->all[r->n_fed];
-                    s->b_seq[n] = r->seq;
-                    s->b_want[n++] = 1;
-                    n_rows++;
-                }
-                continue;
-            }
+    uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens, n_pre = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        kipp_req *r = s->running[i];
+        if (r->wait_mask || r->hold) continue; /* with the mask thread, or paused */
+        if (r->state != KIPP_REQ_DECODE) { /* insertion by remaining prompt, stable */
             const uint32_t rem = r->n_all - r->n_fed;
-            const uint32_t chunk = rem < budget ? rem : budget;
-            budget -= chunk;
-            s->b_chunk[i] = chunk;
-            for (uint32_t k = 0; k < chunk; k++) {
-                s->b_tok[n] = r->all[r->n_fed + k];
-                s->b_seq[n] = r->seq;
-                s->b_want[n] = r->n_fed + k + 1 == r->n_all;
-                if (s->b_want[n]) s->b_row[i] = n_rows++;
-                n++;
+            uint32_t j = n_pre++;
+            while (j > 0 && s->running[s->ord[j - 1]]->n_all - s->running[s->ord[j - 1]]->n_fed > rem) {
+                s->ord[j] = s->ord[j - 1];
+                j--;
             }
+            s->ord[j] = i;
+            continue;
+        }
+        s->b_chunk[i] = 1 + r->job.n_draft;
+        s->b_row[i] = n_rows;
+        for (uint32_t k = 0; k <= r->job.n_draft; k++) {
+            s->b_tok[n] = k ? r->job.draft[k - 1] : r->all[r->n_fed];
+            s->b_seq[n] = r->seq;
+            s->b_want[n++] = 1;
+            n_rows++;
+        }
+    }
+    if (n > 0 && s->ema_dec_s > 0 && s->ema_tok_s > 0) {
+        const double cap = PREFILL_SHARE * s->ema_dec_s / s->ema_tok_s;
+        if (cap < (double)budget) budget = cap < PREFILL_MIN ? PREFILL_MIN : (uint32_t)cap;
+        if (budget > s->p.batch_tokens) budget = s->p.batch_tokens;
+    }
+    s->b_prefill = 0;
+    for (uint32_t o = 0; o < n_pre && budget > 0; o++) {
+        const uint32_t i = s->ord[o];
+        kipp_req *r = s->running[i];
+        const uint32_t rem = r->n_all - r->n_fed;
+        const uint32_t chunk = rem < budget ? rem : budget;
+        budget -= chunk;
+        s->b_prefill += chunk;
+        s->b_chunk[i] = chunk;
+        for (uint32_t k = 0; k < chunk; k++) {
+            s->b_tok[n] = r->all[r->n_fed + k];
+            s->b_seq[n] = r->seq;
+            s->b_want[n] = r->n_fed + k + 1 == r->n_all;
+            if (s->b_want[n]) s->b_row[i] = n_rows++;
+            n++;
         }
     }
     *n_logits_rows = n_rows;
     return n;
+}
+
+/* The step-time EMAs build_batch sizes prompt chunks by: n tokens, of which b_prefill were
+ * prompt tokens, took dt seconds. */
+static void step_timing(kipp_sched *s, uint32_t n, double dt) {
+    if (n == 0 || !(dt > 0)) return;
+    if (s->b_prefill == 0) s->ema_dec_s = s->ema_dec_s > 0 ? 0.8 * s->ema_dec_s + 0.2 * dt : dt;
+    else if (s->b_prefill >= PREFILL_MIN && s->b_prefill * 2 >= n) {
+        const double per = dt / n;
+        s->ema_tok_s = s->ema_tok_s > 0 ? 0.8 * s->ema_tok_s + 0.2 * per : per;
+    }
 }
 
 /* Drafts for every decoding request with a drafter slot: K per request from its measured
@@ -1063,6 +1102,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         break; /* a lone sequence the pool cannot hold: it ends with "length" below */
     }
     const double t = now_s();
+    if (st == KIPP_OK) step_timing(s, n, t - t0);
     if (st == KIPP_OK && s->drafter && n > 0) {
         /* the model prices rows that need logits (decode and verification: the lm_head is
          * most of a small model's row); a step with prompt rows, which skip the lm_head, is
@@ -1358,7 +1398,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->hsc = calloc((size_t)s->n_host, sizeof *s->hsc);
     s->hraw = calloc((size_t)s->n_host, sizeof *s->hraw);
     s->par = calloc(p.max_running, sizeof *s->par);
-    if (!s->hsc || !s->hraw || !s->par) {
+    s->ord = calloc(p.max_running, sizeof *s->ord);
+    if (!s->hsc || !s->hraw || !s->par || !s->ord) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -1449,6 +1490,7 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->hsc);
     free(s->hraw);
     free(s->par);
+    free(s->ord);
     free(s);
 }
 

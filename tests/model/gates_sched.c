@@ -392,6 +392,51 @@ static int collect_within(kipp_req *r, outputs *o, int i, kipp_finish *fin) {
     return *fin == KIPP_FINISH_NONE ? -1 : 0;
 }
 
+/* Prompts share a step's prompt budget shortest remaining first: on 2 slots with 8 prompt
+ * tokens per step, a short prompt submitted right after a 128-token one (16 steps of
+ * prefill) gets its first token while the long one has none, and both then run to
+ * max_tokens. In arrival order (the scheduler before) the short one waited for the long
+ * one's whole prefill. */
+static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched_params sp = *base;
+    sp.max_running = 2;
+    sp.batch_tokens = 8;
+    sp.prefix_cache_entries = 0;
+    kipp_sched *s;
+    if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    int32_t longp[128];
+    for (uint32_t k = 0, i = 0, j = 0; k < 128; k++) { /* the prompts one after another */
+        if (j == p->n[i]) i = (i + 1) % N_REQ, j = 0;
+        longp[k] = p->ids[i][j++];
+    }
+    kipp_req_params rl = req_params(p, 0, 0.0f), rs = req_params(p, 1, 0.0f);
+    rl.prompt = longp;
+    rl.n_prompt = 128;
+    kipp_req *l = NULL, *sh = NULL;
+    outputs o;
+    memset(&o, 0, sizeof o);
+    kipp_finish fin;
+    if (kipp_sched_submit(s, &rl, &l, err, sizeof err) == KIPP_OK &&
+        kipp_sched_submit(s, &rs, &sh, err, sizeof err) == KIPP_OK) {
+        uint32_t ns = 0;
+        for (int k = 0; k < 600 && ns == 0; k++) ns = kipp_req_wait(sh, 0, 100, &fin);
+        const uint32_t nl = kipp_req_wait(l, 0, 0, &fin);
+        KT_CHECK(ns > 0 && nl == 0, "short prompt (%u tokens) behind a 128-token one: %u tokens when "
+                 "the long one had %u (want its first token first)", p->n[1], ns, nl);
+        KT_CHECK(collect_within(sh, &o, 1, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "short: finish %d", (int)fin);
+        KT_CHECK(collect_within(l, &o, 0, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "long: finish %d", (int)fin);
+    } else {
+        KT_CHECK(0, "submit: %s", err);
+    }
+    kipp_req_release(l);
+    kipp_req_release(sh);
+    kipp_sched_free(s);
+}
+
 /* Back-pressure and fairness: a request with a window of 4 that nobody reads stops at 4
  * tokens (paused, not finished) and, read later, gives its solo tokens; alone on one slot
  * its paused sequence yields the slot to another request (and resumes after). Fairness:
@@ -534,13 +579,14 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_logprobs(m, &p, &sp);
     gate_prefix_cache(m, &p, &sp);
     gate_slow_mask(m, &p, &sp);
+    gate_short_prompt_first(m, &p, &sp);
     kipp_model_free(m);
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
     lp.kv_type = sp.kv_type;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
-           "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask\n",
+           "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }
