@@ -198,6 +198,20 @@ def other_rows(root):
                                                         nr["bytes_buffered_estimate"] / 1e6),
                          "bounded", met(not nr["generated_all_while_unread"]), name))
 
+    name = "server-robustness-0.6b-q8_0.json"  # the attack phase on a real-shaped model
+    if os.path.exists(os.path.join(root, "bench", "results", name)):
+        at = load(root, name)["phases"]["attack"]
+        cl = at["classes"]
+        worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
+        n_lat = sum(1 for c in cl.values() if c["latency_met"])
+        rows.append(("Attack on Qwen3-0.6B Q8_0: crashes + hangs + unconstrained; worst plain latency / unloaded",
+                     "%d + %d + %d; %.1f× (%s), %d of %d classes met" % (
+                         at["crash"], at["hang"], at["unconstrained_as_constrained"],
+                         cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl)),
+                     "0; ≤ 2× per class",
+                     met(at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0
+                         and at["latency_met_all"]), name))
+
     d = load(root, "kv-type-0.6b-q8_0.json")["target"]
     for key, what in (("f16_over_f32", "Kipp f16 KV / f32 KV"), ("f16_over_llama", "Kipp f16 KV / llama.cpp")):
         rows.append(("Decode at context %d, %s" % (d["context"], what),

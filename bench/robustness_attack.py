@@ -1,5 +1,6 @@
 """robustness_attack.py — the "attack" phase of bench/robustness_bench.py: ten hostile
-classes (issue 30), each on a fresh server, while a plain 4-token chat is timed in a loop and
+classes (issue 30), each on a fresh server, while a plain 4-token chat is timed in a loop (in a
+process of its own, so the harness's GIL never counts as server latency) and
 the server's VmRSS is sampled every 10 ms. The cases, their acceptable outcomes and the pure
 classification live in bench/robustness_cases.py (ATTACK_EXPECT, constraint_outcome, ...).
 
@@ -59,40 +60,59 @@ def plain_request(srv, model: str, i: int, timeout: float) -> tuple[bool, float,
         return False, time.perf_counter() - t0, 0
 
 
+def _probe_main(srv, model: str, timeout: float, stop, inflight, q) -> None:
+    """The probe process: plain requests one after another (a 20 ms gap) until stop is set;
+    each one's (ok, seconds, tokens) goes to q as it ends, its start time sits in inflight
+    while it runs (0 between requests)."""
+    i = 0
+    while not stop.is_set():
+        inflight.value = time.perf_counter()
+        ok, dt, toks = plain_request(srv, model, i, timeout)
+        inflight.value = 0.0
+        q.put((ok, dt, toks))
+        i += 1
+        stop.wait(0.02)
+
+
 class Probe:
-    """Plain requests one after another (a 20 ms gap) on a thread while a class runs."""
+    """Plain requests one after another (a 20 ms gap) while a class runs, timed in a process
+    of their own: the harness's own work (parsing a 14 MB reply or SSE streams in Python
+    threads) holds this process's GIL for up to half a second, which a probe thread here
+    would have counted as server latency."""
 
     def __init__(self, srv, model: str, timeout: float):
+        import multiprocessing as mp
+        ctx = mp.get_context("fork")
         self.srv, self.model, self.timeout = srv, model, timeout
+        self._stop, self._inflight, self._q = ctx.Event(), ctx.Value("d", 0.0), ctx.SimpleQueue()
+        self._p = ctx.Process(target=_probe_main, daemon=True,
+                              args=(srv, model, timeout, self._stop, self._inflight, self._q))
         self.lat: list[float] = []
         self.failed = 0
         self.tokens = 0
-        self.t_inflight: float | None = None
-        self._stop = threading.Event()
-        self._th = threading.Thread(target=self._run, daemon=True)
 
     def start(self):
-        self._th.start()
+        self._p.start()
         return self
 
-    def _run(self):
-        i = 0
-        while not self._stop.is_set():
-            self.t_inflight = time.perf_counter()
-            ok, dt, toks = plain_request(self.srv, self.model, i, self.timeout)
-            self.t_inflight = None
-            i += 1
-            self.tokens += toks
+    def _drain(self):
+        while not self._q.empty():
+            ok, dt, toks = self._q.get()
             self.lat.append(dt)
             self.failed += not ok
-            self._stop.wait(0.02)
+            self.tokens += toks
 
     def stop(self) -> dict:
         self._stop.set()
-        self._th.join(2.0)
+        self._p.join(2.0)
         pending = None
-        if self._th.is_alive() and self.t_inflight is not None:
-            pending = time.perf_counter() - self.t_inflight   # a stalled probe: its age so far
+        if self._p.is_alive():
+            t = self._inflight.value
+            if t:
+                pending = time.perf_counter() - t   # a stalled probe: its age so far
+            self._p.kill()
+            self._p.join(2.0)
+        self._drain()
         lat = list(self.lat)
         worst = max(lat + ([pending] if pending else []), default=None)
         return {"probes": len(lat), "failed": self.failed, "unfinished_probe_age_s": pending,

@@ -162,3 +162,43 @@ def test_attack_expectations_cover_every_class():
         assert e["what"] and set(e["ok"]) <= set(rc.ATTACK_OUTCOMES), name
     for c in rc.framing_cases("m") + rc.tool_definition_cases("m") + rc.attack_grammar_cases("m"):
         assert set(c.ok) <= set(rc.ATTACK_OUTCOMES), c.desc
+
+
+class _FakeSrv:
+    """A server stand-in whose every request takes 50 ms; `inside` is set while one runs (a
+    process-shared event: the probe may run in another process)."""
+
+    def __init__(self):
+        import multiprocessing as mp
+        self.inside = mp.get_context("fork").Event()
+
+    def request(self, method, path, body, timeout=None):
+        import time
+        self.inside.set()
+        time.sleep(0.05)
+        self.inside.clear()
+        return 200, {}, b'{"usage": {"completion_tokens": 4}}'
+
+
+def test_probe_does_not_count_the_harness_gil():
+    """The probe times plain requests in a process of its own: the harness holding its GIL
+    (json.loads of a big reply, as the nonstream_big class does) while a probe request is in
+    flight is not server latency. A probe thread in the harness's process counted each such
+    hold into that request (0.5 s on the tiny model's 14 MB reply)."""
+    import time
+
+    from bench import robustness_attack as ra
+    big = json.dumps([{"token": "x", "logprob": -1.5, "bytes": [120]}] * 250000)
+    srv = _FakeSrv()
+    p = ra.Probe(srv, "m", 5.0).start()
+    holds = []
+    for _ in range(3):
+        assert srv.inside.wait(5.0)
+        t0 = time.perf_counter()
+        json.loads(big)  # holds the GIL throughout
+        holds.append(time.perf_counter() - t0)
+    r = p.stop()
+    assert min(holds) > 0.2, holds  # each hold outlasts a probe request
+    assert r["probes"] >= 5 and r["failed"] == 0, r
+    assert r["worst_s"] < 0.15, (r["worst_s"], holds)
+    assert r["unfinished_probe_age_s"] is None
