@@ -89,7 +89,14 @@ class Probe:
                               args=(srv, model, timeout, self._stop, self._inflight, self._q))
         self.lat: list[float] = []
         self.failed = 0
-        self.tokens = 0
+        self._tokens = 0
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens of the probes finished so far (the classes subtract them from the
+        server's token counter while they run)."""
+        self._drain()
+        return self._tokens
 
     def start(self):
         self._p.start()
@@ -100,7 +107,7 @@ class Probe:
             ok, dt, toks = self._q.get()
             self.lat.append(dt)
             self.failed += not ok
-            self.tokens += toks
+            self._tokens += toks
 
     def stop(self) -> dict:
         self._stop.set()
