@@ -28,7 +28,11 @@ def write(tmp_path, text):
 
 def run(tmp_path, text, *args, env=None, preexec=None):
     p = write(tmp_path, text)
-    e = dict(os.environ, BUILD=str(tmp_path / "build"))
+    # the runner exports TIER (and KIPP_TEST_JOBS may be set) to its stages, and stages.py
+    # defaults to them: this file runs inside the full tier's tooling stage too, where an
+    # inherited TIER=full picked other stages than these tests mean
+    e = {k: v for k, v in os.environ.items() if k not in ("TIER", "KIPP_TEST_JOBS")}
+    e["BUILD"] = str(tmp_path / "build")
     e.update(env or {})
     return subprocess.run([sys.executable, str(ROOT / "tests" / "stages.py"), "--stages", str(p), *args],
                           capture_output=True, text=True, env=e, cwd=ROOT, timeout=120,
