@@ -977,9 +977,6 @@ static void *mask_main(void *arg) {
  * out of the KV cache, emit the final tokens. */
 static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     const uint32_t k = r->job.n_draft, N = r->n_all; /* all[N-1] was pending */
-    if (r->p.logprobs) memcpy(s->raw, rows, (size_t)(k + 1) * s->n_vocab * sizeof *rows);
-    int32_t out[KIPP_SPEC_MAX_K + 1];
-    uint32_t m = 0, n_out;
     if (r->par) { /* drawn in the parallel row phase: out[n_gen] is filled */
         r->par = 0;
         if (!r->par_ok) {
@@ -992,6 +989,9 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
         emit_filled(s, r);
         return;
     }
+    if (r->p.logprobs) memcpy(s->raw, rows, (size_t)(k + 1) * s->n_vocab * sizeof *rows);
+    int32_t out[KIPP_SPEC_MAX_K + 1];
+    uint32_t m = 0, n_out;
     if (k == 0 && r->mt) { /* never drafted for (draft) */
         /* a mask is bounded in time and stops when the request is cancelled (the matcher
          * asks req_cancelled): a client gone mid-mask costs no more than what was done */
@@ -1010,29 +1010,17 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
         else grammar_done(s, r, res, N);
         return;
     }
-    if (k == 0) { /* no grammar: the think gate alone (its reasoning bound) */
-        kipp_think_apply(&r->think, NULL, rows, s->n_vocab);
-        out[0] = kipp_sampler_sample(r->smp, rows);
-        kipp_sampler_accept(r->smp, out[0]);
-        n_out = 1;
-        if (!kipp_think_accept(&r->think, NULL, out[0])) {
-            snprintf(r->err, sizeof r->err, "the grammar allows no token after %u generated tokens "
-                     "(is the grammar satisfiable?)", r->n_gen);
-            r->pending = KIPP_FINISH_ERROR;
-            return;
-        }
-    } else {
-        n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
-        kipp_spec_seq_update(&r->spec, k, m);
-        kipp_spec_seq_update(&s->global, k, m);
-        if (m < k && kipp_ctx_seq_truncate(s->ctx, r->seq, N + m, r->err, sizeof r->err) != KIPP_OK) {
-            r->pending = KIPP_FINISH_ERROR;
-            return;
-        }
-        s->e_steps++;
-        s->e_drafted += k;
-        s->e_accepted += m;
+    /* drafts to verify (an undrafted, unconstrained row was drawn in the parallel phase) */
+    n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
+    kipp_spec_seq_update(&r->spec, k, m);
+    kipp_spec_seq_update(&s->global, k, m);
+    if (m < k && kipp_ctx_seq_truncate(s->ctx, r->seq, N + m, r->err, sizeof r->err) != KIPP_OK) {
+        r->pending = KIPP_FINISH_ERROR;
+        return;
     }
+    s->e_steps++;
+    s->e_drafted += k;
+    s->e_accepted += m;
     r->n_fed = N + m;
     for (uint32_t i = 0; i < n_out; i++)
         if (!emit(s, r, out[i], s->raw + (size_t)i * s->n_vocab)) break;
@@ -1060,16 +1048,23 @@ static void sample_row(void *arg, uint32_t j, int ith) {
     r->par = 1;
 }
 
-/* The rows sampled in parallel this step: requests in the batch that finish a token with
- * no drafts to verify and no grammar (a grammar's mask may hand off to the mask thread). */
-static void sample_rows(kipp_sched *s) {
+/* After a forward pass of fwd_s seconds: the step's inline grammar budget (while rows
+ * without a grammar share the step, MASK_SHARE of the pass, at least MASK_MIN_S; else
+ * MASK_STEP_S), then the rows sampled in parallel: requests in the batch that finish a
+ * token with no drafts to verify and no grammar (a grammar's mask may hand off to the mask
+ * thread). */
+static void sample_rows(kipp_sched *s, double fwd_s) {
     uint32_t n = 0;
+    int shared = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const kipp_req *r = s->running[i];
         if (r->wait_mask || r->mt || s->b_chunk[i] == 0) continue;
+        shared = 1; /* an unconstrained row waits for the step's grammar work too */
         if (r->state == KIPP_REQ_DECODE ? r->job.n_draft == 0 : r->n_fed + s->b_chunk[i] >= r->n_all)
             s->par[n++] = i;
     }
+    const double share = MASK_SHARE * fwd_s;
+    s->inline_left = !shared || share > MASK_STEP_S ? MASK_STEP_S : share < MASK_MIN_S ? MASK_MIN_S : share;
     kipp_ctx_host_for(s->ctx, n, sample_row, s);
 }
 
@@ -1109,17 +1104,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
          * learned from only while nothing else has been seen */
         if (n_want == n || s->timing.n_target == 0) kipp_spec_timing_target(&s->timing, n, t - t0);
     }
-    if (st == KIPP_OK) {
-        s->inline_left = MASK_STEP_S;
-        for (uint32_t i = 0; i < s->n_running; i++) {
-            const kipp_req *r = s->running[i];
-            if (r->wait_mask || r->mt || s->b_chunk[i] == 0) continue;
-            const double share = MASK_SHARE * (t - t0); /* an unconstrained row waits too */
-            s->inline_left = share < MASK_MIN_S ? MASK_MIN_S : share < MASK_STEP_S ? share : MASK_STEP_S;
-            break;
-        }
-        sample_rows(s);
-    }
+    if (st == KIPP_OK) sample_rows(s, t - t0);
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (r->wait_mask) continue; /* not in this batch */
