@@ -96,6 +96,7 @@ static const struct {
     {"json_schema", "JSON Schema -> grammar", kt_suite_json_schema},
     {"toolcall", "tool-call splitter", kt_suite_toolcall},
     {"think", "reasoning prefix gate before the grammar", kt_suite_think},
+    {"fair", "fair steps: step-time line, decoding sequences chosen beside light requests", kt_suite_fair},
 };
 #define N_SUITES (sizeof suites / sizeof suites[0])
 

@@ -60,6 +60,9 @@ static void usage(FILE *f) {
             "      --queue N             requests that may wait; beyond: 503 + Retry-After (default 64)\n"
             "      --batch-tokens N      prompt tokens prefilled per step (default 256; fewer\n"
             "                            while other sequences decode)\n"
+            "      --fair-share X        while an n > 1 request shares a step with one-sequence\n"
+            "                            requests, its extra sequences may add at most X of the\n"
+            "                            step's time (default 0.5; 0 = one row each; off = no cap)\n"
             "      --max-body BYTES      request body limit, 413 beyond (default 1048576)\n"
             "      --max-prompt-tokens N longest prompt accepted (default ctx-size - 1)\n"
             "      --max-tokens N        completion length when a request gives none\n"
@@ -240,6 +243,14 @@ int main(int argc, char **argv) {
         }
         else if (IS("--queue")) { NUM(1, 1u << 16); kp.max_queue = (uint32_t)v; }
         else if (IS("--batch-tokens")) { NUM(1, 1u << 16); kp.batch_tokens = (uint32_t)v; }
+        else if (IS("--fair-share")) {
+            const char *x = VAL();
+            NEED(x);
+            float f = 0;
+            if (strcmp(x, "off") == 0) kp.fair_share = -1;
+            else if (!kipp_cli_float("kipp-server", a, x, 0.0f, 100.0f, &f)) return 2;
+            else kp.fair_share = f > 0 ? f : 1e-9; /* 0 here: one row per request */
+        }
         else if (IS("--max-body")) { NUM(1024, 1ull << 32); sp.max_body = (size_t)v; }
         else if (IS("--max-prompt-tokens")) { NUM(1, 1u << 24); sp.max_prompt_tokens = (uint32_t)v; }
         else if (IS("--max-tokens")) { NUM(1, 1u << 24); sp.default_max_tokens = (uint32_t)v; }

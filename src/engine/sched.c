@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/vmath.h"
 #include "engine/engine.h"
+#include "engine/fair.h"
 #include "engine/prefix_cache.h"
 
 #include <math.h>
@@ -42,6 +43,10 @@
  * prompt is not queued behind a long one's chunks. */
 #define PREFILL_SHARE 1.0
 #define PREFILL_MIN 16u
+
+/* Fair steps (engine/fair.h): the default share of a step's time the extra sequences of
+ * an n > 1 request may add while one-sequence requests share the step. */
+#define FAIR_SHARE_DEFAULT 0.5
 
 /* a request's place with the mask thread (kipp_req.mk, under s->mu) */
 enum { MK_NONE = 0, MK_QUEUED, MK_RUNNING, MK_DONE };
@@ -152,6 +157,9 @@ struct kipp_sched {
     uint32_t b_prefill;            /* prompt tokens in this step's batch */
     double ema_dec_s, ema_tok_s;   /* decode-only step seconds; seconds per batch token in
                                       prompt-heavy steps (0: not measured yet) */
+    kipp_step_fit fit;             /* whole decode-only steps: seconds against sequences */
+    uint32_t *grp, *progress;      /* [max_running] fair_rows scratch */
+    uint8_t *kind, *keep;
     /* speculative decoding */
     kipp_drafter *drafter;
     uint32_t k_max, k_min;
@@ -162,6 +170,7 @@ struct kipp_sched {
     kipp_spec_seq **sq;      /* [max_running] */
     uint32_t *cap, *kk;      /* [max_running] */
     uint64_t e_steps, e_drafted, e_accepted; /* engine-side totals, published under mu */
+    uint64_t e_fair_deferred;
     kipp_spec_seq global;    /* acceptance over every request: a new request's prior */
     double e_draft_s;
     /* the mask thread (mask_main) */
@@ -773,6 +782,33 @@ static void step_timing(kipp_sched *s, uint32_t n, double dt) {
     }
 }
 
+/* Holds decoding sequences of n > 1 requests out of this step (hold = 2) while
+ * one-sequence requests share it (kipp_fair_select). Returns the decoding sequences left. */
+static uint32_t fair_rows(kipp_sched *s) {
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *r = s->running[i];
+        uint32_t g = i;
+        for (uint32_t j = 0; r->p.group && j < i; j++)
+            if (s->running[j]->p.group == r->p.group) { g = s->grp[j]; break; }
+        s->grp[i] = g;
+        s->kind[i] = r->wait_mask || r->hold ? KIPP_FAIR_OUT
+                     : r->state == KIPP_REQ_DECODE ? KIPP_FAIR_DECODE
+                     : r->state == KIPP_REQ_PREFILL ? KIPP_FAIR_PREFILL : KIPP_FAIR_OUT;
+        s->progress[i] = r->n_gen;
+    }
+    double a = 0, b = 0;
+    if (s->p.fair_slope > 0) b = s->p.fair_slope;
+    else if (s->p.fair_share < 0 || !kipp_step_fit_line(&s->fit, s->ema_tok_s, &a, &b)) b = 0;
+    const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->progress, s->p.fair_share, a, b, s->keep);
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        kipp_req *r = s->running[i];
+        if (s->kind[i] != KIPP_FAIR_DECODE || s->keep[i]) continue;
+        r->hold = 2;
+        s->e_fair_deferred++;
+    }
+    return kept;
+}
+
 /* Drafts for every decoding request with a drafter slot: K per request from its measured
  * acceptance and the step-time model (kipp_spec_choose_k), one batched draft run. */
 static void draft(kipp_sched *s) {
@@ -1072,6 +1108,8 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     char err[KIPP_ERR_LEN];
     kipp_status st;
     uint32_t n, n_want;
+    const double t_step = now_s();
+    const uint32_t n_dec = fair_rows(s);
     draft(s);
     double t0;
     for (;;) {
@@ -1148,6 +1186,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     s->st.spec_drafted = s->e_drafted;
     s->st.spec_accepted = s->e_accepted;
     s->st.spec_draft_seconds = s->e_draft_s;
+    s->st.fair_deferred = s->e_fair_deferred;
     int published = 0;
     for (uint32_t i = 0; i < s->n_running;) {
         kipp_req *r = s->running[i];
@@ -1176,6 +1215,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     }
     if (published) pthread_cond_broadcast(&s->any);
     pthread_mutex_unlock(&s->mu);
+    if (st == KIPP_OK && s->b_prefill == 0) kipp_step_fit_add(&s->fit, n_dec, now_s() - t_step);
 }
 
 /* Snapshot of the pool for the statistics (engine thread, lock held). */
@@ -1292,6 +1332,7 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     if (!p.max_running) p.max_running = 8;
     if (!p.max_queue) p.max_queue = 64;
     if (!p.batch_tokens) p.batch_tokens = 256;
+    if (p.fair_share == 0) p.fair_share = FAIR_SHARE_DEFAULT;
     if (!p.block_size) p.block_size = 16;
     kipp_model_info info;
     kipp_model_get_info(m, &info);
@@ -1384,7 +1425,11 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->hraw = calloc((size_t)s->n_host, sizeof *s->hraw);
     s->par = calloc(p.max_running, sizeof *s->par);
     s->ord = calloc(p.max_running, sizeof *s->ord);
-    if (!s->hsc || !s->hraw || !s->par || !s->ord) {
+    s->grp = calloc(p.max_running, sizeof *s->grp);
+    s->progress = calloc(p.max_running, sizeof *s->progress);
+    s->kind = calloc(p.max_running, 1);
+    s->keep = calloc(p.max_running, 1);
+    if (!s->hsc || !s->hraw || !s->par || !s->ord || !s->grp || !s->progress || !s->kind || !s->keep) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -1476,6 +1521,10 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->hraw);
     free(s->par);
     free(s->ord);
+    free(s->grp);
+    free(s->progress);
+    free(s->kind);
+    free(s->keep);
     free(s);
 }
 

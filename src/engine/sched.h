@@ -39,6 +39,13 @@ typedef struct {
     const char *isa;               /* see kipp_ctx_params; NULL = best */
     uint64_t kv_memory;            /* with n_kv_tokens 0: the pool holds at most this many
                                       bytes of K/V (0 = KIPP_SCHED_DEFAULT_KV_BYTES) */
+    double fair_share;             /* while a request of several sequences (n > 1) shares the
+                                      batch with one-sequence requests, its sequences past one
+                                      may add at most this share to the step's time (from the
+                                      measured step-time model); 0 = 0.5; < 0: no cap */
+    double fair_slope;             /* > 0: the step-time model is this many seconds per
+                                      sequence and nothing fixed, instead of measured (for
+                                      reproducible tests); 0 = measured */
     const kipp_spec_params *spec;  /* speculative decoding (NULL: none): the drafter gets a
                                       slot per running sequence; n_ctx and n_slots are set
                                       here; ctx.n_threads etc. as given */
@@ -115,6 +122,9 @@ typedef struct {
                                     counts a group's shared prompt once) */
     uint64_t preempted_fair, preempted_paused; /* of preempted: to give a waiting request
                                     its fair share of slots; a paused sequence's slot */
+    uint64_t fair_deferred;      /* decoding sequences held out of a step so that a request
+                                    of several sequences does not slow one-sequence requests
+                                    by more than fair_share */
     uint32_t paused;             /* sequences paused by their window (running or queued) */
     uint64_t spec_steps, spec_drafted, spec_accepted; /* speculative decoding */
     double spec_draft_seconds;

@@ -60,6 +60,9 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
     metric(&b, "kipp_requests_preempted_fair_total", "counter",
            "Of them, to give a waiting request its fair share of the running slots.",
            (double)s->preempted_fair);
+    metric(&b, "kipp_fair_deferred_total", "counter",
+           "Decoding sequences of n > 1 requests held out of a step so one-sequence requests keep their pace (--fair-share).",
+           (double)s->fair_deferred);
     metric(&b, "kipp_requests_preempted_paused_total", "counter",
            "Of them, paused sequences (their client not reading) giving their slot to a waiting request.",
            (double)s->preempted_paused);

@@ -3,7 +3,8 @@
  * KV-pool pressure that forces preemption and recomputation; cancellation returns every
  * block; a full queue says busy; logprobs are consistent; a reused prefix decodes to the
  * same logits as recomputation (1e-6); a window pauses an unread request (which yields its
- * slot) and admission is fair across requests. Runs on the backend and KV type the flags name
+ * slot) and admission is fair across requests; fair steps hold an n > 1 request's extra
+ * sequences back beside a plain request. Runs on the backend and KV type the flags name
  * (default cpu), the scheduler's context and the bare prefix-cache context alike. */
 #include "core/buf.h"
 #include "engine/engine.h"
@@ -539,6 +540,69 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
     kipp_sched_free(s);
 }
 
+/* Fair steps: on 8 slots an n = 6 request beside a plain one, with the step-time line
+ * fixed (fair_slope: no timing in it) and a share of ~0, so one row per request per step:
+ * sequences were held out (fair_deferred), the plain request finished while the siblings
+ * had generated under half their tokens, and every output is its solo output. With the cap
+ * off (fair_share < 0) nothing is held out. */
+static void gate_fair_steps(kipp_model *m, const prompts *p, const kipp_sched_params *base,
+                            const outputs *solo) {
+    for (int off = 0; off < 2; off++) {
+        char err[KIPP_ERR_LEN];
+        kipp_sched_params sp = *base;
+        sp.max_running = 8;
+        sp.prefix_cache_entries = 0;
+        sp.fair_slope = 1.0;
+        sp.fair_share = off ? -1.0 : 1e-9;
+        kipp_sched *s;
+        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "scheduler: %s", err);
+            return;
+        }
+        enum { NS = 6 };
+        kipp_req *g[NS] = {0}, *plain = NULL;
+        int bad = 0;
+        for (uint32_t i = 0; i < NS && !bad; i++) {
+            kipp_req_params rg = req_params(p, 2, 0.0f);
+            rg.group = 9;
+            rg.sibling = i;
+            bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
+        }
+        const kipp_req_params rp = req_params(p, 3, 0.0f);
+        bad = bad || kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
+        KT_CHECK(!bad, "submit: %s", err);
+        outputs o;
+        memset(&o, 0, sizeof o);
+        kipp_finish fin;
+        if (!bad) {
+            KT_CHECK(collect_within(plain, &o, 3, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "the plain request did not finish");
+            uint32_t sib = 0;
+            for (int i = 0; i < NS; i++) sib += kipp_req_wait(g[i], 0, 0, &fin);
+            if (!off)
+                KT_CHECK(sib < NS * MAX_GEN / 2, "fair steps: the plain request finished when the n = %d "
+                         "request had %u of its %d tokens (one row each per step: about %d)", NS, sib,
+                         NS * MAX_GEN, MAX_GEN);
+            KT_CHECK(o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
+                     "fair steps (%s): the plain request differs from its solo run", off ? "off" : "on");
+            for (int i = 0; i < NS; i++) {
+                outputs og;
+                KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
+                             !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
+                         "fair steps (%s): sibling %d differs from the prompt's solo run", off ? "off" : "on", i);
+            }
+        }
+        for (int i = 0; i < NS; i++) kipp_req_release(g[i]);
+        kipp_req_release(plain);
+        kipp_sched_stop(s);
+        kipp_sched_stats st;
+        kipp_sched_get_stats(s, &st);
+        if (!bad)
+            KT_CHECK(off ? st.fair_deferred == 0 : st.fair_deferred > 0, "fair steps (%s): %llu sequences held out",
+                     off ? "off" : "on", (unsigned long long)st.fair_deferred);
+        kipp_sched_free(s);
+    }
+}
+
 int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) {
     (void)unused;
     const int failed0 = kt_failed;
@@ -580,13 +644,15 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_prefix_cache(m, &p, &sp);
     gate_slow_mask(m, &p, &sp);
     gate_short_prompt_first(m, &p, &sp);
+    gate_fair_steps(m, &p, &sp, &solo);
     kipp_model_free(m);
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
     lp.kv_type = sp.kv_type;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
-           "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first\n",
+           "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first, "
+           "fair steps\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }

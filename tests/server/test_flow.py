@@ -114,6 +114,43 @@ def test_plain_request_is_not_queued_behind_siblings(flow_server):
     assert post.get("kipp_requests_preempted_fair_total") > pre.get("kipp_requests_preempted_fair_total")
 
 
+@pytest.mark.parametrize("share", ["0", "off"])
+def test_fair_steps_hold_siblings_back(share):
+    """Fair steps (docs/server.md): with --fair-share 0, while an n = 8 request decodes beside a
+    plain request each step takes one row per request, so sequences are held out
+    (kipp_fair_deferred_total rises) and the plain request's tokens cost about a 2-row step;
+    with --fair-share off nothing is held out. Outputs are checked for shape only here (the
+    scheduler gate checks them token for token)."""
+    srv = Srv(start_server(f"flow-fair-{share}", "--parallel", "8", "--fair-share", share))
+    try:
+        for i in range(3):  # the step-time line: one-row steps...
+            srv.complete(f"Hello {i}", max_tokens=8, temperature=0, ignore_eos=True)
+        big: dict = {}
+
+        def heavy():
+            big["js"] = srv.complete(PROMPT, n=8, max_tokens=120, temperature=1.0, seed=5, ignore_eos=True)
+
+        th = threading.Thread(target=heavy)
+        th.start()
+        try:  # ...and eight-row steps, then a plain request beside them
+            wait_for(lambda: srv.metrics().get("kipp_running_sequences") == 8
+                     and srv.metrics().get("kipp_generated_tokens_total") > 8 * 3 + 8 * 10, 60,
+                     "the n = 8 request to decode")
+            js = srv.complete("Hello there", max_tokens=16, temperature=0, ignore_eos=True)
+        finally:
+            th.join()
+        post = srv.wait_idle()
+        assert js["usage"]["completion_tokens"] == 16
+        assert [c["finish_reason"] for c in big["js"]["choices"]] == ["length"] * 8
+        deferred = post.get("kipp_fair_deferred_total")
+        if share == "off":
+            assert deferred == 0, deferred
+        else:
+            assert deferred >= 16, f"{deferred} sequences held out while a plain request ran 16 tokens beside n = 8"
+    finally:
+        srv.proc.stop()
+
+
 def stream_body(srv: Srv, n: int) -> dict:
     return {"model": srv.model, "messages": [{"role": "user", "content": PROMPT}], "stream": True,
             "n": n, "max_tokens": 300, "logprobs": True, "top_logprobs": 20, "temperature": 1.0,

@@ -1,0 +1,194 @@
+/* test_fair.c — unit suite for src/engine/fair.c (fair steps in continuous batching): the
+ * step-time line recovered from exact and noisy steps, its fallback slope and clamps; the
+ * choice of a step's decoding sequences on fixed cases (heavy beside light, prefilling
+ * light, heavy beside heavy, singles only, cap off), siblings advancing together with none
+ * starved, and random configurations against the properties fair.h states. */
+#include "engine/fair.h"
+#include "kt.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t urand(uint32_t n) { /* xorshift64*: [0, n) */
+    rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+    return (uint32_t)(((rng * 2685821657736338717ull) >> 33) % n);
+}
+
+static void test_fit(void) {
+    kipp_step_fit f = {0};
+    double a = -1, b = -1;
+    KT_CHECK(!kipp_step_fit_line(&f, 0.01, &a, &b), "nothing measured gave a line");
+    kipp_step_fit_add(&f, 3, 0.07);
+    KT_CHECK(!kipp_step_fit_line(&f, 0.01, &a, &b), "one step gave a line");
+    for (int k = 0; k < 200; k++) kipp_step_fit_add(&f, 1 + (uint32_t)(k % 8), 0.04 + 0.01 * (1 + k % 8));
+    KT_CHECK(kipp_step_fit_line(&f, 0, &a, &b) && fabs(a - 0.04) < 1e-9 && fabs(b - 0.01) < 1e-9,
+             "exact line: a %.12f b %.12f", a, b);
+    kipp_step_fit_add(&f, 0, 5.0); /* ignored */
+    kipp_step_fit_add(&f, 4, -1.0);
+    KT_CHECK(kipp_step_fit_line(&f, 0, &a, &b) && fabs(b - 0.01) < 1e-9, "ignored steps moved b to %.12f", b);
+    /* noisy: +-10% */
+    kipp_step_fit g = {0};
+    for (int k = 0; k < 400; k++) {
+        const uint32_t n = 1 + urand(16);
+        kipp_step_fit_add(&g, n, (0.03 + 0.005 * n) * (0.9 + 0.2 * urand(1000) / 1000.0));
+    }
+    KT_CHECK(kipp_step_fit_line(&g, 0, &a, &b) && fabs(b - 0.005) < 0.002 && fabs(a - 0.03) < 0.015,
+             "noisy line: a %.4f b %.4f", a, b);
+    /* one size only: the fallback slope, or nothing */
+    kipp_step_fit c = {0};
+    for (int k = 0; k < 50; k++) kipp_step_fit_add(&c, 8, 0.12);
+    KT_CHECK(!kipp_step_fit_line(&c, 0, &a, &b), "no spread and no fallback gave a line");
+    KT_CHECK(kipp_step_fit_line(&c, 0.01, &a, &b) && fabs(b - 0.01) < 1e-12 && fabs(a - 0.04) < 1e-9,
+             "fallback: a %.6f b %.6f", a, b);
+    KT_CHECK(kipp_step_fit_line(&c, 1.0, &a, &b) && fabs(b - 0.015) < 1e-12 && fabs(a) < 1e-12,
+             "a fallback above mean/n is clamped: a %.6f b %.6f", a, b);
+    /* slower with fewer rows (noise): slope 0, never negative */
+    kipp_step_fit d = {0};
+    for (int k = 0; k < 50; k++) kipp_step_fit_add(&d, 1 + (uint32_t)(k % 2) * 7, k % 2 ? 0.05 : 0.09);
+    KT_CHECK(kipp_step_fit_line(&d, 0, &a, &b) && b == 0 && a > 0.05, "negative slope: a %.4f b %.4f", a, b);
+    /* steeper than proportional (a would be negative): clamped to a = 0 */
+    kipp_step_fit e = {0};
+    for (int k = 0; k < 50; k++) kipp_step_fit_add(&e, 1 + (uint32_t)(k % 2) * 7, k % 2 ? 0.8 : 0.05);
+    KT_CHECK(kipp_step_fit_line(&e, 0, &a, &b) && a >= -1e-12 && b > 0, "a %.4f b %.4f", a, b);
+}
+
+/* n sequences: groups as runs given by sizes[], all decoding unless kinds says */
+static uint32_t layout(uint32_t *grp, uint8_t *kind, const uint32_t *sizes, uint32_t n_groups) {
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < n_groups; g++)
+        for (uint32_t k = 0; k < sizes[g]; k++) grp[n] = n - k, kind[n++] = KIPP_FAIR_DECODE;
+    return n;
+}
+
+static uint32_t count(const uint8_t *keep, uint32_t from, uint32_t to) {
+    uint32_t k = 0;
+    for (uint32_t i = from; i < to; i++) k += keep[i];
+    return k;
+}
+
+static void test_cases(void) {
+    uint32_t grp[64], progress[64] = {0};
+    uint8_t kind[64], keep[64];
+    /* n 7 beside a plain request: 2 requests, extra = 0.5 x (0.04 + 0.02) / 0.01 = 3 */
+    uint32_t n = layout(grp, kind, (const uint32_t[]){7, 1}, 2);
+    uint32_t k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
+    KT_CHECK(k == 5 && keep[7] && count(keep, 0, 7) == 4, "heavy + light: kept %u, light %u, heavy %u", k, keep[7],
+             count(keep, 0, 7));
+    KT_CHECK(keep[0] && keep[1] && keep[2] && keep[3], "equal progress: the lower indices first");
+    /* the light request prefilling: 1 decoding request, extra = 0.5 x 0.05 / 0.01 = 2.5 */
+    kind[7] = KIPP_FAIR_PREFILL;
+    k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
+    KT_CHECK(k == 3 && !keep[7] && count(keep, 0, 7) == 3, "prefilling light: kept %u", k);
+    /* held out (paused / with the mask thread): the light one is not there */
+    kind[7] = KIPP_FAIR_OUT;
+    k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
+    KT_CHECK(k == 7 && !keep[7], "no light request present: kept %u of 7", k);
+    /* share 0: one row per request */
+    kind[7] = KIPP_FAIR_DECODE;
+    k = kipp_fair_select(n, grp, kind, progress, 0.0, 0.04, 0.01, keep);
+    KT_CHECK(k == 2 && keep[7] && count(keep, 0, 7) == 1, "share 0: kept %u", k);
+    /* cap off, flat line, a line that allows all */
+    KT_CHECK(kipp_fair_select(n, grp, kind, progress, -1, 0.04, 0.01, keep) == 8 && count(keep, 0, 8) == 8, "share < 0");
+    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.0, keep) == 8, "b = 0 (rows free)");
+    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, NAN, keep) == 8, "b NaN");
+    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 1.0, 0.01, keep) == 8, "rows cheap next to a");
+    /* two heavy requests and no light one: no cap */
+    n = layout(grp, kind, (const uint32_t[]){4, 4}, 2);
+    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 0.0, 1.0, keep) == 8, "heavy + heavy");
+    /* singles only: no cap */
+    n = layout(grp, kind, (const uint32_t[]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
+    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.0, 0.0, 1.0, keep) == 8, "singles");
+    /* two n 4 beside a plain one, siblings interleaved in the running order */
+    const uint32_t g3[] = {0, 1, 0, 1, 0, 1, 0, 1, 8};
+    memcpy(grp, g3, sizeof g3);
+    for (uint32_t i = 0; i < 9; i++) kind[i] = KIPP_FAIR_DECODE;
+    k = kipp_fair_select(9, grp, kind, progress, 0.5, 0.03, 0.01, keep); /* extra 0.5 x 0.06 / 0.01 = 3 */
+    KT_CHECK(k == 6 && keep[8] && keep[0] && keep[1], "interleaved: kept %u", k);
+    /* progress decides: the least advanced heavy sequences go first */
+    n = layout(grp, kind, (const uint32_t[]){7, 1}, 2);
+    for (uint32_t i = 0; i < 7; i++) progress[i] = i == 5 ? 1 : i == 6 ? 4 : 9;
+    k = kipp_fair_select(n, grp, kind, progress, 0.0, 0.04, 0.01, keep);
+    KT_CHECK(k == 2 && keep[5] && keep[7], "share 0 keeps the least advanced sibling (5)");
+    k = kipp_fair_select(n, grp, kind, progress, 0.2, 0.04, 0.01, keep); /* extra 0.2 x 0.06 / 0.01 = 1.2 */
+    KT_CHECK(k == 3 && keep[5] && keep[6] && keep[7], "then the next (6)");
+}
+
+/* Steps of one heavy request beside a light one, progress counted as sched.c's n_gen: every
+ * sibling runs, none waits longer than the rotation needs, and they advance together. */
+static void test_rotation(void) {
+    enum { N = 13 };
+    uint32_t grp[N + 1], progress[N + 1] = {0}, runs[N + 1] = {0}, wait[N + 1] = {0}, worst = 0;
+    uint8_t kind[N + 1], keep[N + 1];
+    const uint32_t n = layout(grp, kind, (const uint32_t[]){N, 1}, 2);
+    for (int step = 0; step < 1200; step++) {
+        const uint32_t k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep); /* 5 per step */
+        KT_CHECK(k == 5, "step %d kept %u", step, k);
+        for (uint32_t i = 0; i < n; i++) {
+            if (keep[i]) runs[i]++, progress[i]++, wait[i] = 0;
+            else if (++wait[i] > worst) worst = wait[i];
+        }
+    }
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint32_t i = 0; i < N; i++) lo = runs[i] < lo ? runs[i] : lo, hi = runs[i] > hi ? runs[i] : hi;
+    KT_CHECK(runs[N] == 1200, "the light request ran %u of 1200 steps", runs[N]);
+    KT_CHECK(hi - lo <= 1 && worst <= 3, "siblings ran %u..%u times, longest wait %u steps (13 over 4 rows)", lo, hi,
+             worst);
+}
+
+/* Random configurations against fair.h's statement. */
+static void test_random(void) {
+    uint32_t grp[40], progress[40];
+    uint8_t kind[40], keep[40];
+    int bad = 0, capped = 0;
+    for (int t = 0; t < 20000; t++) {
+        const uint32_t n = 1 + urand(40);
+        for (uint32_t i = 0; i < n; i++) {
+            grp[i] = urand(3) == 0 ? i : grp[urand(i + 1)]; /* a new request or an earlier one's */
+            if (grp[i] > i || grp[grp[i]] != grp[i]) grp[i] = i;
+            kind[i] = (uint8_t)(urand(5) == 0 ? urand(3) : KIPP_FAIR_DECODE);
+            progress[i] = urand(4);
+        }
+        const double share = urand(4) * 0.25, a = urand(10) * 0.01, b = urand(3) * 0.005;
+        const uint32_t k = kipp_fair_select(n, grp, kind, progress, share, a, b, keep);
+        uint32_t n_cand = 0, n_dec_req = 0, kept = 0, heavy = 0, light = 0, n_req = 0;
+        for (uint32_t g = 0; g < n; g++) {
+            if (grp[g] != g) continue;
+            uint32_t dec = 0, pre = 0, kg = 0;
+            for (uint32_t i = g; i < n; i++)
+                if (grp[i] == g) dec += kind[i] == KIPP_FAIR_DECODE, pre += kind[i] == KIPP_FAIR_PREFILL, kg += keep[i];
+            bad += dec > 0 && kg == 0; /* a request with a decoding sequence always has a row */
+            n_dec_req += dec > 0, heavy += dec > 1, light += dec + pre == 1, n_req += dec + pre > 0;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            n_cand += kind[i] == KIPP_FAIR_DECODE;
+            kept += keep[i];
+            bad += keep[i] && kind[i] != KIPP_FAIR_DECODE;
+        }
+        bad += kept != k;
+        if (!(heavy && light && n_req >= 2 && b > 0)) { bad += k != n_cand; continue; }
+        const double limit = (1 + share) * (a + b * n_dec_req);
+        capped += k < n_cand;
+        bad += k > n_dec_req && a + b * k > limit + 1e-12;         /* within the limit */
+        bad += k < n_cand && a + b * (k + 1) <= limit - 1e-12;     /* and not short of it */
+        /* nobody kept while a less advanced sequence was dropped, but for a request's one
+         * row: a kept row beside another of its request advanced no further than any dropped */
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < n; j++)
+                if (keep[i] && !keep[j] && kind[j] == KIPP_FAIR_DECODE && progress[j] < progress[i]) {
+                    uint32_t first = 0; /* i may be its request's only kept row */
+                    for (uint32_t q = 0; q < n; q++) first += grp[q] == grp[i] && keep[q];
+                    bad += first > 1;
+                }
+    }
+    KT_CHECK(bad == 0, "%d violations over 20000 random configurations", bad);
+    KT_CHECK(capped > 1000, "only %d configurations were capped (the generator misses the case)", capped);
+}
+
+void kt_suite_fair(void) {
+    test_fit();
+    test_cases();
+    test_rotation();
+    test_random();
+}
