@@ -60,6 +60,9 @@ static void usage(FILE *f) {
             "      --queue N             requests that may wait; beyond: 503 + Retry-After (default 64)\n"
             "      --batch-tokens N      prompt tokens prefilled per step (default 256; fewer\n"
             "                            while other sequences decode)\n"
+            "      --prefill-step-ms N   fewer prompt tokens per step when they would take longer\n"
+            "                            (measured; at least 16): a request arriving meanwhile\n"
+            "                            waits about this at most (default 250; off = no bound)\n"
             "      --fair-share X        while an n > 1 request shares a step with one-sequence\n"
             "                            requests, its extra sequences may add at most X of the\n"
             "                            step's time (default 0.5; 0 = one row each; off = no cap)\n"
@@ -243,6 +246,14 @@ int main(int argc, char **argv) {
         }
         else if (IS("--queue")) { NUM(1, 1u << 16); kp.max_queue = (uint32_t)v; }
         else if (IS("--batch-tokens")) { NUM(1, 1u << 16); kp.batch_tokens = (uint32_t)v; }
+        else if (IS("--prefill-step-ms")) {
+            const char *x = VAL();
+            NEED(x);
+            float f = 0;
+            if (strcmp(x, "off") == 0) kp.prefill_step_s = -1;
+            else if (!kipp_cli_float("kipp-server", a, x, 1.0f, 3600000.0f, &f)) return 2;
+            else kp.prefill_step_s = f / 1000.0;
+        }
         else if (IS("--fair-share")) {
             const char *x = VAL();
             NEED(x);

@@ -39,7 +39,8 @@
  * tokens in its step, so while any decode, a step's prompt tokens are capped at what costs
  * about PREFILL_SHARE of a decode-only step (measured: EMAs of decode-only step time and
  * of seconds per token in prompt-heavy steps), never under PREFILL_MIN; alone, prompts get
- * the whole --batch-tokens. Prompts share the budget shortest remaining first, so a short
+ * --batch-tokens, as many as cost about prefill_step_s (a request that arrives during a
+ * step waits for its end). Prompts share the budget shortest remaining first, so a short
  * prompt is not queued behind a long one's chunks. */
 #define PREFILL_SHARE 1.0
 #define PREFILL_MIN 16u
@@ -745,6 +746,11 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
             n_rows++;
         }
     }
+    if (s->p.prefill_step_s > 0 && s->ema_tok_s > 0) { /* a request arriving now waits this step */
+        const double cap = s->p.prefill_step_s / s->ema_tok_s;
+        if (cap < (double)budget) budget = cap < PREFILL_MIN ? PREFILL_MIN : (uint32_t)cap;
+        if (budget > s->p.batch_tokens) budget = s->p.batch_tokens;
+    }
     if (n > 0 && s->ema_dec_s > 0 && s->ema_tok_s > 0) {
         const double cap = PREFILL_SHARE * s->ema_dec_s / s->ema_tok_s;
         if (cap < (double)budget) budget = cap < PREFILL_MIN ? PREFILL_MIN : (uint32_t)cap;
@@ -1333,6 +1339,7 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     if (!p.max_queue) p.max_queue = 64;
     if (!p.batch_tokens) p.batch_tokens = 256;
     if (p.fair_share == 0) p.fair_share = FAIR_SHARE_DEFAULT;
+    if (p.prefill_step_s == 0) p.prefill_step_s = KIPP_SCHED_PREFILL_STEP_S;
     if (!p.block_size) p.block_size = 16;
     kipp_model_info info;
     kipp_model_get_info(m, &info);

@@ -20,6 +20,7 @@
 
 #define KIPP_MAX_TOP_LOGPROBS 20
 #define KIPP_SCHED_DEFAULT_KV_BYTES (2ull << 30) /* default KV pool budget: 2 GiB */
+#define KIPP_SCHED_PREFILL_STEP_S 0.25               /* default prefill_step_s */
 
 typedef struct kipp_sched kipp_sched;
 typedef struct kipp_req kipp_req;
@@ -34,6 +35,11 @@ typedef struct {
     uint32_t max_running;          /* sequences in the running batch; 0 = 8 */
     uint32_t max_queue;            /* waiting requests before submit says KIPP_ERR_BUSY; 0 = 64 */
     uint32_t batch_tokens;         /* prompt tokens per step (chunked prefill); 0 = 256 */
+    double prefill_step_s;         /* fewer prompt tokens in a step when they would take
+                                      longer than about this (measured seconds per prompt
+                                      token; at least 16): bounds how long a request that
+                                      arrives meanwhile waits for the step to end; 0 =
+                                      KIPP_SCHED_PREFILL_STEP_S; < 0: no bound */
     uint32_t prefix_cache_entries; /* kept sequences; 0 = no prefix cache */
     kipp_kv_type kv_type;          /* see kipp_ctx_params; 0 = the backend's default */
     const char *isa;               /* see kipp_ctx_params; NULL = best */

@@ -540,6 +540,61 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
     kipp_sched_free(s);
 }
 
+/* The prefill step bound: alone, a 128-token prompt is read in one step without a bound,
+ * and in 16-token chunks (PREFILL_MIN) when the bound is below one token's measured time;
+ * its tokens are the same either way. A 64-token prompt first measures seconds per token. */
+static void gate_prefill_step(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
+    int32_t longp[128];
+    for (uint32_t k = 0, i = 0, j = 0; k < 128; k++) {
+        if (j == p->n[i]) i = (i + 1) % N_REQ, j = 0;
+        longp[k] = p->ids[i][j++];
+    }
+    int32_t toks[2][MAX_GEN];
+    uint64_t steps[2] = {0, 0};
+    for (int bounded = 0; bounded < 2; bounded++) {
+        char err[KIPP_ERR_LEN];
+        kipp_sched_params sp = *base;
+        sp.batch_tokens = 256;
+        sp.prefix_cache_entries = 0;
+        sp.prefill_step_s = bounded ? 1e-12 : -1.0;
+        kipp_sched *s;
+        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "scheduler: %s", err);
+            return;
+        }
+        kipp_finish fin;
+        outputs o;
+        memset(&o, 0, sizeof o);
+        kipp_req_params rw = req_params(p, 0, 0.0f), rl = req_params(p, 1, 0.0f);
+        rw.prompt = longp + 64; /* 64 tokens, not a prefix of the long one */
+        rw.n_prompt = 64;
+        rw.max_tokens = 1;
+        rl.prompt = longp;
+        rl.n_prompt = 128;
+        kipp_req *w = NULL, *l = NULL;
+        kipp_sched_stats st0, st1;
+        if (kipp_sched_submit(s, &rw, &w, err, sizeof err) == KIPP_OK) collect_within(w, &o, 0, &fin);
+        else KT_CHECK(0, "submit: %s", err);
+        kipp_sched_get_stats(s, &st0);
+        if (kipp_sched_submit(s, &rl, &l, err, sizeof err) == KIPP_OK) {
+            KT_CHECK(collect_within(l, &o, 1, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "prefill step: finish %d", (int)fin);
+            memcpy(toks[bounded], o.tok[1], sizeof toks[bounded]);
+        } else {
+            KT_CHECK(0, "submit: %s", err);
+        }
+        kipp_sched_get_stats(s, &st1);
+        steps[bounded] = st1.steps - st0.steps;
+        kipp_req_release(w);
+        kipp_req_release(l);
+        kipp_sched_free(s);
+    }
+    /* MAX_GEN tokens: the first comes with the prompt's last step, then MAX_GEN - 1 steps */
+    KT_CHECK(steps[0] == MAX_GEN && steps[1] == 8 + MAX_GEN - 1, "prefill step bound: %llu steps unbounded "
+             "(want %d), %llu bounded (want 8 chunks of 16 + %d)", (unsigned long long)steps[0], MAX_GEN,
+             (unsigned long long)steps[1], MAX_GEN - 1);
+    KT_CHECK(!memcmp(toks[0], toks[1], sizeof toks[0]), "prefill step bound: the chunked prompt's tokens differ");
+}
+
 /* Fair steps: on 8 slots an n = 6 request beside a plain one, with the step-time line
  * fixed (fair_slope: no timing in it) and a share of ~0, so one row per request per step:
  * sequences were held out (fair_deferred), the plain request finished while the siblings
@@ -645,6 +700,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_slow_mask(m, &p, &sp);
     gate_short_prompt_first(m, &p, &sp);
     gate_fair_steps(m, &p, &sp, &solo);
+    gate_prefill_step(m, &p, &sp);
     kipp_model_free(m);
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
@@ -652,7 +708,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
            "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first, "
-           "fair steps\n",
+           "fair steps, prefill step bound\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }
