@@ -27,7 +27,7 @@ int kipp_step_fit_line(const kipp_step_fit *f, double fallback_b, double *a, dou
 
 uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
                           double share, double a, double b, uint8_t *keep) {
-    uint32_t n_cand = 0, n_req = 0, n_dec_req = 0, heavy = 0, light = 0;
+    uint32_t n_cand = 0, n_req = 0, heavy = 0, light = 0, n_fixed = 0;
     for (uint32_t i = 0; i < n; i++) {
         keep[i] = kind[i] == KIPP_FAIR_DECODE;
         n_cand += keep[i];
@@ -42,24 +42,23 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
         }
         if (dec + pre == 0) continue;
         n_req++;
-        n_dec_req += dec > 0;
         heavy += dec > 1;
         light += dec + pre == 1;
+        n_fixed += dec <= 1 ? dec : 0;
     }
     if (!(share >= 0) || !(b > 0) || !heavy || !light || n_req < 2) return n_cand;
-    const double extra = share * (a + b * n_dec_req) / b;
-    if (!(extra < (double)(n_cand - n_dec_req))) return n_cand; /* NaN, inf: no cap */
-    const uint32_t n_max = n_dec_req + (uint32_t)extra;
-    for (uint32_t i = 0; i < n; i++) keep[i] = 0;
+    const double extra = share * (a + b * (n_fixed + 1)) / b;
+    if (!(extra < (double)(n_cand - n_fixed - 1))) return n_cand; /* NaN, inf: no cap */
+    const uint32_t n_max = n_fixed + 1 + (uint32_t)extra;
+    /* mark the heavy requests' sequences (the pool); the others keep their row */
     uint32_t kept = 0;
-    for (uint32_t g = 0; g < n; g++) { /* each request's least advanced sequence */
-        if (grp[g] != g) continue;
-        uint32_t best = n;
-        for (uint32_t i = g; i < n; i++)
-            if (grp[i] == g && kind[i] == KIPP_FAIR_DECODE && (best == n || progress[i] < progress[best])) best = i;
-        if (best < n) keep[best] = 1, kept++;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t dec = 0;
+        for (uint32_t j = grp[i]; j < n && dec < 2; j++) dec += grp[j] == grp[i] && kind[j] == KIPP_FAIR_DECODE;
+        keep[i] = kind[i] == KIPP_FAIR_DECODE && dec < 2;
+        kept += keep[i];
     }
-    while (kept < n_max) { /* then the least advanced of the rest */
+    while (kept < n_max) { /* the pool: least advanced first */
         uint32_t best = n;
         for (uint32_t i = 0; i < n; i++)
             if (kind[i] == KIPP_FAIR_DECODE && !keep[i] && (best == n || progress[i] < progress[best])) best = i;

@@ -1,7 +1,7 @@
 /* test_fair.c — unit suite for src/engine/fair.c (fair steps in continuous batching): the
  * step-time line recovered from exact and noisy steps, its fallback slope and clamps; the
  * choice of a step's decoding sequences on fixed cases (heavy beside light, prefilling
- * light, heavy beside heavy, singles only, cap off), siblings advancing together with none
+ * light, heavy beside heavy, singles only, heavy requests sharing their rows, cap off), siblings advancing together with none
  * starved, and random configurations against the properties fair.h states. */
 #include "engine/fair.h"
 #include "kt.h"
@@ -71,13 +71,13 @@ static uint32_t count(const uint8_t *keep, uint32_t from, uint32_t to) {
 static void test_cases(void) {
     uint32_t grp[64], progress[64] = {0};
     uint8_t kind[64], keep[64];
-    /* n 7 beside a plain request: 2 requests, extra = 0.5 x (0.04 + 0.02) / 0.01 = 3 */
+    /* n 7 beside a plain request: base 1 + 1 rows, extra = 0.5 x (0.04 + 0.02) / 0.01 = 3 */
     uint32_t n = layout(grp, kind, (const uint32_t[]){7, 1}, 2);
     uint32_t k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
     KT_CHECK(k == 5 && keep[7] && count(keep, 0, 7) == 4, "heavy + light: kept %u, light %u, heavy %u", k, keep[7],
              count(keep, 0, 7));
     KT_CHECK(keep[0] && keep[1] && keep[2] && keep[3], "equal progress: the lower indices first");
-    /* the light request prefilling: 1 decoding request, extra = 0.5 x 0.05 / 0.01 = 2.5 */
+    /* the light request prefilling: base 0 + 1, extra = 0.5 x 0.05 / 0.01 = 2.5 */
     kind[7] = KIPP_FAIR_PREFILL;
     k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
     KT_CHECK(k == 3 && !keep[7] && count(keep, 0, 7) == 3, "prefilling light: kept %u", k);
@@ -104,8 +104,22 @@ static void test_cases(void) {
     const uint32_t g3[] = {0, 1, 0, 1, 0, 1, 0, 1, 8};
     memcpy(grp, g3, sizeof g3);
     for (uint32_t i = 0; i < 9; i++) kind[i] = KIPP_FAIR_DECODE;
-    k = kipp_fair_select(9, grp, kind, progress, 0.5, 0.03, 0.01, keep); /* extra 0.5 x 0.06 / 0.01 = 3 */
-    KT_CHECK(k == 6 && keep[8] && keep[0] && keep[1], "interleaved: kept %u", k);
+    k = kipp_fair_select(9, grp, kind, progress, 0.5, 0.03, 0.01, keep); /* extra 0.5 x 0.05 / 0.01 = 2.5 */
+    KT_CHECK(k == 4 && keep[8] && keep[0] && keep[1] && keep[2], "interleaved: kept %u", k);
+    /* the heavy requests share their rows: the least advanced of both go first */
+    for (uint32_t i = 0; i < 8; i++) progress[i] = i == 5 ? 2 : i == 7 ? 3 : 10;
+    k = kipp_fair_select(9, grp, kind, progress, 0.5, 0.03, 0.01, keep);
+    KT_CHECK(k == 4 && keep[8] && keep[5] && keep[7] && keep[0], "pooled by progress: kept %u", k);
+    for (uint32_t i = 0; i < 9; i++) progress[i] = 0;
+    /* two light requests (one prefilling), a group with one decoding sequence and one
+     * prefilling (neither light nor heavy: its row is kept), n 5 */
+    const uint32_t g4[] = {0, 1, 2, 2, 4, 4, 4, 4, 4};
+    const uint8_t k4[] = {KIPP_FAIR_DECODE, KIPP_FAIR_PREFILL, KIPP_FAIR_DECODE, KIPP_FAIR_PREFILL,
+                          KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE};
+    memcpy(grp, g4, sizeof g4);
+    memcpy(kind, k4, sizeof k4);
+    k = kipp_fair_select(9, grp, kind, progress, 0.0, 0.03, 0.01, keep); /* 2 fixed + 1 */
+    KT_CHECK(k == 3 && keep[0] && keep[2] && keep[4] && !keep[5] && !keep[1] && !keep[3], "mixed: kept %u", k);
     /* progress decides: the least advanced heavy sequences go first */
     n = layout(grp, kind, (const uint32_t[]){7, 1}, 2);
     for (uint32_t i = 0; i < 7; i++) progress[i] = i == 5 ? 1 : i == 6 ? 4 : 9;
@@ -152,14 +166,16 @@ static void test_random(void) {
         }
         const double share = urand(4) * 0.25, a = urand(10) * 0.01, b = urand(3) * 0.005;
         const uint32_t k = kipp_fair_select(n, grp, kind, progress, share, a, b, keep);
-        uint32_t n_cand = 0, n_dec_req = 0, kept = 0, heavy = 0, light = 0, n_req = 0;
+        uint32_t n_cand = 0, n_fixed = 0, kept = 0, heavy = 0, light = 0, n_req = 0, pool_kept = 0;
+        uint8_t hv[40] = {0}; /* by request: heavy */
         for (uint32_t g = 0; g < n; g++) {
             if (grp[g] != g) continue;
             uint32_t dec = 0, pre = 0, kg = 0;
             for (uint32_t i = g; i < n; i++)
                 if (grp[i] == g) dec += kind[i] == KIPP_FAIR_DECODE, pre += kind[i] == KIPP_FAIR_PREFILL, kg += keep[i];
-            bad += dec > 0 && kg == 0; /* a request with a decoding sequence always has a row */
-            n_dec_req += dec > 0, heavy += dec > 1, light += dec + pre == 1, n_req += dec + pre > 0;
+            bad += dec == 1 && kg != 1; /* a request of one decoding sequence always has its row */
+            if (dec > 1) pool_kept += kg, hv[g] = 1;
+            n_fixed += dec == 1, heavy += dec > 1, light += dec + pre == 1, n_req += dec + pre > 0;
         }
         for (uint32_t i = 0; i < n; i++) {
             n_cand += kind[i] == KIPP_FAIR_DECODE;
@@ -168,19 +184,16 @@ static void test_random(void) {
         }
         bad += kept != k;
         if (!(heavy && light && n_req >= 2 && b > 0)) { bad += k != n_cand; continue; }
-        const double limit = (1 + share) * (a + b * n_dec_req);
+        bad += pool_kept == 0; /* the heavy requests together keep at least one row */
+        const double limit = (1 + share) * (a + b * (n_fixed + 1));
         capped += k < n_cand;
-        bad += k > n_dec_req && a + b * k > limit + 1e-12;         /* within the limit */
+        bad += k > n_fixed + 1 && a + b * k > limit + 1e-12;        /* within the limit */
         bad += k < n_cand && a + b * (k + 1) <= limit - 1e-12;     /* and not short of it */
-        /* nobody kept while a less advanced sequence was dropped, but for a request's one
-         * row: a kept row beside another of its request advanced no further than any dropped */
+        /* of the heavy requests' sequences, none kept while a less advanced one was dropped */
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t j = 0; j < n; j++)
-                if (keep[i] && !keep[j] && kind[j] == KIPP_FAIR_DECODE && progress[j] < progress[i]) {
-                    uint32_t first = 0; /* i may be its request's only kept row */
-                    for (uint32_t q = 0; q < n; q++) first += grp[q] == grp[i] && keep[q];
-                    bad += first > 1;
-                }
+                bad += hv[grp[i]] && hv[grp[j]] && keep[i] && !keep[j] && kind[j] == KIPP_FAIR_DECODE &&
+                       progress[j] < progress[i];
     }
     KT_CHECK(bad == 0, "%d violations over 20000 random configurations", bad);
     KT_CHECK(capped > 1000, "only %d configurations were capped (the generator misses the case)", capped);
