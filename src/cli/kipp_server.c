@@ -130,6 +130,21 @@ bad:
     return -1;
 }
 
+/* A flag's number in [lo, hi], or "off" (-1). 0: the message is printed. */
+static int number_or_off(const char *flag, const char *s, float lo, float hi, double *out) {
+    if (strcmp(s, "off") == 0) {
+        *out = -1;
+        return 1;
+    }
+    float f = 0;
+    if (!kipp_cli_float("kipp-server", flag, s, lo, hi, &f)) {
+        fprintf(stderr, "kipp-server: %s also takes 'off'\n", flag);
+        return 0;
+    }
+    *out = f;
+    return 1;
+}
+
 static char *read_key_file(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -249,18 +264,14 @@ int main(int argc, char **argv) {
         else if (IS("--prefill-step-ms")) {
             const char *x = VAL();
             NEED(x);
-            float f = 0;
-            if (strcmp(x, "off") == 0) kp.prefill_step_s = -1;
-            else if (!kipp_cli_float("kipp-server", a, x, 1.0f, 3600000.0f, &f)) return 2;
-            else kp.prefill_step_s = f / 1000.0;
+            if (!number_or_off(a, x, 1.0f, 3600000.0f, &kp.prefill_step_s)) return 2;
+            if (kp.prefill_step_s > 0) kp.prefill_step_s /= 1000.0;
         }
         else if (IS("--fair-share")) {
             const char *x = VAL();
             NEED(x);
-            float f = 0;
-            if (strcmp(x, "off") == 0) kp.fair_share = -1;
-            else if (!kipp_cli_float("kipp-server", a, x, 0.0f, 100.0f, &f)) return 2;
-            else kp.fair_share = f > 0 ? f : 1e-9; /* 0 here: one row per request */
+            if (!number_or_off(a, x, 0.0f, 100.0f, &kp.fair_share)) return 2;
+            if (kp.fair_share == 0) kp.fair_share = 1e-9; /* 0 here: one row per request */
         }
         else if (IS("--max-body")) { NUM(1024, 1ull << 32); sp.max_body = (size_t)v; }
         else if (IS("--max-prompt-tokens")) { NUM(1, 1u << 24); sp.max_prompt_tokens = (uint32_t)v; }

@@ -438,6 +438,24 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
     kipp_sched_free(s);
 }
 
+/* Submits an n-sequence request of prompt 2 (siblings of `group`, greedy) into g[], then a
+ * plain request of prompt 3. 1: a submit failed (checked here). */
+static int submit_group_and_plain(kipp_sched *s, const prompts *p, uint64_t group, uint32_t n, kipp_req **g,
+                                  kipp_req **plain) {
+    char err[KIPP_ERR_LEN];
+    int bad = 0;
+    for (uint32_t i = 0; i < n && !bad; i++) {
+        kipp_req_params rg = req_params(p, 2, 0.0f);
+        rg.group = group;
+        rg.sibling = i;
+        bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
+    }
+    const kipp_req_params rp = req_params(p, 3, 0.0f);
+    bad = bad || kipp_sched_submit(s, &rp, plain, err, sizeof err) != KIPP_OK;
+    KT_CHECK(!bad, "submit: %s", err);
+    return bad;
+}
+
 /* Back-pressure and fairness: a request with a window of 4 that nobody reads stops at 4
  * tokens (paused, not finished) and, read later, gives its solo tokens; alone on one slot
  * its paused sequence yields the slot to another request (and resumes after). Fairness:
@@ -500,16 +518,7 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
         return;
     }
     kipp_req *g[4] = {0}, *plain = NULL;
-    int bad = 0;
-    for (uint32_t i = 0; i < 4 && !bad; i++) {
-        kipp_req_params rg = req_params(p, 2, 0.0f);
-        rg.group = 7;
-        rg.sibling = i;
-        bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
-    }
-    const kipp_req_params rp = req_params(p, 3, 0.0f);
-    bad = bad || kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
-    KT_CHECK(!bad, "submit: %s", err);
+    const int bad = submit_group_and_plain(s, p, 7, 4, g, &plain);
     if (!bad) {
         KT_CHECK(collect_within(plain, &o, 3, &fin) == 0, "the plain request did not finish");
         kipp_finish last;
@@ -616,16 +625,7 @@ static void gate_fair_steps(kipp_model *m, const prompts *p, const kipp_sched_pa
         }
         enum { NS = 6 };
         kipp_req *g[NS] = {0}, *plain = NULL;
-        int bad = 0;
-        for (uint32_t i = 0; i < NS && !bad; i++) {
-            kipp_req_params rg = req_params(p, 2, 0.0f);
-            rg.group = 9;
-            rg.sibling = i;
-            bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
-        }
-        const kipp_req_params rp = req_params(p, 3, 0.0f);
-        bad = bad || kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
-        KT_CHECK(!bad, "submit: %s", err);
+        const int bad = submit_group_and_plain(s, p, 9, NS, g, &plain);
         outputs o;
         memset(&o, 0, sizeof o);
         kipp_finish fin;

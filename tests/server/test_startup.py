@@ -175,6 +175,11 @@ def test_kv_memory_errors():
     (["--kv-type", "bf16", "--cache-type-k", "f16", "--cache-type-v", "f16"],
      "--kv-type bf16 and --cache-type-k/-v f16 disagree"),
     (["--isa", ""], "--isa expects a name"),
+    (["--fair-share", "lots"], "--fair-share also takes 'off'"),
+    (["--fair-share", "-1"], "--fair-share expects a number in [0, 100], got '-1'"),
+    (["--fair-share"], "--fair-share needs a value"),
+    (["--prefill-step-ms", "0"], "--prefill-step-ms expects a number in [1, 3.6e+06], got '0'"),
+    (["--prefill-step-ms", "soon"], "--prefill-step-ms also takes 'off'"),
 ])
 def test_runtime_flag_usage_errors(args, message):
     p = fatal(*args)
