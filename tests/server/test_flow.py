@@ -163,6 +163,10 @@ def test_non_reading_stream_pauses(flow_server):
     generated: it used to run to 8 x 300 tokens, all of it queued for the socket), and the
     server's memory stays flat."""
     srv = flow_server
+    # the same request once, read: the server's one-time allocations (logits rows, sampler
+    # scratch, thread arenas) are made before the baseline, whatever test ran before
+    warm = dict(stream_body(srv, 8), max_tokens=WINDOW + 16)
+    assert srv.stream("/v1/chat/completions", warm).done
     srv.wait_idle()
     m0 = srv.metrics()
     rss0 = vm_rss(srv.proc.pid)
