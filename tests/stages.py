@@ -151,7 +151,7 @@ def cpu_class() -> dict:
         levels.append("avx2")
     if {"avx512f", "avx512bw", "avx512vl"} <= flags:
         levels.append("avx512")
-    if "avx512_vnni" in flags and "avx512_bf16" in flags:
+    if "avx512_vnni" in flags and "avx512f" in flags:
         levels.append("avx512vnni")
     if "amx_tile" in flags:
         levels.append("amx")

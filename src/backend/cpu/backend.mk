@@ -8,7 +8,7 @@ endif
 $(BUILD)/obj/src/backend/cpu/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/src/backend/cpu/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
 $(BUILD)/obj/src/backend/cpu/kernels_avx512vnni.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c \
-                                                       -mavx512vnni -mavx512bf16
+                                                       -mavx512vnni
 $(BUILD)/obj/src/backend/cpu/kernels_neon.o: CFLAGS += -march=armv8.2-a+dotprod+fp16
 
 # The NEON kernel file must compile for arm64 even on x86 hosts: cross-compile it alone

@@ -142,7 +142,7 @@ typedef struct {
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;
 extern const kipp_cpu_kernels kipp_cpu_kernels_avx2;       /* AVX2 + FMA + F16C */
 extern const kipp_cpu_kernels kipp_cpu_kernels_avx512;     /* AVX-512F/BW/VL + FMA + F16C */
-extern const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni; /* + AVX512-VNNI + AVX512-BF16 */
+extern const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni; /* + AVX512-VNNI */
 #if defined(__aarch64__)
 extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod */
 #endif

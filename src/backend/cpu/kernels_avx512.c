@@ -1,6 +1,6 @@
 /* kernels_avx512.c — the AVX-512 kernel levels. Built alone it is level "avx512"
  * (-mavx512f -mavx512bw -mavx512vl -mfma -mf16c: Skylake-X and later); kernels_avx512vnni.c
- * includes this file with KIPP_AVX512_VNNI=1 (adds -mavx512vnni -mavx512bf16) to build level
+ * includes this file with KIPP_AVX512_VNNI=1 (adds -mavx512vnni) to build level
  * "avx512vnni" from the same code, its int8 dots one vpdpbusd instead of maddubs + madd + add.
  * Only reached after cpu.c checked cpuid. Same semantics as kernels_scalar.c; all sums f32
  * except the exact int32 sums inside one scale block.
