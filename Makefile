@@ -4,6 +4,7 @@
 
 BUILD    ?= build
 CC       ?= cc
+KIPP_ARCH ?= $(shell uname -m)
 PYTHON   ?= .venv/bin/python
 CHECKPOINT ?= qwen3-4b-base
 TINY     := tiny-tied tiny-untied
@@ -85,6 +86,7 @@ help:
 	@echo "make vectors CHECKPOINT=name          regenerate golden vectors (needs torch)"
 	@echo "make random-model SHAPE=4b TYPE=q4_k_m   random-weight GGUF of a real Qwen3 shape"
 	@echo "make neon-check     cross-compile the arm64 NEON kernels (also in make test)"
+	@echo "make arm64          build/arm64/kipp_test for aarch64 (qemu-aarch64 runs it; stage arm64)"
 	@echo "make fuzz           run the GGUF fuzzer for FUZZ_SECONDS (default 60)"
 
 cpu: $(BUILD)/kipp $(BUILD)/kipp-perplexity $(BUILD)/kipp-quantize $(BUILD)/kipp_test

@@ -7,7 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(libjansson-dev libutf8proc-dev libmicrohttpd-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
-      gcc-aarch64-linux-gnu xz-utils libedit-dev chromium chromium-driver)
+      gcc-aarch64-linux-gnu xz-utils libedit-dev chromium chromium-driver qemu-user
+      libjansson-dev:arm64 libutf8proc-dev:arm64)
+# the arm64 build's libraries (the arm64 stage: tests/arm64/run_arm64.sh) come from Debian's
+# arm64 archive: dpkg must know the architecture before apt-get can fetch them
+add_arch=0
+dpkg --print-foreign-architectures | grep -qx arm64 || add_arch=1
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +24,10 @@ if ((${#missing[@]})); then
         exit 1
     fi
     export DEBIAN_FRONTEND=noninteractive
+    if [ "$add_arch" = 1 ]; then
+        $SUDO dpkg --add-architecture arm64
+        $SUDO apt-get update -q >/dev/null
+    fi
     $SUDO apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
         { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${missing[@]}" >/dev/null; }
 fi

@@ -18,7 +18,7 @@
 
 #define CPU_NMSE_TOL KT_NMSE_TOL
 
-static const char *const all_isas[] = {"avx512vnni", "avx512", "avx2", "scalar"}; /* best first */
+static const char *const all_isas[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"}; /* best first */
 
 /* The levels to run: every level this CPU has for the cpu backend, else one configuration
  * with the backend's own choice (NULL). KIPP_GATE_ISA narrows them (the test tier's model
@@ -48,6 +48,16 @@ static size_t levels(const kipp_ctx_params *p, const char **out) {
         else if (!have) printf("cpu-vs-ref gate: %s not available on this CPU, skipped\n", all_isas[i]);
         else printf("cpu-vs-ref gate: %s left out (KIPP_GATE_ISA=%s)\n", all_isas[i], want);
     }
+    /* every name asked for is a level (a typo would gate nothing) */
+    for (const char *w = want; w && strcmp(want, "best") != 0 && *w;) {
+        const size_t len = strchr(w, ',') ? (size_t)(strchr(w, ',') - w) : strlen(w);
+        int known = 0;
+        for (size_t i = 0; i < sizeof all_isas / sizeof all_isas[0]; i++)
+            known |= strlen(all_isas[i]) == len && strncmp(w, all_isas[i], len) == 0;
+        KT_CHECK(known, "KIPP_GATE_ISA names '%.*s', which is not an ISA level", (int)len, w);
+        w += len + (w[len] == ',');
+    }
+    KT_CHECK(n > 0, "cpu-vs-ref gate: no ISA level to run (KIPP_GATE_ISA=%s)", want ? want : "");
     return n;
 }
 
