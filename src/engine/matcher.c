@@ -103,15 +103,15 @@ static uint32_t tok_len(const kipp_token_trie *t, uint32_t id) {
     return (uint32_t)(t->off[id + 1] - t->off[id]);
 }
 
-static int64_t trie_node(trie_builder *b, uint32_t lo, uint32_t hi, uint32_t depth) {
+/* Opens the node of the sorted ids [lo, hi) that share their first `depth` bytes: the tokens
+ * ending there, then one edge slot per distinct next byte (filled as the children are
+ * made). *first: the first id of its children; *e0: its first edge. -1: out of memory. */
+static int64_t trie_open(trie_builder *b, uint32_t lo, uint32_t hi, uint32_t depth, uint32_t *first, uint32_t *e0) {
     kipp_token_trie *t = b->t;
     {
         void **const nodes[] = {(void **)&t->e0, (void **)&t->t0, (void **)&t->ne, (void **)&t->nt};
         const size_t elems[] = {sizeof *t->e0, sizeof *t->t0, sizeof *t->ne, sizeof *t->nt};
-        if (grow_arrays(nodes, elems, 4, &t->cap_nodes, (uint64_t)t->n_nodes + 1)) {
-            b->oom = 1;
-            return -1;
-        }
+        if (grow_arrays(nodes, elems, 4, &t->cap_nodes, (uint64_t)t->n_nodes + 1)) return -1;
     }
     const uint32_t node = t->n_nodes++;
     t->t0[node] = t->n_toks;
@@ -126,27 +126,53 @@ static int64_t trie_node(trie_builder *b, uint32_t lo, uint32_t hi, uint32_t dep
     {
         void **const edges[] = {(void **)&t->ebyte, (void **)&t->echild};
         const size_t elems[] = {sizeof *t->ebyte, sizeof *t->echild};
-        if (grow_arrays(edges, elems, 2, &t->cap_edges, (uint64_t)t->n_edges + n_child)) {
-            b->oom = 1;
-            return -1;
-        }
+        if (grow_arrays(edges, elems, 2, &t->cap_edges, (uint64_t)t->n_edges + n_child)) return -1;
     }
-    const uint32_t e0 = t->n_edges;
-    t->e0[node] = e0;
+    *e0 = t->e0[node] = t->n_edges;
     t->ne[node] = (uint16_t)n_child;
     t->n_edges += n_child;
-    uint32_t k = 0;
-    for (uint32_t i = lo; i < hi; k++) {
+    *first = lo;
+    return node;
+}
+
+/* The trie of the sorted ids [0, n), depth first with nodes in preorder and each node's
+ * edges in byte order; iterative (an explicit stack), since a token of any length may be
+ * in a GGUF and recursion one frame a byte overflowed the stack on a 22,030-byte token
+ * under ASan. Returns the root (0), -1: out of memory. */
+typedef struct {
+    uint32_t i, hi, depth, e0, k; /* next child's first id, end, node depth, edges, done */
+} trie_frame;
+
+static int64_t trie_build(trie_builder *b, uint32_t n) {
+    trie_frame *st = NULL;
+    size_t cap = 0, sp = 0;
+    uint32_t first, e0;
+    const int64_t root = trie_open(b, 0, n, 0, &first, &e0);
+    if (root < 0 || kipp_grow((void **)&st, &cap, 1, sizeof *st) != KIPP_OK) goto oom;
+    st[sp++] = (trie_frame){first, n, 0, e0, 0};
+    while (sp) {
+        trie_frame *f = &st[sp - 1];
+        if (f->i >= f->hi) { sp--; continue; }
+        const kipp_token_trie *t = b->t;
+        const uint32_t depth = f->depth, i = f->i;
         const unsigned char c = (unsigned char)t->blob[t->off[b->ids[i]] + depth];
         uint32_t j = i;
-        while (j < hi && (unsigned char)t->blob[t->off[b->ids[j]] + depth] == c) j++;
-        int64_t child = trie_node(b, i, j, depth + 1);
-        if (child < 0) return -1;
-        b->t->ebyte[e0 + k] = c;
-        b->t->echild[e0 + k] = (uint32_t)child;
-        i = j;
+        while (j < f->hi && (unsigned char)t->blob[t->off[b->ids[j]] + depth] == c) j++;
+        const int64_t child = trie_open(b, i, j, depth + 1, &first, &e0);
+        if (child < 0) goto oom;
+        b->t->ebyte[f->e0 + f->k] = c;
+        b->t->echild[f->e0 + f->k] = (uint32_t)child;
+        f->k++;
+        f->i = j;
+        if (kipp_grow((void **)&st, &cap, sp + 1, sizeof *st) != KIPP_OK) goto oom;
+        st[sp++] = (trie_frame){first, j, depth + 1, e0, 0}; /* f may have moved: not used */
     }
-    return node;
+    free(st);
+    return root;
+oom:
+    free(st);
+    b->oom = 1;
+    return -1;
 }
 
 kipp_status kipp_token_trie_build_list(const char *const *toks, const size_t *lens,
@@ -187,7 +213,7 @@ kipp_status kipp_token_trie_build_list(const char *const *toks, const size_t *le
     g_sort_trie = t;
     qsort(ids, n_ids, sizeof *ids, cmp_tok);
     trie_builder b = {.t = t, .ids = ids};
-    int64_t root = trie_node(&b, 0, n_ids, 0);
+    int64_t root = trie_build(&b, n_ids);
     free(ids);
     if (root < 0) {
         kipp_token_trie_free(t);
@@ -250,6 +276,13 @@ typedef struct {
 #define CLASS 0x8000u
 #define MULTI 0x7FFFu
 
+/* One trie level of a walk: the walk state, the node's edges left, the state's dispatch
+ * table and allowed bytes (copied: deeper steps may move the buffers). */
+typedef struct {
+    uint32_t sid, e, e_end, disp;
+    uint64_t allow[4];
+} walk_frame;
+
 struct kipp_matcher {
     const kipp_grammar *g;
     const kipp_token_trie *t;
@@ -277,6 +310,8 @@ struct kipp_matcher {
     uint32_t *intern;      /* walk states by content: sid + 1, 0 empty; cap_intern slots */
     uint32_t cap_intern, intern_gen;
     uint32_t *intern_stamp; /* the walk (gen) a slot was written in: older slots are empty */
+    walk_frame *wstk;      /* walk's stack: a frame per trie level entered */
+    uint32_t cap_wstk;
     sset tmp;              /* memo_of's scratch */
     sset merge;            /* walk's scratch for states several tops lead to */
     int oom;
@@ -510,6 +545,7 @@ void kipp_matcher_free(kipp_matcher *m) {
     if (!m) return;
     free(m->fpos), free(m->fpar), free(m->cur.top), free(m->key), free(m->memo), free(m->mbuf);
     free(m->dbuf), free(m->hc), free(m->ws), free(m->cbuf), free(m->intern), free(m->intern_stamp);
+    free(m->wstk);
     free(m->tmp.top), free(m->merge.top);
     free(m->step[0].top), free(m->step[1].top);
     for (int k = 0; k < N_CACHE; k++) free(m->cache[k].key), free(m->cache[k].mask);
@@ -709,18 +745,34 @@ static void build_disp(kipp_matcher *m, uint32_t sid) {
     m->n_dbuf += 256;
 }
 
-/* Below trie node `node` in walk state sid: marks every token the state allows. Frames made
- * here live until the whole walk ends (states refer to them). */
-static void walk(kipp_matcher *m, uint32_t node, uint32_t sid, uint32_t *bits) {
-    const kipp_token_trie *t = m->t;
+/* Enters trie node `node` in walk state sid (a walk_frame on m->wstk). 0: out of memory
+ * (the tokens below stay masked). */
+static int walk_push(kipp_matcher *m, uint32_t *sp, uint32_t node, uint32_t sid) {
+    if (grow(m, (void **)&m->wstk, &m->cap_wstk, *sp, 1, sizeof *m->wstk)) return 0;
     if (m->ws[sid].disp == NONE && ++m->ws[sid].visits >= 2) build_disp(m, sid);
-    uint64_t allow[4];
-    memcpy(allow, m->ws[sid].allow, sizeof allow);
-    const uint32_t disp = m->ws[sid].disp; /* offsets: deeper walks may move the buffers */
-    const uint32_t e0 = t->e0[node], ne = t->ne[node];
-    for (uint32_t e = e0; e < e0 + ne; e++) {
+    walk_frame *f = &m->wstk[(*sp)++];
+    f->sid = sid;
+    f->e = m->t->e0[node];
+    f->e_end = f->e + m->t->ne[node];
+    f->disp = m->ws[sid].disp; /* offsets: deeper steps may move the buffers */
+    memcpy(f->allow, m->ws[sid].allow, sizeof f->allow);
+    return 1;
+}
+
+/* Below trie node `root` in walk state sid0: marks every token the state allows, depth
+ * first in edge order. Iterative (m->wstk): the trie is as deep as the longest token, and
+ * a GGUF may hold a token of any length. Frames made here live until the whole walk ends
+ * (states refer to them). */
+static void walk(kipp_matcher *m, uint32_t root, uint32_t sid0, uint32_t *bits) {
+    const kipp_token_trie *t = m->t;
+    uint32_t sp = 0;
+    if (!walk_push(m, &sp, root, sid0)) return;
+    while (sp) {
+        walk_frame *f = &m->wstk[sp - 1];
+        if (f->e >= f->e_end) { sp--; continue; }
+        const uint32_t e = f->e++, sid = f->sid, disp = f->disp;
         const unsigned b = t->ebyte[e];
-        if (!kipp_gset_has(allow, b)) continue;
+        if (!kipp_gset_has(f->allow, b)) continue;
         if (++m->work > m->budget_work) return; /* partial: see WALK_WORK_BUDGET */
         m->ops++;
         if (stop_now(m)) return; /* failed: the caller discards the mask */
@@ -754,7 +806,7 @@ static void walk(kipp_matcher *m, uint32_t node, uint32_t sid, uint32_t *bits) {
         if (m->ws[csid].n || m->ws[csid].complete) {
             for (uint32_t k = t->t0[child]; k < t->t0[child] + t->nt[child]; k++)
                 bits[t->toks[k] >> 5] |= 1u << (t->toks[k] & 31);
-            if (m->ws[csid].n && t->ne[child]) walk(m, child, csid, bits);
+            if (m->ws[csid].n && t->ne[child]) walk_push(m, &sp, child, csid); /* f may move */
         }
     }
 }

@@ -572,6 +572,48 @@ static void test_yield(void) {
     kipp_token_trie_free(t);
 }
 
+/* Tokens far longer than any real one (a hostile or odd GGUF): the trie is as deep as the
+ * longest token, and building it and walking it used a stack frame per byte (a 22,030-byte
+ * token overflowed the stack under ASan; 300,000 bytes does without). Masks equal brute
+ * force, and the long token is accepted. */
+static void test_long_tokens(void) {
+    enum { LX = 300000, LY = 100000, N = 6 };
+    char *x = malloc(LX), *y = malloc(LY);
+    if (!x || !y) { KT_CHECK(0, "out of memory"); free(x); free(y); return; }
+    memset(x, 'x', LX);
+    memset(y, 'y', LY);
+    const char *toks[N] = {"x", "xx", x, "y", y, ""};
+    size_t lens[N] = {1, 2, LX, 1, LY, 0};
+    uint8_t eog[N] = {0, 0, 0, 0, 0, 1};
+    kipp_token_trie *t = NULL;
+    char err[256];
+    KT_CHECK(kipp_token_trie_build_list(toks, lens, eog, N, &t, err, sizeof err) == KIPP_OK, "%s", err);
+    static const char *const grammars[] = {"root ::= \"x\"+", "root ::= [xy]*", "root ::= \"y\" [xy]{0,5}"};
+    static const uint32_t want[] = {0x7, 0x3f, 0x8}; /* mask bits before the first token */
+    for (size_t gi = 0; t && gi < sizeof grammars / sizeof grammars[0]; gi++) {
+        kipp_grammar *g = compile(grammars[gi]);
+        kipp_matcher *m = NULL;
+        KT_CHECK(g && kipp_matcher_new(g, t, &m, err, sizeof err) == KIPP_OK, "grammar %zu", gi);
+        if (!m) { kipp_grammar_free(g); continue; }
+        uint32_t bits[1] = {0};
+        kipp_matcher_mask(m, bits);
+        int agree = 1;
+        for (int id = 0; id < N - 1; id++) agree &= (int)((bits[0] >> id) & 1) == kipp_matcher_allows_token(m, id);
+        KT_CHECK((bits[0] & 0x1f) == (want[gi] & 0x1f) && agree, "grammar %zu: mask %#x, want %#x, brute force agrees %d",
+                 gi, bits[0], want[gi], agree);
+        if (gi < 2) {
+            KT_CHECK(kipp_matcher_accept_token(m, 2) == 1, "grammar %zu: the 300,000-byte token refused", gi);
+            kipp_matcher_mask(m, bits);
+            KT_CHECK((bits[0] & 0x7) == 0x7 && kipp_matcher_complete(m), "grammar %zu after it: mask %#x", gi, bits[0]);
+        }
+        kipp_matcher_free(m);
+        kipp_grammar_free(g);
+    }
+    kipp_token_trie_free(t);
+    free(x);
+    free(y);
+}
+
 void kt_suite_grammar(void) {
     test_errors();
     test_bytes();
@@ -582,4 +624,5 @@ void kt_suite_grammar(void) {
     test_resolve_climbs();
     test_time_limit();
     test_yield();
+    test_long_tokens();
 }
