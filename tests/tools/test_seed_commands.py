@@ -204,6 +204,9 @@ def run(cmd, *, env=None, timeout=120, shell=False):
     e = dict(os.environ)
     e.pop("MAKEFLAGS", None)  # a make above this test must not pass -j/-n down
     e.pop("MFLAGS", None)
+    # the guide's commands as written use the default build folder: make test-sanitize's
+    # BUILD=build/san would move make's targets (build/san/kipp_test_metal) away from them
+    e.pop("BUILD", None)
     if env:
         e.update(env)
     return subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout,
