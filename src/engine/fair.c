@@ -45,19 +45,18 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
         heavy += dec > 1;
         light += dec + pre == 1;
         n_fixed += dec <= 1 ? dec : 0;
+        for (uint32_t i = g; i < n && dec > 1; i++) /* a heavy request's: the pool (2) */
+            if (grp[i] == g && keep[i]) keep[i] = 2;
     }
-    if (!(share >= 0) || !(b > 0) || !heavy || !light || n_req < 2) return n_cand;
-    const double extra = share * (a + b * (n_fixed + 1)) / b;
-    if (!(extra < (double)(n_cand - n_fixed - 1))) return n_cand; /* NaN, inf: no cap */
+    const int cap = share >= 0 && b > 0 && heavy && light && n_req >= 2;
+    const double extra = cap ? share * (a + b * (n_fixed + 1)) / b : 0;
+    if (!cap || !(extra < (double)(n_cand - n_fixed - 1))) { /* NaN, inf: no cap either */
+        for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] != 0;
+        return n_cand;
+    }
     const uint32_t n_max = n_fixed + 1 + (uint32_t)extra;
-    /* mark the heavy requests' sequences (the pool); the others keep their row */
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t dec = 0;
-        for (uint32_t j = grp[i]; j < n && dec < 2; j++) dec += grp[j] == grp[i] && kind[j] == KIPP_FAIR_DECODE;
-        keep[i] = kind[i] == KIPP_FAIR_DECODE && dec < 2;
-        kept += keep[i];
-    }
+    uint32_t kept = n_fixed; /* the others keep their row; the pool starts empty */
+    for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] == 1;
     while (kept < n_max) { /* the pool: least advanced first */
         uint32_t best = n;
         for (uint32_t i = 0; i < n; i++)

@@ -719,6 +719,12 @@ static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t,
     for (uint32_t k = 0; k < t->n_top; k++) t->top_logprob[k] = (float)(raw[t->top_id[k]] - lse);
 }
 
+/* A step's prompt budget capped at `cap` tokens, never under PREFILL_MIN nor over max. */
+static uint32_t prompt_cap(uint32_t budget, double cap, uint32_t max) {
+    if (cap < (double)budget) budget = cap < PREFILL_MIN ? PREFILL_MIN : (uint32_t)cap;
+    return budget > max ? max : budget;
+}
+
 /* Builds the batch: every decoding sequence's pending token and its drafts, then prompt
  * chunks within the step's budget. Returns the batch size; b_chunk[i] is running[i]'s
  * share, b_row[i] its first logits row; *n_logits_rows the rows that want logits. */
@@ -746,16 +752,10 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
             n_rows++;
         }
     }
-    if (s->p.prefill_step_s > 0 && s->ema_tok_s > 0) { /* a request arriving now waits this step */
-        const double cap = s->p.prefill_step_s / s->ema_tok_s;
-        if (cap < (double)budget) budget = cap < PREFILL_MIN ? PREFILL_MIN : (uint32_t)cap;
-        if (budget > s->p.batch_tokens) budget = s->p.batch_tokens;
-    }
-    if (n > 0 && s->ema_dec_s > 0 && s->ema_tok_s > 0) {
-        const double cap = PREFILL_SHARE * s->ema_dec_s / s->ema_tok_s;
-        if (cap < (double)budget) budget = cap < PREFILL_MIN ? PREFILL_MIN : (uint32_t)cap;
-        if (budget > s->p.batch_tokens) budget = s->p.batch_tokens;
-    }
+    if (s->p.prefill_step_s > 0 && s->ema_tok_s > 0) /* a request arriving now waits this step */
+        budget = prompt_cap(budget, s->p.prefill_step_s / s->ema_tok_s, s->p.batch_tokens);
+    if (n > 0 && s->ema_dec_s > 0 && s->ema_tok_s > 0)
+        budget = prompt_cap(budget, PREFILL_SHARE * s->ema_dec_s / s->ema_tok_s, s->p.batch_tokens);
     s->b_prefill = 0;
     for (uint32_t o = 0; o < n_pre && budget > 0; o++) {
         const uint32_t i = s->ord[o];

@@ -42,29 +42,16 @@ if ! file "$T" | grep -q "ARM aarch64"; then
     exit 1
 fi
 
-pass=0; fail=0
-# run LABEL ARGS...: kipp_test under qemu; its last line's counts are added (a crash or a
-# missing count line is one failure)
+. tests/lib.sh
+# kipp_test under qemu, its counts added up (tests/lib.sh; a crash counts as a failure)
 run() {
-    local label=$1 out rc p f t0=$SECONDS
+    local label=$1
     shift
-    out=$(timeout $((600 * ${KIPP_TEST_TIMEOUT_SCALE:-1})) "$QEMU" "$T" "$@" 2>&1); rc=$?
-    p=$(printf '%s\n' "$out" | grep -oE '^[0-9]+ passed' | tail -n 1 | grep -oE '[0-9]+')
-    f=$(printf '%s\n' "$out" | grep -oE '[0-9]+ failed$' | tail -n 1 | grep -oE '[0-9]+')
-    if [ -z "$p" ] || [ -z "$f" ]; then
-        printf '%s\n' "$out" | tail -n 20
-        echo "FAIL: $label: exit $rc, no count line"
-        fail=$((fail + 1))
-        return
-    fi
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-    pass=$((pass + p)); fail=$((fail + f))
-    [ "$f" -gt 0 ] && printf '%s\n' "$out" | grep -E "FAIL|error" | head -n 20
-    echo "arm64: $label: $p passed, $f failed ($((SECONDS - t0)) s under qemu)"
+    run_counted "$label" timeout $((600 * ${KIPP_TEST_TIMEOUT_SCALE:-1})) "$QEMU" "$T" "$@"
 }
 
-# the level is the best this build runs: it must be neon (an arm64 build that fell back to
-# scalar kernels would test nothing of them)
+# the golden gate runs the best level this build has; the cpu-vs-ref gates name neon and
+# fail when another level runs (or none is selected)
 run "unit suites" --unit
 TT=models/tiny-tied/kipp-tiny-tied
 run "golden tiny-tied bf16 (cpu, neon)" --model "$TT-bf16.gguf" tests/test-vectors/tiny-tied --backend cpu
@@ -74,5 +61,5 @@ done
 for t in q4_k_m q6_k; do
     KIPP_GATE_ISA=neon run "random tiny $t vs cpu-ref (neon)" --cpu-vs-ref-shape "models/random/qwen3-tiny-$t.gguf"
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

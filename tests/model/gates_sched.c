@@ -395,6 +395,14 @@ static int collect_within(kipp_req *r, outputs *o, int i, kipp_finish *fin) {
     return *fin == KIPP_FINISH_NONE ? -1 : 0;
 }
 
+/* n prompt tokens: the gate's prompts one after another. */
+static void long_prompt(const prompts *p, int32_t *out, uint32_t n) {
+    for (uint32_t k = 0, i = 0, j = 0; k < n; k++) {
+        if (j == p->n[i]) i = (i + 1) % N_REQ, j = 0;
+        out[k] = p->ids[i][j++];
+    }
+}
+
 /* Prompts share a step's prompt budget shortest remaining first: on 2 slots with 8 prompt
  * tokens per step, a short prompt submitted right after a 128-token one (16 steps of
  * prefill) gets its first token while the long one has none, and both then run to
@@ -412,10 +420,7 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
         return;
     }
     int32_t longp[128];
-    for (uint32_t k = 0, i = 0, j = 0; k < 128; k++) { /* the prompts one after another */
-        if (j == p->n[i]) i = (i + 1) % N_REQ, j = 0;
-        longp[k] = p->ids[i][j++];
-    }
+    long_prompt(p, longp, 128);
     kipp_req_params rl = req_params(p, 0, 0.0f), rs = req_params(p, 1, 0.0f);
     rl.prompt = longp;
     rl.n_prompt = 128;
@@ -556,10 +561,7 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
  * its tokens are the same either way. A 64-token prompt first measures seconds per token. */
 static void gate_prefill_step(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
     int32_t longp[128];
-    for (uint32_t k = 0, i = 0, j = 0; k < 128; k++) {
-        if (j == p->n[i]) i = (i + 1) % N_REQ, j = 0;
-        longp[k] = p->ids[i][j++];
-    }
+    long_prompt(p, longp, 128);
     int32_t toks[2][MAX_GEN];
     uint64_t steps[2] = {0, 0};
     for (int bounded = 0; bounded < 2; bounded++) {
