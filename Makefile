@@ -293,7 +293,7 @@ embed-vectors: deps models/tiny-embed/config.json
 # TEST_ARGS="--record bench/results/test-times-NAME.json". Set-up and build seconds reach
 # the runner's record through KIPP_SETUP_SECONDS / KIPP_BUILD_SECONDS.
 NPROC ?= $(shell nproc 2>/dev/null || echo 2)
-TEST_BUILD := cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-quantize tiny-models \
+TEST_BUILD := cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-kernbench $(BUILD)/kipp-quantize tiny-models \
               $(BACKEND_TEST_TARGETS) $(if $(filter build,$(BUILD)),build/kipp_test_fault)
 .PHONY: test-build full-build check-build test-full
 test-build: $(TEST_BUILD)

@@ -7,7 +7,11 @@
  * Build: make build/kipp-kernbench.
  *
  *   kipp-kernbench [--isa a,b,...] [--type F32,BF16,...] [--k N] [--rows N] [--tok 1,8,64,512]
- *                  [--seconds S] [--pool-mib M] */
+ *                  [--seconds S] [--pool-mib M] [--json PATH] [--check-auto MARGIN]
+ *
+ * The kernels are timed as the forward pass runs them: 8-bit activations in two planes (two
+ * rows per token), the repacked path on a packed copy. --json writes the record that
+ * src/backend/cpu/choice.c's preferences cite (bench/results/kernels-*.json). */
 #include "backend/cpu/kernels.h"
 #include "core/types.h"
 
@@ -101,36 +105,156 @@ static int in_list(const char *list, const char *name) {
     return 0;
 }
 
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kipp-kernbench [--isa a,b,...] [--type F32,BF16,...] [--k N] [--rows N]\n"
+            "                      [--tok 1,8,64,512] [--seconds S] [--pool-mib M] [--json PATH]\n"
+            "                      [--check-auto MARGIN] [--choices FEATURES]\n"
+            "Times each ISA level's gemm kernels, one thread, per weight type and token count:\n"
+            "the few-token kernel (8-bit activations in two planes, as the forward pass runs it),\n"
+            "the many-token kernel and the repacked path where the level has them. --isa: levels\n"
+            "(default: every level this CPU runs); --json: a record with the CPU, its features and\n"
+            "what the auto table chose per type; --check-auto: exit 1 when, for some type and\n"
+            "token count, the kernel the auto table runs is more than MARGIN (0.1 = 10 %%) slower\n"
+            "than the fastest level's; --choices: print the auto table's choices for a CPU with the\n"
+            "listed features (e.g. 'avx2 fma f16c') and exit, timing nothing.\n");
+}
+
+/* One timed kernel: (level, type, variant, token count). */
+typedef struct {
+    const char *isa;
+    uint32_t type;
+    const char *variant; /* "gemm", "many", "packed" */
+    uint64_t tok;
+    double gflops, best_gflops, gbps;
+} result;
+
+static result *results;
+static size_t n_results, cap_results;
+
+static void add_result(result r) {
+    if (n_results == cap_results) {
+        cap_results = cap_results ? 2 * cap_results : 256;
+        results = realloc(results, cap_results * sizeof *results);
+        if (!results) {
+            fprintf(stderr, "kipp-kernbench: out of memory\n");
+            exit(1);
+        }
+    }
+    results[n_results++] = r;
+}
+
+static const result *find_result(const char *isa, uint32_t type, const char *variant, uint64_t tok) {
+    for (size_t i = 0; i < n_results; i++)
+        if (!strcmp(results[i].isa, isa) && results[i].type == type && !strcmp(results[i].variant, variant) &&
+            results[i].tok == tok)
+            return &results[i];
+    return NULL;
+}
+
+/* The level and kernel the auto table runs for tok tokens (as forward.c picks them). */
+static void auto_kernel(const kipp_cpu_choice *c, uint64_t tok, const char **level, const char **variant) {
+    uint32_t i = 0;
+    while (i + 1 < c->n_range && tok >= c->range[i + 1].min_tok) i++;
+    *level = c->range[i].level;
+    *variant = c->range[i].variant;
+}
+
+/* The auto table's choices as a JSON object, one member per weight type. */
+static void print_choices(FILE *f, const kipp_cpu_choice *ch) {
+    fprintf(f, "{");
+    for (size_t i = 0; i < KIPP_CPU_N_CHOICE; i++) {
+        char buf[1024];
+        kipp_cpu_choice_json(&ch[i], buf, sizeof buf);
+        fprintf(f, "%s\n  \"%s\": %s", i ? "," : "", kipp_type_name(ch[i].type), buf);
+    }
+    fprintf(f, "}");
+}
+
 int main(int argc, char **argv) {
-    const char *isas = "avx512vnni,avx512,avx2", *types = NULL, *toks_s = "1,8,64,512";
+    const char *isas = NULL, *types = NULL, *toks_s = "1,2,4,8,16,64,512", *json = NULL;
     uint64_t k = 1024, n_rows = 3072;
-    double seconds = 0.3;
+    double seconds = 0.3, margin = -1.0;
     uint64_t pool_mib = 512;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--isa")) isas = argv[i + 1];
-        else if (!strcmp(argv[i], "--type")) types = argv[i + 1];
-        else if (!strcmp(argv[i], "--k")) k = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--rows")) n_rows = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--tok")) toks_s = argv[i + 1];
-        else if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--pool-mib")) pool_mib = strtoull(argv[i + 1], NULL, 10);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kipp-kernbench: %s needs a value\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        if (!strcmp(argv[i - 1], "--isa")) isas = v;
+        else if (!strcmp(argv[i - 1], "--type")) types = v;
+        else if (!strcmp(argv[i - 1], "--k")) k = strtoull(v, &end, 10);
+        else if (!strcmp(argv[i - 1], "--rows")) n_rows = strtoull(v, &end, 10);
+        else if (!strcmp(argv[i - 1], "--tok")) toks_s = v;
+        else if (!strcmp(argv[i - 1], "--seconds")) seconds = strtod(v, &end);
+        else if (!strcmp(argv[i - 1], "--pool-mib")) pool_mib = strtoull(v, &end, 10);
+        else if (!strcmp(argv[i - 1], "--json")) json = v;
+        else if (!strcmp(argv[i - 1], "--check-auto")) margin = strtod(v, &end);
+        else if (!strcmp(argv[i - 1], "--choices")) { /* no timing: the auto table for a feature list */
+            kipp_cpu_features f;
+            char err[256];
+            if (kipp_cpu_features_parse(v, &f, err, sizeof err) != KIPP_OK) {
+                fprintf(stderr, "kipp-kernbench: --choices: %s\n", err);
+                return 2;
+            }
+            kipp_cpu_kernels tab;
+            kipp_cpu_choice ch[KIPP_CPU_N_CHOICE];
+            kipp_cpu_kernels_compose(&f, &tab, ch);
+            print_choices(stdout, ch);
+            printf("\n");
+            return 0;
+        }
         else {
-            fprintf(stderr, "unknown option %s\n", argv[i]);
+            fprintf(stderr, "kipp-kernbench: unknown option %s\n", argv[i - 1]);
+            usage(stderr);
+            return 2;
+        }
+        if (end && (*end || end == v)) {
+            fprintf(stderr, "kipp-kernbench: %s: not a number: '%s'\n", argv[i - 1], v);
             return 2;
         }
     }
+    if (k == 0 || k % 256 != 0 || n_rows == 0 || n_rows % 16 != 0) {
+        fprintf(stderr, "kipp-kernbench: --k must be a positive multiple of 256, --rows of 16\n");
+        return 2;
+    }
     uint64_t toks[16];
     int ntoks = 0;
-    for (const char *p = toks_s; *p && ntoks < 16;) {
-        toks[ntoks++] = strtoull(p, (char **)&p, 10);
-        if (*p == ',') p++;
+    for (const char *p = toks_s; *p;) {
+        char *e;
+        const unsigned long long t = strtoull(p, &e, 10);
+        if (e == p || t == 0 || t > 4096 || ntoks == 16 || (*e && *e != ',')) {
+            fprintf(stderr, "kipp-kernbench: --tok: up to 16 counts in 1..4096, comma-separated: '%s'\n", toks_s);
+            return 2;
+        }
+        toks[ntoks++] = t;
+        p = *e ? e + 1 : e;
     }
     uint64_t max_tok = 1;
     for (int i = 0; i < ntoks; i++) max_tok = toks[i] > max_tok ? toks[i] : max_tok;
+    kipp_cpu_features feat;
+    kipp_cpu_features_detect(&feat);
+    static const char *const all_levels[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"};
+    char level_list[128] = "";
+    for (size_t i = 0; i < sizeof all_levels / sizeof all_levels[0]; i++)
+        if (kipp_cpu_level_table(all_levels[i]) && kipp_cpu_level_runs(&feat, all_levels[i]) &&
+            strcmp(all_levels[i], "scalar") != 0)
+            snprintf(level_list + strlen(level_list), sizeof level_list - strlen(level_list), "%s%s",
+                     level_list[0] ? "," : "", all_levels[i]);
+    if (!isas) isas = level_list;
 
-    float *xf = malloc(max_tok * k * sizeof *xf), *xd = malloc(k * sizeof *xd), *wd = malloc(k * sizeof *wd);
-    float *y = malloc(max_tok * n_rows * sizeof *y);
-    for (uint64_t i = 0; i < max_tok * k; i++) xf[i] = frand();
+    /* two planes per token for 8-bit activations: 2 * max_tok rows */
+    float *xf = malloc(2 * max_tok * k * sizeof *xf), *xd = malloc(k * sizeof *xd), *wd = malloc(k * sizeof *wd);
+    float *y = malloc(2 * max_tok * n_rows * sizeof *y);
+    for (uint64_t i = 0; i < 2 * max_tok * k; i++) xf[i] = frand();
+    int failed = 0;
 
     for (const char *p = isas; *p;) {
         const char *e = strchr(p, ',');
@@ -141,42 +265,64 @@ int main(int argc, char **argv) {
         const kipp_cpu_kernels *lv;
         char err[256];
         if (kipp_cpu_kernels_select(isa, &lv, err, sizeof err) != KIPP_OK) {
-            printf("%s: %s\n", isa, err);
-            continue;
+            fprintf(stderr, "kipp-kernbench: %s\n", err);
+            return 2;
         }
+        const char *lname = kipp_cpu_level_table(isa) ? kipp_cpu_level_table(isa)->isa : "auto";
         for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
             const uint32_t type = all_types[ti];
             if (!in_list(types, kipp_type_name(type))) continue;
             const kipp_cpu_mm entry = kipp_cpu_kernels_mm(lv, type);
             if (!entry.gemm) {
-                printf("%-10s %-5s  no kernel\n", isa, kipp_type_name(type));
+                printf("%-10s %-6s no kernel (dequantize fallback)\n", lname, kipp_type_name(type));
                 continue;
             }
-            /* the table's kernel, then its many-token kernel (label "many") where it has one */
-            for (int variant = 0; variant < (entry.gemm_many ? 2 : 1); variant++) {
-                const kipp_cpu_mm mm = variant ? (kipp_cpu_mm){entry.act_many, entry.gemm_many, 0, NULL, 0} : entry;
-                const char *vname = variant ? " many" : "";
-                const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
-                size_t ncopy = (pool_mib << 20) / mat;
-                ncopy = ncopy < 1 ? 1 : ncopy;
-                unsigned char *w = malloc(mat * ncopy);
-                for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
-                for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
-                const size_t ab = kipp_cpu_act_row_bytes(mm.act, k);
-                unsigned char *xa = malloc(ab * max_tok);
-                for (uint64_t t = 0; t < max_tok; t++) {
-                    if (mm.act == KIPP_ACT_F32)
+            const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
+            size_t ncopy = (pool_mib << 20) / mat;
+            ncopy = ncopy < 1 ? 1 : ncopy;
+            unsigned char *w = malloc(mat * ncopy);
+            for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
+            for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
+            /* the level's few-token kernel, its many-token kernel, its repacked path */
+            for (int variant = 0; variant < 3; variant++) {
+                if (variant == 1 && !entry.gemm_many) continue;
+                if (variant == 2 && (!entry.packer || !entry.packer->bytes(type, n_rows, k))) continue;
+                const char *vname = variant == 0 ? "gemm" : variant == 1 ? "many" : "packed";
+                const uint32_t act = variant == 0 ? entry.act : variant == 1 ? entry.act_many : KIPP_ACT_Q16;
+                const kipp_cpu_gemm_fn gemm =
+                    variant == 0 ? entry.gemm : variant == 1 ? entry.gemm_many : entry.packer->gemm;
+                const int planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
+                const size_t ab = kipp_cpu_act_row_bytes(act, k);
+                unsigned char *xa = malloc(ab * 2 * max_tok);
+                kipp_cpu_quant_fn q = lv->quant[act];
+                if (!q && act == KIPP_ACT_Q16) q = kipp_cpu_quant_q16_scalar;
+                for (uint64_t t = 0; t < 2 * max_tok; t++) {
+                    if (act == KIPP_ACT_F32)
                         memcpy(xa + t * ab, xf + t * k, k * sizeof(float));
                     else
-                        lv->quant[mm.act](xf + t * k, xa + t * ab, k);
+                        q(xf + t * k, xa + t * ab, k);
+                }
+                /* the weights as this kernel reads them (a packed copy per pool copy) */
+                const unsigned char *wk = w;
+                size_t wrb = rb, wmat = mat, wcopies = ncopy;
+                unsigned char *pk = NULL;
+                if (variant == 2) {
+                    wmat = entry.packer->bytes(type, n_rows, k);
+                    wrb = entry.packer->bytes(type, 16, k) / 16;
+                    wcopies = (pool_mib << 20) / wmat;
+                    wcopies = wcopies < 1 ? 1 : wcopies;
+                    pk = aligned_alloc(64, (wmat * wcopies + 63) / 64 * 64);
+                    entry.packer->pack(type, w, rb, n_rows, 0, n_rows, k, pk);
+                    for (size_t c = 1; c < wcopies; c++) memcpy(pk + c * wmat, pk, wmat);
+                    wk = pk;
                 }
                 /* spot check on the largest token count */
-                mm.gemm(w, rb, n_rows, xa, ab, max_tok, y, n_rows, k);
+                gemm(wk, wrb, n_rows, xa, ab, max_tok, y, n_rows, k);
                 double worst = 0.0;
                 for (int s = 0; s < 64; s++) {
                     const uint64_t r = urand() % n_rows, t = urand() % max_tok;
                     kipp_dequantize_row(type, w + r * rb, wd, k);
-                    kipp_cpu_act_to_f32(mm.act, xa + t * ab, xd, k);
+                    kipp_cpu_act_to_f32(act, xa + t * ab, xd, k);
                     double ref = 0.0, mag = 0.0;
                     for (uint64_t i = 0; i < k; i++) {
                         ref += (double)wd[i] * xd[i];
@@ -185,39 +331,109 @@ int main(int argc, char **argv) {
                     const double rel = fabs(y[t * n_rows + r] - ref) / (mag + 1e-30);
                     worst = rel > worst ? rel : worst;
                 }
-                printf("%-10s %-5s%s act %u  check %.2e%s\n", isa, kipp_type_name(type), vname, mm.act, worst,
+                printf("%-10s %-6s %-6s act %u  check %.2e%s\n", lname, kipp_type_name(type), vname, act, worst,
                        worst > 1e-5 ? "  FAIL" : "");
+                if (worst > 1e-5) failed = 1;
                 for (int i = 0; i < ntoks; i++) {
-                    const uint64_t nt = toks[i];
-                    const size_t nc = nt == 1 ? ncopy : 1;
+                    const uint64_t nt = toks[i], rows_x = (uint64_t)planes * nt;
+                    const size_t nc = nt == 1 ? wcopies : 1;
                     size_t c = 0;
                     long reps = 0;
                     double best = 1e30, t_all = now_s();
                     while (now_s() - t_all < seconds || reps < 3) {
                         const double t0 = now_s();
-                        mm.gemm(w + c * mat, rb, n_rows, xa, ab, nt, y, n_rows, k);
+                        gemm(wk + c * wmat, wrb, n_rows, xa, ab, rows_x, y, n_rows, k);
                         const double dt = now_s() - t0;
                         best = dt < best ? dt : best;
                         c = (c + 1) % nc;
                         reps++;
                     }
-                    const double avg = (now_s() - t_all) / (double)reps;
-                    printf("%-10s %-5s%s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", isa,
+                    const double avg = (now_s() - t_all) / (double)reps, flop = 2.0 * n_rows * nt * k;
+                    result r = {lname, type, vname, nt, flop / avg * 1e-9, flop / best * 1e-9, 0.0};
+                    printf("%-10s %-6s %-6s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", lname,
                            kipp_type_name(type), vname, (unsigned long long)k, (unsigned long long)n_rows,
-                           (unsigned long long)nt, 2.0 * n_rows * nt * k / avg * 1e-9, 2.0 * n_rows * nt * k / best * 1e-9);
-                    if (nt == 1)
-                        printf("  %6.1f GB/s weights (%zu MiB pool)", (double)mat / avg * 1e-9, mat * nc >> 20);
+                           (unsigned long long)nt, r.gflops, r.best_gflops);
+                    if (nt == 1) {
+                        r.gbps = (double)wmat / avg * 1e-9;
+                        printf("  %6.1f GB/s weights (%zu MiB pool)", r.gbps, wmat * nc >> 20);
+                    }
                     printf("\n");
                     fflush(stdout);
+                    add_result(r);
                 }
-                free(w);
                 free(xa);
+                free(pk);
             }
+            free(w);
+        }
+    }
+
+    /* what the auto table runs per type and token count, against the fastest level */
+    kipp_cpu_kernels autok;
+    kipp_cpu_choice choices[KIPP_CPU_N_CHOICE];
+    kipp_cpu_kernels_compose(&feat, &autok, choices);
+    int slow = 0;
+    for (size_t ci = 0; ci < KIPP_CPU_N_CHOICE; ci++) {
+        const uint32_t type = choices[ci].type;
+        if (!in_list(types, kipp_type_name(type))) continue;
+        for (int i = 0; i < ntoks && strcmp(choices[ci].range[0].level, "dequantize") != 0; i++) {
+            const char *lvl, *v;
+            auto_kernel(&choices[ci], toks[i], &lvl, &v);
+            const result *chosen = find_result(lvl, type, v, toks[i]);
+            if (!chosen) continue; /* that level was not measured */
+            const result *best = chosen;
+            for (size_t j = 0; j < n_results; j++)
+                if (results[j].type == type && results[j].tok == toks[i] && results[j].gflops > best->gflops)
+                    best = &results[j];
+            if (margin >= 0 && chosen->gflops < (1.0 - margin) * best->gflops) {
+                printf("check-auto: %s tok=%llu: auto runs %s %s at %.1f GFLOP/s, %s %s does %.1f\n",
+                       kipp_type_name(type), (unsigned long long)toks[i], lvl, v, chosen->gflops, best->isa,
+                       best->variant, best->gflops);
+                slow = 1;
+            }
+        }
+    }
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) {
+            fprintf(stderr, "kipp-kernbench: cannot write %s\n", json);
+            return 1;
+        }
+        char feats[256], cpu[256] = "unknown";
+        kipp_cpu_features_string(&feat, feats, sizeof feats);
+        FILE *ci = fopen("/proc/cpuinfo", "r");
+        if (ci) {
+            char line[512];
+            while (fgets(line, sizeof line, ci))
+                if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+                    snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+                    cpu[strcspn(cpu, "\n\"\\")] = '\0';
+                    break;
+                }
+            fclose(ci);
+        }
+        fprintf(f, "{\"kind\": \"kernel-bench\", \"cpu\": \"%s\", \"features\": \"%s\", \"levels\": \"%s\",\n", cpu,
+                feats, isas);
+        fprintf(f, " \"k\": %llu, \"rows\": %llu, \"seconds\": %g, \"threads\": 1,\n \"auto\": ", (unsigned long long)k,
+                (unsigned long long)n_rows, seconds);
+        print_choices(f, choices);
+        fprintf(f, ",\n \"results\": [");
+        for (size_t i = 0; i < n_results; i++)
+            fprintf(f,
+                    "%s\n  {\"isa\": \"%s\", \"type\": \"%s\", \"variant\": \"%s\", \"tok\": %llu, \"gflops\": %.2f, "
+                    "\"best_gflops\": %.2f, \"gbps\": %.2f}",
+                    i ? "," : "", results[i].isa, kipp_type_name(results[i].type), results[i].variant,
+                    (unsigned long long)results[i].tok, results[i].gflops, results[i].best_gflops, results[i].gbps);
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0) {
+            fprintf(stderr, "kipp-kernbench: cannot write %s\n", json);
+            return 1;
         }
     }
     free(xf);
     free(xd);
     free(wd);
     free(y);
-    return 0;
+    free(results);
+    return failed || slow ? 1 : 0;
 }

@@ -207,6 +207,9 @@ typedef struct {
     uint32_t n_logits;           /* floats in one logits row (n_vocab unless limited; n_embd
                                     for an embeddings context) */
     int embeddings;              /* rows are final-norm hidden states, not logits */
+    const char *kernels;         /* JSON object: per weight type of the model, the kernels in
+                                    use ({"decode", "many": levels, "packed", "why"}); NULL
+                                    where the backend has one kernel per type */
 } kipp_ctx_info;
 
 void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out);

@@ -57,6 +57,9 @@ typedef struct kipp_backend_ops {
     /* The kernel level and threads in use, and the bytes of weights the backend repacked
      * at load beside the mapped file (0: none) (kipp_ctx_info). */
     void (*describe)(void *state, const char **isa, int *n_threads, uint64_t *weights_repacked);
+    /* Optional: a JSON object naming, per weight type of the model, the kernels in use and
+     * why (kipp_ctx_info.kernels; lives as long as state). NULL op: one kernel per type. */
+    const char *(*kernels)(void *state);
 
     /* KV storage: n_blocks blocks of the layout, in the backend's memory. The pool (src/kv)
      * holds the returned handle and calls copy_block when a shared block is about to be

@@ -200,6 +200,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     memset(out, 0, sizeof *out);
     out->backend = c->ops->name;
     c->ops->describe(c->state, &out->isa, &out->n_threads, &out->weights_repacked);
+    out->kernels = c->ops->kernels ? c->ops->kernels(c->state) : NULL;
     out->kv_type = c->kv_type;
     out->n_ctx = c->n_ctx;
     out->kv_block_size = ks.block_size;

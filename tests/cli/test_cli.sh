@@ -97,18 +97,32 @@ PY
 }
 LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "neon")'
 info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "rope_theta", "rms_eps", "tied_embeddings", "bos_id", "eos_id"]
-    and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "load_ms"]
+    and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "kernels", "load_ms"]
+    and list(i["kernels"]) == ["BF16"] and i["kernels"]["BF16"]["packed"] is False
+    and i["kernels"]["BF16"]["from"]["1"].split(":")[0] in '"$LEVELS"'
+    and all(v.split(":")[1] in ("gemm", "many") for v in i["kernels"]["BF16"]["from"].values())
+    and i["kernels"]["BF16"]["why"] not in ("", "forced by --isa")
     and i["backend"] == "cpu" and i["isa"] in '"$LEVELS"' and i["threads"] >= 1 and i["kv_type"] == "f16"
     and i["n_ctx"] == 512 and i["load_ms"] > 0 and i["weights_repacked_bytes"] == 0
     and i["kv_pool"] == {"blocks": 32, "block_size": 16, "tokens": 512, "bytes": 393216, "bytes_per_token": 768}'
-# Q8_0 weights are repacked at load on the avx2 level, 18 bytes per 16 weights of every
-# matrix and the (tied) head, on no other level
+# Q8_0 weights are repacked at load where the kernels say so (the auto table on x86-64:
+# avx2's packed panels; a forced level: only avx2), 18 bytes per 16 weights of every matrix
+# and the (tied) head, and --info names the kernels of each type the model holds
 Q8=models/tiny-tied/kipp-tiny-tied-q8_0.gguf
-M=$Q8 info_is "--info repacked bytes (Q8_0 packed on avx2 only)" '(i["weights_repacked_bytes"] > 0) == (i["isa"] == "avx2")
-    and (i["isa"] != "avx2" or i["weights_repacked_bytes"] == 18 * (i["n_layer"] * (
+PACKED_BYTES='18 * (i["n_layer"] * (
         i["n_head"] * i["head_dim"] * i["n_embd"] + 2 * i["n_head_kv"] * i["head_dim"] * i["n_embd"]
-        + i["n_embd"] * i["n_head"] * i["head_dim"] + 3 * i["n_ff"] * i["n_embd"]) + i["n_vocab"] * i["n_embd"]) // 16)'
-info_is "--info --backend cpu-ref" 'i["backend"] == "cpu-ref" and i["isa"] == "scalar" and i["threads"] == 1
+        + i["n_embd"] * i["n_head"] * i["head_dim"] + 3 * i["n_ff"] * i["n_embd"]) + i["n_vocab"] * i["n_embd"]) // 16'
+M=$Q8 info_is "--info repacked bytes (auto: as its kernels say)" 'list(i["kernels"]) == ["Q8_0"]
+    and (i["weights_repacked_bytes"] > 0) == i["kernels"]["Q8_0"]["packed"]
+    and (not i["kernels"]["Q8_0"]["packed"] or i["weights_repacked_bytes"] == '"$PACKED_BYTES"')'
+for lv in scalar avx2 avx512 avx512vnni neon; do
+    "$K" -m "$Q8" --info --isa "$lv" >/dev/null 2>&1 || continue # a level this CPU lacks
+    M=$Q8 info_is "--info --isa $lv: packed only on avx2" '(i["weights_repacked_bytes"] > 0) == (i["isa"] == "avx2")
+        and i["kernels"]["Q8_0"]["packed"] == (i["isa"] == "avx2") and i["kernels"]["Q8_0"]["why"] == "forced by --isa"
+        and {v.split(":")[0] for v in i["kernels"]["Q8_0"]["from"].values()} == {"'$lv'"}
+        and (i["isa"] != "avx2" or i["weights_repacked_bytes"] == '"$PACKED_BYTES"')' --isa $lv
+done
+info_is "--info --backend cpu-ref" 'i["backend"] == "cpu-ref" and i["isa"] == "scalar" and i["threads"] == 1 and i["kernels"] is None
     and i["kv_type"] == "f32" and i["n_ctx"] == 64 and i["kv_pool"]["tokens"] == 64 and i["kv_pool"]["bytes"] == 98304' \
     --backend cpu-ref -c 64
 info_is "--info -t 2 --isa scalar --kv-type bf16" 'i["backend"] == "cpu" and i["threads"] == 2 and i["isa"] == "scalar"

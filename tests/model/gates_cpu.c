@@ -18,12 +18,14 @@
 
 #define CPU_NMSE_TOL KT_NMSE_TOL
 
-static const char *const all_isas[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"}; /* best first */
+/* best first: "auto" is the default table (per weight type and token count the measured
+ * fastest kernels, src/backend/cpu/choice.c), then each level on its own */
+static const char *const all_isas[] = {"auto", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
 
 /* The levels to run: every level this CPU has for the cpu backend, else one configuration
  * with the backend's own choice (NULL). KIPP_GATE_ISA narrows them (the test tier's model
  * gates on the quantized files; the unit suite covers every level x type at kernel level):
- * "best" keeps the best level only, else a comma list of levels, each of which must be
+ * "best" keeps the first only ("auto", the default table), else a comma list of levels, each of which must be
  * available (a level asked for and missing is a failure, not a silent skip). Returns how
  * many. */
 static size_t levels(const kipp_ctx_params *p, const char **out) {
@@ -74,7 +76,7 @@ static kipp_ctx *open_tested(kipp_model *m, kipp_ctx_params p, const char *isa, 
     if (st != KIPP_OK) return NULL;
     kipp_ctx_info ci;
     kipp_ctx_get_info(c, &ci);
-    KT_CHECK(!isa || (ci.isa && strcmp(ci.isa, isa) == 0),
+    KT_CHECK(!isa || (ci.isa && (strcmp(ci.isa, isa) == 0 || (strcmp(isa, "auto") == 0 && ci.kernels))),
              "%s asked for ISA level %s, the context runs %s", p.backend, isa,
              ci.isa ? ci.isa : "(none)");
     return c;
@@ -293,7 +295,7 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused, const k
     double worst = 0.0;
     kt_label(&sg.tp, label, sizeof label);
     for (size_t i = 0; i < n_isas; i++) {
-        /* the best level on 1 and 2 threads, the others on 2 */
+        /* the first (auto) on 1 and 2 threads, the levels on 2 */
         for (int t = i ? 2 : 1; t <= 2; t++) {
             const double e = shape_config(&sg, isas[i], t);
             printf("cpu-vs-ref shape gate: %s %-10s %d thread(s): worst NMSE %.3g\n", label,

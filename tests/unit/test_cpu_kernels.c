@@ -339,16 +339,21 @@ static void check_gemm_entry(const kipp_cpu_kernels *lv, uint32_t type, int dequ
  * (tested at every token count, below its threshold too); a lacking entry tests the
  * dequantize fallback the caller then uses. */
 static void check_gemm_type(const kipp_cpu_kernels *lv, uint32_t type, int dequant) {
-    const kipp_cpu_mm mm = dequant ? (kipp_cpu_mm){KIPP_ACT_F32, NULL, 0, NULL, 0} : kipp_cpu_kernels_mm(lv, type);
+    const kipp_cpu_mm mm = dequant ? (kipp_cpu_mm){.act = KIPP_ACT_F32} : kipp_cpu_kernels_mm(lv, type);
     if (!dequant && !mm.gemm) { /* the caller falls back to gemm_dequant: test that instead */
         check_gemm_type(lv, type, 1);
         return;
     }
     check_gemm_entry(lv, type, dequant, mm, dequant ? "gemm_dequant" : lv->isa);
+    for (uint32_t r = 0; r < mm.n_range; r++) { /* the auto table's kernels per token range */
+        char label[64];
+        snprintf(label, sizeof label, "%s range %u", lv->isa, r);
+        check_gemm_entry(lv, type, 0, (kipp_cpu_mm){.act = mm.range[r].act, .gemm = mm.range[r].gemm}, label);
+    }
     if (mm.gemm_many) {
         char label[64];
         snprintf(label, sizeof label, "%s many", lv->isa);
-        check_gemm_entry(lv, type, 0, (kipp_cpu_mm){mm.act_many, mm.gemm_many, 0, NULL, 0}, label);
+        check_gemm_entry(lv, type, 0, (kipp_cpu_mm){.act = mm.act_many, .gemm = mm.gemm_many}, label);
     }
 }
 
@@ -468,27 +473,29 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
             KT_CHECK(map[i].mm.gemm != NULL, "scalar lacks %s", kipp_type_name(map[i].type));
 }
 
-/* Weights repacked at load (levels with pack_bytes): each type the level packs, packed whole
- * (37 rows: two full groups of 16 and a padded one), then gemm_packed over row ranges that
- * start at a group (0, 16, 32) for every token count, against double dots of the
- * dequantized weights and the Q16 activations; the types it does not pack must say 0. */
+/* Weights repacked at load (types whose entry has a packer): each such type packed whole
+ * (37 rows: two full groups of 16 and a padded one), then the packer's gemm over row ranges
+ * that start at a group (0, 16, 32) for every token count, against double dots of the
+ * dequantized weights and the Q16 activations. */
 static void check_packed(const kipp_cpu_kernels *lv) {
     static const uint32_t types[] = {ALL_TYPES};
     static const uint64_t ks[] = {32, 96, 1024, 2560};
     static const uint64_t toks[] = {1, 2, 3, 4, 8, 17};
     static const uint64_t ranges[][2] = {{0, 1}, {0, 16}, {0, 37}, {16, 21}, {32, 5}, {16, 3}};
-    if (!lv->pack_bytes) return;
-    KT_CHECK(lv->pack && lv->gemm_packed && lv->quant[KIPP_ACT_Q16], "%s: pack_bytes without pack/gemm_packed/q16",
-             lv->isa);
-    int packs = 0;
+    int packs = 0, packers = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t type = types[ti];
-        if (!lv->pack_bytes(type, MAX_ROWS, 256)) continue;
+        const kipp_cpu_packer *pp = kipp_cpu_kernels_mm(lv, type).packer;
+        if (!pp) continue;
+        packers++;
+        KT_CHECK(pp->bytes && pp->pack && pp->gemm && lv->quant[KIPP_ACT_Q16], "%s %s: packer incomplete or no q16",
+                 lv->isa, kipp_type_name(type));
+        if (!pp->bytes || !pp->pack || !pp->gemm || !pp->bytes(type, MAX_ROWS, 256)) continue;
         packs++;
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             const uint64_t k = ks[ki];
             const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
-            const size_t pb = lv->pack_bytes(type, MAX_ROWS, k), grb = lv->pack_bytes(type, 16, k) / 16;
+            const size_t pb = pp->bytes(type, MAX_ROWS, k), grb = pp->bytes(type, 16, k) / 16;
             unsigned char *w = calloc(MAX_ROWS, rb), *xa = calloc(MAX_TOK, ab);
             void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
             float *wd = malloc(MAX_ROWS * k * sizeof *wd), *xf = malloc(k * sizeof *xf);
@@ -503,14 +510,14 @@ static void check_packed(const kipp_cpu_kernels *lv) {
                 kipp_cpu_act_to_f32(KIPP_ACT_Q16, xa + t * ab, xd + t * k, k);
             }
             memset(pk, 0xa5, pb);
-            lv->pack(type, w, rb, MAX_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
-            lv->pack(type, w, rb, MAX_ROWS, 16, MAX_ROWS, k, pk);
+            pp->pack(type, w, rb, MAX_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
+            pp->pack(type, w, rb, MAX_ROWS, 16, MAX_ROWS, k, pk);
             int bad = 0;
             for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0] && !bad; ri++)
                 for (size_t tj = 0; tj < sizeof toks / sizeof toks[0] && !bad; tj++) {
                     const uint64_t r0 = ranges[ri][0], nr = ranges[ri][1], nt = toks[tj], ldy = 40;
                     for (size_t i = 0; i < MAX_TOK * 40; i++) y[i] = float_of(SENTINEL);
-                    lv->gemm_packed((const char *)pk + r0 * grb, grb, nr, xa, ab, nt, y, ldy, k);
+                    pp->gemm((const char *)pk + r0 * grb, grb, nr, xa, ab, nt, y, ldy, k);
                     for (uint64_t t = 0; t < nt && !bad; t++)
                         for (uint64_t r = 0; r < ldy && !bad; r++) {
                             const float got = y[t * ldy + r];
@@ -539,7 +546,7 @@ static void check_packed(const kipp_cpu_kernels *lv) {
             free(w); free(xa); free(pk); free(wd); free(xf); free(xd); free(y);
         }
     }
-    KT_CHECK(packs > 0, "%s: pack_bytes packs no type", lv->isa);
+    KT_CHECK(packs == packers, "%s: %d packers, %d pack a 37 x 256 tensor", lv->isa, packers, packs);
 }
 
 static void check_level(const kipp_cpu_kernels *lv) {
@@ -666,6 +673,106 @@ static void check_elementwise(const kipp_cpu_kernels *k) {
     }
 }
 
+/* The auto table composed for CPU classes by feature set (whether or not this CPU has them:
+ * composing runs no kernel): each type's kernels come from a level the class runs, a type
+ * that some such level has a kernel for never falls back to dequantizing, the packed path
+ * only where its level runs, and the helpers exist. The classes: no SIMD, AVX2 desktops and
+ * EPYC, AVX-512 without VNNI (Skylake-SP), with VNNI (Cascade Lake), with BF16 too. */
+static void check_compose(void) {
+    static const char *const levels[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"};
+    kipp_cpu_features cls[5];
+    memset(cls, 0, sizeof cls);
+    cls[1].avx2 = cls[1].fma = cls[1].f16c = 1;
+    cls[2] = cls[1];
+    cls[2].avx512f = cls[2].avx512bw = cls[2].avx512vl = 1;
+    cls[3] = cls[2];
+    cls[3].avx512vnni = 1;
+    cls[4] = cls[3];
+    cls[4].avx512bf16 = 1;
+#if defined(__aarch64__)
+    for (int c = 1; c < 5; c++) memset(&cls[c], 0, sizeof cls[c]);
+    cls[1].neon = cls[1].dotprod = 1;
+#endif
+    /* feature lists round-trip through their names; an unknown name is an error naming it */
+    char err[128];
+    for (int c = 0; c < 5; c++) {
+        char fs[256];
+        kipp_cpu_features back;
+        kipp_cpu_features_string(&cls[c], fs, sizeof fs);
+        KT_CHECK(kipp_cpu_features_parse(fs, &back, err, sizeof err) == KIPP_OK && !memcmp(&back, &cls[c], sizeof back),
+                 "features '%s' do not round-trip: %s", fs, err);
+    }
+    kipp_cpu_features junk;
+    KT_CHECK(kipp_cpu_features_parse("avx2, avx513f", &junk, err, sizeof err) != KIPP_OK && strstr(err, "avx513f"),
+             "unknown feature accepted: %s", err);
+    for (int c = 0; c < 5; c++) {
+        const kipp_cpu_features *f = &cls[c];
+        char fs[256];
+        kipp_cpu_features_string(f, fs, sizeof fs);
+        kipp_cpu_kernels k;
+        kipp_cpu_choice ch[KIPP_CPU_N_CHOICE];
+        memset(ch, 0, sizeof ch);
+        kipp_cpu_kernels_compose(f, &k, ch);
+        KT_CHECK(k.isa && kipp_cpu_level_runs(f, k.isa), "[%s] auto isa %s", fs, k.isa ? k.isa : "(null)");
+        KT_CHECK(k.dot_f32 && k.axpy_f32 && k.quant[KIPP_ACT_Q8_0] && k.quant[KIPP_ACT_Q8_K],
+                 "[%s] auto helpers missing", fs);
+        for (size_t i = 0; i < KIPP_CPU_N_CHOICE; i++) {
+            const uint32_t type = ch[i].type;
+            const kipp_cpu_mm mm = kipp_cpu_kernels_mm(&k, type);
+            int some = 0; /* does any level this class runs have a kernel for the type? */
+            for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+                const kipp_cpu_kernels *lv = kipp_cpu_level_table(levels[l]);
+                if (lv && kipp_cpu_level_runs(f, levels[l]) && kipp_cpu_kernels_mm(lv, type).gemm) some = 1;
+            }
+            KT_CHECK(!some || mm.gemm, "[%s] %s falls back to dequantizing though a level has a kernel", fs,
+                     kipp_type_name(type));
+            KT_CHECK(ch[i].why && *ch[i].why && ch[i].n_range >= 1 && ch[i].range[0].min_tok == 1,
+                     "[%s] %s: no reason or no range from 1 token", fs, kipp_type_name(type));
+            if (!mm.gemm) {
+                KT_CHECK(ch[i].n_range == 1 && !strcmp(ch[i].range[0].level, "dequantize"),
+                         "[%s] %s: a kernel named without one", fs, kipp_type_name(type));
+                continue;
+            }
+            if (ch[i].packed) {
+                const kipp_cpu_kernels *pl = kipp_cpu_level_table(ch[i].packed_level);
+                KT_CHECK(pl && kipp_cpu_level_runs(f, ch[i].packed_level) && mm.packer &&
+                             mm.packer == kipp_cpu_kernels_mm(pl, type).packer,
+                         "[%s] %s: packed but not by a level it runs", fs, kipp_type_name(type));
+                continue;
+            }
+            KT_CHECK(!mm.packer && mm.n_range == ch[i].n_range, "[%s] %s: ranges %u vs record %u", fs,
+                     kipp_type_name(type), mm.n_range, ch[i].n_range);
+            /* each range: a kernel of the level it names, which the class runs, ascending */
+            for (uint32_t r = 0; r < mm.n_range && r < ch[i].n_range; r++) {
+                const kipp_cpu_kernels *lv = kipp_cpu_level_table(ch[i].range[r].level);
+                const int many = !strcmp(ch[i].range[r].variant, "many");
+                const kipp_cpu_mm lm = lv ? kipp_cpu_kernels_mm(lv, type) : (kipp_cpu_mm){.act = 0};
+                KT_CHECK(lv && kipp_cpu_level_runs(f, ch[i].range[r].level) &&
+                             mm.range[r].gemm == (many ? lm.gemm_many : lm.gemm) &&
+                             mm.range[r].act == (many ? lm.act_many : lm.act) &&
+                             mm.range[r].min_tok == ch[i].range[r].min_tok &&
+                             (r == 0 || mm.range[r].min_tok > mm.range[r - 1].min_tok),
+                         "[%s] %s range %u: not %s:%s from %u", fs, kipp_type_name(type), r, ch[i].range[r].level,
+                         ch[i].range[r].variant, ch[i].range[r].min_tok);
+            }
+            uint32_t act2;
+            KT_CHECK(mm.gemm == kipp_cpu_mm_for(&mm, 2, &act2) && mm.act == act2, "[%s] %s: gemm is not the 2-token kernel",
+                     fs, kipp_type_name(type));
+        }
+    }
+#if defined(__x86_64__)
+    /* the case issue 31 measured: AVX-512 without VNNI takes avx2's repacked Q8_0 */
+    kipp_cpu_kernels k;
+    kipp_cpu_kernels_compose(&cls[2], &k, NULL);
+    uint32_t act;
+    KT_CHECK(k.q8_0.packer == kipp_cpu_kernels_avx2.q8_0.packer &&
+                 kipp_cpu_mm_for(&k.q4_1, 1, &act) == kipp_cpu_kernels_avx2.q4_1.gemm &&
+                 kipp_cpu_mm_for(&k.q4_k, 64, &act) == kipp_cpu_kernels_avx2.q4_k.gemm_many &&
+                 kipp_cpu_mm_for(&k.q4_k, 1, &act) == kipp_cpu_kernels_avx512.q4_k.gemm,
+             "avx512 class: Q8_0 not repacked, or Q4_1 / Q4_K not the measured kernels");
+#endif
+}
+
 void kt_suite_cpu_kernels(void) {
     static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
     static const uint32_t types[] = {ALL_TYPES};
@@ -690,6 +797,15 @@ void kt_suite_cpu_kernels(void) {
             check_pv(k);
         }
     }
+    /* the auto table this CPU runs, every kernel of it, and the composition for other classes */
+    const kipp_cpu_kernels *ak = NULL;
+    KT_CHECK(kipp_cpu_kernels_select("auto", &ak, err, sizeof err) == KIPP_OK && ak, "select auto: %s", err);
+    if (ak) {
+        check_level(ak);
+        check_elementwise(ak);
+        check_pv(ak);
+    }
+    check_compose();
     /* the level-independent fallback, on every type */
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         check_gemm_type(&kipp_cpu_kernels_scalar, types[i], 1);

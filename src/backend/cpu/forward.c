@@ -113,7 +113,7 @@ struct kipp_cpu_fwd {
     uint32_t *wanted; /* batch indices of tokens whose logits are wanted */
     float *xw;        /* [cap][H] their final hidden rows */
     att_scratch *ts;  /* [n_threads] */
-    /* weights the level repacked at load (kernels.h: pack_bytes), found by their data
+    /* weights repacked at load (kernels.h: kipp_cpu_packer), found by their data
      * pointer in an open-addressed table of n_packed_cap slots */
     packed_w *packed;
     uint32_t n_packed_cap;
@@ -157,7 +157,7 @@ static const packed_w *packed_find(const kipp_cpu_fwd *f, const void *src) {
 }
 
 typedef struct {
-    const kipp_cpu_kernels *k;
+    const kipp_cpu_packer *p;
     const kipp_gguf_tensor *t;
     void *out;
 } pack_job;
@@ -167,25 +167,26 @@ static void pack_groups(void *ctx, uint64_t begin, uint64_t end, int ith) {
     const pack_job *j = ctx;
     const uint64_t rows = (uint64_t)j->t->ne[1], k = (uint64_t)j->t->ne[0];
     const uint64_t r1 = 16 * end < rows ? 16 * end : rows;
-    j->k->pack(j->t->type, j->t->data, (size_t)kipp_type_row_bytes(j->t->type, k), rows, 16 * begin, r1, k, j->out);
+    j->p->pack(j->t->type, j->t->data, (size_t)kipp_type_row_bytes(j->t->type, k), rows, 16 * begin, r1, k, j->out);
 }
 
-/* Packs t when the level packs its type (a tensor met twice, e.g. a tied head, once) and
+/* Packs t when its type's kernels pack it (a tensor met twice, e.g. a tied head, once) and
  * releases the whole GGUF pages inside it from this process: they are file pages, so a
  * later read (an embedding row of a tied lm_head) faults them back in, and the resident
  * weights are the packed ones, not both. */
 static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
     if (!t || packed_find(f, t->data)) return 1;
     const uint64_t rows = (uint64_t)t->ne[1], k = (uint64_t)t->ne[0];
-    const size_t bytes = f->k->pack_bytes(t->type, rows, k);
+    const kipp_cpu_packer *p = kipp_cpu_kernels_mm(f->k, t->type).packer;
+    const size_t bytes = p ? p->bytes(t->type, rows, k) : 0;
     if (!bytes) return 1;
     void *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!out) return 0;
-    pack_job j = {.k = f->k, .t = t, .out = out};
+    pack_job j = {.p = p, .t = t, .out = out};
     kipp_threadpool_for(f->tp, (rows + 15) / 16, 1, pack_groups, &j);
     size_t s = packed_slot(f, t->data);
     while (f->packed[s].src) s = (s + 1) & (f->n_packed_cap - 1);
-    f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = f->k->pack_bytes(t->type, 16, k) / 16};
+    f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = p->bytes(t->type, 16, k) / 16};
     f->packed_bytes += bytes;
     const long page = sysconf(_SC_PAGESIZE);
     if (page > 0) {
@@ -196,9 +197,9 @@ static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
     return 1;
 }
 
-/* Every matrix the level packs (kernels.h: pack_bytes): each layer's seven and the head. */
+/* Every matrix whose type's kernels pack it (kernels.h: kipp_cpu_packer): each layer's
+ * seven and the head. */
 static int pack_weights(kipp_cpu_fwd *f) {
-    if (!f->k->pack_bytes) return 1;
     const uint32_t L = f->m->hp.n_layer;
     uint32_t cap = 1;
     while (cap < 2 * (7 * L + 1)) cap *= 2;
@@ -350,11 +351,10 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
         kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[done]->type);
         const int packed = packed_find(f, ws[done]->data) != NULL; /* the group's kind */
         if (packed) { /* repacked at load: one kernel for every token count */
-            mm.gemm = f->k->gemm_packed;
+            mm.gemm = mm.packer->gemm;
             mm.act = KIPP_ACT_Q16;
-        } else if (mm.gemm_many && n >= mm.many_min_tok) { /* the level's many-token kernel */
-            mm.gemm = mm.gemm_many;
-            mm.act = mm.act_many;
+        } else { /* the kernel for n tokens (kernels.h) */
+            mm.gemm = kipp_cpu_mm_for(&mm, n, &mm.act);
         }
         mm_job j = {.gemm = mm.gemm, .n_tok = n, .k = (uint64_t)ws[done]->ne[0]};
         /* group the following weights of the same type, input length and packing */

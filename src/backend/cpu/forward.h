@@ -20,7 +20,7 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
                               const kipp_cpu_kernels *k, kipp_threadpool *pool,
                               kipp_cpu_fwd **out, char *err, size_t err_len);
 void kipp_cpu_fwd_free(kipp_cpu_fwd *f);
-/* Bytes of weights the kernel level repacked at load (0: none; kernels.h pack_bytes). */
+/* Bytes of weights repacked at load (0: none; kernels.h kipp_cpu_packer). */
 uint64_t kipp_cpu_fwd_packed_bytes(const kipp_cpu_fwd *f);
 /* The decode_batch / forward_nocache contracts of backend.h. */
 kipp_status kipp_cpu_fwd_decode_batch(kipp_cpu_fwd *f, kipp_kv_pool *pool, const kipp_batch *b,

@@ -75,6 +75,21 @@ typedef void (*kipp_cpu_gemm_fn)(const void *w, size_t w_row_bytes, uint64_t n_r
                                  const void *x, size_t x_row_bytes, uint64_t n_tok, float *y,
                                  size_t ldy, uint64_t k);
 
+/* Weights of a type repacked once at load (the level's own layout). bytes is the packed size
+ * of a rows x k tensor (0: this tensor stays as stored); pack writes rows [r0, r1) (r0 a
+ * multiple of 16) of a tensor of n_rows rows from its GGUF rows (w, w_row_bytes apart) into
+ * the tensor's packed buffer out; gemm runs over KIPP_ACT_Q16 rows for every token count,
+ * its w the packed buffer advanced to row r (a multiple of 16), its w_row_bytes
+ * bytes(type, 16, k) / 16. */
+typedef struct {
+    size_t (*bytes)(uint32_t type, uint64_t rows, uint64_t k);
+    void (*pack)(uint32_t type, const void *w, size_t w_row_bytes, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                 uint64_t k, void *out);
+    kipp_cpu_gemm_fn gemm;
+} kipp_cpu_packer;
+
+#define KIPP_CPU_MAX_RANGE 8 /* token-count ranges of one auto table entry */
+
 typedef struct {
     uint32_t act;          /* the activation format gemm consumes (KIPP_ACT_*) */
     kipp_cpu_gemm_fn gemm; /* NULL: this level has no kernel for the type (see below) */
@@ -84,7 +99,37 @@ typedef struct {
     uint32_t act_many;
     kipp_cpu_gemm_fn gemm_many;
     uint32_t many_min_tok;
+    /* non-NULL: weights of this type are repacked at load (when packer->bytes says so for
+     * the tensor) and packer->gemm replaces gemm and gemm_many at every token count */
+    const kipp_cpu_packer *packer;
+    /* The auto table's entries (choice.c): from range[i].min_tok tokens on (ascending,
+     * range[0].min_tok = 1), range[i]'s kernel, in place of gemm / gemm_many; gemm and act
+     * are then the kernel for two tokens (attention's f16/bf16/f32 K.q calls it directly).
+     * n_range 0: the level tables. */
+    uint32_t n_range;
+    struct {
+        uint32_t min_tok, act;
+        kipp_cpu_gemm_fn gemm;
+    } range[KIPP_CPU_MAX_RANGE];
 } kipp_cpu_mm;
+
+/* The kernel an entry runs for n tokens (n >= 1) of mmapped weights, and its activation
+ * format (packed weights run mm->packer->gemm on KIPP_ACT_Q16 rows instead). NULL: the
+ * dequantize fallback on KIPP_ACT_F32 rows. */
+static inline kipp_cpu_gemm_fn kipp_cpu_mm_for(const kipp_cpu_mm *mm, uint64_t n, uint32_t *act) {
+    if (mm->n_range) {
+        uint32_t i = 0;
+        while (i + 1 < mm->n_range && n >= mm->range[i + 1].min_tok) i++;
+        *act = mm->range[i].act;
+        return mm->range[i].gemm;
+    }
+    if (mm->gemm_many && n >= mm->many_min_tok) {
+        *act = mm->act_many;
+        return mm->gemm_many;
+    }
+    *act = mm->gemm ? mm->act : 0u;
+    return mm->gemm;
+}
 
 /* Two-plane 8-bit conversion (forward.c explains why): per block (32 values for
  * KIPP_ACT_Q8_0, 256 for KIPP_ACT_Q8_K) d = amax / (127 * 128), X = round-to-nearest-even
@@ -127,16 +172,6 @@ typedef struct {
                    size_t v_stride, uint32_t n, uint32_t d);
     void (*pv_bf16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
                     size_t v_stride, uint32_t n, uint32_t d);
-    /* Weights repacked once at load (NULL: this level keeps every type mmapped). pack_bytes
-     * is the packed size of a rows x k tensor of type (0: the type stays as stored); pack
-     * writes rows [r0, r1) (r0 a multiple of 16) of a tensor of n_rows rows from its GGUF
-     * rows (w, w_row_bytes apart) into the tensor's packed buffer out; gemm_packed is a
-     * gemm over KIPP_ACT_Q16 rows whose w is the packed buffer advanced to row r (a multiple
-     * of 16) and whose w_row_bytes is pack_bytes(type, 16, k) / 16, for any token count. */
-    size_t (*pack_bytes)(uint32_t type, uint64_t rows, uint64_t k);
-    void (*pack)(uint32_t type, const void *w, size_t w_row_bytes, uint64_t n_rows, uint64_t r0, uint64_t r1,
-                 uint64_t k, void *out);
-    kipp_cpu_gemm_fn gemm_packed;
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;
@@ -159,12 +194,63 @@ void kipp_cpu_gemm_dequant(uint32_t wtype, const void *w, size_t w_row_bytes, ui
                            const void *x, size_t x_row_bytes, uint64_t n_tok, float *y,
                            size_t ldy, uint64_t k);
 
+/* ---- CPU features and the kernels chosen from them ----------------------------------------
+ * Each feature on its own, from cpuid (and XCR0: the OS must save the registers) on x86-64,
+ * from the auxiliary vector on arm64 (cpu.c, the only place that asks). */
+typedef struct {
+    uint8_t avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni, avx512bf16, avx512fp16;
+    uint8_t amx_tile, amx_int8, amx_bf16;
+    uint8_t neon, dotprod, i8mm, bf16, sve;
+} kipp_cpu_features;
+
+void kipp_cpu_features_detect(kipp_cpu_features *out);
+/* The features present, space-separated ("avx2 fma f16c avx512f ..."; "none"). */
+void kipp_cpu_features_string(const kipp_cpu_features *f, char *out, size_t cap);
+/* Parses a space- or comma-separated feature list (the names kipp_cpu_features_string
+ * writes; "none" for no feature) into out; KIPP_ERR_INVALID_ARG naming an unknown name. */
+kipp_status kipp_cpu_features_parse(const char *list, kipp_cpu_features *out, char *err, size_t err_len);
+/* 1 when a CPU with features f runs the named level (scalar, avx2, avx512, avx512vnni, neon). */
+int kipp_cpu_level_runs(const kipp_cpu_features *f, const char *isa);
+
+/* What a table runs for one weight type: repacked at load (packed: one kernel, the packing
+ * level's, for every token count), or from range[i].min_tok tokens on (ascending, the first
+ * 1) the kernel level:variant ("avx512vnni:gemm", "avx2:many"; "dequantize" for the
+ * fallback); why: the measurement behind the choice. Strings are static. */
+typedef struct {
+    uint32_t type;
+    int packed;
+    const char *packed_level;
+    uint32_t n_range;
+    struct {
+        uint32_t min_tok;
+        const char *level, *variant;
+    } range[KIPP_CPU_MAX_RANGE];
+    const char *why;
+} kipp_cpu_choice;
+
+#define KIPP_CPU_N_CHOICE 15 /* the weight types with kernels (kipp_cpu_kernels' entries) */
+
+/* Composes out, the "auto" table for a CPU with features f: per weight type the kernels
+ * src/backend/cpu/choice.c's table prefers among the levels f runs, the elementwise and KV
+ * helpers of the highest level f runs (each falling back to a lower level's where that
+ * leaves one out). choices (may be NULL) receives the per-type record, in the order of
+ * kipp_cpu_kernels' entries. out->isa is the highest level f runs. */
+void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
+                              kipp_cpu_choice choices[KIPP_CPU_N_CHOICE]);
+/* The choice record of a level table's own entry for type (a forced --isa). */
+void kipp_cpu_level_choice(const kipp_cpu_kernels *lv, uint32_t type, kipp_cpu_choice *out);
+/* c as a JSON object, {"packed": .., "from": {"1": "level:variant", ..}, "why": ".."}, into
+ * out (cap bytes, always terminated); returns the length it needed. */
+size_t kipp_cpu_choice_json(const kipp_cpu_choice *c, char *out, size_t cap);
+/* The level table by name, whether or not this CPU runs it (NULL: unknown name). */
+const kipp_cpu_kernels *kipp_cpu_level_table(const char *isa);
+
 /* The table for an ISA level by name (NULL: the best this CPU runs). A level this CPU lacks,
  * or an unknown name, is an error naming what is missing. Implemented in cpu.c (the only
  * place that asks cpuid). */
 kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **out, char *err,
                                     size_t err_len);
-/* 1 when this CPU can run the named level. */
+/* 1 when this CPU can run the named level ("auto", the composed table: always). */
 int kipp_cpu_isa_available(const char *isa);
 /* The table's entry for a weight type; {KIPP_ACT_F32, NULL} for types it lacks (callers
  * then use kipp_cpu_gemm_dequant with f32 activations). */

@@ -1260,12 +1260,14 @@ static void bf16_to_f32(const void *src, float *dst, uint64_t n) {
     }
 }
 
+static const kipp_cpu_packer packer = {pack_bytes, pack_rows, gemm_packed};
+
 const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .isa = "avx2",
     .f32 = {KIPP_ACT_F32, gemm_f32},
     .f16 = {KIPP_ACT_F32, gemm_f16},
     .bf16 = {KIPP_ACT_F32, gemm_bf16},
-    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, KIPP_ACT_Q16, gemm16_q8_0, MANY_MIN_TOK},
+    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, KIPP_ACT_Q16, gemm16_q8_0, MANY_MIN_TOK, &packer},
     .q4_0 = {KIPP_ACT_Q8_0, gemm_q4_0, KIPP_ACT_Q16, gemm16_q4_0, MANY_MIN_TOK},
     .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, KIPP_ACT_Q16, gemm16_q4_k, MANY_MIN_TOK},
     .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, KIPP_ACT_Q16, gemm16_q6_k, MANY_MIN_TOK},
@@ -1286,9 +1288,6 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .pv_f32 = pv_f32,
     .pv_f16 = pv_f16,
     .pv_bf16 = pv_bf16,
-    .pack_bytes = pack_bytes,
-    .pack = pack_rows,
-    .gemm_packed = gemm_packed,
     .f16_to_f32 = f16_to_f32,
     .bf16_to_f32 = bf16_to_f32,
 };

@@ -1,0 +1,265 @@
+/* choice.c — the "auto" kernel table: per weight type, the kernels that measured fastest,
+ * among the levels this CPU runs (kernels.h: kipp_cpu_kernels_compose).
+ *
+ * A level (kernels_avx2.c, kernels_avx512.c, ...) is a set of kernels compiled for one
+ * instruction set; a higher level is not faster for every type and token count (the avx512
+ * level has no many-token or repacked path for most types, and falls back to dequantizing
+ * eight of them). So each weight type has its own row below: the level whose repacked path
+ * it takes when the CPU runs that level, else the levels for its few-token kernel (decode,
+ * small batches) and for its many-token kernel (prefill, big batches), best first. Every
+ * preference is a measurement: `kipp-kernbench --json` records each level's kernels per
+ * token count on a CPU class (bench/results/kernels-*.json), and tests/tools/
+ * test_kernel_choice.py fails when a committed record shows the chosen kernel slower than
+ * another level's on that CPU. The activation converters of all levels produce the same
+ * formats, so one type's kernels may come from one level and the next type's from another. */
+#include "backend/cpu/kernels.h"
+
+#include "core/types.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* From token count `from` on (up to the next rule's), the first of `prefer` (space-separated
+ * kernel ids, best first) that the CPU runs: "LEVEL" (the level's own choice between its
+ * few- and many-token kernels at that count), "LEVEL:gemm" or "LEVEL:many". */
+typedef struct {
+    uint32_t from;
+    const char *prefer;
+} choice_rule;
+
+typedef struct {
+    uint32_t type;
+    const char *packed; /* the level whose repacked path the type takes when it runs (NULL: none) */
+    choice_rule rule[4];
+    const char *why;
+} choice_row;
+
+/* The measurements: bench/results/kernels-epyc-avx512bf16.json, one thread of a 2-core AMD
+ * EPYC with AVX-512, VNNI and BF16, k = 1024 x 3072 rows, GFLOP/s per token count 1 / 2 / 4 /
+ * 8 / 16 / 64 / 512. Each level's figures on that machine stand in for the classes without
+ * the higher levels (an AVX-512 CPU without VNNI runs the avx512 and avx2 rows; an AVX2
+ * desktop the avx2 rows). */
+static const choice_row rows[] = {
+    {KIPP_TYPE_F32, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}, {16, "avx2 avx512"}},
+     "1 token: avx2 9.1 vs avx512 7.3; 4-8: avx512 69-75 vs 23-25; 16-64: avx2 42-75 vs 28-59"},
+    {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
+     "1 token: avx2 21.9 vs avx512 11.4 (decode streams faster); 2+: avx512 55-106 vs 22-72"},
+    {KIPP_TYPE_BF16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
+     "1 token: avx2 22.2 vs avx512 11.3 (decode streams faster); 2+: avx512 54-104 vs 26-76"},
+    {KIPP_TYPE_Q8_0, "avx2", {{1, "avx512vnni avx512 avx2"}},
+     "avx2 repacked panels: 117-138 at 2+ tokens (avx512vnni 47-123), 17.5 at 1 (avx2 18.9)"},
+    {KIPP_TYPE_Q4_0, NULL, {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
+     "avx512vnni fastest at every count (32-128); without VNNI: avx512 to 4 tokens, avx2's "
+     "int16 panels from 8 (64-125 vs 52-62)"},
+    {KIPP_TYPE_Q4_K, NULL, {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
+     "avx512vnni 38-119 (within 6 % of avx2 panels at 64+); without VNNI: avx512 to 4 tokens, "
+     "avx2's int16 panels from 8 (61-116 vs 54-64)"},
+    {KIPP_TYPE_Q6_K, NULL,
+     {{1, "avx2:gemm avx512vnni avx512"}, {2, "avx512vnni avx2:gemm avx512"}, {4, "avx512vnni avx512 avx2"},
+      {8, "avx512vnni avx2:many avx512"}},
+     "1 token: avx2 21.4 vs 19.5-20.1; 2+: avx512vnni 44-119; without VNNI: avx2 at 2, avx512 at 4, "
+     "avx2's int16 panels from 8"},
+    {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
+    {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
+    {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
+    {KIPP_TYPE_Q2_K, NULL, {{1, "avx2"}}, "no kernel at any level: dequantized"},
+    {KIPP_TYPE_Q3_K, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (16.4 vs 15.3)"},
+    {KIPP_TYPE_Q5_K, NULL, {{1, "avx2:gemm"}, {4, "avx2:many"}}, "avx2 only; its panels from 4 tokens (36.8 vs 24.4)"},
+    {KIPP_TYPE_IQ4_NL, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (23.6 vs 22.1)"},
+    {KIPP_TYPE_IQ4_XS, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.6 vs 19.4)"},
+};
+
+_Static_assert(sizeof rows / sizeof rows[0] == KIPP_CPU_N_CHOICE, "one row per kernel table entry");
+
+/* The levels from the highest down; the first one f runs supplies the helpers. */
+static const char *const order[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"};
+
+static kipp_cpu_mm *entry(kipp_cpu_kernels *k, uint32_t type) {
+    switch (type) {
+    case KIPP_TYPE_F32: return &k->f32;
+    case KIPP_TYPE_F16: return &k->f16;
+    case KIPP_TYPE_BF16: return &k->bf16;
+    case KIPP_TYPE_Q8_0: return &k->q8_0;
+    case KIPP_TYPE_Q4_0: return &k->q4_0;
+    case KIPP_TYPE_Q4_K: return &k->q4_k;
+    case KIPP_TYPE_Q6_K: return &k->q6_k;
+    case KIPP_TYPE_Q4_1: return &k->q4_1;
+    case KIPP_TYPE_Q5_0: return &k->q5_0;
+    case KIPP_TYPE_Q5_1: return &k->q5_1;
+    case KIPP_TYPE_Q2_K: return &k->q2_k;
+    case KIPP_TYPE_Q3_K: return &k->q3_k;
+    case KIPP_TYPE_Q5_K: return &k->q5_k;
+    case KIPP_TYPE_IQ4_NL: return &k->iq4_nl;
+    case KIPP_TYPE_IQ4_XS: return &k->iq4_xs;
+    default: return NULL;
+    }
+}
+
+#define FILL(field)                                                                                    \
+    do {                                                                                               \
+        for (size_t i = 0; i < sizeof order / sizeof order[0] && !out->field; i++) {                   \
+            const kipp_cpu_kernels *lv = kipp_cpu_level_table(order[i]);                               \
+            if (lv && kipp_cpu_level_runs(f, order[i])) out->field = lv->field;                        \
+        }                                                                                              \
+    } while (0)
+
+/* One kernel of a level for type: variant 0 its few-token gemm, 1 its many-token one. */
+static int level_kernel(const kipp_cpu_kernels *lv, uint32_t type, int variant, uint32_t *act, kipp_cpu_gemm_fn *g) {
+    const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, type);
+    *act = variant ? mm.act_many : mm.act;
+    *g = variant ? mm.gemm_many : mm.gemm;
+    return *g != NULL;
+}
+
+typedef struct {
+    kipp_cpu_mm *e;
+    kipp_cpu_choice *c;
+} builder;
+
+/* Appends [min_tok, ..) -> (level, variant), merging with an equal predecessor. */
+static void add_range(builder *b, uint32_t min_tok, const kipp_cpu_kernels *lv, int variant, uint32_t type) {
+    uint32_t act;
+    kipp_cpu_gemm_fn g;
+    if (!level_kernel(lv, type, variant, &act, &g)) return;
+    kipp_cpu_mm *e = b->e;
+    if (e->n_range && e->range[e->n_range - 1].gemm == g) return;
+    if (e->n_range == KIPP_CPU_MAX_RANGE) return; /* the rows below stay far inside */
+    e->range[e->n_range].min_tok = min_tok;
+    e->range[e->n_range].act = act;
+    e->range[e->n_range].gemm = g;
+    b->c->range[e->n_range].min_tok = min_tok;
+    b->c->range[e->n_range].level = lv->isa;
+    b->c->range[e->n_range].variant = variant ? "many" : "gemm";
+    e->n_range++;
+    b->c->n_range = e->n_range;
+}
+
+/* Tokens [from, to) (to 0: no end) on the first id of prefer that f runs; 0: none does. */
+static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint32_t from, uint32_t to,
+                    const char *prefer) {
+    for (const char *p = prefer; *p;) {
+        const size_t len = strcspn(p, " ");
+        char id[32];
+        snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), p);
+        p += len + strspn(p + len, " ");
+        char *colon = strchr(id, ':');
+        if (colon) *colon = '\0';
+        const kipp_cpu_kernels *lv = kipp_cpu_level_table(id);
+        if (!lv || !kipp_cpu_level_runs(f, id)) continue;
+        const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, type);
+        if (colon) {
+            const int variant = strcmp(colon + 1, "many") == 0;
+            if (variant ? !mm.gemm_many : !mm.gemm) continue;
+            add_range(b, from, lv, variant, type);
+            return 1;
+        }
+        if (!mm.gemm) continue;
+        /* the level's own switch to its many-token kernel, where it falls in the range */
+        const uint32_t mmt = mm.gemm_many ? (mm.many_min_tok ? mm.many_min_tok : 1) : UINT32_MAX;
+        if (mmt > from) add_range(b, from, lv, 0, type);
+        if (mmt != UINT32_MAX && (to == 0 || mmt < to)) add_range(b, mmt > from ? mmt : from, lv, 1, type);
+        return 1;
+    }
+    return 0;
+}
+
+void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
+                              kipp_cpu_choice choices[KIPP_CPU_N_CHOICE]) {
+    memset(out, 0, sizeof *out);
+    const char *top = NULL;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (kipp_cpu_level_table(order[i]) && kipp_cpu_level_runs(f, order[i])) {
+            top = order[i];
+            break;
+        }
+    out->isa = top ? top : "scalar";
+    /* the helpers: the highest level's, a lower level's where it leaves one out */
+    for (int a = 0; a < KIPP_ACT_COUNT; a++) {
+        FILL(quant[a]);
+        FILL(quant2[a]);
+    }
+    FILL(dot_f32);
+    FILL(axpy_f32);
+    FILL(softmax_f32);
+    FILL(swiglu_f32);
+    FILL(pv_f32);
+    FILL(f16_to_f32);
+    FILL(bf16_to_f32);
+    FILL(pv_f16);
+    FILL(pv_bf16);
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const choice_row *row = &rows[r];
+        kipp_cpu_mm *e = entry(out, row->type);
+        kipp_cpu_choice c = {.type = row->type, .why = row->why};
+        const kipp_cpu_kernels *pl = row->packed ? kipp_cpu_level_table(row->packed) : NULL;
+        if (pl && kipp_cpu_level_runs(f, row->packed) && kipp_cpu_kernels_mm(pl, row->type).packer) {
+            *e = kipp_cpu_kernels_mm(pl, row->type); /* the packer serves every token count */
+            kipp_cpu_level_choice(pl, row->type, &c);
+            c.why = row->why;
+        } else {
+            memset(e, 0, sizeof *e);
+            builder b = {e, &c};
+            size_t nr = 0;
+            while (nr < 4 && row->rule[nr].prefer) nr++;
+            for (size_t i = 0; i < nr; i++) {
+                const uint32_t from = row->rule[i].from, to = i + 1 < nr ? row->rule[i + 1].from : 0;
+                if (!add_rule(&b, f, row->type, from, to, row->rule[i].prefer)) {
+                    /* none listed runs here: the highest level with a kernel for the type */
+                    for (size_t l = 0; l < sizeof order / sizeof order[0]; l++)
+                        if (add_rule(&b, f, row->type, from, to, order[l])) break;
+                }
+            }
+            if (e->n_range) {
+                uint32_t act;
+                e->gemm = kipp_cpu_mm_for(e, 2, &act);
+                e->act = act;
+            } else {
+                c.n_range = 1;
+                c.range[0].min_tok = 1;
+                c.range[0].level = "dequantize";
+                c.range[0].variant = "gemm";
+            }
+        }
+        if (choices) choices[r] = c;
+    }
+}
+
+void kipp_cpu_level_choice(const kipp_cpu_kernels *lv, uint32_t type, kipp_cpu_choice *out) {
+    const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, type);
+    memset(out, 0, sizeof *out);
+    out->type = type;
+    out->n_range = 1;
+    out->range[0].min_tok = 1;
+    out->range[0].level = mm.gemm ? lv->isa : "dequantize";
+    out->range[0].variant = "gemm";
+    if (mm.packer) {
+        out->packed = 1;
+        out->packed_level = lv->isa;
+        out->range[0].variant = "packed";
+    } else if (mm.gemm_many) {
+        const uint32_t mmt = mm.many_min_tok ? mm.many_min_tok : 1;
+        out->range[mmt > 1].min_tok = mmt;
+        out->range[mmt > 1].level = lv->isa;
+        out->range[mmt > 1].variant = "many";
+        out->n_range = mmt > 1 ? 2 : 1;
+    }
+}
+
+size_t kipp_cpu_choice_json(const kipp_cpu_choice *c, char *out, size_t cap) {
+    size_t n = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        const int w_ = snprintf(out + (n < cap ? n : cap), n < cap ? cap - n : 0, __VA_ARGS__);    \
+        if (w_ > 0) n += (size_t)w_;                                                               \
+    } while (0)
+    if (cap) out[0] = '\0';
+    PUT("{\"packed\": %s, \"from\": {", c->packed ? "true" : "false");
+    for (uint32_t i = 0; i < c->n_range; i++)
+        PUT("%s\"%u\": \"%s:%s\"", i ? ", " : "", c->range[i].min_tok, c->range[i].level, c->range[i].variant);
+    PUT("}, \"why\": \"%s\"}", c->why ? c->why : "");
+#undef PUT
+    if (cap && n >= cap) out[cap - 1] = '\0';
+    return n;
+}

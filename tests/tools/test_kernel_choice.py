@@ -1,0 +1,112 @@
+"""The auto kernel table (src/backend/cpu/choice.c) against the kernel benchmark's records.
+
+Every committed bench/results/kernels-*.json was written by `kipp-kernbench --json` on one
+CPU class: each ISA level's kernels timed per weight type and token count. For each record,
+the table is composed again for that record's CPU features (`kipp-kernbench --choices`, so
+the check follows the code, not the record's own copy of the choices) and, for every type and
+token count, the kernel auto runs must be no more than MARGIN slower than the fastest kernel
+any level ran in the same run: no auto-chosen kernel slower than a lower level's. Also the
+benchmark's own arguments, and a short real run of it with --check-auto and --json."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = os.path.dirname(os.environ.get("KIPP_BIN", "build/kipp"))  # run_tests.sh sets KIPP_BIN
+KB = str(ROOT / BUILD / "kipp-kernbench")
+RECORDS = sorted(glob.glob(str(ROOT / "bench/results/kernels-*.json")))
+MARGIN = 0.10  # the same run's timing spread on a quiet machine stays inside it
+
+
+def kb(*args, timeout=300):
+    return subprocess.run([KB, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def auto_kernel(c: dict, tok: int) -> tuple[str, str]:
+    """(level, variant) the auto table runs for tok tokens, as forward.c picks it: the last
+    range starting at or below tok."""
+    start = max(int(m) for m in c["from"] if int(m) <= tok)
+    level, variant = c["from"][str(start)].split(":")
+    return level, variant
+
+
+def slower_choices(record: dict, choices: dict, margin: float) -> list[str]:
+    res = record["results"]
+    by = {(r["isa"], r["type"], r["variant"], r["tok"]): r["gflops"] for r in res}
+    bad = []
+    for typ, c in choices.items():
+        if auto_kernel(c, 1)[0] == "dequantize":
+            continue
+        for tok in sorted({r["tok"] for r in res if r["type"] == typ}):
+            level, variant = auto_kernel(c, tok)
+            got = by.get((level, typ, variant, tok))
+            assert got is not None, f"{typ} tok {tok}: auto runs {level} {variant}, which the record lacks"
+            best = max((r for r in res if r["type"] == typ and r["tok"] == tok), key=lambda r: r["gflops"])
+            if got < (1 - margin) * best["gflops"]:
+                bad.append(f"{typ} tok={tok}: auto {level} {variant} {got:.1f} GFLOP/s < "
+                           f"{best['isa']} {best['variant']} {best['gflops']:.1f}")
+    return bad
+
+
+def test_records_exist():
+    assert RECORDS, "no bench/results/kernels-*.json: choice.c's table cites none"
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=lambda p: Path(p).stem)
+def test_auto_never_slower_than_a_level(path):
+    record = json.loads(Path(path).read_text())
+    assert record["kind"] == "kernel-bench" and record["threads"] == 1
+    r = kb("--choices", record["features"])
+    assert r.returncode == 0, r.stderr
+    choices = json.loads(r.stdout)
+    # every level a choice names for a type the record measured ran in the record
+    levels = set(record["levels"].split(","))
+    for typ, c in choices.items():
+        named = {v.split(":")[0] for v in c["from"].values()} - {"dequantize"}
+        if any(x["type"] == typ for x in record["results"]):
+            assert named <= levels, (typ, c, levels)
+    assert slower_choices(record, choices, MARGIN) == []
+
+
+def test_check_can_fail():
+    """The comparison itself: a table that runs a slower level is caught."""
+    record = {"results": [
+        {"isa": "avx512", "type": "Q4_K", "variant": "gemm", "tok": 1, "gflops": 30.0},
+        {"isa": "avx2", "type": "Q4_K", "variant": "gemm", "tok": 1, "gflops": 20.0},
+        {"isa": "avx2", "type": "Q4_K", "variant": "many", "tok": 64, "gflops": 100.0},
+        {"isa": "avx512", "type": "Q4_K", "variant": "gemm", "tok": 64, "gflops": 50.0}]}
+    good = {"Q4_K": {"packed": False, "from": {"1": "avx512:gemm", "8": "avx2:many"}}}
+    assert slower_choices(record, good, MARGIN) == []
+    bad = {"Q4_K": {"packed": False, "from": {"1": "avx2:gemm", "8": "avx512:gemm"}}}
+    assert len(slower_choices(record, bad, MARGIN)) == 2
+
+
+def test_arguments():
+    r = kb("--help")
+    assert r.returncode == 0 and "--check-auto" in r.stdout and "--choices" in r.stdout
+    for args, msg in [(["--k", "100"], "--k"), (["--tok", "0"], "--tok"), (["--tok", "1,x"], "--tok"),
+                      (["--seconds", "abc"], "not a number"), (["--bogus", "1"], "unknown option"),
+                      (["--isa", "avx9"], "avx9"), (["--choices", "avx2 warp9"], "warp9"), (["--json"], "needs a value")]:
+        r = kb(*args)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+
+
+def test_short_run_writes_record(tmp_path):
+    out = tmp_path / "k.json"
+    r = kb("--type", "Q8_0,Q4_K", "--tok", "1,8", "--seconds", "0.01", "--pool-mib", "8", "--rows", "256",
+           "--k", "512", "--check-auto", "1.0", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = json.loads(out.read_text())
+    assert rec["kind"] == "kernel-bench" and rec["features"] and rec["cpu"]
+    got = {(x["isa"], x["type"], x["variant"]) for x in rec["results"]}
+    for level in rec["levels"].split(","):
+        assert (level, "Q4_K", "gemm") in got, (level, got)
+    assert all(x["gflops"] > 0 for x in rec["results"])
+    assert set(rec["auto"]) >= {"Q8_0", "Q4_K"}
