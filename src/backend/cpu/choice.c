@@ -64,7 +64,7 @@ static const choice_row rows[] = {
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
     {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
     {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
-    {KIPP_TYPE_Q2_K, NULL, {{1, "avx2"}}, "no kernel at any level: dequantized"},
+    {KIPP_TYPE_Q2_K, NULL, {{1, "avx2"}}, "avx2 only: its one kernel (int8 maddubs on Q8_K activations)"},
     {KIPP_TYPE_Q3_K, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (16.4 vs 15.3)"},
     {KIPP_TYPE_Q5_K, NULL, {{1, "avx2:gemm"}, {4, "avx2:many"}}, "avx2 only; its panels from 4 tokens (36.8 vs 24.4)"},
     {KIPP_TYPE_IQ4_NL, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (23.6 vs 22.1)"},

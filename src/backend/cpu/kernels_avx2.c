@@ -494,6 +494,81 @@ INLINE void rows4_q5_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *
     rows4_k45(w, wrb, xt, y, ldy, k, nt, 1);
 }
 
+/* Q2_K (84 B: scales[16] @0, low nibble scale and high nibble min per 16 elements; qs[64] @16;
+ * d @80, dmin @82): element 128h + 32j + l (l < 32) is bits 2j of qs[32h + l], sub-block
+ * 8h + 2j + (l >= 16). Per 256-block, sum_s scale[s] * (q . x over sub-block s) is exact in
+ * int32 (maddubs of the 2-bit values with the 8-bit activations, pairs < 2^10, then madd by
+ * the 4-bit scale), one FMA by d * dx; the mins, dmin * dx * sum_s min[s] * bsums[s], the
+ * same way as Q4_K's. */
+INLINE __m256i q2_vals(__m256i q, int j) { return _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3)); }
+
+/* the 16 mins (high nibbles of the scale bytes) of a Q2_K block as int16 */
+INLINE __m256i q2_mins(const unsigned char *sc) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)sc);
+    return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f)));
+}
+
+/* sum over the block of scale[s] * (q . x) for sub-blocks s, as 8 int32 lanes */
+INLINE __m256i q2_block_dot(const unsigned char *p, const int8_t *xq) {
+    __m256i sumi = _mm256_setzero_si256();
+    const unsigned char *sc = p;
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * h));
+        UNROLL for (int j = 0; j < 4; j++) {
+            const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * j + 1] & 0x0f),
+                                                 _mm_set1_epi16(sc[8 * h + 2 * j] & 0x0f));
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 128 * h + 32 * j));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q2_vals(q, j), x), scv));
+        }
+    }
+    return sumi;
+}
+
+INLINE void tile_q2_k(const void *wr, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                      uint64_t k, const int nt) {
+    __m256 acc[TILE];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    const unsigned char *wb = wr;
+    for (uint64_t b = 0; b < k / 256; b++, wb += 84) {
+        const __m256i min = q2_mins(wb);
+        const float d = rd_f16(wb + 80), dmin = rd_f16(wb + 82);
+        for (int t = 0; t < nt; t++) {
+            const __m256i sumi = q2_block_dot(wb, xt[t][b].qs);
+            const __m256i mi = _mm256_madd_epi16(min, _mm256_loadu_si256((const __m256i *)xt[t][b].bsums));
+            const float dx = xt[t][b].d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-dx * dmin), _mm256_cvtepi32_ps(mi), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[t * ldy] = hsum256(acc[t]);
+}
+
+/* Q2_K, 4 rows x nt <= 2 tokens, as tile_q2_k */
+INLINE void rows4_q2_k(const unsigned char *w, size_t wrb, const kipp_act_q8_k *const *xt, float *y, size_t ldy,
+                       uint64_t k, const int nt) {
+    __m256 acc[2][FR];
+    UNROLL for (int t = 0; t < 2; t++) UNROLL for (int r = 0; r < FR; r++) acc[t][r] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < k / 256; b++) {
+        __m256i bs[2];
+        UNROLL for (int t = 0; t < nt; t++) bs[t] = _mm256_loadu_si256((const __m256i *)xt[t][b].bsums);
+        UNROLL for (int r = 0; r < FR; r++) {
+            const unsigned char *p = w + r * wrb + b * 84;
+            prefetch_ahead(p, FR * wrb, 84);
+            const __m256i min = q2_mins(p);
+            const float d = rd_f16(p + 80), dmin = rd_f16(p + 82);
+            UNROLL for (int t = 0; t < nt; t++) {
+                const __m256i sumi = q2_block_dot(p, xt[t][b].qs);
+                const float dx = xt[t][b].d;
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(sumi), acc[t][r]);
+                acc[t][r] = _mm256_fmadd_ps(_mm256_set1_ps(-dx * dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(min, bs[t])),
+                                            acc[t][r]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm_storeu_ps(y + t * ldy, hsum4_256(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+}
+
+GEMM_DRIVER_DEC(gemm_q2_k, rows4_q2_k, tile_q2_k, kipp_act_q8_k)
 GEMM_DRIVER_DEC(gemm_q4_k, rows4_q4_k, tile_q4_k, kipp_act_q8_k)
 GEMM_DRIVER_DEC(gemm_q5_k, rows4_q5_k, tile_q5_k, kipp_act_q8_k)
 GEMM_DRIVER_DEC(gemm_q6_k, rows4_q6_k, tile_q6_k, kipp_act_q8_k)
@@ -1275,6 +1350,7 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .q4_1 = {KIPP_ACT_Q8_0, gemm_q4_1, KIPP_ACT_Q16, gemm16_q4_1, MANY_MIN_TOK},
     .q5_0 = {KIPP_ACT_Q8_0, gemm_q5_0, KIPP_ACT_Q16, gemm16_q5_0, MANY_MIN_TOK},
     .q5_1 = {KIPP_ACT_Q8_0, gemm_q5_1, KIPP_ACT_Q16, gemm16_q5_1, MANY_MIN_TOK},
+    .q2_k = {KIPP_ACT_Q8_K, gemm_q2_k},
     .q3_k = {KIPP_ACT_Q8_0, gemm_q3_k, KIPP_ACT_Q16, gemm16_q3_k, MANY_MIN_TOK},
     .q5_k = {KIPP_ACT_Q8_K, gemm_q5_k, KIPP_ACT_Q16, gemm16_q5_k, MANY_MIN_TOK},
     .iq4_nl = {KIPP_ACT_Q8_0, gemm_iq4_nl, KIPP_ACT_Q16, gemm16_iq4_nl, MANY_MIN_TOK},
