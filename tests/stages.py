@@ -39,6 +39,17 @@ TAIL = 25
 DEFAULT_TIMEOUT = 1800  # seconds; a stage may say timeout=N in its tags
 
 
+def timeout_scale() -> float:
+    """KIPP_TEST_TIMEOUT_SCALE (make test-sanitize and test-tsan set 6): stage timeouts are
+    multiplied by it like the gates' and clients' own, so a sanitizer build on a busy machine
+    is not killed for being slow (a hang still is, later)."""
+    try:
+        v = float(os.environ.get("KIPP_TEST_TIMEOUT_SCALE", "1"))
+    except ValueError:
+        return 1.0
+    return v if v >= 1.0 else 1.0
+
+
 @dataclass
 class Stage:
     name: str
@@ -94,7 +105,7 @@ def parse_stages(path: Path = STAGES) -> list[Stage]:
                     timeout = int(t.split("=", 1)[1])
                 except ValueError:
                     raise StageError(f"{path.name}:{n}: bad tag {t!r}") from None
-        stages.append(Stage(name, tier_set, int(cores), tag_set, command, n, timeout))
+        stages.append(Stage(name, tier_set, int(cores), tag_set, command, n, int(timeout * timeout_scale())))
     return stages
 
 

@@ -31,7 +31,7 @@ def run(tmp_path, text, *args, env=None, preexec=None):
     # the runner exports TIER (and KIPP_TEST_JOBS may be set) to its stages, and stages.py
     # defaults to them: this file runs inside the full tier's tooling stage too, where an
     # inherited TIER=full picked other stages than these tests mean
-    e = {k: v for k, v in os.environ.items() if k not in ("TIER", "KIPP_TEST_JOBS")}
+    e = {k: v for k, v in os.environ.items() if k not in ("TIER", "KIPP_TEST_JOBS", "KIPP_TEST_TIMEOUT_SCALE")}
     e["BUILD"] = str(tmp_path / "build")
     e.update(env or {})
     return subprocess.run([sys.executable, str(ROOT / "tests" / "stages.py"), "--stages", str(p), *args],
@@ -123,6 +123,17 @@ def test_timeout_kills_the_stage_and_what_it_started(tmp_path):
     assert r.returncode == 1
     assert "hang: killed after its 1 s timeout" in r.stdout
     assert r.stdout.rstrip().splitlines()[-1] == "1 passed, 1 failed"
+
+
+def test_timeout_scales_with_the_sanitizer_factor(tmp_path):
+    """make test-sanitize / test-tsan set KIPP_TEST_TIMEOUT_SCALE: stage timeouts grow with it
+    (a sanitizer build on a busy machine is slow, not hung); below 1 or garbage counts as 1."""
+    text = "hang test 1 timeout=1 sleep 30\n"
+    r = run(tmp_path, text, "-j", "1", env={"KIPP_TEST_TIMEOUT_SCALE": "2"})
+    assert r.returncode == 1 and "hang: killed after its 2 s timeout" in r.stdout, r.stdout
+    for bad in ("0.5", "x"):
+        r = run(tmp_path, text, "-j", "1", env={"KIPP_TEST_TIMEOUT_SCALE": bad})
+        assert "hang: killed after its 1 s timeout" in r.stdout, (bad, r.stdout)
 
 
 def _ignore_int_quit():
