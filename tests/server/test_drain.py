@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import MODEL_NAME, Srv, start_server
+from conftest import MODEL_NAME, TIMEOUT_SCALE, Srv, start_server
 from bench import server_common as sc
 
 
@@ -65,7 +65,10 @@ def wait_exit(s, timeout: float) -> int:
 
 
 def test_sigterm_drains_eight_streams():
-    s = start_server("drain-8", "--parallel", "8", threads="2")
+    # the streams must finish inside the drain window: 30 s by default, scaled with the
+    # clients' waits under the sanitizers (under TSan at load 7, 150 tokens x 8 took 30 s
+    # and the default window cut them at 114)
+    s = start_server("drain-8", "--parallel", "8", "--shutdown-timeout", str(int(30 * TIMEOUT_SCALE)), threads="2")
     srv = Srv(s)
     # a keep-alive connection opened before the signal: new requests on it must get 503
     keep = http.client.HTTPConnection(srv.host, srv.port, timeout=30)
@@ -85,13 +88,13 @@ def test_sigterm_drains_eight_streams():
     with pytest.raises(OSError):           # the listening socket is closed
         sc.http_request(srv.host, srv.port, "GET", "/health", timeout=5)
     for t in ts:
-        t.join(60)
+        t.join(60 * TIMEOUT_SCALE)
     for i, res in enumerate(results):
         assert isinstance(res, sc.SSEResult), f"request {i}: {res!r}"
         assert res.status == 200 and res.done, f"request {i} cut: {res.events[-2:]}"
         assert res.finish_reason() == "length"
         assert res.usage()["completion_tokens"] == 150, f"request {i} did not run to its end"
-    rc = wait_exit(s, 30)
+    rc = wait_exit(s, 30 * TIMEOUT_SCALE)
     assert rc == 0, f"exit code {rc}\n{s.stderr_tail()}"
 
 
