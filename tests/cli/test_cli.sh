@@ -106,7 +106,7 @@ info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", 
     and i["n_ctx"] == 512 and i["load_ms"] > 0 and i["weights_repacked_bytes"] == 0
     and i["kv_pool"] == {"blocks": 32, "block_size": 16, "tokens": 512, "bytes": 393216, "bytes_per_token": 768}'
 # Q8_0 weights are repacked at load where the kernels say so (the auto table on x86-64:
-# avx2's packed panels; a forced level: only avx2), 18 bytes per 16 weights of every matrix
+# avx2's packed panels; a forced level: avx2 and avx512vnni), 18 bytes per 16 weights of every matrix
 # and the (tied) head, and --info names the kernels of each type the model holds
 Q8=models/tiny-tied/kipp-tiny-tied-q8_0.gguf
 PACKED_BYTES='18 * (i["n_layer"] * (
@@ -117,10 +117,11 @@ M=$Q8 info_is "--info repacked bytes (auto: as its kernels say)" 'list(i["kernel
     and (not i["kernels"]["Q8_0"]["packed"] or i["weights_repacked_bytes"] == '"$PACKED_BYTES"')'
 for lv in scalar avx2 avx512 avx512vnni neon; do
     "$K" -m "$Q8" --info --isa "$lv" >/dev/null 2>&1 || continue # a level this CPU lacks
-    M=$Q8 info_is "--info --isa $lv: packed only on avx2" '(i["weights_repacked_bytes"] > 0) == (i["isa"] == "avx2")
-        and i["kernels"]["Q8_0"]["packed"] == (i["isa"] == "avx2") and i["kernels"]["Q8_0"]["why"] == "forced by --isa"
+    M=$Q8 info_is "--info --isa $lv: packed only on avx2 and avx512vnni" '((P := i["isa"] in ("avx2", "avx512vnni")) or True)
+        and (i["weights_repacked_bytes"] > 0) == P
+        and i["kernels"]["Q8_0"]["packed"] == P and i["kernels"]["Q8_0"]["why"] == "forced by --isa"
         and {v.split(":")[0] for v in i["kernels"]["Q8_0"]["from"].values()} == {"'$lv'"}
-        and (i["isa"] != "avx2" or i["weights_repacked_bytes"] == '"$PACKED_BYTES"')' --isa $lv
+        and (not P or i["weights_repacked_bytes"] == '"$PACKED_BYTES"')' --isa $lv
 done
 info_is "--info --backend cpu-ref" 'i["backend"] == "cpu-ref" and i["isa"] == "scalar" and i["threads"] == 1 and i["kernels"] is None
     and i["kv_type"] == "f32" and i["n_ctx"] == 64 and i["kv_pool"]["tokens"] == 64 and i["kv_pool"]["bytes"] == 98304' \

@@ -494,6 +494,7 @@ static void check_packed(const kipp_cpu_kernels *lv) {
         packs++;
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             const uint64_t k = ks[ki];
+            if (k % kipp_type_block_elems(type) != 0) continue; /* not a row length of this type */
             const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
             const size_t pb = pp->bytes(type, MAX_ROWS, k), grb = pp->bytes(type, 16, k) / 16;
             unsigned char *w = calloc(MAX_ROWS, rb), *xa = calloc(MAX_TOK, ab);
@@ -767,9 +768,9 @@ static void check_compose(void) {
     uint32_t act;
     KT_CHECK(k.q8_0.packer == kipp_cpu_kernels_avx2.q8_0.packer &&
                  kipp_cpu_mm_for(&k.q4_1, 1, &act) == kipp_cpu_kernels_avx2.q4_1.gemm &&
-                 kipp_cpu_mm_for(&k.q4_k, 64, &act) == kipp_cpu_kernels_avx2.q4_k.gemm_many &&
-                 kipp_cpu_mm_for(&k.q4_k, 1, &act) == kipp_cpu_kernels_avx512.q4_k.gemm,
-             "avx512 class: Q8_0 not repacked, or Q4_1 / Q4_K not the measured kernels");
+                 kipp_cpu_mm_for(&k.q4_0, 64, &act) == kipp_cpu_kernels_avx2.q4_0.gemm_many &&
+                 kipp_cpu_mm_for(&k.q4_0, 1, &act) == kipp_cpu_kernels_avx512.q4_0.gemm,
+             "avx512 class: Q8_0 not repacked, or Q4_1 / Q4_0 not the measured kernels");
 #endif
 }
 

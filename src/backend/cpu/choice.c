@@ -31,7 +31,8 @@ typedef struct {
 
 typedef struct {
     uint32_t type;
-    const char *packed; /* the level whose repacked path the type takes when it runs (NULL: none) */
+    const char *packed; /* levels whose repacked path the type takes, best first, the first the
+                         * CPU runs (NULL: none) */
     choice_rule rule[4];
     const char *why;
 } choice_row;
@@ -165,6 +166,19 @@ static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint3
     return 0;
 }
 
+/* The first level of ids (space-separated) that f runs and that repacks type; NULL: none. */
+static const kipp_cpu_kernels *packed_level(const kipp_cpu_features *f, const char *ids, uint32_t type) {
+    for (const char *p = ids; p && *p;) {
+        const size_t len = strcspn(p, " ");
+        char id[32];
+        snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), p);
+        p += len + strspn(p + len, " ");
+        const kipp_cpu_kernels *lv = kipp_cpu_level_table(id);
+        if (lv && kipp_cpu_level_runs(f, id) && kipp_cpu_kernels_mm(lv, type).packer) return lv;
+    }
+    return NULL;
+}
+
 void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
                               kipp_cpu_choice choices[KIPP_CPU_N_CHOICE]) {
     memset(out, 0, sizeof *out);
@@ -193,8 +207,8 @@ void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
         const choice_row *row = &rows[r];
         kipp_cpu_mm *e = entry(out, row->type);
         kipp_cpu_choice c = {.type = row->type, .why = row->why};
-        const kipp_cpu_kernels *pl = row->packed ? kipp_cpu_level_table(row->packed) : NULL;
-        if (pl && kipp_cpu_level_runs(f, row->packed) && kipp_cpu_kernels_mm(pl, row->type).packer) {
+        const kipp_cpu_kernels *pl = packed_level(f, row->packed, row->type);
+        if (pl) {
             *e = kipp_cpu_kernels_mm(pl, row->type); /* the packer serves every token count */
             kipp_cpu_level_choice(pl, row->type, &c);
             c.why = row->why;

@@ -19,6 +19,10 @@
 #include <math.h>
 #include <string.h>
 
+/* Q8_0, Q4_K and Q6_K repacked at load: vpmaddwd + vpaddd */
+#define KP_DOT(acc, w, x) _mm256_add_epi32((acc), _mm256_madd_epi16((w), (x)))
+#include "backend/cpu/kernels_packed.h"
+
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -1034,125 +1038,6 @@ GEMM_DEC(gemm_q3_k, QT_Q3_K)
 GEMM_DEC(gemm_iq4_nl, QT_IQ4_NL)
 GEMM_DEC(gemm_iq4_xs, QT_IQ4_XS)
 
-/* ---- weights repacked once at load (Q8_0) ---------------------------------------------------
- * A tensor is stored as groups of 16 rows (the last padded with zero rows): first for every
- * two consecutive k the 16 rows' signed 8-bit values pair-interleaved (32 bytes: row r's
- * (w[k], w[k+1]) at 2r), then each row's f32 block scale per 32 elements ([k/32][16]):
- * 18 k bytes per group, 1.125 bytes a weight against Q8_0's 1.0625 (+5.9 %; the GGUF pages
- * are released after packing, forward.c). Q4_0 (0.5625) would nearly double and stays
- * mmapped; pack_rows can pack it (decode_row) but pack_bytes does not ask. gemm_packed
- * widens each pair vector to int16 as it goes (vpmovsxbw) and runs the same vpmaddwd
- * tiles as the panel path over KIPP_ACT_Q16 rows, for every token count: no per-call
- * decode or transposition, so small batches (a server's decode step of 8 sequences) get
- * the panel's arithmetic rate, and decode reads one stream per 16 rows. */
-INLINE uint64_t packed_group_bytes(uint64_t k) { return 16 * k + (k / 32) * 16 * sizeof(float); }
-
-static size_t pack_bytes(uint32_t type, uint64_t rows, uint64_t k) {
-    /* Q8_0 only: Q4_0 would nearly double (decode reads every weight byte each step) */
-    if (type != KIPP_TYPE_Q8_0 || k % 32 != 0 || rows == 0) return 0;
-    return (size_t)((rows + 15) / 16 * packed_group_bytes(k));
-}
-
-/* Rows [r0, r1) (r0 a multiple of 16) of a Q8_0/Q4_0 tensor into out (the whole tensor's
- * packed buffer). */
-static void pack_rows(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1, uint64_t k,
-                      void *out) {
-    const int qt = type == KIPP_TYPE_Q8_0 ? QT_Q8_0 : QT_Q4_0;
-    panel16 P;
-    for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
-        uint8_t *grp = (uint8_t *)out + g0 / 16 * packed_group_bytes(k);
-        float *sc = (float *)(grp + 16 * k);
-        const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
-        for (uint64_t c0 = 0; c0 < k; c0 += KC) {
-            const uint64_t kc = k - c0 < KC ? k - c0 : KC;
-            decode_rows(qt, (const uint8_t *)w + g0 * wrb, wrb, nr, c0, kc, &P);
-            for (uint64_t j = 0; j < kc / 32; j++) memcpy(sc + (c0 / 32 + j) * 16, P.sc + j * PR, 16 * sizeof(float));
-            /* 8 rows x 8 pairs of 16 bits at a time: an 8 x 8 transpose of 16-bit lanes */
-            uint8_t *q = grp + c0 * 16;
-            for (uint64_t kb = 0; kb < kc / 16; kb++)
-                for (int h = 0; h < 2; h++) {
-                    __m128i v[8], t[8];
-                    for (int i = 0; i < 8; i++) v[i] = _mm_load_si128((const __m128i *)(P.tmp[8 * h + i] + 16 * kb));
-                    for (int i = 0; i < 8; i += 2) {
-                        t[i] = _mm_unpacklo_epi16(v[i], v[i + 1]);
-                        t[i + 1] = _mm_unpackhi_epi16(v[i], v[i + 1]);
-                    }
-                    for (int i = 0; i < 8; i += 4) {
-                        v[i] = _mm_unpacklo_epi32(t[i], t[i + 2]);
-                        v[i + 1] = _mm_unpackhi_epi32(t[i], t[i + 2]);
-                        v[i + 2] = _mm_unpacklo_epi32(t[i + 1], t[i + 3]);
-                        v[i + 3] = _mm_unpackhi_epi32(t[i + 1], t[i + 3]);
-                    }
-                    /* v[0..3]: rows 0-3 of pairs {0,1},{2,3},{4,5},{6,7}; v[4..7] rows 4-7 */
-                    for (int i = 0; i < 4; i++) {
-                        uint8_t *o = q + (8 * kb + 2 * i) * 32 + 16 * h;
-                        _mm_store_si128((__m128i *)o, _mm_unpacklo_epi64(v[i], v[i + 4]));
-                        _mm_store_si128((__m128i *)(o + 32), _mm_unpackhi_epi64(v[i], v[i + 4]));
-                    }
-                }
-        }
-    }
-}
-
-/* One group (16 rows) against T tokens over all of k: y[t][0..nr) = group . x_t */
-INLINE void tile_packed(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y, size_t ldy,
-                        int nr) {
-    const float *scv = (const float *)(grp + 16 * k);
-    __m256 acc[2][PTK];
-    UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-    for (uint64_t j = 0; j < k / 32; j++) {
-        const kipp_act_q16 *xb[PTK];
-        __m256i ai[2][PTK];
-        UNROLL for (int t = 0; t < T; t++) {
-            xb[t] = (const kipp_act_q16 *)(x + t * xrb) + j;
-            ai[0][t] = ai[1][t] = _mm256_setzero_si256();
-        }
-        const uint8_t *qv = grp + j * 512;
-        _mm_prefetch((const char *)qv + 2048, _MM_HINT_T0);
-        _mm_prefetch((const char *)qv + 2048 + 64, _MM_HINT_T0);
-        _Pragma("GCC unroll 4") for (int s = 0; s < 16; s++) {
-            const __m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(qv + 32 * s)));
-            const __m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(qv + 32 * s + 16)));
-            UNROLL for (int t = 0; t < T; t++) {
-                const __m256i xv = _mm256_set1_epi32(ld_pair(xb[t]->qs + 2 * s));
-                ai[0][t] = _mm256_add_epi32(ai[0][t], _mm256_madd_epi16(w0, xv));
-                ai[1][t] = _mm256_add_epi32(ai[1][t], _mm256_madd_epi16(w1, xv));
-            }
-        }
-        UNROLL for (int g = 0; g < 2; g++) {
-            const __m256 sc = _mm256_loadu_ps(scv + j * 16 + 8 * g);
-            UNROLL for (int t = 0; t < T; t++) {
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
-                acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
-            }
-        }
-    }
-    UNROLL for (int g = 0; g < 2; g++) {
-        if (8 * g >= nr) break;
-        const __m256i m = tail_mask((uint64_t)(nr - 8 * g));
-        UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
-    }
-}
-
-/* w: the packed tensor advanced to row r (r a multiple of 16), wrb = group bytes / 16 */
-static void gemm_packed(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                        float *y, size_t ldy, uint64_t k) {
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
-        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
-        for (uint64_t t = 0; t < n_tok; t += PTK) {
-            const int T = n_tok - t >= PTK ? PTK : (int)(n_tok - t);
-            const char *xt = (const char *)x + t * xrb;
-            float *yt = y + t * ldy + r0;
-            switch (T) {
-            case 3: tile_packed(3, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 2: tile_packed(2, grp, k, xt, xrb, yt, ldy, nr); break;
-            default: tile_packed(1, grp, k, xt, xrb, yt, ldy, nr); break;
-            }
-        }
-    }
-}
-
 /* KIPP_ACT_Q16 rows, bit-identical to kipp_cpu_quant_q16_scalar */
 static void quant_q16(const float *x, void *out, uint64_t k) {
     kipp_act_q16 *b = out;
@@ -1335,17 +1220,16 @@ static void bf16_to_f32(const void *src, float *dst, uint64_t n) {
     }
 }
 
-static const kipp_cpu_packer packer = {pack_bytes, pack_rows, gemm_packed};
 
 const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .isa = "avx2",
     .f32 = {KIPP_ACT_F32, gemm_f32},
     .f16 = {KIPP_ACT_F32, gemm_f16},
     .bf16 = {KIPP_ACT_F32, gemm_bf16},
-    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, KIPP_ACT_Q16, gemm16_q8_0, MANY_MIN_TOK, &packer},
+    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, KIPP_ACT_Q16, gemm16_q8_0, MANY_MIN_TOK, &kp_packer_q8_0},
     .q4_0 = {KIPP_ACT_Q8_0, gemm_q4_0, KIPP_ACT_Q16, gemm16_q4_0, MANY_MIN_TOK},
-    .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, KIPP_ACT_Q16, gemm16_q4_k, MANY_MIN_TOK},
-    .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, KIPP_ACT_Q16, gemm16_q6_k, MANY_MIN_TOK},
+    .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, KIPP_ACT_Q16, gemm16_q4_k, MANY_MIN_TOK, &kp_packer_q4_k},
+    .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, KIPP_ACT_Q16, gemm16_q6_k, MANY_MIN_TOK, &kp_packer_q6_k},
     /* Q2_K has no kernel here (16-element mins): kipp_cpu_gemm_dequant */
     .q4_1 = {KIPP_ACT_Q8_0, gemm_q4_1, KIPP_ACT_Q16, gemm16_q4_1, MANY_MIN_TOK},
     .q5_0 = {KIPP_ACT_Q8_0, gemm_q5_0, KIPP_ACT_Q16, gemm16_q5_0, MANY_MIN_TOK},

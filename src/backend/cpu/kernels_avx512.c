@@ -34,6 +34,12 @@
 #define KIPP_AVX512_VNNI 0
 #endif
 
+#if KIPP_AVX512_VNNI
+/* Q8_0, Q4_K and Q6_K repacked at load, their int16 dots one vpdpwssd (AVX512-VNNI + VL) */
+#define KP_DOT(acc, w, x) _mm256_dpwssd_epi32((acc), (w), (x))
+#include "backend/cpu/kernels_packed.h"
+#endif
+
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -1109,11 +1115,21 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
     .f32 = {KIPP_ACT_F32, gemm_f32},
     .f16 = {KIPP_ACT_F32, gemm_f16},
     .bf16 = {KIPP_ACT_F32, gemm_bf16},
+#if KIPP_AVX512_VNNI
+    .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, 0, NULL, 0, &kp_packer_q8_0},
+#else
     .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0},
+#endif
     .q4_0 = {KIPP_ACT_Q8_0, gemm_q4_0},
+#if KIPP_AVX512_VNNI
+    .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, 0, NULL, 0, &kp_packer_q4_k},
+    .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, 0, NULL, 0, &kp_packer_q6_k},
+    .quant = {NULL, quant_bf16, quant_q8_0, quant_q8_k, kipp_cpu_quant_q16_scalar},
+#else
     .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k},
     .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k},
     .quant = {NULL, quant_bf16, quant_q8_0, quant_q8_k},
+#endif
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
     .softmax_f32 = softmax_f32,

@@ -1,0 +1,462 @@
+/* kernels_packed.h — Q8_0, Q4_K and Q6_K weights repacked once at load, and the int16 kernels that
+ * run every token count from that layout. Included by the ISA files that offer them
+ * (kernels_avx2.c; kernels_avx512.c when built as level avx512vnni), which define
+ * KP_DOT(acc, w, x): acc + the int32 sums of adjacent int16 products of w and x (vpmaddwd +
+ * vpaddd on avx2, one vpdpwssd with AVX512-VNNI). The layout is the same for every includer,
+ * so the packed bytes do not depend on the level; the packers are kp_packer_q8_0,
+ * kp_packer_q4_k and kp_packer_q6_k (kernels.h: kipp_cpu_packer). Only ISA files include this (intrinsics). */
+#ifndef KIPP_CPU_KERNELS_PACKED_H
+#define KIPP_CPU_KERNELS_PACKED_H
+
+#include "backend/cpu/kernels.h"
+
+#include "core/types.h"
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef KP_DOT
+#error "kernels_packed.h: define KP_DOT(acc, w, x) before including it"
+#endif
+
+#define KP_INLINE static inline __attribute__((always_inline))
+#define KP_UNROLL _Pragma("GCC unroll 16")
+
+enum { KP_T = 3 }; /* tokens per register tile */
+
+KP_INLINE float kp_rd_f16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return _cvtsh_ss(v);
+}
+
+KP_INLINE int32_t kp_ld_pair(const int16_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* lanes [0, n) set, n <= 8 */
+KP_INLINE __m256i kp_tail_mask(uint64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Q4_K's 12-byte packing of 8 6-bit scales and mins (ggml's get_scale_min_k4), at load */
+static void kp_k4_scales(const uint8_t *q, uint8_t scale[8], uint8_t min[8]) {
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            scale[j] = q[j] & 63;
+            min[j] = q[j + 4] & 63;
+        } else {
+            scale[j] = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+            min[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        }
+    }
+}
+
+/* ---- Q8_0 repacked once at load -------------------------------------------------------------
+ * A tensor is stored as groups of 16 rows (the last padded with zero rows): first for every
+ * two consecutive k the 16 rows' signed 8-bit values pair-interleaved (32 bytes: row r's
+ * (w[k], w[k+1]) at 2r), then each row's f32 block scale per 32 elements ([k/32][16]):
+ * 18 k bytes per group, 1.125 bytes a weight against Q8_0's 1.0625 (+5.9 %; the GGUF pages
+ * are released after packing, forward.c). Q4_0 (0.5625) would nearly double and stays
+ * mmapped. The kernel widens each pair vector to int16 as it goes (vpmovsxbw) and runs
+ * the int16 tiles over KIPP_ACT_Q16 rows for every token count: no per-call decode or
+ * transposition, so small batches (a server's decode step of 8 sequences) get the panel's
+ * arithmetic rate, and decode reads one stream per 16 rows. */
+KP_INLINE uint64_t kp_group_bytes_q8_0(uint64_t k) { return 16 * k + (k / 32) * 16 * sizeof(float); }
+
+static size_t kp_bytes_q8_0(uint32_t type, uint64_t rows, uint64_t k) {
+    if (type != KIPP_TYPE_Q8_0 || k % 32 != 0 || rows == 0) return 0;
+    return (size_t)((rows + 15) / 16 * kp_group_bytes_q8_0(k));
+}
+
+/* Rows [r0, r1) (r0 a multiple of 16) into out (the whole tensor's packed buffer) */
+static void kp_pack_q8_0(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                         uint64_t k, void *out) {
+    (void)type;
+    for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
+        uint8_t *grp = (uint8_t *)out + g0 / 16 * kp_group_bytes_q8_0(k);
+        float *sc = (float *)(grp + 16 * k);
+        const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *row = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb;
+            for (uint64_t j = 0; j < k / 32; j++) {
+                const uint8_t *b = row + j * 34;
+                sc[j * 16 + r] = r < nr ? kp_rd_f16(b) : 0.0f;
+                for (int s = 0; s < 16; s++) { /* pair s of the block: 2 bytes at lane r */
+                    uint8_t *o = grp + (j * 16 + (uint64_t)s) * 32 + 2 * r;
+                    if (r < nr) memcpy(o, b + 2 + 2 * s, 2);
+                    else o[0] = o[1] = 0;
+                }
+            }
+        }
+    }
+}
+
+/* One group (16 rows) against T tokens over all of k: y[t][0..nr) = group . x_t */
+KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y, size_t ldy,
+                            int nr) {
+    const float *scv = (const float *)(grp + 16 * k);
+    __m256 acc[2][KP_T];
+    KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (uint64_t j = 0; j < k / 32; j++) {
+        const kipp_act_q16 *xb[KP_T];
+        __m256i ai[2][KP_T];
+        KP_UNROLL for (int t = 0; t < T; t++) {
+            xb[t] = (const kipp_act_q16 *)(x + t * xrb) + j;
+            ai[0][t] = ai[1][t] = _mm256_setzero_si256();
+        }
+        const uint8_t *qv = grp + j * 512;
+        _mm_prefetch((const char *)qv + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)qv + 2048 + 64, _MM_HINT_T0);
+        _Pragma("GCC unroll 4") for (int s = 0; s < 16; s++) {
+            const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s)));
+            const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s + 16)));
+            KP_UNROLL for (int t = 0; t < T; t++) {
+                const __m256i xv = _mm256_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * s));
+                ai[0][t] = KP_DOT(ai[0][t], w0, xv);
+                ai[1][t] = KP_DOT(ai[1][t], w1, xv);
+                __asm__("" : "+x"(ai[0][t]), "+x"(ai[1][t])); /* as kp_tile_q4_k */
+            }
+        }
+        KP_UNROLL for (int g = 0; g < 2; g++) {
+            const __m256 sc = _mm256_loadu_ps(scv + j * 16 + 8 * g);
+            KP_UNROLL for (int t = 0; t < T; t++) {
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
+                acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
+            }
+        }
+    }
+    KP_UNROLL for (int g = 0; g < 2; g++) {
+        if (8 * g >= nr) break;
+        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
+        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
+    }
+}
+
+/* w: the packed tensor advanced to row r (r a multiple of 16), wrb = group bytes / 16 */
+static void kp_gemm_q8_0(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
+                         float *y, size_t ldy, uint64_t k) {
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
+        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
+        for (uint64_t t = 0; t < n_tok; t += KP_T) {
+            const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);
+            const char *xt = (const char *)x + t * xrb;
+            float *yt = y + t * ldy + r0;
+            switch (T) {
+            case 3: kp_tile_q8_0(3, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 2: kp_tile_q8_0(2, grp, k, xt, xrb, yt, ldy, nr); break;
+            default: kp_tile_q8_0(1, grp, k, xt, xrb, yt, ldy, nr); break;
+            }
+        }
+    }
+}
+
+/* ---- Q4_K repacked once at load ------------------------------------------------------------
+ * The same idea as Q8_0's groups of 16 rows, at Q4_K's own size: per 256-element super-block
+ * a group holds 2048 bytes of nibbles, then the 16 rows' 6-bit scales and mins as bytes
+ * ([8 sub-blocks][16 rows] each), then their d and dmin as f32 ([16] each): 152 bytes a row
+ * per 256 against Q4_K's 144 (+5.6 %, as Q8_0's +5.9 %). The nibbles are laid out for the
+ * vpmaddwd tiles with no shuffle: per 32-element sub-block, quad u (pairs 4u..4u+3) and half
+ * g (rows 8g..8g+7), one 32-byte vector whose 16-bit lane 2r + e holds w[8g + r][2(4u + q) + e]
+ * in bits 4q..4q+3 (q < 4): a shift and a mask give the int16 pair vector of pair 4u + q.
+ * Exact: int32 per sub-block and token, then y += dx * (d * scale) * dot - dx * sum_x * (dmin
+ * * min), as the panel path does. */
+enum { K4P_SB = 2048 + 128 + 128 + 64 + 64 };
+
+static size_t kp_bytes_q4_k(uint32_t type, uint64_t rows, uint64_t k) {
+    if (type != KIPP_TYPE_Q4_K || k % 256 != 0 || rows == 0) return 0;
+    return (size_t)((rows + 15) / 16 * (k / 256) * K4P_SB);
+}
+
+static void kp_pack_q4_k(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                           uint64_t k, void *out) {
+    (void)type;
+    const uint64_t gb = k / 256 * K4P_SB;
+    for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
+        uint8_t *grp = (uint8_t *)out + g0 / 16 * gb;
+        const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
+        for (uint64_t sb = 0; sb < k / 256; sb++) {
+            uint8_t *o = grp + sb * K4P_SB, *osc = o + 2048, *omn = o + 2176;
+            float *od = (float *)(o + 2304), *odm = od + 16;
+            uint8_t q[16][256]; /* the super-block's values per row, 0..15 (padding rows 0) */
+            memset(q, 0, sizeof q);
+            for (int r = 0; r < 16; r++) {
+                if (r >= nr) {
+                    for (int j = 0; j < 8; j++) osc[j * 16 + r] = omn[j * 16 + r] = 0;
+                    od[r] = odm[r] = 0.0f;
+                    continue;
+                }
+                const uint8_t *b = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb + sb * 144;
+                uint8_t scale[8], min[8];
+                kp_k4_scales(b + 4, scale, min);
+                for (int j = 0; j < 8; j++) {
+                    osc[j * 16 + r] = scale[j];
+                    omn[j * 16 + r] = min[j];
+                }
+                od[r] = kp_rd_f16(b);
+                odm[r] = kp_rd_f16(b + 2);
+                for (int c = 0; c < 4; c++) /* 64 elements per 32 bytes: low nibbles, then high */
+                    for (int l = 0; l < 32; l++) {
+                        q[r][64 * c + l] = b[16 + 32 * c + l] & 0x0f;
+                        q[r][64 * c + 32 + l] = b[16 + 32 * c + l] >> 4;
+                    }
+            }
+            for (int j = 0; j < 8; j++)
+                for (int u = 0; u < 4; u++)
+                    for (int g = 0; g < 2; g++) {
+                        uint16_t *v = (uint16_t *)(o + ((j * 4 + u) * 2 + g) * 32);
+                        for (int r = 0; r < 8; r++)
+                            for (int e = 0; e < 2; e++) {
+                                unsigned lane = 0;
+                                for (int qq = 0; qq < 4; qq++)
+                                    lane |= (unsigned)q[8 * g + r][32 * j + 2 * (4 * u + qq) + e] << (4 * qq);
+                                v[2 * r + e] = (uint16_t)lane;
+                            }
+                    }
+        }
+    }
+}
+
+/* One group (16 rows) against T tokens over all of k */
+KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                             size_t ldy, int nr) {
+    const __m256i m4 = _mm256_set1_epi16(0x0f);
+    __m256 acc[2][KP_T];
+    KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (uint64_t sb = 0; sb < k / 256; sb++) {
+        const uint8_t *o = grp + sb * K4P_SB;
+        const float *od = (const float *)(o + 2304);
+        _mm_prefetch((const char *)o + K4P_SB, _MM_HINT_T0);
+        for (int j = 0; j < 8; j++) {
+            const kipp_act_q16 *xb[KP_T];
+            __m256i ai[2][KP_T];
+            KP_UNROLL for (int t = 0; t < T; t++) {
+                xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
+                ai[0][t] = ai[1][t] = _mm256_setzero_si256();
+            }
+            const uint8_t *qv = o + j * 256;
+            _mm_prefetch((const char *)qv + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)qv + 1024 + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)qv + 1024 + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)qv + 1024 + 192, _MM_HINT_T0);
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u));
+                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u + 32));
+                KP_UNROLL for (int q = 0; q < 4; q++) {
+                    const __m256i w0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4 * q), m4);
+                    const __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4 * q), m4);
+                    KP_UNROLL for (int t = 0; t < T; t++) {
+                        const __m256i xv = _mm256_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + q)));
+                        ai[0][t] = KP_DOT(ai[0][t], w0, xv);
+                        ai[1][t] = KP_DOT(ai[1][t], w1, xv);
+                        /* one chain per accumulator: gcc's reassociation into a tree of
+                         * adds would spill (measured: 235 stack moves, 86 vs 103 GFLOP/s) */
+                        __asm__("" : "+x"(ai[0][t]), "+x"(ai[1][t]));
+                    }
+                }
+            }
+            KP_UNROLL for (int g = 0; g < 2; g++) {
+                const __m256 sc = _mm256_mul_ps(
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 2048 + 16 * j + 8 * g)))),
+                    _mm256_loadu_ps(od + 8 * g));
+                const __m256 mn = _mm256_mul_ps(
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 2176 + 16 * j + 8 * g)))),
+                    _mm256_loadu_ps(od + 16 + 8 * g));
+                KP_UNROLL for (int t = 0; t < T; t++) {
+                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
+                    acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
+                    acc[g][t] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb[t]->d * (float)xb[t]->sum), acc[g][t]);
+                }
+            }
+        }
+    }
+    KP_UNROLL for (int g = 0; g < 2; g++) {
+        if (8 * g >= nr) break;
+        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
+        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
+    }
+}
+
+/* w: the packed tensor advanced to row r (r a multiple of 16), wrb = group bytes / 16 */
+static void kp_gemm_q4_k(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
+                             float *y, size_t ldy, uint64_t k) {
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
+        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
+        for (uint64_t t = 0; t < n_tok; t += KP_T) {
+            const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);
+            const char *xt = (const char *)x + t * xrb;
+            float *yt = y + t * ldy + r0;
+            switch (T) {
+            case 3: kp_tile_q4_k(3, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 2: kp_tile_q4_k(2, grp, k, xt, xrb, yt, ldy, nr); break;
+            default: kp_tile_q4_k(1, grp, k, xt, xrb, yt, ldy, nr); break;
+            }
+        }
+    }
+}
+
+/* ---- Q6_K repacked once at load ------------------------------------------------------------
+ * Per 256-element super-block a group of 16 rows holds the low nibbles as Q4_K's packed form
+ * (2048 bytes), then the high two bits (1024 bytes: per 32-element sub-block j, half g and
+ * pairs 8h..8h+7, one 32-byte vector whose 16-bit lane 2r + e holds bits 4-5 of
+ * w[8g + r][2(8h + m) + e] in bits 2m..2m+1), the 16 rows' int8 scales per 16 elements
+ * ([16][16]) and their d as f32 ([16]): 212 bytes a row per 256 against Q6_K's 210. Values
+ * are q - 32 in int16; each 16-element half of a sub-block has its own scale, so its int32
+ * sums are scaled on their own: y += dx * (d * scale) * dot. */
+enum { K6P_LO = 0, K6P_HI = 2048, K6P_SC = 3072, K6P_D = 3328, K6P_SB = 3392 };
+
+static size_t kp_bytes_q6_k(uint32_t type, uint64_t rows, uint64_t k) {
+    if (type != KIPP_TYPE_Q6_K || k % 256 != 0 || rows == 0) return 0;
+    return (size_t)((rows + 15) / 16 * (k / 256) * K6P_SB);
+}
+
+static void kp_pack_q6_k(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                           uint64_t k, void *out) {
+    (void)type;
+    const uint64_t gb = k / 256 * K6P_SB;
+    for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
+        uint8_t *grp = (uint8_t *)out + g0 / 16 * gb;
+        const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
+        for (uint64_t sb = 0; sb < k / 256; sb++) {
+            uint8_t *o = grp + sb * K6P_SB;
+            int8_t *osc = (int8_t *)(o + K6P_SC);
+            float *od = (float *)(o + K6P_D);
+            uint8_t q[16][256]; /* the super-block's values per row, 0..63 (padding rows 32: zero) */
+            memset(q, 32, sizeof q);
+            for (int r = 0; r < 16; r++) {
+                if (r >= nr) {
+                    for (int i = 0; i < 16; i++) osc[i * 16 + r] = 0;
+                    od[r] = 0.0f;
+                    continue;
+                }
+                const uint8_t *b = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb + sb * 210;
+                for (int i = 0; i < 16; i++) osc[i * 16 + r] = (int8_t)b[192 + i];
+                od[r] = kp_rd_f16(b + 208);
+                for (int n = 0; n < 2; n++) /* ggml's element order per 128 */
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+                        q[r][128 * n + l] = (uint8_t)((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4);
+                        q[r][128 * n + l + 32] = (uint8_t)((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4);
+                        q[r][128 * n + l + 64] = (uint8_t)((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+                        q[r][128 * n + l + 96] = (uint8_t)((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+                    }
+            }
+            for (int j = 0; j < 8; j++)
+                for (int g = 0; g < 2; g++) {
+                    for (int u = 0; u < 4; u++) {
+                        uint16_t *v = (uint16_t *)(o + K6P_LO + ((j * 4 + u) * 2 + g) * 32);
+                        for (int r = 0; r < 8; r++)
+                            for (int e = 0; e < 2; e++) {
+                                unsigned lane = 0;
+                                for (int qq = 0; qq < 4; qq++)
+                                    lane |= (unsigned)(q[8 * g + r][32 * j + 2 * (4 * u + qq) + e] & 0x0f) << (4 * qq);
+                                v[2 * r + e] = (uint16_t)lane;
+                            }
+                    }
+                    for (int h = 0; h < 2; h++) {
+                        uint16_t *v = (uint16_t *)(o + K6P_HI + ((j * 2 + g) * 2 + h) * 32);
+                        for (int r = 0; r < 8; r++)
+                            for (int e = 0; e < 2; e++) {
+                                unsigned lane = 0;
+                                for (int m = 0; m < 8; m++)
+                                    lane |= (unsigned)(q[8 * g + r][32 * j + 2 * (8 * h + m) + e] >> 4) << (2 * m);
+                                v[2 * r + e] = (uint16_t)lane;
+                            }
+                    }
+                }
+        }
+    }
+}
+
+/* bits 4-5 of pair m's values (from a high-bit vector) in place */
+KP_INLINE __m256i kp_q6_hi(__m256i hv, int m) {
+    const __m256i v = 2 * m >= 4 ? _mm256_srli_epi16(hv, 2 * m - 4) : _mm256_slli_epi16(hv, 4 - 2 * m);
+    return _mm256_and_si256(v, _mm256_set1_epi16(0x30));
+}
+
+/* One group (16 rows) against T tokens over all of k */
+KP_INLINE void kp_tile_q6_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                             size_t ldy, int nr) {
+    const __m256i m4 = _mm256_set1_epi16(0x0f), k32 = _mm256_set1_epi16(32);
+    __m256 acc[2][KP_T];
+    KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (uint64_t sb = 0; sb < k / 256; sb++) {
+        const uint8_t *o = grp + sb * K6P_SB;
+        const float *od = (const float *)(o + K6P_D);
+        _mm_prefetch((const char *)o + K6P_SB, _MM_HINT_T0);
+        for (int j = 0; j < 8; j++) {
+            const kipp_act_q16 *xb[KP_T];
+            KP_UNROLL for (int t = 0; t < T; t++) xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
+            _mm_prefetch((const char *)o + K6P_LO + j * 256 + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)o + K6P_LO + j * 256 + 1024 + 128, _MM_HINT_T0);
+            for (int h = 0; h < 2; h++) { /* the sub-block's halves: 16 elements, one scale each */
+                __m256i ai[2][KP_T];
+                KP_UNROLL for (int t = 0; t < T; t++) ai[0][t] = ai[1][t] = _mm256_setzero_si256();
+                const __m256i hv0 = _mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 0) * 2 + h) * 32));
+                const __m256i hv1 = _mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 1) * 2 + h) * 32));
+                KP_UNROLL for (int uu = 0; uu < 2; uu++) {
+                    const int u = 2 * h + uu;
+                    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(o + K6P_LO + j * 256 + 64 * u));
+                    const __m256i v1 = _mm256_loadu_si256((const __m256i *)(o + K6P_LO + j * 256 + 64 * u + 32));
+                    KP_UNROLL for (int qq = 0; qq < 4; qq++) {
+                        const int m = 4 * uu + qq; /* the pair within the half */
+                        const __m256i w0 = _mm256_sub_epi16(
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4 * qq), m4), kp_q6_hi(hv0, m)), k32);
+                        const __m256i w1 = _mm256_sub_epi16(
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4 * qq), m4), kp_q6_hi(hv1, m)), k32);
+                        KP_UNROLL for (int t = 0; t < T; t++) {
+                            const __m256i xv = _mm256_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + qq)));
+                            ai[0][t] = KP_DOT(ai[0][t], w0, xv);
+                            ai[1][t] = KP_DOT(ai[1][t], w1, xv);
+                            __asm__("" : "+x"(ai[0][t]), "+x"(ai[1][t])); /* as kp_tile_q4_k */
+                        }
+                    }
+                }
+                KP_UNROLL for (int g = 0; g < 2; g++) {
+                    const __m256 sc = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                            _mm_loadl_epi64((const __m128i *)(o + K6P_SC + (2 * j + h) * 16 + 8 * g)))),
+                        _mm256_loadu_ps(od + 8 * g));
+                    KP_UNROLL for (int t = 0; t < T; t++) {
+                        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
+                        acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
+                    }
+                }
+            }
+        }
+    }
+    KP_UNROLL for (int g = 0; g < 2; g++) {
+        if (8 * g >= nr) break;
+        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
+        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
+    }
+}
+
+static void kp_gemm_q6_k(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
+                             float *y, size_t ldy, uint64_t k) {
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
+        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
+        for (uint64_t t = 0; t < n_tok; t += KP_T) {
+            const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);
+            const char *xt = (const char *)x + t * xrb;
+            float *yt = y + t * ldy + r0;
+            switch (T) {
+            case 3: kp_tile_q6_k(3, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 2: kp_tile_q6_k(2, grp, k, xt, xrb, yt, ldy, nr); break;
+            default: kp_tile_q6_k(1, grp, k, xt, xrb, yt, ldy, nr); break;
+            }
+        }
+    }
+}
+
+static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0};
+static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k};
+static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k};
+
+#endif
