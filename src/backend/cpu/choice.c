@@ -49,19 +49,21 @@ static const choice_row rows[] = {
      "1 token: avx2 21.9 vs avx512 11.4 (decode streams faster); 2+: avx512 55-106 vs 22-72"},
     {KIPP_TYPE_BF16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
      "1 token: avx2 22.2 vs avx512 11.3 (decode streams faster); 2+: avx512 54-104 vs 26-76"},
-    {KIPP_TYPE_Q8_0, "avx2", {{1, "avx512vnni avx512 avx2"}},
-     "avx2 repacked panels: 117-138 at 2+ tokens (avx512vnni 47-123), 17.5 at 1 (avx2 18.9)"},
+    {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
+     "repacked int16 panels: avx512vnni's (vpdpwssd) 129-157 at 2+ tokens, avx2's 116-134 (the best "
+     "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7)"},
     {KIPP_TYPE_Q4_0, NULL, {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
      "avx512vnni fastest at every count (32-128); without VNNI: avx512 to 4 tokens, avx2's "
      "int16 panels from 8 (64-125 vs 52-62)"},
-    {KIPP_TYPE_Q4_K, NULL, {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
-     "avx512vnni 38-119 (within 6 % of avx2 panels at 64+); without VNNI: avx512 to 4 tokens, "
-     "avx2's int16 panels from 8 (61-116 vs 54-64)"},
+    {KIPP_TYPE_Q4_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
+     "repacked nibble panels: avx512vnni's 54.5 at 1 token and 111-142 at 2+ (its gemm 39.6 and "
+     "52-108), avx2's 52.7 and 113-125 (avx512 gemm 40.0 and 29-67)"},
     {KIPP_TYPE_Q6_K, NULL,
      {{1, "avx2:gemm avx512vnni avx512"}, {2, "avx512vnni avx2:gemm avx512"}, {4, "avx512vnni avx512 avx2"},
       {8, "avx512vnni avx2:many avx512"}},
      "1 token: avx2 21.4 vs 19.5-20.1; 2+: avx512vnni 44-119; without VNNI: avx2 at 2, avx512 at 4, "
-     "avx2's int16 panels from 8"},
+     "avx2's int16 panels from 8; not repacked: the packed panels run 13.3 at 1 token against 20.9 "
+     "(decode), though 70-103 at 2-16"},
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
     {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
     {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
