@@ -8,7 +8,8 @@
  *     through bsums, Q6_K's -32 offset through maddubs(32, x);
  *   Q4_1/Q5_0/Q5_1/Q3_K/IQ4_NL/IQ4_XS on Q8_0 activations: rows decoded by the panel's
  *     decode_row, then an exact int dot per 32-block (gemm_rows_dec);
- *   many tokens: the int16 panel (KIPP_ACT_Q16) for every quantized type but Q2_K.
+ *   many tokens: the int16 panel (KIPP_ACT_Q16) for every quantized type but Q2_K;
+ *   Q8_0, Q4_K and Q6_K repacked at load: kernels_packed.h (vpmaddwd + vpaddd here).
  * Register tile: one weight row against up to 4 tokens, so each weight block is loaded and
  * unpacked once per 4 tokens. Converters are the scalar ones (O(k) per token, not the cost). */
 #include "backend/cpu/kernels.h"
