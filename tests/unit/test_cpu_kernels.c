@@ -513,6 +513,19 @@ static void check_packed(const kipp_cpu_kernels *lv) {
             memset(pk, 0xa5, pb);
             pp->pack(type, w, rb, MAX_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
             pp->pack(type, w, rb, MAX_ROWS, 16, MAX_ROWS, k, pk);
+            /* each row back from the packed form, bit for bit (embedding lookups) */
+            KT_CHECK(pp->row != NULL, "%s %s: packer has no row", lv->isa, kipp_type_name(type));
+            int row_bad = 0;
+            for (int r = 0; r < MAX_ROWS && pp->row && !row_bad; r++) {
+                pp->row(type, pk, (uint64_t)r, k, xf);
+                for (uint64_t i = 0; i < k && !row_bad; i++)
+                    if (bits_of(xf[i]) != bits_of(wd[(uint64_t)r * k + i])) {
+                        row_bad = 1;
+                        KT_CHECK(0, "%s packed %s k=%llu row %d [%llu]: %.9g vs %.9g", lv->isa, kipp_type_name(type),
+                                 (unsigned long long)k, r, (unsigned long long)i, xf[i], wd[(uint64_t)r * k + i]);
+                    }
+            }
+            KT_CHECK(!row_bad, "%s packed %s k=%llu: rows read back", lv->isa, kipp_type_name(type), (unsigned long long)k);
             int bad = 0;
             for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0] && !bad; ri++)
                 for (size_t tj = 0; tj < sizeof toks / sizeof toks[0] && !bad; tj++) {

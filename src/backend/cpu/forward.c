@@ -70,6 +70,9 @@ typedef struct {
     const void *src; /* the tensor's GGUF data (the key); NULL: empty slot */
     void *data;      /* its packed form */
     size_t row_bytes; /* packed bytes per row (a group of 16 rows / 16) */
+    const kipp_cpu_packer *p; /* the packer that wrote it */
+    uint32_t type;
+    uint64_t rows; /* rows packed (a head may be the first rows of a tied embedding table) */
 } packed_w;
 
 typedef struct {
@@ -160,19 +163,38 @@ typedef struct {
     const kipp_cpu_packer *p;
     const kipp_gguf_tensor *t;
     void *out;
+    uint64_t g0; /* the first group of this slab */
 } pack_job;
 
 static void pack_groups(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const pack_job *j = ctx;
     const uint64_t rows = (uint64_t)j->t->ne[1], k = (uint64_t)j->t->ne[0];
+    begin += j->g0;
+    end += j->g0;
     const uint64_t r1 = 16 * end < rows ? 16 * end : rows;
     j->p->pack(j->t->type, j->t->data, (size_t)kipp_type_row_bytes(j->t->type, k), rows, 16 * begin, r1, k, j->out);
 }
 
+/* Drops the whole pages of [p, p + n) from this process (file pages of the read-only
+ * mapping: a later read faults them back in; nothing is lost). */
+static void release_pages(const void *p, size_t n) {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !n) return;
+    const uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    const uintptr_t e = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* GGUF bytes packed per pass before their pages are released: the load's peak RSS holds
+ * the packed weights so far plus one slab of file pages, not a whole tensor twice (a tied
+ * 0.6B embedding table is 165 MB) */
+#define PACK_SLAB_BYTES ((size_t)16 << 20)
+
 /* Packs t when its type's kernels pack it (a tensor met twice, e.g. a tied head, once) and
  * releases the whole GGUF pages inside it from this process: they are file pages, so a
- * later read (an embedding row of a tied lm_head) faults them back in, and the resident
+ * later read faults them back in (an embedding row of a tied lm_head beyond the rows the
+ * head keeps; the others are read from the packed copy, embed_rows), and the resident
  * weights are the packed ones, not both. */
 static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
     if (!t || packed_find(f, t->data)) return 1;
@@ -182,18 +204,24 @@ static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
     if (!bytes) return 1;
     void *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!out) return 0;
-    pack_job j = {.p = p, .t = t, .out = out};
-    kipp_threadpool_for(f->tp, (rows + 15) / 16, 1, pack_groups, &j);
+    /* slab by slab, each slab's file pages released once it is packed */
+    const size_t src_rb = (size_t)kipp_type_row_bytes(t->type, k);
+    const uint64_t groups = (rows + 15) / 16;
+    uint64_t slab = PACK_SLAB_BYTES / (16 * src_rb);
+    if (slab == 0) slab = 1;
+    for (uint64_t g0 = 0; g0 < groups; g0 += slab) {
+        const uint64_t g1 = groups - g0 < slab ? groups : g0 + slab;
+        pack_job j = {.p = p, .t = t, .out = out, .g0 = g0};
+        kipp_threadpool_for(f->tp, g1 - g0, 1, pack_groups, &j);
+        const uint64_t r1 = 16 * g1 < rows ? 16 * g1 : rows;
+        release_pages((const char *)t->data + 16 * g0 * src_rb, (size_t)(r1 - 16 * g0) * src_rb);
+    }
     size_t s = packed_slot(f, t->data);
     while (f->packed[s].src) s = (s + 1) & (f->n_packed_cap - 1);
-    f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = p->bytes(t->type, 16, k) / 16};
+    f->packed[s] = (packed_w){.src = t->data, .data = out, .row_bytes = p->bytes(t->type, 16, k) / 16, .p = p,
+                              .type = t->type, .rows = rows};
     f->packed_bytes += bytes;
-    const long page = sysconf(_SC_PAGESIZE);
-    if (page > 0) {
-        const uintptr_t a = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
-        const uintptr_t e = ((uintptr_t)t->data + t->n_bytes) & ~(uintptr_t)(page - 1);
-        if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-    }
+    release_pages(t->data, t->n_bytes); /* the pages that straddled two slabs */
     return 1;
 }
 
@@ -752,12 +780,19 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
 
 /* ---- the pass -------------------------------------------------------------------------------- */
 
+/* Embedding rows: from the packed copy when the table was repacked as a tied head (its file
+ * pages were released and stay so), else from the file; the same values either way. */
 static void embed_rows(kipp_cpu_fwd *f, const int32_t *tokens, uint32_t n) {
     const kipp_gguf_tensor *e = f->m->tok_embd;
     const uint64_t rb = kipp_type_row_bytes(e->type, f->H);
-    for (uint32_t t = 0; t < n; t++)
-        kipp_dequantize_row(e->type, (const char *)e->data + (uint64_t)tokens[t] * rb,
-                            f->x + (size_t)t * f->H, f->H);
+    const packed_w *pw = packed_find(f, e->data);
+    for (uint32_t t = 0; t < n; t++) {
+        float *x = f->x + (size_t)t * f->H;
+        if (pw && pw->p->row && pw->type == e->type && (uint64_t)tokens[t] < pw->rows)
+            pw->p->row(e->type, pw->data, (uint64_t)tokens[t], f->H, x);
+        else
+            kipp_dequantize_row(e->type, (const char *)e->data + (uint64_t)tokens[t] * rb, x, f->H);
+    }
 }
 
 static void rope_tables(kipp_cpu_fwd *f, const uint32_t *positions, uint32_t n) {

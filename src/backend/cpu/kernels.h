@@ -80,12 +80,15 @@ typedef void (*kipp_cpu_gemm_fn)(const void *w, size_t w_row_bytes, uint64_t n_r
  * multiple of 16) of a tensor of n_rows rows from its GGUF rows (w, w_row_bytes apart) into
  * the tensor's packed buffer out; gemm runs over KIPP_ACT_Q16 rows for every token count,
  * its w the packed buffer advanced to row r (a multiple of 16), its w_row_bytes
- * bytes(type, 16, k) / 16. */
+ * bytes(type, 16, k) / 16. row dequantizes row r of a packed tensor (p: its buffer) into
+ * out[k], bit-identical to kipp_dequantize_row of the GGUF row (a tied embedding table is
+ * read from the packed copy, so its file pages stay released). */
 typedef struct {
     size_t (*bytes)(uint32_t type, uint64_t rows, uint64_t k);
     void (*pack)(uint32_t type, const void *w, size_t w_row_bytes, uint64_t n_rows, uint64_t r0, uint64_t r1,
                  uint64_t k, void *out);
     kipp_cpu_gemm_fn gemm;
+    void (*row)(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out);
 } kipp_cpu_packer;
 
 #define KIPP_CPU_MAX_RANGE 8 /* token-count ranges of one auto table entry */

@@ -455,8 +455,57 @@ static void kp_gemm_q6_k(const void *w, size_t wrb, uint64_t n_rows, const void 
     }
 }
 
-static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0};
-static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k};
-static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k};
+/* ---- one row back from the packed form (a tied embedding table's lookups) ---------------------
+ * The same values and the same evaluation order as kipp_dequantize_row (core/types.c):
+ * q * d (Q8_0), (d * scale) * q - dmin * min (Q4_K), (d * scale) * (q - 32) (Q6_K). */
+static void kp_row_q8_0(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
+    (void)type;
+    const uint8_t *grp = (const uint8_t *)p + r / 16 * kp_group_bytes_q8_0(k);
+    const float *sc = (const float *)(grp + 16 * k);
+    const int rr = (int)(r % 16);
+    for (uint64_t i = 0; i < k; i++)
+        out[i] = (float)(int8_t)grp[(i / 2) * 32 + 2 * (uint64_t)rr + i % 2] * sc[(i / 32) * 16 + (uint64_t)rr];
+}
+
+static void kp_row_q4_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
+    (void)type;
+    const int rr = (int)(r % 16), g = rr / 8, lr = rr % 8;
+    for (uint64_t sb = 0; sb < k / 256; sb++) {
+        const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * K4P_SB;
+        const float *od = (const float *)(o + 2304);
+        for (int j = 0; j < 8; j++) {
+            const float d1 = od[rr] * (float)o[2048 + 16 * j + rr], m1 = od[16 + rr] * (float)o[2176 + 16 * j + rr];
+            for (int e32 = 0; e32 < 32; e32++) {
+                const int pair = e32 / 2, u = pair / 4, qq = pair % 4;
+                uint16_t lane;
+                memcpy(&lane, o + ((j * 4 + u) * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
+                out[sb * 256 + (uint64_t)(32 * j + e32)] = d1 * (float)((lane >> (4 * qq)) & 0x0f) - m1;
+            }
+        }
+    }
+}
+
+static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
+    (void)type;
+    const int rr = (int)(r % 16), g = rr / 8, lr = rr % 8;
+    for (uint64_t sb = 0; sb < k / 256; sb++) {
+        const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * K6P_SB;
+        const float d = ((const float *)(o + K6P_D))[rr];
+        for (int j = 0; j < 8; j++)
+            for (int e32 = 0; e32 < 32; e32++) {
+                const int pair = e32 / 2, u = pair / 4, qq = pair % 4, h = pair / 8, m = pair % 8;
+                uint16_t lo, hi;
+                memcpy(&lo, o + K6P_LO + ((j * 4 + u) * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
+                memcpy(&hi, o + K6P_HI + ((j * 2 + g) * 2 + h) * 32 + 2 * (2 * lr + e32 % 2), 2);
+                const int q = (((lo >> (4 * qq)) & 0x0f) | ((hi >> (2 * m)) & 3) << 4) - 32;
+                const float sc = (float)(int8_t)o[K6P_SC + (2 * j + e32 / 16) * 16 + rr];
+                out[sb * 256 + (uint64_t)(32 * j + e32)] = d * sc * (float)q;
+            }
+    }
+}
+
+static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0, kp_row_q8_0};
+static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k, kp_row_q4_k};
+static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k, kp_row_q6_k};
 
 #endif
