@@ -203,5 +203,8 @@ def test_probe_does_not_count_the_harness_gil():
     assert live >= 4 * 3, live
     assert min(holds) > 0.2, holds  # each hold outlasts a probe request
     assert r["probes"] >= 5 and r["failed"] == 0, r
-    assert r["worst_s"] < 0.15, (r["worst_s"], holds)
+    # no probe absorbed a hold: its worst request stays under half the shortest hold (the
+    # holds and the probe's own latency both stretch on a loaded machine: at load 6 the
+    # holds took 2.2-9.8 s and a probe 0.40 s, past a fixed 0.15 s bound)
+    assert r["worst_s"] < 0.5 * min(holds), (r["worst_s"], holds)
     assert r["unfinished_probe_age_s"] is None
