@@ -120,6 +120,15 @@ static void usage(FILE *f) {
             "listed features (e.g. 'avx2 fma f16c') and exit, timing nothing.\n");
 }
 
+/* p, or a clear exit when an allocation of n bytes failed (a --pool-mib too large) */
+static void *must(void *p, size_t n) {
+    if (!p) {
+        fprintf(stderr, "kipp-kernbench: out of memory (%zu bytes; lower --pool-mib, --rows or --k)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
 /* One timed kernel: (level, type, variant, token count). */
 typedef struct {
     const char *isa;
@@ -249,10 +258,28 @@ int main(int argc, char **argv) {
             snprintf(level_list + strlen(level_list), sizeof level_list - strlen(level_list), "%s%s",
                      level_list[0] ? "," : "", all_levels[i]);
     if (!isas) isas = level_list;
+    /* every level asked for is checked before anything is allocated or timed */
+    for (const char *p = isas; *p;) {
+        const char *e = strchr(p, ',');
+        char isa[32], err[256];
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(isa, sizeof isa, "%.*s", (int)len, p);
+        p += len + (e ? 1 : 0);
+        const kipp_cpu_kernels *lv;
+        if (kipp_cpu_kernels_select(isa, &lv, err, sizeof err) != KIPP_OK) {
+            fprintf(stderr, "kipp-kernbench: %s\n", err);
+            return 2;
+        }
+    }
 
     /* two planes per token for 8-bit activations: 2 * max_tok rows */
     float *xf = malloc(2 * max_tok * k * sizeof *xf), *xd = malloc(k * sizeof *xd), *wd = malloc(k * sizeof *wd);
     float *y = malloc(2 * max_tok * n_rows * sizeof *y);
+    if (!xf || !xd || !wd || !y) {
+        fprintf(stderr, "kipp-kernbench: out of memory\n");
+        free(xf), free(xd), free(wd), free(y);
+        return 1;
+    }
     for (uint64_t i = 0; i < 2 * max_tok * k; i++) xf[i] = frand();
     int failed = 0;
 
@@ -280,7 +307,7 @@ int main(int argc, char **argv) {
             const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
             size_t ncopy = (pool_mib << 20) / mat;
             ncopy = ncopy < 1 ? 1 : ncopy;
-            unsigned char *w = malloc(mat * ncopy);
+            unsigned char *w = must(malloc(mat * ncopy), mat * ncopy);
             for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
             for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
             /* the level's few-token kernel, its many-token kernel, its repacked path */
@@ -293,7 +320,7 @@ int main(int argc, char **argv) {
                     variant == 0 ? entry.gemm : variant == 1 ? entry.gemm_many : entry.packer->gemm;
                 const int planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
                 const size_t ab = kipp_cpu_act_row_bytes(act, k);
-                unsigned char *xa = malloc(ab * 2 * max_tok);
+                unsigned char *xa = must(malloc(ab * 2 * max_tok), ab * 2 * max_tok);
                 kipp_cpu_quant_fn q = lv->quant[act];
                 if (!q && act == KIPP_ACT_Q16) q = kipp_cpu_quant_q16_scalar;
                 for (uint64_t t = 0; t < 2 * max_tok; t++) {
@@ -311,7 +338,7 @@ int main(int argc, char **argv) {
                     wrb = entry.packer->bytes(type, 16, k) / 16;
                     wcopies = (pool_mib << 20) / wmat;
                     wcopies = wcopies < 1 ? 1 : wcopies;
-                    pk = aligned_alloc(64, (wmat * wcopies + 63) / 64 * 64);
+                    pk = must(aligned_alloc(64, (wmat * wcopies + 63) / 64 * 64), wmat * wcopies);
                     entry.packer->pack(type, w, rb, n_rows, 0, n_rows, k, pk);
                     for (size_t c = 1; c < wcopies; c++) memcpy(pk + c * wmat, pk, wmat);
                     wk = pk;
