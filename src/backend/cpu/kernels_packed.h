@@ -55,6 +55,36 @@ static void kp_k4_scales(const uint8_t *q, uint8_t scale[8], uint8_t min[8]) {
     }
 }
 
+/* The gemm of a packed type over its tile: w the packed tensor advanced to row r (r a
+ * multiple of 16), wrb = group bytes / 16; groups of 16 rows x up to KP_T tokens. */
+#define KP_GEMM(NAME, TILE)                                                                               \
+    static void NAME(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
+                     float *y, size_t ldy, uint64_t k) {                                                  \
+        for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {                                                    \
+            const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);                                   \
+            const uint8_t *grp = (const uint8_t *)w + r0 * wrb;                                           \
+            for (uint64_t t = 0; t < n_tok; t += KP_T) {                                                  \
+                const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);                                \
+                const char *xt = (const char *)x + t * xrb;                                               \
+                float *yt = y + t * ldy + r0;                                                             \
+                switch (T) {                                                                              \
+                case 3: TILE(3, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 2: TILE(2, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                default: TILE(1, grp, k, xt, xrb, yt, ldy, nr); break;                                    \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+
+/* y[t][0..nr) = acc[0..1][t] (rows 8g..8g+7), rows past nr left as they are */
+KP_INLINE void kp_store(int T, __m256 acc[2][KP_T], float *y, size_t ldy, int nr) {
+    KP_UNROLL for (int g = 0; g < 2; g++) {
+        if (8 * g >= nr) break;
+        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
+        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
+    }
+}
+
 /* ---- Q8_0 repacked once at load -------------------------------------------------------------
  * A tensor is stored as groups of 16 rows (the last padded with zero rows): first for every
  * two consecutive k the 16 rows' signed 8-bit values pair-interleaved (32 bytes: row r's
@@ -129,31 +159,10 @@ KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x
             }
         }
     }
-    KP_UNROLL for (int g = 0; g < 2; g++) {
-        if (8 * g >= nr) break;
-        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
-        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
-    }
+    kp_store(T, acc, y, ldy, nr);
 }
 
-/* w: the packed tensor advanced to row r (r a multiple of 16), wrb = group bytes / 16 */
-static void kp_gemm_q8_0(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                         float *y, size_t ldy, uint64_t k) {
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
-        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
-        for (uint64_t t = 0; t < n_tok; t += KP_T) {
-            const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);
-            const char *xt = (const char *)x + t * xrb;
-            float *yt = y + t * ldy + r0;
-            switch (T) {
-            case 3: kp_tile_q8_0(3, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 2: kp_tile_q8_0(2, grp, k, xt, xrb, yt, ldy, nr); break;
-            default: kp_tile_q8_0(1, grp, k, xt, xrb, yt, ldy, nr); break;
-            }
-        }
-    }
-}
+KP_GEMM(kp_gemm_q8_0, kp_tile_q8_0)
 
 /* ---- Q4_K repacked once at load ------------------------------------------------------------
  * The same idea as Q8_0's groups of 16 rows, at Q4_K's own size: per 256-element super-block
@@ -274,31 +283,10 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
             }
         }
     }
-    KP_UNROLL for (int g = 0; g < 2; g++) {
-        if (8 * g >= nr) break;
-        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
-        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
-    }
+    kp_store(T, acc, y, ldy, nr);
 }
 
-/* w: the packed tensor advanced to row r (r a multiple of 16), wrb = group bytes / 16 */
-static void kp_gemm_q4_k(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                             float *y, size_t ldy, uint64_t k) {
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
-        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
-        for (uint64_t t = 0; t < n_tok; t += KP_T) {
-            const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);
-            const char *xt = (const char *)x + t * xrb;
-            float *yt = y + t * ldy + r0;
-            switch (T) {
-            case 3: kp_tile_q4_k(3, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 2: kp_tile_q4_k(2, grp, k, xt, xrb, yt, ldy, nr); break;
-            default: kp_tile_q4_k(1, grp, k, xt, xrb, yt, ldy, nr); break;
-            }
-        }
-    }
-}
+KP_GEMM(kp_gemm_q4_k, kp_tile_q4_k)
 
 /* ---- Q6_K repacked once at load ------------------------------------------------------------
  * Per 256-element super-block a group of 16 rows holds the low nibbles as Q4_K's packed form
@@ -430,30 +418,10 @@ KP_INLINE void kp_tile_q6_k(int T, const uint8_t *grp, uint64_t k, const char *x
             }
         }
     }
-    KP_UNROLL for (int g = 0; g < 2; g++) {
-        if (8 * g >= nr) break;
-        const __m256i m = kp_tail_mask((uint64_t)(nr - 8 * g));
-        KP_UNROLL for (int t = 0; t < T; t++) _mm256_maskstore_ps(y + t * ldy + 8 * g, m, acc[g][t]);
-    }
+    kp_store(T, acc, y, ldy, nr);
 }
 
-static void kp_gemm_q6_k(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                             float *y, size_t ldy, uint64_t k) {
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
-        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
-        for (uint64_t t = 0; t < n_tok; t += KP_T) {
-            const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);
-            const char *xt = (const char *)x + t * xrb;
-            float *yt = y + t * ldy + r0;
-            switch (T) {
-            case 3: kp_tile_q6_k(3, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 2: kp_tile_q6_k(2, grp, k, xt, xrb, yt, ldy, nr); break;
-            default: kp_tile_q6_k(1, grp, k, xt, xrb, yt, ldy, nr); break;
-            }
-        }
-    }
-}
+KP_GEMM(kp_gemm_q6_k, kp_tile_q6_k)
 
 /* ---- one row back from the packed form (a tied embedding table's lookups) ---------------------
  * The same values and the same evaluation order as kipp_dequantize_row (core/types.c):
