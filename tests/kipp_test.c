@@ -97,6 +97,7 @@ static const struct {
     {"toolcall", "tool-call splitter", kt_suite_toolcall},
     {"think", "reasoning prefix gate before the grammar", kt_suite_think},
     {"fair", "fair steps: step-time line, decoding sequences chosen beside light requests", kt_suite_fair},
+    {"threadpool", "thread pool: every index once, fixed chunks, a held thread does not hold the job", kt_suite_threadpool},
 };
 #define N_SUITES (sizeof suites / sizeof suites[0])
 

@@ -26,6 +26,7 @@ void kt_suite_types(void);
 void kt_suite_buf(void);       /* core growable buffer and array growth (test_buf.c) */
 void kt_suite_vmath(void);     /* log-sum-exp and top k of a logits row (test_vmath.c) */
 void kt_suite_fair(void);      /* fair steps in continuous batching (test_fair.c) */
+void kt_suite_threadpool(void); /* the CPU thread pool's chunks (test_threadpool.c) */
 void kt_suite_gguf(void);
 void kt_suite_sampler(void);
 void kt_suite_tok(void);
