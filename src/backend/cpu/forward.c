@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #define ATT_CHUNK 64u   /* query tokens per attention work item */
+#define VT_TILE 16u     /* V rows transposed together (att_item; at most ATT_CHUNK x group) */
 #define PAR_MIN_TOKENS 4 /* below this, per-token elementwise work stays on the caller */
 #define SEG_ROWS 64u     /* f16/bf16 decode: KV rows converted to f32 at a time */
 
@@ -693,13 +694,24 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
     /* gather K rows (as f32) and V transposed for positions 0..last */
     const kipp_kv_type ty = src_type(src);
     const size_t off = (size_t)h * D * kipp_kv_type_size(ty);
-    float *vrow = a->oc; /* one converted V row; oc is written only after the gemms */
-    for (uint32_t t = 0; t < n_kv; t++) {
-        const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
-        const char *vr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
-        row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
-        row_to_f32(f, ty, vrow, vr, D);
-        for (uint32_t d = 0; d < D; d++) a->vt[(size_t)d * ld + t] = vrow[d];
+    /* V goes through a tile of VT_TILE converted rows (in oc, written only after the gemms)
+     * and is transposed a tile at a time: each vt row gets VT_TILE adjacent floats per
+     * write pass instead of one scattered float per position (which cost ~0.3 s of a 16-token
+     * chunk's step at 2,000 positions on the 0.6B shape) */
+    float *tile = a->oc;
+    for (uint32_t t0v = 0; t0v < n_kv; t0v += VT_TILE) {
+        const uint32_t nt = n_kv - t0v < VT_TILE ? n_kv - t0v : VT_TILE;
+        for (uint32_t j = 0; j < nt; j++) {
+            const uint32_t t = t0v + j;
+            const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
+            const char *vr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
+            row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
+            row_to_f32(f, ty, tile + (size_t)j * D, vr, D);
+        }
+        for (uint32_t d = 0; d < D; d++) {
+            float *dst = a->vt + (size_t)d * ld + t0v;
+            for (uint32_t j = 0; j < nt; j++) dst[j] = tile[(size_t)j * D + d];
+        }
     }
     /* query rows: token i of the chunk, head g of the group -> row i*G + g */
     for (uint32_t i = 0; i < m; i++)
