@@ -65,7 +65,7 @@ static void usage(FILE *f) {
             "                            waits about this at most (default 250; off = no bound)\n"
             "      --fair-share X        while an n > 1 request shares a step with one-sequence\n"
             "                            requests, its extra sequences may add at most X of the\n"
-            "                            step's time (default 0.5; 0 = one row each; off = no cap)\n"
+            "                            step's time (default 0.25; 0 = one row each; off = no cap)\n"
             "      --max-body BYTES      request body limit, 413 beyond (default 1048576)\n"
             "      --max-prompt-tokens N longest prompt accepted (default ctx-size - 1)\n"
             "      --max-tokens N        completion length when a request gives none\n"

@@ -48,7 +48,11 @@ typedef struct {
     double fair_share;             /* while a request of several sequences (n > 1) shares the
                                       batch with one-sequence requests, its sequences past one
                                       may add at most this share to the step's time (from the
-                                      measured step-time model); 0 = 0.5; < 0: no cap */
+                                      measured step-time model); 0 = 0.25; < 0: no cap */
+    double prefill_share;          /* while sequences decode, a step's prompt tokens (past a
+                                      one-sequence request's whole prompt) cost at most about
+                                      this share of a decode-only step, at least 4 tokens;
+                                      0 = 0.5 */
     double fair_slope;             /* > 0: the step-time model is this many seconds per
                                       sequence and nothing fixed, instead of measured (for
                                       reproducible tests); 0 = measured */

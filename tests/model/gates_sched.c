@@ -445,6 +445,69 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
     kipp_sched_free(s);
 }
 
+/* A one-sequence request's prompt goes into one step even beside a decoding sequence, whose
+ * presence caps other prompts at the beside-decoders budget (prefill_share ~0: 4 tokens a
+ * step): with D decoding, a 40-token prompt gets its first token within 2 steps of its
+ * submission (the step in flight, then its own), where 4-token chunks took 10; the same
+ * prompt as a sibling of an n > 1 request is still read in chunks (at least 10 steps). */
+static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
+    int32_t longp[128];
+    long_prompt(p, longp, 128);
+    uint64_t took[2] = {0, 0};
+    for (int heavy = 0; heavy < 2; heavy++) {
+        char err[KIPP_ERR_LEN];
+        kipp_sched_params sp = *base;
+        sp.batch_tokens = 256;
+        sp.prefix_cache_entries = 0;
+        sp.prefill_step_s = -1.0;
+        sp.prefill_share = 1e-9;
+        kipp_sched *s;
+        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "scheduler: %s", err);
+            return;
+        }
+        kipp_req_params rd = req_params(p, 0, 0.0f), rt = req_params(p, 1, 0.0f);
+        rd.prompt = longp + 80; /* 24 tokens: a prompt-heavy step measures seconds per token */
+        rd.n_prompt = 24;
+        rd.max_tokens = 120;
+        rt.prompt = longp;
+        rt.n_prompt = 40;
+        rt.max_tokens = 2;
+        if (heavy) rt.group = 77;
+        kipp_req *d = NULL, *t = NULL;
+        kipp_finish fin;
+        kipp_sched_stats st0, st1;
+        if (kipp_sched_submit(s, &rd, &d, err, sizeof err) == KIPP_OK) {
+            uint32_t nd = 0;
+            for (int k = 0; k < 600 && nd < 4; k++) nd = kipp_req_wait(d, nd, 100, &fin); /* decode measured */
+            kipp_sched_get_stats(s, &st0);
+            if (kipp_sched_submit(s, &rt, &t, err, sizeof err) == KIPP_OK) {
+                uint32_t nt = 0;
+                for (int k = 0; k < 600 && nt == 0; k++) nt = kipp_req_wait(t, 0, 100, &fin);
+                kipp_sched_get_stats(s, &st1);
+                took[heavy] = st1.steps - st0.steps;
+                const uint32_t dn = kipp_req_wait(d, 0, 0, &fin);
+                KT_CHECK(nt > 0 && fin == KIPP_FINISH_NONE && dn < rd.max_tokens,
+                         "whole prompt: %u tokens, the decoder %s (it must decode throughout)", nt,
+                         fin == KIPP_FINISH_NONE ? "runs" : "finished");
+                kipp_req_cancel(t);
+            } else {
+                KT_CHECK(0, "submit: %s", err);
+            }
+            kipp_req_cancel(d);
+        } else {
+            KT_CHECK(0, "submit: %s", err);
+        }
+        kipp_req_release(t);
+        kipp_req_release(d);
+        kipp_sched_free(s);
+    }
+    KT_CHECK(took[0] >= 1 && took[0] <= 2, "a one-sequence 40-token prompt beside a decoder: first token %llu "
+             "steps after its submission (want 1-2: read whole)", (unsigned long long)took[0]);
+    KT_CHECK(took[1] >= 10, "the same prompt as a sibling of an n > 1 request: first token after %llu steps "
+             "(want >= 10: 4-token chunks beside the decoder)", (unsigned long long)took[1]);
+}
+
 /* Submits an n-sequence request of prompt 2 (siblings of `group`, greedy) into g[], then a
  * plain request of prompt 3. 1: a submit failed (checked here). */
 static int submit_group_and_plain(kipp_sched *s, const prompts *p, uint64_t group, uint32_t n, kipp_req **g,
@@ -705,6 +768,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_short_prompt_first(m, &p, &sp);
     gate_fair_steps(m, &p, &sp, &solo);
     gate_prefill_step(m, &p, &sp);
+    gate_whole_light_prompt(m, &p, &sp);
     kipp_model_free(m);
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
@@ -712,7 +776,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
            "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first, "
-           "fair steps, prefill step bound\n",
+           "fair steps, prefill step bound, a one-sequence prompt whole beside a decoder\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }

@@ -210,3 +210,25 @@ def test_kv_memory_is_a_ceiling_in_whole_blocks():
     d = startup_line(s.proc)
     assert d["bytes"] <= 100 * 1024 and (d["blocks"], d["tokens"], d["bytes"]) == (12, 192, 98304), d
     stop(s)
+
+
+def test_step_trace(tmp_path):
+    """KIPP_STEP_TRACE=FILE: a line per engine step in the order docs/server.md gives; the
+    prompt-token column adds up to the prompt and the decoding column to the tokens after
+    the first; an unwritable path is named on stderr and the server runs without a trace."""
+    path = tmp_path / "steps.txt"
+    s = start("step-trace", "--threads", "1", "-c", "128", "--parallel", "2", "--no-prefix-cache",
+              env={"KIPP_STEP_TRACE": str(path)})
+    js = s.complete("one two three four five six", max_tokens=5, temperature=0, ignore_eos=True)
+    stop(s)
+    rows = [line.split() for line in path.read_text().splitlines()]
+    assert rows and all(len(r) == 10 for r in rows), rows[:3]
+    assert all(float(r[2]) > 0 for r in rows if int(r[4]) > 0), rows       # forward seconds
+    assert sum(int(r[6]) for r in rows) == js["usage"]["prompt_tokens"], rows
+    assert sum(int(r[5]) for r in rows) == js["usage"]["completion_tokens"] - 1, rows
+    s = start("step-trace-bad", "--threads", "1", "-c", "128", "--parallel", "2",
+              env={"KIPP_STEP_TRACE": str(tmp_path / "no" / "such" / "dir" / "steps.txt")})
+    s.complete("hello", max_tokens=2)
+    stop(s)
+    with open(s.proc.stderr_path, errors="replace") as f:
+        assert "KIPP_STEP_TRACE: cannot write" in f.read()
