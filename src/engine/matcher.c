@@ -312,6 +312,8 @@ struct kipp_matcher {
     uint32_t *intern_stamp; /* the walk (gen) a slot was written in: older slots are empty */
     walk_frame *wstk;      /* walk's stack: a frame per trie level entered */
     uint32_t cap_wstk;
+    uint32_t *rstk;        /* resolve's stack: (pos, parent) pairs still to follow */
+    uint32_t cap_rstk;
     sset tmp;              /* memo_of's scratch */
     sset merge;            /* walk's scratch for states several tops lead to */
     int oom;
@@ -413,33 +415,48 @@ static void add_top(kipp_matcher *m, sset *s, uint32_t pos, uint32_t parent) {
 }
 
 /* Follows position pos (with its return chain parent) to every G_BYTES element it can
- * reach without consuming a byte; reaching the end of the bottom frame marks complete. */
-static void resolve(kipp_matcher *m, uint32_t pos, uint32_t parent, sset *out) {
+ * reach without consuming a byte; reaching the end of the bottom frame marks complete.
+ * Depth first, a rule's alternatives in order, as a recursion over the alternatives would
+ * go, but on an explicit stack (m->rstk): a chain of rules is as deep as the expansion
+ * budget (65,536), which as C recursion took ~5 MB of a thread's stack and overflowed
+ * ThreadSanitizer's shadow stack (make test-tsan crashed in the next suite). */
+static void resolve(kipp_matcher *m, uint32_t pos0, uint32_t parent0, sset *out) {
     const kipp_grammar *g = m->g;
-    for (;;) {
-        m->ops++;
-        if (stop_now(m)) return;
-        const kipp_gelem e = g->el[pos];
-        if (e.kind == G_END) {
-            if (parent == 0) { out->complete = 1; return; }
-            pos = m->fpos[parent];
-            parent = m->fpar[parent];
-            continue;
+    uint32_t n = 0;
+    if (grow(m, (void **)&m->rstk, &m->cap_rstk, 0, 2, sizeof *m->rstk)) return;
+    m->rstk[n++] = pos0;
+    m->rstk[n++] = parent0;
+    while (n > 0) {
+        uint32_t parent = m->rstk[--n], pos = m->rstk[--n];
+        for (;;) {
+            m->ops++;
+            if (stop_now(m)) return;
+            const kipp_gelem e = g->el[pos];
+            if (e.kind == G_END) {
+                if (parent == 0) { out->complete = 1; break; }
+                pos = m->fpos[parent];
+                parent = m->fpar[parent];
+                continue;
+            }
+            if (e.kind == G_BYTES) { add_top(m, out, pos, parent); break; }
+            if (m->budget == 0) {
+                m->failed = 1;
+                snprintf(m->why, sizeof m->why, "the grammar needs more than %u rule expansions "
+                         "before its next character here (the limit)", MAX_RESOLVE);
+                break;
+            }
+            m->budget--;
+            /* a rule: its caller resumes at pos + 1, unless that is the end (a tail call) */
+            const uint32_t np = g->el[pos + 1].kind == G_END ? parent : new_frame(m, pos + 1, parent);
+            if (np == 0 && g->el[pos + 1].kind != G_END) break; /* out of memory */
+            const uint32_t a0 = g->rule_alt0[e.arg], na = g->rule_nalt[e.arg];
+            if (grow(m, (void **)&m->rstk, &m->cap_rstk, n, 2 * na, sizeof *m->rstk)) return;
+            for (uint32_t a = na; a-- > 0;) { /* pushed last first: the first alternative pops first */
+                m->rstk[n++] = g->alt_start[a0 + a];
+                m->rstk[n++] = np;
+            }
+            break;
         }
-        if (e.kind == G_BYTES) { add_top(m, out, pos, parent); return; }
-        if (m->budget == 0) {
-            m->failed = 1;
-            snprintf(m->why, sizeof m->why, "the grammar needs more than %u rule expansions "
-                     "before its next character here (the limit)", MAX_RESOLVE);
-            return;
-        }
-        m->budget--;
-        /* a rule: its caller resumes at pos + 1, unless that is the end (a tail call) */
-        const uint32_t np = g->el[pos + 1].kind == G_END ? parent : new_frame(m, pos + 1, parent);
-        if (np == 0 && g->el[pos + 1].kind != G_END) return; /* out of memory */
-        const uint32_t a0 = g->rule_alt0[e.arg], na = g->rule_nalt[e.arg];
-        for (uint32_t a = 0; a < na; a++) resolve(m, g->alt_start[a0 + a], np, out);
-        return;
     }
 }
 
@@ -546,6 +563,7 @@ void kipp_matcher_free(kipp_matcher *m) {
     free(m->fpos), free(m->fpar), free(m->cur.top), free(m->key), free(m->memo), free(m->mbuf);
     free(m->dbuf), free(m->hc), free(m->ws), free(m->cbuf), free(m->intern), free(m->intern_stamp);
     free(m->wstk);
+    free(m->rstk);
     free(m->tmp.top), free(m->merge.top);
     free(m->step[0].top), free(m->step[1].top);
     for (int k = 0; k < N_CACHE; k++) free(m->cache[k].key), free(m->cache[k].mask);

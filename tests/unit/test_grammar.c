@@ -8,6 +8,7 @@
 #include "kt.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -427,6 +428,48 @@ static void test_resolve_climbs(void) {
     kipp_grammar_free(g);
 }
 
+/* The expansion limit reached through a chain of 4,000 pass-through rules, on a thread
+ * with a 256 KiB stack (the server's matcher runs on its own threads): resolve follows
+ * the chain on an explicit stack, so this ends with the limit's error. As C recursion
+ * (65,536 expansions deep, ~5 MB) it overflowed such a stack and the process died. */
+static void *climb_small_stack(void *arg) {
+    kipp_grammar *g = arg;
+    kipp_matcher *m;
+    char err[256];
+    static int ok;
+    ok = 0;
+    if (kipp_matcher_new(g, NULL, &m, err, sizeof err) == KIPP_OK) {
+        const int rejected = kipp_matcher_accept_bytes(m, "((((((((((", 10) == 1 &&
+                             kipp_matcher_accept_bytes(m, "((((((((((x", 11) == 0;
+        const char *e = kipp_matcher_error(m);
+        ok = rejected && e != NULL && strstr(e, "more than 65536 rule expansions") != NULL;
+        kipp_matcher_free(m);
+    }
+    return &ok;
+}
+
+static void test_resolve_small_stack(void) {
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= r\nr ::= \"(\" r p1 | \"x\"\n", 0, 0);
+    for (int i = 1; i < 4000; i++) cat(&s, &len, &cap, "p%d ::= p%d\n", i, i + 1);
+    cat(&s, &len, &cap, "p4000 ::= \")\" | \"\"\n", 0, 0);
+    kipp_grammar *g = compile(s);
+    free(s);
+    KT_CHECK(g != NULL);
+    if (!g) return;
+    pthread_attr_t at;
+    pthread_t th;
+    void *res = NULL;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    const int started = pthread_create(&th, &at, climb_small_stack, g) == 0;
+    pthread_attr_destroy(&at);
+    if (started) pthread_join(th, &res);
+    KT_CHECK(started && res && *(int *)res, "the expansion limit on a 256 KiB stack: no limit error");
+    kipp_grammar_free(g);
+}
+
 static int n_asked;
 static int interrupt_now(void *arg) {
     n_asked++;
@@ -622,6 +665,7 @@ void kt_suite_grammar(void) {
     test_cost_bound();
     test_resolve_budget_per_stack();
     test_resolve_climbs();
+    test_resolve_small_stack();
     test_time_limit();
     test_yield();
     test_long_tokens();
