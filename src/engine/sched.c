@@ -109,6 +109,8 @@ struct kipp_req {
     kipp_think think;       /* the optional reasoning prefix in front of mt */
     double t_submit, t_last;
     double t_admit, t_first; /* first admission, first token published (0: not yet); s->mu */
+    uint64_t step_submit, step_first; /* s->st.steps at submission and at the first token's
+                                         step (0: not yet); s->mu */
     char err[KIPP_ERR_LEN];
     kipp_req_state state;
     /* speculative decoding (engine thread; drafted/accepted published under s->mu) */
@@ -293,6 +295,13 @@ void kipp_req_times(kipp_req *r, double *queue_s, double *ttft_s) {
     pthread_mutex_unlock(&r->s->mu);
 }
 
+int64_t kipp_req_steps_to_first(kipp_req *r) {
+    pthread_mutex_lock(&r->s->mu);
+    const int64_t n = r->t_first > 0 ? (int64_t)(r->step_first - r->step_submit) : -1;
+    pthread_mutex_unlock(&r->s->mu);
+    return n;
+}
+
 void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted) {
     pthread_mutex_lock(&r->s->mu);
     *drafted = r->drafted_pub;
@@ -423,6 +432,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     s->q_tail = r;
     s->n_queue++;
     s->st.submitted++;
+    r->step_submit = s->st.steps;
     s->st.queue_depth = s->n_queue;
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->mu);
@@ -1229,6 +1239,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             if (r->n_out == 0) {
                 kipp_hist_add(&s->st.ttft, t - r->t_submit);
                 r->t_first = t;
+                r->step_first = s->st.steps;
             }
             else kipp_hist_add(&s->st.itl, t - r->t_last);
             r->t_last = t;

@@ -188,6 +188,10 @@ uint32_t kipp_req_n_cached(kipp_req *r);
 /* Seconds from submission to first admission (the queue wait) and to the first token
  * published; -1 while it has not happened. */
 void kipp_req_times(kipp_req *r, double *queue_s, double *ttft_s);
+/* Engine steps that ended from the request's submission to the step that published its
+ * first token, that step included (1: the next step gave it; the step in flight at
+ * submission counts too); -1 while it has not happened. */
+int64_t kipp_req_steps_to_first(kipp_req *r);
 /* Speculative decoding: tokens drafted for the request and verified, and kept (0 without). */
 void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted);
 /* The backend's error message for KIPP_FINISH_ERROR ("" otherwise). */
