@@ -429,6 +429,9 @@ int main(int argc, char **argv) {
     }
     kipp_ctx_info ci; /* the start-up line comes before /health says 200 */
     kipp_sched_ctx_info(sched, &ci);
+    /* one line though printed in parts: the HTTP threads already log /health requests, and
+     * stdio's lock keeps their lines out of it (a fresh-clone make test once saw one inside) */
+    flockfile(stderr);
     fprintf(stderr, "kipp-server: model %s as '%s'", model, model_name);
     for (size_t k = 0; k < n_aliases; k++) {
         if (!strcmp(aliases[k], "*")) fprintf(stderr, "%s any name", k == 0 ? " (also" : ",");
@@ -438,6 +441,7 @@ int main(int argc, char **argv) {
             kp.max_running);
     kipp_cli_print_ctx_info(stderr, &ci);
     fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
+    funlockfile(stderr);
     if (kp.spec)
         fprintf(stderr, "kipp-server: speculative decoding: %s, draft-max %ld%s\n",
                 spec.draft_model ? spec.draft_model : "prompt lookup", spec.draft_max,
