@@ -392,6 +392,19 @@ static void test_resolve_budget_per_stack(void) {
  * expansions inside the rule and 3,000 in the caller pass the compile-time bound (per
  * position) and must work; one that climbs through 20 callers of 4,000 each is past the
  * run-time limit and fails visibly, naming it, instead of silently losing the stacks. */
+/* Nested parentheses whose closing one sits at the end of a chain of 4,000 pass-through
+ * rules: each "(" costs 4,000 expansions before the next character. */
+static kipp_grammar *paren_chain(void) {
+    char *s = NULL;
+    size_t len = 0, cap = 0;
+    cat(&s, &len, &cap, "root ::= r\nr ::= \"(\" r p1 | \"x\"\n", 0, 0);
+    for (int i = 1; i < 4000; i++) cat(&s, &len, &cap, "p%d ::= p%d\n", i, i + 1);
+    cat(&s, &len, &cap, "p4000 ::= \")\" | \"\"\n", 0, 0);
+    kipp_grammar *g = compile(s);
+    free(s);
+    return g;
+}
+
 static void test_resolve_climbs(void) {
     char *s = NULL;
     size_t len = 0, cap = 0;
@@ -404,12 +417,8 @@ static void test_resolve_climbs(void) {
     KT_CHECK(g != NULL);
     if (g) KT_CHECK(matches_s(g, "xz") == 1 && matches_s(g, "xqz") == 1 && matches_s(g, "yz") == 1);
     kipp_grammar_free(g);
-    len = 0;
-    cat(&s, &len, &cap, "root ::= r\nr ::= \"(\" r p1 | \"x\"\n", 0, 0);
-    for (int i = 1; i < 4000; i++) cat(&s, &len, &cap, "p%d ::= p%d\n", i, i + 1);
-    cat(&s, &len, &cap, "p4000 ::= \")\" | \"\"\n", 0, 0);
-    g = compile(s);
     free(s);
+    g = paren_chain();
     KT_CHECK(g != NULL);
     kipp_matcher *m;
     char err[256];
@@ -449,13 +458,7 @@ static void *climb_small_stack(void *arg) {
 }
 
 static void test_resolve_small_stack(void) {
-    char *s = NULL;
-    size_t len = 0, cap = 0;
-    cat(&s, &len, &cap, "root ::= r\nr ::= \"(\" r p1 | \"x\"\n", 0, 0);
-    for (int i = 1; i < 4000; i++) cat(&s, &len, &cap, "p%d ::= p%d\n", i, i + 1);
-    cat(&s, &len, &cap, "p4000 ::= \")\" | \"\"\n", 0, 0);
-    kipp_grammar *g = compile(s);
-    free(s);
+    kipp_grammar *g = paren_chain();
     KT_CHECK(g != NULL);
     if (!g) return;
     pthread_attr_t at;
