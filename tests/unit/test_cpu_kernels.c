@@ -651,6 +651,75 @@ static void check_pv(const kipp_cpu_kernels *k) {
     }
 }
 
+/* Attention's p·V over V rows by pointer (pv_rows_*) against double precision, with the
+ * rows scattered in memory in a shuffled order and o full of NaN beforehand (it is written,
+ * not read); over 256 rows (the sum's chunk); and the same rows at other addresses give the
+ * same bits (a result must not depend on where the KV blocks lie). */
+typedef void (*pv_rows_fn_t)(float *, size_t, const float *, size_t, uint32_t, const void *const *, uint32_t,
+                             uint32_t);
+static void check_pv_rows(const kipp_cpu_kernels *k) {
+    static const uint32_t nqs[] = {1, 5, 13, 40}, ds[] = {64, 100, 128}, ns[] = {1, 17, 300, 600};
+    enum { NMAX = 600, DMAX = 128, QMAX = 40, VS = 136 };
+    static float o[QMAX * DMAX], o2[QMAX * DMAX], p[QMAX * NMAX], v[NMAX * VS], v2[NMAX * VS];
+    static uint16_t vh[NMAX * VS], vh2[NMAX * VS];
+    static const void *rows[NMAX], *rows2[NMAX];
+    static uint32_t slot[NMAX];
+    for (int ty = 0; ty < 3; ty++) {
+        const pv_rows_fn_t fn = ty == 0 ? k->pv_rows_f32 : ty == 1 ? k->pv_rows_f16 : k->pv_rows_bf16;
+        if (!fn) continue;
+        for (size_t qi = 0; qi < 4; qi++)
+            for (size_t di = 0; di < 3; di++)
+                for (size_t ni = 0; ni < 4; ni++) {
+                    const uint32_t nq = nqs[qi], d = ds[di], n = ns[ni];
+                    for (uint32_t t = 0; t < n; t++) slot[t] = t;
+                    for (uint32_t t = n; t > 1; t--) { /* row t lives at slot[t] */
+                        const uint32_t j = (uint32_t)(urand() % t), x = slot[t - 1];
+                        slot[t - 1] = slot[j];
+                        slot[j] = x;
+                    }
+                    for (uint32_t i = 0; i < n * VS; i++) {
+                        v[i] = frand();
+                        if (ty == 1) v[i] = kipp_f16_to_f32(vh[i] = kipp_f32_to_f16(v[i]));
+                        if (ty == 2) v[i] = kipp_bf16_to_f32(vh[i] = kipp_f32_to_bf16(v[i]));
+                        v2[i] = v[i];
+                        vh2[i] = vh[i];
+                    }
+                    for (uint32_t t = 0; t < n; t++) {
+                        const size_t at = (size_t)slot[t] * VS, at2 = (size_t)(n - 1 - t) * VS;
+                        rows[t] = ty == 0 ? (const void *)(v + at) : (const void *)(vh + at);
+                        rows2[t] = ty == 0 ? (const void *)(v2 + at2) : (const void *)(vh2 + at2);
+                    }
+                    for (uint32_t t = 0; t < n; t++) /* rows2: the same values, other places */
+                        for (uint32_t i = 0; i < VS; i++) {
+                            v2[(size_t)(n - 1 - t) * VS + i] = v[(size_t)slot[t] * VS + i];
+                            vh2[(size_t)(n - 1 - t) * VS + i] = vh[(size_t)slot[t] * VS + i];
+                        }
+                    for (uint32_t i = 0; i < nq * NMAX; i++) p[i] = frand();
+                    for (uint32_t i = 0; i < QMAX * DMAX; i++) o[i] = o2[i] = NAN;
+                    fn(o, DMAX, p, NMAX, nq, rows, n, d);
+                    fn(o2, DMAX, p, NMAX, nq, rows2, n, d);
+                    double worst = 0.0;
+                    int same = 1;
+                    for (uint32_t q = 0; q < nq; q++)
+                        for (uint32_t i = 0; i < d; i++) {
+                            double ref = 0.0, mag = 0.0;
+                            for (uint32_t t = 0; t < n; t++) {
+                                const double term = (double)p[q * NMAX + t] * v[(size_t)slot[t] * VS + i];
+                                ref += term;
+                                mag += fabs(term);
+                            }
+                            const float got = o[q * DMAX + i];
+                            worst = fmax(worst, isfinite(got) ? fabs(got - ref) / (mag + 1e-3) : INFINITY);
+                            same &= memcmp(&got, &o2[q * DMAX + i], sizeof got) == 0;
+                        }
+                    KT_CHECK(worst < 1e-6, "%s pv_rows (%s rows) nq=%u d=%u n=%u: rel err %.3g", k->isa,
+                             ty == 0 ? "f32" : ty == 1 ? "f16" : "bf16", nq, d, n, worst);
+                    KT_CHECK(same, "%s pv_rows (%s rows) nq=%u d=%u n=%u: other addresses, other bits", k->isa,
+                             ty == 0 ? "f32" : ty == 1 ? "f16" : "bf16", nq, d, n);
+                }
+    }
+}
+
 /* The optional elementwise kernels (softmax, SwiGLU) against double precision. */
 static void check_elementwise(const kipp_cpu_kernels *k) {
     static const uint64_t lens[] = {1, 5, 16, 17, 100, 1000};
@@ -809,6 +878,7 @@ void kt_suite_cpu_kernels(void) {
             check_elementwise(k);
             check_quant2(k);
             check_pv(k);
+            check_pv_rows(k);
         }
     }
     /* the auto table this CPU runs, every kernel of it, and the composition for other classes */
@@ -818,6 +888,9 @@ void kt_suite_cpu_kernels(void) {
         check_level(ak);
         check_elementwise(ak);
         check_pv(ak);
+        check_pv_rows(ak);
+        KT_CHECK((ak->pv_rows_f16 && ak->pv_rows_bf16 && ak->pv_rows_f32) || !strcmp(ak->isa, "scalar"),
+                 "%s: no pv_rows (V would be transposed on every prompt chunk)", ak->isa);
     }
     check_compose();
     /* the level-independent fallback, on every type */

@@ -205,6 +205,9 @@ void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
     FILL(bf16_to_f32);
     FILL(pv_f16);
     FILL(pv_bf16);
+    FILL(pv_rows_f32);
+    FILL(pv_rows_f16);
+    FILL(pv_rows_bf16);
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         const choice_row *row = &rows[r];
         kipp_cpu_mm *e = entry(out, row->type);

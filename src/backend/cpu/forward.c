@@ -78,7 +78,8 @@ typedef struct {
 
 typedef struct {
     float *kc;   /* [max_kv][D]        gathered K rows */
-    float *vt;   /* [D][max_kv]        V transposed */
+    float *vt;   /* [D][max_kv]        V transposed (only where the level lacks pv_rows) */
+    const void **vrows; /* [max_kv]     V rows where they lie (pv_rows) */
     float *qc;   /* [ATT_CHUNK*G][D]   the chunk's query rows */
     float *sc;   /* [ATT_CHUNK*G][max_kv] scores, then probabilities */
     float *oc;   /* [ATT_CHUNK*G][D]   outputs */
@@ -519,19 +520,34 @@ typedef struct {
     atomic_uint next;
 } att_job;
 
-static int scratch_fit(kipp_cpu_fwd *f, att_scratch *a, uint32_t n_kv) {
-    if (n_kv <= a->cap_kv) return 1;
+typedef void (*pv_rows_fn)(float *o, size_t ldo, const float *p, size_t p_stride, uint32_t nq,
+                           const void *const *rows, uint32_t n, uint32_t d);
+
+/* The level's p·V over V rows in place for KV type ty (kernels.h: pv_rows_*), or NULL. */
+static pv_rows_fn pv_rows_for(const kipp_cpu_fwd *f, kipp_kv_type ty) {
+    return ty == KIPP_KV_TYPE_F32 ? f->k->pv_rows_f32 : ty == KIPP_KV_TYPE_F16 ? f->k->pv_rows_f16
+           : ty == KIPP_KV_TYPE_BF16 ? f->k->pv_rows_bf16 : NULL;
+}
+
+/* Thread scratch for attention over n_kv positions of a KV of type ty (vt only where V is
+ * transposed: no pv_rows for ty). */
+static int scratch_fit(kipp_cpu_fwd *f, att_scratch *a, uint32_t n_kv, kipp_kv_type ty) {
+    const int transposed = pv_rows_for(f, ty) == NULL;
+    if (n_kv <= a->cap_kv && (a->vt || !transposed)) return 1;
+    if (n_kv < a->cap_kv) n_kv = a->cap_kv;
     uint32_t cap = a->cap_kv ? a->cap_kv : 64;
     while (cap < n_kv) cap *= 2;
     if (cap > f->n_ctx) cap = f->n_ctx > n_kv ? f->n_ctx : n_kv;
     const size_t D = f->D, rows = (size_t)ATT_CHUNK * f->group;
     float *kc = realloc(a->kc, (size_t)cap * D * sizeof(float));
     if (kc) a->kc = kc;
-    float *vt = realloc(a->vt, (size_t)cap * D * sizeof(float));
+    float *vt = transposed ? realloc(a->vt, (size_t)cap * D * sizeof(float)) : NULL;
     if (vt) a->vt = vt;
+    const void **vrows = realloc(a->vrows, (size_t)cap * sizeof *vrows);
+    if (vrows) a->vrows = vrows;
     float *sc = realloc(a->sc, rows * cap * sizeof(float));
     if (sc) a->sc = sc;
-    if (!kc || !vt || !sc) return 0;
+    if (!kc || (transposed && !vt) || !vrows || !sc) return 0;
     a->cap_kv = cap;
     return 1;
 }
@@ -681,23 +697,16 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
     }
 }
 
-static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
-                     uint32_t l, uint32_t h, uint32_t t0) {
-    const uint32_t D = f->D, G = f->group;
-    const uint32_t m = r->n - t0 < ATT_CHUNK ? r->n - t0 : ATT_CHUNK;
-    if (m == 1 && r->n == 1) {
-        att_single(f, a, src, r, l, h, r->first);
-        return;
-    }
-    const uint32_t last = r->pos0 + t0 + m - 1, n_kv = last + 1;
-    const size_t ld = a->cap_kv; /* row stride of vt and sc */
-    /* gather K rows (as f32) and V transposed for positions 0..last */
+/* K rows 0..n_kv-1 of head slice off as f32 into kc, V transposed into vt. V goes through a
+ * tile of VT_TILE converted rows (in oc, written only after the gemms) and is transposed a
+ * tile at a time: each vt row gets VT_TILE adjacent floats per write pass instead of one
+ * scattered float per position (which cost ~0.3 s of a 16-token chunk's step at 2,000
+ * positions on the 0.6B shape). For levels without pv_rows. */
+static void att_transpose_v(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r, uint32_t l,
+                            size_t off, uint32_t n_kv) {
+    const uint32_t D = f->D;
+    const size_t ld = a->cap_kv;
     const kipp_kv_type ty = src_type(src);
-    const size_t off = (size_t)h * D * kipp_kv_type_size(ty);
-    /* V goes through a tile of VT_TILE converted rows (in oc, written only after the gemms)
-     * and is transposed a tile at a time: each vt row gets VT_TILE adjacent floats per
-     * write pass instead of one scattered float per position (which cost ~0.3 s of a 16-token
-     * chunk's step at 2,000 positions on the 0.6B shape) */
     float *tile = a->oc;
     for (uint32_t t0v = 0; t0v < n_kv; t0v += VT_TILE) {
         const uint32_t nt = n_kv - t0v < VT_TILE ? n_kv - t0v : VT_TILE;
@@ -713,6 +722,33 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
             for (uint32_t j = 0; j < nt; j++) dst[j] = tile[(size_t)j * D + d];
         }
     }
+}
+
+static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const run_t *r,
+                     uint32_t l, uint32_t h, uint32_t t0) {
+    const uint32_t D = f->D, G = f->group;
+    const uint32_t m = r->n - t0 < ATT_CHUNK ? r->n - t0 : ATT_CHUNK;
+    if (m == 1 && r->n == 1) {
+        att_single(f, a, src, r, l, h, r->first);
+        return;
+    }
+    const uint32_t last = r->pos0 + t0 + m - 1, n_kv = last + 1;
+    const size_t ld = a->cap_kv; /* row stride of vt and sc */
+    /* gather K rows (as f32), and V: the rows' addresses where the level reads them in place
+     * (pv_rows), else V transposed, for positions 0..last */
+    const kipp_kv_type ty = src_type(src);
+    const size_t off = (size_t)h * D * kipp_kv_type_size(ty);
+    pv_rows_fn pv_rows = pv_rows_for(f, ty);
+    if (pv_rows) {
+        for (uint32_t t = 0; t < n_kv; t++) {
+            const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
+            row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
+            a->vrows[t] = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
+        }
+    } else {
+        att_transpose_v(f, a, src, r, l, off, n_kv);
+    }
+
     /* query rows: token i of the chunk, head g of the group -> row i*G + g */
     for (uint32_t i = 0; i < m; i++)
         memcpy(a->qc + (size_t)i * G * D, f->q + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * G * D,
@@ -720,7 +756,8 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
     const uint32_t rows = m * G;
     gemm_f32(f, a->kc, D * sizeof(float), n_kv, a->qc, D * sizeof(float), rows, a->sc, ld, D);
     softmax_rows(f, a->sc, ld, rows, n_kv, r->pos0 + t0, G, 1.0f / sqrtf((float)D));
-    gemm_f32(f, a->vt, ld * sizeof(float), D, a->sc, ld * sizeof(float), rows, a->oc, D, n_kv);
+    if (pv_rows) pv_rows(a->oc, D, a->sc, ld, rows, a->vrows, n_kv, D);
+    else gemm_f32(f, a->vt, ld * sizeof(float), D, a->sc, ld * sizeof(float), rows, a->oc, D, n_kv);
     for (uint32_t i = 0; i < m; i++)
         memcpy(f->att + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * G * D, a->oc + (size_t)i * G * D,
                (size_t)G * D * sizeof(float));
@@ -857,7 +894,7 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
         item_t0[j] = tt;
     }
     for (int i = 0; i < f->n_threads; i++) {
-        if (!scratch_fit(f, &f->ts[i], max_kv)) {
+        if (!scratch_fit(f, &f->ts[i], max_kv, src_type(src))) {
             free(item_run); free(item_t0);
             return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for attention over %u positions", max_kv);
         }
@@ -1008,7 +1045,7 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     free_batch(f);
     if (f->ts) {
         for (int i = 0; i < f->n_threads; i++) {
-            free(f->ts[i].kc); free(f->ts[i].vt); free(f->ts[i].qc); free(f->ts[i].sc);
+            free(f->ts[i].kc); free(f->ts[i].vt); free(f->ts[i].vrows); free(f->ts[i].qc); free(f->ts[i].sc);
             free(f->ts[i].oc);
         }
         free(f->ts);

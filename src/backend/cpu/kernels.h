@@ -175,6 +175,17 @@ typedef struct {
                    size_t v_stride, uint32_t n, uint32_t d);
     void (*pv_bf16)(float *o, const float *p, size_t p_stride, uint32_t G, const void *v0,
                     size_t v_stride, uint32_t n, uint32_t d);
+    /* attention's p·V for many query rows (a prompt chunk), the V rows read where they lie:
+     * o[q * ldo + i] = sum_t p[q * p_stride + t] * rows[t][i] for q < nq, i < d, t < n
+     * (n >= 1), rows[t] of the type (f32 / f16 / bf16). The sum runs in chunks of 256 rows
+     * from t = 0 whatever the rows' addresses, so the result does not depend on where the
+     * rows lie. NULL: forward.c copies V transposed and uses the f32 gemm. */
+    void (*pv_rows_f32)(float *o, size_t ldo, const float *p, size_t p_stride, uint32_t nq,
+                        const void *const *rows, uint32_t n, uint32_t d);
+    void (*pv_rows_f16)(float *o, size_t ldo, const float *p, size_t p_stride, uint32_t nq,
+                        const void *const *rows, uint32_t n, uint32_t d);
+    void (*pv_rows_bf16)(float *o, size_t ldo, const float *p, size_t p_stride, uint32_t nq,
+                         const void *const *rows, uint32_t n, uint32_t d);
 } kipp_cpu_kernels;
 
 extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;

@@ -1198,6 +1198,43 @@ static void pv_bf16(float *o, const float *p, size_t ps, uint32_t G, const void 
     pv_any(2, o, p, ps, G, v0, vs, n, d);
 }
 
+/* p·V for many query rows over V rows by pointer (kernels.h: pv_rows_*): the float panel
+ * with V^T as the weights, 16 of a row's values one panel line (no transposes). */
+static void pv_rows_any(int wt, float *o, size_t ldo, const float *p, size_t ps, uint32_t nq,
+                        const void *const *rows, uint32_t n, uint32_t d) {
+    float pf[FKC * FP_ROWS] __attribute__((aligned(32)));
+    const size_t es = wt == W_F32 ? 4 : 2;
+    for (uint32_t r0 = 0; r0 < d; r0 += FP_ROWS) {
+        const int nr = d - r0 >= FP_ROWS ? FP_ROWS : (int)(d - r0);
+        for (uint32_t c0 = 0; c0 < n; c0 += FKC) {
+            const uint32_t kc = n - c0 < FKC ? n - c0 : FKC;
+            for (uint32_t kk = 0; kk < kc; kk++) {
+                const char *v = (const char *)rows[c0 + kk] + (size_t)r0 * es;
+                _mm256_store_ps(pf + (size_t)kk * FP_ROWS, fload8(wt, v, 0, (uint64_t)(nr < 8 ? nr : 8)));
+                _mm256_store_ps(pf + (size_t)kk * FP_ROWS + 8,
+                                nr > 8 ? fload8(wt, v, 8, (uint64_t)(nr - 8)) : _mm256_setzero_ps());
+            }
+            for (uint32_t t = 0; t < nq; t += FPT) {
+                const int T = nq - t >= FPT ? FPT : (int)(nq - t);
+                fpanel_any(T, pf, kc, p + (size_t)t * ps + c0, ps, o + (size_t)t * ldo + r0, ldo, nr, c0 > 0);
+            }
+        }
+    }
+}
+
+static void pv_rows_f32(float *o, size_t ldo, const float *p, size_t ps, uint32_t nq, const void *const *rows,
+                        uint32_t n, uint32_t d) {
+    pv_rows_any(W_F32, o, ldo, p, ps, nq, rows, n, d);
+}
+static void pv_rows_f16(float *o, size_t ldo, const float *p, size_t ps, uint32_t nq, const void *const *rows,
+                        uint32_t n, uint32_t d) {
+    pv_rows_any(W_F16, o, ldo, p, ps, nq, rows, n, d);
+}
+static void pv_rows_bf16(float *o, size_t ldo, const float *p, size_t ps, uint32_t nq, const void *const *rows,
+                         uint32_t n, uint32_t d) {
+    pv_rows_any(W_BF16, o, ldo, p, ps, nq, rows, n, d);
+}
+
 /* ---- KV rows to f32 ---------------------------------------------------------------- */
 
 static void f16_to_f32(const void *src, float *dst, uint64_t n) {
@@ -1251,4 +1288,7 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .pv_bf16 = pv_bf16,
     .f16_to_f32 = f16_to_f32,
     .bf16_to_f32 = bf16_to_f32,
+    .pv_rows_f32 = pv_rows_f32,
+    .pv_rows_f16 = pv_rows_f16,
+    .pv_rows_bf16 = pv_rows_bf16,
 };
