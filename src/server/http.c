@@ -125,6 +125,9 @@ typedef struct {
     char rid[65];     /* the client's X-Request-Id when it is sane, else req-N */
     char method[8], path[64];
     int status;       /* the status queued; 0: none (the connection was closed) */
+    int active;       /* holds one of sv->active (a generation or an embedding) until
+                       * on_completed: the drain waits for the answer's last byte, not
+                       * just for its being queued */
     int gen;          /* a generation: the fields below are set */
     uint32_t n_prompt, n_cached, n_completion;
     double queue_s, ttft_s;
@@ -375,9 +378,18 @@ static void note_duration(gen_state *gs) {
     pthread_mutex_unlock(&gs->sv->mu);
 }
 
+/* The request counts in sv->active (what the drain waits for) until on_completed, after
+ * its answer's last byte went out: a count dropped when the answer was only queued let the
+ * drain stop libmicrohttpd before a non-streamed answer was sent (the client saw the
+ * connection close with no response). */
+static void hold_active(kipp_server *sv, conn_state *cs) {
+    if (cs->active) return;
+    cs->active = 1;
+    atomic_fetch_add(&sv->active, 1);
+}
+
 static void gen_free(gen_state *gs) {
     if (!gs) return;
-    atomic_fetch_sub(&gs->sv->active, 1);
     for (uint32_t i = 0; i < gs->n_ch; i++) {
         kipp_req_release(gs->ch[i].req);
         oai_gen_free(&gs->ch[i].g);
@@ -637,7 +649,7 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
     const char *param = NULL;
     gen_state *gs = calloc(1, sizeof *gs);
     if (!gs) return send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
-    atomic_fetch_add(&sv->active, 1); /* before the draining check: drain waits for it */
+    hold_active(sv, cs); /* before the draining check: drain waits for it */
     gs->sv = sv;
     gs->cs = cs;
     gs->conn = c;
@@ -1408,10 +1420,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cs->endpoint == M_EP_MODELS) return handle_models(sv, c, cs);
     if (cs->endpoint == M_EP_EMBEDDINGS || !sv->sched) { /* src/server/embeddings.c */
         int status = 500;
-        atomic_fetch_add(&sv->active, 1); /* drain waits for it */
+        hold_active(sv, cs); /* drain waits for it */
         char *js = oai_embeddings_answer(sv->emb, sv->m, cs->endpoint == M_EP_EMBEDDINGS, cs->body.data,
                                          cs->body.len, sv->model_name, served_cb, sv, &status);
-        atomic_fetch_sub(&sv->active, 1);
         return send_json(sv, c, cs, status, js);
     }
     return handle_generate(sv, c, cs, cs->endpoint == M_EP_CHAT ? OAI_CHAT : OAI_COMPLETIONS);
@@ -1463,6 +1474,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     wd_set(sv, c, WD_WAIT); /* the read deadline starts again for the next request */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    if (cs->active) atomic_fetch_sub(&sv->active, 1); /* its answer is sent (or the client left) */
     log_request(sv, cs, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     body_release(sv, cs);
     free(cs);
