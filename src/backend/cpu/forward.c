@@ -697,7 +697,7 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
     }
 }
 
-/* K rows 0..n_kv-1 of head slice off as f32 into kc, V transposed into vt. V goes through a
+/* V rows 0..n_kv-1 of head slice off transposed into vt. V goes through a
  * tile of VT_TILE converted rows (in oc, written only after the gemms) and is transposed a
  * tile at a time: each vt row gets VT_TILE adjacent floats per write pass instead of one
  * scattered float per position (which cost ~0.3 s of a 16-token chunk's step at 2,000
@@ -712,9 +712,7 @@ static void att_transpose_v(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, 
         const uint32_t nt = n_kv - t0v < VT_TILE ? n_kv - t0v : VT_TILE;
         for (uint32_t j = 0; j < nt; j++) {
             const uint32_t t = t0v + j;
-            const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
             const char *vr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
-            row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
             row_to_f32(f, ty, tile + (size_t)j * D, vr, D);
         }
         for (uint32_t d = 0; d < D; d++) {
@@ -738,16 +736,13 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
      * (pv_rows), else V transposed, for positions 0..last */
     const kipp_kv_type ty = src_type(src);
     const size_t off = (size_t)h * D * kipp_kv_type_size(ty);
-    pv_rows_fn pv_rows = pv_rows_for(f, ty);
-    if (pv_rows) {
-        for (uint32_t t = 0; t < n_kv; t++) {
-            const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
-            row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
-            a->vrows[t] = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
-        }
-    } else {
-        att_transpose_v(f, a, src, r, l, off, n_kv);
+    const pv_rows_fn pv_rows = pv_rows_for(f, ty);
+    for (uint32_t t = 0; t < n_kv; t++) {
+        const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
+        row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
+        if (pv_rows) a->vrows[t] = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
     }
+    if (!pv_rows) att_transpose_v(f, a, src, r, l, off, n_kv);
 
     /* query rows: token i of the chunk, head g of the group -> row i*G + g */
     for (uint32_t i = 0; i < m; i++)
