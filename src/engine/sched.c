@@ -100,6 +100,8 @@ struct kipp_req {
     uint32_t n_fed;         /* all[0..n_fed-1] are in the KV cache of seq */
     uint32_t seq;
     int has_seq, admitted_once;
+    int parked;             /* queued with its sequence kept (a fair preemption): resumes
+                               where it stopped, unless memory runs short first (unpark) */
     int hold;               /* paused by its window this step (set before each step) */
     uint32_t n_gen;         /* tokens written to out (published or not) */
     kipp_finish pending;    /* decided this step, published with the tokens */
@@ -582,11 +584,39 @@ static void queue_unlink(kipp_sched *s, kipp_req *r) {
     s->n_queue--;
 }
 
-/* Sends running[i] back to the front of the queue; its KV goes to the prefix cache (when
- * there is one), so it resumes cheaply; else it is recomputed. */
-static void preempt_at_locked(kipp_sched *s, uint32_t i) {
-    kipp_req *r = s->running[i];
+/* Gives a parked request's sequence up (to the prefix cache, as a preemption does): it is
+ * recomputed from there when it runs again. */
+static void unpark(kipp_sched *s, kipp_req *r) {
+    if (!r->parked) return;
+    r->parked = 0;
     release_seq(s, r, 1);
+}
+
+/* Unparks the queued request parked last (lock held): its blocks become evictable. 1: one
+ * was. */
+static int unpark_one_locked(kipp_sched *s) {
+    kipp_req *last = NULL;
+    for (kipp_req *q = s->q_head; q; q = q->next)
+        if (q->parked) last = q;
+    if (!last) return 0;
+    unpark(s, last);
+    s->st.unparked++;
+    return 1;
+}
+
+/* Sends running[i] back to the front of the queue. park: its sequence stays (the slot is
+ * what is needed, not the memory), so it resumes with no recomputation; else its KV goes
+ * to the prefix cache (when there is one), so it resumes cheaply, or is recomputed. */
+static void preempt_at_locked(kipp_sched *s, uint32_t i, int park) {
+    kipp_req *r = s->running[i];
+    if (park && r->has_seq && r->state == KIPP_REQ_DECODE) {
+        r->parked = 1;
+        if (r->slot >= 0) s->slot_used[r->slot] = 0; /* the drafter reopens one (as release_seq) */
+        r->slot = -1;
+        s->st.parked++;
+    } else {
+        release_seq(s, r, 1);
+    }
     running_remove(s, i);
     r->next = s->q_head;
     s->q_head = r;
@@ -601,7 +631,7 @@ static int preempt_paused_locked(kipp_sched *s) {
     for (uint32_t i = s->n_running; i-- > 0;)
         if (s->running[i]->state == KIPP_REQ_DECODE && !s->running[i]->wait_mask &&
             paused_locked(s->running[i])) { /* the mask thread's requests keep their slots */
-            preempt_at_locked(s, i);
+            preempt_at_locked(s, i, 0); /* its memory too: its client is not reading */
             s->st.preempted_paused++;
             return 1;
         }
@@ -625,9 +655,28 @@ static int make_room_locked(kipp_sched *s, const kipp_req *r) {
         if (k > most || (k == most && i > victim)) most = k, victim = i;
     }
     if (most <= fair) return 0;
-    preempt_at_locked(s, victim);
+    preempt_at_locked(s, victim, 1);
     s->st.preempted_fair++;
     return 1;
+}
+
+/* A drafter slot for an admitted request (a slot is free: at most max_running run). */
+static void open_drafter(kipp_sched *s, kipp_req *r) {
+    if (!s->drafter) return;
+    uint32_t k = 0;
+    while (s->slot_used[k]) k++;
+    if (kipp_drafter_open(s->drafter, k, &r->p.sampling, NULL, 0) == KIPP_OK) {
+        s->slot_used[k] = 1;
+        r->slot = (int)k;
+        if (s->global.n_obs && !r->admitted_once) {
+            /* start from what drafting has been worth to recent requests,
+             * weighted as two observations, instead of the fixed prior */
+            r->spec.acc_num = 2.0 * s->global.acc_num / s->global.acc_den;
+            r->spec.acc_den = 2.0;
+            r->spec.dec_num = 2.0 * s->global.dec_num / s->global.dec_den;
+            r->spec.dec_den = 2.0;
+        }
+    } /* else this request runs without speculation */
 }
 
 /* Moves queued requests into the running batch while a slot and memory are free (lock
@@ -638,6 +687,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         nx = q->next;
         if (!q->cancel) continue;
         queue_unlink(s, q);
+        unpark(s, q);
         kipp_req *d = finish_locked(s, q, q->cancel == 2 ? KIPP_FINISH_STOP : KIPP_FINISH_CANCELLED);
         if (d) dead[(*n_dead)++] = d;
     }
@@ -645,6 +695,18 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         kipp_req *r = pick_locked(s);
         if (!r) return;
         if (s->n_running >= s->p.max_running && !make_room_locked(s, r)) return;
+        if (r->parked) { /* its sequence is all there: the next block at most */
+            const uint32_t need = blocks_needed(s, r, r->n_fed);
+            while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
+            if (pool_of(s)->n_free >= need) {
+                r->parked = 0;
+                open_drafter(s, r);
+                s->running[s->n_running++] = r;
+                queue_unlink(s, r);
+                continue;
+            }
+            unpark(s, r); /* short of memory: from the prefix cache, as any preempted one */
+        }
         {
             uint32_t seq = 0, n_hit = s->pc ? kipp_pc_acquire(s->pc, r->all, r->n_all, &seq) : 0;
             uint32_t src = 0;
@@ -666,7 +728,8 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
             if (pool_of(s)->n_free < need && s->n_running > 0) { /* wait for room */
                 kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
-                if (preempt_paused_locked(s)) continue; /* a paused sequence's KV first */
+                if (unpark_one_locked(s)) continue;     /* a parked sequence's KV first, */
+                if (preempt_paused_locked(s)) continue; /* then a paused one's */
                 return;
             }
             if (s->pc) kipp_pc_note_lookup(s->pc, r->n_all, n_hit);
@@ -674,22 +737,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             r->has_seq = 1;
             r->n_fed = n_hit;
             r->state = KIPP_REQ_PREFILL;
-            if (s->drafter) { /* a slot is free: at most max_running requests run */
-                uint32_t k = 0;
-                while (s->slot_used[k]) k++;
-                if (kipp_drafter_open(s->drafter, k, &r->p.sampling, NULL, 0) == KIPP_OK) {
-                    s->slot_used[k] = 1;
-                    r->slot = (int)k;
-                    if (s->global.n_obs && !r->admitted_once) {
-                        /* start from what drafting has been worth to recent requests,
-                         * weighted as two observations, instead of the fixed prior */
-                        r->spec.acc_num = 2.0 * s->global.acc_num / s->global.acc_den;
-                        r->spec.acc_den = 2.0;
-                        r->spec.dec_num = 2.0 * s->global.dec_num / s->global.dec_den;
-                        r->spec.dec_den = 2.0;
-                    }
-                } /* else this request runs without speculation */
-            }
+            open_drafter(s, r);
             if (!r->admitted_once) {
                 r->n_cached_pub = n_hit;
                 r->t_admit = now_s();
@@ -1173,6 +1221,10 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         }
         if (had_drafts) continue;
         if (s->pc && kipp_pc_evict_one(s->pc)) continue;
+        pthread_mutex_lock(&s->mu);
+        const int unparked = unpark_one_locked(s); /* before any running sequence */
+        pthread_mutex_unlock(&s->mu);
+        if (unparked) continue;
         if (preempt_newest(s)) continue;
         break; /* a lone sequence the pool cannot hold: it ends with "length" below */
     }
@@ -1360,6 +1412,7 @@ static void *engine_main(void *arg) {
     while (s->q_head) {
         kipp_req *r = s->q_head;
         s->q_head = r->next;
+        unpark(s, r);
         kipp_req *d = finish_locked(s, r, KIPP_FINISH_CANCELLED);
         if (d) dead[n_dead++] = d;
     }

@@ -132,6 +132,8 @@ typedef struct {
                                     counts a group's shared prompt once) */
     uint64_t preempted_fair, preempted_paused; /* of preempted: to give a waiting request
                                     its fair share of slots; a paused sequence's slot */
+    uint64_t parked, unparked;   /* fair preemptions that kept the sequence's KV (it resumes
+                                    with nothing recomputed); of those, given up for memory */
     uint64_t fair_deferred;      /* decoding sequences held out of a step so that a request
                                     of several sequences does not slow one-sequence requests
                                     by more than fair_share */

@@ -56,10 +56,16 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
     metric(&b, "kipp_requests_rejected_total", "counter", "503s because the wait queue was full.",
            (double)s->rejected);
     metric(&b, "kipp_requests_preempted_total", "counter",
-           "Sequences whose KV blocks were freed to make room (recomputed later).", (double)s->preempted);
+           "Sequences sent back to wait: their KV freed (recomputed later) or, parked, kept.", (double)s->preempted);
     metric(&b, "kipp_requests_preempted_fair_total", "counter",
            "Of them, to give a waiting request its fair share of the running slots.",
            (double)s->preempted_fair);
+    metric(&b, "kipp_requests_parked_total", "counter",
+           "Of the fair preemptions, those that kept the sequence's KV, so it resumed with nothing recomputed.",
+           (double)s->parked);
+    metric(&b, "kipp_requests_unparked_total", "counter",
+           "Of the parked sequences, those whose KV was given up for memory before they resumed.",
+           (double)s->unparked);
     metric(&b, "kipp_fair_deferred_total", "counter",
            "Decoding sequences of n > 1 requests held out of a step so one-sequence requests keep their pace (--fair-share).",
            (double)s->fair_deferred);

@@ -638,6 +638,91 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
     kipp_sched_free(s);
 }
 
+/* Fair preemption parks: on 2 slots an n = 2 request decodes, then a plain request takes
+ * one of its slots (its fair share); the sibling preempted keeps its KV (parked) and resumes
+ * where it stopped: parked == preempted_fair, nothing given up for memory, every output is
+ * its solo output and no block is left in use. Then the same with the siblings cancelled
+ * while one is parked: its blocks are freed too (a parked request holds memory while it
+ * waits, so every way out of the queue must give it back). */
+static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_params *base, const outputs *solo) {
+    for (int cancel = 0; cancel < 2; cancel++) {
+        char err[KIPP_ERR_LEN];
+        kipp_sched_params sp = *base;
+        sp.max_running = 2;
+        sp.prefix_cache_entries = 0;
+        kipp_sched *s;
+        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "scheduler: %s", err);
+            return;
+        }
+        kipp_req *g[2] = {0}, *plain = NULL;
+        kipp_finish fin;
+        int bad = 0;
+        for (uint32_t i = 0; i < 2 && !bad; i++) {
+            kipp_req_params rg = req_params(p, 2, 0.0f);
+            rg.group = 11;
+            rg.sibling = i;
+            rg.max_tokens = 8 * MAX_GEN; /* still decoding when the plain one comes */
+            rg.ignore_eos = 1;
+            bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
+        }
+        for (int k = 0; k < 6000 && !bad; k++) { /* both siblings decoding */
+            if (kipp_req_wait(g[0], 0, 0, &fin) >= 2 && kipp_req_wait(g[1], 0, 0, &fin) >= 2) break;
+            sleep_ms(1);
+        }
+        const kipp_req_params rp = req_params(p, 3, 0.0f);
+        bad = bad || kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
+        KT_CHECK(!bad, "submit: %s", err);
+        kipp_sched_stats st;
+        if (!bad && cancel) {
+            for (int k = 0; k < 600; k++) { /* a sibling parked, then the group cancelled */
+                kipp_sched_get_stats(s, &st);
+                if (st.parked >= 1) break;
+                sleep_ms(10);
+            }
+            kipp_req_cancel(g[0]);
+            kipp_req_cancel(g[1]);
+        }
+        outputs o;
+        memset(&o, 0, sizeof o);
+        if (!bad) {
+            KT_CHECK(collect_within(plain, &o, 3, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "park: the plain request "
+                     "did not finish (%d)", (int)fin);
+            KT_CHECK(o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
+                     "park: the plain request differs from its solo run");
+            for (int i = 0; i < 2 && !cancel; i++) { /* its first MAX_GEN tokens are the solo run's */
+                outputs og;
+                KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && fin == KIPP_FINISH_LENGTH &&
+                             og.n[2] >= MAX_GEN && solo->n[2] == MAX_GEN && /* the context may end it */
+                             !memcmp(og.tok[2], solo->tok[2], MAX_GEN * sizeof(int32_t)),
+                         "park: sibling %d differs from the prompt's solo run (%u tokens)", i, og.n[2]);
+            }
+            for (int i = 0; i < 2 && cancel; i++) {
+                for (int k = 0; k < 600 && fin != KIPP_FINISH_CANCELLED; k++) kipp_req_wait(g[i], 0, 100, &fin);
+                KT_CHECK(fin == KIPP_FINISH_CANCELLED || fin == KIPP_FINISH_LENGTH, "park: cancelled sibling %d "
+                         "ended %d", i, (int)fin);
+            }
+        }
+        for (int k = 0; k < 600; k++) { /* idle: the engine has published its last step */
+            kipp_sched_get_stats(s, &st);
+            if (st.running == 0 && st.queue_depth == 0) break;
+            sleep_ms(10);
+        }
+        kipp_sched_get_stats(s, &st);
+        if (!bad) {
+            KT_CHECK(st.preempted_fair >= 1 && st.parked == st.preempted_fair && st.unparked == 0,
+                     "park (%s): preempted_fair %llu, parked %llu, unparked %llu", cancel ? "cancelled" : "resumed",
+                     (unsigned long long)st.preempted_fair, (unsigned long long)st.parked,
+                     (unsigned long long)st.unparked);
+            KT_CHECK(st.kv_blocks_used == 0, "park (%s): %u KV blocks still in use when idle",
+                     cancel ? "cancelled" : "resumed", st.kv_blocks_used);
+        }
+        for (int i = 0; i < 2; i++) kipp_req_release(g[i]);
+        kipp_req_release(plain);
+        kipp_sched_free(s);
+    }
+}
+
 /* The prefill step bound: alone, a 128-token prompt is read in one step without a bound,
  * and in 16-token chunks (PREFILL_MIN) when the bound is below one token's measured time;
  * its tokens are the same either way. A 64-token prompt first measures seconds per token. */
@@ -786,6 +871,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_slow_mask(m, &p, &sp);
     gate_short_prompt_first(m, &p, &sp);
     gate_fair_steps(m, &p, &sp, &solo);
+    gate_fair_park(m, &p, &sp, &solo);
     gate_prefill_step(m, &p, &sp);
     gate_whole_light_prompt(m, &p, &sp);
     kipp_model_free(m);

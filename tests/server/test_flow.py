@@ -112,6 +112,8 @@ def test_plain_request_is_not_queued_behind_siblings(flow_server):
     assert hostile_running, f"the plain request ({plain:.2f} s) only finished after the n = 8 one"
     assert plain < 0.25 * big["s"], (plain, big["s"])
     assert post.get("kipp_requests_preempted_fair_total") > pre.get("kipp_requests_preempted_fair_total")
+    # the sibling preempted for it kept its KV (parked) and resumed with nothing recomputed
+    assert post.get("kipp_requests_parked_total") > pre.get("kipp_requests_parked_total")
 
 
 @pytest.mark.parametrize("share", ["0", "off"])
