@@ -640,8 +640,9 @@ static int preempt_paused_locked(kipp_sched *s) {
 
 /* No slot is free and r waits: frees one for it when that is fair. First a sequence its
  * window paused (its client is not reading); else, when r's request has fewer than its
- * fair share ceil(max_running / active requests) running, the newest decoding sequence of
- * the request holding the most slots, if that is above its share. 1: a slot is free. */
+ * fair share ceil(max_running / active requests) running, the most advanced decoding
+ * sequence of the request holding the most slots, if that is above its share (parked:
+ * preempt_at_locked). 1: a slot is free. */
 static int make_room_locked(kipp_sched *s, const kipp_req *r) {
     if (preempt_paused_locked(s)) return 1;
     const uint32_t groups = active_groups(s);
@@ -655,6 +656,15 @@ static int make_room_locked(kipp_sched *s, const kipp_req *r) {
         if (k > most || (k == most && i > victim)) most = k, victim = i;
     }
     if (most <= fair) return 0;
+    /* of that request's decoding sequences the most advanced (the newest among equals): a
+     * parked sequence resumes decoding at once, so "the newest" alone would park the same
+     * one for every plain request and leave it far behind its siblings */
+    const uint64_t grp = s->running[victim]->p.group;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *q = s->running[i];
+        if (q->p.group != grp || q->state != KIPP_REQ_DECODE || q->wait_mask) continue;
+        if (q->n_gen > s->running[victim]->n_gen || (q->n_gen == s->running[victim]->n_gen && i > victim)) victim = i;
+    }
     preempt_at_locked(s, victim, 1);
     s->st.preempted_fair++;
     return 1;
