@@ -446,6 +446,12 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
 
 static kipp_kv_pool *pool_of(kipp_sched *s) { return kipp_ctx_kv_pool(s->ctx); }
 
+/* Gives a request's drafter slot back (the drafter keeps its KV for reuse). */
+static void release_slot(kipp_sched *s, kipp_req *r) {
+    if (r->slot >= 0) s->slot_used[r->slot] = 0;
+    r->slot = -1;
+}
+
 /* Gives a request's sequence back: to the prefix cache (its fed tokens are valid K/V) or
  * to the pool. */
 static void release_seq(kipp_sched *s, kipp_req *r, int keep) {
@@ -454,9 +460,15 @@ static void release_seq(kipp_sched *s, kipp_req *r, int keep) {
     else kipp_ctx_seq_free(s->ctx, r->seq, NULL, 0);
     r->has_seq = 0;
     r->n_fed = 0;
-    if (r->slot >= 0) s->slot_used[r->slot] = 0; /* the drafter keeps its KV for reuse */
-    r->slot = -1;
+    release_slot(s, r);
     r->state = KIPP_REQ_QUEUED;
+}
+
+/* Evicts prefix-cache entries until the pool has need free blocks or the cache is empty.
+ * 1: it has them. */
+static int room_for(kipp_sched *s, uint32_t need) {
+    while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
+    return pool_of(s)->n_free >= need;
 }
 
 /* Publishes a finished request (lock held): wakes its consumer, drops the engine's ref. */
@@ -611,8 +623,7 @@ static void preempt_at_locked(kipp_sched *s, uint32_t i, int park) {
     kipp_req *r = s->running[i];
     if (park && r->has_seq && r->state == KIPP_REQ_DECODE) {
         r->parked = 1;
-        if (r->slot >= 0) s->slot_used[r->slot] = 0; /* the drafter reopens one (as release_seq) */
-        r->slot = -1;
+        release_slot(s, r); /* the drafter reopens one at admission */
         s->st.parked++;
     } else {
         release_seq(s, r, 1);
@@ -706,9 +717,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         if (!r) return;
         if (s->n_running >= s->p.max_running && !make_room_locked(s, r)) return;
         if (r->parked) { /* its sequence is all there: the next block at most */
-            const uint32_t need = blocks_needed(s, r, r->n_fed);
-            while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
-            if (pool_of(s)->n_free >= need) {
+            if (room_for(s, blocks_needed(s, r, r->n_fed))) {
                 r->parked = 0;
                 open_drafter(s, r);
                 s->running[s->n_running++] = r;
@@ -735,8 +744,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             }
             if (n_hit == 0 && kipp_ctx_seq_new(s->ctx, &seq, NULL, 0) != KIPP_OK) return;
             const uint32_t need = blocks_needed(s, r, n_hit);
-            while (pool_of(s)->n_free < need && s->pc && kipp_pc_evict_one(s->pc)) {}
-            if (pool_of(s)->n_free < need && s->n_running > 0) { /* wait for room */
+            if (!room_for(s, need) && s->n_running > 0) { /* wait for room */
                 kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
                 if (unpark_one_locked(s)) continue;     /* a parked sequence's KV first, */
                 if (preempt_paused_locked(s)) continue; /* then a paused one's */
@@ -1422,7 +1430,7 @@ static void *engine_main(void *arg) {
     while (s->q_head) {
         kipp_req *r = s->q_head;
         s->q_head = r->next;
-        unpark(s, r);
+        release_seq(s, r, 0); /* a parked one's sequence */
         kipp_req *d = finish_locked(s, r, KIPP_FINISH_CANCELLED);
         if (d) dead[n_dead++] = d;
     }
