@@ -856,6 +856,71 @@ static void check_compose(void) {
 #endif
 }
 
+/* The packed gemms give the same bits whatever the token count and whichever level runs
+ * them (the layout is level-independent): a token alone, in a batch of 17 and in one of 9
+ * (other tile splits), on every level this CPU runs that packs the type. The cached-decode and
+ * prefix-reuse gates compare a token computed alone with the same token in a prompt chunk,
+ * and a machine's levels must agree so that records of one class stand for another. */
+static void check_packed_same_bits(void) {
+    static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "neon", "auto"};
+    static const uint32_t types[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    enum { R = 37, NT = 17 };
+    const uint64_t k = 1024;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
+        unsigned char *w = calloc(R, rb), *xa = calloc(NT, ab);
+        float *xf = malloc(k * sizeof *xf), *ref = malloc(NT * 48 * sizeof *ref), *y = malloc(NT * 48 * sizeof *y);
+        for (int r = 0; r < R; r++) fill_row(type, w + r * rb, k);
+        for (int t = 0; t < NT; t++) {
+            fill_act(xf, k, t % 3 ? 1.0f : 25.0f);
+            kipp_cpu_quant_q16_scalar(xf, xa + t * ab, k);
+        }
+        int have_ref = 0, levels = 0;
+        for (size_t li = 0; li < sizeof isas / sizeof isas[0]; li++) {
+            const kipp_cpu_kernels *lv = NULL;
+            char err[128];
+            if (!kipp_cpu_isa_available(isas[li]) || kipp_cpu_kernels_select(isas[li], &lv, err, sizeof err) != KIPP_OK)
+                continue;
+            const kipp_cpu_packer *pp = kipp_cpu_kernels_mm(lv, type).packer;
+            if (!pp || !pp->bytes(type, R, k)) continue;
+            levels++;
+            const size_t pb = pp->bytes(type, R, k), grb = pp->bytes(type, 16, k) / 16;
+            void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
+            pp->pack(type, w, rb, R, 0, R, k, pk);
+            /* all 17 at once, then 9 + 8, then one at a time */
+            pp->gemm(pk, grb, R, xa, ab, NT, y, 48, k);
+            if (!have_ref) {
+                memcpy(ref, y, NT * 48 * sizeof *y);
+                have_ref = 1;
+            }
+            int bad = 0;
+            for (int pass = 0; pass < 3 && !bad; pass++) {
+                if (pass == 1) {
+                    pp->gemm(pk, grb, R, xa, ab, 9, y, 48, k);
+                    pp->gemm(pk, grb, R, xa + 9 * ab, ab, NT - 9, y + 9 * 48, 48, k);
+                } else if (pass == 2) {
+                    for (int t = 0; t < NT; t++) pp->gemm(pk, grb, R, xa + t * ab, ab, 1, y + t * 48, 48, k);
+                }
+                for (int t = 0; t < NT && !bad; t++)
+                    for (int r = 0; r < R && !bad; r++)
+                        if (bits_of(y[t * 48 + r]) != bits_of(ref[t * 48 + r])) {
+                            bad = 1;
+                            KT_CHECK(0, "%s packed %s: token %d row %d (%s) %.9g, first level's 17-token batch %.9g",
+                                     lv->isa, kipp_type_name(type), t, r,
+                                     pass == 0 ? "batch of 17" : pass == 1 ? "batches 9 + 8" : "alone", y[t * 48 + r],
+                                     ref[t * 48 + r]);
+                        }
+            }
+            free(pk);
+        }
+#if defined(__x86_64__)
+        KT_CHECK(levels > 0 || !kipp_cpu_isa_available("avx2"), "%s: no level packs it", kipp_type_name(type));
+#endif
+        free(w); free(xa); free(xf); free(ref); free(y);
+    }
+}
+
 void kt_suite_cpu_kernels(void) {
     static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
     static const uint32_t types[] = {ALL_TYPES};
@@ -893,6 +958,7 @@ void kt_suite_cpu_kernels(void) {
                  "%s: no pv_rows (V would be transposed on every prompt chunk; the x86 levels have them, NEON not yet)", ak->isa);
     }
     check_compose();
+    check_packed_same_bits();
     /* the level-independent fallback, on every type */
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         check_gemm_type(&kipp_cpu_kernels_scalar, types[i], 1);

@@ -35,8 +35,10 @@
 #endif
 
 #if KIPP_AVX512_VNNI
-/* Q8_0, Q4_K and Q6_K repacked at load, their int16 dots one vpdpwssd (AVX512-VNNI + VL) */
+/* Q8_0, Q4_K and Q6_K repacked at load, their int16 dots one vpdpwssd (AVX512-VNNI + VL);
+ * Q8_0's tile at 512 bits (KP_DOT512: 16 rows x 8 tokens, kernels_packed.h) */
 #define KP_DOT(acc, w, x) _mm256_dpwssd_epi32((acc), (w), (x))
+#define KP_DOT512(acc, w, x) _mm512_dpwssd_epi32((acc), (w), (x))
 #include "backend/cpu/kernels_packed.h"
 #endif
 

@@ -162,7 +162,72 @@ KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x
     kp_store(T, acc, y, ldy, nr);
 }
 
+#ifndef KP_DOT512
 KP_GEMM(kp_gemm_q8_0, kp_tile_q8_0)
+#endif
+
+#ifdef KP_DOT512
+/* The same groups at 512 bits (levels with AVX-512 define KP_DOT512 as KP_DOT at zmm width):
+ * one vector holds a pair of all 16 rows, so a pair is widened once and feeds up to
+ * KP_T512 tokens. Every lane does what kp_tile_q8_0's does (the exact int32 block dot, then
+ * (float)dot * d_x, then fma with the row scale, blocks in order), so both give the same
+ * bits: the cached-decode and prefix-reuse gates compare results across token counts and
+ * levels. */
+enum { KP_T512 = 8 };
+
+KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                               size_t ldy, int nr) {
+    const float *scv = (const float *)(grp + 16 * k);
+    const kipp_act_q16 *xr[KP_T512];
+    __m512 acc[KP_T512];
+    KP_UNROLL for (int t = 0; t < T; t++) {
+        xr[t] = (const kipp_act_q16 *)(x + t * xrb);
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (uint64_t j = 0; j < k / 32; j++) {
+        __m512i ai[KP_T512];
+        KP_UNROLL for (int t = 0; t < T; t++) ai[t] = _mm512_setzero_si512();
+        const uint8_t *qv = grp + j * 512;
+        _mm_prefetch((const char *)qv + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)qv + 2048 + 64, _MM_HINT_T0);
+        _Pragma("GCC unroll 4") for (int s = 0; s < 16; s++) {
+            const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(qv + 32 * s)));
+            KP_UNROLL for (int t = 0; t < T; t++)
+                ai[t] = KP_DOT512(ai[t], w, _mm512_set1_epi32(kp_ld_pair(xr[t][j].qs + 2 * s)));
+        }
+        const __m512 sc = _mm512_loadu_ps(scv + j * 16);
+        KP_UNROLL for (int t = 0; t < T; t++) {
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_set1_ps(xr[t][j].d));
+            acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
+        }
+    }
+    const __mmask16 m = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    KP_UNROLL for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+static void kp_gemm512_q8_0(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
+                            float *y, size_t ldy, uint64_t k) {
+    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
+        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
+        for (uint64_t t = 0; t < n_tok; t += KP_T512) {
+            const int T = n_tok - t >= KP_T512 ? KP_T512 : (int)(n_tok - t);
+            const char *xt = (const char *)x + t * xrb;
+            float *yt = y + t * ldy + r0;
+            switch (T) {
+            case 8: kp_tile512_q8_0(8, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 7: kp_tile512_q8_0(7, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 6: kp_tile512_q8_0(6, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 5: kp_tile512_q8_0(5, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 4: kp_tile512_q8_0(4, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 3: kp_tile512_q8_0(3, grp, k, xt, xrb, yt, ldy, nr); break;
+            case 2: kp_tile512_q8_0(2, grp, k, xt, xrb, yt, ldy, nr); break;
+            default: kp_tile512_q8_0(1, grp, k, xt, xrb, yt, ldy, nr); break;
+            }
+        }
+    }
+}
+#endif
 
 /* ---- Q4_K repacked once at load ------------------------------------------------------------
  * The same idea as Q8_0's groups of 16 rows, at Q4_K's own size: per 256-element super-block
@@ -472,7 +537,11 @@ static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
     }
 }
 
+#ifdef KP_DOT512
+static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm512_q8_0, kp_row_q8_0};
+#else
 static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0, kp_row_q8_0};
+#endif
 static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k, kp_row_q4_k};
 static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k, kp_row_q6_k};
 
