@@ -175,6 +175,32 @@ KP_GEMM(kp_gemm_q8_0, kp_tile_q8_0)
  * levels. */
 enum { KP_T512 = 8 };
 
+/* The 512-bit tiles' gemm: groups of 16 rows x up to KP_T512 tokens */
+#define KP_GEMM512(NAME, TILE)                                                                            \
+    static void NAME(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
+                     float *y, size_t ldy, uint64_t k) {                                                  \
+        for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {                                                    \
+            const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);                                   \
+            const uint8_t *grp = (const uint8_t *)w + r0 * wrb;                                           \
+            for (uint64_t t = 0; t < n_tok; t += KP_T512) {                                               \
+                const int T = n_tok - t >= KP_T512 ? KP_T512 : (int)(n_tok - t);                          \
+                const char *xt = (const char *)x + t * xrb;                                               \
+                float *yt = y + t * ldy + r0;                                                             \
+                switch (T) {                                                                              \
+                case 8: TILE(8, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 7: TILE(7, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 6: TILE(6, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 5: TILE(5, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 4: TILE(4, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 3: TILE(3, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                case 2: TILE(2, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
+                default: TILE(1, grp, k, xt, xrb, yt, ldy, nr); break;                                    \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+
+
 KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
                                size_t ldy, int nr) {
     const float *scv = (const float *)(grp + 16 * k);
@@ -205,28 +231,7 @@ KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char
     KP_UNROLL for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
 }
 
-static void kp_gemm512_q8_0(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                            float *y, size_t ldy, uint64_t k) {
-    for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);
-        const uint8_t *grp = (const uint8_t *)w + r0 * wrb;
-        for (uint64_t t = 0; t < n_tok; t += KP_T512) {
-            const int T = n_tok - t >= KP_T512 ? KP_T512 : (int)(n_tok - t);
-            const char *xt = (const char *)x + t * xrb;
-            float *yt = y + t * ldy + r0;
-            switch (T) {
-            case 8: kp_tile512_q8_0(8, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 7: kp_tile512_q8_0(7, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 6: kp_tile512_q8_0(6, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 5: kp_tile512_q8_0(5, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 4: kp_tile512_q8_0(4, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 3: kp_tile512_q8_0(3, grp, k, xt, xrb, yt, ldy, nr); break;
-            case 2: kp_tile512_q8_0(2, grp, k, xt, xrb, yt, ldy, nr); break;
-            default: kp_tile512_q8_0(1, grp, k, xt, xrb, yt, ldy, nr); break;
-            }
-        }
-    }
-}
+KP_GEMM512(kp_gemm512_q8_0, kp_tile512_q8_0)
 #endif
 
 /* ---- Q4_K repacked once at load ------------------------------------------------------------
@@ -351,7 +356,64 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
     kp_store(T, acc, y, ldy, nr);
 }
 
+#ifndef KP_DOT512
 KP_GEMM(kp_gemm_q4_k, kp_tile_q4_k)
+#endif
+
+#ifdef KP_DOT512
+/* kp_tile_q4_k at 512 bits: a quad's two 32-byte half vectors (rows 0-7, 8-15) lie side by
+ * side, so one 64-byte load holds all 16 rows; each lane does what kp_tile_q4_k's does, in
+ * the same order (the same bits, see kp_tile512_q8_0). */
+KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                               size_t ldy, int nr) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    __m512 acc[KP_T512];
+    KP_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (uint64_t sb = 0; sb < k / 256; sb++) {
+        const uint8_t *o = grp + sb * K4P_SB;
+        const float *od = (const float *)(o + 2304);
+        _mm_prefetch((const char *)o + K4P_SB, _MM_HINT_T0);
+        for (int j = 0; j < 8; j++) {
+            const kipp_act_q16 *xb[KP_T512];
+            __m512i ai[KP_T512];
+            KP_UNROLL for (int t = 0; t < T; t++) {
+                xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
+                ai[t] = _mm512_setzero_si512();
+            }
+            const uint8_t *qv = o + j * 256;
+            _mm_prefetch((const char *)qv + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)qv + 1024 + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)qv + 1024 + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)qv + 1024 + 192, _MM_HINT_T0);
+            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(qv + 64 * u));
+                KP_UNROLL for (int q = 0; q < 4; q++) {
+                    const __m512i w = _mm512_and_si512(_mm512_srli_epi16(v, 4 * q), m4);
+                    KP_UNROLL for (int t = 0; t < T; t++) {
+                        ai[t] = KP_DOT512(ai[t], w, _mm512_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + q))));
+                        __asm__("" : "+v"(ai[t]));
+                    }
+                }
+            }
+            const __m512 sc = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 2048 + 16 * j)))),
+                _mm512_loadu_ps(od));
+            const __m512 mn = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 2176 + 16 * j)))),
+                _mm512_loadu_ps(od + 16));
+            KP_UNROLL for (int t = 0; t < T; t++) {
+                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_set1_ps(xb[t]->d));
+                acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
+                acc[t] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xb[t]->d * (float)xb[t]->sum), acc[t]);
+            }
+        }
+    }
+    const __mmask16 m = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    KP_UNROLL for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+KP_GEMM512(kp_gemm512_q4_k, kp_tile512_q4_k)
+#endif
 
 /* ---- Q6_K repacked once at load ------------------------------------------------------------
  * Per 256-element super-block a group of 16 rows holds the low nibbles as Q4_K's packed form
@@ -486,7 +548,67 @@ KP_INLINE void kp_tile_q6_k(int T, const uint8_t *grp, uint64_t k, const char *x
     kp_store(T, acc, y, ldy, nr);
 }
 
+#ifndef KP_DOT512
 KP_GEMM(kp_gemm_q6_k, kp_tile_q6_k)
+#endif
+
+#ifdef KP_DOT512
+KP_INLINE __m512i kp_q6_hi512(__m512i hv, int m) {
+    const __m512i v = 2 * m >= 4 ? _mm512_srli_epi16(hv, 2 * m - 4) : _mm512_slli_epi16(hv, 4 - 2 * m);
+    return _mm512_and_si512(v, _mm512_set1_epi16(0x30));
+}
+
+/* kp_tile_q6_k at 512 bits: lanes 0-7 rows 0-7 and 8-15 rows 8-15, the same order per lane
+ * (the same bits, see kp_tile512_q8_0) */
+KP_INLINE void kp_tile512_q6_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                               size_t ldy, int nr) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f), k32 = _mm512_set1_epi16(32);
+    __m512 acc[KP_T512];
+    KP_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (uint64_t sb = 0; sb < k / 256; sb++) {
+        const uint8_t *o = grp + sb * K6P_SB;
+        const float *od = (const float *)(o + K6P_D);
+        _mm_prefetch((const char *)o + K6P_SB, _MM_HINT_T0);
+        for (int j = 0; j < 8; j++) {
+            const kipp_act_q16 *xb[KP_T512];
+            KP_UNROLL for (int t = 0; t < T; t++) xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
+            _mm_prefetch((const char *)o + K6P_LO + j * 256 + 1024, _MM_HINT_T0);
+            _mm_prefetch((const char *)o + K6P_LO + j * 256 + 1024 + 128, _MM_HINT_T0);
+            for (int h = 0; h < 2; h++) {
+                __m512i ai[KP_T512];
+                KP_UNROLL for (int t = 0; t < T; t++) ai[t] = _mm512_setzero_si512();
+                const __m512i hv = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 0) * 2 + h) * 32))),
+                    _mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 1) * 2 + h) * 32)), 1);
+                KP_UNROLL for (int uu = 0; uu < 2; uu++) {
+                    const int u = 2 * h + uu;
+                    const __m512i v = _mm512_loadu_si512((const void *)(o + K6P_LO + j * 256 + 64 * u));
+                    KP_UNROLL for (int qq = 0; qq < 4; qq++) {
+                        const int m = 4 * uu + qq;
+                        const __m512i w = _mm512_sub_epi16(
+                            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4 * qq), m4), kp_q6_hi512(hv, m)), k32);
+                        KP_UNROLL for (int t = 0; t < T; t++) {
+                            ai[t] = KP_DOT512(ai[t], w, _mm512_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + qq))));
+                            __asm__("" : "+v"(ai[t]));
+                        }
+                    }
+                }
+                const __m512 sc = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(o + K6P_SC + (2 * j + h) * 16)))),
+                    _mm512_loadu_ps(od));
+                KP_UNROLL for (int t = 0; t < T; t++) {
+                    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_set1_ps(xb[t]->d));
+                    acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
+                }
+            }
+        }
+    }
+    const __mmask16 m = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    KP_UNROLL for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+KP_GEMM512(kp_gemm512_q6_k, kp_tile512_q6_k)
+#endif
 
 /* ---- one row back from the packed form (a tied embedding table's lookups) ---------------------
  * The same values and the same evaluation order as kipp_dequantize_row (core/types.c):
@@ -542,7 +664,15 @@ static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_g
 #else
 static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0, kp_row_q8_0};
 #endif
+#ifdef KP_DOT512
+static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm512_q4_k, kp_row_q4_k};
+#else
 static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k, kp_row_q4_k};
+#endif
+#ifdef KP_DOT512
+static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm512_q6_k, kp_row_q6_k};
+#else
 static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k, kp_row_q6_k};
+#endif
 
 #endif
