@@ -51,14 +51,15 @@ static const choice_row rows[] = {
      "1 token: avx2 22.2 vs avx512 11.3 (decode streams faster); 2+: avx512 54-104 vs 26-76"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
      "repacked int16 panels: avx512vnni's (vpdpwssd) 129-157 at 2+ tokens, avx2's 116-134 (the best "
-     "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7); avx512vnni's tile is 512 bits wide since (16 rows x 8 "
-     "tokens: 164-214 best at 8-64 tokens on a Xeon AMX class, 98-115 before)"},
+     "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7); those are its 256-bit tile's, its 512-bit tile (16 rows x "
+     "8 tokens, the same bits) is faster still and has no record of its own yet"},
     {KIPP_TYPE_Q4_0, NULL, {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
      "avx512vnni fastest at every count (32-128); without VNNI: avx512 to 4 tokens, avx2's "
      "int16 panels from 8 (64-125 vs 52-62)"},
     {KIPP_TYPE_Q4_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
      "repacked nibble panels: avx512vnni's 54.5 at 1 token and 111-142 at 2+ (its gemm 39.6 and "
-     "52-108), avx2's 52.7 and 113-125 (avx512 gemm 40.0 and 29-67)"},
+     "52-108), avx2's 52.7 and 113-125 (avx512 gemm 40.0 and 29-67); avx512vnni's tile is now 512 bits "
+     "wide, faster again (no record of its own yet)"},
     {KIPP_TYPE_Q6_K, NULL,
      {{1, "avx2:gemm avx512vnni avx512"}, {2, "avx512vnni avx2:gemm avx512"}, {4, "avx512vnni avx512 avx2"},
       {8, "avx512vnni avx2:many avx512"}},
