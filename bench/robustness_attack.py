@@ -66,10 +66,10 @@ def _probe_main(srv, model: str, timeout: float, stop, inflight, q) -> None:
     while it runs (0 between requests)."""
     i = 0
     while not stop.is_set():
-        inflight.value = time.perf_counter()
+        t = inflight.value = time.perf_counter()
         ok, dt, toks = plain_request(srv, model, i, timeout)
         inflight.value = 0.0
-        q.put((ok, dt, toks))
+        q.put((ok, dt, toks, t))
         i += 1
         stop.wait(0.02)
 
@@ -88,6 +88,8 @@ class Probe:
         self._p = ctx.Process(target=_probe_main, daemon=True,
                               args=(srv, model, timeout, self._stop, self._inflight, self._q))
         self.lat: list[float] = []
+        self.starts: list[float] = []   # perf_counter at each probe's start (the same clock across fork)
+        self.t0 = time.perf_counter()
         self.failed = 0
         self._tokens = 0
 
@@ -99,13 +101,15 @@ class Probe:
         return self._tokens
 
     def start(self):
+        self.t0 = time.perf_counter()
         self._p.start()
         return self
 
     def _drain(self):
         while not self._q.empty():
-            ok, dt, toks = self._q.get()
+            ok, dt, toks, t = self._q.get()
             self.lat.append(dt)
+            self.starts.append(t)
             self.failed += not ok
             self._tokens += toks
 
@@ -122,8 +126,12 @@ class Probe:
         self._drain()
         lat = list(self.lat)
         worst = max(lat + ([pending] if pending else []), default=None)
+        # when the slowest probes ran (seconds from the probe's start): at the class's start,
+        # throughout, or at its end tells admission, steady sharing and the reply's own work apart
+        slow = sorted(zip(lat, self.starts), reverse=True)[:10]
         return {"probes": len(lat), "failed": self.failed, "unfinished_probe_age_s": pending,
-                "worst_s": worst, "latency_s": sc.dist(lat)}
+                "worst_s": worst, "latency_s": sc.dist(lat), "ran_s": round(time.perf_counter() - self.t0, 2),
+                "slowest": [{"start_s": round(t - self.t0, 2), "latency_s": round(d, 4)} for d, t in slow]}
 
 
 def proc_kb(pid: int, key: str) -> int | None:
@@ -188,7 +196,8 @@ class Segment:
                       "p50_ratio": ((p["latency_s"].get("p50") or 0) / sc.percentile(self.unloaded, 50)
                                     if (p and p["latency_s"].get("p50") and self.unloaded) else None),
                       "met": (ratio is not None and ratio <= LATENCY_RATIO and p["failed"] == 0) if p else None,
-                      **({k: p[k] for k in ("probes", "failed", "unfinished_probe_age_s", "latency_s")} if p else {})},
+                      **({k: p[k] for k in ("probes", "failed", "unfinished_probe_age_s", "latency_s", "ran_s", "slowest")}
+                         if p else {})},
             "rss": {"idle_bytes": self.idle, "kv_pool_bytes": self.kv, "kv_pool_derivation": self.kv_how,
                     "limit_bytes": int(limit) if limit else None, "peak_sampled_bytes": max((v for _, v in samples), default=None),
                     "hwm_bytes": hwm, "hwm_reset": self.hwm_reset, "peak_bytes": peak,

@@ -915,6 +915,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM unwinds as an exit, so the finally blocks stop every server and probe this run
+    # started (left to the default action, a killed harness left its server running)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sys.exit(main())
     except (sc.ServerError, OSError) as e:

@@ -208,3 +208,8 @@ def test_probe_does_not_count_the_harness_gil():
     # holds took 2.2-9.8 s and a probe 0.40 s, past a fixed 0.15 s bound)
     assert r["worst_s"] < 0.5 * min(holds), (r["worst_s"], holds)
     assert r["unfinished_probe_age_s"] is None
+    # the slowest probes with when they started, slowest first, inside the probe's run
+    sl = r["slowest"]
+    assert 1 <= len(sl) <= 10 and sl[0]["latency_s"] == round(r["worst_s"], 4), sl
+    assert all(a["latency_s"] >= b["latency_s"] for a, b in zip(sl, sl[1:])), sl
+    assert all(0 <= x["start_s"] <= r["ran_s"] for x in sl), (sl, r["ran_s"])
