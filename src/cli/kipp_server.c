@@ -63,6 +63,8 @@ static void usage(FILE *f) {
             "      --prefill-step-ms N   fewer prompt tokens per step when they would take longer\n"
             "                            (measured; at least 16): a request arriving meanwhile\n"
             "                            waits about this at most (default 250; off = no bound)\n"
+            "      --prefill-busy-ms N   the same bound while requests keep arriving (two within\n"
+            "                            2 s), when lower (default 100; off = --prefill-step-ms)\n"
             "      --fair-share X        while an n > 1 request shares a step with one-sequence\n"
             "                            requests, its extra sequences may add at most X of the\n"
             "                            step's time (default 0.25; 0 = one row each; off = no cap)\n"
@@ -266,6 +268,12 @@ int main(int argc, char **argv) {
             NEED(x);
             if (!number_or_off(a, x, 1.0f, 3600000.0f, &kp.prefill_step_s)) return 2;
             if (kp.prefill_step_s > 0) kp.prefill_step_s /= 1000.0;
+        }
+        else if (IS("--prefill-busy-ms")) {
+            const char *x = VAL();
+            NEED(x);
+            if (!number_or_off(a, x, 1.0f, 3600000.0f, &kp.prefill_busy_s)) return 2;
+            if (kp.prefill_busy_s > 0) kp.prefill_busy_s /= 1000.0;
         }
         else if (IS("--fair-share")) {
             const char *x = VAL();

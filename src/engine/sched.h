@@ -21,6 +21,8 @@
 #define KIPP_MAX_TOP_LOGPROBS 20
 #define KIPP_SCHED_DEFAULT_KV_BYTES (2ull << 30) /* default KV pool budget: 2 GiB */
 #define KIPP_SCHED_PREFILL_STEP_S 0.25               /* default prefill_step_s */
+#define KIPP_SCHED_PREFILL_BUSY_S 0.1                /* default prefill_busy_s */
+#define KIPP_SCHED_ARRIVAL_WINDOW_S 2.0              /* default arrival_window_s */
 
 typedef struct kipp_sched kipp_sched;
 typedef struct kipp_req kipp_req;
@@ -40,6 +42,12 @@ typedef struct {
                                       token; at least 16): bounds how long a request that
                                       arrives meanwhile waits for the step to end; 0 =
                                       KIPP_SCHED_PREFILL_STEP_S; < 0: no bound */
+    double prefill_busy_s;         /* the same bound while requests keep arriving (two API
+                                      requests within arrival_window_s), when it is lower: a
+                                      long prompt is then read in shorter steps, so a request
+                                      that arrives beside it waits less; 0 =
+                                      KIPP_SCHED_PREFILL_BUSY_S; < 0: prefill_step_s always */
+    double arrival_window_s;       /* see prefill_busy_s; 0 = KIPP_SCHED_ARRIVAL_WINDOW_S */
     uint32_t prefix_cache_entries; /* kept sequences; 0 = no prefix cache */
     kipp_kv_type kv_type;          /* see kipp_ctx_params; 0 = the backend's default */
     const char *isa;               /* see kipp_ctx_params; NULL = best */

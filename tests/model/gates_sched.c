@@ -725,18 +725,25 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
 
 /* The prefill step bound: alone, a 128-token prompt is read in one step without a bound,
  * and in 16-token chunks (PREFILL_MIN) when the bound is below one token's measured time;
- * its tokens are the same either way. A 64-token prompt first measures seconds per token. */
+ * its tokens are the same either way. A 64-token prompt first measures seconds per token
+ * (and is the first of two arrivals). The busy bound (prefill_busy_s) applies only when the
+ * two arrivals fall within arrival_window_s: the long prompt is chunked when it arrives
+ * within a minute of the first, read whole when it arrives 0.2 s after a 0.05 s window. */
 static void gate_prefill_step(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
+    enum { UNBOUNDED, BOUNDED, BUSY, BUSY_LATE, N_VARIANT };
+    static const char *const names[N_VARIANT] = {"unbounded", "bounded", "busy", "busy, outside the window"};
     int32_t longp[128];
     long_prompt(p, longp, 128);
-    int32_t toks[2][MAX_GEN];
-    uint64_t steps[2] = {0, 0};
-    for (int bounded = 0; bounded < 2; bounded++) {
+    int32_t toks[N_VARIANT][MAX_GEN];
+    uint64_t steps[N_VARIANT] = {0};
+    for (int v = 0; v < N_VARIANT; v++) {
         char err[KIPP_ERR_LEN];
         kipp_sched_params sp = *base;
         sp.batch_tokens = 256;
         sp.prefix_cache_entries = 0;
-        sp.prefill_step_s = bounded ? 1e-12 : -1.0;
+        sp.prefill_step_s = v == BOUNDED ? 1e-12 : -1.0;
+        sp.prefill_busy_s = v >= BUSY ? 1e-12 : -1.0;
+        sp.arrival_window_s = v == BUSY ? 60.0 : 0.05;
         kipp_sched *s;
         if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
             KT_CHECK(0, "scheduler: %s", err);
@@ -755,24 +762,30 @@ static void gate_prefill_step(kipp_model *m, const prompts *p, const kipp_sched_
         kipp_sched_stats st0, st1;
         if (kipp_sched_submit(s, &rw, &w, err, sizeof err) == KIPP_OK) collect_within(w, &o, 0, &fin);
         else KT_CHECK(0, "submit: %s", err);
+        if (v == BUSY_LATE) nanosleep(&(struct timespec){0, 200000000}, NULL);
         kipp_sched_get_stats(s, &st0);
         if (kipp_sched_submit(s, &rl, &l, err, sizeof err) == KIPP_OK) {
-            KT_CHECK(collect_within(l, &o, 1, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "prefill step: finish %d", (int)fin);
-            memcpy(toks[bounded], o.tok[1], sizeof toks[bounded]);
+            KT_CHECK(collect_within(l, &o, 1, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "prefill step (%s): finish %d",
+                     names[v], (int)fin);
+            memcpy(toks[v], o.tok[1], sizeof toks[v]);
         } else {
             KT_CHECK(0, "submit: %s", err);
         }
         kipp_sched_get_stats(s, &st1);
-        steps[bounded] = st1.steps - st0.steps;
+        steps[v] = st1.steps - st0.steps;
         kipp_req_release(w);
         kipp_req_release(l);
         kipp_sched_free(s);
     }
     /* MAX_GEN tokens: the first comes with the prompt's last step, then MAX_GEN - 1 steps */
-    KT_CHECK(steps[0] == MAX_GEN && steps[1] == 8 + MAX_GEN - 1, "prefill step bound: %llu steps unbounded "
-             "(want %d), %llu bounded (want 8 chunks of 16 + %d)", (unsigned long long)steps[0], MAX_GEN,
-             (unsigned long long)steps[1], MAX_GEN - 1);
-    KT_CHECK(!memcmp(toks[0], toks[1], sizeof toks[0]), "prefill step bound: the chunked prompt's tokens differ");
+    for (int v = 0; v < N_VARIANT; v++) {
+        const uint64_t want = v == BOUNDED || v == BUSY ? 8 + MAX_GEN - 1 : MAX_GEN;
+        KT_CHECK(steps[v] == want, "prefill step bound (%s): %llu steps, want %llu (%s)", names[v],
+                 (unsigned long long)steps[v], (unsigned long long)want,
+                 want == MAX_GEN ? "the prompt in one step" : "8 chunks of 16");
+        KT_CHECK(!memcmp(toks[0], toks[v], sizeof toks[0]), "prefill step bound (%s): the prompt's tokens differ",
+                 names[v]);
+    }
 }
 
 /* Fair steps: on 8 slots an n = 6 request beside a plain one, with the step-time line

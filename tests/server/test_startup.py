@@ -180,6 +180,8 @@ def test_kv_memory_errors():
     (["--fair-share"], "--fair-share needs a value"),
     (["--prefill-step-ms", "0"], "--prefill-step-ms expects a number in [1, 3.6e+06], got '0'"),
     (["--prefill-step-ms", "soon"], "--prefill-step-ms also takes 'off'"),
+    (["--prefill-busy-ms", "0"], "--prefill-busy-ms expects a number in [1, 3.6e+06], got '0'"),
+    (["--prefill-busy-ms", "later"], "--prefill-busy-ms also takes 'off'"),
 ])
 def test_runtime_flag_usage_errors(args, message):
     p = fatal(*args)
