@@ -206,13 +206,16 @@ def other_rows(root):
                                                         nr["bytes_buffered_estimate"] / 1e6),
                          "bounded", met(not nr["generated_all_while_unread"]), name))
 
-    name = "server-robustness-0.6b-q8_0.json"  # the attack phase on a real-shaped model
-    if os.path.exists(os.path.join(root, "bench", "results", name)):
+    # the attack phase on a real-shaped model, one record per CPU class
+    for name, cpu in (("server-robustness-0.6b-q8_0.json", "AMD EPYC"),
+                      ("server-robustness-0.6b-q8_0-xeon-amx.json", "Xeon, AMX class")):
+        if not os.path.exists(os.path.join(root, "bench", "results", name)):
+            continue
         at = load(root, name)["phases"]["attack"]
         cl = at["classes"]
         worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
         n_lat = sum(1 for c in cl.values() if c["latency_met"])
-        rows.append(("Attack on Qwen3-0.6B Q8_0: crashes + hangs + unconstrained; worst plain latency / unloaded",
+        rows.append((f"Attack on Qwen3-0.6B Q8_0 ({cpu}): crashes + hangs + unconstrained; worst plain latency / unloaded",
                      "%d + %d + %d; %.1f× (%s), %d of %d classes met" % (
                          at["crash"], at["hang"], at["unconstrained_as_constrained"],
                          cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl)),

@@ -37,6 +37,7 @@
 #include <linux/sockios.h> /* SIOCOUTQ */
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -481,6 +482,24 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
+/* A large body is bulk work: serializing it (a count pass, then every piece again as the
+ * client reads) takes a core for about a second per 14 MB, and on a machine whose cores run
+ * the forward pass it slowed every other request's steps beside it (the robustness attack's
+ * big reply: its plain probes' slowest came as it was sent). Its connection thread runs at
+ * nice +BULK_NICE (Linux: nice is per thread), so it takes the CPU the
+ * forward pass leaves; an unprivileged thread cannot raise its priority again, so the
+ * connection closes after this response. */
+#define BULK_NICE 10
+
+static void bulk_priority(conn_state *cs) {
+#ifdef __linux__
+    errno = 0;
+    const int cur = getpriority(PRIO_PROCESS, 0); /* Linux: 0 is this thread (as the mask thread's) */
+    if (errno == 0 && cur < BULK_NICE) (void)setpriority(PRIO_PROCESS, 0, BULK_NICE);
+#endif
+    cs->close = 1;
+}
+
 /* Answers a finished non-streamed generation. A body of at most KIPP_SERVER_INLINE_BODY
  * bytes is built whole and sent; a larger one (n choices with logprobs) is never whole in
  * memory: a first pass counts its bytes (Content-Length), then its pieces are made again
@@ -498,6 +517,7 @@ static enum MHD_Result send_body_pieces(kipp_server *sv, struct MHD_Connection *
         gen_free(gs);
         return res;
     }
+    bulk_priority(cs);
     uint64_t total = first.len;
     kipp_buf_free(&first);
     kipp_buf piece = {0};

@@ -312,6 +312,58 @@ def test_large_non_streamed_body_is_not_built_whole(rss_server):
     assert SANITIZED or hwm1 - hwm0 < 8e6 + 0.25 * len(raw), (hwm0, hwm1, len(raw))
 
 
+def thread_nices(pid: int) -> dict[int, int]:
+    """Each thread's nice value (field 19 of /proc/PID/task/TID/stat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                txt = f.read()
+        except OSError:
+            continue
+        out[int(tid)] = int(txt.rsplit(")", 1)[1].split()[16])
+    return out
+
+
+def test_large_body_is_sent_at_bulk_priority(rss_server):
+    """A body past the inline bound is serialized on its connection's thread at nice 10 (so
+    the forward pass's threads keep their CPU), and that connection closes after it (the
+    thread cannot raise its priority again). A small answer on another connection stays at
+    the normal priority, kept alive."""
+    import http.client
+    srv = rss_server
+    srv.wait_idle()
+    pid = srv.proc.pid
+    assert 10 not in thread_nices(pid).values()  # (the grammar mask thread runs at 19)
+    body = {"model": srv.model, "messages": [{"role": "user", "content": "Hi"}], "n": 16,
+            "max_tokens": 120, "logprobs": True, "top_logprobs": 20, "temperature": 1.0,
+            "ignore_eos": True}
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=600 * TIMEOUT_SCALE)
+    h = {"Content-Type": "application/json", **srv.auth_headers()}
+    c.request("POST", "/v1/chat/completions", json.dumps(body), h)
+    r = c.getresponse()  # the headers: the count pass is done, the pieces follow as read
+    head = r.read(1024)
+    during = thread_nices(pid)
+    rest = r.read()
+    assert r.status == 200 and len(head) + len(rest) > 1 << 20
+    assert sorted(during.values()).count(10) == 1, during
+    assert (r.getheader("Connection") or "").lower() == "close", r.getheaders()
+    assert len(json.loads(head + rest)["choices"]) == 16
+    c.close()
+    # a small answer: normal priority, the connection kept
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=120 * TIMEOUT_SCALE)
+    c.request("POST", "/v1/chat/completions", json.dumps({"model": srv.model, "max_tokens": 2,
+              "messages": [{"role": "user", "content": "Hi"}]}), h)
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200 and (r.getheader("Connection") or "").lower() != "close"
+    c.close()
+    deadline = time.monotonic() + 10 * TIMEOUT_SCALE  # the big reply's thread ends with its connection
+    while 10 in thread_nices(pid).values() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 10 not in thread_nices(pid).values(), thread_nices(pid)
+
+
 def test_prompt_tokens_metric_matches_usage_for_n(rss_server):
     """usage.prompt_tokens counts the prompt once for n = 16 (as OpenAI does), and so does
     kipp_prompt_tokens_total; kipp_sequence_prompt_tokens_total counts it per sequence."""
