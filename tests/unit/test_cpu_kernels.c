@@ -857,9 +857,9 @@ static void check_compose(void) {
 }
 
 /* The packed gemms give the same bits whatever the token count and whichever level runs
- * them (the layout is level-independent): a token alone, in a batch of 17 and in one of 9
- * (other tile splits), on every level this CPU runs that packs the type. The cached-decode and
- * prefix-reuse gates compare a token computed alone with the same token in a prompt chunk,
+ * them (the layout is level-independent): a token alone, in a batch of 17 and in batches of
+ * 1-9 (every tile width), on every level this CPU runs that packs the type. The
+ * cached-decode and prefix-reuse gates compare a token computed alone with the same token in a prompt chunk,
  * and a machine's levels must agree so that records of one class stand for another. */
 static void check_packed_same_bits(void) {
     static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "neon", "auto"};
@@ -894,21 +894,26 @@ static void check_packed_same_bits(void) {
                 memcpy(ref, y, NT * 48 * sizeof *y);
                 have_ref = 1;
             }
+            /* then in batches of other sizes (every tile width up to 9), then one at a time */
+            static const int splits[][6] = {{9, 8}, {2, 3, 4, 5, 3}, {6, 7, 4}, {1}};
+            static const char *const split_names[] = {"batch of 17", "batches 9 + 8", "batches 2 + 3 + 4 + 5 + 3",
+                                                      "batches 6 + 7 + 4", "alone"};
             int bad = 0;
-            for (int pass = 0; pass < 3 && !bad; pass++) {
-                if (pass == 1) {
-                    pp->gemm(pk, grb, R, xa, ab, 9, y, 48, k);
-                    pp->gemm(pk, grb, R, xa + 9 * ab, ab, NT - 9, y + 9 * 48, 48, k);
-                } else if (pass == 2) {
-                    for (int t = 0; t < NT; t++) pp->gemm(pk, grb, R, xa + t * ab, ab, 1, y + t * 48, 48, k);
+            for (int pass = 0; pass < 5 && !bad; pass++) {
+                if (pass > 0)
+                    for (int i = 0; i < NT * 48; i++) y[i] = float_of(SENTINEL); /* a token not written shows */
+                for (int t = 0, i = 0; pass > 0 && t < NT; i++) {
+                    const int *sp = splits[pass - 1];
+                    const int nb = pass == 4 ? 1 : sp[i];
+                    pp->gemm(pk, grb, R, xa + t * ab, ab, (uint64_t)nb, y + t * 48, 48, k);
+                    t += nb;
                 }
                 for (int t = 0; t < NT && !bad; t++)
                     for (int r = 0; r < R && !bad; r++)
                         if (bits_of(y[t * 48 + r]) != bits_of(ref[t * 48 + r])) {
                             bad = 1;
                             KT_CHECK(0, "%s packed %s: token %d row %d (%s) %.9g, first level's 17-token batch %.9g",
-                                     lv->isa, kipp_type_name(type), t, r,
-                                     pass == 0 ? "batch of 17" : pass == 1 ? "batches 9 + 8" : "alone", y[t * 48 + r],
+                                     lv->isa, kipp_type_name(type), t, r, split_names[pass], y[t * 48 + r],
                                      ref[t * 48 + r]);
                         }
             }
