@@ -643,13 +643,18 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
  * where it stopped: parked == preempted_fair, nothing given up for memory, every output is
  * its solo output and no block is left in use. Then the same with the siblings cancelled
  * while one is parked: its blocks are freed too (a parked request holds memory while it
- * waits, so every way out of the queue must give it back). */
+ * waits, so every way out of the queue must give it back). Last, in a pool of one context
+ * and a block (KV pressure while a sibling is parked): the parked KV goes first
+ * (unparked >= 1), and every output is still its solo output. */
 static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_params *base, const outputs *solo) {
-    for (int cancel = 0; cancel < 2; cancel++) {
+    static const char *const modes[] = {"resumed", "cancelled", "pressed"};
+    for (int mode = 0; mode < 3; mode++) {
+        const int cancel = mode == 1, pressed = mode == 2;
         char err[KIPP_ERR_LEN];
         kipp_sched_params sp = *base;
         sp.max_running = 2;
         sp.prefix_cache_entries = 0;
+        if (pressed) sp.n_kv_tokens = CTX + 16;
         kipp_sched *s;
         if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
             KT_CHECK(0, "scheduler: %s", err);
@@ -670,7 +675,11 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
             if (kipp_req_wait(g[0], 0, 0, &fin) >= 2 && kipp_req_wait(g[1], 0, 0, &fin) >= 2) break;
             sleep_ms(1);
         }
-        const kipp_req_params rp = req_params(p, 3, 0.0f);
+        kipp_req_params rp = req_params(p, 3, 0.0f);
+        if (pressed) { /* long enough that its KV and the running sibling's outgrow the pool */
+            rp.max_tokens = 6 * MAX_GEN;
+            rp.ignore_eos = 1;
+        }
         bad = bad || kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
         KT_CHECK(!bad, "submit: %s", err);
         kipp_sched_stats st;
@@ -688,8 +697,9 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
         if (!bad) {
             KT_CHECK(collect_within(plain, &o, 3, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "park: the plain request "
                      "did not finish (%d)", (int)fin);
-            KT_CHECK(o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
-                     "park: the plain request differs from its solo run");
+            KT_CHECK((pressed ? o.n[3] >= solo->n[3] : o.n[3] == solo->n[3]) &&
+                         !memcmp(o.tok[3], solo->tok[3], solo->n[3] * sizeof(int32_t)),
+                     "park (%s): the plain request differs from its solo run", modes[mode]);
             for (int i = 0; i < 2 && !cancel; i++) { /* its first MAX_GEN tokens are the solo run's */
                 outputs og;
                 KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && fin == KIPP_FINISH_LENGTH &&
@@ -710,12 +720,13 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
         }
         kipp_sched_get_stats(s, &st);
         if (!bad) {
-            KT_CHECK(st.preempted_fair >= 1 && st.parked == st.preempted_fair && st.unparked == 0,
-                     "park (%s): preempted_fair %llu, parked %llu, unparked %llu", cancel ? "cancelled" : "resumed",
+            KT_CHECK(st.preempted_fair >= 1 && st.parked == st.preempted_fair &&
+                         (pressed ? st.unparked >= 1 : st.unparked == 0),
+                     "park (%s): preempted_fair %llu, parked %llu, unparked %llu (want %s)", modes[mode],
                      (unsigned long long)st.preempted_fair, (unsigned long long)st.parked,
-                     (unsigned long long)st.unparked);
-            KT_CHECK(st.kv_blocks_used == 0, "park (%s): %u KV blocks still in use when idle",
-                     cancel ? "cancelled" : "resumed", st.kv_blocks_used);
+                     (unsigned long long)st.unparked, pressed ? "at least 1" : "0");
+            KT_CHECK(st.kv_blocks_used == 0, "park (%s): %u KV blocks still in use when idle", modes[mode],
+                     st.kv_blocks_used);
         }
         for (int i = 0; i < 2; i++) kipp_req_release(g[i]);
         kipp_req_release(plain);
