@@ -486,9 +486,9 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * client reads) takes a core for about a second per 14 MB, and on a machine whose cores run
  * the forward pass it slowed every other request's steps beside it (the robustness attack's
  * big reply: its plain probes' slowest came as it was sent). Its connection thread runs at
- * nice +BULK_NICE (Linux: nice is per thread), so it takes the CPU the
- * forward pass leaves; an unprivileged thread cannot raise its priority again, so the
- * connection closes after this response. */
+ * nice +BULK_NICE (Linux: nice is per thread), so it takes the CPU the forward pass leaves;
+ * an unprivileged thread cannot raise its priority again, so the connection closes after
+ * this response. */
 #define BULK_NICE 10
 
 static void bulk_priority(conn_state *cs) {

@@ -904,7 +904,7 @@ static void check_packed_same_bits(void) {
                     for (int i = 0; i < NT * 48; i++) y[i] = float_of(SENTINEL); /* a token not written shows */
                 for (int t = 0, i = 0; pass > 0 && t < NT; i++) {
                     const int *sp = splits[pass - 1];
-                    const int nb = pass == 4 ? 1 : sp[i];
+                    const int nb = sp[pass == 4 ? 0 : i]; /* "alone": its one size, repeated */
                     pp->gemm(pk, grb, R, xa + t * ab, ab, (uint64_t)nb, y + t * 48, 48, k);
                     t += nb;
                 }

@@ -56,25 +56,27 @@ static void kp_k4_scales(const uint8_t *q, uint8_t scale[8], uint8_t min[8]) {
 }
 
 /* The gemm of a packed type over its tile: w the packed tensor advanced to row r (r a
- * multiple of 16), wrb = group bytes / 16; groups of 16 rows x up to KP_T tokens. */
-#define KP_GEMM(NAME, TILE)                                                                               \
+ * multiple of 16), wrb = group bytes / 16; groups of 16 rows x up to TMAX tokens, each tile
+ * width dispatched by CASES (a switch on T over TILE(T, grp, k, xt, xrb, yt, ldy, nr)). */
+#define KP_GEMM_OVER(NAME, TMAX, CASES)                                                                   \
     static void NAME(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
                      float *y, size_t ldy, uint64_t k) {                                                  \
         for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {                                                    \
             const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);                                   \
             const uint8_t *grp = (const uint8_t *)w + r0 * wrb;                                           \
-            for (uint64_t t = 0; t < n_tok; t += KP_T) {                                                  \
-                const int T = n_tok - t >= KP_T ? KP_T : (int)(n_tok - t);                                \
+            for (uint64_t t = 0; t < n_tok; t += (TMAX)) {                                                \
+                const int T = n_tok - t >= (TMAX) ? (TMAX) : (int)(n_tok - t);                            \
                 const char *xt = (const char *)x + t * xrb;                                               \
                 float *yt = y + t * ldy + r0;                                                             \
-                switch (T) {                                                                              \
-                case 3: TILE(3, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 2: TILE(2, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                default: TILE(1, grp, k, xt, xrb, yt, ldy, nr); break;                                    \
-                }                                                                                         \
+                CASES                                                                                     \
             }                                                                                             \
         }                                                                                                 \
     }
+#define KP_CASE(TILE, N) case N: TILE(N, grp, k, xt, xrb, yt, ldy, nr); break;
+#define KP_GEMM(NAME, TILE)                                                                               \
+    KP_GEMM_OVER(NAME, KP_T, switch (T) {                                                                 \
+        KP_CASE(TILE, 3) KP_CASE(TILE, 2) default: TILE(1, grp, k, xt, xrb, yt, ldy, nr); break;         \
+    })
 
 /* y[t][0..nr) = acc[0..1][t] (rows 8g..8g+7), rows past nr left as they are */
 KP_INLINE void kp_store(int T, __m256 acc[2][KP_T], float *y, size_t ldy, int nr) {
@@ -177,29 +179,10 @@ enum { KP_T512 = 8 };
 
 /* The 512-bit tiles' gemm: groups of 16 rows x up to KP_T512 tokens */
 #define KP_GEMM512(NAME, TILE)                                                                            \
-    static void NAME(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
-                     float *y, size_t ldy, uint64_t k) {                                                  \
-        for (uint64_t r0 = 0; r0 < n_rows; r0 += 16) {                                                    \
-            const int nr = n_rows - r0 >= 16 ? 16 : (int)(n_rows - r0);                                   \
-            const uint8_t *grp = (const uint8_t *)w + r0 * wrb;                                           \
-            for (uint64_t t = 0; t < n_tok; t += KP_T512) {                                               \
-                const int T = n_tok - t >= KP_T512 ? KP_T512 : (int)(n_tok - t);                          \
-                const char *xt = (const char *)x + t * xrb;                                               \
-                float *yt = y + t * ldy + r0;                                                             \
-                switch (T) {                                                                              \
-                case 8: TILE(8, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 7: TILE(7, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 6: TILE(6, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 5: TILE(5, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 4: TILE(4, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 3: TILE(3, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                case 2: TILE(2, grp, k, xt, xrb, yt, ldy, nr); break;                                     \
-                default: TILE(1, grp, k, xt, xrb, yt, ldy, nr); break;                                    \
-                }                                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-    }
-
+    KP_GEMM_OVER(NAME, KP_T512, switch (T) {                                                              \
+        KP_CASE(TILE, 8) KP_CASE(TILE, 7) KP_CASE(TILE, 6) KP_CASE(TILE, 5) KP_CASE(TILE, 4)              \
+        KP_CASE(TILE, 3) KP_CASE(TILE, 2) default: TILE(1, grp, k, xt, xrb, yt, ldy, nr); break;          \
+    })
 
 KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
                                size_t ldy, int nr) {
