@@ -1,14 +1,20 @@
 /* fair.c — fair steps (see fair.h). */
 #include "engine/fair.h"
 
-void kipp_step_fit_add(kipp_step_fit *f, uint32_t n, double dt) {
-    if (n == 0 || !(dt > 0)) return;
-    const double x = n;
-    f->w = KIPP_FIT_DECAY * f->w + 1.0;
-    f->n = KIPP_FIT_DECAY * f->n + x;
-    f->nn = KIPP_FIT_DECAY * f->nn + x * x;
-    f->t = KIPP_FIT_DECAY * f->t + dt;
-    f->nt = KIPP_FIT_DECAY * f->nt + x * dt;
+#include <math.h>
+
+void kipp_step_fit_add(kipp_step_fit *f, uint32_t n, double kv, double dt) {
+    if (n == 0 || !(dt > 0) || !(kv >= 0)) return;
+    const double x = n, D = KIPP_FIT_DECAY;
+    f->w = D * f->w + 1.0;
+    f->n = D * f->n + x;
+    f->nn = D * f->nn + x * x;
+    f->t = D * f->t + dt;
+    f->nt = D * f->nt + x * dt;
+    f->d = D * f->d + kv;
+    f->dd = D * f->dd + kv * kv;
+    f->nd = D * f->nd + x * kv;
+    f->dt = D * f->dt + kv * dt;
 }
 
 int kipp_step_fit_line(const kipp_step_fit *f, double fallback_b, double *a, double *b) {
@@ -25,9 +31,37 @@ int kipp_step_fit_line(const kipp_step_fit *f, double fallback_b, double *a, dou
     return 1;
 }
 
+int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, double *b, double *c) {
+    *c = 0;
+    if (!kipp_step_fit_line(f, fallback_b, a, b)) {
+        if (f->w < 2.0) return 0;
+        *a = *b = 0; /* the KV term alone may still be measured */
+    }
+    const double w = f->w, mn = f->n / w, md = f->d / w, mt = f->t / w;
+    const double vn = f->nn / w - mn * mn, vd = f->dd / w - md * md, cnd = f->nd / w - mn * md;
+    const double cnt = f->nt / w - mn * mt, cdt = f->dt / w - md * mt;
+    if (!(vd > KIPP_FIT_MIN_KV_VAR)) return *a > 0 || *b > 0;
+    double bb, cc;
+    const double det = vn * vd - cnd * cnd;
+    if (vn > 0.25 && det > 0.1 * vn * vd) { /* both vary, and apart */
+        bb = (cnt * vd - cdt * cnd) / det;
+        cc = (cdt * vn - cnt * cnd) / det;
+    } else if (vn <= 0.25) { /* only the KV positions vary */
+        bb = fallback_b > 0 ? fallback_b : 0;
+        cc = (cdt - bb * cnd) / vd;
+    } else {
+        return *a > 0 || *b > 0;
+    }
+    const double aa = mt - bb * mn - cc * md;
+    if (!(bb >= 0 && cc > 0 && aa >= 0)) return *a > 0 || *b > 0; /* NaN too: the line */
+    *a = aa, *b = bb, *c = cc;
+    return 1;
+}
+
 uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
-                          double share, double a, double b, uint8_t *keep) {
-    uint32_t n_cand = 0, n_req = 0, heavy = 0, light = 0, n_fixed = 0;
+                          const double *cost, double share, double a, double ghost, uint8_t *keep) {
+    uint32_t n_cand = 0, n_req = 0, heavy = 0, light = 0;
+    double fixed = 0;
     for (uint32_t i = 0; i < n; i++) {
         keep[i] = kind[i] == KIPP_FAIR_DECODE;
         n_cand += keep[i];
@@ -44,26 +78,42 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
         n_req++;
         heavy += dec > 1;
         light += dec + pre == 1;
-        n_fixed += dec <= 1 ? dec : 0;
-        for (uint32_t i = g; i < n && dec > 1; i++) /* a heavy request's: the pool (2) */
-            if (grp[i] == g && keep[i]) keep[i] = 2;
+        for (uint32_t i = g; i < n; i++) {
+            if (grp[i] != g || !keep[i]) continue;
+            if (dec > 1) keep[i] = 2; /* a heavy request's: the pool */
+            else fixed += cost[i];
+        }
     }
-    const int cap = share >= 0 && b > 0 && heavy && light && n_req >= 2;
-    const double extra = cap ? share * (a + b * (n_fixed + 1)) / b : 0;
-    if (!cap || !(extra < (double)(n_cand - n_fixed - 1))) { /* NaN, inf: no cap either */
+    const int ghosted = ghost > 0 && heavy && !light;
+    if (!(share >= 0 && heavy && (light || ghosted) && n_req + ghosted >= 2)) {
         for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] != 0;
         return n_cand;
     }
-    const uint32_t n_max = n_fixed + 1 + (uint32_t)extra;
-    uint32_t kept = n_fixed; /* the others keep their row; the pool starts empty */
-    for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] == 1;
-    while (kept < n_max) { /* the pool: least advanced first */
+    uint32_t kept = 0, first = 1;
+    double total = a + fixed, limit = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kept += keep[i] == 1;
+        keep[i] = keep[i] == 2 ? 2 : keep[i] == 1 ? 3 : 0; /* 3: fixed, kept; 2: the pool */
+    }
+    for (;;) { /* the pool: least advanced first */
         uint32_t best = n;
         for (uint32_t i = 0; i < n; i++)
-            if (kind[i] == KIPP_FAIR_DECODE && !keep[i] && (best == n || progress[i] < progress[best])) best = i;
+            if (keep[i] == 2 && (best == n || progress[i] < progress[best])) best = i;
         if (best == n) break;
-        keep[best] = 1;
+        if (first) {
+            limit = (1 + share) * (a + fixed + (ghosted ? ghost : 0) + cost[best]);
+            if (!isfinite(limit)) { /* NaN, inf: no cap */
+                for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] != 0;
+                return n_cand;
+            }
+            first = 0;
+        } else if (!(total + cost[best] <= limit * (1 + 1e-12))) { /* exact fits stay in */
+            break;
+        }
+        total += cost[best];
+        keep[best] = 3;
         kept++;
     }
+    for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] == 3;
     return kept;
 }

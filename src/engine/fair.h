@@ -1,15 +1,19 @@
 /* fair.h — fair steps for continuous batching (used by sched.c; pure, so unit-tested
  * alone: tests/unit/test_fair.c).
  *
- * Every sequence in a step waits for the whole step, and on a compute-bound backend each
- * row costs time. While requests of several sequences (n > 1, "heavy": bulk work by nature)
- * share the batch with one-sequence requests ("light"), each light request keeps its row
- * and the heavy requests together get one row plus only as many more as keep the step
- * within (1 + share) x the time of that step (light rows + 1), by a line fitted to measured
- * decode steps (whole-step seconds against sequences). Of the heavy requests' sequences the
- * least advanced (fewest tokens generated) go first, so a request's choices advance
- * together and none starves. Where rows are nearly free (a GPU) the line is flat and
- * nothing is held out; with no light request present the heavy ones fill the batch. */
+ * Every sequence in a step waits for the whole step, and on a compute- or memory-bound
+ * backend each row costs time — a row deep in its context most, since its attention reads
+ * every KV position it has. While requests of several sequences (n > 1, "heavy": bulk work
+ * by nature) share the batch with one-sequence requests ("light"), each light request keeps
+ * its row and the heavy requests together get one row plus only as many more as keep the
+ * step within (1 + share) x the time of that step (light rows + that one), by a model
+ * fitted to measured decode steps: seconds ~ a + b x sequences + c x KV positions read. Of
+ * the heavy requests' sequences the least advanced (fewest tokens generated) go first, so a
+ * request's choices advance together and none starves. Where rows are nearly free (a GPU)
+ * the model is flat and nothing is held out; with no light request present the heavy ones
+ * fill the batch, unless light requests are expected (one arrived lately): then the step
+ * is sized as if one were present, its row given to the heavy ones, so the one that
+ * arrives mid-step waits for a step no longer than the steps it will share. */
 #ifndef KIPP_ENGINE_FAIR_H
 #define KIPP_ENGINE_FAIR_H
 
@@ -18,11 +22,13 @@
 /* Decayed least-squares sums over decode-only steps (decay KIPP_FIT_DECAY per step). */
 #define KIPP_FIT_DECAY 0.95
 typedef struct {
-    double w, n, nn, t, nt; /* weight, sequences, sequences^2, seconds, sequences x seconds */
+    double w, n, nn, t, nt;    /* weight, sequences, sequences^2, seconds, sequences x seconds */
+    double d, dd, nd, dt;      /* KV positions read (d), d^2, sequences x d, d x seconds */
 } kipp_step_fit;
 
-/* A decode-only step with n sequences took dt seconds (n = 0 or dt <= 0: ignored). */
-void kipp_step_fit_add(kipp_step_fit *f, uint32_t n, double dt);
+/* A decode-only step with n sequences, whose attention read kv KV positions in all (the
+ * sum of the rows' context lengths), took dt seconds (n = 0 or dt <= 0: ignored). */
+void kipp_step_fit_add(kipp_step_fit *f, uint32_t n, double kv, double dt);
 
 /* Step seconds ~ a + b x sequences: least squares when the steps seen vary in size (a
  * variance of sequences above 1/4), else slope `fallback_b` (> 0; e.g. the seconds per
@@ -31,20 +37,31 @@ void kipp_step_fit_add(kipp_step_fit *f, uint32_t n, double dt);
  * spread and no fallback). */
 int kipp_step_fit_line(const kipp_step_fit *f, double fallback_b, double *a, double *b);
 
+/* Step seconds ~ a + b x sequences + c x KV positions: least squares over both where the
+ * KV positions vary (a variance above KIPP_FIT_MIN_KV_VAR) apart from the sequences (their
+ * squared correlation under 0.9) and the sequences vary too; where only the KV positions
+ * vary, b is the fallback (or 0) and c their slope; otherwise, or where a coefficient
+ * would come out negative, the line above with c = 0. 0: no line either. */
+#define KIPP_FIT_MIN_KV_VAR 64.0
+int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, double *b, double *c);
+
 /* A running sequence as the step sees it. */
 enum { KIPP_FAIR_OUT = 0, KIPP_FAIR_DECODE, KIPP_FAIR_PREFILL };
 
 /* Chooses the decoding sequences of this step. n sequences; grp[i]: its request (the index
  * of the request's first sequence, so grp[i] <= i and grp[grp[i]] == grp[i]); kind[i] one
- * of KIPP_FAIR_*; progress[i] the tokens it has generated. keep[i] = 1 for each decoding
- * sequence in the step, 0 otherwise. A cap applies only when at least two requests are in
- * the step, one of them light (a single decoding or prefilling sequence) and one heavy (two
- * or more decoding sequences), share >= 0 and b > 0. Then every decoding sequence of a
- * request with fewer than two keeps its row (n_fixed of them), and the heavy requests'
- * sequences go least advanced first (the lower index among equals), at least one, up to
- * n_fixed + 1 + floor(share x (a + b x (n_fixed + 1)) / b) in all. Returns the sequences
- * kept. */
+ * of KIPP_FAIR_*; progress[i] the tokens it has generated; cost[i] the seconds its row adds
+ * to a step (>= 0), a the step's fixed seconds. keep[i] = 1 for each decoding sequence in
+ * the step, 0 otherwise. A cap applies only when share >= 0, some request is heavy (two or
+ * more decoding sequences) and another is light (a single decoding or prefilling
+ * sequence), or ghost > 0 (a light request is expected: its row, of ghost seconds, counts
+ * as present but is not spent) and no light one is there. Then every decoding sequence of a
+ * request with fewer than two keeps its row (the fixed rows), and the heavy requests'
+ * sequences go least advanced first (the lower index among equals): the first always, each
+ * next one while a + the kept rows' costs stay within (1 + share) x (a + fixed rows' costs
+ * + ghost + the first one's cost); the first that does not fit ends the choice. A NaN or
+ * infinite limit: no cap. Returns the sequences kept. */
 uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
-                          double share, double a, double b, uint8_t *keep);
+                          const double *cost, double share, double a, double ghost, uint8_t *keep);
 
 #endif

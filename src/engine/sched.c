@@ -177,11 +177,17 @@ struct kipp_sched {
     double t_arrive[2];            /* the last two API requests' arrivals (under mu) */
     uint64_t arrive_group;         /* the group of the last arrival (siblings arrive once) */
     int arrivals_busy;             /* two arrivals within arrival_window_s (engine's copy) */
+    double t_light;                /* the last one-sequence request's arrival (under mu) */
+    int light_expected;            /* one arrived within arrival_window_s (engine's copy) */
     double ema_dec_s, ema_tok_s;   /* decode-only step seconds; seconds per batch token in
                                       prompt-heavy steps (0: not measured yet) */
-    kipp_step_fit fit;             /* whole decode-only steps: seconds against sequences */
+    kipp_step_fit fit;             /* whole decode-only steps: seconds against sequences and
+                                      KV positions read */
+    double fit_a, fit_b, fit_c;    /* the step model fair_rows last used (the trace shows it) */
+    double fit_kv;                 /* KV positions the step's decoding rows read */
     uint32_t *grp, *progress;      /* [max_running] fair_rows scratch */
     uint8_t *kind, *keep;
+    double *cost;
     /* speculative decoding */
     kipp_drafter *drafter;
     uint32_t k_max, k_min;
@@ -449,6 +455,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
         s->t_arrive[1] = r->t_submit;
         s->arrive_group = p->group;
     }
+    if (!p->group) s->t_light = r->t_submit;
     r->step_submit = s->st.steps;
     s->st.queue_depth = s->n_queue;
     pthread_cond_signal(&s->work);
@@ -909,7 +916,9 @@ static void step_timing(kipp_sched *s, uint32_t n, double dt) {
 }
 
 /* Holds decoding sequences of n > 1 requests out of this step (hold = 2) while
- * one-sequence requests share it (kipp_fair_select). Returns the decoding sequences left. */
+ * one-sequence requests share it, or one is expected (kipp_fair_select), each row priced
+ * by the step model at its context length. Returns the decoding sequences left; fit_kv
+ * their KV positions. */
 static uint32_t fair_rows(kipp_sched *s) {
     for (uint32_t i = 0; i < s->n_running; i++) {
         const kipp_req *r = s->running[i];
@@ -922,13 +931,21 @@ static uint32_t fair_rows(kipp_sched *s) {
                      : r->state == KIPP_REQ_PREFILL ? KIPP_FAIR_PREFILL : KIPP_FAIR_OUT;
         s->progress[i] = r->n_gen;
     }
-    double a = 0, b = 0;
+    double a = 0, b = 0, c = 0;
     if (s->p.fair_slope > 0) b = s->p.fair_slope;
-    else if (s->p.fair_share < 0 || !kipp_step_fit_line(&s->fit, s->ema_tok_s, &a, &b)) b = 0;
-    const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->progress, s->p.fair_share, a, b, s->keep);
+    else if (s->p.fair_share < 0 || !kipp_step_fit_plane(&s->fit, s->ema_tok_s, &a, &b, &c)) a = b = c = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) s->cost[i] = b + c * (s->running[i]->n_fed + 1);
+    s->fit_a = a, s->fit_b = b, s->fit_c = c;
+    const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->progress, s->cost, s->p.fair_share, a,
+                                           s->light_expected ? b + c : 0, s->keep);
+    s->fit_kv = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
-        if (s->kind[i] != KIPP_FAIR_DECODE || s->keep[i]) continue;
+        if (s->kind[i] != KIPP_FAIR_DECODE) continue;
+        if (s->keep[i]) {
+            s->fit_kv += r->n_fed + 1;
+            continue;
+        }
         r->hold = 2;
         s->e_fair_deferred++;
     }
@@ -1346,12 +1363,12 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     }
     if (published) pthread_cond_broadcast(&s->any);
     pthread_mutex_unlock(&s->mu);
-    if (st == KIPP_OK && s->b_prefill == 0) kipp_step_fit_add(&s->fit, n_dec, now_s() - t_step);
+    if (st == KIPP_OK && s->b_prefill == 0) kipp_step_fit_add(&s->fit, n_dec, s->fit_kv, now_s() - t_step);
     if (s->trace) {
         uint32_t waiting = 0, held = 0;
         for (uint32_t i = 0; i < s->n_running; i++) waiting += s->running[i]->wait_mask != 0, held += s->running[i]->hold != 0;
-        fprintf(s->trace, "%.6f %.6f %.6f %.6f %u %u %u %u %u %u\n", t_step - s->t_trace0, t0 - t_step, t - t0,
-                now_s() - t, n, n_dec, s->b_prefill, s->n_running, waiting, held);
+        fprintf(s->trace, "%.6f %.6f %.6f %.6f %u %u %u %u %u %u %.6f %.6f %.3e\n", t_step - s->t_trace0, t0 - t_step,
+                t - t0, now_s() - t, n, n_dec, s->b_prefill, s->n_running, waiting, held, s->fit_a, s->fit_b, s->fit_c);
     }
 }
 
@@ -1420,7 +1437,9 @@ static void *engine_main(void *arg) {
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
-        s->arrivals_busy = s->t_arrive[0] > 0 && now_s() - s->t_arrive[0] < s->p.arrival_window_s;
+        const double t_now = now_s();
+        s->arrivals_busy = s->t_arrive[0] > 0 && t_now - s->t_arrive[0] < s->p.arrival_window_s;
+        s->light_expected = s->t_light > 0 && t_now - s->t_light < s->p.arrival_window_s;
         pthread_mutex_unlock(&s->mu);
         step(s, dead, &n_dead);
         for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
@@ -1580,7 +1599,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->progress = calloc(p.max_running, sizeof *s->progress);
     s->kind = calloc(p.max_running, 1);
     s->keep = calloc(p.max_running, 1);
-    if (!s->hsc || !s->hraw || !s->par || !s->ord || !s->grp || !s->progress || !s->kind || !s->keep) {
+    s->cost = calloc(p.max_running, sizeof *s->cost);
+    if (!s->hsc || !s->hraw || !s->par || !s->ord || !s->grp || !s->progress || !s->kind || !s->keep || !s->cost) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -1674,6 +1694,7 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->ord);
     free(s->grp);
     free(s->progress);
+    free(s->cost);
     free(s->kind);
     free(s->keep);
     if (s->trace) fclose(s->trace);

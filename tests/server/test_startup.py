@@ -224,7 +224,8 @@ def test_step_trace(tmp_path):
     js = s.complete("one two three four five six", max_tokens=5, temperature=0, ignore_eos=True)
     stop(s)
     rows = [line.split() for line in path.read_text().splitlines()]
-    assert rows and all(len(r) == 10 for r in rows), rows[:3]
+    assert rows and all(len(r) == 13 for r in rows), rows[:3]
+    assert all(float(x) >= 0 for r in rows for x in r[10:]), rows                 # step model a, b, c
     assert all(float(r[2]) > 0 for r in rows if int(r[4]) > 0), rows       # forward seconds
     assert sum(int(r[6]) for r in rows) == js["usage"]["prompt_tokens"], rows
     assert sum(int(r[5]) for r in rows) == js["usage"]["completion_tokens"] - 1, rows

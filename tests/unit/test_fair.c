@@ -16,29 +16,37 @@ static uint32_t urand(uint32_t n) { /* xorshift64*: [0, n) */
     return (uint32_t)(((rng * 2685821657736338717ull) >> 33) % n);
 }
 
+/* kipp_fair_select with every row costing b and no light request expected */
+static uint32_t sel(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress, double share,
+                    double a, double b, uint8_t *keep) {
+    double cost[64];
+    for (uint32_t i = 0; i < n && i < 64; i++) cost[i] = b;
+    return kipp_fair_select(n, grp, kind, progress, cost, share, a, 0, keep);
+}
+
 static void test_fit(void) {
     kipp_step_fit f = {0};
     double a = -1, b = -1;
     KT_CHECK(!kipp_step_fit_line(&f, 0.01, &a, &b), "nothing measured gave a line");
-    kipp_step_fit_add(&f, 3, 0.07);
+    kipp_step_fit_add(&f, 3, 0, 0.07);
     KT_CHECK(!kipp_step_fit_line(&f, 0.01, &a, &b), "one step gave a line");
-    for (int k = 0; k < 200; k++) kipp_step_fit_add(&f, 1 + (uint32_t)(k % 8), 0.04 + 0.01 * (1 + k % 8));
+    for (int k = 0; k < 200; k++) kipp_step_fit_add(&f, 1 + (uint32_t)(k % 8), 0, 0.04 + 0.01 * (1 + k % 8));
     KT_CHECK(kipp_step_fit_line(&f, 0, &a, &b) && fabs(a - 0.04) < 1e-9 && fabs(b - 0.01) < 1e-9,
              "exact line: a %.12f b %.12f", a, b);
-    kipp_step_fit_add(&f, 0, 5.0); /* ignored */
-    kipp_step_fit_add(&f, 4, -1.0);
+    kipp_step_fit_add(&f, 0, 0, 5.0); /* ignored */
+    kipp_step_fit_add(&f, 4, 0, -1.0);
     KT_CHECK(kipp_step_fit_line(&f, 0, &a, &b) && fabs(b - 0.01) < 1e-9, "ignored steps moved b to %.12f", b);
     /* noisy: +-10% */
     kipp_step_fit g = {0};
     for (int k = 0; k < 400; k++) {
         const uint32_t n = 1 + urand(16);
-        kipp_step_fit_add(&g, n, (0.03 + 0.005 * n) * (0.9 + 0.2 * urand(1000) / 1000.0));
+        kipp_step_fit_add(&g, n, 0, (0.03 + 0.005 * n) * (0.9 + 0.2 * urand(1000) / 1000.0));
     }
     KT_CHECK(kipp_step_fit_line(&g, 0, &a, &b) && fabs(b - 0.005) < 0.002 && fabs(a - 0.03) < 0.015,
              "noisy line: a %.4f b %.4f", a, b);
     /* one size only: the fallback slope, or nothing */
     kipp_step_fit c = {0};
-    for (int k = 0; k < 50; k++) kipp_step_fit_add(&c, 8, 0.12);
+    for (int k = 0; k < 50; k++) kipp_step_fit_add(&c, 8, 0, 0.12);
     KT_CHECK(!kipp_step_fit_line(&c, 0, &a, &b), "no spread and no fallback gave a line");
     KT_CHECK(kipp_step_fit_line(&c, 0.01, &a, &b) && fabs(b - 0.01) < 1e-12 && fabs(a - 0.04) < 1e-9,
              "fallback: a %.6f b %.6f", a, b);
@@ -46,11 +54,11 @@ static void test_fit(void) {
              "a fallback above mean/n is clamped: a %.6f b %.6f", a, b);
     /* slower with fewer rows (noise): slope 0, never negative */
     kipp_step_fit d = {0};
-    for (int k = 0; k < 50; k++) kipp_step_fit_add(&d, 1 + (uint32_t)(k % 2) * 7, k % 2 ? 0.05 : 0.09);
+    for (int k = 0; k < 50; k++) kipp_step_fit_add(&d, 1 + (uint32_t)(k % 2) * 7, 0, k % 2 ? 0.05 : 0.09);
     KT_CHECK(kipp_step_fit_line(&d, 0, &a, &b) && b == 0 && a > 0.05, "negative slope: a %.4f b %.4f", a, b);
     /* steeper than proportional (a would be negative): clamped to a = 0 */
     kipp_step_fit e = {0};
-    for (int k = 0; k < 50; k++) kipp_step_fit_add(&e, 1 + (uint32_t)(k % 2) * 7, k % 2 ? 0.8 : 0.05);
+    for (int k = 0; k < 50; k++) kipp_step_fit_add(&e, 1 + (uint32_t)(k % 2) * 7, 0, k % 2 ? 0.8 : 0.05);
     KT_CHECK(kipp_step_fit_line(&e, 0, &a, &b) && a >= -1e-12 && b > 0, "a %.4f b %.4f", a, b);
 }
 
@@ -73,42 +81,42 @@ static void test_cases(void) {
     uint8_t kind[64], keep[64];
     /* n 7 beside a plain request: base 1 + 1 rows, extra = 0.5 x (0.04 + 0.02) / 0.01 = 3 */
     uint32_t n = layout(grp, kind, (const uint32_t[]){7, 1}, 2);
-    uint32_t k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
+    uint32_t k = sel(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
     KT_CHECK(k == 5 && keep[7] && count(keep, 0, 7) == 4, "heavy + light: kept %u, light %u, heavy %u", k, keep[7],
              count(keep, 0, 7));
     KT_CHECK(keep[0] && keep[1] && keep[2] && keep[3], "equal progress: the lower indices first");
     /* the light request prefilling: base 0 + 1, extra = 0.5 x 0.05 / 0.01 = 2.5 */
     kind[7] = KIPP_FAIR_PREFILL;
-    k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
+    k = sel(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
     KT_CHECK(k == 3 && !keep[7] && count(keep, 0, 7) == 3, "prefilling light: kept %u", k);
     /* held out (paused / with the mask thread): the light one is not there */
     kind[7] = KIPP_FAIR_OUT;
-    k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
+    k = sel(n, grp, kind, progress, 0.5, 0.04, 0.01, keep);
     KT_CHECK(k == 7 && !keep[7], "no light request present: kept %u of 7", k);
     /* share 0: one row per request */
     kind[7] = KIPP_FAIR_DECODE;
-    k = kipp_fair_select(n, grp, kind, progress, 0.0, 0.04, 0.01, keep);
+    k = sel(n, grp, kind, progress, 0.0, 0.04, 0.01, keep);
     KT_CHECK(k == 2 && keep[7] && count(keep, 0, 7) == 1, "share 0: kept %u", k);
     /* cap off, flat line, a line that allows all */
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, -1, 0.04, 0.01, keep) == 8 && count(keep, 0, 8) == 8, "share < 0");
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.0, keep) == 8, "b = 0 (rows free)");
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, NAN, keep) == 8, "b NaN");
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 1.0, 0.01, keep) == 8, "rows cheap next to a");
+    KT_CHECK(sel(n, grp, kind, progress, -1, 0.04, 0.01, keep) == 8 && count(keep, 0, 8) == 8, "share < 0");
+    KT_CHECK(sel(n, grp, kind, progress, 0.5, 0.04, 0.0, keep) == 8, "b = 0 (rows free)");
+    KT_CHECK(sel(n, grp, kind, progress, 0.5, 0.04, NAN, keep) == 8, "b NaN");
+    KT_CHECK(sel(n, grp, kind, progress, 0.5, 1.0, 0.01, keep) == 8, "rows cheap next to a");
     /* two heavy requests and no light one: no cap */
     n = layout(grp, kind, (const uint32_t[]){4, 4}, 2);
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.5, 0.0, 1.0, keep) == 8, "heavy + heavy");
+    KT_CHECK(sel(n, grp, kind, progress, 0.5, 0.0, 1.0, keep) == 8, "heavy + heavy");
     /* singles only: no cap */
     n = layout(grp, kind, (const uint32_t[]){1, 1, 1, 1, 1, 1, 1, 1}, 8);
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, 0.0, 0.0, 1.0, keep) == 8, "singles");
+    KT_CHECK(sel(n, grp, kind, progress, 0.0, 0.0, 1.0, keep) == 8, "singles");
     /* two n 4 beside a plain one, siblings interleaved in the running order */
     const uint32_t g3[] = {0, 1, 0, 1, 0, 1, 0, 1, 8};
     memcpy(grp, g3, sizeof g3);
     for (uint32_t i = 0; i < 9; i++) kind[i] = KIPP_FAIR_DECODE;
-    k = kipp_fair_select(9, grp, kind, progress, 0.5, 0.03, 0.01, keep); /* extra 0.5 x 0.05 / 0.01 = 2.5 */
+    k = sel(9, grp, kind, progress, 0.5, 0.03, 0.01, keep); /* extra 0.5 x 0.05 / 0.01 = 2.5 */
     KT_CHECK(k == 4 && keep[8] && keep[0] && keep[1] && keep[2], "interleaved: kept %u", k);
     /* the heavy requests share their rows: the least advanced of both go first */
     for (uint32_t i = 0; i < 8; i++) progress[i] = i == 5 ? 2 : i == 7 ? 3 : 10;
-    k = kipp_fair_select(9, grp, kind, progress, 0.5, 0.03, 0.01, keep);
+    k = sel(9, grp, kind, progress, 0.5, 0.03, 0.01, keep);
     KT_CHECK(k == 4 && keep[8] && keep[5] && keep[7] && keep[0], "pooled by progress: kept %u", k);
     for (uint32_t i = 0; i < 9; i++) progress[i] = 0;
     /* two light requests (one prefilling), a group with one decoding sequence and one
@@ -118,14 +126,14 @@ static void test_cases(void) {
                           KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE};
     memcpy(grp, g4, sizeof g4);
     memcpy(kind, k4, sizeof k4);
-    k = kipp_fair_select(9, grp, kind, progress, 0.0, 0.03, 0.01, keep); /* 2 fixed + 1 */
+    k = sel(9, grp, kind, progress, 0.0, 0.03, 0.01, keep); /* 2 fixed + 1 */
     KT_CHECK(k == 3 && keep[0] && keep[2] && keep[4] && !keep[5] && !keep[1] && !keep[3], "mixed: kept %u", k);
     /* progress decides: the least advanced heavy sequences go first */
     n = layout(grp, kind, (const uint32_t[]){7, 1}, 2);
     for (uint32_t i = 0; i < 7; i++) progress[i] = i == 5 ? 1 : i == 6 ? 4 : 9;
-    k = kipp_fair_select(n, grp, kind, progress, 0.0, 0.04, 0.01, keep);
+    k = sel(n, grp, kind, progress, 0.0, 0.04, 0.01, keep);
     KT_CHECK(k == 2 && keep[5] && keep[7], "share 0 keeps the least advanced sibling (5)");
-    k = kipp_fair_select(n, grp, kind, progress, 0.2, 0.04, 0.01, keep); /* extra 0.2 x 0.06 / 0.01 = 1.2 */
+    k = sel(n, grp, kind, progress, 0.2, 0.04, 0.01, keep); /* extra 0.2 x 0.06 / 0.01 = 1.2 */
     KT_CHECK(k == 3 && keep[5] && keep[6] && keep[7], "then the next (6)");
 }
 
@@ -137,7 +145,7 @@ static void test_rotation(void) {
     uint8_t kind[N + 1], keep[N + 1];
     const uint32_t n = layout(grp, kind, (const uint32_t[]){N, 1}, 2);
     for (int step = 0; step < 1200; step++) {
-        const uint32_t k = kipp_fair_select(n, grp, kind, progress, 0.5, 0.04, 0.01, keep); /* 5 per step */
+        const uint32_t k = sel(n, grp, kind, progress, 0.5, 0.04, 0.01, keep); /* 5 per step */
         KT_CHECK(k == 5, "step %d kept %u", step, k);
         for (uint32_t i = 0; i < n; i++) {
             if (keep[i]) runs[i]++, progress[i]++, wait[i] = 0;
@@ -151,22 +159,27 @@ static void test_rotation(void) {
              worst);
 }
 
-/* Random configurations against fair.h's statement. */
+/* Random configurations against fair.h's statement: rows of random costs (a deep row costs
+ * more), a light request expected or not. */
 static void test_random(void) {
     uint32_t grp[40], progress[40];
     uint8_t kind[40], keep[40];
-    int bad = 0, capped = 0;
+    double cost[40];
+    int bad = 0, capped = 0, ghosted = 0;
     for (int t = 0; t < 20000; t++) {
         const uint32_t n = 1 + urand(40);
+        const double b = urand(3) * 0.005, c = urand(3) * 1e-5;
         for (uint32_t i = 0; i < n; i++) {
             grp[i] = urand(3) == 0 ? i : grp[urand(i + 1)]; /* a new request or an earlier one's */
             if (grp[i] > i || grp[grp[i]] != grp[i]) grp[i] = i;
             kind[i] = (uint8_t)(urand(5) == 0 ? urand(3) : KIPP_FAIR_DECODE);
             progress[i] = urand(4);
+            cost[i] = b + c * urand(4096);
         }
-        const double share = urand(4) * 0.25, a = urand(10) * 0.01, b = urand(3) * 0.005;
-        const uint32_t k = kipp_fair_select(n, grp, kind, progress, share, a, b, keep);
-        uint32_t n_cand = 0, n_fixed = 0, kept = 0, heavy = 0, light = 0, n_req = 0, pool_kept = 0;
+        const double share = urand(4) * 0.25, a = urand(10) * 0.01, ghost = urand(2) ? b + c : 0;
+        const uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, share, a, ghost, keep);
+        uint32_t n_cand = 0, kept = 0, heavy = 0, light = 0, n_req = 0, pool_kept = 0, pool = 0;
+        double fixed = 0, total = 0;
         uint8_t hv[40] = {0}; /* by request: heavy */
         for (uint32_t g = 0; g < n; g++) {
             if (grp[g] != g) continue;
@@ -174,21 +187,36 @@ static void test_random(void) {
             for (uint32_t i = g; i < n; i++)
                 if (grp[i] == g) dec += kind[i] == KIPP_FAIR_DECODE, pre += kind[i] == KIPP_FAIR_PREFILL, kg += keep[i];
             bad += dec == 1 && kg != 1; /* a request of one decoding sequence always has its row */
-            if (dec > 1) pool_kept += kg, hv[g] = 1;
-            n_fixed += dec == 1, heavy += dec > 1, light += dec + pre == 1, n_req += dec + pre > 0;
+            if (dec > 1) pool_kept += kg, pool += dec, hv[g] = 1;
+            for (uint32_t i = g; i < n && dec == 1; i++)
+                if (grp[i] == g && kind[i] == KIPP_FAIR_DECODE) fixed += cost[i];
+            heavy += dec > 1, light += dec + pre == 1, n_req += dec + pre > 0;
         }
         for (uint32_t i = 0; i < n; i++) {
             n_cand += kind[i] == KIPP_FAIR_DECODE;
             kept += keep[i];
+            total += keep[i] ? cost[i] : 0;
             bad += keep[i] && kind[i] != KIPP_FAIR_DECODE;
         }
         bad += kept != k;
-        if (!(heavy && light && n_req >= 2 && b > 0)) { bad += k != n_cand; continue; }
+        const int gh = ghost > 0 && heavy && !light;
+        if (!(heavy && (light || gh) && n_req + gh >= 2)) { bad += k != n_cand; continue; }
         bad += pool_kept == 0; /* the heavy requests together keep at least one row */
-        const double limit = (1 + share) * (a + b * (n_fixed + 1));
-        capped += k < n_cand;
-        bad += k > n_fixed + 1 && a + b * k > limit + 1e-12;        /* within the limit */
-        bad += k < n_cand && a + b * (k + 1) <= limit - 1e-12;     /* and not short of it */
+        /* the first of the pool: least advanced, lower index among equals */
+        uint32_t first = n;
+        for (uint32_t i = 0; i < n; i++)
+            if (hv[grp[i]] && kind[i] == KIPP_FAIR_DECODE && (first == n || progress[i] < progress[first])) first = i;
+        bad += !keep[first];
+        const double limit = (1 + share) * (a + fixed + (gh ? ghost : 0) + cost[first]);
+        capped += pool_kept < pool;
+        ghosted += gh && pool_kept < pool;
+        bad += pool_kept > 1 && a + total > limit * (1 + 1e-9); /* within the limit */
+        /* not short of it: the next in line (least advanced not kept) would not fit */
+        uint32_t next = n;
+        for (uint32_t i = 0; i < n; i++)
+            if (hv[grp[i]] && kind[i] == KIPP_FAIR_DECODE && !keep[i] && (next == n || progress[i] < progress[next]))
+                next = i;
+        bad += next < n && a + total + cost[next] <= limit * (1 - 1e-9);
         /* of the heavy requests' sequences, none kept while a less advanced one was dropped */
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t j = 0; j < n; j++)
@@ -196,7 +224,74 @@ static void test_random(void) {
                        progress[j] < progress[i];
     }
     KT_CHECK(bad == 0, "%d violations over 20000 random configurations", bad);
-    KT_CHECK(capped > 1000, "only %d configurations were capped (the generator misses the case)", capped);
+    KT_CHECK(capped > 1000 && ghosted > 300, "only %d configurations were capped, %d by a ghost (the generator "
+             "misses the case)", capped, ghosted);
+}
+
+/* Rows priced by depth: a heavy request deep in its context gets fewer rows beside a light
+ * one than a shallow one; an expected light request caps a heavy-only step the same way as
+ * a present one would, its row going to the heavy request. */
+static void test_depth_and_ghost(void) {
+    uint32_t grp[64], progress[64] = {0};
+    uint8_t kind[64], keep[64];
+    double cost[64];
+    const double a = 0.03, b = 0.001, c = 2e-5; /* a row 1000 positions deep: 0.021 s */
+    const uint32_t n = layout(grp, kind, (const uint32_t[]){8, 1}, 2);
+    for (uint32_t i = 0; i < 8; i++) cost[i] = b + c * 100;
+    cost[8] = b + c * 20;
+    uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, 0, keep);
+    /* limit 1.25 x (0.03 + 0.0014 + 0.003) = 0.043; rows of 0.003: 0.0314 + 0.003 m <= 0.043 -> 3 */
+    KT_CHECK(k == 4 && keep[8] && count(keep, 0, 8) == 3, "shallow heavy rows: kept %u", k);
+    for (uint32_t i = 0; i < 8; i++) cost[i] = b + c * 1000;
+    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, 0, keep);
+    KT_CHECK(k == 2 && keep[8] && count(keep, 0, 8) == 1, "deep heavy rows: kept %u (one of the pool)", k);
+    /* the light request gone: with none expected, the heavy one fills the batch */
+    kind[8] = KIPP_FAIR_OUT;
+    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, 0, keep);
+    KT_CHECK(k == 8, "nothing expected: kept %u of 8", k);
+    /* one expected (ghost b + c): limit 1.25 x (0.03 + 0.00102 + 0.021) = 0.065; 0.03 + 0.021 m <= 0.065 -> 1,
+     * the ghost's 0.00102 left unspent */
+    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, b + c, keep);
+    KT_CHECK(k == 1 && count(keep, 0, 8) == 1 && !keep[8], "deep, one expected: kept %u", k);
+    for (uint32_t i = 0; i < 8; i++) cost[i] = b + c * 100;
+    /* 1.25 x (0.03 + 0.00102 + 0.003) = 0.0425: 0.03 + 0.003 m <= 0.0425 -> 4 */
+    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, b + c, keep);
+    KT_CHECK(k == 4 && count(keep, 0, 8) == 4, "shallow, one expected: kept %u", k);
+    /* heavy beside heavy with one expected: both pooled */
+    const uint32_t m = layout(grp, kind, (const uint32_t[]){4, 4}, 2);
+    KT_CHECK(kipp_fair_select(m, grp, kind, progress, cost, 0.25, a, b + c, keep) == 4, "heavy + heavy, one expected");
+    KT_CHECK(kipp_fair_select(m, grp, kind, progress, cost, 0.25, a, 0, keep) == 8, "heavy + heavy, none expected");
+}
+
+/* The step model over KV positions: recovered exactly where rows and depth vary apart;
+ * depth alone (rows fixed) gives its slope beside the fallback b; rows and depth moving
+ * together give the line (c = 0). */
+static void test_plane(void) {
+    double a = -1, b = -1, c = -1;
+    kipp_step_fit f = {0};
+    for (int k = 0; k < 300; k++) {
+        const uint32_t n = 1 + (uint32_t)(k % 5);
+        const double kv = 300.0 * (k % 7) + 50.0 * n;
+        kipp_step_fit_add(&f, n, kv, 0.03 + 0.002 * n + 2e-5 * kv);
+    }
+    KT_CHECK(kipp_step_fit_plane(&f, 0, &a, &b, &c) && fabs(a - 0.03) < 1e-6 && fabs(b - 0.002) < 1e-6 &&
+                 fabs(c - 2e-5) < 1e-9, "exact plane: a %.6f b %.6f c %.3e", a, b, c);
+    kipp_step_fit g = {0}; /* two rows always, growing deeper */
+    for (int k = 0; k < 300; k++) kipp_step_fit_add(&g, 2, 2.0 * (100 + k), 0.03 + 0.002 * 2 + 2e-5 * 2.0 * (100 + k));
+    KT_CHECK(kipp_step_fit_plane(&g, 0.002, &a, &b, &c) && fabs(b - 0.002) < 1e-12 && fabs(c - 2e-5) < 1e-9 &&
+                 fabs(a - 0.03) < 1e-6, "depth alone: a %.6f b %.6f c %.3e", a, b, c);
+    kipp_step_fit h = {0}; /* depth proportional to rows: no telling them apart */
+    for (int k = 0; k < 300; k++) {
+        const uint32_t n = 1 + (uint32_t)(k % 8);
+        kipp_step_fit_add(&h, n, 500.0 * n, 0.03 + 0.012 * n);
+    }
+    KT_CHECK(kipp_step_fit_plane(&h, 0, &a, &b, &c) && c == 0 && fabs(b - 0.012) < 1e-9, "collinear: b %.6f c %.3e",
+             b, c);
+    kipp_step_fit e = {0};
+    KT_CHECK(!kipp_step_fit_plane(&e, 0.01, &a, &b, &c), "nothing measured gave a model");
+    for (int k = 0; k < 300; k++) /* faster when deeper (noise): never a negative c */
+        kipp_step_fit_add(&e, 1 + (uint32_t)(k % 3), 100.0 * (k % 11), 0.05 - 1e-5 * (k % 11) + 0.001 * (k % 3));
+    KT_CHECK(kipp_step_fit_plane(&e, 0, &a, &b, &c) && c == 0 && b > 0, "negative depth slope: b %.6f c %.3e", b, c);
 }
 
 void kt_suite_fair(void) {
@@ -204,4 +299,6 @@ void kt_suite_fair(void) {
     test_cases();
     test_rotation();
     test_random();
+    test_depth_and_ghost();
+    test_plane();
 }
