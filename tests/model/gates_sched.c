@@ -4,7 +4,7 @@
  * block; a full queue says busy; logprobs are consistent; a reused prefix decodes to the
  * same logits as recomputation (1e-6); a window pauses an unread request (which yields its
  * slot) and admission is fair across requests; fair steps hold an n > 1 request's extra
- * sequences back beside a plain request. Runs on the backend and KV type the flags name
+ * sequences back beside a plain request, and after one while another is expected. Runs on the backend and KV type the flags name
  * (default cpu), the scheduler's context and the bare prefix-cache context alike. */
 #include "core/buf.h"
 #include "engine/engine.h"
@@ -853,6 +853,65 @@ static void gate_fair_steps(kipp_model *m, const prompts *p, const kipp_sched_pa
     }
 }
 
+/* An expected light request: a plain request runs and finishes, then an n = 6 request
+ * runs alone, the step model fixed (fair_slope) and a share of ~0. With the plain request's
+ * arrival inside the arrival window (600 s) another is expected, so the group's steps are
+ * sized as though one were beside it (two rows: the expected one's and its own) and
+ * sequences are held out; with a window of 1 us none is expected and none is held out.
+ * Every output is its solo output either way. */
+static void gate_fair_expected(kipp_model *m, const prompts *p, const kipp_sched_params *base,
+                               const outputs *solo) {
+    for (int expect = 1; expect >= 0; expect--) {
+        char err[KIPP_ERR_LEN];
+        kipp_sched_params sp = *base;
+        sp.max_running = 8;
+        sp.prefix_cache_entries = 0;
+        sp.fair_slope = 1.0;
+        sp.fair_share = 1e-9;
+        sp.arrival_window_s = expect ? 600.0 : 1e-6;
+        kipp_sched *s;
+        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+            KT_CHECK(0, "scheduler: %s", err);
+            return;
+        }
+        enum { NS = 6 };
+        kipp_req *g[NS] = {0}, *plain = NULL;
+        outputs o;
+        memset(&o, 0, sizeof o);
+        kipp_finish fin;
+        const kipp_req_params rp = req_params(p, 3, 0.0f);
+        int bad = kipp_sched_submit(s, &rp, &plain, err, sizeof err) != KIPP_OK;
+        if (!bad) {
+            KT_CHECK(collect_within(plain, &o, 3, &fin) == 0 && fin == KIPP_FINISH_LENGTH &&
+                         o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
+                     "expected (%d): the plain request differs from its solo run", expect);
+        }
+        for (uint32_t i = 0; i < NS && !bad; i++) {
+            kipp_req_params rg = req_params(p, 2, 0.0f);
+            rg.group = 11;
+            rg.sibling = i;
+            bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
+        }
+        KT_CHECK(!bad, "submit: %s", err);
+        for (int i = 0; i < NS && !bad; i++) {
+            outputs og;
+            KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
+                         !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
+                     "expected (%d): sibling %d differs from the prompt's solo run", expect, i);
+        }
+        for (int i = 0; i < NS; i++) kipp_req_release(g[i]);
+        kipp_req_release(plain);
+        kipp_sched_stop(s);
+        kipp_sched_stats st;
+        kipp_sched_get_stats(s, &st);
+        if (!bad)
+            KT_CHECK(expect ? st.fair_deferred > 0 : st.fair_deferred == 0,
+                     "an n = %d request alone after a plain one, a light request %s: %llu sequences held out", NS,
+                     expect ? "expected" : "not expected", (unsigned long long)st.fair_deferred);
+        kipp_sched_free(s);
+    }
+}
+
 int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) {
     (void)unused;
     const int failed0 = kt_failed;
@@ -895,6 +954,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     gate_slow_mask(m, &p, &sp);
     gate_short_prompt_first(m, &p, &sp);
     gate_fair_steps(m, &p, &sp, &solo);
+    gate_fair_expected(m, &p, &sp, &solo);
     gate_fair_park(m, &p, &sp, &solo);
     gate_prefill_step(m, &p, &sp);
     gate_whole_light_prompt(m, &p, &sp);
@@ -905,7 +965,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
            "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first, "
-           "fair steps, prefill step bound, a one-sequence prompt whole beside a decoder\n",
+           "fair steps, an expected light request, prefill step bound, a one-sequence prompt whole beside a decoder\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
 }
