@@ -60,10 +60,16 @@ def plain_request(srv, model: str, i: int, timeout: float) -> tuple[bool, float,
         return False, time.perf_counter() - t0, 0
 
 
-def _probe_main(srv, model: str, timeout: float, stop, inflight, q) -> None:
-    """The probe process: plain requests one after another (a 20 ms gap) until stop is set;
-    each one's (ok, seconds, tokens) goes to q as it ends, its start time sits in inflight
-    while it runs (0 between requests)."""
+def _probe_main(srv, model: str, timeout: float, stop, inflight, q, ready) -> None:
+    """The probe process: one untimed request, then ready is set and plain requests follow
+    one after another (a 20 ms gap) until stop is set; each one's (ok, seconds, tokens) goes
+    to q as it ends, its start time sits in inflight while it runs (0 between requests).
+    The untimed one is the process's own warm-up: a child forked from the harness pays for
+    its first request's copy-on-write page faults and first socket (on the tiny models
+    8-30 ms against a 5 ms request: every class's first probe was its slowest), which the
+    unloaded samples, taken in the warm parent, do not."""
+    plain_request(srv, model, 998, timeout)
+    ready.set()
     i = 0
     while not stop.is_set():
         t = inflight.value = time.perf_counter()
@@ -85,8 +91,9 @@ class Probe:
         ctx = mp.get_context("fork")
         self.srv, self.model, self.timeout = srv, model, timeout
         self._stop, self._inflight, self._q = ctx.Event(), ctx.Value("d", 0.0), ctx.SimpleQueue()
+        self._ready = ctx.Event()
         self._p = ctx.Process(target=_probe_main, daemon=True,
-                              args=(srv, model, timeout, self._stop, self._inflight, self._q))
+                              args=(srv, model, timeout, self._stop, self._inflight, self._q, self._ready))
         self.lat: list[float] = []
         self.starts: list[float] = []   # perf_counter at each probe's start (the same clock across fork)
         self.t0 = time.perf_counter()
@@ -101,8 +108,9 @@ class Probe:
         return self._tokens
 
     def start(self):
-        self.t0 = time.perf_counter()
         self._p.start()
+        self._ready.wait(self.timeout)   # its warm-up request done: the class may begin
+        self.t0 = time.perf_counter()
         return self
 
     def _drain(self):
