@@ -66,9 +66,10 @@ static void usage(FILE *f) {
             "      --prefill-busy-ms N   the same bound while requests keep arriving (two within\n"
             "                            2 s), when lower (default 100; off = --prefill-step-ms)\n"
             "      --fair-share X        while an n > 1 request shares a step with one-sequence\n"
-            "                            requests (or one arrived within 2 s), its extra sequences\n"
-            "                            may add at most X of the step's time, rows priced by\n"
-            "                            depth (default 0.25; 0 = one row each; off = no cap)\n"
+            "                            requests (or one arrived within 2 s), its sequences add\n"
+            "                            about X of the step's time on average, rows priced by\n"
+            "                            depth (default 0.25; 0 = they wait, a row every 9\n"
+            "                            steps; off = no cap)\n"
             "      --max-body BYTES      request body limit, 413 beyond (default 1048576)\n"
             "      --max-prompt-tokens N longest prompt accepted (default ctx-size - 1)\n"
             "      --max-tokens N        completion length when a request gives none\n"
@@ -280,7 +281,7 @@ int main(int argc, char **argv) {
             const char *x = VAL();
             NEED(x);
             if (!number_or_off(a, x, 0.0f, 100.0f, &kp.fair_share)) return 2;
-            if (kp.fair_share == 0) kp.fair_share = 1e-9; /* 0 here: one row per request */
+            if (kp.fair_share == 0) kp.fair_share = 1e-9; /* 0 here: the bulk rows wait (fair.h) */
         }
         else if (IS("--max-body")) { NUM(1024, 1ull << 32); sp.max_body = (size_t)v; }
         else if (IS("--max-prompt-tokens")) { NUM(1, 1u << 24); sp.max_prompt_tokens = (uint32_t)v; }

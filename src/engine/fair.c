@@ -59,9 +59,11 @@ int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, do
 }
 
 uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
-                          const double *cost, double share, double a, double ghost, uint8_t *keep) {
+                          const double *cost, double share, double a, double ghost, kipp_fair_state *st,
+                          uint8_t *keep) {
     uint32_t n_cand = 0, n_req = 0, heavy = 0, light = 0;
     double fixed = 0;
+    int bad = 0; /* a cost that is no price: no cap */
     for (uint32_t i = 0; i < n; i++) {
         keep[i] = kind[i] == KIPP_FAIR_DECODE;
         n_cand += keep[i];
@@ -82,38 +84,38 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
             if (grp[i] != g || !keep[i]) continue;
             if (dec > 1) keep[i] = 2; /* a heavy request's: the pool */
             else fixed += cost[i];
+            bad |= !(cost[i] >= 0 && cost[i] < INFINITY); /* NaN too */
         }
     }
     const int ghosted = ghost > 0 && heavy && !light;
-    if (!(share >= 0 && heavy && (light || ghosted) && n_req + ghosted >= 2)) {
+    double left = ghosted ? (1 + share) * (a + ghost) - a : share * (a + fixed);
+    left += st->credit;
+    if (!(share >= 0 && heavy && (light || ghosted) && n_req + ghosted >= 2) || !isfinite(left) || bad) {
         for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] != 0;
+        st->credit = 0, st->waited = 0;
         return n_cand;
     }
-    uint32_t kept = 0, first = 1;
-    double total = a + fixed, limit = 0;
+    uint32_t kept = 0, took = 0, cut = 0;
     for (uint32_t i = 0; i < n; i++) {
         kept += keep[i] == 1;
-        keep[i] = keep[i] == 2 ? 2 : keep[i] == 1 ? 3 : 0; /* 3: fixed, kept; 2: the pool */
+        keep[i] = keep[i] == 2 ? 2 : keep[i] == 1 ? 3 : 0; /* 3: kept; 2: the pool */
     }
+    const int force = ghosted || st->waited >= KIPP_FAIR_MAX_WAIT;
     for (;;) { /* the pool: least advanced first */
         uint32_t best = n;
         for (uint32_t i = 0; i < n; i++)
             if (keep[i] == 2 && (best == n || progress[i] < progress[best])) best = i;
         if (best == n) break;
-        if (first) {
-            limit = (1 + share) * (a + fixed + (ghosted ? ghost : 0) + cost[best]);
-            if (!isfinite(limit)) { /* NaN, inf: no cap */
-                for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] != 0;
-                return n_cand;
-            }
-            first = 0;
-        } else if (!(total + cost[best] <= limit * (1 + 1e-12))) { /* exact fits stay in */
+        if (!(cost[best] <= left * (1 + 1e-12) + 1e-15) && !(force && took == 0)) { /* exact fits stay in */
+            cut = 1;
             break;
         }
-        total += cost[best];
+        left -= cost[best];
         keep[best] = 3;
-        kept++;
+        kept++, took++;
     }
+    st->credit = cut && left > 0 ? left : 0;
+    st->waited = took ? 0 : st->waited + 1;
     for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] == 3;
     return kept;
 }

@@ -5,9 +5,9 @@
  * backend each row costs time — a row deep in its context most, since its attention reads
  * every KV position it has. While requests of several sequences (n > 1, "heavy": bulk work
  * by nature) share the batch with one-sequence requests ("light"), each light request keeps
- * its row and the heavy requests together get one row plus only as many more as keep the
- * step within (1 + share) x the time of that step (light rows + that one), by a model
- * fitted to measured decode steps: seconds ~ a + b x sequences + c x KV positions read. Of
+ * its row and the heavy requests together get rows worth about share x the time of the
+ * light rows' step, on average over steps (a row dearer than that waits a few steps), by a
+ * model fitted to measured decode steps: seconds ~ a + b x sequences + c x KV positions. Of
  * the heavy requests' sequences the least advanced (fewest tokens generated) go first, so a
  * request's choices advance together and none starves. Where rows are nearly free (a GPU)
  * the model is flat and nothing is held out; with no light request present the heavy ones
@@ -48,20 +48,35 @@ int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, do
 /* A running sequence as the step sees it. */
 enum { KIPP_FAIR_OUT = 0, KIPP_FAIR_DECODE, KIPP_FAIR_PREFILL };
 
+/* What the heavy requests' pool carries from step to step: time it was allowed and did not
+ * use (a row that did not fit waits for it), and the steps it has gone without a row. */
+#define KIPP_FAIR_MAX_WAIT 8 /* a pool never waits more steps than this for a row */
+typedef struct {
+    double credit;
+    uint32_t waited;
+} kipp_fair_state;
+
 /* Chooses the decoding sequences of this step. n sequences; grp[i]: its request (the index
  * of the request's first sequence, so grp[i] <= i and grp[grp[i]] == grp[i]); kind[i] one
  * of KIPP_FAIR_*; progress[i] the tokens it has generated; cost[i] the seconds its row adds
  * to a step (>= 0), a the step's fixed seconds. keep[i] = 1 for each decoding sequence in
  * the step, 0 otherwise. A cap applies only when share >= 0, some request is heavy (two or
  * more decoding sequences) and another is light (a single decoding or prefilling
- * sequence), or ghost > 0 (a light request is expected: its row, of ghost seconds, counts
- * as present but is not spent) and no light one is there. Then every decoding sequence of a
- * request with fewer than two keeps its row (the fixed rows), and the heavy requests'
- * sequences go least advanced first (the lower index among equals): the first always, each
- * next one while a + the kept rows' costs stay within (1 + share) x (a + fixed rows' costs
- * + ghost + the first one's cost); the first that does not fit ends the choice. A NaN or
- * infinite limit: no cap. Returns the sequences kept. */
+ * sequence), or ghost > 0 (a light request is expected; its row would cost ghost seconds)
+ * and no light one is there. Then every decoding sequence of a request with fewer than two
+ * keeps its row (the fixed rows), and the heavy requests' sequences (the pool) go least
+ * advanced first (the lower index among equals), each while its cost fits what the pool
+ * may still spend: share x (a + the fixed rows' costs) plus the credit st carries — with a
+ * ghost, (1 + share) x (a + ghost) - a, the expected request's row being the pool's until
+ * it comes; the first that does not fit ends the choice. The first of the pool goes in
+ * regardless with a ghost (nothing else would run) and after KIPP_FAIR_MAX_WAIT steps
+ * without a row. What the pool could not spend because a row did not fit is carried to the
+ * next step (st->credit), so a row dearer than one step's allowance runs every few steps
+ * and the pool's rows cost about share of the others' time on average. Uncapped (and
+ * when the whole pool fits) the carry is dropped. A NaN or infinite allowance: no cap.
+ * Returns the sequences kept. */
 uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
-                          const double *cost, double share, double a, double ghost, uint8_t *keep);
+                          const double *cost, double share, double a, double ghost, kipp_fair_state *st,
+                          uint8_t *keep);
 
 #endif

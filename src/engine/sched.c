@@ -188,6 +188,7 @@ struct kipp_sched {
     uint32_t *grp, *progress;      /* [max_running] fair_rows scratch */
     uint8_t *kind, *keep;
     double *cost;
+    kipp_fair_state fair_st;       /* what the heavy requests' pool carries between steps */
     /* speculative decoding */
     kipp_drafter *drafter;
     uint32_t k_max, k_min;
@@ -937,7 +938,7 @@ static uint32_t fair_rows(kipp_sched *s) {
     for (uint32_t i = 0; i < s->n_running; i++) s->cost[i] = b + c * (s->running[i]->n_fed + 1);
     s->fit_a = a, s->fit_b = b, s->fit_c = c;
     const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->progress, s->cost, s->p.fair_share, a,
-                                           s->light_expected ? b + c : 0, s->keep);
+                                           s->light_expected ? b + c : 0, &s->fair_st, s->keep);
     s->fit_kv = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];

@@ -119,8 +119,8 @@ def test_plain_request_is_not_queued_behind_siblings(flow_server):
 @pytest.mark.parametrize("share", ["0", "off"])
 def test_fair_steps_hold_siblings_back(share):
     """Fair steps (docs/server.md): with --fair-share 0, while an n = 8 request decodes beside a
-    plain request each step takes one row per request, so sequences are held out
-    (kipp_fair_deferred_total rises) and the plain request's tokens cost about a 2-row step;
+    plain request its sequences wait (a row every 9 steps), so sequences are held out
+    (kipp_fair_deferred_total rises) and the plain request's tokens cost about a 1-row step;
     with --fair-share off nothing is held out. Outputs are checked for shape only here (the
     scheduler gate checks them token for token)."""
     srv = Srv(start_server(f"flow-fair-{share}", "--parallel", "8", "--fair-share", share))
