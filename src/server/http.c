@@ -750,20 +750,22 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         rp.group = ++sv->next_group;
         pthread_mutex_unlock(&sv->mu);
     }
+    kipp_matcher **ms = NULL; /* constrained decoding: a bad grammar is the client's 400 */
+    if (st == KIPP_OK && gs->rq.grammar) {
+        if (!sv->structured || !(ms = calloc(gs->n_ch, sizeof *ms))) st = KIPP_ERR_NOMEM;
+        else st = oai_structured_matchers(sv->structured, gs->rq.grammar, gs->rq.grammar_len, gs->n_ch, ms, err,
+                                          sizeof err);
+        if (st != KIPP_OK) err_param = gs->rq.grammar_param;
+    }
     for (uint32_t i = 0; i < gs->n_ch && st == KIPP_OK; i++) {
         gen_choice *gc = &gs->ch[i];
         gc->first = 1;
         rp.sampling.seed = gs->rq.sp.seed + i;
         rp.sibling = i;
         rp.window = KIPP_SERVER_TOKEN_WINDOW;
-        rp.matcher = NULL;
+        rp.matcher = ms ? ms[i] : NULL;
+        if (ms) ms[i] = NULL; /* the submit's now (or freed below if it fails) */
         rp.think = (kipp_think_params){0};
-        if (gs->rq.grammar) { /* constrained decoding: a bad grammar is the client's 400 */
-            st = sv->structured ? oai_structured_matcher(sv->structured, gs->rq.grammar, gs->rq.grammar_len,
-                                                         &rp.matcher, err, sizeof err)
-                                : KIPP_ERR_NOMEM;
-            if (st != KIPP_OK) { err_param = gs->rq.grammar_param; break; }
-        }
         /* with thinking on, a reply that opens with <think> reasons freely up to </think>, and
          * the grammar applies after it; any other reply is constrained from its first token.
          * The reasoning of a constrained reply is bounded (by default half of max_tokens) so
@@ -782,6 +784,8 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         gc->g.index = i;
         if (st != KIPP_OK) kipp_matcher_free(rp.matcher); /* still ours after a failed submit */
     }
+    for (uint32_t i = 0; ms && i < gs->n_ch; i++) kipp_matcher_free(ms[i]); /* those not handed over */
+    free(ms);
     free(ids);
     if (st != KIPP_OK) {
         cancel_all(gs);

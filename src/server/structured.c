@@ -11,10 +11,15 @@
 #include "model/model.h"
 #include "tok/vocab.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#endif
 
 struct oai_structured {
     const kipp_model *m;
@@ -55,4 +60,47 @@ kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_
     }
     kipp_matcher_own_grammar(*out);
     return KIPP_OK;
+}
+
+typedef struct {
+    oai_structured *s;
+    const char *grammar;
+    size_t len;
+    uint32_t n;
+    kipp_matcher **out;
+    char *err;
+    size_t err_len;
+    kipp_status st;
+} matchers_job;
+
+static void compile_all(matchers_job *j) {
+    j->st = KIPP_OK;
+    for (uint32_t i = 0; i < j->n; i++) j->out[i] = NULL;
+    for (uint32_t i = 0; i < j->n && j->st == KIPP_OK; i++)
+        j->st = oai_structured_matcher(j->s, j->grammar, j->len, &j->out[i], j->err, j->err_len);
+    if (j->st == KIPP_OK) return;
+    for (uint32_t i = 0; i < j->n; i++) { /* all or none */
+        kipp_matcher_free(j->out[i]);
+        j->out[i] = NULL;
+    }
+}
+
+static void *compile_main(void *arg) {
+#ifdef __linux__
+    (void)prctl(PR_SET_NAME, "kipp-grammar", 0, 0, 0); /* this thread's name (ps, /proc) */
+    errno = 0;
+    const int cur = getpriority(PRIO_PROCESS, 0); /* Linux: 0 is this thread */
+    if (errno == 0 && cur < OAI_GRAMMAR_NICE) (void)setpriority(PRIO_PROCESS, 0, OAI_GRAMMAR_NICE);
+#endif
+    compile_all(arg);
+    return NULL;
+}
+
+kipp_status oai_structured_matchers(oai_structured *s, const char *grammar, size_t len, uint32_t n,
+                                    kipp_matcher **out, char *err, size_t err_len) {
+    matchers_job j = {s, grammar, len, n, out, err, err_len, KIPP_OK};
+    pthread_t t;
+    if (pthread_create(&t, NULL, compile_main, &j) == 0) pthread_join(t, NULL);
+    else compile_all(&j);
+    return j.st;
 }

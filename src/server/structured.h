@@ -19,6 +19,14 @@ void oai_structured_free(oai_structured *s);             /* NULL is a no-op */
 /* Compiles grammar text and makes a matcher that owns the compiled grammar. Thread-safe. */
 kipp_status oai_structured_matcher(oai_structured *s, const char *grammar, size_t len,
                                    kipp_matcher **out, char *err, size_t err_len);
+/* The same n times (a request's n choices: out[0..n-1], all or none), on a thread of its own
+ * at nice +OAI_GRAMMAR_NICE (Linux), named "kipp-grammar", while the caller waits: a
+ * grammar's compile (up to its cost bound) is the request's own work and takes the CPU the
+ * forward pass and the other requests' threads leave, as a large body's serializing does
+ * (http.c). Where that thread cannot start, the caller's thread compiles. */
+#define OAI_GRAMMAR_NICE 10
+kipp_status oai_structured_matchers(oai_structured *s, const char *grammar, size_t len, uint32_t n,
+                                    kipp_matcher **out, char *err, size_t err_len);
 /* Grammar text whose sentences are Qwen3 tool calls of the given tools (only: just the
  * function of that name; parallel: one or more calls, else exactly one), each call's
  * arguments an object valid against its function's parameters schema (one without "type"
