@@ -480,6 +480,8 @@ static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_
         sp.batch_tokens = 256;
         sp.prefix_cache_entries = 0;
         sp.prefill_step_s = -1.0;
+        sp.prefill_busy_s = -1.0; /* two arrivals within 2 s: the busy bound (0.1 s) would cut the
+                                     prompt wherever 40 tokens take longer (TSan: 3 steps) */
         sp.prefill_share = 1e-9;
         kipp_sched *s;
         if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
