@@ -482,7 +482,7 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-/* A large body is bulk work: serializing it (a count pass, then every piece again as the
+/* A large body (and a stream of n > 1 choices, below) is bulk work: serializing it (a count pass, then every piece again as the
  * client reads) takes a core for about a second per 14 MB, and on a machine whose cores run
  * the forward pass it slowed every other request's steps beside it (the robustness attack's
  * big reply: its plain probes' slowest came as it was sent). Its connection thread runs at
@@ -811,6 +811,12 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
          * could pause anything */
         const int sndbuf = KIPP_SERVER_STREAM_SNDBUF;
         if (gs->fd >= 0) setsockopt(gs->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        /* n > 1 choices are bulk work (as fair steps take them): their events, n per token and
+         * with logprobs each (the attack's n 16 x top_logprobs 20: ~2 KB a token), are made on
+         * this connection's thread, which then takes the CPU the forward pass leaves (a
+         * client catching up on a held stream made the plain requests beside it 6x slower on
+         * the tiny model) */
+        if (gs->n_ch > 1) bulk_priority(cs);
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, gs, stream_free);
         if (!r) {

@@ -7,6 +7,10 @@ same request made alone with n = 1 and that choice's seed."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
+import time
 
 import jsonschema
 import pytest
@@ -105,3 +109,42 @@ def test_n_with_a_schema(server):
 def test_bad_n(server, n):
     st, _, js = server.post("/v1/completions", {"model": MODEL_NAME, "prompt": "hi", "n": n})
     assert st == 400 and js["error"]["param"] == "n", js
+
+
+def _nice_values(pid: int) -> list[int]:
+    """The nice value of each of the server's threads (Linux /proc)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                out.append(int(f.read().rsplit(")", 1)[1].split()[16]))  # field 19: nice
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended meanwhile
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values: Linux")
+@pytest.mark.parametrize("n", [4, 1])
+def test_stream_of_several_choices_is_bulk(f32_server, n):
+    """A stream of n > 1 choices is bulk work (docs/server.md, Back-pressure): its events are
+    made on a connection thread at nice +10, which takes the CPU the forward pass leaves; a
+    one-choice stream stays at the server's priority. The old code made every stream's
+    events at the server's priority (a client catching up on a held n 16 stream made the plain
+    requests beside it 6x slower on the tiny model)."""
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Tell a story."}], "stream": True,
+            "n": n, "max_tokens": 200, "temperature": 1.0, "seed": 9, "ignore_eos": True}
+    seen: set[int] = set()
+    done = threading.Event()
+    res: dict = {}
+
+    def run():
+        res["r"] = f32_server.stream("/v1/chat/completions", body)
+        done.set()
+
+    th = threading.Thread(target=run)
+    th.start()
+    while not done.is_set():
+        seen.update(_nice_values(f32_server.proc.pid))
+        time.sleep(0.002)
+    th.join()
+    assert 10 in seen if n > 1 else 10 not in seen, (n, sorted(seen))
