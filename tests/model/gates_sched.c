@@ -531,16 +531,35 @@ static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_
 
 /* Submits an n-sequence request of prompt 2 (siblings of `group`, greedy) into g[], then a
  * plain request of prompt 3. 1: a submit failed (checked here). */
-static int submit_group_and_plain(kipp_sched *s, const prompts *p, uint64_t group, uint32_t n, kipp_req **g,
-                                  kipp_req **plain) {
-    char err[KIPP_ERR_LEN];
+/* Submits an n-sequence request of prompt 2 (siblings of `group`, greedy) into g[]; nonzero
+ * (err set) when a submission failed. */
+static int submit_group(kipp_sched *s, const prompts *p, uint64_t group, uint32_t n, kipp_req **g, char *err,
+                        size_t err_len) {
     int bad = 0;
     for (uint32_t i = 0; i < n && !bad; i++) {
         kipp_req_params rg = req_params(p, 2, 0.0f);
         rg.group = group;
         rg.sibling = i;
-        bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
+        bad = kipp_sched_submit(s, &rg, &g[i], err, err_len) != KIPP_OK;
     }
+    return bad;
+}
+
+/* Each of the n siblings in g[] finishes with prompt 2's solo output (what: the check's name). */
+static void check_siblings_solo(kipp_req **g, int n, const outputs *solo, const char *what) {
+    for (int i = 0; i < n; i++) {
+        outputs og;
+        kipp_finish fin;
+        KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
+                     !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
+                 "%s: sibling %d differs from the prompt's solo run", what, i);
+    }
+}
+
+static int submit_group_and_plain(kipp_sched *s, const prompts *p, uint64_t group, uint32_t n, kipp_req **g,
+                                  kipp_req **plain) {
+    char err[KIPP_ERR_LEN];
+    int bad = submit_group(s, p, group, n, g, err, sizeof err);
     const kipp_req_params rp = req_params(p, 3, 0.0f);
     bad = bad || kipp_sched_submit(s, &rp, plain, err, sizeof err) != KIPP_OK;
     KT_CHECK(!bad, "submit: %s", err);
@@ -618,12 +637,7 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
                  "of the n = 4 request sent before it (it queued behind them)");
         KT_CHECK(o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
                  "fairness: the plain request differs from its solo run");
-        for (int i = 0; i < 4; i++) {
-            outputs og;
-            KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
-                         !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
-                     "fairness: sibling %d differs from the prompt's solo run", i);
-        }
+        check_siblings_solo(g, 4, solo, "fairness");
     }
     for (int i = 0; i < 4; i++) kipp_req_release(g[i]);
     kipp_req_release(plain);
@@ -801,6 +815,25 @@ static void gate_prefill_step(kipp_model *m, const prompts *p, const kipp_sched_
     }
 }
 
+/* A scheduler on 8 slots without the prefix cache, the fair-steps model fixed (fair_slope 1:
+ * no timing in it), share and arrival window as given (window 0: the default); NULL (a
+ * failed check) if it does not start. */
+static kipp_sched *fair_sched(kipp_model *m, const kipp_sched_params *base, double share, double window) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched_params sp = *base;
+    sp.max_running = 8;
+    sp.prefix_cache_entries = 0;
+    sp.fair_slope = 1.0;
+    sp.fair_share = share;
+    sp.arrival_window_s = window;
+    kipp_sched *s;
+    if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return NULL;
+    }
+    return s;
+}
+
 /* Fair steps: on 8 slots an n = 6 request beside a plain one, with the step-time line
  * fixed (fair_slope: no timing in it) and a share of ~0, so one row per request per step:
  * sequences were held out (fair_deferred), the plain request finished while the siblings
@@ -809,17 +842,8 @@ static void gate_prefill_step(kipp_model *m, const prompts *p, const kipp_sched_
 static void gate_fair_steps(kipp_model *m, const prompts *p, const kipp_sched_params *base,
                             const outputs *solo) {
     for (int off = 0; off < 2; off++) {
-        char err[KIPP_ERR_LEN];
-        kipp_sched_params sp = *base;
-        sp.max_running = 8;
-        sp.prefix_cache_entries = 0;
-        sp.fair_slope = 1.0;
-        sp.fair_share = off ? -1.0 : 1e-9;
-        kipp_sched *s;
-        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
-            KT_CHECK(0, "scheduler: %s", err);
-            return;
-        }
+        kipp_sched *s = fair_sched(m, base, off ? -1.0 : 1e-9, base->arrival_window_s);
+        if (!s) return;
         enum { NS = 6 };
         kipp_req *g[NS] = {0}, *plain = NULL;
         const int bad = submit_group_and_plain(s, p, 9, NS, g, &plain);
@@ -836,12 +860,7 @@ static void gate_fair_steps(kipp_model *m, const prompts *p, const kipp_sched_pa
                          NS * MAX_GEN, MAX_GEN);
             KT_CHECK(o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
                      "fair steps (%s): the plain request differs from its solo run", off ? "off" : "on");
-            for (int i = 0; i < NS; i++) {
-                outputs og;
-                KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
-                             !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
-                         "fair steps (%s): sibling %d differs from the prompt's solo run", off ? "off" : "on", i);
-            }
+            check_siblings_solo(g, NS, solo, off ? "fair steps (off)" : "fair steps (on)");
         }
         for (int i = 0; i < NS; i++) kipp_req_release(g[i]);
         kipp_req_release(plain);
@@ -865,17 +884,8 @@ static void gate_fair_expected(kipp_model *m, const prompts *p, const kipp_sched
                                const outputs *solo) {
     for (int expect = 1; expect >= 0; expect--) {
         char err[KIPP_ERR_LEN];
-        kipp_sched_params sp = *base;
-        sp.max_running = 8;
-        sp.prefix_cache_entries = 0;
-        sp.fair_slope = 1.0;
-        sp.fair_share = 1e-9;
-        sp.arrival_window_s = expect ? 600.0 : 1e-6;
-        kipp_sched *s;
-        if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
-            KT_CHECK(0, "scheduler: %s", err);
-            return;
-        }
+        kipp_sched *s = fair_sched(m, base, 1e-9, expect ? 600.0 : 1e-6);
+        if (!s) return;
         enum { NS = 6 };
         kipp_req *g[NS] = {0}, *plain = NULL;
         outputs o;
@@ -888,19 +898,9 @@ static void gate_fair_expected(kipp_model *m, const prompts *p, const kipp_sched
                          o.n[3] == solo->n[3] && !memcmp(o.tok[3], solo->tok[3], o.n[3] * sizeof(int32_t)),
                      "expected (%d): the plain request differs from its solo run", expect);
         }
-        for (uint32_t i = 0; i < NS && !bad; i++) {
-            kipp_req_params rg = req_params(p, 2, 0.0f);
-            rg.group = 11;
-            rg.sibling = i;
-            bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
-        }
+        bad = bad || submit_group(s, p, 11, NS, g, err, sizeof err);
         KT_CHECK(!bad, "submit: %s", err);
-        for (int i = 0; i < NS && !bad; i++) {
-            outputs og;
-            KT_CHECK(collect_within(g[i], &og, 2, &fin) == 0 && og.n[2] == solo->n[2] &&
-                         !memcmp(og.tok[2], solo->tok[2], og.n[2] * sizeof(int32_t)),
-                     "expected (%d): sibling %d differs from the prompt's solo run", expect, i);
-        }
+        if (!bad) check_siblings_solo(g, NS, solo, expect ? "expected (1)" : "expected (0)");
         for (int i = 0; i < NS; i++) kipp_req_release(g[i]);
         kipp_req_release(plain);
         kipp_sched_stop(s);
