@@ -231,6 +231,23 @@ def curl(url: str, method: str = "GET", body: bytes | str | None = None, headers
                           p.stderr.decode("utf-8", "replace"))
 
 
+def thread_nices(pid: int, name: str | None = None) -> list[int]:
+    """The nice value of each of a process's threads (Linux /proc), or only of those whose name
+    (comm) is `name`. A thread that ends meanwhile is skipped."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if name is not None:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() != name:
+                        continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                out.append(int(f.read().rsplit(")", 1)[1].split()[16]))  # field 19: nice
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
 def parse_sse(body: bytes) -> list:
     """The data payloads of an SSE body: parsed JSON chunks, and "[DONE]"."""
     out = []

@@ -12,7 +12,6 @@ the stall must not leak into other test files."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import threading
@@ -20,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import MODEL_NAME, TIMEOUT_SCALE, Srv, start_server
+from conftest import MODEL_NAME, TIMEOUT_SCALE, Srv, start_server, thread_nices
 from test_disconnect import raw_post
 
 CHAT = "/v1/chat/completions"
@@ -163,21 +162,6 @@ def test_grammars_at_the_limits_work(gsrv, fields, check):
         assert ch["finish_reason"] == "length", ch
 
 
-def _grammar_threads(pid: int) -> list[int]:
-    """The nice values of the server's threads named kipp-grammar (Linux /proc)."""
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() != "kipp-grammar":
-                    continue
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                out.append(int(f.read().rsplit(")", 1)[1].split()[16]))  # field 19: nice
-        except (OSError, ValueError, IndexError):
-            pass  # the thread ended meanwhile
-    return out
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names and nice values: Linux")
 def test_compile_runs_at_bulk_priority(gsrv):
     """A request's grammar is compiled on a thread of its own at nice +10 ("kipp-grammar"),
@@ -196,7 +180,7 @@ def test_compile_runs_at_bulk_priority(gsrv):
     th = threading.Thread(target=post)
     th.start()
     while not done.is_set():
-        seen += _grammar_threads(gsrv.proc.pid)
+        seen += thread_nices(gsrv.proc.pid, "kipp-grammar")
         time.sleep(0.001)
     th.join()
     st, _, js = res["r"]

@@ -7,7 +7,6 @@ same request made alone with n = 1 and that choice's seed."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -15,7 +14,7 @@ import time
 import jsonschema
 import pytest
 
-from conftest import MODEL_NAME, VARIED, Srv, start_server
+from conftest import MODEL_NAME, VARIED, Srv, start_server, thread_nices
 
 PROMPT = "Tell me a story about a robot who learns to paint, in three short sentences, please."
 MSGS = [{"role": "user", "content": PROMPT}]
@@ -111,18 +110,6 @@ def test_bad_n(server, n):
     assert st == 400 and js["error"]["param"] == "n", js
 
 
-def _nice_values(pid: int) -> list[int]:
-    """The nice value of each of the server's threads (Linux /proc)."""
-    out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                out.append(int(f.read().rsplit(")", 1)[1].split()[16]))  # field 19: nice
-        except (OSError, ValueError, IndexError):
-            pass  # the thread ended meanwhile
-    return out
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values: Linux")
 @pytest.mark.parametrize("n", [4, 1])
 def test_stream_of_several_choices_is_bulk(f32_server, n):
@@ -144,7 +131,7 @@ def test_stream_of_several_choices_is_bulk(f32_server, n):
     th = threading.Thread(target=run)
     th.start()
     while not done.is_set():
-        seen.update(_nice_values(f32_server.proc.pid))
+        seen.update(thread_nices(f32_server.proc.pid))
         time.sleep(0.002)
     th.join()
     assert 10 in seen if n > 1 else 10 not in seen, (n, sorted(seen))
