@@ -61,7 +61,7 @@ int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, do
 uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
                           const double *cost, double share, double a, double ghost, kipp_fair_state *st,
                           uint8_t *keep) {
-    uint32_t n_cand = 0, n_req = 0, heavy = 0, light = 0;
+    uint32_t n_cand = 0, heavy = 0, light = 0;
     double fixed = 0;
     int bad = 0; /* a cost that is no price: no cap */
     for (uint32_t i = 0; i < n; i++) {
@@ -77,7 +77,6 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
             pre += kind[i] == KIPP_FAIR_PREFILL;
         }
         if (dec + pre == 0) continue;
-        n_req++;
         heavy += dec > 1;
         light += dec + pre == 1;
         for (uint32_t i = g; i < n; i++) {
@@ -90,7 +89,8 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
     const int ghosted = ghost > 0 && heavy && !light;
     double left = ghosted ? (1 + share) * (a + ghost) - a : share * (a + fixed);
     left += st->credit;
-    if (!(share >= 0 && heavy && (light || ghosted) && n_req + ghosted >= 2) || !isfinite(left) || bad) {
+    /* a heavy request beside a light one is two requests; a ghost makes the second */
+    if (!(share >= 0 && heavy && (light || ghosted)) || !isfinite(left) || bad) {
         for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] != 0;
         st->credit = 0, st->waited = 0;
         return n_cand;
