@@ -1,12 +1,12 @@
-/* vmath.c — log-sum-exp, maximum and top k of a logits row in SIMD lanes (see vmath.h).
+/* vmath.c — log-sum-exp, maximum, top k, temperature scaling and softmax of a logits row in SIMD lanes (see vmath.h).
  * Written with GCC vector extensions (8 floats), so every compiler target gets vector
  * code. On x86-64 with GCC the row loops (vmath_impl.h) are also compiled for AVX2 and for
  * AVX-512 and picked per call with __builtin_cpu_supports (no ifunc: resolvers run before
  * the sanitizers' runtimes start). Every variant does the same IEEE operations in the same
- * order (no contraction under -std=c11), so all give the same bits. exp is 2^(x log2 e):
- * the integer part goes into the exponent bits, the fraction f in [-1/2, 1/2] through a
- * degree-6 Taylor polynomial of 2^f (relative error below 1.3e-7); arguments below -126
- * (and -inf) give 0. */
+ * order (no contraction under -std=c11), so all give the same bits. exp(x) is 2^r e^f with
+ * r = round(x log2 e) in the exponent bits and f = x - r ln 2 (Cody-Waite, two steps) through
+ * a degree-7 Taylor polynomial of e^f (relative error below 2e-7 wherever the result is a
+ * normal float); results below 2^-126 (and exp(-inf)) are 0. */
 #include "core/vmath.h"
 
 #include <math.h>
@@ -19,6 +19,7 @@
 #define VL 8
 typedef float vf __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
+typedef double vd __attribute__((vector_size(VL * sizeof(double))));
 
 /* mask ? a : b, lane by lane (mask lanes are all ones or all zeros) */
 #define VSEL(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))
@@ -36,26 +37,39 @@ static inline __attribute__((always_inline)) void vtail(vf *v, const float *p, s
     for (size_t i = 0; i < n; i++) (*v)[i] = p[i];
 }
 
-/* *t = e^*t for lanes <= 0 (NaN lanes are the caller's to mask): 0 below 2^-126. */
+/* *t = e^*t for lanes <= 0 (NaN lanes are the caller's to mask): 0 below e^-87.3 (2^-126).
+ * e^t = 2^r e^f with r = round(t log2 e) and f = t - r ln 2 taken in two steps (Cody-Waite:
+ * r times the high part of ln 2 is exact), so f is accurate whatever |t| is. */
 static inline __attribute__((always_inline)) void vexp_nonpos(vf *t) {
-    vf l2e, magic, lo, c[7];
+    vf l2e, magic, lo, hi2, lo2, c[8];
     vsplat(&l2e, 1.44269504088896341f);
     vsplat(&magic, 12582912.0f); /* 1.5 * 2^23 */
     vsplat(&lo, -126.0f);
-    /* 2^f = e^(f ln 2): Taylor coefficients ln2^k / k!, highest first */
-    static const float k[7] = {1.5403530393381609e-4f, 1.3333558146428443e-3f, 9.6181291076284772e-3f,
-                               5.5504108664821580e-2f, 2.4022650695910071e-1f, 6.9314718055994531e-1f,
-                               1.0f};
-    for (int j = 0; j < 7; j++) vsplat(&c[j], k[j]);
+    vsplat(&hi2, 0.693145751953125f);      /* ln 2 to 16 bits: r * hi2 is exact */
+    vsplat(&lo2, 1.428606765330187045e-6f); /* ln 2 - hi2 */
+    /* e^f, f in [-0.35, 0.35]: degree-7 Taylor coefficients 1 / k!, highest first (the
+     * truncation is below 1e-8; the float rounding of the steps dominates) */
+    static const float k[8] = {1.9841269841269841e-4f, 1.3888888888888889e-3f, 8.3333333333333333e-3f, 4.1666666666666667e-2f,
+                               1.6666666666666667e-1f, 0.5f, 1.0f, 1.0f};
+    for (int j = 0; j < 8; j++) vsplat(&c[j], k[j]);
     vf u = *t * l2e;
     const vi tiny = u < lo;
     u = VSEL(tiny, lo, u);
     const vf r = (u + magic) - magic; /* nearest integer: |u| <= 126 */
-    const vf f = u - r;               /* [-1/2, 1/2] */
+    const vf f = (*t - r * hi2) - r * lo2;
     vf p = c[0];
-    for (int j = 1; j < 7; j++) p = p * f + c[j];
+    for (int j = 1; j < 8; j++) p = p * f + c[j];
     const vi scale = (__builtin_convertvector(r, vi) + 127) << 23;
     *t = (vf)((vi)(p * (vf)scale) & ~tiny);
+}
+
+/* Whether any lane of a comparison's mask is set. */
+static inline __attribute__((always_inline)) int vany(vi m) {
+    uint64_t w[VL / 2];
+    memcpy(w, &m, sizeof w);
+    uint64_t any = 0;
+    for (int j = 0; j < VL / 2; j++) any |= w[j];
+    return any != 0;
 }
 
 /* Inserts index i into the sorted list ids[0..*m) (capacity k), larger first, ties by
@@ -133,6 +147,43 @@ uint32_t kipp_vec_top_k_at(int lv, const float *x, uint32_t n, uint32_t k, int32
     (void)lv;
     return top_k_generic(x, n, k, ids);
 }
+
+float kipp_vec_scale_at(int lv, float *x, size_t n, float shift, float t) {
+#ifdef VMATH_X86
+    if (lv == 2) return scale_avx512(x, n, shift, t);
+    if (lv == 1) return scale_avx2(x, n, shift, t);
+#endif
+    (void)lv;
+    return scale_generic(x, n, shift, t);
+}
+
+double kipp_vec_exp_at(int lv, const float *x, float *e, size_t n, float mx) {
+#ifdef VMATH_X86
+    if (lv == 2) return exp_store_avx512(x, e, n, mx);
+    if (lv == 1) return exp_store_avx2(x, e, n, mx);
+#endif
+    (void)lv;
+    return exp_store_generic(x, e, n, mx);
+}
+
+void kipp_vec_mul_at(int lv, float *x, size_t n, double s) {
+#ifdef VMATH_X86
+    if (lv == 2) { mul_d_avx512(x, n, s); return; }
+    if (lv == 1) { mul_d_avx2(x, n, s); return; }
+#endif
+    (void)lv;
+    mul_d_generic(x, n, s);
+}
+
+float kipp_vec_scale(float *x, size_t n, float shift, float t) {
+    return kipp_vec_scale_at(kipp_vmath_level(), x, n, shift, t);
+}
+
+double kipp_vec_exp(const float *x, float *e, size_t n, float mx) {
+    return kipp_vec_exp_at(kipp_vmath_level(), x, e, n, mx);
+}
+
+void kipp_vec_mul(float *x, size_t n, double s) { kipp_vec_mul_at(kipp_vmath_level(), x, n, s); }
 
 float kipp_vec_max(const float *x, size_t n) { return vec_max_at(kipp_vmath_level(), x, n); }
 

@@ -1,6 +1,7 @@
 /* sampler.c — next-token sampling: penalties, temperature, top-k, top-p, min-p and a seeded
  * draw from our own PRNG (splitmix64-seeded xoshiro256**), so a seed means the same thing
- * everywhere. Does not implement mirostat, DRY, typical-p, grammars or logit biases.
+ * everywhere, and OpenAI's logit biases. Does not implement mirostat, DRY or typical-p
+ * (grammars constrain the logits before the sampler: matcher.c).
  *
  * Pipeline (temperature > 0): repetition penalty -> presence/frequency penalties ->
  * temperature -> top-k -> softmax -> top-p -> min-p -> renormalize -> draw.
@@ -10,11 +11,13 @@
  *
  * Determinism: the candidate order is a total order (value descending, id ascending), so
  * top-k keeps a unique set whatever the selection algorithm did; top-p's running sum and
- * the draw walk candidates in an order fixed by the code, never by memory or threads. Same seed + same logits + same history gives the same
- * tokens on every platform, with one caveat: expf() is not correctly rounded and libms
- * differ in the last ulp, so two platforms can in rare cases land on different sides of a
- * filter threshold or of the drawn cumulative value. */
+ * the draw walk candidates in an order fixed by the code, never by memory or threads. The
+ * row-wide passes (temperature, top-k up to 64, the exponentials) run in SIMD lanes
+ * (src/core/vmath.c) whose every variant gives the same bits, and the exponential is our
+ * own polynomial, not libm's expf (which differs between libms in the last ulp). So the
+ * same seed, logits and history give the same tokens on every platform. */
 #include "core/error.h"
+#include "core/vmath.h"
 #include "kipp.h"
 
 #include <math.h>
@@ -30,6 +33,7 @@ typedef struct {
  * order-preserving float key (sign, exponent, 7 mantissa bits: buckets 1/128 of an octave
  * wide), so only the one bucket holding the cutoff is selected or sorted. */
 #define N_BUCKETS 65536
+#define TOP_K_VEC 64 /* top_k up to this goes through kipp_vec_top_k, larger the histogram */
 #define KIPP_SAMPLER_UNDO 256 /* accepts kipp_sampler_rollback can undo */
 
 struct kipp_sampler {
@@ -50,7 +54,8 @@ struct kipp_sampler {
 
     kipp_logit_bias *bias; /* [p.n_logit_bias] the sampler's copy (p.logit_bias points here) */
     cand *c, *c2;  /* [n_vocab] scratch (its own, or a shared kipp_sampler_scratch's) */
-    int shared;    /* c, c2, hist, mass, qdense belong to a kipp_sampler_scratch */
+    float *ex;     /* [n_vocab] scratch: the softmax's exponentials */
+    int shared;    /* c, c2, ex, hist, mass, qdense belong to a kipp_sampler_scratch */
     kipp_token_prob *dist; /* [n_vocab] kipp_sampler_dist's output */
     float *qdense;         /* [n_vocab] zero between kipp_sampler_verify calls */
     /* undo log of the accepts since kipp_sampler_mark (speculative rollback) */
@@ -168,6 +173,7 @@ kipp_status kipp_sampler_init(const kipp_sampler_params *p, uint32_t n_vocab, ki
     s->where = malloc((size_t)n_vocab * sizeof *s->where);
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->c2 = malloc((size_t)n_vocab * sizeof *s->c2);
+    s->ex = malloc((size_t)n_vocab * sizeof *s->ex);
     s->hist = malloc(N_BUCKETS * sizeof *s->hist);
     s->mass = malloc(N_BUCKETS / 2 * sizeof *s->mass);
     s->dist = malloc((size_t)n_vocab * sizeof *s->dist);
@@ -177,7 +183,7 @@ kipp_status kipp_sampler_init(const kipp_sampler_params *p, uint32_t n_vocab, ki
         memcpy(s->bias, params.logit_bias, (size_t)params.n_logit_bias * sizeof *s->bias);
     }
     s->p.logit_bias = s->bias;
-    if (!s->count || !s->distinct || !s->where || !s->c || !s->c2 || !s->hist || !s->mass ||
+    if (!s->count || !s->distinct || !s->where || !s->c || !s->c2 || !s->ex || !s->hist || !s->mass ||
         !s->dist || !s->qdense)
         goto nomem;
     uint64_t x = params.seed;
@@ -196,6 +202,7 @@ static void free_scratch(kipp_sampler *s) {
         return;
     free(s->c);
     free(s->c2);
+    free(s->ex);
     free(s->hist);
     free(s->mass);
     free(s->qdense);
@@ -219,6 +226,7 @@ void kipp_sampler_free(kipp_sampler *s) {
 struct kipp_sampler_scratch {
     uint32_t n_vocab;
     cand *c, *c2;   /* [n_vocab] */
+    float *ex;      /* [n_vocab] */
     uint32_t *hist; /* [N_BUCKETS] */
     double *mass;   /* [N_BUCKETS / 2] */
     float *qdense;  /* [n_vocab] zero between calls */
@@ -229,6 +237,7 @@ void kipp_sampler_scratch_free(kipp_sampler_scratch *sc) {
         return;
     free(sc->c);
     free(sc->c2);
+    free(sc->ex);
     free(sc->hist);
     free(sc->mass);
     free(sc->qdense);
@@ -246,11 +255,12 @@ kipp_status kipp_sampler_scratch_init(uint32_t n_vocab, kipp_sampler_scratch **o
         sc->n_vocab = n_vocab;
         sc->c = malloc((size_t)n_vocab * sizeof *sc->c);
         sc->c2 = malloc((size_t)n_vocab * sizeof *sc->c2);
+        sc->ex = malloc((size_t)n_vocab * sizeof *sc->ex);
         sc->hist = malloc(N_BUCKETS * sizeof *sc->hist);
         sc->mass = malloc(N_BUCKETS / 2 * sizeof *sc->mass);
         sc->qdense = calloc(n_vocab, sizeof *sc->qdense);
     }
-    if (!sc || !sc->c || !sc->c2 || !sc->hist || !sc->mass || !sc->qdense) {
+    if (!sc || !sc->c || !sc->c2 || !sc->ex || !sc->hist || !sc->mass || !sc->qdense) {
         kipp_sampler_scratch_free(sc);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
                          "sampler scratch: out of memory for n_vocab %u", n_vocab);
@@ -263,7 +273,7 @@ void kipp_sampler_share_scratch(kipp_sampler *s, kipp_sampler_scratch *sc) {
     if (!s || !sc || sc->n_vocab < s->n_vocab)
         return;
     free_scratch(s);
-    s->c = sc->c, s->c2 = sc->c2, s->hist = sc->hist, s->mass = sc->mass, s->qdense = sc->qdense;
+    s->c = sc->c, s->c2 = sc->c2, s->ex = sc->ex, s->hist = sc->hist, s->mass = sc->mass, s->qdense = sc->qdense;
     s->shared = 1;
 }
 
@@ -453,30 +463,44 @@ static void select_top(cand *c, size_t n, size_t k) {
 }
 
 /* Sum of c[0..n).v in double with four interleaved partial sums: the fixed association
- * keeps the result deterministic while breaking the add-latency chain (n = 151936). */
+ * keeps the result deterministic while breaking the add-latency chain (n = 151936).
+ * fsum is the same over a float array, so the two give the same bits on the same values. */
+#define SUM4(n, at)                                                                              \
+    do {                                                                                         \
+        size_t i_ = 0;                                                                           \
+        for (; i_ + 4 <= (n); i_ += 4) {                                                         \
+            acc[0] += at(i_);                                                                    \
+            acc[1] += at(i_ + 1);                                                                \
+            acc[2] += at(i_ + 2);                                                                \
+            acc[3] += at(i_ + 3);                                                                \
+        }                                                                                        \
+        for (; i_ < (n); i_++)                                                                   \
+            acc[i_ & 3] += at(i_);                                                               \
+    } while (0)
+
 static double cand_sum(const cand *c, size_t n) {
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        acc[0] += c[i].v;
-        acc[1] += c[i + 1].v;
-        acc[2] += c[i + 2].v;
-        acc[3] += c[i + 3].v;
-    }
-    for (; i < n; i++)
-        acc[i & 3] += c[i].v;
+#define CAND_AT(i) c[i].v
+    SUM4(n, CAND_AT);
+#undef CAND_AT
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-/* In-place softmax of c[0..n).v given their maximum vmax (finite); returns p_max. expf is
- * the only libm call (see the header caveat). The maximum's exponential is exactly 1, so
- * p_max = 1 / sum. */
-static float softmax(cand *c, size_t n, float vmax) {
-    for (size_t i = 0; i < n; i++)
-        c[i].v = expf(c[i].v - vmax);
-    double inv = 1.0 / cand_sum(c, n);
-    for (size_t i = 0; i < n; i++)
-        c[i].v = (float)(c[i].v * inv);
+static double fsum(const float *x, size_t n) {
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+#define F_AT(i) x[i]
+    SUM4(n, F_AT);
+#undef F_AT
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* Softmax of the n values x[0..n) with maximum vmax (finite) into p[0..n) (p may be x):
+ * p = exp(x - vmax) / sum in SIMD lanes (src/core/vmath.c: our own exp, the same bits on
+ * every platform), the scale in double. Returns p_max: the maximum's exponential is
+ * exactly 1, so p_max = 1 / sum. */
+static float softmax(const float *x, float *p, size_t n, float vmax) {
+    const double inv = 1.0 / kipp_vec_exp(x, p, n, vmax);
+    kipp_vec_mul(p, n, inv);
     return (float)inv;
 }
 
@@ -571,14 +595,11 @@ static size_t top_p_hist(kipp_sampler *s, cand *c, size_t n, float top_p) {
 
 /* ---- sampling -------------------------------------------------------------------------- */
 
+/* The largest logit's id, the lowest id winning ties; NaN is never chosen (0 when every
+ * logit is NaN). */
 static int32_t argmax(const float *logits, uint32_t n) {
     int32_t best = 0;
-    float bv = -INFINITY;
-    for (uint32_t i = 0; i < n; i++)
-        if (logits[i] > bv) { /* strict: the lowest id wins ties; NaN never compares > */
-            bv = logits[i];
-            best = (int32_t)i;
-        }
+    kipp_vec_top_k(logits, n, 1, &best);
     return best;
 }
 
@@ -586,8 +607,11 @@ static int32_t argmax(const float *logits, uint32_t n) {
  * top-p and min-p, with their probabilities (not yet renormalized: *total is their sum), in
  * the order the draw walks them. Greedy (temperature <= 0, or +inf logits) and degenerate
  * cases give one candidate with probability 1 and *certain = 1: no draw follows (a filter
- * that leaves one candidate still draws, as the sampler always has). Returns the count. */
-static size_t processed(kipp_sampler *s, float *logits, double *total, int *certain) {
+ * that leaves one candidate still draws, as the sampler always has). Returns the count.
+ * With dense non-NULL, a distribution that no filter cut (every id, in id order) may come
+ * back as *dense[0..n) instead of in the candidates (the cheaper form for a plain draw). */
+static size_t processed(kipp_sampler *s, float *logits, double *total, int *certain,
+                        const float **dense) {
     const kipp_sampler_params *p = &s->p;
     cand *c = s->c;
     for (uint32_t i = 0; i < p->n_logit_bias; i++) /* first, as OpenAI adds it to the logits */
@@ -604,25 +628,12 @@ static size_t processed(kipp_sampler *s, float *logits, double *total, int *cert
     /* A tiny temperature (the server accepts any T > 0) can overflow l / T to +inf for
      * every positive logit, which would make them all "the maximum". Then the logits are
      * shifted by their maximum first: (l - max) / T <= 0 never overflows, the softmax is
-     * the same (it is shift-invariant) and the limit T -> 0 is greedy, ties included. */
-    float lmax = -INFINITY;
-    for (size_t i = 0; i < n; i++)
-        if (logits[i] > lmax)
-            lmax = logits[i];
+     * the same (it is shift-invariant) and the limit T -> 0 is greedy, ties included.
+     * Divided, not multiplied by 1/T, to match llama.cpp bits; l - 0 is l, so the shift
+     * costs nothing when it is 0. */
+    const float lmax = p->temperature >= 1.0f ? 0.0f : kipp_vec_max(logits, n); /* T >= 1: no overflow */
     const float shift = isfinite(lmax) && !isfinite(lmax / p->temperature) ? lmax : 0.0f;
-    float vmax = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        float l = logits[i];
-        if (isnan(l))
-            l = -INFINITY; /* a NaN logit is never sampled */
-        else /* divide (not multiply by 1/T) to match llama.cpp bits */
-            l = shift != 0.0f ? (l - shift) / p->temperature : l / p->temperature;
-        logits[i] = l;
-        c[i].v = l;
-        c[i].id = (int32_t)i;
-        if (l > vmax)
-            vmax = l;
-    }
+    const float vmax = kipp_vec_scale(logits, n, shift, p->temperature); /* NaN -> -inf */
     if (vmax == -INFINITY) { /* every logit is -inf or NaN: nothing to normalize, lowest id */
         c[0] = (cand){1.0f, 0};
         return 1;
@@ -634,13 +645,38 @@ static size_t processed(kipp_sampler *s, float *logits, double *total, int *cert
 
     *certain = 0;
     int sorted = 0;
+    float pmax;
     if (p->top_k > 0 && (size_t)p->top_k < n) {
-        top_k_hist(s, c, n, (size_t)p->top_k);
-        n = (size_t)p->top_k;
-        qsort(c, n, sizeof *c, cand_cmp); /* k log k; the max survives top-k */
+        const size_t k = (size_t)p->top_k;
+        if (k <= TOP_K_VEC) { /* SIMD top k: already in cand order, largest first */
+            int32_t ids[TOP_K_VEC];
+            kipp_vec_top_k(logits, (uint32_t)n, (uint32_t)k, ids);
+            for (size_t i = 0; i < k; i++)
+                c[i] = (cand){logits[ids[i]], ids[i]};
+        } else {
+            for (size_t i = 0; i < n; i++)
+                c[i] = (cand){logits[i], (int32_t)i};
+            top_k_hist(s, c, n, k);
+            qsort(c, k, sizeof *c, cand_cmp); /* k log k; the max survives top-k */
+        }
+        n = k;
         sorted = 1;
+        float *e = s->ex;
+        for (size_t i = 0; i < n; i++)
+            e[i] = c[i].v;
+        pmax = softmax(e, e, n, vmax);
+        for (size_t i = 0; i < n; i++)
+            c[i].v = e[i];
+    } else {
+        pmax = softmax(logits, s->ex, n, vmax);
+        if (dense && p->top_p >= 1.0f && !(p->min_p > 0.0f)) {
+            *dense = s->ex;
+            *total = fsum(s->ex, n);
+            return n;
+        }
+        for (size_t i = 0; i < n; i++)
+            c[i] = (cand){s->ex[i], (int32_t)i};
     }
-    float pmax = softmax(c, n, vmax);
     /* Both top-p and min-p keep the most probable tokens; renormalizing between them would
      * only rescale, which min-p's ratio test (p >= min_p * p_max) ignores. */
     float t_minp = p->min_p > 0.0f ? p->min_p * pmax : 0.0f;
@@ -665,15 +701,34 @@ static size_t processed(kipp_sampler *s, float *logits, double *total, int *cert
     return n;
 }
 
-/* Draws from c[0..n) with weights summing to total: u in [0, total), walked in order. */
+/* Draws from c[0..n) with weights summing to total: u in [0, total), walked in order.
+ * draw_dense walks the weights of ids 0..n) the same way (the same bits as draw over the
+ * candidates {p[i], i}). */
+#define DRAW_WALK(n, at, id_at)                                                                  \
+    do {                                                                                         \
+        double target = rng_uniform(s->rng) * total, cum = 0.0;                                  \
+        for (size_t i_ = 0; i_ < (n); i_++) {                                                    \
+            cum += at(i_);                                                                       \
+            if (target < cum)                                                                    \
+                return id_at(i_);                                                                \
+        }                                                                                        \
+        return id_at((n) - 1); /* target landed on the rounding edge */                          \
+    } while (0)
+
 static int32_t draw(kipp_sampler *s, const cand *c, size_t n, double total) {
-    double target = rng_uniform(s->rng) * total, cum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        cum += c[i].v;
-        if (target < cum)
-            return c[i].id;
-    }
-    return c[n - 1].id; /* target landed on the rounding edge */
+#define C_V(i) c[i].v
+#define C_ID(i) c[i].id
+    DRAW_WALK(n, C_V, C_ID);
+#undef C_V
+#undef C_ID
+}
+
+static int32_t draw_dense(kipp_sampler *s, const float *p, size_t n, double total) {
+#define P_V(i) p[i]
+#define P_ID(i) (int32_t)(i)
+    DRAW_WALK(n, P_V, P_ID);
+#undef P_V
+#undef P_ID
 }
 
 int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
@@ -681,8 +736,11 @@ int32_t kipp_sampler_sample(kipp_sampler *s, float *logits) {
         return -1;
     double total;
     int certain;
-    size_t n = processed(s, logits, &total, &certain);
-    return certain ? s->c[0].id : draw(s, s->c, n, total);
+    const float *dense = NULL;
+    size_t n = processed(s, logits, &total, &certain, &dense);
+    if (certain)
+        return s->c[0].id;
+    return dense ? draw_dense(s, dense, n, total) : draw(s, s->c, n, total);
 }
 
 /* ---- speculative decoding -------------------------------------------------------------- */
@@ -692,7 +750,7 @@ uint32_t kipp_sampler_dist(kipp_sampler *s, float *logits, const kipp_token_prob
         return 0;
     double total;
     int certain;
-    size_t n = processed(s, logits, &total, &certain);
+    size_t n = processed(s, logits, &total, &certain, NULL);
     kipp_token_prob *d = s->dist;
     const double inv = 1.0 / total;
     for (size_t i = 0; i < n; i++)
@@ -730,7 +788,7 @@ int32_t kipp_sampler_verify(kipp_sampler *s, float *logits, int32_t draft,
         return -1;
     double total;
     int certain;
-    size_t n = processed(s, logits, &total, &certain);
+    size_t n = processed(s, logits, &total, &certain, NULL);
     cand *c = s->c;
     if (n == 1) { /* greedy or degenerate: the target's token is certain */
         *accepted = c[0].id == draft;

@@ -528,7 +528,78 @@ static void test_shared_scratch(void) {
     kipp_sampler_scratch_free(NULL);
 }
 
+/* The fast forms give what the general forms give, draw for draw with one seed: a plain
+ * draw over the dense exponentials (no filter: kipp_sampler_sample) against the candidate
+ * list (kipp_sampler_dist + kipp_sampler_draw); the SIMD top k (k <= 64) against the
+ * histogram's (k > 64) on a row where only 40 logits are finite, so k 40 and k 100 keep
+ * the same mass; greedy's SIMD argmax against a scalar one on a Qwen-sized row. */
+static void test_fast_forms(void) {
+    enum { V = 151936, DRAWS = 300 };
+    float *l = malloc(V * sizeof *l), *w = malloc(V * sizeof *w);
+    if (!l || !w) { KT_CHECK(0, "out of memory"); free(l), free(w); return; }
+    uint64_t x = 12345;
+    for (uint32_t i = 0; i < V; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        l[i] = (float)((x >> 40) % 4000) / 400.0f; /* [0, 10): many ties */
+    }
+    kipp_sampler_params p = plain(1.0f, 77);
+    kipp_sampler *a = make(&p, V), *b = make(&p, V);
+    int diff = 0;
+    for (int d = 0; d < DRAWS && a && b; d++) {
+        memcpy(w, l, V * sizeof *l);
+        const int32_t ta = kipp_sampler_sample(a, w);
+        memcpy(w, l, V * sizeof *l);
+        const kipp_token_prob *dist = NULL;
+        const uint32_t nd = kipp_sampler_dist(b, w, &dist);
+        const int32_t tb = kipp_sampler_draw(b, dist, nd);
+        diff += ta != tb;
+        kipp_sampler_accept(a, ta), kipp_sampler_accept(b, tb);
+    }
+    KT_CHECK(diff == 0, "dense draw vs candidate draw: %d of %d differ", diff, DRAWS);
+    kipp_sampler_free(a), kipp_sampler_free(b);
+
+    for (uint32_t i = 0; i < V; i++) w[i] = (i % 3797 == 11 && i / 3797 < 40) ? l[i] : -INFINITY;
+    memcpy(l, w, V * sizeof *l);
+    kipp_sampler_params pk = plain(0.9f, 5);
+    pk.top_k = 40;
+    a = make(&pk, V);
+    pk.top_k = 100;
+    b = make(&pk, V);
+    diff = 0;
+    int finite = 0;
+    for (int d = 0; d < DRAWS && a && b; d++) {
+        memcpy(w, l, V * sizeof *l);
+        const int32_t ta = kipp_sampler_sample(a, w);
+        memcpy(w, l, V * sizeof *l);
+        const int32_t tb = kipp_sampler_sample(b, w);
+        diff += ta != tb;
+        finite += ta >= 0 && isfinite(l[ta]);
+    }
+    KT_CHECK(diff == 0 && finite == DRAWS, "top k 40 (SIMD) vs 100 (histogram): %d of %d differ, %d finite",
+             diff, DRAWS, finite);
+    kipp_sampler_free(a), kipp_sampler_free(b);
+
+    p = plain(0.0f, 1);
+    a = make(&p, V);
+    int bad = 0;
+    for (int t = 0; t < 20 && a; t++) {
+        for (uint32_t i = 0; i < V; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            w[i] = (x >> 60) == 0 ? NAN : (float)((x >> 40) % 50);
+        }
+        int32_t want = 0;
+        float best = -INFINITY;
+        for (uint32_t i = 0; i < V; i++)
+            if (w[i] > best) best = w[i], want = (int32_t)i;
+        bad += kipp_sampler_sample(a, w) != want;
+    }
+    KT_CHECK(bad == 0, "greedy: %d of 20 rows not the lowest id of the maximum", bad);
+    kipp_sampler_free(a);
+    free(l), free(w);
+}
+
 void kt_suite_sampler(void) {
+    test_fast_forms();
     test_shared_scratch();
     test_tiny_temperature();
     test_logit_bias();

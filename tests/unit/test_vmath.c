@@ -2,7 +2,9 @@
  * log-sum-exp against a double-precision reference on rows of every length 0..300, the
  * 151,936-entry Qwen row, wide and narrow value ranges, -inf entries, NaN entries (left out),
  * a +inf entry, all -inf; the maximum; the top k against a brute-force selection that breaks
- * ties by the lower index, on rows with many ties and NaNs. */
+ * ties by the lower index, on rows with many ties and NaNs; the sampler's temperature scaling
+ * (the scalar loop's bits), exponentials (against double exp, exactly 1 at the maximum) and
+ * scaling in double; every variant against the best. */
 #include "core/vmath.h"
 #include "kt.h"
 
@@ -115,11 +117,12 @@ static uint32_t ref_top(const float *x, uint32_t n, uint32_t k, int32_t *ids) {
 }
 
 static void test_top(void) {
-    float x[700];
+    float x[2000];
     int32_t a[64], b[64];
     int bad = 0, cases = 0;
-    for (int t = 0; t < 400; t++) {
-        const uint32_t n = (uint32_t)(urand() * 700), k = 1 + (uint32_t)(urand() * 25);
+    for (int t = 0; t < 400; t++) { /* k up to 64, rows of many 64-entry blocks */
+        const uint32_t n = (uint32_t)(urand() * (t < 300 ? 700 : 2000));
+        const uint32_t k = 1 + (uint32_t)(urand() * (t % 3 ? 25 : 64));
         const int ties = t % 2; /* few distinct values: many ties across and inside blocks */
         for (uint32_t i = 0; i < n; i++) {
             x[i] = ties ? (float)(int)(urand() * 6) : (float)(urand() * 100 - 50);
@@ -140,12 +143,82 @@ static void test_top(void) {
     KT_CHECK(kipp_vec_top_k(x, 100, 2, a) == 2 && a[0] == 99 && a[1] == 0, "the last entry largest");
 }
 
+/* the sampler's row passes: scaling by the temperature, exponentials, scaling in double */
+static void test_softmax_rows(void) {
+    enum { N = 151936 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *e = malloc(N * sizeof *e);
+    if (!x || !y || !e) { KT_CHECK(0, "out of memory"); free(x), free(y), free(e); return; }
+    const float ts[] = {1.0f, 0.7f, 1.3f, 1e-30f}, shifts[] = {0.0f, 3.25f};
+    int bad_bits = 0, bad_max = 0;
+    for (int t = 0; t < 120; t++) {
+        const size_t n = t < 100 ? (size_t)(urand() * 300) : N;
+        fill(x, n, -30, 30, t & 1);
+        if (t % 9 == 0 && n > 2) x[n / 2] = INFINITY;
+        const float tt = ts[t % 4], sh = shifts[(t / 4) % 2];
+        memcpy(y, x, n * sizeof *x);
+        const float got = kipp_vec_scale(y, n, sh, tt);
+        float want = -INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            const float r = isnan(x[i]) ? -INFINITY : (x[i] - sh) / tt;
+            bad_bits += memcmp(&r, &y[i], sizeof r) != 0;
+            want = r > want ? r : want;
+        }
+        bad_max += memcmp(&got, &want, sizeof got) != 0;
+    }
+    KT_CHECK(bad_bits == 0, "kipp_vec_scale: %d entries differ from (x - shift) / t", bad_bits);
+    KT_CHECK(bad_max == 0, "kipp_vec_scale: %d rows returned another maximum", bad_max);
+
+    /* exponentials: relative error against exp in double, the maximum exactly 1, -inf 0 */
+    double worst = 0, worst_sum = 0;
+    int bad_one = 0, bad_zero = 0;
+    for (int t = 0; t < 60; t++) {
+        const size_t n = t < 50 ? 1 + (size_t)(urand() * 300) : N;
+        fill(x, n, t % 2 ? -80 : -10, 5, 0);
+        if (t % 3 == 0) x[(size_t)(urand() * n)] = -INFINITY;
+        const float mx = kipp_vec_max(x, n);
+        const double sum = kipp_vec_exp(x, e, n, mx);
+        double ref = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double r = exp((double)x[i] - (double)mx), d = (double)(x[i] - mx);
+            ref += r;
+            if (x[i] == mx) bad_one += e[i] != 1.0f;
+            else if (x[i] == -INFINITY) bad_zero += e[i] != 0.0f;
+            else if (d > -86) worst = fmax(worst, fabs(e[i] - exp(d)) / exp(d)); /* normal results */
+        }
+        worst_sum = fmax(worst_sum, fabs(sum - ref) / ref);
+    }
+    KT_CHECK(worst < 2e-7, "kipp_vec_exp: worst relative error %.3g", worst);
+    KT_CHECK(worst_sum < 1e-6, "kipp_vec_exp: the sum's worst relative error %.3g", worst_sum);
+    KT_CHECK(bad_one == 0 && bad_zero == 0, "kipp_vec_exp: %d maxima not 1, %d -inf entries not 0",
+             bad_one, bad_zero);
+    /* in place, e == x */
+    fill(x, 1000, -5, 5, 0);
+    memcpy(y, x, 1000 * sizeof *x);
+    const float m5 = kipp_vec_max(x, 1000);
+    const double s1 = kipp_vec_exp(x, e, 1000, m5), s2 = kipp_vec_exp(y, y, 1000, m5);
+    KT_CHECK(s1 == s2 && memcmp(e, y, 1000 * sizeof *e) == 0, "kipp_vec_exp in place differs");
+
+    int bad_mul = 0;
+    for (size_t n = 0; n <= 300; n += 7) {
+        fill(x, n, 0, 1, 0);
+        memcpy(y, x, n * sizeof *x);
+        const double sc = 1.0 / (1.0 + urand() * 1000);
+        kipp_vec_mul(y, n, sc);
+        for (size_t i = 0; i < n; i++) {
+            const float r = (float)(x[i] * sc);
+            bad_mul += memcmp(&r, &y[i], sizeof r) != 0;
+        }
+    }
+    KT_CHECK(bad_mul == 0, "kipp_vec_mul: %d entries differ from (float)(x * s)", bad_mul);
+    free(x), free(y), free(e);
+}
+
 /* every variant this CPU runs gives the bits the best one gives */
 static void test_variants(void) {
     enum { N = 151936 };
-    float *x = malloc(N * sizeof *x);
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *z = malloc(N * sizeof *z);
     int32_t a[20], b[20];
-    if (!x) { KT_CHECK(0, "out of memory"); return; }
+    if (!x || !y || !z) { KT_CHECK(0, "out of memory"); free(x), free(y), free(z); return; }
     const int best = kipp_vmath_level();
     int diff = 0, rows = 0;
     for (int t = 0; t < 60; t++) {
@@ -158,16 +231,28 @@ static void test_variants(void) {
             const uint32_t mg = kipp_vec_top_k_at(lv, x, (uint32_t)n, 20, b);
             int same = memcmp(&got, &want, sizeof got) == 0 && mg == mw;
             for (uint32_t j = 0; same && j < mw; j++) same = a[j] == b[j];
+            /* the sampler's passes: scale, exponentials, scale in double */
+            memcpy(y, x, n * sizeof *x);
+            memcpy(z, x, n * sizeof *x);
+            const float m1 = kipp_vec_scale_at(best, y, n, 0.5f, 0.7f), m2 = kipp_vec_scale_at(lv, z, n, 0.5f, 0.7f);
+            same = same && memcmp(&m1, &m2, sizeof m1) == 0 && memcmp(y, z, n * sizeof *y) == 0;
+            if (same && n && isfinite(m1)) {
+                const double s1 = kipp_vec_exp_at(best, y, y, n, m1), s2 = kipp_vec_exp_at(lv, z, z, n, m1);
+                kipp_vec_mul_at(best, y, n, 1.0 / 3.0);
+                kipp_vec_mul_at(lv, z, n, 1.0 / 3.0);
+                same = memcmp(&s1, &s2, sizeof s1) == 0 && memcmp(y, z, n * sizeof *y) == 0;
+            }
             diff += !same;
             rows++;
         }
     }
     KT_CHECK(diff == 0, "%d of %d rows differ between variants (best level %d)", diff, rows, best);
-    free(x);
+    free(x), free(y), free(z);
 }
 
 void kt_suite_vmath(void) {
     test_lse();
     test_top();
+    test_softmax_rows();
     test_variants();
 }
