@@ -245,3 +245,69 @@ def test_probe_warms_up_before_the_class():
     assert r["probes"] >= 3 and r["failed"] == 0, r
     assert r["worst_s"] < 0.2, r                    # and no timed probe paid for it
     assert p.tokens == 4 * r["probes"], (p.tokens, r["probes"])   # its tokens are not the class's
+
+
+class _ClockSrv:
+    """A server stand-in that notes when each request arrives and answers at once."""
+
+    def __init__(self):
+        self.at = []
+
+    def request(self, method, path, body, timeout=None):
+        import time
+        self.at.append(time.perf_counter())
+        return 200, {}, b'{"usage": {"completion_tokens": 4}}'
+
+
+def test_unloaded_samples_keep_the_probe_rhythm():
+    """The unloaded reference is taken with the probe's pause before each request: back to
+    back, an idle server answered the tiny model's plain request in 2.7 ms against 6.4 ms
+    after a 20 ms pause, and the probe's rhythm alone read as a 2.4x slowdown."""
+    from bench import robustness_attack as ra
+    srv = _ClockSrv()
+    v = ra.unloaded_samples(srv, "m", 6, 5.0)
+    assert len(v) == 6 and len(srv.at) == 6
+    gaps = [b - a for a, b in zip(srv.at, srv.at[1:])]
+    assert min(gaps) >= ra.PROBE_GAP_S, gaps
+    assert ra.PROBE_GAP_S > 0
+
+
+def test_hostile_client_nice_is_lowered_and_restored():
+    """While a class runs the harness's own thread (the hostile client) is at nice 10 and
+    the threads it starts inherit that; the probe (another process) and threads started
+    before keep theirs; after the class the thread's nice is what it was. Where the nice
+    could not be restored, nothing changes and lower() says None."""
+    import os
+
+    from bench import robustness_attack as ra
+    tid = threading.get_native_id()
+    orig = os.getpriority(os.PRIO_PROCESS, tid)
+    before = {}
+    ev = threading.Event()
+
+    def old_thread():
+        before["tid"] = threading.get_native_id()
+        ev.wait(5.0)
+
+    t_old = threading.Thread(target=old_thread)
+    t_old.start()
+    n = ra._Nice()
+    got = n.lower()
+    try:
+        if not ra._Nice._can_restore(orig):
+            assert got is None and os.getpriority(os.PRIO_PROCESS, tid) == orig
+            return
+        assert got == max(orig, ra.HOSTILE_NICE)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == got
+        child = {}
+        t_new = threading.Thread(target=lambda: child.setdefault(
+            "nice", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        t_new.start()
+        t_new.join()
+        assert child["nice"] == got, child
+        assert os.getpriority(os.PRIO_PROCESS, before["tid"]) == orig
+    finally:
+        n.restore()
+        ev.set()
+        t_old.join()
+    assert os.getpriority(os.PRIO_PROCESS, tid) == orig
