@@ -482,17 +482,24 @@ def _chat_json(srv, body: dict, timeout: float, before_parse=None):
     return st, js, len(raw), dt
 
 
-def make_random_models(b, tmp: str) -> list[str]:
+def make_random_models(b, tmp: str, failed: list | None = None) -> list[str]:
+    """Random tiny Qwen3s, one per --attack-random-seeds seed, made with the project's venv
+    (the generator needs numpy) where there is one; each failure is printed and, with
+    failed given, noted there."""
     out = []
+    venv_py = os.path.join(sc.ROOT, ".venv", "bin", "python")
+    py = venv_py if os.access(venv_py, os.X_OK) else sys.executable
     for seed in b.args.attack_random_seeds:
         path = os.path.join(tmp, f"qwen3-tiny-l2-seed{seed}.gguf")
-        p = subprocess.run([sys.executable, "-m", "tools.make_random_model", "--shape", "tiny", "--layers", "2",
+        p = subprocess.run([py, "-m", "tools.make_random_model", "--shape", "tiny", "--layers", "2",
                             "--seed", str(seed), "--type", "bf16", "--output", path, "--no-progress"],
                            cwd=sc.ROOT, capture_output=True, text=True, timeout=300)
         if p.returncode == 0:
             out.append(path)
         else:
             print(f"  attack: make_random_model seed {seed} failed: {p.stderr[-300:]}", file=sys.stderr)
+            if failed is not None:
+                failed.append({"seed": seed, "stderr": p.stderr[-300:]})
     return out
 
 
@@ -501,8 +508,11 @@ def cls_thinking_constraints(b) -> dict:
     run = ClassRun(b, "thinking_constraints")
     tmp = tempfile.mkdtemp(prefix="kipp-attack-models-")
     models = [a.model] + ([RANDOM_QWEN3] if os.path.isfile(os.path.join(sc.ROOT, RANDOM_QWEN3)) else [])
-    models += make_random_models(b, tmp)
+    failed: list = []
+    models += make_random_models(b, tmp, failed)
     run.extra["models"] = models
+    if failed:
+        run.extra["random_models_not_made"] = failed
     per_model = {}
     try:
         for mp in models:
