@@ -119,3 +119,8 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
     for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] == 3;
     return kept;
 }
+
+double kipp_fair_draw_cost(double draw_s, int n_host) {
+    if (!(draw_s > 0)) return 0;
+    return draw_s / (n_host > 1 ? n_host : 1);
+}

@@ -7,7 +7,9 @@
  * by nature) share the batch with one-sequence requests ("light"), each light request keeps
  * its row and the heavy requests together get rows worth about share x the time of the
  * light rows' step, on average over steps (a row dearer than that waits a few steps), by a
- * model fitted to measured decode steps: seconds ~ a + b x sequences + c x KV positions. Of
+ * model fitted to measured decode steps: seconds ~ a + b x sequences + c x KV positions,
+ * plus each row's own draw (kipp_fair_draw_cost: the sampler and log-probabilities, which
+ * differ from request to request far more than the forward's rows do). Of
  * the heavy requests' sequences the least advanced (fewest tokens generated) go first, so a
  * request's choices advance together and none starves. Where rows are nearly free (a GPU)
  * the model is flat and nothing is held out; with no light request present the heavy ones
@@ -44,6 +46,11 @@ int kipp_step_fit_line(const kipp_step_fit *f, double fallback_b, double *a, dou
  * would come out negative, the line above with c = 0. 0: no line either. */
 #define KIPP_FIT_MIN_KV_VAR 64.0
 int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, double *b, double *c);
+
+/* A row's draw (sampling over the vocabulary, log-probabilities) as step time: its measured
+ * seconds spread over the n_host threads that draw a step's rows in parallel (n_host < 1
+ * counts as 1; draw_s <= 0 costs nothing). */
+double kipp_fair_draw_cost(double draw_s, int n_host);
 
 /* A running sequence as the step sees it. */
 enum { KIPP_FAIR_OUT = 0, KIPP_FAIR_DECODE, KIPP_FAIR_PREFILL };

@@ -139,6 +139,8 @@ struct kipp_req {
     float *wk_row, *wk_raw; /* [n_vocab] the logits row handed off, its copy for logprobs */
     int par, par_ok;        /* engine thread: this step's token was drawn in the parallel
                                row phase (sample_row) into out[n_gen]; the think gate took it */
+    double row_s, row_last; /* seconds its parallel-phase row took: decayed mean, this step's
+                               (written by the host thread that drew it; read after the join) */
 };
 
 struct kipp_sched {
@@ -185,6 +187,9 @@ struct kipp_sched {
                                       KV positions read */
     double fit_a, fit_b, fit_c;    /* the step model fair_rows last used (the trace shows it) */
     double fit_kv;                 /* KV positions the step's decoding rows read */
+    double par_s;                  /* this step's parallel row phase (sample_rows), seconds */
+    double light_row_s;            /* one-sequence requests' row phase, decayed mean (the
+                                      expected light request's price) */
     uint32_t *grp, *progress;      /* [max_running] fair_rows scratch */
     uint8_t *kind, *keep;
     double *cost;
@@ -916,6 +921,16 @@ static void step_timing(kipp_sched *s, uint32_t n, double dt) {
     }
 }
 
+/* Seconds running[i]'s draw took (decayed), or a sibling's while it has drawn none yet;
+ * 0 when none of them has. */
+static double row_seconds(const kipp_sched *s, uint32_t i) {
+    const kipp_req *r = s->running[i];
+    if (r->row_s > 0 || !r->p.group) return r->row_s;
+    for (uint32_t j = 0; j < s->n_running; j++)
+        if (s->running[j]->p.group == r->p.group && s->running[j]->row_s > 0) return s->running[j]->row_s;
+    return 0;
+}
+
 /* Holds decoding sequences of n > 1 requests out of this step (hold = 2) while
  * one-sequence requests share it, or one is expected (kipp_fair_select), each row priced
  * by the step model at its context length. Returns the decoding sequences left; fit_kv
@@ -935,10 +950,20 @@ static uint32_t fair_rows(kipp_sched *s) {
     double a = 0, b = 0, c = 0;
     if (s->p.fair_slope > 0) b = s->p.fair_slope;
     else if (s->p.fair_share < 0 || !kipp_step_fit_plane(&s->fit, s->ema_tok_s, &a, &b, &c)) a = b = c = 0;
-    for (uint32_t i = 0; i < s->n_running; i++) s->cost[i] = b + c * (s->running[i]->n_fed + 1);
+    /* the fitted model prices the forward pass; a row's draw (the sampler over the whole
+     * vocabulary, its log-probabilities) is its request's own measured time, shared by the
+     * host threads (a sibling's where the sequence has drawn none yet; a fixed model, the
+     * gates' --fair-slope, prices the forward alone) */
+    const int own = s->p.fair_slope <= 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const kipp_req *r = s->running[i];
+        const double draw = own ? kipp_fair_draw_cost(row_seconds(s, i), s->n_host) : 0;
+        s->cost[i] = b + c * (r->n_fed + 1) + draw;
+    }
     s->fit_a = a, s->fit_b = b, s->fit_c = c;
+    const double ghost = b + c + (own ? kipp_fair_draw_cost(s->light_row_s, s->n_host) : 0);
     const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->progress, s->cost, s->p.fair_share, a,
-                                           s->light_expected ? b + c : 0, &s->fair_st, s->keep);
+                                           s->light_expected ? ghost : 0, &s->fair_st, s->keep);
     s->fit_kv = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
@@ -1214,6 +1239,7 @@ static void sample_row(void *arg, uint32_t j, int ith) {
     kipp_sched *s = arg;
     const uint32_t i = s->par[j];
     kipp_req *r = s->running[i];
+    const double t0 = now_s();
     float *row = s->logits + (size_t)s->b_row[i] * s->n_vocab, *raw = s->hraw[ith];
     if (r->p.logprobs) memcpy(raw, row, (size_t)s->n_vocab * sizeof *row);
     kipp_sampler_share_scratch(r->smp, s->hsc[ith]);
@@ -1226,6 +1252,8 @@ static void sample_row(void *arg, uint32_t j, int ith) {
     r->par_ok = kipp_think_accept(&r->think, NULL, g->id);
     if (r->par_ok && r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
     r->par = 1;
+    r->row_last = now_s() - t0;
+    r->row_s = r->row_s > 0 ? 0.5 * r->row_s + 0.5 * r->row_last : r->row_last;
 }
 
 /* After a forward pass of fwd_s seconds: the step's inline grammar budget (while rows
@@ -1245,7 +1273,13 @@ static void sample_rows(kipp_sched *s, double fwd_s) {
     }
     const double share = MASK_SHARE * fwd_s;
     s->inline_left = !shared || share > MASK_STEP_S ? MASK_STEP_S : share < MASK_MIN_S ? MASK_MIN_S : share;
+    const double t0 = now_s();
     kipp_ctx_host_for(s->ctx, n, sample_row, s);
+    s->par_s = now_s() - t0;
+    for (uint32_t j = 0; j < n; j++) { /* the one-sequence requests' draws: a light row's price */
+        const kipp_req *r = s->running[s->par[j]];
+        if (!r->p.group) s->light_row_s = s->light_row_s > 0 ? 0.8 * s->light_row_s + 0.2 * r->row_last : r->row_last;
+    }
 }
 
 static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
@@ -1253,6 +1287,7 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     kipp_status st;
     uint32_t n, n_want;
     const double t_step = now_s();
+    s->par_s = 0;
     const uint32_t n_dec = fair_rows(s);
     draft(s);
     double t0;
@@ -1364,7 +1399,9 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     }
     if (published) pthread_cond_broadcast(&s->any);
     pthread_mutex_unlock(&s->mu);
-    if (st == KIPP_OK && s->b_prefill == 0) kipp_step_fit_add(&s->fit, n_dec, s->fit_kv, now_s() - t_step);
+    /* the model is of the step without its parallel draws, which each row brings at its own price */
+    if (st == KIPP_OK && s->b_prefill == 0)
+        kipp_step_fit_add(&s->fit, n_dec, s->fit_kv, now_s() - t_step - (s->p.fair_slope <= 0 ? s->par_s : 0));
     if (s->trace) {
         uint32_t waiting = 0, held = 0;
         for (uint32_t i = 0; i < s->n_running; i++) waiting += s->running[i]->wait_mask != 0, held += s->running[i]->hold != 0;

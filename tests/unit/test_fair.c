@@ -352,7 +352,33 @@ static void test_plane(void) {
     KT_CHECK(kipp_step_fit_plane(&e, 0, &a, &b, &c) && c == 0 && b > 0, "negative depth slope: b %.6f c %.3e", b, c);
 }
 
+/* A row's draw is priced as its seconds over the host threads that draw rows in parallel;
+ * nothing measured costs nothing; and a dear draw makes the pool's row wait: with the
+ * forward's rows at 0.1 ms and a fixed 1 ms, share 0.25 buys a 0.1 ms row every step, but
+ * a row whose draw took 1 ms on 2 threads (0.6 ms priced) not in the first step. */
+static void test_draw_cost(void) {
+    KT_CHECK(fabs(kipp_fair_draw_cost(0.002, 2) - 0.001) < 1e-15, "2 ms over 2 threads");
+    KT_CHECK(kipp_fair_draw_cost(0.002, 1) == 0.002 && kipp_fair_draw_cost(0.002, 0) == 0.002,
+             "one thread, or none said");
+    KT_CHECK(kipp_fair_draw_cost(0, 2) == 0 && kipp_fair_draw_cost(-1, 2) == 0 &&
+             kipp_fair_draw_cost(NAN, 2) == 0, "nothing measured costs nothing");
+    for (int dear = 0; dear <= 1; dear++) {
+        /* sequence 0: a light request; 1 and 2: a heavy request's two decoding sequences,
+         * each 0.1 ms of forward, plus (dear) a 1 ms draw on 2 threads */
+        const double row = 1e-4 + (dear ? kipp_fair_draw_cost(1e-3, 2) : 0);
+        uint32_t gg[3] = {0, 1, 1}, pp[3] = {0, 0, 0};
+        uint8_t kk[3] = {KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE}, kp[3];
+        double cc[3] = {1e-4, row, row};
+        kipp_fair_state st = {0};
+        kipp_fair_select(3, gg, kk, pp, cc, 0.25, 1e-3, 0, &st, kp);
+        KT_CHECK(kp[0] == 1, "the light row always runs");
+        KT_CHECK(kp[1] + kp[2] == (dear ? 0 : 2), "%s: %d of the heavy request's rows in the first step",
+                 dear ? "dear draws" : "cheap draws", kp[1] + kp[2]);
+    }
+}
+
 void kt_suite_fair(void) {
+    test_draw_cost();
     test_fit();
     test_cases();
     test_rotation();
