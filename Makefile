@@ -146,6 +146,10 @@ $(BUILD)/kipp-kernbench: $(BUILD)/obj/bench/kernel_bench.o $(BACKEND_OBJ) $(BUIL
 $(BUILD)/kipp-grammarbench: $(BUILD)/obj/bench/grammar_bench.o $(BACKEND_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# bench/sampler_bench.py builds the same source against a baseline commit's library itself
+$(BUILD)/kipp-samplerbench: $(BUILD)/obj/bench/sampler_bench.o $(BUILD)/libkipp.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # memory read bandwidth (tools/bench.py records it next to decode's effective GB/s); a
 # probe built for and run on this machine, so it may use every vector unit it has
 $(BUILD)/obj/bench/membw.o: CFLAGS += -march=native
@@ -293,7 +297,8 @@ embed-vectors: deps models/tiny-embed/config.json
 # TEST_ARGS="--record bench/results/test-times-NAME.json". Set-up and build seconds reach
 # the runner's record through KIPP_SETUP_SECONDS / KIPP_BUILD_SECONDS.
 NPROC ?= $(shell nproc 2>/dev/null || echo 2)
-TEST_BUILD := cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-kernbench $(BUILD)/kipp-quantize tiny-models \
+TEST_BUILD := cpu server chat $(FUZZERS) $(BUILD)/kipp-grammarbench $(BUILD)/kipp-kernbench $(BUILD)/kipp-samplerbench \
+              $(BUILD)/kipp-quantize tiny-models \
               $(BACKEND_TEST_TARGETS) $(if $(filter build,$(BUILD)),build/kipp_test_fault)
 .PHONY: test-build full-build check-build test-full
 test-build: $(TEST_BUILD)
