@@ -223,6 +223,34 @@ def other_rows(root):
                      met(at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0
                          and at["latency_met_all"]), name))
 
+    # the tiny model's attack phase on the Xeon (a record of all phases, the EPYC's is above)
+    name = "server-robustness-tiny-tied-bf16-xeon-amx.json"
+    if os.path.exists(os.path.join(root, "bench", "results", name)):
+        at = load(root, name)["phases"]["attack"]
+        cl = at["classes"]
+        worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
+        n_lat = sum(1 for c in cl.values() if c["latency_met"])
+        n_rss = sum(1 for c in cl.values() if c["rss_met"])
+        rows.append(("Attack on kipp-tiny-tied (Xeon, AMX class): crashes + hangs + unconstrained; worst plain "
+                     "latency / unloaded; peak RSS per class",
+                     "%d + %d + %d; %.1f× (%s), %d of %d classes met; %d of %d" % (
+                         at["crash"], at["hang"], at["unconstrained_as_constrained"],
+                         cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl), n_rss, len(cl)),
+                     "0; ≤ 2× per class; ≤ 1.25 × idle + KV",
+                     met(at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0
+                         and at["latency_met_all"] and at["rss_met_all"]), name))
+
+    name = "sampler-xeon-amx.json"
+    if os.path.exists(os.path.join(root, "bench", "results", name)):
+        sm = load(root, name)
+        ms, sp = sm["ms_per_token"], sm["speedup_baseline_over_this_tree"]
+        rows.append(("One sampled token, 151,936-entry row, OpenAI defaults: %s / this tree (Xeon, AMX class)"
+                     % sm["baseline_commit"],
+                     "%.1f× (%.3f → %.3f ms); CLI defaults %.1f×, greedy %.1f×, top_logprobs 20 %.1f×" % (
+                         sp["openai_defaults"], ms["baseline"]["openai_defaults"], ms["this_tree"]["openai_defaults"],
+                         sp["kipp_defaults"], sp["greedy"], sp["logprobs_top20"]),
+                     "(no target)", "—", name))
+
     d = load(root, "kv-type-0.6b-q8_0.json")["target"]
     for key, what in (("f16_over_f32", "Kipp f16 KV / f32 KV"), ("f16_over_llama", "Kipp f16 KV / llama.cpp")):
         rows.append(("Decode at context %d, %s" % (d["context"], what),
