@@ -86,7 +86,8 @@ void kipp_matcher_get_stats(const kipp_matcher *m, kipp_matcher_stats *out);
 /* The work after which a mask walk stops (default: about 32 M units; the tests lower it). */
 void kipp_matcher_set_work_budget(kipp_matcher *m, uint64_t units);
 
-/* The wall-time bound of one computation: one mask, one accept, the start state (seconds;
+/* The time bound of one computation: one mask, one accept, the start state (seconds of the
+ * computing thread's CPU time, and KIPP_MATCHER_WALL_FACTOR times as many of wall time;
  * default KIPP_MATCHER_TIME_LIMIT_S; 0: none). The work budget above counts units, and a
  * grammar that passes the compile-time cost bound can still make single units expensive
  * (thousands of alternatives that each lead to thousands of stacks), so the clock is read
@@ -94,6 +95,7 @@ void kipp_matcher_set_work_budget(kipp_matcher *m, uint64_t units);
  * fails for good: kipp_matcher_error says why, masks allow no token, accepts refuse. The
  * scheduler ends such a request with an error instead of holding every other sequence. */
 #define KIPP_MATCHER_TIME_LIMIT_S 2.0
+#define KIPP_MATCHER_WALL_FACTOR 15.0
 void kipp_matcher_set_time_limit(kipp_matcher *m, double seconds);
 /* Asked as often as the clock: when fn(arg) returns nonzero the computation stops and the
  * matcher fails as on the time limit (the scheduler passes the request's cancel flag, so a
