@@ -129,12 +129,7 @@ static float vec_max_at(int lv, const float *x, size_t n) {
 double kipp_log_sum_exp_at(int lv, const float *x, size_t n) {
     const float mx = vec_max_at(lv, x, n);
     if (!isfinite(mx)) return mx; /* all -inf / NaN (or empty): -inf; one +inf: +inf */
-#ifdef VMATH_X86
-    if (lv == 2) return (double)mx + log(sum_exp_avx512(x, n, mx));
-    if (lv == 1) return (double)mx + log(sum_exp_avx2(x, n, mx));
-#endif
-    (void)lv;
-    return (double)mx + log(sum_exp_generic(x, n, mx));
+    return (double)mx + log(kipp_vec_exp_at(lv, x, NULL, n, mx));
 }
 
 uint32_t kipp_vec_top_k_at(int lv, const float *x, uint32_t n, uint32_t k, int32_t *ids) {
@@ -159,11 +154,11 @@ float kipp_vec_scale_at(int lv, float *x, size_t n, float shift, float t) {
 
 double kipp_vec_exp_at(int lv, const float *x, float *e, size_t n, float mx) {
 #ifdef VMATH_X86
-    if (lv == 2) return exp_store_avx512(x, e, n, mx);
-    if (lv == 1) return exp_store_avx2(x, e, n, mx);
+    if (lv == 2) return exp_sum_avx512(x, e, n, mx);
+    if (lv == 1) return exp_sum_avx2(x, e, n, mx);
 #endif
     (void)lv;
-    return exp_store_generic(x, e, n, mx);
+    return exp_sum_generic(x, e, n, mx);
 }
 
 void kipp_vec_mul_at(int lv, float *x, size_t n, double s) {

@@ -26,9 +26,10 @@ uint32_t kipp_vec_top_k(const float *x, uint32_t n, uint32_t k, int32_t *ids);
  * bits), NaN entries become -inf; returns the largest result (-inf when n is 0). */
 float kipp_vec_scale(float *x, size_t n, float shift, float t);
 
-/* e[i] = exp(x[i] - mx) for x without NaN and x[i] <= mx (the log-sum-exp's polynomial:
+/* e[i] = exp(x[i] - mx) for x[i] <= mx, 0 for NaN entries (the log-sum-exp's polynomial:
  * relative error below 2e-7, exactly 1 at x[i] == mx, 0 at -inf and below e^-87.3); returns
- * their sum in double with a fixed association. e may be x. */
+ * their sum in double with a fixed association (the log-sum-exp's). e may be x, or NULL
+ * for the sum alone. */
 double kipp_vec_exp(const float *x, float *e, size_t n, float mx);
 
 /* x[i] = (float)((double)x[i] * s) in place. */

@@ -20,32 +20,6 @@ static float VN(vec_max)(const float *x, size_t n) {
     return best;
 }
 
-/* sum of exp(x[i] - mx) over [0, n), NaN entries left out: blocks of 32 vectors summed in
- * float lanes, the blocks in double */
-static double VN(sum_exp)(const float *x, size_t n, float mx) {
-    vf vmx, zero, v;
-    vsplat(&vmx, mx);
-    vsplat(&zero, 0.0f);
-    double total = 0.0;
-    size_t i = 0;
-    while (i < n) {
-        vf acc = zero;
-        const size_t end = n - i > 32 * VL ? i + 32 * VL : n;
-        for (; i < end; i += VL) {
-            if (i + VL <= end) vload(&v, x + i);
-            else vtail(&v, x + i, end - i, -INFINITY);
-            vf e = v - vmx;
-            vexp_nonpos(&e);
-            acc += VSEL(v == v, e, zero);
-        }
-        i = end;
-        double s = 0.0;
-        for (int j = 0; j < VL; j++) s += acc[j];
-        total += s;
-    }
-    return total;
-}
-
 /* the indices of the k (1..64) largest non-NaN entries, largest first, ties by index. The
  * list is filled from the first entries; after that a block of 8 vectors is skipped whole
  * unless one of its entries beats the list's last entry (ties lose to the lower index
@@ -94,9 +68,10 @@ static float VN(scale)(float *x, size_t n, float shift, float t) {
     return best;
 }
 
-/* e[i] = exp(x[i] - mx) (x[i] <= mx, no NaN) and their sum: blocks of 32 vectors summed in
- * float lanes, the blocks in double */
-static double VN(exp_store)(const float *x, float *e, size_t n, float mx) {
+/* sum of exp(x[i] - mx) over [0, n) (x[i] <= mx), NaN entries left out (0), each also
+ * stored to e[i] unless e is NULL: blocks of 32 vectors summed in float lanes, the blocks
+ * in double. The log-sum-exp (e NULL) and the sampler's softmax share it. */
+static double VN(exp_sum)(const float *x, float *e, size_t n, float mx) {
     vf vmx, zero, v;
     vsplat(&vmx, mx);
     vsplat(&zero, 0.0f);
@@ -105,19 +80,17 @@ static double VN(exp_store)(const float *x, float *e, size_t n, float mx) {
     while (i < n) {
         vf acc = zero;
         const size_t end = n - i > 32 * VL ? i + 32 * VL : n;
-        for (; i + VL <= end; i += VL) {
-            vload(&v, x + i);
-            v -= vmx;
-            vexp_nonpos(&v);
-            memcpy(e + i, &v, sizeof v);
-            acc += v;
-        }
-        if (i < end) { /* the row's tail: padded lanes give exp(-inf) = 0 */
-            vtail(&v, x + i, end - i, -INFINITY);
-            v -= vmx;
-            vexp_nonpos(&v);
-            for (size_t j = 0; j < end - i; j++) e[i + j] = v[j];
-            acc += v;
+        for (; i < end; i += VL) {
+            const size_t len = end - i < VL ? end - i : VL;
+            if (len == VL) vload(&v, x + i);
+            else vtail(&v, x + i, len, -INFINITY); /* padded lanes: exp(-inf) = 0 */
+            vf t = v - vmx;
+            vexp_nonpos(&t);
+            t = VSEL(v == v, t, zero);
+            acc += t;
+            if (!e) continue;
+            if (len == VL) memcpy(e + i, &t, sizeof t);
+            else for (size_t j = 0; j < len; j++) e[i + j] = t[j];
         }
         i = end;
         double s = 0.0;
