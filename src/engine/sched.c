@@ -326,6 +326,13 @@ int64_t kipp_req_steps_to_first(kipp_req *r) {
     return n;
 }
 
+uint64_t kipp_req_step_submitted(kipp_req *r) {
+    pthread_mutex_lock(&r->s->mu);
+    const uint64_t n = r->step_submit;
+    pthread_mutex_unlock(&r->s->mu);
+    return n;
+}
+
 void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted) {
     pthread_mutex_lock(&r->s->mu);
     *drafted = r->drafted_pub;

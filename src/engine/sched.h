@@ -202,6 +202,9 @@ void kipp_req_times(kipp_req *r, double *queue_s, double *ttft_s);
  * first token, that step included (1: the next step gave it; the step in flight at
  * submission counts too); -1 while it has not happened. */
 int64_t kipp_req_steps_to_first(kipp_req *r);
+/* Engine steps that had ended when the request was submitted (the scheduler's step count,
+ * from 0 at kipp_sched_start). */
+uint64_t kipp_req_step_submitted(kipp_req *r);
 /* Speculative decoding: tokens drafted for the request and verified, and kept (0 without). */
 void kipp_req_spec(kipp_req *r, uint64_t *drafted, uint64_t *accepted);
 /* The backend's error message for KIPP_FINISH_ERROR ("" otherwise). */

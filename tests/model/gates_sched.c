@@ -403,8 +403,8 @@ static void long_prompt(const prompts *p, int32_t *out, uint32_t n) {
     }
 }
 
-/* Prompts share a step's prompt budget shortest remaining first: on 2 slots with 8 prompt
- * tokens per step, a short prompt submitted right after a 128-token one (16 steps of
+/* Prompts share a step's prompt budget shortest remaining first: on 2 slots with 4 prompt
+ * tokens per step, a short prompt submitted right after a 128-token one (32 steps of
  * prefill) gets its first token before the long one does, and both then run to
  * max_tokens. In arrival order (the scheduler before) the short one waited for the long
  * one's whole prefill. */
@@ -416,14 +416,17 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
     sp.prefix_cache_entries = 0;
     int32_t longp[128];
     long_prompt(p, longp, 128);
-    /* The first tokens are compared by when the engine published them (submission + time to
-     * first token), not by what a waiter sees when it wakes. The short one must arrive while
-     * the long one still has more prompt left than it (23 of its 32 chunks): on a loaded
-     * machine the test thread can be descheduled between the two submissions (5 ms seen,
-     * a whole tiny prefill), so an attempt whose gap exceeds 0.6 x the long one's time to
-     * first token proves nothing and is repeated (at most 8). */
+    /* Judged in engine steps, not seconds: which first token a step published first, and
+     * how far the long prompt had got when the short one arrived. The short one must
+     * arrive while the long one still has more prompt left than it, counting the step in
+     * flight at its submission as done; on a loaded machine the test thread can be
+     * descheduled between the two submissions (CI: 4.7 ms, a dozen tiny steps, and a time
+     * guard let through an attempt whose short prompt arrived too late), so an attempt
+     * where it came later proves nothing and is repeated (at most 8). */
     int decided = 0, ok = 0;
-    double t_short = -1, t_long = -1, gap = 0;
+    uint64_t at_long = 0, at_short = 0;
+    int64_t first_short = -1, first_long = -1;
+    double t_short = -1, t_long = -1;
     for (int attempt = 0; attempt < 8 && !decided; attempt++) {
         kipp_sched *s;
         if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
@@ -437,20 +440,23 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
         outputs o;
         memset(&o, 0, sizeof o);
         kipp_finish fin;
-        struct timespec ts0, ts1;
-        clock_gettime(CLOCK_MONOTONIC, &ts0);
         if (kipp_sched_submit(s, &rl, &l, err, sizeof err) == KIPP_OK &&
             kipp_sched_submit(s, &rs, &sh, err, sizeof err) == KIPP_OK) {
-            clock_gettime(CLOCK_MONOTONIC, &ts1);
-            gap = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
             KT_CHECK(collect_within(sh, &o, 1, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "short: finish %d", (int)fin);
             KT_CHECK(collect_within(l, &o, 0, &fin) == 0 && fin == KIPP_FINISH_LENGTH, "long: finish %d", (int)fin);
             double q;
             kipp_req_times(sh, &q, &t_short);
             kipp_req_times(l, &q, &t_long);
-            if (t_short >= 0 && t_long >= 0 && gap < 0.6 * t_long) {
+            at_long = kipp_req_step_submitted(l);
+            at_short = kipp_req_step_submitted(sh);
+            const int64_t n_short = kipp_req_steps_to_first(sh), n_long = kipp_req_steps_to_first(l);
+            first_short = n_short < 0 ? -1 : (int64_t)at_short + n_short;
+            first_long = n_long < 0 ? -1 : (int64_t)at_long + n_long;
+            /* the long one's prompt left at the first step the short one could join */
+            const int64_t left = 128 - (int64_t)sp.batch_tokens * (int64_t)(at_short - at_long + 1);
+            if (first_short >= 0 && first_long >= 0 && left > (int64_t)p->n[1]) {
                 decided = 1;
-                ok = gap + t_short < t_long; /* the short one was submitted at most gap later */
+                ok = first_short < first_long;
             }
         } else {
             KT_CHECK(0, "submit: %s", err);
@@ -460,9 +466,11 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
         kipp_req_release(sh);
         kipp_sched_free(s);
     }
-    KT_CHECK(decided && ok, "short prompt (%u tokens) behind a 128-token one: its first token %.4f s after its "
-             "submission, the long one's %.4f s after its own, submitted %.6f s apart (want the short one's "
-             "first%s)", p->n[1], t_short, t_long, gap, decided ? "" : "; no attempt had the short one early enough");
+    KT_CHECK(decided && ok, "short prompt (%u tokens) behind a 128-token one: submitted after step %llu and %llu, "
+             "first tokens at steps %lld (short, %.4f s after its submission) and %lld (long, %.4f s) (want the "
+             "short one's first%s)", p->n[1], (unsigned long long)at_short, (unsigned long long)at_long,
+             (long long)first_short, t_short, (long long)first_long, t_long,
+             decided ? "" : "; no attempt had the short one early enough");
 }
 
 /* A one-sequence request's prompt goes into one step even beside a decoding sequence, whose
