@@ -103,6 +103,12 @@ int kt_matches_ref(const float *got, const float *ref, uint32_t n, double *nmse)
     return kt_argmax(got, n) == kt_argmax(ref, n) && *nmse <= KT_NMSE_TOL;
 }
 
+int kt_scaled(int n) {
+    const char *e = getenv("KIPP_TEST_TIMEOUT_SCALE");
+    const double f = e ? strtod(e, NULL) : 1.0;
+    return f >= 1.0 && f <= 100.0 ? (int)(n * f) : n;
+}
+
 const char *kt_backend(const kt_opts *o, const char *dflt) {
     return o && o->backend ? o->backend : dflt;
 }

@@ -45,6 +45,10 @@ typedef struct {
     const char *model_path; /* as opened (the reference cache's key) */
 } kt_gate;
 
+/* n (a count of polls or a wait) times KIPP_TEST_TIMEOUT_SCALE (make test-sanitize and
+ * test-tsan set 6; unset or invalid: 1), so a wait sized for a plain build is long enough
+ * under a sanitizer. */
+int kt_scaled(int n);
 /* The backend a gate runs on: o->backend, else dflt. */
 const char *kt_backend(const kt_opts *o, const char *dflt);
 /* Default context params with o's backend (else dflt) and KV type. */

@@ -385,11 +385,11 @@ static kipp_model *open_gate(const char *model_path, const kt_opts *o, prompts *
     return m;
 }
 
-/* Waits (at most 60 s) for r to finish, reading as it goes; 0: it did. */
+/* Waits (at most 60 s, scaled by kt_scaled) for r to finish, reading as it goes; 0: it did. */
 static int collect_within(kipp_req *r, outputs *o, int i, kipp_finish *fin) {
     uint32_t n = 0;
     *fin = KIPP_FINISH_NONE;
-    for (int k = 0; k < 600 && *fin == KIPP_FINISH_NONE; k++) n = kipp_req_wait(r, n, 100, fin);
+    for (int k = 0; k < kt_scaled(600) && *fin == KIPP_FINISH_NONE; k++) n = kipp_req_wait(r, n, 100, fin);
     o->n[i] = n;
     for (uint32_t k = 0; k < n && k < MAX_GEN; k++) o->tok[i][k] = kipp_req_token(r, k)->id;
     return *fin == KIPP_FINISH_NONE ? -1 : 0;
@@ -508,10 +508,10 @@ static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_
         kipp_finish fin;
         if (kipp_sched_submit(s, &rd, &d, err, sizeof err) == KIPP_OK) {
             uint32_t nd = 0;
-            for (int k = 0; k < 600 && nd < 4; k++) nd = kipp_req_wait(d, nd, 100, &fin); /* decode measured */
+            for (int k = 0; k < kt_scaled(600) && nd < 4; k++) nd = kipp_req_wait(d, nd, 100, &fin); /* decode measured */
             if (kipp_sched_submit(s, &rt, &t, err, sizeof err) == KIPP_OK) {
                 uint32_t nt = 0;
-                for (int k = 0; k < 600 && nt == 0; k++) nt = kipp_req_wait(t, 0, 100, &fin);
+                for (int k = 0; k < kt_scaled(600) && nt == 0; k++) nt = kipp_req_wait(t, 0, 100, &fin);
                 /* counted by the engine: a waiter that wakes late adds nothing */
                 const int64_t n_steps = kipp_req_steps_to_first(t);
                 took[heavy] = n_steps > 0 ? (uint64_t)n_steps : 0;
@@ -599,7 +599,7 @@ static void gate_window_and_fairness(kipp_model *m, const prompts *p, const kipp
     kipp_req *a = NULL, *b = NULL;
     if (kipp_sched_submit(s, &ra, &a, err, sizeof err) == KIPP_OK) {
         uint32_t n = 0;
-        for (int k = 0; k < 600 && n < 4; k++) { /* up to a minute (sanitizers are slow) */
+        for (int k = 0; k < kt_scaled(600) && n < 4; k++) { /* up to a minute (sanitizers are slow) */
             n = kipp_req_wait(a, 0, 0, &fin);
             if (n < 4) sleep_ms(100);
         }
@@ -695,7 +695,7 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
             rg.ignore_eos = 1;
             bad = kipp_sched_submit(s, &rg, &g[i], err, sizeof err) != KIPP_OK;
         }
-        for (int k = 0; k < 6000 && !bad; k++) { /* both siblings decoding */
+        for (int k = 0; k < kt_scaled(6000) && !bad; k++) { /* both siblings decoding */
             if (kipp_req_wait(g[0], 0, 0, &fin) >= 2 && kipp_req_wait(g[1], 0, 0, &fin) >= 2) break;
             sleep_ms(1);
         }
@@ -708,7 +708,7 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
         KT_CHECK(!bad, "submit: %s", err);
         kipp_sched_stats st;
         if (!bad && cancel) {
-            for (int k = 0; k < 600; k++) { /* a sibling parked, then the group cancelled */
+            for (int k = 0; k < kt_scaled(600); k++) { /* a sibling parked, then the group cancelled */
                 kipp_sched_get_stats(s, &st);
                 if (st.parked >= 1) break;
                 sleep_ms(10);
@@ -732,12 +732,12 @@ static void gate_fair_park(kipp_model *m, const prompts *p, const kipp_sched_par
                          "park: sibling %d differs from the prompt's solo run (%u tokens)", i, og.n[2]);
             }
             for (int i = 0; i < 2 && cancel; i++) {
-                for (int k = 0; k < 600 && fin != KIPP_FINISH_CANCELLED; k++) kipp_req_wait(g[i], 0, 100, &fin);
+                for (int k = 0; k < kt_scaled(600) && fin != KIPP_FINISH_CANCELLED; k++) kipp_req_wait(g[i], 0, 100, &fin);
                 KT_CHECK(fin == KIPP_FINISH_CANCELLED || fin == KIPP_FINISH_LENGTH, "park: cancelled sibling %d "
                          "ended %d", i, (int)fin);
             }
         }
-        for (int k = 0; k < 600; k++) { /* idle: the engine has published its last step */
+        for (int k = 0; k < kt_scaled(600); k++) { /* idle: the engine has published its last step */
             kipp_sched_get_stats(s, &st);
             if (st.running == 0 && st.queue_depth == 0) break;
             sleep_ms(10);
