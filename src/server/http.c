@@ -491,6 +491,12 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * this response. */
 #define BULK_NICE 10
 
+/* A request body of this many bytes is bulk work too: receiving and parsing it, and
+ * rendering and tokenizing its prompt when that fits the context, cost CPU in proportion to
+ * its size, so its connection thread drops to nice +BULK_NICE from the moment that much of
+ * it is in. A chat request is a few KB. */
+#define BULK_BODY (256u << 10)
+
 static void bulk_priority(conn_state *cs) {
 #ifdef __linux__
     errno = 0;
@@ -1413,6 +1419,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             body_release(sv, cs);
         } else if (kipp_buf_put(&cs->body, upload, *upload_size)) {
             return MHD_NO;
+        } else if (cs->body.len >= BULK_BODY && cs->body.len - *upload_size < BULK_BODY) {
+            bulk_priority(cs); /* reading, parsing and tokenizing it is bulk work */
         }
         *upload_size = 0;
         return MHD_YES;

@@ -364,6 +364,48 @@ def test_large_body_is_sent_at_bulk_priority(rss_server):
     assert 10 not in thread_nices(pid).values(), thread_nices(pid)
 
 
+def test_large_request_body_is_read_at_bulk_priority(rss_server):
+    """A request body of 256 KiB or more is bulk work: its connection's thread drops to nice 10
+    once that much of it is in (receiving, parsing and tokenizing it then take the CPU the
+    forward pass leaves), and the connection closes after its answer. 200 KB of a body in
+    keeps the normal priority."""
+    srv = rss_server
+    srv.wait_idle()
+    pid = srv.proc.pid
+    deadline = time.monotonic() + 10 * TIMEOUT_SCALE  # a +10 thread of a test before ends
+    while 10 in thread_nices(pid).values() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 10 not in thread_nices(pid).values(), thread_nices(pid)
+    head = json.dumps({"model": srv.model, "max_tokens": 1, "prompt": ""})[:-2]
+    body = (head + '"' + "ab " * 200_000 + '"}').encode()
+    assert len(body) > 600_000
+    auth = "".join(f"{k}: {v}\r\n" for k, v in srv.auth_headers().items())
+    sock = socket.create_connection((srv.host, srv.port), timeout=60 * TIMEOUT_SCALE)
+    try:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {srv.host}\r\nContent-Type: application/json\r\n"
+                     f"{auth}Content-Length: {len(body)}\r\n\r\n".encode() + body[:200_000])
+        time.sleep(0.5 * TIMEOUT_SCALE)  # read by the server
+        assert 10 not in thread_nices(pid).values(), thread_nices(pid)
+        sock.sendall(body[200_000:400_000])  # past 256 KiB
+        deadline = time.monotonic() + 10 * TIMEOUT_SCALE
+        while 10 not in thread_nices(pid).values() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(thread_nices(pid).values()).count(10) == 1, thread_nices(pid)
+        sock.sendall(body[400_000:])
+        reply = b""
+        while chunk := sock.recv(65536):  # the server closes after its answer
+            reply += chunk
+    finally:
+        sock.close()
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line.split()[1] in (b"200", b"400"), reply[:300]
+    assert b"connection: close" in rest.split(b"\r\n\r\n")[0].lower(), reply[:300]
+    deadline = time.monotonic() + 10 * TIMEOUT_SCALE  # the thread ends with its connection
+    while 10 in thread_nices(pid).values() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 10 not in thread_nices(pid).values(), thread_nices(pid)
+
+
 def test_prompt_tokens_metric_matches_usage_for_n(rss_server):
     """usage.prompt_tokens counts the prompt once for n = 16 (as OpenAI does), and so does
     kipp_prompt_tokens_total; kipp_sequence_prompt_tokens_total counts it per sequence."""
