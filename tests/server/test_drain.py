@@ -157,6 +157,8 @@ def test_second_signal_exits_at_once():
     assert s.alive(), "exited on the first signal with requests in flight"
     t0 = time.monotonic()
     s.proc.send_signal(signal.SIGINT)
-    rc = wait_exit(s, 5)
-    assert time.monotonic() - t0 < 2
+    rc = wait_exit(s, 5 * TIMEOUT_SCALE)
+    # (a sanitizer's exit takes its own time: under make test-tsan with other work beside it,
+    # over 2 s)
+    assert time.monotonic() - t0 < 2 * TIMEOUT_SCALE
     assert rc != 0
