@@ -250,7 +250,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ntoks; i++) max_tok = toks[i] > max_tok ? toks[i] : max_tok;
     kipp_cpu_features feat;
     kipp_cpu_features_detect(&feat);
-    static const char *const all_levels[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"};
+    static const char *const all_levels[] = {"amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
     char level_list[128] = "";
     for (size_t i = 0; i < sizeof all_levels / sizeof all_levels[0]; i++)
         if (kipp_cpu_level_table(all_levels[i]) && kipp_cpu_level_runs(&feat, all_levels[i]) &&
@@ -315,7 +315,7 @@ int main(int argc, char **argv) {
                 if (variant == 1 && !entry.gemm_many) continue;
                 if (variant == 2 && (!entry.packer || !entry.packer->bytes(type, n_rows, k))) continue;
                 const char *vname = variant == 0 ? "gemm" : variant == 1 ? "many" : "packed";
-                const uint32_t act = variant == 0 ? entry.act : variant == 1 ? entry.act_many : KIPP_ACT_Q16;
+                const uint32_t act = variant == 0 ? entry.act : variant == 1 ? entry.act_many : entry.packer->act;
                 const kipp_cpu_gemm_fn gemm =
                     variant == 0 ? entry.gemm : variant == 1 ? entry.gemm_many : entry.packer->gemm;
                 const int planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
@@ -323,6 +323,7 @@ int main(int argc, char **argv) {
                 unsigned char *xa = must(malloc(ab * 2 * max_tok), ab * 2 * max_tok);
                 kipp_cpu_quant_fn q = lv->quant[act];
                 if (!q && act == KIPP_ACT_Q16) q = kipp_cpu_quant_q16_scalar;
+                if (!q && act == KIPP_ACT_BF16X2) q = kipp_cpu_quant_bf16x2_scalar;
                 for (uint64_t t = 0; t < 2 * max_tok; t++) {
                     if (act == KIPP_ACT_F32)
                         memcpy(xa + t * ab, xf + t * k, k * sizeof(float));

@@ -25,7 +25,7 @@ LINE_RE = re.compile(
     r"KV (?P<kv>f32|f16|bf16), KV pool (?P<blocks>\d+) blocks of (?P<bs>\d+) tokens "
     r"\((?P<tokens>\d+) tokens, (?P<bytes>\d+) bytes = [0-9.]+ MiB, (?P<bpt>\d+) bytes/token\); "
     r"loaded in [0-9.]+ ms$", re.M)
-LEVELS = ("scalar", "avx2", "avx512", "avx512vnni", "neon")
+LEVELS = ("scalar", "avx2", "avx512", "avx512vnni", "amx", "neon")
 
 
 def startup_line(proc: sc.ServerProcess) -> dict:

@@ -480,7 +480,8 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
 static void check_packed(const kipp_cpu_kernels *lv) {
     static const uint32_t types[] = {ALL_TYPES};
     static const uint64_t ks[] = {32, 96, 1024, 2560};
-    static const uint64_t toks[] = {1, 2, 3, 4, 8, 17};
+    static const uint64_t toks[] = {1, 2, 3, 4, 8, 17, 32, 40}; /* 32, 40: AMX's two token tiles, and a tail */
+    enum { PK_TOK = 40 };
     static const uint64_t ranges[][2] = {{0, 1}, {0, 16}, {0, 37}, {16, 21}, {32, 5}, {16, 3}};
     int packs = 0, packers = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -488,27 +489,32 @@ static void check_packed(const kipp_cpu_kernels *lv) {
         const kipp_cpu_packer *pp = kipp_cpu_kernels_mm(lv, type).packer;
         if (!pp) continue;
         packers++;
-        KT_CHECK(pp->bytes && pp->pack && pp->gemm && lv->quant[KIPP_ACT_Q16], "%s %s: packer incomplete or no q16",
-                 lv->isa, kipp_type_name(type));
+        /* the activations the packed gemm reads (Q16 for the integer packers, hi/lo bf16 for AMX) */
+        const uint32_t act = pp->act;
+        const kipp_cpu_quant_fn quant = lv->quant[act];
+        KT_CHECK(pp->bytes && pp->pack && pp->gemm && quant && (act == KIPP_ACT_Q16 || act == KIPP_ACT_BF16X2),
+                 "%s %s: packer incomplete, or no converter for its activations (%u)", lv->isa, kipp_type_name(type),
+                 act);
+        if (!quant) continue;
         if (!pp->bytes || !pp->pack || !pp->gemm || !pp->bytes(type, MAX_ROWS, 256)) continue;
         packs++;
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             const uint64_t k = ks[ki];
             if (k % kipp_type_block_elems(type) != 0) continue; /* not a row length of this type */
-            const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
+            const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(act, k);
             const size_t pb = pp->bytes(type, MAX_ROWS, k), grb = pp->bytes(type, 16, k) / 16;
-            unsigned char *w = calloc(MAX_ROWS, rb), *xa = calloc(MAX_TOK, ab);
+            unsigned char *w = calloc(MAX_ROWS, rb), *xa = calloc(PK_TOK, ab);
             void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
             float *wd = malloc(MAX_ROWS * k * sizeof *wd), *xf = malloc(k * sizeof *xf);
-            float *xd = malloc(MAX_TOK * k * sizeof *xd), *y = malloc(MAX_TOK * 40 * sizeof *y);
+            float *xd = malloc(PK_TOK * k * sizeof *xd), *y = malloc(PK_TOK * 40 * sizeof *y);
             for (int r = 0; r < MAX_ROWS; r++) {
                 fill_row(type, w + r * rb, k);
                 kipp_dequantize_row(type, w + r * rb, wd + r * k, k);
             }
-            for (int t = 0; t < MAX_TOK; t++) {
+            for (int t = 0; t < PK_TOK; t++) {
                 fill_act(xf, k, t % 3 ? 1.0f : 25.0f);
-                lv->quant[KIPP_ACT_Q16](xf, xa + t * ab, k);
-                kipp_cpu_act_to_f32(KIPP_ACT_Q16, xa + t * ab, xd + t * k, k);
+                quant(xf, xa + t * ab, k);
+                kipp_cpu_act_to_f32(act, xa + t * ab, xd + t * k, k);
             }
             memset(pk, 0xa5, pb);
             pp->pack(type, w, rb, MAX_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
@@ -530,7 +536,7 @@ static void check_packed(const kipp_cpu_kernels *lv) {
             for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0] && !bad; ri++)
                 for (size_t tj = 0; tj < sizeof toks / sizeof toks[0] && !bad; tj++) {
                     const uint64_t r0 = ranges[ri][0], nr = ranges[ri][1], nt = toks[tj], ldy = 40;
-                    for (size_t i = 0; i < MAX_TOK * 40; i++) y[i] = float_of(SENTINEL);
+                    for (size_t i = 0; i < PK_TOK * 40; i++) y[i] = float_of(SENTINEL);
                     pp->gemm((const char *)pk + r0 * grb, grb, nr, xa, ab, nt, y, ldy, k);
                     for (uint64_t t = 0; t < nt && !bad; t++)
                         for (uint64_t r = 0; r < ldy && !bad; r++) {
@@ -760,10 +766,12 @@ static void check_elementwise(const kipp_cpu_kernels *k) {
  * composing runs no kernel): each type's kernels come from a level the class runs, a type
  * that some such level has a kernel for never falls back to dequantizing, the packed path
  * only where its level runs, and the helpers exist. The classes: no SIMD, AVX2 desktops and
- * EPYC, AVX-512 without VNNI (Skylake-SP), with VNNI (Cascade Lake), with BF16 too. */
+ * EPYC, AVX-512 without VNNI (Skylake-SP), with VNNI (Cascade Lake), with BF16 too, with
+ * AMX (Sapphire Rapids: BF16 weights on the tiles). */
 static void check_compose(void) {
-    static const char *const levels[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"};
-    kipp_cpu_features cls[5];
+    static const char *const levels[] = {"amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
+    enum { NC = 6 };
+    kipp_cpu_features cls[NC];
     memset(cls, 0, sizeof cls);
     cls[1].avx2 = cls[1].fma = cls[1].f16c = 1;
     cls[2] = cls[1];
@@ -772,13 +780,15 @@ static void check_compose(void) {
     cls[3].avx512vnni = 1;
     cls[4] = cls[3];
     cls[4].avx512bf16 = 1;
+    cls[5] = cls[4]; /* Sapphire Rapids and later: AMX tiles */
+    cls[5].amx_tile = cls[5].amx_bf16 = cls[5].amx_int8 = cls[5].avx512fp16 = 1;
 #if defined(__aarch64__)
-    for (int c = 1; c < 5; c++) memset(&cls[c], 0, sizeof cls[c]);
+    for (int c = 1; c < NC; c++) memset(&cls[c], 0, sizeof cls[c]);
     cls[1].neon = cls[1].dotprod = 1;
 #endif
     /* feature lists round-trip through their names; an unknown name is an error naming it */
     char err[128];
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < NC; c++) {
         char fs[256];
         kipp_cpu_features back;
         kipp_cpu_features_string(&cls[c], fs, sizeof fs);
@@ -788,7 +798,7 @@ static void check_compose(void) {
     kipp_cpu_features junk;
     KT_CHECK(kipp_cpu_features_parse("avx2, avx513f", &junk, err, sizeof err) != KIPP_OK && strstr(err, "avx513f"),
              "unknown feature accepted: %s", err);
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < NC; c++) {
         const kipp_cpu_features *f = &cls[c];
         char fs[256];
         kipp_cpu_features_string(f, fs, sizeof fs);
@@ -844,6 +854,16 @@ static void check_compose(void) {
         }
     }
 #if defined(__x86_64__)
+    {
+        kipp_cpu_kernels ka;
+        kipp_cpu_kernels_compose(&cls[5], &ka, NULL);
+        KT_CHECK(!strcmp(ka.isa, "amx") && ka.bf16.packer == &kipp_cpu_packer_amx_bf16 &&
+                     ka.quant[KIPP_ACT_BF16X2] == kipp_cpu_quant_amx_bf16x2 &&
+                     ka.q8_0.packer == kipp_cpu_kernels_avx512vnni.q8_0.packer,
+                 "AMX class: isa %s, BF16 not on the tiles or Q8_0 not avx512vnni's", ka.isa);
+        kipp_cpu_kernels_compose(&cls[4], &ka, NULL);
+        KT_CHECK(!ka.bf16.packer && !ka.quant[KIPP_ACT_BF16X2], "without AMX, BF16 packed or a tile converter");
+    }
     /* the case issue 31 measured: AVX-512 without VNNI takes avx2's repacked Q8_0 and Q4_K */
     kipp_cpu_kernels k;
     kipp_cpu_kernels_compose(&cls[2], &k, NULL);
@@ -862,19 +882,20 @@ static void check_compose(void) {
  * cached-decode and prefix-reuse gates compare a token computed alone with the same token in a prompt chunk,
  * and a machine's levels must agree so that records of one class stand for another. */
 static void check_packed_same_bits(void) {
-    static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "neon", "auto"};
-    static const uint32_t types[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K};
+    static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "amx", "neon", "auto"};
+    static const uint32_t types[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K, KIPP_TYPE_BF16};
     enum { R = 37, NT = 17 };
     const uint64_t k = 1024;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t type = types[ti];
-        const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(KIPP_ACT_Q16, k);
+        const uint32_t act = type == KIPP_TYPE_BF16 ? KIPP_ACT_BF16X2 : KIPP_ACT_Q16; /* AMX's, the int packers' */
+        const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(act, k);
         unsigned char *w = calloc(R, rb), *xa = calloc(NT, ab);
         float *xf = malloc(k * sizeof *xf), *ref = malloc(NT * 48 * sizeof *ref), *y = malloc(NT * 48 * sizeof *y);
         for (int r = 0; r < R; r++) fill_row(type, w + r * rb, k);
         for (int t = 0; t < NT; t++) {
             fill_act(xf, k, t % 3 ? 1.0f : 25.0f);
-            kipp_cpu_quant_q16_scalar(xf, xa + t * ab, k);
+            (act == KIPP_ACT_Q16 ? kipp_cpu_quant_q16_scalar : kipp_cpu_quant_bf16x2_scalar)(xf, xa + t * ab, k);
         }
         int have_ref = 0, levels = 0;
         for (size_t li = 0; li < sizeof isas / sizeof isas[0]; li++) {
@@ -884,6 +905,8 @@ static void check_packed_same_bits(void) {
                 continue;
             const kipp_cpu_packer *pp = kipp_cpu_kernels_mm(lv, type).packer;
             if (!pp || !pp->bytes(type, R, k)) continue;
+            KT_CHECK(pp->act == act, "%s packed %s: activations %u, not %u", lv->isa, kipp_type_name(type), pp->act, act);
+            if (pp->act != act) continue;
             levels++;
             const size_t pb = pp->bytes(type, R, k), grb = pp->bytes(type, 16, k) / 16;
             void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
@@ -920,14 +943,15 @@ static void check_packed_same_bits(void) {
             free(pk);
         }
 #if defined(__x86_64__)
-        KT_CHECK(levels > 0 || !kipp_cpu_isa_available("avx2"), "%s: no level packs it", kipp_type_name(type));
+        KT_CHECK(levels > 0 || !kipp_cpu_isa_available(type == KIPP_TYPE_BF16 ? "amx" : "avx2"), "%s: no level packs it",
+                 kipp_type_name(type));
 #endif
         free(w); free(xa); free(xf); free(ref); free(y);
     }
 }
 
 void kt_suite_cpu_kernels(void) {
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "neon"};
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "amx", "neon"};
     static const uint32_t types[] = {ALL_TYPES};
     char err[256];
     KT_CHECK(kipp_cpu_act_row_bytes(KIPP_ACT_F32, 7) == 28 && kipp_cpu_act_row_bytes(KIPP_ACT_BF16, 7) == 14 &&

@@ -47,8 +47,9 @@ static const choice_row rows[] = {
      "1 token: avx2 9.1 vs avx512 7.3; 4-8: avx512 69-75 vs 23-25; 16-64: avx2 42-75 vs 28-59"},
     {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
      "1 token: avx2 21.9 vs avx512 11.4 (decode streams faster); 2+: avx512 55-106 vs 22-72"},
-    {KIPP_TYPE_BF16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
-     "1 token: avx2 22.2 vs avx512 11.3 (decode streams faster); 2+: avx512 54-104 vs 26-76"},
+    {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
+     "AMX tiles where the CPU has them (bench/results/isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: "
+     "avx2 22.2 vs avx512 11.3 (decode streams faster); 2+: avx512 54-104 vs 26-76"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
      "repacked int16 panels: avx512vnni's (vpdpwssd) 129-157 at 2+ tokens, avx2's 116-134 (the best "
      "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7); those are its 256-bit tile's, its 512-bit tile (16 rows x "
@@ -79,7 +80,7 @@ static const choice_row rows[] = {
 _Static_assert(sizeof rows / sizeof rows[0] == KIPP_CPU_N_CHOICE, "one row per kernel table entry");
 
 /* The levels from the highest down; the first one f runs supplies the helpers. */
-static const char *const order[] = {"avx512vnni", "avx512", "avx2", "neon", "scalar"};
+static const char *const order[] = {"amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
 
 static kipp_cpu_mm *entry(kipp_cpu_kernels *k, uint32_t type) {
     switch (type) {

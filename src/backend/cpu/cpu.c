@@ -4,6 +4,7 @@
  * starts the thread pool, keeps the KV cache in the shared host storage (host_kv.c) and
  * hands batches to the batched forward pass (forward.c). Gated against cpu-ref by the model
  * gates run with --backend cpu (tests/model). */
+#define _DEFAULT_SOURCE /* syscall (the AMX permission) */
 #include "backend/backend.h"
 
 #include "backend/host_kv.h"
@@ -25,6 +26,23 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Linux hands a process the AMX tile state (8 KiB per thread) only on request; 1: granted
+ * (asked once: the permission is the process's, for every thread) */
+static int amx_permitted(void) {
+    static int granted = -1;
+    if (granted < 0) {
+        enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+        granted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }
+    return granted;
+}
+#else
+static int amx_permitted(void) { return 0; }
+#endif
 
 static uint64_t xcr0(void) {
     uint32_t lo, hi;
@@ -52,9 +70,11 @@ void kipp_cpu_features_detect(kipp_cpu_features *out) {
     out->avx512vl = zmm && (b >> 31 & 1);
     out->avx512vnni = zmm && (c >> 11 & 1);
     out->avx512fp16 = zmm && (d >> 23 & 1);
-    out->amx_bf16 = tiles && (d >> 22 & 1);
-    out->amx_tile = tiles && (d >> 24 & 1);
-    out->amx_int8 = tiles && (d >> 25 & 1);
+    /* tiles usable: the CPU has them, the OS saves them, and it lets this process use them */
+    const int amx = tiles && (d >> 24 & 1) && amx_permitted();
+    out->amx_bf16 = amx && (d >> 22 & 1);
+    out->amx_tile = amx;
+    out->amx_int8 = amx && (d >> 25 & 1);
     if (sub_leaves >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         out->avxvnni = ymm && (a >> 4 & 1);
@@ -135,6 +155,8 @@ int kipp_cpu_level_runs(const kipp_cpu_features *f, const char *isa) {
     /* VNNI only: the level uses no BF16 instruction (vdpbf16ps loses to widening + FMA, see
      * kernels_avx512.c), and Cascade Lake / Ice Lake have VNNI without BF16 */
     if (strcmp(isa, "avx512vnni") == 0) return avx512 && f->avx512vnni;
+    /* avx512vnni's kernels, BF16 weights on AMX tiles (kernels_amx.c) */
+    if (strcmp(isa, "amx") == 0) return avx512 && f->avx512vnni && f->amx_tile && f->amx_bf16;
 #elif defined(__aarch64__)
     if (strcmp(isa, "neon") == 0) return f->neon && f->dotprod;
 #endif
@@ -148,7 +170,25 @@ int kipp_cpu_isa_available(const char *isa) {
     return kipp_cpu_level_runs(&f, isa);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+static kipp_cpu_kernels amx_level;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_init(void) {
+    amx_level = kipp_cpu_kernels_avx512vnni;
+    amx_level.isa = "amx";
+    amx_level.bf16.packer = &kipp_cpu_packer_amx_bf16;
+    amx_level.quant[KIPP_ACT_BF16X2] = kipp_cpu_quant_amx_bf16x2;
+}
+#endif
+
 const kipp_cpu_kernels *kipp_cpu_level_table(const char *isa) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (strcmp(isa, "amx") == 0) {
+        pthread_once(&amx_once, amx_init);
+        return &amx_level;
+    }
+#endif
     static const kipp_cpu_kernels *const levels[] = {
 #if defined(__x86_64__) || defined(__i386__)
         &kipp_cpu_kernels_avx512vnni, &kipp_cpu_kernels_avx512, &kipp_cpu_kernels_avx2,
@@ -182,13 +222,14 @@ kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **ou
     if (!lv)
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
                          "cpu: unknown ISA level '%s' (known: auto, scalar, avx2, avx512, avx512vnni, "
-                         "neon)",
+                         "amx, neon)",
                          isa);
     if (!kipp_cpu_isa_available(isa))
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
                          "cpu: ISA level %s asks for an instruction set this CPU lacks "
                          "(avx2 needs AVX2+FMA+F16C; avx512 also AVX-512F/BW/VL; avx512vnni "
-                         "also AVX512-VNNI; neon ARMv8.2 dotprod)",
+                         "also AVX512-VNNI; amx also AMX-TILE and AMX-BF16, with the kernel's "
+                         "permission; neon ARMv8.2 dotprod)",
                          isa);
     *out = lv;
     return KIPP_OK;

@@ -360,10 +360,11 @@ static size_t convert(kipp_cpu_fwd *f, uint32_t act, const float *x, size_t ldx,
     }
     conv_job j = {.q = f->k->quant[act], .x = x, .ldx = ldx, .out = f->act, .k = k};
     if (!j.q)
-        j.q = act == KIPP_ACT_BF16   ? kipp_cpu_quant_bf16_scalar
-              : act == KIPP_ACT_Q8_0 ? kipp_cpu_quant_q8_0_scalar
-              : act == KIPP_ACT_Q16  ? kipp_cpu_quant_q16_scalar
-                                     : kipp_cpu_quant_q8_k_scalar;
+        j.q = act == KIPP_ACT_BF16     ? kipp_cpu_quant_bf16_scalar
+              : act == KIPP_ACT_BF16X2 ? kipp_cpu_quant_bf16x2_scalar
+              : act == KIPP_ACT_Q8_0   ? kipp_cpu_quant_q8_0_scalar
+              : act == KIPP_ACT_Q16    ? kipp_cpu_quant_q16_scalar
+                                       : kipp_cpu_quant_q8_k_scalar;
     j.out_bytes = kipp_cpu_act_row_bytes(act, k);
     if (n >= PAR_MIN_TOKENS)
         kipp_threadpool_for(f->tp, n, 1, conv_rows, &j);
@@ -382,7 +383,7 @@ static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *cons
         const int packed = packed_find(f, ws[done]->data) != NULL; /* the group's kind */
         if (packed) { /* repacked at load: one kernel for every token count */
             mm.gemm = mm.packer->gemm;
-            mm.act = KIPP_ACT_Q16;
+            mm.act = mm.packer->act;
         } else { /* the kernel for n tokens (kernels.h) */
             mm.gemm = kipp_cpu_mm_for(&mm, n, &mm.act);
         }

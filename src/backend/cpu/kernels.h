@@ -26,6 +26,10 @@ enum {
     KIPP_ACT_Q8_0 = 2, /* kipp_act_q8_0[k/32] */
     KIPP_ACT_Q8_K = 3, /* kipp_act_q8_k[k/256] */
     KIPP_ACT_Q16 = 4,  /* kipp_act_q16[k/32] (the many-token gemms of some levels) */
+    /* uint16_t[2k]: hi[k] = the bf16 of x (round to nearest even), then lo[k] = the bf16 of
+     * x - hi: hi + lo carries x to about 2^-17 of its size (16 bits of mantissa), so a bf16
+     * matrix unit (AMX) multiplies both planes and loses almost nothing to the conversion */
+    KIPP_ACT_BF16X2 = 5,
     KIPP_ACT_COUNT
 };
 
@@ -78,7 +82,8 @@ typedef void (*kipp_cpu_gemm_fn)(const void *w, size_t w_row_bytes, uint64_t n_r
 /* Weights of a type repacked once at load (kernels_packed.h: Q8_0, Q4_K, Q6_K). bytes is
  * the packed size of a rows x k tensor (0: this tensor stays as stored); pack writes rows [r0, r1) (r0 a
  * multiple of 16) of a tensor of n_rows rows from its GGUF rows (w, w_row_bytes apart) into
- * the tensor's packed buffer out; gemm runs over KIPP_ACT_Q16 rows for every token count,
+ * the tensor's packed buffer out; gemm runs over act rows (KIPP_ACT_Q16 for the integer
+ * packers, KIPP_ACT_BF16X2 for AMX's bf16 tiles) for every token count,
  * its w the packed buffer advanced to row r (a multiple of 16), its w_row_bytes
  * bytes(type, 16, k) / 16. row dequantizes row r of a packed tensor (p: its buffer) into
  * out[k], bit-identical to kipp_dequantize_row of the GGUF row (a tied embedding table is
@@ -89,6 +94,7 @@ typedef struct {
                  uint64_t k, void *out);
     kipp_cpu_gemm_fn gemm;
     void (*row)(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out);
+    uint32_t act; /* the activation format gemm consumes (KIPP_ACT_Q16, KIPP_ACT_BF16X2) */
 } kipp_cpu_packer;
 
 #define KIPP_CPU_MAX_RANGE 8 /* token-count ranges of one auto table entry */
@@ -141,7 +147,7 @@ static inline kipp_cpu_gemm_fn kipp_cpu_mm_for(const kipp_cpu_mm *mm, uint64_t n
 typedef void (*kipp_cpu_quant2_fn)(const float *x, void *hi, void *lo, uint64_t k);
 
 typedef struct {
-    const char *isa; /* "scalar", "avx2", "avx512", "avx512vnni", "neon" */
+    const char *isa; /* "scalar", "avx2", "avx512", "avx512vnni", "amx", "neon" */
     /* one entry per weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, and the types of
      * ready-made Hub files; an entry a level leaves out ({0}: gemm NULL) runs through
      * kipp_cpu_gemm_dequant */
@@ -192,6 +198,12 @@ extern const kipp_cpu_kernels kipp_cpu_kernels_scalar;
 extern const kipp_cpu_kernels kipp_cpu_kernels_avx2;       /* AVX2 + FMA + F16C */
 extern const kipp_cpu_kernels kipp_cpu_kernels_avx512;     /* AVX-512F/BW/VL + FMA + F16C */
 extern const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni; /* + AVX512-VNNI */
+#if defined(__x86_64__) || defined(__i386__)
+/* kernels_amx.c: BF16 weights repacked into AMX tiles, and their activation converter; the
+ * level "amx" is avx512vnni's table with these (cpu.c) */
+extern const kipp_cpu_packer kipp_cpu_packer_amx_bf16;
+extern const kipp_cpu_quant_fn kipp_cpu_quant_amx_bf16x2;
+#endif
 #if defined(__aarch64__)
 extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod */
 #endif
@@ -199,6 +211,7 @@ extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod *
 /* Portable scalar converters and the dequantize-then-dot gemm every level may fall back to
  * (kernels_scalar.c). kipp_cpu_gemm_dequant takes KIPP_ACT_F32 rows. */
 void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k);
+void kipp_cpu_quant_bf16x2_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_0_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_k_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q16_scalar(const float *x, void *out, uint64_t k);

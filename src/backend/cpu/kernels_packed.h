@@ -643,19 +643,19 @@ static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
 }
 
 #ifdef KP_DOT512
-static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm512_q8_0, kp_row_q8_0};
+static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm512_q8_0, kp_row_q8_0, KIPP_ACT_Q16};
 #else
-static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0, kp_row_q8_0};
+static const kipp_cpu_packer kp_packer_q8_0 = {kp_bytes_q8_0, kp_pack_q8_0, kp_gemm_q8_0, kp_row_q8_0, KIPP_ACT_Q16};
 #endif
 #ifdef KP_DOT512
-static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm512_q4_k, kp_row_q4_k};
+static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm512_q4_k, kp_row_q4_k, KIPP_ACT_Q16};
 #else
-static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k, kp_row_q4_k};
+static const kipp_cpu_packer kp_packer_q4_k = {kp_bytes_q4_k, kp_pack_q4_k, kp_gemm_q4_k, kp_row_q4_k, KIPP_ACT_Q16};
 #endif
 #ifdef KP_DOT512
-static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm512_q6_k, kp_row_q6_k};
+static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm512_q6_k, kp_row_q6_k, KIPP_ACT_Q16};
 #else
-static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k, kp_row_q6_k};
+static const kipp_cpu_packer kp_packer_q6_k = {kp_bytes_q6_k, kp_pack_q6_k, kp_gemm_q6_k, kp_row_q6_k, KIPP_ACT_Q16};
 #endif
 
 #endif

@@ -19,6 +19,7 @@ size_t kipp_cpu_act_row_bytes(uint32_t act, uint64_t k) {
     case KIPP_ACT_Q8_0: return (size_t)(k / 32) * sizeof(kipp_act_q8_0);
     case KIPP_ACT_Q8_K: return (size_t)(k / 256) * sizeof(kipp_act_q8_k);
     case KIPP_ACT_Q16: return (size_t)(k / 32) * sizeof(kipp_act_q16);
+    case KIPP_ACT_BF16X2: return (size_t)k * 2 * sizeof(uint16_t);
     default: return 0;
     }
 }
@@ -35,6 +36,16 @@ static inline float round_ne(float v) {
 void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k) {
     uint16_t *o = out;
     for (uint64_t i = 0; i < k; i++) o[i] = kipp_f32_to_bf16(x[i]);
+}
+
+void kipp_cpu_quant_bf16x2_scalar(const float *x, void *out, uint64_t k) {
+    uint16_t *hi = out, *lo = hi + k;
+    for (uint64_t i = 0; i < k; i++) {
+        hi[i] = kipp_f32_to_bf16(x[i]);
+        const float h = kipp_bf16_to_f32(hi[i]);
+        /* x - h is exact in f32; an infinite or NaN x keeps it in hi, lo 0 */
+        lo[i] = h - h == 0.0f ? kipp_f32_to_bf16(x[i] - h) : 0;
+    }
 }
 
 static float block_amax(const float *x, int n) {
@@ -116,6 +127,11 @@ void kipp_cpu_act_to_f32(uint32_t act, const void *a, float *out, uint64_t k) {
         case KIPP_ACT_Q16: {
             const kipp_act_q16 *b = (const kipp_act_q16 *)a + i / 32;
             out[i] = b->d * b->qs[i % 32];
+            break;
+        }
+        case KIPP_ACT_BF16X2: {
+            const uint16_t *h = a;
+            out[i] = kipp_bf16_to_f32(h[i]) + kipp_bf16_to_f32(h[k + i]);
             break;
         }
         default: out[i] = 0.0f; break;
