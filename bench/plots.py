@@ -34,6 +34,7 @@ CPU_TARGETS = {
     "avx2": {"prefill": 1.3, "decode": {"bf16": 1.2, "q8_0": 1.4, "q4_k_m": 1.4}},
     # issue 31, per CPU class: 1.3x for prefill and decode of every type
     "epyc-avx512bf16": {"prefill": 1.3, "decode": {"bf16": 1.3, "q8_0": 1.3, "q4_k_m": 1.3}},
+    "xeon-amx": {"prefill": 1.3, "decode": {"bf16": 1.3, "q8_0": 1.3, "q4_k_m": 1.3}},
 }
 RSS_TARGET = 1.05          # peak RSS <= (model file + KV pool) + 5 % (AVX-512 records)
 SPEC_DRAFT_TARGET = 1.5    # issue 14: kipp-tiny with kipp-tiny-draft
@@ -74,7 +75,7 @@ def cpu_records(root):
     """(name, label, isa, type, record) for bench/results/cpu-*.json: AVX-512 ones first."""
     out = []
     for name in sorted(os.listdir(os.path.join(root, "bench", "results"))):
-        m = re.match(r"cpu-(?:(avx2|epyc-avx512bf16)-)?([0-9.]+b)-(.+)\.json$", name)
+        m = re.match(r"cpu-(?:(avx2|epyc-avx512bf16|xeon-amx)-)?([0-9.]+b)-(.+)\.json$", name)
         if not m:
             continue
         rec = load(root, name)
@@ -86,10 +87,14 @@ def cpu_records(root):
             if "avx512_bf16" not in flags:
                 raise SystemExit("bench/plots.py: %s is named avx512bf16 but its CPU lacks it" % name)
             isa = m.group(1)
+        if m.group(1) == "xeon-amx":
+            if "amx_tile" not in flags:
+                raise SystemExit("bench/plots.py: %s is named xeon-amx but its CPU has no AMX" % name)
+            isa = m.group(1)
         label = "%s %s" % (m.group(2).upper(), m.group(3).upper())
         out.append((name, label, isa, m.group(3), rec))
     types = ["bf16", "q8_0", "q4_k_m"]
-    classes = ["avx512", "epyc-avx512bf16", "avx2"]
+    classes = ["avx512", "xeon-amx", "epyc-avx512bf16", "avx2"]
     out.sort(key=lambda r: (classes.index(r[2]), float(r[1].split("B")[0]),
                             types.index(r[3]) if r[3] in types else len(types), r[0]))
     return out
@@ -99,7 +104,8 @@ def cpu_name(rec):
     return re.sub(r"\((R|TM)\)| Processor", "", rec["provenance"]["hardware"]["model"]).strip()
 
 
-ISA_LABEL = {"avx512": "AVX-512", "avx2": "AVX2 only", "epyc-avx512bf16": "AVX-512 + VNNI + BF16"}
+ISA_LABEL = {"avx512": "AVX-512", "avx2": "AVX2 only", "epyc-avx512bf16": "AVX-512 + VNNI + BF16",
+             "xeon-amx": "AVX-512 + VNNI + BF16 + AMX"}
 
 
 def ratio_cell(r, key, target):

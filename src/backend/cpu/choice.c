@@ -48,8 +48,9 @@ static const choice_row rows[] = {
     {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
      "1 token: avx2 21.9 vs avx512 11.4 (decode streams faster); 2+: avx512 55-106 vs 22-72"},
     {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
-     "AMX tiles where the CPU has them (bench/results/isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: "
-     "avx2 22.2 vs avx512 11.3 (decode streams faster); 2+: avx512 54-104 vs 26-76"},
+     "AMX tiles where the CPU has them (0.6B, 2 threads: prefill 276 tok/s against avx512vnni's 130, decode "
+     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: avx2 22.2 vs avx512 11.3 (decode "
+     "streams faster); 2+: avx512 54-104 vs 26-76"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
      "repacked int16 panels: avx512vnni's (vpdpwssd) 129-157 at 2+ tokens, avx2's 116-134 (the best "
      "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7); those are its 256-bit tile's, its 512-bit tile (16 rows x "
