@@ -568,7 +568,11 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     const int parse = gs->rq.content_special >= 0 ? gs->rq.content_special : !sv->p.content_text;
     const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
     const uint64_t max_bytes = (uint64_t)BYTES_PER_TOKEN * max_prompt + 4096;
-    if (gs->rq.ep == OAI_CHAT) {
+    int sized = text != NULL, floor_only = 0; /* len is the prompt's bytes (or a floor on them) */
+    if (gs->rq.ep == OAI_CHAT && gs->rq.verbatim_bytes > max_bytes) {
+        len = gs->rq.verbatim_bytes; /* the rendered prompt holds at least these: not rendered */
+        sized = floor_only = 1;
+    } else if (gs->rq.ep == OAI_CHAT) {
         /* the request's own text is marked only when it is to be read as plain text */
         if (kipp_chat_apply_spans(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body), &rendered,
                                   &len, parse ? NULL : &spans, parse ? NULL : &n_spans, err,
@@ -577,13 +581,14 @@ static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *c
             return 400;
         }
         text = rendered;
+        sized = 1;
     }
-    if (text && len > max_bytes) { /* far too long to fit: not worth tokenizing */
+    if (sized && len > max_bytes) { /* far too long to fit: not worth tokenizing */
         char msg[256];
         snprintf(msg, sizeof msg,
-                 "the prompt is %zu bytes; this server accepts at most %u tokens and refuses "
+                 "the prompt is %s%zu bytes; this server accepts at most %u tokens and refuses "
                  "prompts over %llu bytes without tokenizing them",
-                 len, max_prompt, (unsigned long long)max_bytes);
+                 floor_only ? "at least " : "", len, max_prompt, (unsigned long long)max_bytes);
         free(rendered);
         free(spans);
         *res = send_error(sv, c, cs, 400, msg, "invalid_request_error",
@@ -662,6 +667,8 @@ static int body_reserve(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     return 0;
 }
 
+static void body_bytes_free(void *arg) { kipp_buf_free(&((conn_state *)arg)->body); }
+
 static void body_release(kipp_server *sv, conn_state *cs) {
     kipp_buf_free(&cs->body);
     if (!cs->body_reserved) return;
@@ -695,8 +702,10 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
         gen_free(gs);
         return res;
     }
-    if (oai_parse(cs->body.data ? cs->body.data : "", cs->body.len, ep, sv->n_vocab, &gs->rq, msg,
-                  sizeof msg, &param) != 0) {
+    /* the body's bytes go once parsed into a tree; its reservation stays until the request
+     * is parsed (the tree and its copies are what the reservation now stands for) */
+    if (oai_parse_freeing(cs->body.data ? cs->body.data : "", cs->body.len, ep, sv->n_vocab, &gs->rq, msg,
+                          sizeof msg, &param, body_bytes_free, cs) != 0) {
         parse_leave(sv);
         res = send_error(sv, c, cs, 400, msg, "invalid_request_error", param, NULL);
         gen_free(gs);

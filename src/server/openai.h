@@ -48,6 +48,8 @@ typedef struct {
     char param_buf[48];          /* a rejection's param when it names a part of a field
                                     (e.g. "tools[1].function"); *param points here */
     char *chat_body;             /* chat: JSON for kipp_chat_apply */
+    size_t verbatim_bytes;       /* chat: bytes of the system and user messages' text, which
+                                    the template copies whole: a floor on the rendered size */
     char *prompt_text;           /* completions: a string prompt, or */
     size_t prompt_len;
     int32_t *prompt_ids;         /* ... an array of token ids */
@@ -71,6 +73,11 @@ typedef struct {
  * n_vocab bounds token-id prompts. free with oai_request_free (also after a failure). */
 int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *out,
               char *msg, size_t msg_len, const char **param);
+/* oai_parse, calling done(done_arg) once the body has been read into a JSON tree (before any
+ * field is looked at), so the caller can free the body's bytes: a large request then holds
+ * its tree and the copies made from it, never the raw bytes as well. */
+int oai_parse_freeing(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *out,
+                      char *msg, size_t msg_len, const char **param, void (*done)(void *), void *done_arg);
 void oai_request_free(oai_request *r);
 /* Bans token id through r's logit_bias (an entry the client gave for it is overridden: the
  * sampler adds up repeated ids). 0 ok, -1 out of memory. */

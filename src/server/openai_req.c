@@ -379,6 +379,15 @@ static int parse_chat(json_t *o, oai_request *r, perr *e) {
         if (!json_is_object(m)) return fail(e, "messages", "messages[%zu] must be an object", i);
         if (!json_is_string(json_object_get(m, "role")))
             return fail(e, "messages", "messages[%zu].role must be a string", i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0) continue; /* (an assistant's
+                                                                     reasoning may be left out) */
+        json_t *c = json_object_get(m, "content");
+        if (json_is_string(c)) r->verbatim_bytes += json_string_length(c);
+        for (size_t j = 0; json_is_array(c) && j < json_array_size(c); j++) {
+            json_t *t = json_object_get(json_array_get(c, j), "text");
+            if (json_is_string(t)) r->verbatim_bytes += json_string_length(t);
+        }
     }
     json_t *tools = json_object_get(o, "tools"); /* checked by parse_constraint */
     json_t *kw = json_object_get(o, "chat_template_kwargs");
@@ -488,6 +497,11 @@ static void note_unknown(json_t *o, oai_endpoint ep, oai_request *r) {
 
 int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
               char *msg, size_t msg_len, const char **param) {
+    return oai_parse_freeing(body, len, ep, n_vocab, r, msg, msg_len, param, NULL, NULL);
+}
+
+int oai_parse_freeing(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
+                      char *msg, size_t msg_len, const char **param, void (*done)(void *), void *done_arg) {
     perr e = {msg, msg_len, param};
     memset(r, 0, sizeof *r);
     r->ep = ep;
@@ -495,6 +509,7 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
     *param = NULL;
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
+    if (done) done(done_arg); /* the body's bytes are not read again */
     if (!o) return fail(&e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
                         je.line, je.column);
     int rc = -1;

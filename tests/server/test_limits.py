@@ -105,6 +105,24 @@ def test_concurrent_huge_prompts_bounded_memory(rss_server):
     assert js["usage"]["completion_tokens"] <= 2
 
 
+def test_chat_over_byte_bound_is_refused_unrendered(server):
+    """A chat whose system and user text alone pass the byte bound is refused before the
+    template renders it (the message says "at least"); an assistant turn's text does not
+    count toward that floor (the template may leave its reasoning out), so such a request is
+    rendered and then judged by its real size."""
+    big = "a" * 20000
+    for msgs in ([{"role": "user", "content": big}],
+                 [{"role": "system", "content": big[:10000]}, {"role": "user", "content": [
+                     {"type": "text", "text": big[:10000]}]}]):
+        st, _, js = server.post("/v1/chat/completions", {"model": MODEL_NAME, "messages": msgs, "max_tokens": 1})
+        assert st == 400 and js["error"]["code"] == "context_length_exceeded", js
+        assert "at least 20000 bytes" in js["error"]["message"], js
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": big}, {"role": "user", "content": "ok"}]
+    st, _, js = server.post("/v1/chat/completions", {"model": MODEL_NAME, "messages": msgs, "max_tokens": 1})
+    assert st == 400 and js["error"]["code"] == "context_length_exceeded", js
+    assert "at least" not in js["error"]["message"] and "bytes" in js["error"]["message"], js
+
+
 def test_prompt_over_byte_bound_is_refused_untokenized(server):
     # main server: ctx 512 -> max prompt 511 tokens -> bound 16 x 511 + 4096 = 12272 bytes
     st, _, js = server.post("/v1/completions", {"model": MODEL_NAME, "prompt": "a" * 20000, "max_tokens": 1})
