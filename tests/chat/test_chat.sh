@@ -322,7 +322,7 @@ fi
 #     with the same flags ---
 lines "$tmp/in_u1" "$U1"
 rc=0; "$C" -m "$M" -t 2 -n 4 --greedy <"$tmp/in_u1" >/dev/null 2>"$tmp/default.err" || rc=$?
-[ "$rc" = 0 ] && grep -qE "^kipp-chat: $M, context 512 tokens, thinking on; backend cpu, ISA [a-z0-9]+, 2 threads, KV f16, KV pool 32 blocks of 16 tokens \(512 tokens, 393216 bytes = 0.38 MiB, 768 bytes/token\); loaded in [0-9.]+ ms$" "$tmp/default.err" &&
+[ "$rc" = 0 ] && grep -qE "^kipp-chat: $M, context 512 tokens, thinking on; backend cpu, ISA [a-z0-9]+, 2 threads, KV f16, KV pool 32 blocks of 16 tokens \(512 tokens, 393216 bytes = 0.38 MiB, 768 bytes/token\)(, weights repacked [0-9.]+ MiB)?; loaded in [0-9.]+ ms$" "$tmp/default.err" &&
     ok || { bad "start-up line of the default backend (exit $rc)"; cat "$tmp/default.err"; }
 chat cref "$tmp/in_u1" --backend cpu-ref -c 128
 rc_is cref 0

@@ -23,7 +23,8 @@ LINE_RE = re.compile(
     r"^kipp-server: model (?P<model>\S+) as '(?P<name>[^']+)', context (?P<ctx>\d+), (?P<par>\d+) parallel; "
     r"backend (?P<backend>[a-z0-9-]+), ISA (?P<isa>[a-z0-9]+), (?P<threads>\d+) threads?, "
     r"KV (?P<kv>f32|f16|bf16), KV pool (?P<blocks>\d+) blocks of (?P<bs>\d+) tokens "
-    r"\((?P<tokens>\d+) tokens, (?P<bytes>\d+) bytes = [0-9.]+ MiB, (?P<bpt>\d+) bytes/token\); "
+    r"\((?P<tokens>\d+) tokens, (?P<bytes>\d+) bytes = [0-9.]+ MiB, (?P<bpt>\d+) bytes/token\)"
+    r"(?:, weights repacked [0-9.]+ MiB)?; "  # (BF16 on AMX tiles, Q8_0 panels, ...)
     r"loaded in [0-9.]+ ms$", re.M)
 LEVELS = ("scalar", "avx2", "avx512", "avx512vnni", "amx", "neon")
 
