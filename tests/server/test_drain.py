@@ -133,18 +133,24 @@ def test_shutdown_timeout_cuts_with_proper_endings():
     rc = wait_exit(s, 30)
     assert rc == 0, f"exit code {rc}\n{s.stderr_tail()}"
     assert time.monotonic() - t0 < 10, "the shutdown timeout was not applied"
+    # every request ends properly; a fast machine may finish a running stream's 480 tokens
+    # before the cut (seen with BF16 on AMX tiles), so the cut is checked on the whole set
+    n_cut = 0
     for i, res in enumerate(results):
         if mask[i]:
             assert isinstance(res, sc.SSEResult), f"stream {i}: {res!r}"
             assert res.status == 200 and res.done, f"stream {i} has no [DONE]: {res.events[-2:]}"
             assert res.finish_reason() == "length", res.events[-3:]
-            assert res.usage() is not None and res.usage()["completion_tokens"] < 480
+            assert res.usage() is not None and res.usage()["completion_tokens"] <= 480
+            n_cut += res.usage()["completion_tokens"] < 480
         else:
             assert isinstance(res, tuple), f"request {i}: {res!r}"
             st, js = res
             assert st == 200, (st, js)
             assert js["choices"][0]["finish_reason"] == "length"
-            assert js["usage"]["completion_tokens"] < 480
+            assert js["usage"]["completion_tokens"] <= 480
+            n_cut += js["usage"]["completion_tokens"] < 480
+    assert n_cut >= 3, f"only {n_cut} of {len(mask)} requests were cut by the shutdown timeout"
 
 
 def test_second_signal_exits_at_once():
