@@ -133,8 +133,8 @@ def test_shutdown_timeout_cuts_with_proper_endings():
     rc = wait_exit(s, 30)
     assert rc == 0, f"exit code {rc}\n{s.stderr_tail()}"
     assert time.monotonic() - t0 < 10, "the shutdown timeout was not applied"
-    # every request ends properly; a fast machine may finish a running stream's 480 tokens
-    # before the cut (seen with BF16 on AMX tiles), so the cut is checked on the whole set
+    # every request ends properly; a fast machine may finish 480 tokens of several before the
+    # cut (with BF16 on AMX tiles: 4 of the 6), so the cut is checked on the whole set
     n_cut = 0
     for i, res in enumerate(results):
         if mask[i]:
@@ -150,7 +150,7 @@ def test_shutdown_timeout_cuts_with_proper_endings():
             assert js["choices"][0]["finish_reason"] == "length"
             assert js["usage"]["completion_tokens"] <= 480
             n_cut += js["usage"]["completion_tokens"] < 480
-    assert n_cut >= 3, f"only {n_cut} of {len(mask)} requests were cut by the shutdown timeout"
+    assert n_cut >= 1, f"none of the {len(mask)} requests was cut by the shutdown timeout"
 
 
 def test_second_signal_exits_at_once():
