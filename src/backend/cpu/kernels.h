@@ -13,6 +13,7 @@
 #define KIPP_CPU_KERNELS_H
 
 #include "kipp.h"
+#include "core/types.h" /* kipp_cpu_bf16x2_one */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -212,6 +213,13 @@ extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod *
  * (kernels_scalar.c). kipp_cpu_gemm_dequant takes KIPP_ACT_F32 rows. */
 void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_bf16x2_scalar(const float *x, void *out, uint64_t k);
+/* One element of KIPP_ACT_BF16X2: hi the bf16 of x, lo the bf16 of x - hi (exact in f32);
+ * an infinite or NaN x stays in hi, lo 0. */
+static inline void kipp_cpu_bf16x2_one(float x, uint16_t *hi, uint16_t *lo) {
+    *hi = kipp_f32_to_bf16(x);
+    const float h = kipp_bf16_to_f32(*hi);
+    *lo = h - h == 0.0f ? kipp_f32_to_bf16(x - h) : 0;
+}
 void kipp_cpu_quant_q8_0_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q8_k_scalar(const float *x, void *out, uint64_t k);
 void kipp_cpu_quant_q16_scalar(const float *x, void *out, uint64_t k);

@@ -90,20 +90,20 @@ static inline __attribute__((always_inline)) void amx_block(const uint16_t *b0, 
     for (uint64_t kb = 0; kb < kb_n; kb++) {
         _tile_loadd(6, b0 + kb * 512, 64);
         if (b1) _tile_loadd(7, b1 + kb * 512, 64);
-        _tile_loadd(4, x0 + kb * 64, xrb);
-        _tile_loadd(5, x0 + lo + kb * 64, xrb);
-        _tile_dpbf16ps(0, 4, 6);
-        if (b1) _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(0, 5, 6);
-        if (b1) _tile_dpbf16ps(1, 5, 7);
-        if (x1) {
-            _tile_loadd(4, x1 + kb * 64, xrb);
-            _tile_loadd(5, x1 + lo + kb * 64, xrb);
-            _tile_dpbf16ps(2, 4, 6);
-            if (b1) _tile_dpbf16ps(3, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            if (b1) _tile_dpbf16ps(3, 5, 7);
-        }
+/* token tile xt's two planes (tiles 4, 5) into accumulators cl (row group b0) and cr (b1);
+ * a macro: tile numbers must be immediates */
+#define AMX_TOKENS(cl, cr, xt)                                                                     \
+    do {                                                                                           \
+        _tile_loadd(4, (xt) + kb * 64, xrb);                                                       \
+        _tile_loadd(5, (xt) + lo + kb * 64, xrb);                                                  \
+        _tile_dpbf16ps(cl, 4, 6);                                                                  \
+        if (b1) _tile_dpbf16ps(cr, 4, 7);                                                          \
+        _tile_dpbf16ps(cl, 5, 6);                                                                  \
+        if (b1) _tile_dpbf16ps(cr, 5, 7);                                                          \
+    } while (0)
+        AMX_TOKENS(0, 1, x0);
+        if (x1) AMX_TOKENS(2, 3, x1);
+#undef AMX_TOKENS
     }
     const size_t ys = ldy * sizeof(float);
     _tile_stored(0, y, ys);
@@ -180,11 +180,7 @@ static void amx_quant_bf16x2(const float *x, void *out, uint64_t k) {
         _mm256_storeu_si256((__m256i *)(hi + i), h);
         _mm256_storeu_si256((__m256i *)(lo + i), l);
     }
-    for (; i < k; i++) { /* the scalar converter's steps */
-        hi[i] = kipp_f32_to_bf16(x[i]);
-        const float h = kipp_bf16_to_f32(hi[i]);
-        lo[i] = h - h == 0.0f ? kipp_f32_to_bf16(x[i] - h) : 0;
-    }
+    for (; i < k; i++) kipp_cpu_bf16x2_one(x[i], hi + i, lo + i);
 }
 
 const kipp_cpu_packer kipp_cpu_packer_amx_bf16 = {amx_bytes_bf16, amx_pack_bf16, amx_gemm_bf16, amx_row_bf16,

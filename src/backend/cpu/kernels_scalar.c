@@ -40,12 +40,7 @@ void kipp_cpu_quant_bf16_scalar(const float *x, void *out, uint64_t k) {
 
 void kipp_cpu_quant_bf16x2_scalar(const float *x, void *out, uint64_t k) {
     uint16_t *hi = out, *lo = hi + k;
-    for (uint64_t i = 0; i < k; i++) {
-        hi[i] = kipp_f32_to_bf16(x[i]);
-        const float h = kipp_bf16_to_f32(hi[i]);
-        /* x - h is exact in f32; an infinite or NaN x keeps it in hi, lo 0 */
-        lo[i] = h - h == 0.0f ? kipp_f32_to_bf16(x[i] - h) : 0;
-    }
+    for (uint64_t i = 0; i < k; i++) kipp_cpu_bf16x2_one(x[i], hi + i, lo + i);
 }
 
 static float block_amax(const float *x, int n) {
