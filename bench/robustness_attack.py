@@ -716,7 +716,53 @@ def cls_nonreading_stream(b) -> dict:
     return run.record()
 
 
+def _big_progress(run, m0, probe_tok0) -> dict:
+    """The server's state for a long request: tokens generated since m0 less the plain probes'
+    (a probe in flight counts until it finishes: at most its 4 tokens), running and queued
+    sequences, KV blocks in use, fair preemptions."""
+    mm = run.srv.metrics()
+    g = lambda k: mm.get(k) or 0  # noqa: E731
+    return {"generated": int(g("kipp_generated_tokens_total") - (m0.get("kipp_generated_tokens_total") or 0)
+                             - (run.seg.probe.tokens - probe_tok0 if run.seg.probe else 0)),
+            "running": int(g("kipp_running_sequences")), "queued": int(g("kipp_queue_depth")),
+            "kv_blocks_used": int(g("kipp_kv_blocks_used")),
+            "preempted": int(g("kipp_requests_preempted_total") - (m0.get("kipp_requests_preempted_total") or 0)),
+            "parked": int(g("kipp_requests_parked_total") - (m0.get("kipp_requests_parked_total") or 0))}
+
+
+def watch_progress(th, progress, stall_s: float, total: int, poll_s: float = 1.0, keep_s: float = 10.0):
+    """Waits for thread th while progress() (a dict with "generated") rises: (why it stalled or
+    None once th ended, the progress every keep_s seconds, the last count). A stall is no rise
+    for stall_s seconds; a progress() that fails counts as no rise."""
+    t0 = time.monotonic()
+    timeline, last, moved, next_keep = [], -1, t0, 0.0
+    while th.is_alive():
+        th.join(poll_s)
+        if not th.is_alive():
+            break
+        now = time.monotonic()
+        try:
+            pr = progress()
+        except (OSError, sc.ServerError, http.client.HTTPException, TypeError, ValueError):
+            pr = None
+        if pr is not None and pr["generated"] > last:
+            last, moved = pr["generated"], now
+        if pr is not None and now - t0 >= next_keep:
+            timeline.append({"t_s": round(now - t0, 1), **pr})
+            next_keep += keep_s
+        if now - moved > stall_s:
+            return (f"no token generated for {now - moved:.1f} s with {max(last, 0)} of {total} drawn",
+                    timeline, last)
+    return None, timeline, last
+
+
 def cls_nonstream_big(b) -> dict:
+    """One non-streamed n 16 x 1,000 x top_logprobs 20 request. Its reply comes only when all
+    16,000 tokens are drawn, which takes minutes on a small machine, so a hang is judged by
+    progress, not by a reply deadline: the request hangs when the server's generated-token count
+    (less the probes') has not risen for --attack-big-stall seconds while the reply is unread, or
+    when no reply began within --attack-big-cap. The progress is sampled every second; the
+    record keeps it every 10 s beside the probes' slowest start times."""
     a = b.args
     run = ClassRun(b, "nonstream_big")
     run.open()
@@ -726,11 +772,22 @@ def cls_nonstream_big(b) -> dict:
     for mt in sizes:
         body = {"model": run.model, "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": mt,
                 "n": 16, "logprobs": True, "top_logprobs": 20, "ignore_eos": True, "seed": 4}
+        m0 = run.srv.metrics()
+        probe_tok0 = run.seg.probe.tokens if run.seg.probe else 0
+        box: dict = {}
         # the probe stops once the body is in, before the harness parses it: parsing ~28 MB
         # of JSON takes a core of this machine for about a second, which the probe would
         # count as server latency (the server's own sending is measured, as the client reads)
-        st, js, size, dt = _chat_json(run.srv, body, max(120.0, a.attack_deadline * 12),
-                                      before_parse=lambda: run.seg.close("body read"))
+        th = threading.Thread(target=lambda: box.update(r=_chat_json(
+            run.srv, body, a.attack_big_cap, before_parse=lambda: run.seg.close("body read"))), daemon=True)
+        t0 = time.monotonic()
+        th.start()
+        stalled, timeline, last_gen = watch_progress(th, lambda: _big_progress(run, m0, probe_tok0),
+                                                     a.attack_big_stall, 16 * mt)
+        if stalled:
+            st, js, size, dt = "hang", None, 0, time.monotonic() - t0
+        else:
+            st, js, size, dt = box.get("r", (None, None, 0, time.monotonic() - t0))
         if st == "hang":
             out = "hang"
         elif st is None:
@@ -742,12 +799,19 @@ def cls_nonstream_big(b) -> dict:
         else:
             out = "other_status"
         bodies.append({"max_tokens": mt, "status": st if st != "hang" else None, "body_bytes": size,
-                       "seconds": round(dt, 2),
+                       "seconds": round(dt, 2), "hang_why": stalled or ("no reply within --attack-big-cap"
+                                                                         if st == "hang" else None),
+                       "generated_per_s": round(last_gen / dt, 1) if last_gen > 0 and dt > 0 else None,
+                       "progress": timeline,
                        "error": ((js or {}).get("error") or {}).get("message") if isinstance(js, dict) else None})
-        run.note(f"n 16 x max_tokens {mt} x top_logprobs 20", out, ATTACK_EXPECT["nonstream_big"]["ok"], bodies[-1])
+        run.note(f"n 16 x max_tokens {mt} x top_logprobs 20", out, ATTACK_EXPECT["nonstream_big"]["ok"],
+                 {k: v for k, v in bodies[-1].items() if k != "progress"})
         if out == "served":
             break
     run.extra["requests"] = bodies
+    run.extra["hang_rule"] = {"stall_s": a.attack_big_stall, "cap_s": a.attack_big_cap,
+                              "what": "no generated-token progress (less the probes') for stall_s while "
+                                      "the reply was unread, or no reply within cap_s"}
     return run.record()
 
 

@@ -70,7 +70,9 @@ attack   Issue 30's ten hostile classes (bench/robustness_attack.py; cases and a
          apart), n_parallel, nonreading_stream (bytes buffered: see bench/README.md),
          nonstream_big, http_framing, passthrough_rules, tool_definitions, cut_tool_calls,
          n_accounting. A hostile request not answered within --attack-deadline is a hang
-         (the server is then replaced). Target: 0 crash, 0 hang, 0 unconstrained returned
+         (the server is then replaced); nonstream_big's reply takes minutes on a small
+         machine, so it hangs when no token is generated for --attack-big-stall seconds
+         (or no reply comes within --attack-big-cap). Target: 0 crash, 0 hang, 0 unconstrained returned
          as constrained, the latency and memory targets in every class.
 
 Not a test: it never fails on the figures (exit 0 once the record is written; 2 on a usage
@@ -837,6 +839,11 @@ def main() -> int:
                          + ",".join(robustness_attack.CLASSES) + ")")
     ap.add_argument("--attack-deadline", type=float, default=10.0,
                     help="attack: seconds before a hostile request counts as a hang / stall (10)")
+    ap.add_argument("--attack-big-stall", type=float, default=60.0,
+                    help="nonstream_big: seconds without a generated token (less the probes') while its reply is unread "
+                         "that make a hang (60)")
+    ap.add_argument("--attack-big-cap", type=float, default=3600.0,
+                    help="nonstream_big: seconds its reply may take in all (3600)")
     ap.add_argument("--attack-class-budget", type=float, default=75.0,
                     help="attack: a class starts no case after this many seconds (75)")
     ap.add_argument("--attack-unloaded", type=pos("--attack-unloaded"), default=12,

@@ -311,3 +311,47 @@ def test_hostile_client_nice_is_lowered_and_restored():
         ev.set()
         t_old.join()
     assert os.getpriority(os.PRIO_PROCESS, tid) == orig
+
+
+def test_watch_progress_tells_slow_from_stalled():
+    """nonstream_big judges a hang by progress: a long request whose token count keeps rising
+    is waited for past any reply deadline; one whose count stops (or whose server stops
+    answering /metrics) is a stall after stall_s."""
+    import threading
+    import time
+
+    from bench import robustness_attack as ra
+
+    def runner(seconds):
+        ev = threading.Event()
+        th = threading.Thread(target=ev.wait, args=(seconds,), daemon=True)
+        th.start()
+        return th, ev
+
+    # rising: waited for to the end (1.2 s, four times stall_s)
+    th, _ = runner(1.2)
+    n = iter(range(10 ** 6))
+    t0 = time.monotonic()
+    why, timeline, last = ra.watch_progress(th, lambda: {"generated": next(n)}, 0.3, 100, poll_s=0.05, keep_s=0.2)
+    assert why is None and not th.is_alive(), why
+    assert time.monotonic() - t0 >= 1.1
+    assert last > 5 and 3 <= len(timeline) <= 8, (last, timeline)
+    assert all(b["t_s"] > a["t_s"] and b["generated"] > a["generated"] for a, b in zip(timeline, timeline[1:]))
+
+    # flat after a start: a stall, named with how far it got
+    th, ev = runner(30)
+    vals = iter([1, 2, 3] + [3] * 10 ** 6)
+    t0 = time.monotonic()
+    why, _, last = ra.watch_progress(th, lambda: {"generated": next(vals)}, 0.3, 100, poll_s=0.05)
+    assert why is not None and "3 of 100" in why and last == 3, why
+    assert 0.3 <= time.monotonic() - t0 < 5
+    ev.set()
+
+    # /metrics failing is no progress
+    th, ev = runner(30)
+
+    def fails():
+        raise OSError("connection refused")
+    why, timeline, last = ra.watch_progress(th, fails, 0.3, 100, poll_s=0.05)
+    assert why is not None and "0 of 100" in why and timeline == [] and last == -1, why
+    ev.set()
