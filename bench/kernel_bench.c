@@ -4,7 +4,8 @@
  * (|err| <= 1e-5 * sum|w*x|), then times gemm on k x n_rows weights for several token
  * counts. Prints GFLOP/s (2 * rows * tokens * k per second) and, for n_tok = 1, the weight
  * GB/s; n_tok = 1 cycles through enough weight copies (--pool-mib) to miss the caches.
- * Build: make build/kipp-kernbench.
+ * Each type's levels are timed interleaved (five rounds of a slice each per token count),
+ * so a machine whose speed drifts moves them alike. Build: make build/kipp-kernbench.
  *
  *   kipp-kernbench [--isa a,b,...] [--type F32,BF16,...] [--k N] [--rows N] [--tok 1,8,64,512]
  *                  [--seconds S] [--pool-mib M] [--json PATH] [--check-auto MARGIN]
@@ -283,74 +284,103 @@ int main(int argc, char **argv) {
     for (uint64_t i = 0; i < 2 * max_tok * k; i++) xf[i] = frand();
     int failed = 0;
 
-    for (const char *p = isas; *p;) {
-        const char *e = strchr(p, ',');
-        char isa[32];
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        snprintf(isa, sizeof isa, "%.*s", (int)len, p);
-        p += len + (e ? 1 : 0);
-        const kipp_cpu_kernels *lv;
-        char err[256];
-        if (kipp_cpu_kernels_select(isa, &lv, err, sizeof err) != KIPP_OK) {
-            fprintf(stderr, "kipp-kernbench: %s\n", err);
-            return 2;
-        }
-        const char *lname = kipp_cpu_level_table(isa) ? kipp_cpu_level_table(isa)->isa : "auto";
-        for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
-            const uint32_t type = all_types[ti];
-            if (!in_list(types, kipp_type_name(type))) continue;
+    /* Per type, every level's kernels are prepared first, then timed interleaved: each token
+     * count in ROUNDS rounds, each round a slice of every kernel (the order rotating), so a
+     * machine whose speed drifts over minutes (a shared VM: 1.7x within minutes here) moves
+     * every level's figure alike instead of favouring the level timed in its fast minute. */
+    enum { ROUNDS = 5, MAX_CAND = 32 };
+    typedef struct {
+        const char *lname, *vname;
+        uint32_t act;
+        int planes;
+        kipp_cpu_gemm_fn gemm;
+        const kipp_cpu_packer *packer;
+        const unsigned char *wk;
+        size_t wrb, wmat, wcopies, ab, c;
+        unsigned char *xa, *pk; /* pk: owned (NULL when it shares an earlier candidate's) */
+        double t_sum, best;
+        long reps;
+    } cand;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+        const uint32_t type = all_types[ti];
+        if (!in_list(types, kipp_type_name(type))) continue;
+        const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
+        size_t ncopy = (pool_mib << 20) / mat;
+        ncopy = ncopy < 1 ? 1 : ncopy;
+        unsigned char *w = NULL;
+        cand cs[MAX_CAND];
+        int nc = 0;
+        for (const char *p = isas; *p;) {
+            const char *e = strchr(p, ',');
+            char isa[32];
+            const size_t len = e ? (size_t)(e - p) : strlen(p);
+            snprintf(isa, sizeof isa, "%.*s", (int)len, p);
+            p += len + (e ? 1 : 0);
+            const kipp_cpu_kernels *lv;
+            char err[256];
+            if (kipp_cpu_kernels_select(isa, &lv, err, sizeof err) != KIPP_OK) {
+                fprintf(stderr, "kipp-kernbench: %s\n", err);
+                return 2;
+            }
+            const char *lname = kipp_cpu_level_table(isa) ? kipp_cpu_level_table(isa)->isa : "auto";
             const kipp_cpu_mm entry = kipp_cpu_kernels_mm(lv, type);
             if (!entry.gemm) {
                 printf("%-10s %-6s no kernel (dequantize fallback)\n", lname, kipp_type_name(type));
                 continue;
             }
-            const size_t rb = kipp_type_row_bytes(type, k), mat = rb * n_rows;
-            size_t ncopy = (pool_mib << 20) / mat;
-            ncopy = ncopy < 1 ? 1 : ncopy;
-            unsigned char *w = must(malloc(mat * ncopy), mat * ncopy);
-            for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
-            for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
+            if (!w) {
+                w = must(malloc(mat * ncopy), mat * ncopy);
+                for (uint64_t r = 0; r < n_rows; r++) fill_row(type, w + r * rb, k);
+                for (size_t c = 1; c < ncopy; c++) memcpy(w + c * mat, w, mat);
+            }
             /* the level's few-token kernel, its many-token kernel, its repacked path */
-            for (int variant = 0; variant < 3; variant++) {
+            for (int variant = 0; variant < 3 && nc < MAX_CAND; variant++) {
                 if (variant == 1 && !entry.gemm_many) continue;
                 if (variant == 2 && (!entry.packer || !entry.packer->bytes(type, n_rows, k))) continue;
-                const char *vname = variant == 0 ? "gemm" : variant == 1 ? "many" : "packed";
-                const uint32_t act = variant == 0 ? entry.act : variant == 1 ? entry.act_many : entry.packer->act;
-                const kipp_cpu_gemm_fn gemm =
-                    variant == 0 ? entry.gemm : variant == 1 ? entry.gemm_many : entry.packer->gemm;
-                const int planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
-                const size_t ab = kipp_cpu_act_row_bytes(act, k);
-                unsigned char *xa = must(malloc(ab * 2 * max_tok), ab * 2 * max_tok);
-                kipp_cpu_quant_fn q = lv->quant[act];
-                if (!q && act == KIPP_ACT_Q16) q = kipp_cpu_quant_q16_scalar;
-                if (!q && act == KIPP_ACT_BF16X2) q = kipp_cpu_quant_bf16x2_scalar;
+                cand *cd = &cs[nc++];
+                memset(cd, 0, sizeof *cd);
+                cd->lname = lname;
+                cd->vname = variant == 0 ? "gemm" : variant == 1 ? "many" : "packed";
+                cd->act = variant == 0 ? entry.act : variant == 1 ? entry.act_many : entry.packer->act;
+                cd->gemm = variant == 0 ? entry.gemm : variant == 1 ? entry.gemm_many : entry.packer->gemm;
+                cd->planes = cd->act == KIPP_ACT_Q8_0 || cd->act == KIPP_ACT_Q8_K ? 2 : 1;
+                cd->ab = kipp_cpu_act_row_bytes(cd->act, k);
+                cd->xa = must(malloc(cd->ab * 2 * max_tok), cd->ab * 2 * max_tok);
+                kipp_cpu_quant_fn q = lv->quant[cd->act];
+                if (!q && cd->act == KIPP_ACT_Q16) q = kipp_cpu_quant_q16_scalar;
+                if (!q && cd->act == KIPP_ACT_BF16X2) q = kipp_cpu_quant_bf16x2_scalar;
                 for (uint64_t t = 0; t < 2 * max_tok; t++) {
-                    if (act == KIPP_ACT_F32)
-                        memcpy(xa + t * ab, xf + t * k, k * sizeof(float));
+                    if (cd->act == KIPP_ACT_F32)
+                        memcpy(cd->xa + t * cd->ab, xf + t * k, k * sizeof(float));
                     else
-                        q(xf + t * k, xa + t * ab, k);
+                        q(xf + t * k, cd->xa + t * cd->ab, k);
                 }
-                /* the weights as this kernel reads them (a packed copy per pool copy) */
-                const unsigned char *wk = w;
-                size_t wrb = rb, wmat = mat, wcopies = ncopy;
-                unsigned char *pk = NULL;
+                /* the weights as this kernel reads them (a packed copy per pool copy, shared
+                 * by the levels with the same packer) */
+                cd->wk = w, cd->wrb = rb, cd->wmat = mat, cd->wcopies = ncopy;
                 if (variant == 2) {
-                    wmat = entry.packer->bytes(type, n_rows, k);
-                    wrb = entry.packer->bytes(type, 16, k) / 16;
-                    wcopies = (pool_mib << 20) / wmat;
-                    wcopies = wcopies < 1 ? 1 : wcopies;
-                    pk = must(aligned_alloc(64, (wmat * wcopies + 63) / 64 * 64), wmat * wcopies);
-                    entry.packer->pack(type, w, rb, n_rows, 0, n_rows, k, pk);
-                    for (size_t c = 1; c < wcopies; c++) memcpy(pk + c * wmat, pk, wmat);
-                    wk = pk;
+                    cd->packer = entry.packer;
+                    cd->wmat = entry.packer->bytes(type, n_rows, k);
+                    cd->wrb = entry.packer->bytes(type, 16, k) / 16;
+                    cd->wcopies = (pool_mib << 20) / cd->wmat;
+                    cd->wcopies = cd->wcopies < 1 ? 1 : cd->wcopies;
+                    for (int j = 0; j < nc - 1 && cd->wk == w; j++)
+                        if (cs[j].packer == entry.packer) cd->wk = cs[j].wk;
+                    if (cd->wk == w) {
+                        cd->pk = must(aligned_alloc(64, (cd->wmat * cd->wcopies + 63) / 64 * 64),
+                                      cd->wmat * cd->wcopies);
+                        entry.packer->pack(type, w, rb, n_rows, 0, n_rows, k, cd->pk);
+                        for (size_t c = 1; c < cd->wcopies; c++) memcpy(cd->pk + c * cd->wmat, cd->pk, cd->wmat);
+                        cd->wk = cd->pk;
+                    }
                 }
                 /* spot check on the largest token count */
-                gemm(wk, wrb, n_rows, xa, ab, max_tok, y, n_rows, k);
+                cd->gemm(cd->wk, cd->wrb, n_rows, cd->xa, cd->ab, max_tok, y, n_rows, k);
                 double worst = 0.0;
                 for (int s = 0; s < 64; s++) {
                     const uint64_t r = urand() % n_rows, t = urand() % max_tok;
                     kipp_dequantize_row(type, w + r * rb, wd, k);
-                    kipp_cpu_act_to_f32(act, xa + t * ab, xd, k);
+                    kipp_cpu_act_to_f32(cd->act, cd->xa + t * cd->ab, xd, k);
                     double ref = 0.0, mag = 0.0;
                     for (uint64_t i = 0; i < k; i++) {
                         ref += (double)wd[i] * xd[i];
@@ -359,41 +389,54 @@ int main(int argc, char **argv) {
                     const double rel = fabs(y[t * n_rows + r] - ref) / (mag + 1e-30);
                     worst = rel > worst ? rel : worst;
                 }
-                printf("%-10s %-6s %-6s act %u  check %.2e%s\n", lname, kipp_type_name(type), vname, act, worst,
-                       worst > 1e-5 ? "  FAIL" : "");
+                printf("%-10s %-6s %-6s act %u  check %.2e%s\n", lname, kipp_type_name(type), cd->vname, cd->act,
+                       worst, worst > 1e-5 ? "  FAIL" : "");
                 if (worst > 1e-5) failed = 1;
-                for (int i = 0; i < ntoks; i++) {
-                    const uint64_t nt = toks[i], rows_x = (uint64_t)planes * nt;
-                    const size_t nc = nt == 1 ? wcopies : 1;
-                    size_t c = 0;
+            }
+        }
+        for (int i = 0; i < ntoks && nc; i++) {
+            const uint64_t nt = toks[i];
+            for (int j = 0; j < nc; j++) cs[j].t_sum = 0, cs[j].best = 1e30, cs[j].reps = 0, cs[j].c = 0;
+            const double slice = seconds / ROUNDS;
+            for (int round = 0; round < ROUNDS; round++)
+                for (int jj = 0; jj < nc; jj++) {
+                    cand *cd = &cs[(jj + round) % nc];
+                    const size_t ncp = nt == 1 ? cd->wcopies : 1;
+                    const double t_all = now_s();
                     long reps = 0;
-                    double best = 1e30, t_all = now_s();
-                    while (now_s() - t_all < seconds || reps < 3) {
+                    while (now_s() - t_all < slice || reps < 1) {
                         const double t0 = now_s();
-                        gemm(wk + c * wmat, wrb, n_rows, xa, ab, rows_x, y, n_rows, k);
+                        cd->gemm(cd->wk + cd->c * cd->wmat, cd->wrb, n_rows, cd->xa, cd->ab,
+                                 (uint64_t)cd->planes * nt, y, n_rows, k);
                         const double dt = now_s() - t0;
-                        best = dt < best ? dt : best;
-                        c = (c + 1) % nc;
+                        cd->best = dt < cd->best ? dt : cd->best;
+                        cd->c = (cd->c + 1) % ncp;
                         reps++;
                     }
-                    const double avg = (now_s() - t_all) / (double)reps, flop = 2.0 * n_rows * nt * k;
-                    result r = {lname, type, vname, nt, flop / avg * 1e-9, flop / best * 1e-9, 0.0};
-                    printf("%-10s %-6s %-6s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", lname,
-                           kipp_type_name(type), vname, (unsigned long long)k, (unsigned long long)n_rows,
-                           (unsigned long long)nt, r.gflops, r.best_gflops);
-                    if (nt == 1) {
-                        r.gbps = (double)wmat / avg * 1e-9;
-                        printf("  %6.1f GB/s weights (%zu MiB pool)", r.gbps, wmat * nc >> 20);
-                    }
-                    printf("\n");
-                    fflush(stdout);
-                    add_result(r);
+                    cd->t_sum += now_s() - t_all;
+                    cd->reps += reps;
                 }
-                free(xa);
-                free(pk);
+            for (int j = 0; j < nc; j++) {
+                const cand *cd = &cs[j];
+                const double avg = cd->t_sum / (double)cd->reps, flop = 2.0 * n_rows * nt * k;
+                result r = {cd->lname, type, cd->vname, nt, flop / avg * 1e-9, flop / cd->best * 1e-9, 0.0};
+                printf("%-10s %-6s %-6s k=%llu rows=%llu tok=%-4llu %8.1f GFLOP/s (best %6.1f)", cd->lname,
+                       kipp_type_name(type), cd->vname, (unsigned long long)k, (unsigned long long)n_rows,
+                       (unsigned long long)nt, r.gflops, r.best_gflops);
+                if (nt == 1) {
+                    r.gbps = (double)cd->wmat / avg * 1e-9;
+                    printf("  %6.1f GB/s weights (%zu MiB pool)", r.gbps, cd->wmat * cd->wcopies >> 20);
+                }
+                printf("\n");
+                add_result(r);
             }
-            free(w);
+            fflush(stdout);
         }
+        for (int j = 0; j < nc; j++) {
+            free(cs[j].xa);
+            free(cs[j].pk);
+        }
+        free(w);
     }
 
     /* what the auto table runs per type and token count, against the fastest level */
