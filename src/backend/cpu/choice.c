@@ -23,7 +23,8 @@
 
 /* From token count `from` on (up to the next rule's), the first of `prefer` (space-separated
  * kernel ids, best first) that the CPU runs: "LEVEL" (the level's own choice between its
- * few- and many-token kernels at that count), "LEVEL:gemm" or "LEVEL:many". */
+ * few- and many-token kernels at that count), "LEVEL:gemm" or "LEVEL:many"; "@FEATURE" after
+ * an id limits it to CPUs with that feature (kipp_cpu_features_string's name). */
 typedef struct {
     uint32_t from;
     const char *prefer;
@@ -38,34 +39,43 @@ typedef struct {
 } choice_row;
 
 /* The measurements: bench/results/kernels-epyc-avx512bf16.json, one thread of a 2-core AMD
- * EPYC with AVX-512, VNNI and BF16, k = 1024 x 3072 rows, GFLOP/s per token count 1 / 2 / 4 /
- * 8 / 16 / 64 / 512. Each level's figures on that machine stand in for the classes without
- * the higher levels (an AVX-512 CPU without VNNI runs the avx512 and avx2 rows; an AVX2
- * desktop the avx2 rows). */
+ * EPYC (Zen 4) with AVX-512, VNNI and BF16, and bench/results/kernels-xeon-amx.json, one
+ * thread of a 2-core Intel Xeon with AVX-512, VNNI, BF16, FP16 and AMX (levels timed
+ * interleaved); k = 1024 x 3072 rows, GFLOP/s per token count 1 / 2 / 4 / 8 / 16 / 64 / 512.
+ * The two disagree where 512-bit instructions run as two 256-bit halves (Zen 4): there the
+ * one-token float kernels stream faster at 256 bits, so those preferences are "LEVEL@zen4"
+ * first. Each level's figures stand in for the classes without the higher levels (an
+ * AVX-512 CPU without VNNI runs the avx512 and avx2 rows; an AVX2 desktop the avx2 rows). */
 static const choice_row rows[] = {
-    {KIPP_TYPE_F32, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}, {16, "avx2 avx512"}},
-     "1 token: avx2 9.1 vs avx512 7.3; 4-8: avx512 69-75 vs 23-25; 16-64: avx2 42-75 vs 28-59"},
-    {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
-     "1 token: avx2 21.9 vs avx512 11.4 (decode streams faster); 2+: avx512 55-106 vs 22-72"},
-    {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm avx512"}, {2, "avx512 avx2"}},
+    {KIPP_TYPE_F32, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {16, "avx2@zen4 avx512 avx2"}},
+     "EPYC: 1 token avx2 9.1 vs avx512 7.3; 4-8: avx512 69-75 vs 23-25; 16-64: avx2 42-75 vs 28-59. Xeon: "
+     "avx512 at every count (1: 7.2 vs 5.3; 16-512: 70-130 vs 40-69)"},
+    {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}},
+     "1 token: EPYC avx2 21.9 vs avx512 11.4 (decode streams faster at 256 bits there), Xeon avx512 13.7 vs "
+     "avx2 8.4; 2+: avx512 55-106 vs 22-72 (Xeon 52-138 vs 34-73)"},
+    {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}},
      "AMX tiles where the CPU has them (0.6B, 2 threads: prefill 276 tok/s against avx512vnni's 130, decode "
-     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: avx2 22.2 vs avx512 11.3 (decode "
-     "streams faster); 2+: avx512 54-104 vs 26-76"},
+     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: EPYC avx2 22.2 vs avx512 11.3 "
+     "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2+: avx512 54-104 vs 26-76"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
      "repacked int16 panels: avx512vnni's (vpdpwssd) 129-157 at 2+ tokens, avx2's 116-134 (the best "
      "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7); those are its 256-bit tile's, its 512-bit tile (16 rows x "
      "8 tokens, the same bits) is faster still and has no record of its own yet"},
-    {KIPP_TYPE_Q4_0, NULL, {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
-     "avx512vnni fastest at every count (32-128); without VNNI: avx512 to 4 tokens, avx2's "
-     "int16 panels from 8 (64-125 vs 52-62)"},
+    {KIPP_TYPE_Q4_0, NULL,
+     {{1, "avx512vnni avx512 avx2"}, {2, "avx512vnni@zen4 avx512 avx2"}, {4, "avx512vnni avx512 avx2"},
+      {8, "avx512vnni avx2:many avx512"}},
+     "EPYC: avx512vnni fastest at every count (32-128); without VNNI: avx512 to 4 tokens, avx2's "
+     "int16 panels from 8 (64-125 vs 52-62). Xeon: the same but at 2-3 tokens, where avx512 runs 52.6 "
+     "against avx512vnni's 39.8"},
     {KIPP_TYPE_Q4_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
      "repacked nibble panels: avx512vnni's 54.5 at 1 token and 111-142 at 2+ (its gemm 39.6 and "
      "52-108), avx2's 52.7 and 113-125 (avx512 gemm 40.0 and 29-67); avx512vnni's tile is now 512 bits "
      "wide, faster again (no record of its own yet)"},
     {KIPP_TYPE_Q6_K, NULL,
-     {{1, "avx2:gemm avx512vnni avx512"}, {2, "avx512vnni avx2:gemm avx512"}, {4, "avx512vnni avx512 avx2"},
-      {8, "avx512vnni avx2:many avx512"}},
-     "1 token: avx2 21.4 vs 19.5-20.1; 2+: avx512vnni 44-119; without VNNI: avx2 at 2, avx512 at 4, "
+     {{1, "avx2:gemm@zen4 avx512vnni avx512 avx2"}, {2, "avx512vnni avx2:gemm avx512"},
+      {4, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
+     "1 token: EPYC avx2 21.4 vs 19.5-20.1, Xeon avx512vnni 29.4 vs avx2 22.0; 2+: avx512vnni 44-119; "
+     "without VNNI: avx2 at 2, avx512 at 4, "
      "avx2's int16 panels from 8; not repacked: the packed panels run 13.3 at 1 token against 20.9 "
      "(decode), though 70-103 at 2-16"},
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
@@ -151,8 +161,10 @@ static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint3
         char id[32];
         snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), p);
         p += len + strspn(p + len, " ");
-        char *colon = strchr(id, ':');
+        char *at = strchr(id, '@'), *colon = strchr(id, ':');
+        if (at) *at = '\0';
         if (colon) *colon = '\0';
+        if (at && !kipp_cpu_feature_on(f, at + 1)) continue; /* "LEVEL@FEATURE": only with it */
         const kipp_cpu_kernels *lv = kipp_cpu_level_table(id);
         if (!lv || !kipp_cpu_level_runs(f, id)) continue;
         const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, type);

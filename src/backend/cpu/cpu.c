@@ -58,6 +58,7 @@ void kipp_cpu_features_detect(kipp_cpu_features *out) {
     /* the OS saves the YMM state (XCR0 bits 1-2), the AVX-512 state (5-7), AMX tiles (17-18) */
     const uint64_t x = osxsave ? xcr0() : 0;
     const int ymm = avx && (x & 6) == 6, zmm = ymm && (x & 0xe0) == 0xe0, tiles = (x & 0x60000) == 0x60000;
+    const uint32_t family = (a >> 8 & 0xf) == 0xf ? 0xf + (a >> 20 & 0xff) : a >> 8 & 0xf;
     out->fma = ymm && (c >> 12 & 1);
     out->f16c = ymm && (c >> 29 & 1);
     uint32_t max_leaf = __get_cpuid_max(0, NULL);
@@ -70,6 +71,9 @@ void kipp_cpu_features_detect(kipp_cpu_features *out) {
     out->avx512vl = zmm && (b >> 31 & 1);
     out->avx512vnni = zmm && (c >> 11 & 1);
     out->avx512fp16 = zmm && (d >> 23 & 1);
+    uint32_t v[4];
+    __cpuid(0, v[0], v[1], v[3], v[2]); /* the vendor string is EBX EDX ECX */
+    out->zen4 = out->avx512f && family == 0x19 && !memcmp(&v[1], "AuthenticAMD", 12);
     /* tiles usable: the CPU has them, the OS saves them, and it lets this process use them */
     const int amx = tiles && (d >> 24 & 1) && amx_permitted();
     out->amx_bf16 = amx && (d >> 22 & 1);
@@ -112,7 +116,7 @@ static const struct {
     F(avx512bw, "avx512bw"), F(avx512vl, "avx512vl"), F(avx512vnni, "avx512vnni"), F(avxvnni, "avxvnni"),
     F(avx512bf16, "avx512bf16"), F(avx512fp16, "avx512fp16"), F(amx_tile, "amx-tile"), F(amx_int8, "amx-int8"),
     F(amx_bf16, "amx-bf16"), F(neon, "neon"),         F(dotprod, "dotprod"),     F(i8mm, "i8mm"),
-    F(bf16, "bf16"),         F(sve, "sve"),
+    F(bf16, "bf16"),         F(sve, "sve"),           F(zen4, "zen4"),
 #undef F
 };
 #define N_FEATURES (sizeof feature_names / sizeof feature_names[0])
@@ -143,6 +147,12 @@ kipp_status kipp_cpu_features_parse(const char *list, kipp_cpu_features *out, ch
         p += strspn(p, " ,");
     }
     return KIPP_OK;
+}
+
+int kipp_cpu_feature_on(const kipp_cpu_features *f, const char *name) {
+    for (size_t i = 0; i < N_FEATURES; i++)
+        if (!strcmp(feature_names[i].name, name)) return ((const uint8_t *)f)[feature_names[i].off];
+    return 0;
 }
 
 int kipp_cpu_level_runs(const kipp_cpu_features *f, const char *isa) {

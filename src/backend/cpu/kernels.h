@@ -236,6 +236,10 @@ typedef struct {
     uint8_t avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni, avx512bf16, avx512fp16;
     uint8_t amx_tile, amx_int8, amx_bf16;
     uint8_t neon, dotprod, i8mm, bf16, sve;
+    /* not an instruction set: an AMD Zen 4 (family 19h with AVX-512), whose 512-bit
+     * instructions run as two 256-bit halves; its one-token float kernels stream faster at
+     * 256 bits (choice.c's rules name it "LEVEL@zen4") */
+    uint8_t zen4;
 } kipp_cpu_features;
 
 void kipp_cpu_features_detect(kipp_cpu_features *out);
@@ -246,6 +250,8 @@ void kipp_cpu_features_string(const kipp_cpu_features *f, char *out, size_t cap)
 kipp_status kipp_cpu_features_parse(const char *list, kipp_cpu_features *out, char *err, size_t err_len);
 /* 1 when a CPU with features f runs the named level (scalar, avx2, avx512, avx512vnni, neon). */
 int kipp_cpu_level_runs(const kipp_cpu_features *f, const char *isa);
+/* 1: f has the feature named as kipp_cpu_features_string writes it (0 for an unknown name) */
+int kipp_cpu_feature_on(const kipp_cpu_features *f, const char *name);
 
 /* What a table runs for one weight type: repacked at load (packed: one kernel, the packing
  * level's, for every token count), or from range[i].min_tok tokens on (ascending, the first
