@@ -44,21 +44,51 @@ static size_t amx_bytes_bf16(uint32_t type, uint64_t rows, uint64_t k) {
     return (size_t)((rows + 15) / 16 * 16 * k * 2);
 }
 
+/* Transposes the 16 x 16 matrix of 32-bit words in r: four stages, stage b swapping bit b of
+ * the row index with bit b of the column index (the off-diagonal b x b blocks of every 2b x
+ * 2b block), so after all four each word (i, j) sits at (j, i). */
+static inline void transpose16(__m512i r[16], const __m512i idx[4][2]) {
+    for (int s = 0, b = 8; s < 4; s++, b >>= 1)
+        for (int i = 0; i < 16; i++) {
+            if (i & b) continue;
+            const __m512i a = r[i], c = r[i + b];
+            r[i] = _mm512_permutex2var_epi32(a, idx[s][0], c);
+            r[i + b] = _mm512_permutex2var_epi32(a, idx[s][1], c);
+        }
+}
+
+/* transpose16's word selections: per stage (b = 8, 4, 2, 1) row i's (its own words where
+ * bit b of the column is clear, row i + b's moved up where set) and row i + b's */
+static void transpose16_idx(__m512i idx[4][2]) {
+    for (int s = 0, b = 8; s < 4; s++, b >>= 1) {
+        int32_t lo[16], hi[16];
+        for (int c = 0; c < 16; c++) {
+            lo[c] = c & b ? 16 | (c - b) : c;
+            hi[c] = c & b ? 16 | c : c + b;
+        }
+        idx[s][0] = _mm512_loadu_si512(lo);
+        idx[s][1] = _mm512_loadu_si512(hi);
+    }
+}
+
 /* Rows [r0, r1) (r0 a multiple of 16) into out (the whole tensor's packed buffer); a last
- * group's rows past n_rows are zeros */
+ * group's rows past n_rows are zeros. A pair of bf16 is one 32-bit word, so each tile is a
+ * 16 x 16 transpose of words: 16 rows' 64 bytes in, 16 lines out. */
 static void amx_pack_bf16(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
                           uint64_t k, void *out) {
     (void)type;
+    __m512i idx[4][2];
+    transpose16_idx(idx);
     for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
-        /* a pair of bf16 is one 32-bit word: per 32 elements a 16 x 16 transpose of words */
         uint32_t *grp = (uint32_t *)((uint16_t *)out + g0 * k);
-        for (uint64_t n = 0; n < 16; n++) {
-            const char *row = g0 + n < n_rows ? (const char *)w + (g0 + n) * wrb : NULL;
-            for (uint64_t j = 0; j < k / 2; j++) { /* pair j: tile j / 16, line j % 16 */
-                uint32_t v = 0;
-                if (row) memcpy(&v, row + 4 * j, 4);
-                grp[j / 16 * 256 + j % 16 * 16 + n] = v;
-            }
+        const char *row[16];
+        for (uint64_t n = 0; n < 16; n++) row[n] = g0 + n < n_rows ? (const char *)w + (g0 + n) * wrb : NULL;
+        for (uint64_t t = 0; t < k / 32; t++) { /* tile t: pairs 16t .. 16t + 15 of each row */
+            __m512i r[16];
+            for (int n = 0; n < 16; n++)
+                r[n] = row[n] ? _mm512_loadu_si512(row[n] + 64 * t) : _mm512_setzero_si512();
+            transpose16(r, idx);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512(grp + t * 256 + (uint64_t)i * 16, r[i]);
         }
     }
 }
