@@ -644,9 +644,7 @@ def cls_nonreading_stream(b) -> dict:
         srv_side = socks.get((srv.port, cport))
         cli_side = socks.get((cport, srv.port))
         try:
-            mm = srv.metrics()
-            gen = mm.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total") \
-                - (run.seg.probe.tokens - probe_tok0)
+            gen = _generated_less_probes(run, srv.metrics(), m0, probe_tok0)
         except (OSError, sc.ServerError, http.client.HTTPException, TypeError):
             gen = None
         trace.append({"t_s": round(time.monotonic() - t0, 2), "server_state": srv_side[0] if srv_side else None,
@@ -716,14 +714,21 @@ def cls_nonreading_stream(b) -> dict:
     return run.record()
 
 
+def _generated_less_probes(run, mm, m0, probe_tok0) -> float:
+    """Tokens the server generated between the /metrics scrapes m0 and mm, less those of the
+    plain probes finished since probe_tok0 (a probe in flight counts until it finishes: at
+    most its 4 tokens). TypeError when a scrape lacks the counter."""
+    probes = run.seg.probe.tokens - probe_tok0 if run.seg.probe else 0
+    return mm.get("kipp_generated_tokens_total") - m0.get("kipp_generated_tokens_total") - probes
+
+
 def _big_progress(run, m0, probe_tok0) -> dict:
     """The server's state for a long request: tokens generated since m0 less the plain probes'
-    (a probe in flight counts until it finishes: at most its 4 tokens), running and queued
-    sequences, KV blocks in use, fair preemptions."""
+    (_generated_less_probes), running and queued sequences, KV blocks in use, fair
+    preemptions."""
     mm = run.srv.metrics()
     g = lambda k: mm.get(k) or 0  # noqa: E731
-    return {"generated": int(g("kipp_generated_tokens_total") - (m0.get("kipp_generated_tokens_total") or 0)
-                             - (run.seg.probe.tokens - probe_tok0 if run.seg.probe else 0)),
+    return {"generated": int(_generated_less_probes(run, mm, m0, probe_tok0)),
             "running": int(g("kipp_running_sequences")), "queued": int(g("kipp_queue_depth")),
             "kv_blocks_used": int(g("kipp_kv_blocks_used")),
             "preempted": int(g("kipp_requests_preempted_total") - (m0.get("kipp_requests_preempted_total") or 0)),

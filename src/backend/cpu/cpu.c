@@ -133,12 +133,18 @@ void kipp_cpu_features_string(const kipp_cpu_features *f, char *out, size_t cap)
     if (n == 0 && cap) snprintf(out, cap, "none");
 }
 
+/* The index in feature_names of the name p[0..len), N_FEATURES when none. */
+static size_t feature_index(const char *p, size_t len) {
+    size_t i = 0;
+    while (i < N_FEATURES && !(strlen(feature_names[i].name) == len && !strncmp(p, feature_names[i].name, len))) i++;
+    return i;
+}
+
 kipp_status kipp_cpu_features_parse(const char *list, kipp_cpu_features *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     for (const char *p = list + strspn(list, " ,"); *p;) {
         const size_t len = strcspn(p, " ,");
-        size_t i = 0;
-        while (i < N_FEATURES && !(strlen(feature_names[i].name) == len && !strncmp(p, feature_names[i].name, len))) i++;
+        const size_t i = feature_index(p, len);
         if (i < N_FEATURES)
             ((uint8_t *)out)[feature_names[i].off] = 1;
         else if (!(len == 4 && !strncmp(p, "none", 4)))
@@ -150,9 +156,8 @@ kipp_status kipp_cpu_features_parse(const char *list, kipp_cpu_features *out, ch
 }
 
 int kipp_cpu_feature_on(const kipp_cpu_features *f, const char *name) {
-    for (size_t i = 0; i < N_FEATURES; i++)
-        if (!strcmp(feature_names[i].name, name)) return ((const uint8_t *)f)[feature_names[i].off];
-    return 0;
+    const size_t i = feature_index(name, strlen(name));
+    return i < N_FEATURES && ((const uint8_t *)f)[feature_names[i].off];
 }
 
 int kipp_cpu_level_runs(const kipp_cpu_features *f, const char *isa) {
