@@ -58,9 +58,9 @@ int kipp_step_fit_plane(const kipp_step_fit *f, double fallback_b, double *a, do
     return 1;
 }
 
-uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint32_t *progress,
-                          const double *cost, double share, double a, double ghost, kipp_fair_state *st,
-                          uint8_t *keep) {
+uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, const uint8_t *bulk,
+                          const uint32_t *progress, const double *cost, const double *inc, double share, double a,
+                          double ghost, kipp_fair_state *st, uint8_t *keep) {
     uint32_t n_cand = 0, heavy = 0, light = 0;
     double fixed = 0;
     int bad = 0; /* a cost that is no price: no cap */
@@ -77,15 +77,17 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
             pre += kind[i] == KIPP_FAIR_PREFILL;
         }
         if (dec + pre == 0) continue;
-        heavy += dec > 1;
-        light += dec + pre == 1;
+        const int is_heavy = dec > 1 || (dec && bulk && bulk[g]);
+        heavy += is_heavy;
+        light += !is_heavy && dec + pre == 1 && !(bulk && bulk[g]);
         for (uint32_t i = g; i < n; i++) {
             if (grp[i] != g || !keep[i]) continue;
-            if (dec > 1) keep[i] = 2; /* a heavy request's: the pool */
+            if (is_heavy) keep[i] = 2; /* a heavy request's: the pool */
             else fixed += cost[i];
             bad |= !(cost[i] >= 0 && cost[i] < INFINITY); /* NaN too */
         }
     }
+    for (uint32_t k = 0; inc && k < n; k++) bad |= !(inc[k] >= 0 && inc[k] < INFINITY);
     const int ghosted = ghost > 0 && heavy && !light;
     double left = ghosted ? (1 + share) * (a + ghost) - a : share * (a + fixed);
     left += st->credit;
@@ -106,11 +108,12 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
         for (uint32_t i = 0; i < n; i++)
             if (keep[i] == 2 && (best == n || progress[i] < progress[best])) best = i;
         if (best == n) break;
-        if (!(cost[best] <= left * (1 + 1e-12) + 1e-15) && !(force && took == 0)) { /* exact fits stay in */
+        const double price = cost[best] + (inc ? inc[took] : 0);
+        if (!(price <= left * (1 + 1e-12) + 1e-15) && !(force && took == 0)) { /* exact fits stay in */
             cut = 1;
             break;
         }
-        left -= cost[best];
+        left -= price;
         keep[best] = 3;
         kept++, took++;
     }
@@ -118,6 +121,37 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
     st->waited = took ? 0 : st->waited + 1;
     for (uint32_t i = 0; i < n; i++) keep[i] = keep[i] == 3;
     return kept;
+}
+
+void kipp_fair_rows_add(kipp_fair_rows *r, uint32_t n, double dt) {
+    if (n == 0 || n > r->n_max || !(dt > 0) || !isfinite(dt)) return;
+    if (!(r->speed > 0)) r->speed = 1;
+    if (r->seen[n]) {
+        r->speed += KIPP_FAIR_ROWS_ALPHA_S * (dt / r->g[n] - r->speed);
+        r->g[n] += KIPP_FAIR_ROWS_ALPHA_G * (dt / r->speed - r->g[n]);
+    } else {
+        r->g[n] = dt / r->speed;
+        r->seen[n] = 1;
+    }
+}
+
+double kipp_fair_rows_at(const kipp_fair_rows *r, uint32_t n, double slope) {
+    if (n == 0) return 0;
+    uint32_t lo = 0, hi = 0; /* nearest measured below and above (0: none) */
+    for (uint32_t k = 1; k <= r->n_max; k++) {
+        if (!r->seen[k]) continue;
+        if (k == n) return r->speed * r->g[k];
+        if (k < n) lo = k;
+        else if (!hi) hi = k;
+    }
+    const double s = r->speed;
+    if (lo && hi) return s * (r->g[lo] + (r->g[hi] - r->g[lo]) * (double)(n - lo) / (double)(hi - lo));
+    if (lo) return s * r->g[lo] + slope * (double)(n - lo);
+    if (hi) {
+        const double v = s * r->g[hi] - slope * (double)(hi - n);
+        return v > 0 ? v : 0;
+    }
+    return -1;
 }
 
 double kipp_fair_draw_cost(double draw_s, int n_host) {

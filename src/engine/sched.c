@@ -54,7 +54,11 @@
  * budget (it is interactive: chunking a short prompt beside decoders would cost it a step
  * per chunk), and the prompts after it get only the beside-decoders budget, as it decodes
  * from the next step on. Measured on the 0.6B shape beside four decoding rows: a 22-token
- * chat prompt took three steps (14 + 16 + 6 tokens, 0.28 s) and now takes one (0.14 s). */
+ * chat prompt took three steps (14 + 16 + 6 tokens, 0.28 s) and now takes one (0.14 s).
+ * A one-sequence prompt that does not fit the alone budget is read in chunks of it while
+ * only bulk rows (n > 1 requests') decode beside it, which yield to it anyway (the 22-token
+ * prompt under the busy bound: 16 + 6 where it took 5 + 5 + 12); beside a one-sequence
+ * decoder, in chunks of the beside-decoders budget. */
 #define PREFILL_SHARE 0.5 /* the default kipp_sched_params.prefill_share */
 #define PREFILL_MIN 16u
 #define PREFILL_MIN_BESIDE 4u
@@ -187,11 +191,13 @@ struct kipp_sched {
                                       KV positions read */
     double fit_a, fit_b, fit_c;    /* the step model fair_rows last used (the trace shows it) */
     double fit_kv;                 /* KV positions the step's decoding rows read */
+    kipp_fair_rows rows;           /* decode-only step seconds by rows (fair.h) */
+    double *inc;                   /* [max_running] fair_rows scratch: what each pool row adds */
     double par_s;                  /* this step's parallel row phase (sample_rows), seconds */
     double light_row_s;            /* one-sequence requests' row phase, decayed mean (the
                                       expected light request's price) */
     uint32_t *grp, *progress;      /* [max_running] fair_rows scratch */
-    uint8_t *kind, *keep;
+    uint8_t *kind, *keep, *bulk;
     double *cost;
     kipp_fair_state fair_st;       /* what the heavy requests' pool carries between steps */
     /* speculative decoding */
@@ -214,6 +220,7 @@ struct kipp_sched {
     kipp_req *mq_head, *mq_tail;
     double inline_left;      /* engine thread: this step's inline grammar time left */
     FILE *trace;             /* KIPP_STEP_TRACE: a line per step (engine thread) */
+    int trace_rows;          /* KIPP_STEP_TRACE_ROWS=1: and a line per running sequence */
     double t_trace0;
 };
 
@@ -855,10 +862,11 @@ static uint64_t prompt_key(const kipp_req *r) {
  * chunks within the step's budget. Returns the batch size; b_chunk[i] is running[i]'s
  * share, b_row[i] its first logits row; *n_logits_rows the rows that want logits. */
 static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
-    uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens, n_pre = 0;
+    uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens, n_pre = 0, light_dec = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (r->wait_mask || r->hold) continue; /* with the mask thread, or paused */
+        light_dec += r->state == KIPP_REQ_DECODE && !r->p.group;
         if (r->state != KIPP_REQ_DECODE) { /* insertion: one-sequence first, then shortest, stable */
             const uint64_t key = prompt_key(r);
             uint32_t j = n_pre++;
@@ -899,6 +907,12 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
             chunk = rem; /* whole; it decodes next step: the rest get the beside budget */
             const uint32_t room = whole - (s->b_prefill + chunk); /* and never past whole */
             budget = beside < room ? beside : room;
+        } else if (!r->p.group && !light_dec && s->b_prefill < whole) {
+            /* too long for one step, and only bulk rows decode (they yield to a
+             * one-sequence request anyway): chunks of the alone budget */
+            const uint32_t room = whole - s->b_prefill;
+            chunk = rem < room ? rem : room;
+            budget = beside < room - chunk ? beside : room - chunk;
         } else {
             budget -= chunk;
         }
@@ -953,6 +967,7 @@ static uint32_t fair_rows(kipp_sched *s) {
                      : r->state == KIPP_REQ_DECODE ? KIPP_FAIR_DECODE
                      : r->state == KIPP_REQ_PREFILL ? KIPP_FAIR_PREFILL : KIPP_FAIR_OUT;
         s->progress[i] = r->n_gen;
+        s->bulk[i] = r->p.group != 0;
     }
     double a = 0, b = 0, c = 0;
     if (s->p.fair_slope > 0) b = s->p.fair_slope;
@@ -962,15 +977,33 @@ static uint32_t fair_rows(kipp_sched *s) {
      * host threads (a sibling's where the sequence has drawn none yet; a fixed model, the
      * gates' --fair-slope, prices the forward alone) */
     const int own = s->p.fair_slope <= 0;
+    /* a step of m rows is priced at the table's m (fair.h: kipp_fair_rows) where it has
+     * measured steps, each row then at its KV term and draw, each pool row at the step it
+     * adds; the plane's line until then */
+    const int tab = own && s->p.fair_share >= 0 && (a > 0 || b > 0) && kipp_fair_rows_at(&s->rows, 1, b) > 0;
+    uint32_t light = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const kipp_req *r = s->running[i];
         const double draw = own ? kipp_fair_draw_cost(row_seconds(s, i), s->n_host) : 0;
-        s->cost[i] = b + c * (r->n_fed + 1) + draw;
+        s->cost[i] = (tab ? 0 : b) + c * (r->n_fed + 1) + draw;
+        light += s->kind[i] == KIPP_FAIR_DECODE && !s->bulk[i];
     }
     s->fit_a = a, s->fit_b = b, s->fit_c = c;
-    const double ghost = b + c + (own ? kipp_fair_draw_cost(s->light_row_s, s->n_host) : 0);
-    const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->progress, s->cost, s->p.fair_share, a,
-                                           s->light_expected ? ghost : 0, &s->fair_st, s->keep);
+    const double ghost = (tab ? 0 : b) + c + (own ? kipp_fair_draw_cost(s->light_row_s, s->n_host) : 0);
+    const double *inc = NULL;
+    if (tab) { /* light rows present: the step of theirs; expected: a step of one, the pool's first row in its place */
+        a = kipp_fair_rows_at(&s->rows, light ? light : 1, b);
+        for (uint32_t k = 0; k < s->n_running; k++) {
+            const uint32_t m = light + k; /* rows before this one */
+            const double d = !light && k == 0 ? 0 : kipp_fair_rows_at(&s->rows, m + 1, b) - kipp_fair_rows_at(&s->rows, m, b);
+            /* a row is never priced under half the plane's: measured noise can order two
+             * counts' steps the wrong way round, which must not make a row free */
+            s->inc[k] = !light && k == 0 ? 0 : d > 0.5 * b ? d : 0.5 * b;
+        }
+        inc = s->inc;
+    }
+    const uint32_t kept = kipp_fair_select(s->n_running, s->grp, s->kind, s->bulk, s->progress, s->cost, inc,
+                                           s->p.fair_share, a, s->light_expected ? ghost : 0, &s->fair_st, s->keep);
     s->fit_kv = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
@@ -1407,13 +1440,26 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
     if (published) pthread_cond_broadcast(&s->any);
     pthread_mutex_unlock(&s->mu);
     /* the model is of the step without its parallel draws, which each row brings at its own price */
-    if (st == KIPP_OK && s->b_prefill == 0)
-        kipp_step_fit_add(&s->fit, n_dec, s->fit_kv, now_s() - t_step - (s->p.fair_slope <= 0 ? s->par_s : 0));
+    if (st == KIPP_OK && s->b_prefill == 0) {
+        const double dt = now_s() - t_step - (s->p.fair_slope <= 0 ? s->par_s : 0);
+        kipp_step_fit_add(&s->fit, n_dec, s->fit_kv, dt);
+        if (s->p.fair_slope <= 0) kipp_fair_rows_add(&s->rows, n_dec, dt - s->fit_c * s->fit_kv);
+    }
     if (s->trace) {
         uint32_t waiting = 0, held = 0;
         for (uint32_t i = 0; i < s->n_running; i++) waiting += s->running[i]->wait_mask != 0, held += s->running[i]->hold != 0;
-        fprintf(s->trace, "%.6f %.6f %.6f %.6f %u %u %u %u %u %u %.6f %.6f %.3e\n", t_step - s->t_trace0, t0 - t_step,
-                t - t0, now_s() - t, n, n_dec, s->b_prefill, s->n_running, waiting, held, s->fit_a, s->fit_b, s->fit_c);
+        const double t1 = kipp_fair_rows_at(&s->rows, 1, s->fit_b), t2 = kipp_fair_rows_at(&s->rows, 2, s->fit_b);
+        fprintf(s->trace, "%.6f %.6f %.6f %.6f %u %u %u %u %u %u %.6f %.6f %.3e %.6f %.6f\n", t_step - s->t_trace0,
+                t0 - t_step, t - t0, now_s() - t, n, n_dec, s->b_prefill, s->n_running, waiting, held, s->fit_a, s->fit_b,
+                s->fit_c, t1 > 0 ? t1 : 0, t2 > 0 ? t2 : 0);
+        if (s->trace_rows) {
+            for (uint32_t i = 0; i < s->n_running; i++) {
+                const kipp_req *r = s->running[i];
+                fprintf(s->trace, "  R %u g%llu.%u st%d ch%u fed%u all%u gen%u hold%d\n", i, (unsigned long long)r->p.group,
+                        r->p.sibling, (int)r->state, s->b_chunk[i], r->n_fed, r->n_all, r->n_gen, r->hold);
+            }
+            fprintf(s->trace, "  Q %u\n", s->n_queue);
+        }
     }
 }
 
@@ -1578,6 +1624,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     const char *trace_path = getenv("KIPP_STEP_TRACE");
     if (trace_path && *trace_path) {
         s->trace = fopen(trace_path, "w");
+        const char *rows = getenv("KIPP_STEP_TRACE_ROWS");
+        s->trace_rows = rows && strcmp(rows, "1") == 0;
         if (s->trace) setvbuf(s->trace, NULL, _IOLBF, 0);
         else fprintf(stderr, "kipp: KIPP_STEP_TRACE: cannot write '%s': %s (no step trace)\n", trace_path,
                      strerror(errno));
@@ -1644,8 +1692,14 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->progress = calloc(p.max_running, sizeof *s->progress);
     s->kind = calloc(p.max_running, 1);
     s->keep = calloc(p.max_running, 1);
+    s->bulk = calloc(p.max_running, 1);
+    s->inc = calloc(p.max_running, sizeof *s->inc);
+    s->rows.n_max = p.max_running;
+    s->rows.g = calloc(p.max_running + 1, sizeof *s->rows.g);
+    s->rows.seen = calloc(p.max_running + 1, 1);
     s->cost = calloc(p.max_running, sizeof *s->cost);
-    if (!s->hsc || !s->hraw || !s->par || !s->ord || !s->grp || !s->progress || !s->kind || !s->keep || !s->cost) {
+    if (!s->hsc || !s->hraw || !s->par || !s->ord || !s->grp || !s->progress || !s->kind || !s->keep || !s->bulk || !s->cost || !s->inc ||
+        !s->rows.g || !s->rows.seen) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -1741,6 +1795,10 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->progress);
     free(s->cost);
     free(s->kind);
+    free(s->bulk);
+    free(s->inc);
+    free(s->rows.g);
+    free(s->rows.seen);
     free(s->keep);
     if (s->trace) fclose(s->trace);
     free(s);

@@ -477,15 +477,19 @@ static void gate_short_prompt_first(kipp_model *m, const prompts *p, const kipp_
  * presence caps other prompts at the beside-decoders budget (prefill_share ~0: 4 tokens a
  * step): with D decoding, a 40-token prompt gets its first token within 2 steps of its
  * submission (the step in flight, then its own), where 4-token chunks took 10; the same
- * prompt as a sibling of an n > 1 request is still read in chunks (at least 10 steps). */
+ * prompt as a sibling of an n > 1 request is still read in chunks (at least 10 steps).
+ * Over a 16-token alone budget it goes in 16-token chunks (3 steps, 4 with the one in
+ * flight) when only bulk rows decode beside it (D the last sequence of an n > 1 request),
+ * and in 4-token chunks beside a one-sequence decoder (at least 7 steps). */
 static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_sched_params *base) {
     int32_t longp[128];
     long_prompt(p, longp, 128);
-    uint64_t took[2] = {0, 0};
-    for (int heavy = 0; heavy < 2; heavy++) {
+    uint64_t took[4] = {0, 0, 0, 0};
+    for (int mode = 0; mode < 4; mode++) {
+        const int heavy = mode == 1, bulk_dec = mode == 2;
         char err[KIPP_ERR_LEN];
         kipp_sched_params sp = *base;
-        sp.batch_tokens = 256;
+        sp.batch_tokens = mode >= 2 ? 16 : 256; /* 2, 3: the alone budget under the prompt */
         sp.prefix_cache_entries = 0;
         sp.prefill_step_s = -1.0;
         sp.prefill_busy_s = -1.0; /* two arrivals within 2 s: the busy bound (0.1 s) would cut the
@@ -500,6 +504,7 @@ static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_
         rd.prompt = longp + 80; /* 24 tokens: a prompt-heavy step measures seconds per token */
         rd.n_prompt = 24;
         rd.max_tokens = 120;
+        if (bulk_dec) rd.group = 78; /* the last sequence of an n > 1 request */
         rt.prompt = longp;
         rt.n_prompt = 40;
         rt.max_tokens = 2;
@@ -514,7 +519,7 @@ static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_
                 for (int k = 0; k < kt_scaled(600) && nt == 0; k++) nt = kipp_req_wait(t, 0, 100, &fin);
                 /* counted by the engine: a waiter that wakes late adds nothing */
                 const int64_t n_steps = kipp_req_steps_to_first(t);
-                took[heavy] = n_steps > 0 ? (uint64_t)n_steps : 0;
+                took[mode] = n_steps > 0 ? (uint64_t)n_steps : 0;
                 const uint32_t dn = kipp_req_wait(d, 0, 0, &fin);
                 KT_CHECK(nt > 0 && fin == KIPP_FINISH_NONE && dn < rd.max_tokens,
                          "whole prompt: %u tokens, the decoder %s (it must decode throughout)", nt,
@@ -535,6 +540,10 @@ static void gate_whole_light_prompt(kipp_model *m, const prompts *p, const kipp_
              "steps after its submission (want 1-2: read whole)", (unsigned long long)took[0]);
     KT_CHECK(took[1] >= 10, "the same prompt as a sibling of an n > 1 request: first token after %llu steps "
              "(want >= 10: 4-token chunks beside the decoder)", (unsigned long long)took[1]);
+    KT_CHECK(took[2] >= 3 && took[2] <= 4, "a one-sequence 40-token prompt over a 16-token budget beside a bulk "
+             "decoder: first token after %llu steps (want 3-4: 16-token chunks)", (unsigned long long)took[2]);
+    KT_CHECK(took[3] >= 7, "the same beside a one-sequence decoder: first token after %llu steps (want >= 7: "
+             "4-token chunks, the decoder's steps kept short)", (unsigned long long)took[3]);
 }
 
 /* Submits an n-sequence request of prompt 2 (siblings of `group`, greedy) into g[], then a

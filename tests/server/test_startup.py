@@ -218,15 +218,34 @@ def test_kv_memory_is_a_ceiling_in_whole_blocks():
 def test_step_trace(tmp_path):
     """KIPP_STEP_TRACE=FILE: a line per engine step in the order docs/server.md gives; the
     prompt-token column adds up to the prompt and the decoding column to the tokens after
-    the first; an unwritable path is named on stderr and the server runs without a trace."""
+    the first; with KIPP_STEP_TRACE_ROWS=1 a line per running sequence follows each step's,
+    its tokens in the step adding up the same but for the step that finished it (the lines
+    list the sequences running after the step); an unwritable path is named on stderr and the
+    server runs without a trace."""
     path = tmp_path / "steps.txt"
     s = start("step-trace", "--threads", "1", "-c", "128", "--parallel", "2", "--no-prefix-cache",
-              env={"KIPP_STEP_TRACE": str(path)})
+              env={"KIPP_STEP_TRACE": str(path), "KIPP_STEP_TRACE_ROWS": "1"})
     js = s.complete("one two three four five six", max_tokens=5, temperature=0, ignore_eos=True)
     stop(s)
-    rows = [line.split() for line in path.read_text().splitlines()]
-    assert rows and all(len(r) == 13 for r in rows), rows[:3]
-    assert all(float(x) >= 0 for r in rows for x in r[10:]), rows                 # step model a, b, c
+    lines = path.read_text().splitlines()
+    rows = [line.split() for line in lines if not line.startswith(" ")]
+    # KIPP_STEP_TRACE_ROWS=1: after each step a line per running sequence, then the queue's
+    seqs = []
+    for line in lines:
+        if not line.startswith(" "):
+            seqs.append([])
+        elif line.startswith("  R "):
+            seqs[-1].append(line.split())
+        else:
+            assert line.startswith("  Q "), line
+    assert [len(q) for q in seqs] == [int(r[7]) for r in rows], lines[:12]
+    # the sequences still running after each step: the last step's, which finished the request, is not listed
+    assert sum(int(q[0][4][2:]) for q in seqs if q) == js["usage"]["prompt_tokens"] + js["usage"]["completion_tokens"] - 2
+    assert not seqs[-1] and all(seqs[:-1]), lines[-6:]
+    assert all(q[0][2] == "g0.0" for q in seqs if q), lines[:12]
+    assert rows and all(len(r) == 15 for r in rows), rows[:3]
+    assert all(float(x) >= 0 for r in rows for x in r[10:]), rows        # step model a, b, c; 1-, 2-row steps
+    assert float(rows[-1][13]) > 0, rows    # the one-row step measured by the last step (decode only)
     assert all(float(r[2]) > 0 for r in rows if int(r[4]) > 0), rows       # forward seconds
     assert sum(int(r[6]) for r in rows) == js["usage"]["prompt_tokens"], rows
     assert sum(int(r[5]) for r in rows) == js["usage"]["completion_tokens"] - 1, rows

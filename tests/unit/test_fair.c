@@ -23,7 +23,7 @@ static uint32_t sel(uint32_t n, const uint32_t *grp, const uint8_t *kind, const 
     double cost[64];
     for (uint32_t i = 0; i < n && i < 64; i++) cost[i] = b;
     kipp_fair_state st = {0};
-    return kipp_fair_select(n, grp, kind, progress, cost, share, a, 0, &st, keep);
+    return kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, share, a, 0, &st, keep);
 }
 
 static void test_fit(void) {
@@ -151,7 +151,7 @@ static void test_rotation(void) {
     kipp_fair_state st = {0};
     const uint32_t n = layout(grp, kind, (const uint32_t[]){N, 1}, 2);
     for (int step = 0; step < 1200; step++) {
-        const uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, 0.5, 0.04, 0, &st, keep);
+        const uint32_t k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.5, 0.04, 0, &st, keep);
         KT_CHECK(k == 3 || k == 4, "step %d kept %u (0.025 a step: two rows, three with the carry)", step, k);
         rows += k - 1;
         for (uint32_t i = 0; i < n; i++) {
@@ -179,7 +179,7 @@ static void test_carry(void) {
     kipp_fair_state st = {0};
     uint32_t rows = 0, gap = 0, worst_gap = 0, most = 0;
     for (int step = 0; step < 320; step++) {
-        const uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, 0.03, 0, &st, keep);
+        const uint32_t k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, 0.03, 0, &st, keep);
         const uint32_t pool = k - keep[4];
         KT_CHECK(keep[4], "step %d: the light request lost its row", step);
         most = pool > most ? pool : most;
@@ -193,7 +193,7 @@ static void test_carry(void) {
     st = (kipp_fair_state){0};
     rows = 0;
     for (int step = 0; step < 90; step++) {
-        const uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, 0.0, 0.03, 0, &st, keep);
+        const uint32_t k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.0, 0.03, 0, &st, keep);
         const uint32_t pool = k - keep[4];
         KT_CHECK(pool == ((step + 1) % (KIPP_FAIR_MAX_WAIT + 1) == 0), "share 0, step %d: %u rows", step, pool);
         rows += pool;
@@ -202,7 +202,7 @@ static void test_carry(void) {
     /* the light request gone, none expected: uncapped, and the carry is dropped */
     kind[4] = KIPP_FAIR_OUT;
     st.credit = 1.0, st.waited = 3;
-    KT_CHECK(kipp_fair_select(n, grp, kind, progress, cost, 0.25, 0.03, 0, &st, keep) == 4 && st.credit == 0 &&
+    KT_CHECK(kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, 0.03, 0, &st, keep) == 4 && st.credit == 0 &&
                  st.waited == 0, "uncapped: carry %g, waited %u", st.credit, st.waited);
 }
 
@@ -226,7 +226,7 @@ static void test_random(void) {
         const double share = urand(4) * 0.25, a = urand(10) * 0.01, ghost = urand(2) ? b + c : 0;
         kipp_fair_state st = {urand(3) * 0.01, urand(KIPP_FAIR_MAX_WAIT + 2)};
         const kipp_fair_state st0 = st;
-        const uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, share, a, ghost, &st, keep);
+        const uint32_t k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, share, a, ghost, &st, keep);
         uint32_t n_cand = 0, kept = 0, heavy = 0, light = 0, n_req = 0, pool_kept = 0, pool = 0;
         double fixed = 0, spent = 0;
         uint8_t hv[40] = {0}; /* by request: heavy */
@@ -294,31 +294,31 @@ static void test_depth_and_ghost(void) {
     for (uint32_t i = 0; i < 8; i++) cost[i] = b + c * 100;
     cost[8] = b + c * 20;
     /* the pool may spend 0.25 x (0.03 + 0.0014) = 0.00785: two rows of 0.003 */
-    uint32_t k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, 0, &st, keep);
+    uint32_t k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, a, 0, &st, keep);
     KT_CHECK(k == 3 && keep[8] && count(keep, 0, 8) == 2, "shallow heavy rows: kept %u", k);
     for (uint32_t i = 0; i < 8; i++) cost[i] = b + c * 1000;
     st = (kipp_fair_state){0};
-    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, 0, &st, keep);
+    k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, a, 0, &st, keep);
     KT_CHECK(k == 1 && keep[8] && fabs(st.credit - 0.00785) < 1e-12, "deep heavy rows: kept %u, carry %g", k,
              st.credit);
     /* the light request gone: with none expected, the heavy one fills the batch */
     kind[8] = KIPP_FAIR_OUT;
-    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, 0, &st, keep);
+    k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, a, 0, &st, keep);
     KT_CHECK(k == 8, "nothing expected: kept %u of 8", k);
     /* one expected (ghost b + c = 0.00102): 1.25 x (0.03 + 0.00102) - 0.03 = 0.007775 and
      * the first row regardless (nothing else would run): one deep row, two shallow ones */
-    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, b + c, &st, keep);
+    k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, a, b + c, &st, keep);
     KT_CHECK(k == 1 && count(keep, 0, 8) == 1 && !keep[8], "deep, one expected: kept %u", k);
     for (uint32_t i = 0; i < 8; i++) cost[i] = b + c * 100;
     st = (kipp_fair_state){0};
-    k = kipp_fair_select(n, grp, kind, progress, cost, 0.25, a, b + c, &st, keep);
+    k = kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, a, b + c, &st, keep);
     KT_CHECK(k == 2 && count(keep, 0, 8) == 2, "shallow, one expected: kept %u", k);
     /* heavy beside heavy with one expected: both pooled */
     const uint32_t m = layout(grp, kind, (const uint32_t[]){4, 4}, 2);
     st = (kipp_fair_state){0};
-    KT_CHECK(kipp_fair_select(m, grp, kind, progress, cost, 0.25, a, b + c, &st, keep) == 2,
+    KT_CHECK(kipp_fair_select(m, grp, kind, NULL, progress, cost, NULL, 0.25, a, b + c, &st, keep) == 2,
              "heavy + heavy, one expected");
-    KT_CHECK(kipp_fair_select(m, grp, kind, progress, cost, 0.25, a, 0, &st, keep) == 8, "heavy + heavy, none expected");
+    KT_CHECK(kipp_fair_select(m, grp, kind, NULL, progress, cost, NULL, 0.25, a, 0, &st, keep) == 8, "heavy + heavy, none expected");
 }
 
 /* The step model over KV positions: recovered exactly where rows and depth vary apart;
@@ -370,11 +370,113 @@ static void test_draw_cost(void) {
         uint8_t kk[3] = {KIPP_FAIR_DECODE, KIPP_FAIR_DECODE, KIPP_FAIR_DECODE}, kp[3];
         double cc[3] = {1e-4, row, row};
         kipp_fair_state st = {0};
-        kipp_fair_select(3, gg, kk, pp, cc, 0.25, 1e-3, 0, &st, kp);
+        kipp_fair_select(3, gg, kk, NULL, pp, cc, NULL, 0.25, 1e-3, 0, &st, kp);
         KT_CHECK(kp[0] == 1, "the light row always runs");
         KT_CHECK(kp[1] + kp[2] == (dear ? 0 : 2), "%s: %d of the heavy request's rows in the first step",
                  dear ? "dear draws" : "cheap draws", kp[1] + kp[2]);
     }
+}
+
+/* The last sequence of a bulk request (n > 1; its siblings parked, queued or done) is still
+ * bulk work: beside a light request it is priced against the share like a pool of one
+ * (a = 0.03, share 0.25: 0.00875 a step, a 0.02 row runs every third step), where counting
+ * sequences alone made it a second light request that ran every step. Two such lone bulk
+ * sequences with no light request beside them: uncapped. A bulk request's prefilling
+ * sequence is no light request either. */
+static void test_lone_bulk(void) {
+    uint32_t grp[4], progress[4] = {0};
+    uint8_t kind[4], keep[4];
+    const double cost[4] = {0.02, 0.005, 0.02};
+    const uint8_t bulk[4] = {1, 0, 1};
+    const uint32_t n = layout(grp, kind, (const uint32_t[]){1, 1}, 2);
+    kipp_fair_state st = {0};
+    uint32_t with = 0, without = 0;
+    for (int step = 0; step < 320; step++) {
+        kipp_fair_select(n, grp, kind, bulk, progress, cost, NULL, 0.25, 0.03, 0, &st, keep);
+        KT_CHECK(keep[1], "step %d: the light request lost its row", step);
+        with += keep[0];
+        progress[0] += keep[0];
+    }
+    kipp_fair_state st2 = {0};
+    for (int step = 0; step < 320; step++) {
+        kipp_fair_select(n, grp, kind, NULL, progress, cost, NULL, 0.25, 0.03, 0, &st2, keep);
+        without += keep[0];
+    }
+    KT_CHECK(with >= 106 && with <= 107 && without == 320, "lone bulk row: %u of 320 steps (every third); "
+             "counted as light: %u", with, without);
+    uint32_t g2[3] = {0, 1}, lone = 0;
+    uint8_t k2[3] = {KIPP_FAIR_DECODE, KIPP_FAIR_DECODE};
+    st = (kipp_fair_state){0};
+    lone = kipp_fair_select(2, g2, k2, (const uint8_t[]){1, 1}, progress, cost, NULL, 0.25, 0.03, 0, &st, keep);
+    KT_CHECK(lone == 2, "two lone bulk sequences, no light request: %u of 2 kept", lone);
+    k2[1] = KIPP_FAIR_PREFILL; /* a bulk request's sibling prefilling: no light request */
+    lone = kipp_fair_select(2, g2, k2, (const uint8_t[]){1, 1}, progress, cost, NULL, 0.25, 0.03, 0, &st, keep);
+    KT_CHECK(lone == 1 && keep[0], "beside a bulk prefill the lone bulk row was held out (%u kept)", lone);
+}
+
+/* Step seconds by rows: measured counts answer as measured, the others linearly between
+ * measured neighbours or at the slope past them (not under 0); nothing measured: -1; bad
+ * steps are ignored; a slower step slows every count's price, steps at the old speed
+ * bring it back. Then the choice with the table's prices: a light
+ * step of 33 ms whose second row adds 12 ms and the rows after 6 ms each (the 2-core 0.6B
+ * case in fair.h) spends 0.25 of the light steps' time on pool rows (8.25 ms a step, the
+ * carry buying a row when it reaches its step), under one row a step; the plane's line
+ * (a = 0.055, 4 ms a row) had bought three or four a step. */
+static void test_rows_table(void) {
+    double t[9] = {0};
+    uint8_t seen[9] = {0};
+    kipp_fair_rows r = {t, seen, 8, 0};
+    KT_CHECK(kipp_fair_rows_at(&r, 3, 0.004) == -1 && kipp_fair_rows_at(&r, 0, 0.004) == 0, "empty table");
+    kipp_fair_rows_add(&r, 1, 0.033);
+    kipp_fair_rows_add(&r, 2, 0.045);
+    kipp_fair_rows_add(&r, 5, 0.063);
+    kipp_fair_rows_add(&r, 9, 0.2), kipp_fair_rows_add(&r, 0, 0.2), kipp_fair_rows_add(&r, 3, -1),
+        kipp_fair_rows_add(&r, 3, NAN); /* ignored */
+    KT_CHECK(fabs(kipp_fair_rows_at(&r, 1, 0.004) - 0.033) < 1e-12 && fabs(kipp_fair_rows_at(&r, 3, 0.004) - 0.051) < 1e-12 &&
+                 fabs(kipp_fair_rows_at(&r, 7, 0.004) - 0.071) < 1e-12 && !seen[3],
+             "table: %.4f %.4f %.4f", kipp_fair_rows_at(&r, 1, 0.004), kipp_fair_rows_at(&r, 3, 0.004),
+             kipp_fair_rows_at(&r, 7, 0.004));
+    /* a slower one-row step moves the speed, and with it the counts not measured again */
+    kipp_fair_rows_add(&r, 1, 0.043);
+    const double sp = 1 + KIPP_FAIR_ROWS_ALPHA_S * (0.043 / 0.033 - 1);
+    const double g1 = 0.033 + KIPP_FAIR_ROWS_ALPHA_G * (0.043 / sp - 0.033);
+    KT_CHECK(fabs(kipp_fair_rows_at(&r, 1, 0) - sp * g1) < 1e-12 && fabs(kipp_fair_rows_at(&r, 2, 0) - sp * 0.045) < 1e-12 &&
+                 kipp_fair_rows_at(&r, 2, 0) > 0.047,
+             "after a slow step: %.6f %.6f", kipp_fair_rows_at(&r, 1, 0), kipp_fair_rows_at(&r, 2, 0));
+    for (int k = 0; k < 60; k++) kipp_fair_rows_add(&r, 5, 0.063); /* back to speed: every count follows */
+    KT_CHECK(fabs(kipp_fair_rows_at(&r, 5, 0) - 0.063) < 1e-4 && fabs(kipp_fair_rows_at(&r, 2, 0) - 0.045) < 2e-3,
+             "back to speed: %.6f %.6f", kipp_fair_rows_at(&r, 5, 0), kipp_fair_rows_at(&r, 2, 0));
+    double t2[9] = {0};
+    uint8_t seen2[9] = {0};
+    kipp_fair_rows only = {t2, seen2, 8, 0};
+    kipp_fair_rows_add(&only, 4, 0.01);
+    KT_CHECK(kipp_fair_rows_at(&only, 1, 0.004) == 0 && fabs(kipp_fair_rows_at(&only, 2, 0.004) - 0.002) < 1e-12,
+             "below the first measured: %.4f %.4f", kipp_fair_rows_at(&only, 1, 0.004), kipp_fair_rows_at(&only, 2, 0.004));
+    /* the choice: one light row (index 5) beside a pool of 5 */
+    uint32_t grp[6], progress[6] = {0};
+    uint8_t kind[6], keep[6];
+    const double cost[6] = {0}, inc[6] = {0.012, 0.006, 0.006, 0.006, 0.006, 0.006};
+    const uint32_t n = layout(grp, kind, (const uint32_t[]){5, 1}, 2);
+    kipp_fair_state st = {0};
+    uint32_t rows = 0, most = 0, with_line = 0;
+    double spent = 0;
+    for (int step = 0; step < 100; step++) {
+        const uint32_t k = kipp_fair_select(n, grp, kind, NULL, progress, cost, inc, 0.25, 0.033, 0, &st, keep) - 1;
+        rows += k, most = k > most ? k : most;
+        for (uint32_t j = 0; j < k; j++) spent += inc[j];
+        for (uint32_t i = 0; i < 5; i++) progress[i] += keep[i];
+    }
+    st = (kipp_fair_state){0};
+    const double line[6] = {0.004, 0.004, 0.004, 0.004, 0.004, 0.004};
+    for (int step = 0; step < 100; step++)
+        with_line += kipp_fair_select(n, grp, kind, NULL, progress, line, NULL, 0.25, 0.055, 0, &st, keep) - 1;
+    KT_CHECK(fabs(spent - 0.825) <= 0.012 && rows < 80 && most <= 2 && with_line >= 300,
+             "table: %u pool rows in 100 steps (at most %u a step), %.4f s of the light steps' 3.3 s; line: %u rows",
+             rows, most, spent, with_line);
+    double bad[6] = {0.012, NAN};
+    st = (kipp_fair_state){0};
+    KT_CHECK(kipp_fair_select(n, grp, kind, NULL, progress, cost, bad, 0.25, 0.033, 0, &st, keep) == 6,
+             "a NaN increment capped the step");
 }
 
 void kt_suite_fair(void) {
@@ -383,6 +485,8 @@ void kt_suite_fair(void) {
     test_cases();
     test_rotation();
     test_carry();
+    test_lone_bulk();
+    test_rows_table();
     test_random();
     test_depth_and_ghost();
     test_plane();
