@@ -212,22 +212,29 @@ def other_rows(root):
                                                         nr["bytes_buffered_estimate"] / 1e6),
                          "bounded", met(not nr["generated_all_while_unread"]), name))
 
+    def attack_cell(at, rss):
+        """An attack phase's summary cell and whether it met its targets (with the peak-RSS
+        count and target when rss)."""
+        cl = at["classes"]
+        worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
+        n_lat = sum(1 for c in cl.values() if c["latency_met"])
+        text = "%d + %d + %d; %.1f× (%s), %d of %d classes met" % (
+            at["crash"], at["hang"], at["unconstrained_as_constrained"],
+            cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl))
+        if rss:
+            text += "; %d of %d" % (sum(1 for c in cl.values() if c["rss_met"]), len(cl))
+        ok = (at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0
+              and at["latency_met_all"] and (at["rss_met_all"] or not rss))
+        return text, ok
+
     # the attack phase on a real-shaped model, one record per CPU class
     for name, cpu in (("server-robustness-0.6b-q8_0.json", "AMD EPYC"),
                       ("server-robustness-0.6b-q8_0-xeon-amx.json", "Xeon, AMX class")):
         if not os.path.exists(os.path.join(root, "bench", "results", name)):
             continue
-        at = load(root, name)["phases"]["attack"]
-        cl = at["classes"]
-        worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
-        n_lat = sum(1 for c in cl.values() if c["latency_met"])
+        text, ok = attack_cell(load(root, name)["phases"]["attack"], rss=False)
         rows.append((f"Attack on Qwen3-0.6B Q8_0 ({cpu}): crashes + hangs + unconstrained; worst plain latency / unloaded",
-                     "%d + %d + %d; %.1f× (%s), %d of %d classes met" % (
-                         at["crash"], at["hang"], at["unconstrained_as_constrained"],
-                         cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl)),
-                     "0; ≤ 2× per class",
-                     met(at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0
-                         and at["latency_met_all"]), name))
+                     text, "0; ≤ 2× per class", met(ok), name))
 
     # the tiny model's attack phase on the Xeon (a record of all phases, the EPYC's is above);
     # a repeat of its attack phase at the same commit (NAME-repeat.json), where there is one,
@@ -238,17 +245,8 @@ def other_rows(root):
         rep = name.replace(".json", "-repeat.json")
         if os.path.exists(os.path.join(root, "bench", "results", rep)):
             runs.append(load(root, rep)["phases"]["attack"])
-        said, ok = [], True
-        for at in runs:
-            cl = at["classes"]
-            worst = max(cl, key=lambda k: cl[k]["worst_plain_ratio"] or 0)
-            n_lat = sum(1 for c in cl.values() if c["latency_met"])
-            n_rss = sum(1 for c in cl.values() if c["rss_met"])
-            said.append("%d + %d + %d; %.1f× (%s), %d of %d classes met; %d of %d" % (
-                at["crash"], at["hang"], at["unconstrained_as_constrained"],
-                cl[worst]["worst_plain_ratio"], worst, n_lat, len(cl), n_rss, len(cl)))
-            ok = ok and (at["crash"] == 0 and at["hang"] == 0 and at["unconstrained_as_constrained"] == 0
-                         and at["latency_met_all"] and at["rss_met_all"])
+        cells = [attack_cell(at, rss=True) for at in runs]
+        said, ok = [t for t, _ in cells], all(k for _, k in cells)
         rows.append(("Attack on kipp-tiny-tied (Xeon, AMX class): crashes + hangs + unconstrained; worst plain "
                      "latency / unloaded; peak RSS per class" + (" (the record; its repeat)" if len(runs) > 1 else ""),
                      "; repeat: ".join(said), "0; ≤ 2× per class; ≤ 1.25 × idle + KV", met(ok), name))

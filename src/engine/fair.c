@@ -77,9 +77,9 @@ uint32_t kipp_fair_select(uint32_t n, const uint32_t *grp, const uint8_t *kind, 
             pre += kind[i] == KIPP_FAIR_PREFILL;
         }
         if (dec + pre == 0) continue;
-        const int is_heavy = dec > 1 || (dec && bulk && bulk[g]);
+        const int is_bulk = bulk && bulk[g], is_heavy = dec > 1 || (dec && is_bulk);
         heavy += is_heavy;
-        light += !is_heavy && dec + pre == 1 && !(bulk && bulk[g]);
+        light += dec + pre == 1 && !is_bulk;
         for (uint32_t i = g; i < n; i++) {
             if (grp[i] != g || !keep[i]) continue;
             if (is_heavy) keep[i] = 2; /* a heavy request's: the pool */

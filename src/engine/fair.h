@@ -99,17 +99,18 @@ typedef struct {
  * >= 0, some request is heavy (two or more decoding sequences, or one of a bulk request:
  * the last sequences of an n > 1 request running, the others parked, queued or done, are
  * still bulk work) and another is light (a single decoding or prefilling sequence of a
- * request that is not bulk), or ghost > 0 (a light request is expected; its row would cost ghost seconds)
- * and no light one is there. Then every decoding sequence of a request that is not heavy
- * keeps its row (the fixed rows), and the heavy requests' sequences (the pool) go least
+ * request that is not bulk), or ghost > 0 (a light request is expected; its row would
+ * cost ghost seconds) and no light one is there. Then every decoding sequence of a request
+ * that is not heavy keeps its row (the fixed rows), and the heavy requests' sequences (the pool) go least
  * advanced first (the lower index among equals), each while its cost fits what the pool
  * may still spend: share x (a + the fixed rows' costs) plus the credit st carries — with a
  * ghost, (1 + share) x (a + ghost) - a, the expected request's row being the pool's until
  * it comes; the first that does not fit ends the choice. The first of the pool goes in
  * regardless with a ghost (nothing else would run) and after KIPP_FAIR_MAX_WAIT steps
  * without a row. inc (NULL: none): the k-th row the pool takes (k from 0) costs inc[k]
- * more than its cost[] (the step a row count adds, kipp_fair_rows; [n]). What the pool could not spend because a row did not fit is carried to the
- * next step (st->credit), so a row dearer than one step's allowance runs every few steps
+ * more than its cost[] (the step a row count adds, kipp_fair_rows; [n]). What the pool
+ * could not spend because a row did not fit is carried to the next step (st->credit), so
+ * a row dearer than one step's allowance runs every few steps
  * and the pool's rows cost about share of the others' time on average. Uncapped (and
  * when the whole pool fits) the carry is dropped. A NaN or infinite allowance: no cap.
  * Returns the sequences kept. */

@@ -981,24 +981,30 @@ static uint32_t fair_rows(kipp_sched *s) {
      * measured steps, each row then at its KV term and draw, each pool row at the step it
      * adds; the plane's line until then */
     const int tab = own && s->p.fair_share >= 0 && (a > 0 || b > 0) && kipp_fair_rows_at(&s->rows, 1, b) > 0;
+    const double row_b = tab ? 0 : b; /* with the table, a row's own part is in its step */
     uint32_t light = 0;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const kipp_req *r = s->running[i];
         const double draw = own ? kipp_fair_draw_cost(row_seconds(s, i), s->n_host) : 0;
-        s->cost[i] = (tab ? 0 : b) + c * (r->n_fed + 1) + draw;
+        s->cost[i] = row_b + c * (r->n_fed + 1) + draw;
         light += s->kind[i] == KIPP_FAIR_DECODE && !s->bulk[i];
     }
     s->fit_a = a, s->fit_b = b, s->fit_c = c;
-    const double ghost = (tab ? 0 : b) + c + (own ? kipp_fair_draw_cost(s->light_row_s, s->n_host) : 0);
+    const double ghost = row_b + c + (own ? kipp_fair_draw_cost(s->light_row_s, s->n_host) : 0);
     const double *inc = NULL;
     if (tab) { /* light rows present: the step of theirs; expected: a step of one, the pool's first row in its place */
         a = kipp_fair_rows_at(&s->rows, light ? light : 1, b);
+        double prev = a; /* the step of the rows before pool row k */
         for (uint32_t k = 0; k < s->n_running; k++) {
-            const uint32_t m = light + k; /* rows before this one */
-            const double d = !light && k == 0 ? 0 : kipp_fair_rows_at(&s->rows, m + 1, b) - kipp_fair_rows_at(&s->rows, m, b);
+            if (!light && k == 0) { /* in the expected row's place: its step is a */
+                s->inc[k] = 0;
+                continue;
+            }
+            const double next = kipp_fair_rows_at(&s->rows, light + k + 1, b), d = next - prev;
+            prev = next;
             /* a row is never priced under half the plane's: measured noise can order two
              * counts' steps the wrong way round, which must not make a row free */
-            s->inc[k] = !light && k == 0 ? 0 : d > 0.5 * b ? d : 0.5 * b;
+            s->inc[k] = d > 0.5 * b ? d : 0.5 * b;
         }
         inc = s->inc;
     }

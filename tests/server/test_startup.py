@@ -229,7 +229,7 @@ def test_step_trace(tmp_path):
     stop(s)
     lines = path.read_text().splitlines()
     rows = [line.split() for line in lines if not line.startswith(" ")]
-    # KIPP_STEP_TRACE_ROWS=1: after each step a line per running sequence, then the queue's
+    # KIPP_STEP_TRACE_ROWS=1: after each step's line one per running sequence, then the queue's depth
     seqs = []
     for line in lines:
         if not line.startswith(" "):
