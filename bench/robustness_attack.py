@@ -982,7 +982,21 @@ def cls_n_accounting(b) -> dict:
     return run.record()
 
 
-CLASSES = {"hostile_grammar": cls_hostile_grammar, "thinking_constraints": cls_thinking_constraints,
+def cls_idle_control(b) -> dict:
+    """No hostile client: a fresh server, its baseline, then only the plain probe for
+    --attack-control-s seconds. Its worst / unloaded ratio is what the measurement reads with
+    no load at all (the machine's and the harness's jitter over a class-long window against
+    the worst of --attack-unloaded samples): the floor under every class's ratio. It is
+    reported beside the classes and counts towards no target."""
+    run = ClassRun(b, "idle_control")
+    run.open()
+    time.sleep(b.args.attack_control_s)
+    rec = run.record()
+    rec["control"] = True
+    return rec
+
+
+CLASSES = {"idle_control": cls_idle_control, "hostile_grammar": cls_hostile_grammar, "thinking_constraints": cls_thinking_constraints,
            "n_parallel": cls_n_parallel, "nonreading_stream": cls_nonreading_stream,
            "nonstream_big": cls_nonstream_big, "http_framing": cls_http_framing,
            "passthrough_rules": cls_passthrough_rules, "tool_definitions": cls_tool_definitions,
@@ -1023,11 +1037,21 @@ def phase_attack(b) -> dict:
               f" met lat={c.get('latency_met')} rss={c.get('rss_met')}  {c['elapsed_s']} s"
               + (f"  HARNESS ERROR {c['harness_error'][:200]}" if c.get("harness_error") else ""), file=sys.stderr)
     res["elapsed_s"] = round(time.monotonic() - t0, 2)
+    return aggregate(res, totals)
+
+
+def aggregate(res: dict, totals: collections.Counter) -> dict:
+    """The phase's totals and targets over res["classes"]; a control class (no hostile client)
+    is reported as the floor and counts towards no target."""
     res["totals"] = dict(totals)
     res["crash"], res["hang"] = totals.get("crash", 0), totals.get("hang", 0)
     res["unconstrained_as_constrained"] = totals.get("unconstrained_as_constrained", 0)
-    res["latency_met_all"] = all(c.get("latency_met") is not False for c in res["classes"].values())
-    res["rss_met_all"] = all(c.get("rss_met") is not False for c in res["classes"].values())
+    hostile = [c for c in res["classes"].values() if not c.get("control")]
+    res["latency_met_all"] = all(c.get("latency_met") is not False for c in hostile)
+    res["rss_met_all"] = all(c.get("rss_met") is not False for c in hostile)
+    ctl = res["classes"].get("idle_control")
+    # the floor: the same worst / unloaded ratio with nothing hostile running
+    res["control_worst_plain_ratio"] = ctl.get("worst_plain_ratio") if ctl else None
     res["unacceptable_total"] = sum(c.get("unacceptable") or 0 for c in res["classes"].values())
     res["harness_errors"] = [n for n, c in res["classes"].items() if c.get("harness_error")]
     res["targets"] = {"crash": 0, "hang": 0, "unconstrained_as_constrained": 0,
@@ -1051,7 +1075,8 @@ def fmt_mb(x):
 
 
 def summary_lines(att: dict) -> list[str]:
-    lines = [f"attack: {len(att['classes'])} classes; crash {att['crash']}, hang {att['hang']}, "
+    n_hostile = sum(1 for c in att["classes"].values() if not c.get("control"))
+    lines = [f"attack: {n_hostile} classes; crash {att['crash']}, hang {att['hang']}, "
              f"unconstrained returned as constrained {att['unconstrained_as_constrained']}, "
              f"unacceptable {att['unacceptable_total']}; latency met {att['latency_met_all']}, "
              f"rss met {att['rss_met_all']} -> met={att['met']}"]
@@ -1062,6 +1087,10 @@ def summary_lines(att: dict) -> list[str]:
             extra = (f"; unread stream: ~{fmt_mb(nr.get('bytes_buffered_estimate'))} produced, "
                      f"{fmt_mb(nr.get('bytes_buffered_in_server_estimate'))} held by the server, "
                      f"closed={nr.get('server_closed')}")
+        if c.get("control"):
+            lines.append(f"    {n} (control, no hostile client, counts towards no target): plain worst "
+                         f"{fmt_s(c.get('worst_plain_latency_s'))} (x{fmt_r(c.get('worst_plain_ratio'))})")
+            continue
         lines.append(f"    {n}: " + (", ".join(f"{k} {v}" for k, v in (c.get("outcomes") or {}).items()) or "-")
                      + f"; plain worst {fmt_s(c.get('worst_plain_latency_s'))} (x{fmt_r(c.get('worst_plain_ratio'))}, "
                      f"met {c.get('latency_met')}); peak rss {fmt_mb(c.get('peak_rss_bytes'))} (met {c.get('rss_met')})"

@@ -69,7 +69,9 @@ attack   Issue 30's ten hostile classes (bench/robustness_attack.py; cases and a
          unconstrained_as_constrained — target 0 — and cut_length_unconstrained is told
          apart), n_parallel, nonreading_stream (bytes buffered: see bench/README.md),
          nonstream_big, http_framing, passthrough_rules, tool_definitions, cut_tool_calls,
-         n_accounting. A hostile request not answered within --attack-deadline is a hang
+         n_accounting; and idle_control, first: the probe alone for --attack-control-s on a
+         fresh server, the ratio the measurement reads with no load (the floor under every
+         class's; no target). A hostile request not answered within --attack-deadline is a hang
          (the server is then replaced); nonstream_big's reply takes minutes on a small
          machine, so it hangs when no token is generated for --attack-big-stall seconds
          (or no reply comes within --attack-big-cap). Target: 0 crash, 0 hang, 0 unconstrained returned
@@ -857,6 +859,8 @@ def main() -> int:
                          "tools/make_random_model.py into a temporary directory (1,2; empty: none)")
     ap.add_argument("--attack-tool-seeds", type=pos("--attack-tool-seeds"), default=12,
                     help="attack cut_tool_calls: seeds (12)")
+    ap.add_argument("--attack-control-s", type=float, default=20.0,
+                    help="attack idle_control: seconds the plain probe runs alone on a fresh server (20)")
     ap.add_argument("--attack-nonreading-window", type=float, default=15.0,
                     help="attack nonreading_stream: seconds the client does not read (15)")
     ap.add_argument("--no-hash", action="store_true", help="skip the model sha256 (trials only)")

@@ -809,6 +809,8 @@ ATTACK_EXPECT = {
                        "ok": ("args_valid",)},
     "n_accounting": {"what": "n 16: usage.prompt_tokens against the rise of kipp_prompt_tokens_total",
                      "ok": ("consistent",)},
+    "idle_control": {"what": "control: no hostile client, the plain probe alone for --attack-control-s "
+                             "(the measurement's floor; no target)", "ok": ("served",)},
 }
 
 EOS_QWEN3 = 151645        # <|im_end|>: a logit bias towards it makes an unconstrained reply stop

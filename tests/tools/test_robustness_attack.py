@@ -355,3 +355,22 @@ def test_watch_progress_tells_slow_from_stalled():
     why, timeline, last = ra.watch_progress(th, fails, 0.3, 100, poll_s=0.05)
     assert why is not None and "0 of 100" in why and timeline == [] and last == -1, why
     ev.set()
+
+
+def test_control_class_counts_towards_no_target():
+    """idle_control is the measurement's floor: a miss there does not fail the phase, a miss in
+    a hostile class does, and the control's ratio is reported."""
+    import collections
+    from bench import robustness_attack as ra
+    ctl = {"control": True, "latency_met": False, "rss_met": False, "worst_plain_ratio": 2.6, "unacceptable": 0}
+    ok = {"latency_met": True, "rss_met": True, "worst_plain_ratio": 1.5, "unacceptable": 0}
+    res = ra.aggregate({"classes": {"idle_control": ctl, "n_parallel": dict(ok)}}, collections.Counter(served=3))
+    assert res["met"] and res["latency_met_all"] and res["rss_met_all"]
+    assert res["control_worst_plain_ratio"] == 2.6
+    bad = dict(ok, latency_met=False)
+    res = ra.aggregate({"classes": {"idle_control": ctl, "n_parallel": bad}}, collections.Counter(served=3))
+    assert not res["met"] and not res["latency_met_all"]
+    res = ra.aggregate({"classes": {"n_parallel": dict(ok)}}, collections.Counter(crash=1))
+    assert not res["met"] and res["control_worst_plain_ratio"] is None
+    lines = ra.summary_lines(dict(res, classes={"idle_control": ctl, "n_parallel": ok}))
+    assert lines[0].startswith("attack: 1 classes") and "control" in lines[1]
