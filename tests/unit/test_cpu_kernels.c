@@ -864,15 +864,16 @@ static void check_compose(void) {
         kipp_cpu_kernels_compose(&cls[4], &ka, NULL);
         KT_CHECK(!ka.bf16.packer && !ka.quant[KIPP_ACT_BF16X2], "without AMX, BF16 packed or a tile converter");
     }
-    /* the case issue 31 measured: AVX-512 without VNNI takes avx2's repacked Q8_0 and Q4_K */
+    /* the case issue 31 measured: AVX-512 without VNNI takes avx2's repacked Q8_0, Q4_K and
+     * (since its tiles prefetch whole super-blocks) Q6_K */
     kipp_cpu_kernels k;
     kipp_cpu_kernels_compose(&cls[2], &k, NULL);
     uint32_t act;
     KT_CHECK(k.q8_0.packer == kipp_cpu_kernels_avx2.q8_0.packer && k.q4_k.packer == kipp_cpu_kernels_avx2.q4_k.packer &&
-                 !k.q6_k.packer && kipp_cpu_mm_for(&k.q4_1, 1, &act) == kipp_cpu_kernels_avx2.q4_1.gemm &&
+                 k.q6_k.packer == kipp_cpu_kernels_avx2.q6_k.packer && kipp_cpu_mm_for(&k.q4_1, 1, &act) == kipp_cpu_kernels_avx2.q4_1.gemm &&
                  kipp_cpu_mm_for(&k.q4_0, 64, &act) == kipp_cpu_kernels_avx2.q4_0.gemm_many &&
                  kipp_cpu_mm_for(&k.q4_0, 1, &act) == kipp_cpu_kernels_avx512.q4_0.gemm,
-             "avx512 class: Q8_0 / Q4_K not repacked by avx2, Q6_K repacked, or Q4_1 / Q4_0 not the measured kernels");
+             "avx512 class: Q8_0 / Q4_K / Q6_K not repacked by avx2, or Q4_1 / Q4_0 not the measured kernels");
 #endif
 }
 

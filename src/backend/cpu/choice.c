@@ -71,13 +71,10 @@ static const choice_row rows[] = {
      "repacked nibble panels: avx512vnni's 54.5 at 1 token and 111-142 at 2+ (its gemm 39.6 and "
      "52-108), avx2's 52.7 and 113-125 (avx512 gemm 40.0 and 29-67); avx512vnni's tile is now 512 bits "
      "wide, faster again (no record of its own yet)"},
-    {KIPP_TYPE_Q6_K, NULL,
-     {{1, "avx2:gemm@zen4 avx512vnni avx512 avx2"}, {2, "avx512vnni avx2:gemm avx512"},
-      {4, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
-     "1 token: EPYC avx2 21.4 vs 19.5-20.1, Xeon avx512vnni 29.4 vs avx2 22.0; 2+: avx512vnni 44-119; "
-     "without VNNI: avx2 at 2, avx512 at 4, "
-     "avx2's int16 panels from 8; not repacked: the packed panels run 13.3 at 1 token against 20.9 "
-     "(decode), though 70-103 at 2-16"},
+    {KIPP_TYPE_Q6_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
+     "repacked panels (EPYC): avx512vnni's 55 at 1 token against the mmapped kernels' best 24-28 once the "
+     "tile prefetches each next super-block whole (it was 17), 87-158 at 2-16 tokens against 49-68; the rules "
+     "below are for a CPU without either packer level"},
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
     {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
     {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
@@ -153,23 +150,37 @@ static void add_range(builder *b, uint32_t min_tok, const kipp_cpu_kernels *lv, 
     b->c->n_range = e->n_range;
 }
 
+/* The next id of a space-separated list at *p into id (advancing *p): its level's table when f
+ * runs that level and has the id's "@FEATURE" (if any), else NULL; *variant the text after
+ * ':' (NULL: none). Returns 0 at the end of the list. */
+static int next_id(const char **p, const kipp_cpu_features *f, char id[32], const kipp_cpu_kernels **lv,
+                   const char **variant) {
+    if (!*p || !**p) return 0;
+    const size_t len = strcspn(*p, " ");
+    snprintf(id, 32, "%.*s", (int)(len < 32 ? len : 31), *p);
+    *p += len + strspn(*p + len, " ");
+    char *at = strchr(id, '@'), *colon = strchr(id, ':');
+    if (at) *at = '\0';
+    if (colon) *colon = '\0';
+    *variant = colon ? colon + 1 : NULL;
+    *lv = NULL;
+    if (at && !kipp_cpu_feature_on(f, at + 1)) return 1; /* "LEVEL@FEATURE": only with it */
+    const kipp_cpu_kernels *t = kipp_cpu_level_table(id);
+    if (t && kipp_cpu_level_runs(f, id)) *lv = t;
+    return 1;
+}
+
 /* Tokens [from, to) (to 0: no end) on the first id of prefer that f runs; 0: none does. */
 static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint32_t from, uint32_t to,
                     const char *prefer) {
-    for (const char *p = prefer; *p;) {
-        const size_t len = strcspn(p, " ");
-        char id[32];
-        snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), p);
-        p += len + strspn(p + len, " ");
-        char *at = strchr(id, '@'), *colon = strchr(id, ':');
-        if (at) *at = '\0';
-        if (colon) *colon = '\0';
-        if (at && !kipp_cpu_feature_on(f, at + 1)) continue; /* "LEVEL@FEATURE": only with it */
-        const kipp_cpu_kernels *lv = kipp_cpu_level_table(id);
-        if (!lv || !kipp_cpu_level_runs(f, id)) continue;
+    char id[32];
+    const kipp_cpu_kernels *lv;
+    const char *colon;
+    for (const char *p = prefer; next_id(&p, f, id, &lv, &colon);) {
+        if (!lv) continue;
         const kipp_cpu_mm mm = kipp_cpu_kernels_mm(lv, type);
         if (colon) {
-            const int variant = strcmp(colon + 1, "many") == 0;
+            const int variant = strcmp(colon, "many") == 0;
             if (variant ? !mm.gemm_many : !mm.gemm) continue;
             add_range(b, from, lv, variant, type);
             return 1;
@@ -184,16 +195,14 @@ static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint3
     return 0;
 }
 
-/* The first level of ids (space-separated) that f runs and that repacks type; NULL: none. */
+/* The first level of ids (space-separated, "LEVEL@FEATURE" as in the rules) that f runs and
+ * that repacks type; NULL: none. */
 static const kipp_cpu_kernels *packed_level(const kipp_cpu_features *f, const char *ids, uint32_t type) {
-    for (const char *p = ids; p && *p;) {
-        const size_t len = strcspn(p, " ");
-        char id[32];
-        snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), p);
-        p += len + strspn(p + len, " ");
-        const kipp_cpu_kernels *lv = kipp_cpu_level_table(id);
-        if (lv && kipp_cpu_level_runs(f, id) && kipp_cpu_kernels_mm(lv, type).packer) return lv;
-    }
+    char id[32];
+    const kipp_cpu_kernels *lv;
+    const char *variant;
+    for (const char *p = ids; next_id(&p, f, id, &lv, &variant);)
+        if (lv && kipp_cpu_kernels_mm(lv, type).packer) return lv;
     return NULL;
 }
 
