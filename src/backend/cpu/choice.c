@@ -47,9 +47,10 @@ typedef struct {
  * first. Each level's figures stand in for the classes without the higher levels (an
  * AVX-512 CPU without VNNI runs the avx512 and avx2 rows; an AVX2 desktop the avx2 rows). */
 static const choice_row rows[] = {
-    {KIPP_TYPE_F32, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {16, "avx2@zen4 avx512 avx2"}},
-     "EPYC: 1 token avx2 9.1 vs avx512 7.3; 4-8: avx512 69-75 vs 23-25; 16-64: avx2 42-75 vs 28-59. Xeon: "
-     "avx512 at every count (1: 7.2 vs 5.3; 16-512: 70-130 vs 40-69)"},
+    {KIPP_TYPE_F32, NULL,
+     {{1, "avx2:gemm@zen4 avx512 avx2"}, {4, "avx512 avx2"}, {16, "avx2@zen4 avx512 avx2"}},
+     "EPYC: 1-2 tokens avx2 11.7 and 36.3 vs avx512 7.6 and 31.8; 4-8: avx512 53-69 vs 16-23; 16-64: avx2 "
+     "42-74 vs 27-59. Xeon: avx512 at every count (1: 7.2 vs 5.3; 16-512: 70-130 vs 40-69)"},
     {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}},
      "1 token: EPYC avx2 21.9 vs avx512 11.4 (decode streams faster at 256 bits there), Xeon avx512 13.7 vs "
      "avx2 8.4; 2+: avx512 55-106 vs 22-72 (Xeon 52-138 vs 34-73)"},
@@ -58,9 +59,8 @@ static const choice_row rows[] = {
      "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: EPYC avx2 22.2 vs avx512 11.3 "
      "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2+: avx512 54-104 vs 26-76"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
-     "repacked int16 panels: avx512vnni's (vpdpwssd) 129-157 at 2+ tokens, avx2's 116-134 (the best "
-     "gemm 51-117); 19.6 at 1 (gemm 17.2-18.7); those are its 256-bit tile's, its 512-bit tile (16 rows x "
-     "8 tokens, the same bits) is faster still and has no record of its own yet"},
+     "repacked int16 panels, EPYC: avx512vnni's 512-bit tile (vpdpwssd) 133-181 at 2+ tokens and 22.2 at "
+     "1, avx2's 86-103 and 21.0; the mmapped kernels' best 42-98 and 18.3"},
     {KIPP_TYPE_Q4_0, NULL,
      {{1, "avx512vnni avx512 avx2"}, {2, "avx512vnni@zen4 avx512 avx2"}, {4, "avx512vnni avx512 avx2"},
       {8, "avx512vnni avx2:many avx512"}},
@@ -68,13 +68,12 @@ static const choice_row rows[] = {
      "int16 panels from 8 (64-125 vs 52-62). Xeon: the same but at 2-3 tokens, where avx512 runs 52.6 "
      "against avx512vnni's 39.8"},
     {KIPP_TYPE_Q4_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
-     "repacked nibble panels: avx512vnni's 54.5 at 1 token and 111-142 at 2+ (its gemm 39.6 and "
-     "52-108), avx2's 52.7 and 113-125 (avx512 gemm 40.0 and 29-67); avx512vnni's tile is now 512 bits "
-     "wide, faster again (no record of its own yet)"},
+     "repacked nibble panels, EPYC: avx512vnni's 72.9 at 1 token and 148-174 at 2+, avx2's 59.7 and "
+     "100-114; the mmapped kernels' best 37.1 and 50-112"},
     {KIPP_TYPE_Q6_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
-     "repacked panels (EPYC): avx512vnni's 55 at 1 token against the mmapped kernels' best 24-28 once the "
-     "tile prefetches each next super-block whole (it was 17), 87-158 at 2-16 tokens against 49-68; the rules "
-     "below are for a CPU without either packer level"},
+     "repacked panels, EPYC: avx512vnni's 54.9 at 1 token and 92-167 at 2+, avx2's 39.3 and 68-83; the "
+     "mmapped kernels' best 23.5 and 50-112 (1 token was 17 before the tile prefetched each next "
+     "super-block whole)"},
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
     {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
     {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
