@@ -51,10 +51,10 @@ static const choice_row rows[] = {
      {{1, "avx2:gemm@zen4 avx512 avx2"}, {4, "avx512 avx2"}, {16, "avx2@zen4 avx512 avx2"}},
      "EPYC: 1-2 tokens avx2 11.7 and 36.3 vs avx512 7.6 and 31.8; 4-8: avx512 53-69 vs 16-23; 16-64: avx2 "
      "42-74 vs 27-59. Xeon: avx512 at every count (1: 7.2 vs 5.3; 16-512: 70-130 vs 40-69)"},
-    {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}},
+    {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
      "1 token: EPYC avx2 21.9 vs avx512 11.4 (decode streams faster at 256 bits there), Xeon avx512 13.7 vs "
      "avx2 8.4; 2+: avx512 55-106 vs 22-72 (Xeon 52-138 vs 34-73)"},
-    {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}},
+    {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
      "AMX tiles where the CPU has them (0.6B, 2 threads: prefill 276 tok/s against avx512vnni's 130, decode "
      "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: EPYC avx2 22.2 vs avx512 11.3 "
      "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2+: avx512 54-104 vs 26-76"},
@@ -186,7 +186,9 @@ static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint3
         }
         if (!mm.gemm) continue;
         /* the level's own switch to its many-token kernel, where it falls in the range */
-        const uint32_t mmt = mm.gemm_many ? (mm.many_min_tok ? mm.many_min_tok : 1) : UINT32_MAX;
+        const uint32_t mmt = mm.gemm_many && mm.many_min_tok != KIPP_CPU_MANY_NAMED
+                                 ? (mm.many_min_tok ? mm.many_min_tok : 1)
+                                 : UINT32_MAX;
         if (mmt > from) add_range(b, from, lv, 0, type);
         if (mmt != UINT32_MAX && (to == 0 || mmt < to)) add_range(b, mmt > from ? mmt : from, lv, 1, type);
         return 1;
@@ -281,7 +283,7 @@ void kipp_cpu_level_choice(const kipp_cpu_kernels *lv, uint32_t type, kipp_cpu_c
         out->packed = 1;
         out->packed_level = lv->isa;
         out->range[0].variant = "packed";
-    } else if (mm.gemm_many) {
+    } else if (mm.gemm_many && mm.many_min_tok != KIPP_CPU_MANY_NAMED) {
         const uint32_t mmt = mm.many_min_tok ? mm.many_min_tok : 1;
         out->range[mmt > 1].min_tok = mmt;
         out->range[mmt > 1].level = lv->isa;

@@ -99,6 +99,7 @@ typedef struct {
 } kipp_cpu_packer;
 
 #define KIPP_CPU_MAX_RANGE 8 /* token-count ranges of one auto table entry */
+#define KIPP_CPU_MANY_NAMED UINT32_MAX
 
 typedef struct {
     uint32_t act;          /* the activation format gemm consumes (KIPP_ACT_*) */
@@ -108,7 +109,8 @@ typedef struct {
      * any n_tok; the threshold is where it starts to pay (measured). */
     uint32_t act_many;
     kipp_cpu_gemm_fn gemm_many;
-    uint32_t many_min_tok;
+    uint32_t many_min_tok; /* KIPP_CPU_MANY_NAMED: the level never switches to gemm_many itself;
+                            * only an auto table rule that names it ("LEVEL:many") runs it */
     /* non-NULL: weights of this type are repacked at load (when packer->bytes says so for
      * the tensor) and packer->gemm replaces gemm and gemm_many at every token count */
     const kipp_cpu_packer *packer;

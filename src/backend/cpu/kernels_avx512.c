@@ -11,7 +11,9 @@
  *   - few tokens (< FPANEL_MIN_TOK): a tile of FR rows x FT tokens with 16-lane accumulators
  *     along k (masked k tails), one transposing reduction per tile;
  *   - many tokens: 32 rows x FKC elements widened once into an f32 panel [k][32 rows], then per
- *     k two panel vectors times one broadcast x per token into 2 x FPT accumulators.
+ *     k two panel vectors times one broadcast x per token into 2 x FPT accumulators. The tiles
+ *     alone at every count are the entries' gemm_many, which only the auto table takes (on a
+ *     Zen 4, where they outrun the panel: bench/results/kernels-epyc-avx512bf16.json);
  * Q8_0/Q4_0 on Q8_0 activations, Q4_K/Q6_K on Q8_K activations:
  *   - "dot" (decode): FQ weight rows at a time, 64 weights per vector, int dots per scale
  *     block (u8 x s8: Q8_0 + 128 with VNNI, else |w| with the sign moved onto x; Q4_0/Q4_K
@@ -348,12 +350,8 @@ static void gemm_fpanel(int wt, const void *w, size_t wrb, uint64_t n_rows, cons
 
 /* Tokens in blocks whose f32 activations fit comfortably in L2, rows in FR tiles inside,
  * so each weight tile streams from memory once per token block and stays in L1 across it. */
-INLINE void gemm_float(int wt, const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,
-                       uint64_t n_tok, float *y, size_t ldy, uint64_t k) {
-    if (n_tok >= FPANEL_MIN_TOK && wrb <= INT32_MAX / 16) { /* the packer gathers with int32 offsets */
-        gemm_fpanel(wt, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);
-        return;
-    }
+INLINE void gemm_float_tiles(int wt, const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,
+                             uint64_t n_tok, float *y, size_t ldy, uint64_t k) {
     uint64_t tb = (512u * 1024u) / (k * 4 + 64);
     tb = tb < FT ? FT : tb - tb % FT;
     for (uint64_t t0 = 0; t0 < n_tok; t0 += tb) {
@@ -369,18 +367,28 @@ INLINE void gemm_float(int wt, const void *w, size_t wrb, uint64_t n_rows, const
     }
 }
 
-static void gemm_f32(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                     float *y, size_t ldy, uint64_t k) {
-    gemm_float(W_F32, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);
+/* The level's float kernel: the tiles below FPANEL_MIN_TOK tokens, the panel from there */
+INLINE void gemm_float(int wt, const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,
+                       uint64_t n_tok, float *y, size_t ldy, uint64_t k) {
+    if (n_tok >= FPANEL_MIN_TOK && wrb <= INT32_MAX / 16) /* the packer gathers with int32 offsets */
+        gemm_fpanel(wt, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);
+    else
+        gemm_float_tiles(wt, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);
 }
-static void gemm_f16(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                     float *y, size_t ldy, uint64_t k) {
-    gemm_float(W_F16, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);
-}
-static void gemm_bf16(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok,
-                      float *y, size_t ldy, uint64_t k) {
-    gemm_float(W_BF16, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);
-}
+
+#define FLOAT_GEMMS(NAME, WT)                                                                                    \
+    static void gemm_##NAME(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb, uint64_t n_tok, \
+                            float *y, size_t ldy, uint64_t k) {                                                  \
+        gemm_float(WT, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);                                                \
+    }                                                                                                            \
+    static void gemm_##NAME##_tiles(const void *w, size_t wrb, uint64_t n_rows, const void *x, size_t xrb,       \
+                                    uint64_t n_tok, float *y, size_t ldy, uint64_t k) {                         \
+        gemm_float_tiles(WT, w, wrb, n_rows, x, xrb, n_tok, y, ldy, k);                                          \
+    }
+FLOAT_GEMMS(f32, W_F32)
+FLOAT_GEMMS(f16, W_F16)
+FLOAT_GEMMS(bf16, W_BF16)
+#undef FLOAT_GEMMS
 
 /* ---- quantized weights, dot path: FQ rows x 1 token ----------------------------------------- */
 
@@ -1172,9 +1180,11 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni = {
 const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
     .isa = "avx512",
 #endif
-    .f32 = {KIPP_ACT_F32, gemm_f32},
-    .f16 = {KIPP_ACT_F32, gemm_f16},
-    .bf16 = {KIPP_ACT_F32, gemm_bf16},
+    /* gemm_many: the register tiles at every count, never the level's own switch (a Zen 4 runs
+     * them faster than the f32 panel at 12+ tokens: choice.c names them there) */
+    .f32 = {KIPP_ACT_F32, gemm_f32, KIPP_ACT_F32, gemm_f32_tiles, KIPP_CPU_MANY_NAMED},
+    .f16 = {KIPP_ACT_F32, gemm_f16, KIPP_ACT_F32, gemm_f16_tiles, KIPP_CPU_MANY_NAMED},
+    .bf16 = {KIPP_ACT_F32, gemm_bf16, KIPP_ACT_F32, gemm_bf16_tiles, KIPP_CPU_MANY_NAMED},
 #if KIPP_AVX512_VNNI
     .q8_0 = {KIPP_ACT_Q8_0, gemm_q8_0, 0, NULL, 0, &kp_packer_q8_0},
 #else
