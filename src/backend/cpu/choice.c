@@ -48,19 +48,22 @@ typedef struct {
  * AVX-512 CPU without VNNI runs the avx512 and avx2 rows; an AVX2 desktop the avx2 rows). */
 static const choice_row rows[] = {
     {KIPP_TYPE_F32, NULL,
-     {{1, "avx2:gemm@zen4 avx512 avx2"}, {4, "avx512 avx2"}, {16, "avx2@zen4 avx512 avx2"}},
-     "EPYC: 1-2 tokens avx2 11.7 and 36.3 vs avx512 7.6 and 31.8; 4-8: avx512 53-69 vs 16-23; 16-64: avx2 "
-     "42-74 vs 27-59. Xeon: avx512 at every count (1: 7.2 vs 5.3; 16-512: 70-130 vs 40-69)"},
+     {{1, "avx2:gemm@zen4 avx512 avx2"}, {4, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
+     "EPYC: 1-2 tokens avx2 10.3 and 37.0 vs avx512 7.7 and 33.4; 4-8: avx512 75-78 vs 22-26; 16-512: "
+     "avx512's tiles 84-91 vs its panel 29-89 and avx2's 43-89. Xeon: avx512 at every count (1: 7.2 vs "
+     "5.3; 16-512: 70-130 vs 40-69)"},
     {KIPP_TYPE_F16, NULL, {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
-     "1 token: EPYC avx2 21.9 vs avx512 11.4 (decode streams faster at 256 bits there), Xeon avx512 13.7 vs "
-     "avx2 8.4; 2+: avx512 55-106 vs 22-72 (Xeon 52-138 vs 34-73)"},
+     "1 token: EPYC avx2 23.9 vs avx512 12.0 (decode streams faster at 256 bits there), Xeon avx512 13.7 vs "
+     "avx2 8.4; 2-8: avx512 87-108 vs 23-56 (Xeon 52-85 vs 25-36); 16-512: EPYC avx512's tiles 96-102 vs "
+     "its panel 52-92, Xeon its panel 83-138"},
     {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
      "AMX tiles where the CPU has them (0.6B, 2 threads: prefill 276 tok/s against avx512vnni's 130, decode "
-     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: EPYC avx2 22.2 vs avx512 11.3 "
-     "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2+: avx512 54-104 vs 26-76"},
+     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: EPYC avx2 24.4 vs avx512 12.1 "
+     "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2-8: avx512 86-108 vs "
+     "29-54; 16-512: EPYC avx512's tiles 97-108 vs its panel 60-95, Xeon its panel 107-145"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
-     "repacked int16 panels, EPYC: avx512vnni's 512-bit tile (vpdpwssd) 133-181 at 2+ tokens and 22.2 at "
-     "1, avx2's 86-103 and 21.0; the mmapped kernels' best 42-98 and 18.3"},
+     "repacked int16 panels, EPYC: avx512vnni's 512-bit tile (vpdpwssd) 169-198 at 2+ tokens and 26.2 at "
+     "1, avx2's 116-136 and 24.5; the mmapped kernels' best 49-125 and 19.2"},
     {KIPP_TYPE_Q4_0, NULL,
      {{1, "avx512vnni avx512 avx2"}, {2, "avx512vnni@zen4 avx512 avx2"}, {4, "avx512vnni avx512 avx2"},
       {8, "avx512vnni avx2:many avx512"}},
@@ -68,11 +71,11 @@ static const choice_row rows[] = {
      "int16 panels from 8 (64-125 vs 52-62). Xeon: the same but at 2-3 tokens, where avx512 runs 52.6 "
      "against avx512vnni's 39.8"},
     {KIPP_TYPE_Q4_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
-     "repacked nibble panels, EPYC: avx512vnni's 72.9 at 1 token and 148-174 at 2+, avx2's 59.7 and "
-     "100-114; the mmapped kernels' best 37.1 and 50-112"},
+     "repacked nibble panels, EPYC: avx512vnni's 65.7 at 1 token and 154-185 at 2+, avx2's 68.3 and "
+     "103-127; the mmapped kernels' best 36.4 and 51-123"},
     {KIPP_TYPE_Q6_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
-     "repacked panels, EPYC: avx512vnni's 54.9 at 1 token and 92-167 at 2+, avx2's 39.3 and 68-83; the "
-     "mmapped kernels' best 23.5 and 50-112 (1 token was 17 before the tile prefetched each next "
+     "repacked panels, EPYC: avx512vnni's 56.4 at 1 token and 96-168 at 2+, avx2's 46.1 and 72-86; the "
+     "mmapped kernels' best 23.4 and 51-122 (1 token was 17 before the tile prefetched each next "
      "super-block whole)"},
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
     {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
