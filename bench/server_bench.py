@@ -27,6 +27,11 @@ it is met (medians over --runs, and C=8's slowest run over C=1's fastest), and e
 median over C=1's (scaling_over_c1). Not a test: it never fails on the figures. --quick: tiny
 counts for a smoke run.
 
+--peer-llama-server PATH: the same protocol against llama.cpp's llama-server (PATH; -t
+THREADS, -np PARALLEL, 512 context tokens per slot, --metrics), for issue 31's "8 clients >=
+1.3x llama-server": its record carries "peer" (binary, --version, sha256); the ratio is Kipp's
+8-client median over the peer's, from the two records of one session.
+
 --backend cuda: the binary defaults to build/kipp-server-cuda and the levels to 1,8,32,64;
 --parallel defaults to the largest level (at least 16), so no client of a level waits for a
 slot; the record's provenance.hardware.gpu and gpu_state (before, after) say which GPU and in
@@ -164,6 +169,57 @@ def start_server(args, extra: list[str], name: str = "kipp-server") -> sc.Server
     srv = sc.ServerProcess(args.binary, args.model, server_args(args, extra), name=name)
     srv.start(timeout=600)
     return srv
+
+
+class LlamaServer(sc.ServerProcess):
+    """llama.cpp's llama-server as the peer (--peer-llama-server): the same clients, requests
+    and windows as against kipp-server. It is started with -t THREADS -np PARALLEL, a context
+    of 512 tokens per slot, --metrics, on a free loopback port; /health answers 503 while it
+    loads. Its /metrics counter llamacpp:tokens_predicted_total stands in for
+    kipp_generated_tokens_total (the server-side figure); the kipp-only counters read 0."""
+
+    def __init__(self, binary: str, model: str, threads: int, parallel: int):
+        super().__init__(binary, model, [], name="llama-server")
+        self.threads, self.parallel = threads, parallel
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.binary, "-m", self.model, "-t", str(self.threads), "-np", str(self.parallel),
+                "-c", str(512 * self.parallel), "--metrics", "--host", "127.0.0.1", "--port", str(self.port)]
+
+    def start(self, timeout: float = 600.0) -> "LlamaServer":
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.host, self.port = "127.0.0.1", s.getsockname()[1]
+        with open(self.stdout_path, "wb") as fo, open(self.stderr_path, "wb") as fe:
+            self.proc = sc.subprocess.Popen(self.argv, stdout=fo, stderr=fe, stdin=sc.subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                st, _, _ = sc.http_request(self.host, self.port, "GET", "/health", timeout=5)
+                if st == 200:
+                    return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise sc.ServerError(f"llama-server exited with {self.proc.returncode}\n{self.stderr_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise sc.ServerError(f"llama-server: /health not 200 within {timeout:.0f} s\n{self.stderr_tail()}")
+            time.sleep(0.1)
+
+    def metrics(self, headers: dict | None = None) -> sc.Metrics:
+        m = super().metrics(headers)
+        gen = m.get("llamacpp:tokens_predicted_total")
+        return sc.Metrics({"types": {}, "help": {}, "samples": [("kipp_generated_tokens_total", {}, gen)]})
+
+    def version(self) -> str:
+        try:
+            r = sc.subprocess.run([self.binary, "--version"], capture_output=True, text=True, timeout=30)
+            return (r.stdout + r.stderr).strip()[-500:]
+        except (OSError, sc.subprocess.SubprocessError) as e:
+            return f"unknown ({e})"
 
 
 def parse_levels(text: str) -> list[int]:
@@ -367,7 +423,13 @@ def main() -> int:
                     help="repeat every level this many times, levels interleaved (default 1)")
     ap.add_argument("--warmup", type=benchlib.positive("--warmup", 0), default=2,
                     help="single warm-up requests before measuring (default 2)")
+    ap.add_argument("--peer-llama-server", metavar="PATH",
+                    help="measure llama.cpp's llama-server binary PATH instead of kipp-server, with "
+                         "the same clients, threads and --parallel (-np); the record says so (peer)")
     args = ap.parse_args()
+    if args.peer_llama_server and not (os.path.isfile(args.peer_llama_server)
+                                       and os.access(args.peer_llama_server, os.X_OK)):
+        ap.error(f"--peer-llama-server {args.peer_llama_server}: not an executable file")
     check_paths(ap, args)
     args.prompt_text = None
     if args.prompt_file:
@@ -385,7 +447,12 @@ def main() -> int:
         ap.error(f"--concurrency expects comma-separated integers >= 1, got '{args.concurrency}'")
 
     rec = record_header(args, "bench/server_bench.py")
-    srv = start_server(args, ["--parallel", str(args.parallel)])
+    if args.peer_llama_server:
+        srv = LlamaServer(args.peer_llama_server, args.model, args.threads, args.parallel).start()
+        rec["peer"] = {"name": "llama-server", "binary": os.path.abspath(args.peer_llama_server),
+                       "version": srv.version(), "binary_sha256": benchlib.sha256_file(args.peer_llama_server)}
+    else:
+        srv = start_server(args, ["--parallel", str(args.parallel)])
     try:
         srv.served_model()
         rec["server_argv"] = srv.argv
