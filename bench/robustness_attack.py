@@ -1040,13 +1040,18 @@ def phase_attack(b) -> dict:
     return aggregate(res, totals)
 
 
+def hostile_classes(classes: dict) -> list[dict]:
+    """The class records that count towards the targets: all but a control."""
+    return [c for c in classes.values() if not c.get("control")]
+
+
 def aggregate(res: dict, totals: collections.Counter) -> dict:
     """The phase's totals and targets over res["classes"]; a control class (no hostile client)
     is reported as the floor and counts towards no target."""
     res["totals"] = dict(totals)
     res["crash"], res["hang"] = totals.get("crash", 0), totals.get("hang", 0)
     res["unconstrained_as_constrained"] = totals.get("unconstrained_as_constrained", 0)
-    hostile = [c for c in res["classes"].values() if not c.get("control")]
+    hostile = hostile_classes(res["classes"])
     res["latency_met_all"] = all(c.get("latency_met") is not False for c in hostile)
     res["rss_met_all"] = all(c.get("rss_met") is not False for c in hostile)
     ctl = res["classes"].get("idle_control")
@@ -1075,8 +1080,7 @@ def fmt_mb(x):
 
 
 def summary_lines(att: dict) -> list[str]:
-    n_hostile = sum(1 for c in att["classes"].values() if not c.get("control"))
-    lines = [f"attack: {n_hostile} classes; crash {att['crash']}, hang {att['hang']}, "
+    lines = [f"attack: {len(hostile_classes(att['classes']))} classes; crash {att['crash']}, hang {att['hang']}, "
              f"unconstrained returned as constrained {att['unconstrained_as_constrained']}, "
              f"unacceptable {att['unacceptable_total']}; latency met {att['latency_met_all']}, "
              f"rss met {att['rss_met_all']} -> met={att['met']}"]

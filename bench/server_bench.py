@@ -188,26 +188,12 @@ class LlamaServer(sc.ServerProcess):
                 "-c", str(512 * self.parallel), "--metrics", "--host", "127.0.0.1", "--port", str(self.port)]
 
     def start(self, timeout: float = 600.0) -> "LlamaServer":
-        import socket
-        with socket.socket() as s:
+        with sc.socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.host, self.port = "127.0.0.1", s.getsockname()[1]
         with open(self.stdout_path, "wb") as fo, open(self.stderr_path, "wb") as fe:
             self.proc = sc.subprocess.Popen(self.argv, stdout=fo, stderr=fe, stdin=sc.subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                st, _, _ = sc.http_request(self.host, self.port, "GET", "/health", timeout=5)
-                if st == 200:
-                    return self
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                raise sc.ServerError(f"llama-server exited with {self.proc.returncode}\n{self.stderr_tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise sc.ServerError(f"llama-server: /health not 200 within {timeout:.0f} s\n{self.stderr_tail()}")
-            time.sleep(0.1)
+        return self.wait_healthy(time.monotonic() + timeout, timeout, poll_s=0.1)
 
     def metrics(self, headers: dict | None = None) -> sc.Metrics:
         m = super().metrics(headers)

@@ -95,6 +95,11 @@ class ServerProcess:
                                   f"within {timeout:.0f} s\nstdout: {self.stdout()[-2000:]}\n"
                                   f"{self.stderr_tail()}")
             time.sleep(0.02)
+        return self.wait_healthy(deadline, timeout)
+
+    def wait_healthy(self, deadline: float, timeout: float, poll_s: float = 0.05) -> "ServerProcess":
+        """Until /health answers 200 (self), the process exits or the monotonic deadline passes
+        (ServerError; the process is killed at the deadline)."""
         while True:
             try:
                 st, _, _ = http_request(self.connect_host, self.port, "GET", "/health", timeout=5)
@@ -108,7 +113,7 @@ class ServerProcess:
             if time.monotonic() > deadline:
                 self.kill()
                 raise ServerError(f"{self.name}: /health not 200 within {timeout:.0f} s\n{self.stderr_tail()}")
-            time.sleep(0.05)
+            time.sleep(poll_s)
 
     def stdout(self) -> str:
         try:

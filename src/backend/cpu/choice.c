@@ -189,9 +189,7 @@ static int add_rule(builder *b, const kipp_cpu_features *f, uint32_t type, uint3
         }
         if (!mm.gemm) continue;
         /* the level's own switch to its many-token kernel, where it falls in the range */
-        const uint32_t mmt = mm.gemm_many && mm.many_min_tok != KIPP_CPU_MANY_NAMED
-                                 ? (mm.many_min_tok ? mm.many_min_tok : 1)
-                                 : UINT32_MAX;
+        const uint32_t mmt = kipp_cpu_mm_many_from(&mm);
         if (mmt > from) add_range(b, from, lv, 0, type);
         if (mmt != UINT32_MAX && (to == 0 || mmt < to)) add_range(b, mmt > from ? mmt : from, lv, 1, type);
         return 1;
@@ -282,12 +280,12 @@ void kipp_cpu_level_choice(const kipp_cpu_kernels *lv, uint32_t type, kipp_cpu_c
     out->range[0].min_tok = 1;
     out->range[0].level = mm.gemm ? lv->isa : "dequantize";
     out->range[0].variant = "gemm";
+    const uint32_t mmt = kipp_cpu_mm_many_from(&mm); /* 1: many at every count */
     if (mm.packer) {
         out->packed = 1;
         out->packed_level = lv->isa;
         out->range[0].variant = "packed";
-    } else if (mm.gemm_many && mm.many_min_tok != KIPP_CPU_MANY_NAMED) {
-        const uint32_t mmt = mm.many_min_tok ? mm.many_min_tok : 1;
+    } else if (mmt != UINT32_MAX) {
         out->range[mmt > 1].min_tok = mmt;
         out->range[mmt > 1].level = lv->isa;
         out->range[mmt > 1].variant = "many";

@@ -125,6 +125,14 @@ typedef struct {
     } range[KIPP_CPU_MAX_RANGE];
 } kipp_cpu_mm;
 
+/* The token count from which a level table's entry switches to gemm_many by itself:
+ * many_min_tok (0 counts as 1), or UINT32_MAX when it never does (no gemm_many, or
+ * KIPP_CPU_MANY_NAMED). */
+static inline uint32_t kipp_cpu_mm_many_from(const kipp_cpu_mm *mm) {
+    if (!mm->gemm_many || mm->many_min_tok == KIPP_CPU_MANY_NAMED) return UINT32_MAX;
+    return mm->many_min_tok ? mm->many_min_tok : 1;
+}
+
 /* The kernel an entry runs for n tokens (n >= 1) of mmapped weights, and its activation
  * format (packed weights run mm->packer->gemm on KIPP_ACT_Q16 rows instead). NULL: the
  * dequantize fallback on KIPP_ACT_F32 rows. */
@@ -135,7 +143,8 @@ static inline kipp_cpu_gemm_fn kipp_cpu_mm_for(const kipp_cpu_mm *mm, uint64_t n
         *act = mm->range[i].act;
         return mm->range[i].gemm;
     }
-    if (mm->gemm_many && n >= mm->many_min_tok) {
+    const uint32_t many_from = kipp_cpu_mm_many_from(mm);
+    if (many_from != UINT32_MAX && n >= many_from) {
         *act = mm->act_many;
         return mm->gemm_many;
     }

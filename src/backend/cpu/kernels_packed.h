@@ -136,6 +136,13 @@ static void kp_pack_q8_0(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
     }
 }
 
+/* Block j's prefetch (values at qv, the group's scales at scv): the values four blocks
+ * ahead, all of them, and the scales 16 blocks ahead */
+KP_INLINE void kp_prefetch_q8_0(const uint8_t *qv, const float *scv, uint64_t j) {
+    KP_UNROLL for (int l = 0; l < 8; l++) _mm_prefetch((const char *)qv + 2048 + 64 * l, _MM_HINT_T0);
+    _mm_prefetch((const char *)(scv + (j + 16) * 16), _MM_HINT_T0);
+}
+
 /* One group (16 rows) against T tokens over all of k: y[t][0..nr) = group . x_t */
 KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y, size_t ldy,
                             int nr) {
@@ -150,9 +157,7 @@ KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x
             ai[0][t] = ai[1][t] = _mm256_setzero_si256();
         }
         const uint8_t *qv = grp + j * 512;
-        /* the values four blocks ahead, all of them, and the scales 16 blocks ahead */
-        KP_UNROLL for (int l = 0; l < 8; l++) _mm_prefetch((const char *)qv + 2048 + 64 * l, _MM_HINT_T0);
-        _mm_prefetch((const char *)(scv + (j + 16) * 16), _MM_HINT_T0);
+        kp_prefetch_q8_0(qv, scv, j);
         _Pragma("GCC unroll 4") for (int s = 0; s < 16; s++) {
             const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s)));
             const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s + 16)));
@@ -219,9 +224,7 @@ KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char
         __m512i ai[4][KP_T512];
         KP_UNROLL for (int c = 0; c < ch; c++) KP_UNROLL for (int t = 0; t < T; t++) ai[c][t] = _mm512_setzero_si512();
         const uint8_t *qv = grp + j * 512;
-        /* the values four blocks ahead, all of them, and the scales 16 blocks ahead */
-        KP_UNROLL for (int l = 0; l < 8; l++) _mm_prefetch((const char *)qv + 2048 + 64 * l, _MM_HINT_T0);
-        _mm_prefetch((const char *)(scv + (j + 16) * 16), _MM_HINT_T0);
+        kp_prefetch_q8_0(qv, scv, j);
         KP_UNROLL for (int s = 0; s < 16; s++) {
             const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(qv + 32 * s)));
             KP_UNROLL for (int t = 0; t < T; t++)
