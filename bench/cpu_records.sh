@@ -25,7 +25,7 @@ run() { # shape type decode runs
 for shape in ${SHAPES:-0.6b 4b}; do
     case $shape in
     0.6b) run 0.6b bf16 128 3; run 0.6b q8_0 128 3; run 0.6b q4_k_m 128 3 ;;
-    4b) run 4b q4_k_m 64 3; run 4b bf16 64 3 ;;
+    4b) run 4b q4_k_m 64 3; run 4b q8_0 64 3; run 4b bf16 64 3 ;;
     *) echo "cpu_records.sh: unknown shape $shape (0.6b, 4b)" >&2; exit 2 ;;
     esac
 done
