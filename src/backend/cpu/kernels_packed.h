@@ -87,26 +87,30 @@ KP_INLINE void kp_store(int T, __m256 acc[2][KP_T], float *y, size_t ldy, int nr
     }
 }
 
-/* A group is one stream read front to back: step j of n of a block of `block` bytes at p
- * prefetches its n-th of the next block, so the whole next block is on its way by the end of
- * this one (prefetching a fraction of the bytes a short way ahead left a token's product at
- * 8.5-15 GB/s when the weights come from memory; whole blocks one ahead: Q6_K 1 token 17 ->
- * 55 GFLOP/s on the 2-core EPYC). */
+/* Every packed layout below is one stream read front to back: a block's values, scales and
+ * minimums lie together, in the order the tile reads them. With the scales in a second region
+ * of the group (values for all of k, then all the scales) a one-token product read from memory
+ * at 13-15 GB/s on the 2-core EPYC (Zen 4) whatever was prefetched; one stream per group
+ * reads at 22-27 (kernels-epyc-avx512bf16.json). The K-quants' tiles also prefetch: step j
+ * of n of a block of `block` bytes at p prefetches its n-th of the next block, so the whole
+ * next block is on its way by the end of this one (a few percent on the K-quants; Q8_0's
+ * tile, whose block is 576 bytes, runs faster without it). */
 #define KP_PREFETCH_NEXT(p, block, j, n)                                                                  \
     KP_UNROLL for (int l_ = 0; l_ < ((block) / (n) + 63) / 64; l_++)                                      \
         _mm_prefetch((const char *)(p) + (block) + (uint64_t)(j) * ((block) / (n)) + 64 * l_, _MM_HINT_T0)
 
 /* ---- Q8_0 repacked once at load -------------------------------------------------------------
- * A tensor is stored as groups of 16 rows (the last padded with zero rows): first for every
- * two consecutive k the 16 rows' signed 8-bit values pair-interleaved (32 bytes: row r's
- * (w[k], w[k+1]) at 2r), then each row's f32 block scale per 32 elements ([k/32][16]):
- * 18 k bytes per group, 1.125 bytes a weight against Q8_0's 1.0625 (+5.9 %; the GGUF pages
+ * A tensor is stored as groups of 16 rows (the last padded with zero rows), a group as k/32
+ * blocks of K8P_B bytes: for every two consecutive k of the block the 16 rows' signed 8-bit
+ * values pair-interleaved (16 x 32 bytes: row r's (w[k], w[k+1]) at 2r), then the 16 rows'
+ * f32 scales of the block: 18 k bytes per group, 1.125 bytes a weight against Q8_0's 1.0625 (+5.9 %; the GGUF pages
  * are released after packing, forward.c). Q4_0 (0.5625) would nearly double and stays
  * mmapped. The kernel widens each pair vector to int16 as it goes (vpmovsxbw) and runs
  * the int16 tiles over KIPP_ACT_Q16 rows for every token count: no per-call decode or
  * transposition, so small batches (a server's decode step of 8 sequences) get the panel's
  * arithmetic rate, and decode reads one stream per 16 rows. */
-KP_INLINE uint64_t kp_group_bytes_q8_0(uint64_t k) { return 16 * k + (k / 32) * 16 * sizeof(float); }
+enum { K8P_B = 512 + 16 * sizeof(float) }; /* a block: 16 rows' 32 values, then their 16 scales */
+KP_INLINE uint64_t kp_group_bytes_q8_0(uint64_t k) { return k / 32 * K8P_B; }
 
 static size_t kp_bytes_q8_0(uint32_t type, uint64_t rows, uint64_t k) {
     if (type != KIPP_TYPE_Q8_0 || k % 32 != 0 || rows == 0) return 0;
@@ -119,15 +123,15 @@ static void kp_pack_q8_0(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
     (void)type;
     for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
         uint8_t *grp = (uint8_t *)out + g0 / 16 * kp_group_bytes_q8_0(k);
-        float *sc = (float *)(grp + 16 * k);
         const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
         for (int r = 0; r < 16; r++) {
             const uint8_t *row = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb;
             for (uint64_t j = 0; j < k / 32; j++) {
                 const uint8_t *b = row + j * 34;
-                sc[j * 16 + r] = r < nr ? kp_rd_f16(b) : 0.0f;
+                float *sc = (float *)(grp + j * K8P_B + 512);
+                sc[r] = r < nr ? kp_rd_f16(b) : 0.0f;
                 for (int s = 0; s < 16; s++) { /* pair s of the block: 2 bytes at lane r */
-                    uint8_t *o = grp + (j * 16 + (uint64_t)s) * 32 + 2 * r;
+                    uint8_t *o = grp + j * K8P_B + (uint64_t)s * 32 + 2 * r;
                     if (r < nr) memcpy(o, b + 2 + 2 * s, 2);
                     else o[0] = o[1] = 0;
                 }
@@ -136,17 +140,9 @@ static void kp_pack_q8_0(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
     }
 }
 
-/* Block j's prefetch (values at qv, the group's scales at scv): the values four blocks
- * ahead, all of them, and the scales 16 blocks ahead */
-KP_INLINE void kp_prefetch_q8_0(const uint8_t *qv, const float *scv, uint64_t j) {
-    KP_UNROLL for (int l = 0; l < 8; l++) _mm_prefetch((const char *)qv + 2048 + 64 * l, _MM_HINT_T0);
-    _mm_prefetch((const char *)(scv + (j + 16) * 16), _MM_HINT_T0);
-}
-
 /* One group (16 rows) against T tokens over all of k: y[t][0..nr) = group . x_t */
 KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y, size_t ldy,
                             int nr) {
-    const float *scv = (const float *)(grp + 16 * k);
     __m256 acc[2][KP_T];
     KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (uint64_t j = 0; j < k / 32; j++) {
@@ -156,8 +152,8 @@ KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x
             xb[t] = (const kipp_act_q16 *)(x + t * xrb) + j;
             ai[0][t] = ai[1][t] = _mm256_setzero_si256();
         }
-        const uint8_t *qv = grp + j * 512;
-        kp_prefetch_q8_0(qv, scv, j);
+        const uint8_t *qv = grp + j * K8P_B;
+        const float *scv = (const float *)(qv + 512);
         _Pragma("GCC unroll 4") for (int s = 0; s < 16; s++) {
             const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s)));
             const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s + 16)));
@@ -169,7 +165,7 @@ KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x
             }
         }
         KP_UNROLL for (int g = 0; g < 2; g++) {
-            const __m256 sc = _mm256_loadu_ps(scv + j * 16 + 8 * g);
+            const __m256 sc = _mm256_loadu_ps(scv + 8 * g);
             KP_UNROLL for (int t = 0; t < T; t++) {
                 const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
                 acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
@@ -212,7 +208,6 @@ KP_INLINE void kp_chains_sum(int T, int ch, __m512i ai[4][KP_T512]) {
 
 KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
                                size_t ldy, int nr) {
-    const float *scv = (const float *)(grp + 16 * k);
     const kipp_act_q16 *xr[KP_T512];
     __m512 acc[KP_T512];
     KP_UNROLL for (int t = 0; t < T; t++) {
@@ -223,15 +218,14 @@ KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char
     for (uint64_t j = 0; j < k / 32; j++) {
         __m512i ai[4][KP_T512];
         KP_UNROLL for (int c = 0; c < ch; c++) KP_UNROLL for (int t = 0; t < T; t++) ai[c][t] = _mm512_setzero_si512();
-        const uint8_t *qv = grp + j * 512;
-        kp_prefetch_q8_0(qv, scv, j);
+        const uint8_t *qv = grp + j * K8P_B;
         KP_UNROLL for (int s = 0; s < 16; s++) {
             const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(qv + 32 * s)));
             KP_UNROLL for (int t = 0; t < T; t++)
                 ai[s % ch][t] = KP_DOT512(ai[s % ch][t], w, _mm512_set1_epi32(kp_ld_pair(xr[t][j].qs + 2 * s)));
         }
         kp_chains_sum(T, ch, ai);
-        const __m512 sc = _mm512_loadu_ps(scv + j * 16);
+        const __m512 sc = _mm512_loadu_ps(qv + 512);
         KP_UNROLL for (int t = 0; t < T; t++) {
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[0][t]), _mm512_set1_ps(xr[t][j].d));
             acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
@@ -246,15 +240,17 @@ KP_GEMM512(kp_gemm512_q8_0, kp_tile512_q8_0)
 
 /* ---- Q4_K repacked once at load ------------------------------------------------------------
  * The same idea as Q8_0's groups of 16 rows, at Q4_K's own size: per 256-element super-block
- * a group holds 2048 bytes of nibbles, then the 16 rows' 6-bit scales and mins as bytes
- * ([8 sub-blocks][16 rows] each), then their d and dmin as f32 ([16] each): 152 bytes a row
+ * a group holds the 16 rows' d and dmin as f32 ([16] each), then per 32-element sub-block
+ * its 256 bytes of nibbles and the 16 rows' 6-bit scale and min as bytes: 152 bytes a row
  * per 256 against Q4_K's 144 (+5.6 %, as Q8_0's +5.9 %). The nibbles are laid out for the
- * vpmaddwd tiles with no shuffle: per 32-element sub-block, quad u (pairs 4u..4u+3) and half
+ * vpmaddwd tiles with no shuffle: in a sub-block, quad u (pairs 4u..4u+3) and half
  * g (rows 8g..8g+7), one 32-byte vector whose 16-bit lane 2r + e holds w[8g + r][2(4u + q) + e]
  * in bits 4q..4q+3 (q < 4): a shift and a mask give the int16 pair vector of pair 4u + q.
  * Exact: int32 per sub-block and token, then y += dx * (d * scale) * dot - dx * sum_x * (dmin
  * * min), as the panel path does. */
-enum { K4P_SB = 2048 + 128 + 128 + 64 + 64 };
+enum { K4P_D = 0, K4P_SUB = 256 + 16 + 16, K4P_SB = 128 + 8 * K4P_SUB };
+/* sub-block j of a super-block at o: its nibbles (256 bytes), then its 16 rows' scales and mins */
+KP_INLINE uint8_t *kp_q4_sub(const uint8_t *o, int j) { return (uint8_t *)o + 128 + j * K4P_SUB; }
 
 static size_t kp_bytes_q4_k(uint32_t type, uint64_t rows, uint64_t k) {
     if (type != KIPP_TYPE_Q4_K || k % 256 != 0 || rows == 0) return 0;
@@ -269,13 +265,13 @@ static void kp_pack_q4_k(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
         uint8_t *grp = (uint8_t *)out + g0 / 16 * gb;
         const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
         for (uint64_t sb = 0; sb < k / 256; sb++) {
-            uint8_t *o = grp + sb * K4P_SB, *osc = o + 2048, *omn = o + 2176;
-            float *od = (float *)(o + 2304), *odm = od + 16;
+            uint8_t *o = grp + sb * K4P_SB;
+            float *od = (float *)(o + K4P_D), *odm = od + 16;
             uint8_t q[16][256]; /* the super-block's values per row, 0..15 (padding rows 0) */
             memset(q, 0, sizeof q);
             for (int r = 0; r < 16; r++) {
                 if (r >= nr) {
-                    for (int j = 0; j < 8; j++) osc[j * 16 + r] = omn[j * 16 + r] = 0;
+                    for (int j = 0; j < 8; j++) kp_q4_sub(o, j)[256 + r] = kp_q4_sub(o, j)[272 + r] = 0;
                     od[r] = odm[r] = 0.0f;
                     continue;
                 }
@@ -283,8 +279,8 @@ static void kp_pack_q4_k(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
                 uint8_t scale[8], min[8];
                 kp_k4_scales(b + 4, scale, min);
                 for (int j = 0; j < 8; j++) {
-                    osc[j * 16 + r] = scale[j];
-                    omn[j * 16 + r] = min[j];
+                    kp_q4_sub(o, j)[256 + r] = scale[j];
+                    kp_q4_sub(o, j)[272 + r] = min[j];
                 }
                 od[r] = kp_rd_f16(b);
                 odm[r] = kp_rd_f16(b + 2);
@@ -297,7 +293,7 @@ static void kp_pack_q4_k(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
             for (int j = 0; j < 8; j++)
                 for (int u = 0; u < 4; u++)
                     for (int g = 0; g < 2; g++) {
-                        uint16_t *v = (uint16_t *)(o + ((j * 4 + u) * 2 + g) * 32);
+                        uint16_t *v = (uint16_t *)(kp_q4_sub(o, j) + (u * 2 + g) * 32);
                         for (int r = 0; r < 8; r++)
                             for (int e = 0; e < 2; e++) {
                                 unsigned lane = 0;
@@ -318,7 +314,7 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
     KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (uint64_t sb = 0; sb < k / 256; sb++) {
         const uint8_t *o = grp + sb * K4P_SB;
-        const float *od = (const float *)(o + 2304);
+        const float *od = (const float *)(o + K4P_D);
         for (int j = 0; j < 8; j++) {
             const kipp_act_q16 *xb[KP_T];
             __m256i ai[2][KP_T];
@@ -326,7 +322,7 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
                 xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
                 ai[0][t] = ai[1][t] = _mm256_setzero_si256();
             }
-            const uint8_t *qv = o + j * 256;
+            const uint8_t *qv = kp_q4_sub(o, j);
             KP_PREFETCH_NEXT(o, K4P_SB, j, 8);
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u));
@@ -346,10 +342,10 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
             }
             KP_UNROLL for (int g = 0; g < 2; g++) {
                 const __m256 sc = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 2048 + 16 * j + 8 * g)))),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + 256 + 8 * g)))),
                     _mm256_loadu_ps(od + 8 * g));
                 const __m256 mn = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(o + 2176 + 16 * j + 8 * g)))),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + 272 + 8 * g)))),
                     _mm256_loadu_ps(od + 16 + 8 * g));
                 KP_UNROLL for (int t = 0; t < T; t++) {
                     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
@@ -378,7 +374,7 @@ KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char
     KP_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (uint64_t sb = 0; sb < k / 256; sb++) {
         const uint8_t *o = grp + sb * K4P_SB;
-        const float *od = (const float *)(o + 2304);
+        const float *od = (const float *)(o + K4P_D);
         for (int j = 0; j < 8; j++) {
             const kipp_act_q16 *xb[KP_T512];
             __m512i ai[4][KP_T512];
@@ -386,7 +382,7 @@ KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char
                 xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
                 KP_UNROLL for (int c = 0; c < ch; c++) ai[c][t] = _mm512_setzero_si512();
             }
-            const uint8_t *qv = o + j * 256;
+            const uint8_t *qv = kp_q4_sub(o, j);
             KP_PREFETCH_NEXT(o, K4P_SB, j, 8);
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(qv + 64 * u));
@@ -401,10 +397,10 @@ KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char
             }
             kp_chains_sum(T, ch, ai);
             const __m512 sc = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 2048 + 16 * j)))),
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + 256)))),
                 _mm512_loadu_ps(od));
             const __m512 mn = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(o + 2176 + 16 * j)))),
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + 272)))),
                 _mm512_loadu_ps(od + 16));
             KP_UNROLL for (int t = 0; t < T; t++) {
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[0][t]), _mm512_set1_ps(xb[t]->d));
@@ -421,14 +417,17 @@ KP_GEMM512(kp_gemm512_q4_k, kp_tile512_q4_k)
 #endif
 
 /* ---- Q6_K repacked once at load ------------------------------------------------------------
- * Per 256-element super-block a group of 16 rows holds the low nibbles as Q4_K's packed form
- * (2048 bytes), then the high two bits (1024 bytes: per 32-element sub-block j, half g and
- * pairs 8h..8h+7, one 32-byte vector whose 16-bit lane 2r + e holds bits 4-5 of
- * w[8g + r][2(8h + m) + e] in bits 2m..2m+1), the 16 rows' int8 scales per 16 elements
- * ([16][16]) and their d as f32 ([16]): 212 bytes a row per 256 against Q6_K's 210. Values
+ * Per 256-element super-block a group of 16 rows holds the 16 rows' d as f32, then per
+ * 32-element sub-block j its low nibbles as Q4_K's packed form (256 bytes), its high two
+ * bits (128 bytes: half g and pairs 8h..8h+7, one 32-byte vector whose 16-bit lane 2r + e
+ * holds bits 4-5 of w[8g + r][2(8h + m) + e] in bits 2m..2m+1) and the 16 rows' int8 scales
+ * of its two 16-element halves ([2][16]): 212 bytes a row per 256 against Q6_K's 210. Values
  * are q - 32 in int16; each 16-element half of a sub-block has its own scale, so its int32
  * sums are scaled on their own: y += dx * (d * scale) * dot. */
-enum { K6P_LO = 0, K6P_HI = 2048, K6P_SC = 3072, K6P_D = 3328, K6P_SB = 3392 };
+enum { K6P_D = 0, K6P_HI = 256, K6P_SC = 384, K6P_SUB = 416, K6P_SB = 64 + 8 * K6P_SUB };
+/* sub-block j of a super-block at o: low nibbles (256 bytes), high bits (K6P_HI: 128),
+ * the 16 rows' scales of its two halves (K6P_SC: 32) */
+KP_INLINE uint8_t *kp_q6_sub(const uint8_t *o, int j) { return (uint8_t *)o + 64 + j * K6P_SUB; }
 
 static size_t kp_bytes_q6_k(uint32_t type, uint64_t rows, uint64_t k) {
     if (type != KIPP_TYPE_Q6_K || k % 256 != 0 || rows == 0) return 0;
@@ -444,18 +443,17 @@ static void kp_pack_q6_k(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
         const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
         for (uint64_t sb = 0; sb < k / 256; sb++) {
             uint8_t *o = grp + sb * K6P_SB;
-            int8_t *osc = (int8_t *)(o + K6P_SC);
             float *od = (float *)(o + K6P_D);
             uint8_t q[16][256]; /* the super-block's values per row, 0..63 (padding rows 32: zero) */
             memset(q, 32, sizeof q);
             for (int r = 0; r < 16; r++) {
                 if (r >= nr) {
-                    for (int i = 0; i < 16; i++) osc[i * 16 + r] = 0;
+                    for (int i = 0; i < 16; i++) kp_q6_sub(o, i / 2)[K6P_SC + (i % 2) * 16 + r] = 0;
                     od[r] = 0.0f;
                     continue;
                 }
                 const uint8_t *b = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb + sb * 210;
-                for (int i = 0; i < 16; i++) osc[i * 16 + r] = (int8_t)b[192 + i];
+                for (int i = 0; i < 16; i++) kp_q6_sub(o, i / 2)[K6P_SC + (i % 2) * 16 + r] = b[192 + i];
                 od[r] = kp_rd_f16(b + 208);
                 for (int n = 0; n < 2; n++) /* ggml's element order per 128 */
                     for (int l = 0; l < 32; l++) {
@@ -469,7 +467,7 @@ static void kp_pack_q6_k(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
             for (int j = 0; j < 8; j++)
                 for (int g = 0; g < 2; g++) {
                     for (int u = 0; u < 4; u++) {
-                        uint16_t *v = (uint16_t *)(o + K6P_LO + ((j * 4 + u) * 2 + g) * 32);
+                        uint16_t *v = (uint16_t *)(kp_q6_sub(o, j) + (u * 2 + g) * 32);
                         for (int r = 0; r < 8; r++)
                             for (int e = 0; e < 2; e++) {
                                 unsigned lane = 0;
@@ -479,7 +477,7 @@ static void kp_pack_q6_k(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
                             }
                     }
                     for (int h = 0; h < 2; h++) {
-                        uint16_t *v = (uint16_t *)(o + K6P_HI + ((j * 2 + g) * 2 + h) * 32);
+                        uint16_t *v = (uint16_t *)(kp_q6_sub(o, j) + K6P_HI + (g * 2 + h) * 32);
                         for (int r = 0; r < 8; r++)
                             for (int e = 0; e < 2; e++) {
                                 unsigned lane = 0;
@@ -511,16 +509,17 @@ KP_INLINE void kp_tile_q6_k(int T, const uint8_t *grp, uint64_t k, const char *x
         for (int j = 0; j < 8; j++) {
             const kipp_act_q16 *xb[KP_T];
             KP_UNROLL for (int t = 0; t < T; t++) xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
+            const uint8_t *sub = kp_q6_sub(o, j);
             KP_PREFETCH_NEXT(o, K6P_SB, j, 8);
             for (int h = 0; h < 2; h++) { /* the sub-block's halves: 16 elements, one scale each */
                 __m256i ai[2][KP_T];
                 KP_UNROLL for (int t = 0; t < T; t++) ai[0][t] = ai[1][t] = _mm256_setzero_si256();
-                const __m256i hv0 = _mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 0) * 2 + h) * 32));
-                const __m256i hv1 = _mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 1) * 2 + h) * 32));
+                const __m256i hv0 = _mm256_loadu_si256((const __m256i *)(sub + K6P_HI + (0 * 2 + h) * 32));
+                const __m256i hv1 = _mm256_loadu_si256((const __m256i *)(sub + K6P_HI + (1 * 2 + h) * 32));
                 KP_UNROLL for (int uu = 0; uu < 2; uu++) {
                     const int u = 2 * h + uu;
-                    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(o + K6P_LO + j * 256 + 64 * u));
-                    const __m256i v1 = _mm256_loadu_si256((const __m256i *)(o + K6P_LO + j * 256 + 64 * u + 32));
+                    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(sub + 64 * u));
+                    const __m256i v1 = _mm256_loadu_si256((const __m256i *)(sub + 64 * u + 32));
                     KP_UNROLL for (int qq = 0; qq < 4; qq++) {
                         const int m = 4 * uu + qq; /* the pair within the half */
                         const __m256i w0 = _mm256_sub_epi16(
@@ -538,7 +537,7 @@ KP_INLINE void kp_tile_q6_k(int T, const uint8_t *grp, uint64_t k, const char *x
                 KP_UNROLL for (int g = 0; g < 2; g++) {
                     const __m256 sc = _mm256_mul_ps(
                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                            _mm_loadl_epi64((const __m128i *)(o + K6P_SC + (2 * j + h) * 16 + 8 * g)))),
+                            _mm_loadl_epi64((const __m128i *)(sub + K6P_SC + h * 16 + 8 * g)))),
                         _mm256_loadu_ps(od + 8 * g));
                     KP_UNROLL for (int t = 0; t < T; t++) {
                         const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
@@ -575,16 +574,17 @@ KP_INLINE void kp_tile512_q6_k(int T, const uint8_t *grp, uint64_t k, const char
         for (int j = 0; j < 8; j++) {
             const kipp_act_q16 *xb[KP_T512];
             KP_UNROLL for (int t = 0; t < T; t++) xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
+            const uint8_t *sub = kp_q6_sub(o, j);
             KP_PREFETCH_NEXT(o, K6P_SB, j, 8);
             for (int h = 0; h < 2; h++) {
                 __m512i ai[4][KP_T512];
                 KP_UNROLL for (int c = 0; c < ch; c++) KP_UNROLL for (int t = 0; t < T; t++) ai[c][t] = _mm512_setzero_si512();
                 const __m512i hv = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 0) * 2 + h) * 32))),
-                    _mm256_loadu_si256((const __m256i *)(o + K6P_HI + ((j * 2 + 1) * 2 + h) * 32)), 1);
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(sub + K6P_HI + (0 * 2 + h) * 32))),
+                    _mm256_loadu_si256((const __m256i *)(sub + K6P_HI + (1 * 2 + h) * 32)), 1);
                 KP_UNROLL for (int uu = 0; uu < 2; uu++) {
                     const int u = 2 * h + uu;
-                    const __m512i v = _mm512_loadu_si512((const void *)(o + K6P_LO + j * 256 + 64 * u));
+                    const __m512i v = _mm512_loadu_si512((const void *)(sub + 64 * u));
                     KP_UNROLL for (int qq = 0; qq < 4; qq++) {
                         const int m = 4 * uu + qq;
                         const __m512i w = _mm512_sub_epi16(
@@ -598,7 +598,7 @@ KP_INLINE void kp_tile512_q6_k(int T, const uint8_t *grp, uint64_t k, const char
                 }
                 kp_chains_sum(T, ch, ai);
                 const __m512 sc = _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(o + K6P_SC + (2 * j + h) * 16)))),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sub + K6P_SC + h * 16)))),
                     _mm512_loadu_ps(od));
                 KP_UNROLL for (int t = 0; t < T; t++) {
                     const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[0][t]), _mm512_set1_ps(xb[t]->d));
@@ -620,10 +620,13 @@ KP_GEMM512(kp_gemm512_q6_k, kp_tile512_q6_k)
 static void kp_row_q8_0(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
     (void)type;
     const uint8_t *grp = (const uint8_t *)p + r / 16 * kp_group_bytes_q8_0(k);
-    const float *sc = (const float *)(grp + 16 * k);
-    const int rr = (int)(r % 16);
-    for (uint64_t i = 0; i < k; i++)
-        out[i] = (float)(int8_t)grp[(i / 2) * 32 + 2 * (uint64_t)rr + i % 2] * sc[(i / 32) * 16 + (uint64_t)rr];
+    const uint64_t rr = r % 16;
+    for (uint64_t i = 0; i < k; i++) {
+        const uint8_t *blk = grp + i / 32 * K8P_B;
+        float d;
+        memcpy(&d, blk + 512 + 4 * rr, 4);
+        out[i] = (float)(int8_t)blk[(i % 32) / 2 * 32 + 2 * rr + i % 2] * d;
+    }
 }
 
 static void kp_row_q4_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
@@ -631,13 +634,14 @@ static void kp_row_q4_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
     const int rr = (int)(r % 16), g = rr / 8, lr = rr % 8;
     for (uint64_t sb = 0; sb < k / 256; sb++) {
         const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * K4P_SB;
-        const float *od = (const float *)(o + 2304);
+        const float *od = (const float *)(o + K4P_D);
         for (int j = 0; j < 8; j++) {
-            const float d1 = od[rr] * (float)o[2048 + 16 * j + rr], m1 = od[16 + rr] * (float)o[2176 + 16 * j + rr];
+            const uint8_t *sub = kp_q4_sub(o, j);
+            const float d1 = od[rr] * (float)sub[256 + rr], m1 = od[16 + rr] * (float)sub[272 + rr];
             for (int e32 = 0; e32 < 32; e32++) {
                 const int pair = e32 / 2, u = pair / 4, qq = pair % 4;
                 uint16_t lane;
-                memcpy(&lane, o + ((j * 4 + u) * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
+                memcpy(&lane, sub + (u * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
                 out[sb * 256 + (uint64_t)(32 * j + e32)] = d1 * (float)((lane >> (4 * qq)) & 0x0f) - m1;
             }
         }
@@ -652,12 +656,13 @@ static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
         const float d = ((const float *)(o + K6P_D))[rr];
         for (int j = 0; j < 8; j++)
             for (int e32 = 0; e32 < 32; e32++) {
+                const uint8_t *sub = kp_q6_sub(o, j);
                 const int pair = e32 / 2, u = pair / 4, qq = pair % 4, h = pair / 8, m = pair % 8;
                 uint16_t lo, hi;
-                memcpy(&lo, o + K6P_LO + ((j * 4 + u) * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
-                memcpy(&hi, o + K6P_HI + ((j * 2 + g) * 2 + h) * 32 + 2 * (2 * lr + e32 % 2), 2);
+                memcpy(&lo, sub + (u * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
+                memcpy(&hi, sub + K6P_HI + (g * 2 + h) * 32 + 2 * (2 * lr + e32 % 2), 2);
                 const int q = (((lo >> (4 * qq)) & 0x0f) | ((hi >> (2 * m)) & 3) << 4) - 32;
-                const float sc = (float)(int8_t)o[K6P_SC + (2 * j + e32 / 16) * 16 + rr];
+                const float sc = (float)(int8_t)sub[K6P_SC + (e32 / 16) * 16 + rr];
                 out[sb * 256 + (uint64_t)(32 * j + e32)] = d * sc * (float)q;
             }
     }
