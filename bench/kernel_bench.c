@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
             }
             const char *lname = kipp_cpu_level_table(isa) ? kipp_cpu_level_table(isa)->isa : "auto";
             const kipp_cpu_mm entry = kipp_cpu_kernels_mm(lv, type);
-            if (!entry.gemm) {
+            if (!entry.gemm && !entry.packer) {
                 printf("%-10s %-6s no kernel (dequantize fallback)\n", lname, kipp_type_name(type));
                 continue;
             }
@@ -338,6 +338,7 @@ int main(int argc, char **argv) {
             }
             /* the level's few-token kernel, its many-token kernel, its repacked path */
             for (int variant = 0; variant < 3 && nc < MAX_CAND; variant++) {
+                if (variant == 0 && !entry.gemm) continue; /* a level that only packs the type */
                 if (variant == 1 && !entry.gemm_many) continue;
                 if (variant == 2 && (!entry.packer || !entry.packer->bytes(type, n_rows, k))) continue;
                 cand *cd = &cs[nc++];

@@ -870,10 +870,11 @@ static void check_compose(void) {
     kipp_cpu_kernels_compose(&cls[2], &k, NULL);
     uint32_t act;
     KT_CHECK(k.q8_0.packer == kipp_cpu_kernels_avx2.q8_0.packer && k.q4_k.packer == kipp_cpu_kernels_avx2.q4_k.packer &&
-                 k.q6_k.packer == kipp_cpu_kernels_avx2.q6_k.packer && kipp_cpu_mm_for(&k.q4_1, 1, &act) == kipp_cpu_kernels_avx2.q4_1.gemm &&
+                 k.q6_k.packer == kipp_cpu_kernels_avx2.q6_k.packer &&
+                 k.q5_k.packer == kipp_cpu_kernels_avx2.q5_k.packer && kipp_cpu_mm_for(&k.q4_1, 1, &act) == kipp_cpu_kernels_avx2.q4_1.gemm &&
                  kipp_cpu_mm_for(&k.q4_0, 64, &act) == kipp_cpu_kernels_avx2.q4_0.gemm_many &&
                  kipp_cpu_mm_for(&k.q4_0, 1, &act) == kipp_cpu_kernels_avx512.q4_0.gemm,
-             "avx512 class: Q8_0 / Q4_K / Q6_K not repacked by avx2, or Q4_1 / Q4_0 not the measured kernels");
+             "avx512 class: Q8_0 / Q4_K / Q5_K / Q6_K not repacked by avx2, or Q4_1 / Q4_0 not the measured kernels");
 #endif
 }
 
@@ -884,7 +885,7 @@ static void check_compose(void) {
  * and a machine's levels must agree so that records of one class stand for another. */
 static void check_packed_same_bits(void) {
     static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "amx", "neon", "auto"};
-    static const uint32_t types[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K, KIPP_TYPE_BF16};
+    static const uint32_t types[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q5_K, KIPP_TYPE_Q6_K, KIPP_TYPE_BF16};
     enum { R = 37, NT = 17 };
     const uint64_t k = 1024;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

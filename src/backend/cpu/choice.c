@@ -82,7 +82,11 @@ static const choice_row rows[] = {
     {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
     {KIPP_TYPE_Q2_K, NULL, {{1, "avx2"}}, "avx2 only: its one kernel (int8 maddubs on Q8_K activations)"},
     {KIPP_TYPE_Q3_K, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (16.4 vs 15.3)"},
-    {KIPP_TYPE_Q5_K, NULL, {{1, "avx2:gemm"}, {4, "avx2:many"}}, "avx2 only; its panels from 4 tokens (36.8 vs 24.4)"},
+    {KIPP_TYPE_Q5_K, "avx512vnni avx2", {{1, "avx2:gemm"}, {4, "avx2:many"}},
+     "repacked panels (Q4_K's with the fifth bit beside the nibbles), EPYC: avx512vnni's 53 at 1 token and "
+     "111-171 at 2+, avx2's 44 and 78-90; the mmapped kernels' best (avx2 only) 18.6 and 19-106 (avx2's int16 "
+     "panel beats its packed tiles from 64 tokens, 97-106 against 86-90: an AVX2-only CPU trades that for "
+     "2.4x decode)"},
     {KIPP_TYPE_IQ4_NL, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (23.6 vs 22.1)"},
     {KIPP_TYPE_IQ4_XS, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.6 vs 19.4)"},
 };
@@ -208,6 +212,32 @@ static const kipp_cpu_kernels *packed_level(const kipp_cpu_features *f, const ch
     return NULL;
 }
 
+/* The entry of a row from its rules (the kernels for mmapped weights), and its choice c */
+static void compose_rules(const kipp_cpu_features *f, const choice_row *row, kipp_cpu_mm *e, kipp_cpu_choice *c) {
+    memset(e, 0, sizeof *e);
+    builder b = {e, c};
+    size_t nr = 0;
+    while (nr < 4 && row->rule[nr].prefer) nr++;
+    for (size_t i = 0; i < nr; i++) {
+        const uint32_t from = row->rule[i].from, to = i + 1 < nr ? row->rule[i + 1].from : 0;
+        if (!add_rule(&b, f, row->type, from, to, row->rule[i].prefer)) {
+            /* none listed runs here: the highest level with a kernel for the type */
+            for (size_t l = 0; l < sizeof order / sizeof order[0]; l++)
+                if (add_rule(&b, f, row->type, from, to, order[l])) break;
+        }
+    }
+    if (e->n_range) {
+        uint32_t act;
+        e->gemm = kipp_cpu_mm_for(e, 2, &act);
+        e->act = act;
+    } else {
+        c->n_range = 1;
+        c->range[0].min_tok = 1;
+        c->range[0].level = "dequantize";
+        c->range[0].variant = "gemm";
+    }
+}
+
 void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
                               kipp_cpu_choice choices[KIPP_CPU_N_CHOICE]) {
     memset(out, 0, sizeof *out);
@@ -244,29 +274,15 @@ void kipp_cpu_kernels_compose(const kipp_cpu_features *f, kipp_cpu_kernels *out,
             *e = kipp_cpu_kernels_mm(pl, row->type); /* the packer serves every token count */
             kipp_cpu_level_choice(pl, row->type, &c);
             c.why = row->why;
+            if (!e->gemm) { /* a level that only packs the type (avx512vnni's Q5_K): a tensor
+                             * the packer leaves as stored runs the rules' kernels */
+                kipp_cpu_choice unused = c;
+                const kipp_cpu_packer *pk = e->packer;
+                compose_rules(f, row, e, &unused);
+                e->packer = pk;
+            }
         } else {
-            memset(e, 0, sizeof *e);
-            builder b = {e, &c};
-            size_t nr = 0;
-            while (nr < 4 && row->rule[nr].prefer) nr++;
-            for (size_t i = 0; i < nr; i++) {
-                const uint32_t from = row->rule[i].from, to = i + 1 < nr ? row->rule[i + 1].from : 0;
-                if (!add_rule(&b, f, row->type, from, to, row->rule[i].prefer)) {
-                    /* none listed runs here: the highest level with a kernel for the type */
-                    for (size_t l = 0; l < sizeof order / sizeof order[0]; l++)
-                        if (add_rule(&b, f, row->type, from, to, order[l])) break;
-                }
-            }
-            if (e->n_range) {
-                uint32_t act;
-                e->gemm = kipp_cpu_mm_for(e, 2, &act);
-                e->act = act;
-            } else {
-                c.n_range = 1;
-                c.range[0].min_tok = 1;
-                c.range[0].level = "dequantize";
-                c.range[0].variant = "gemm";
-            }
+            compose_rules(f, row, e, &c);
         }
         if (choices) choices[r] = c;
     }

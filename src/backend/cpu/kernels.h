@@ -80,7 +80,7 @@ typedef void (*kipp_cpu_gemm_fn)(const void *w, size_t w_row_bytes, uint64_t n_r
                                  const void *x, size_t x_row_bytes, uint64_t n_tok, float *y,
                                  size_t ldy, uint64_t k);
 
-/* Weights of a type repacked once at load (kernels_packed.h: Q8_0, Q4_K, Q6_K). bytes is
+/* Weights of a type repacked once at load (kernels_packed.h: Q8_0, Q4_K, Q5_K, Q6_K). bytes is
  * the packed size of a rows x k tensor (0: this tensor stays as stored); pack writes rows [r0, r1) (r0 a
  * multiple of 16) of a tensor of n_rows rows from its GGUF rows (w, w_row_bytes apart) into
  * the tensor's packed buffer out; gemm runs over act rows (KIPP_ACT_Q16 for the integer

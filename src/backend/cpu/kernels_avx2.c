@@ -9,7 +9,7 @@
  *   Q4_1/Q5_0/Q5_1/Q3_K/IQ4_NL/IQ4_XS on Q8_0 activations: rows decoded by the panel's
  *     decode_row, then an exact int dot per 32-block (gemm_rows_dec);
  *   many tokens: the int16 panel (KIPP_ACT_Q16) for every quantized type but Q2_K;
- *   Q8_0, Q4_K and Q6_K repacked at load: kernels_packed.h (vpmaddwd + vpaddd here).
+ *   Q8_0, Q4_K, Q5_K and Q6_K repacked at load: kernels_packed.h (vpmaddwd + vpaddd here).
  * Register tile: one weight row against up to 4 tokens, so each weight block is loaded and
  * unpacked once per 4 tokens. Converters are the scalar ones (O(k) per token, not the cost). */
 #include "backend/cpu/kernels.h"
@@ -20,7 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-/* Q8_0, Q4_K and Q6_K repacked at load: vpmaddwd + vpaddd */
+/* Q8_0, Q4_K, Q5_K and Q6_K repacked at load: vpmaddwd + vpaddd */
 #define KP_DOT(acc, w, x) _mm256_add_epi32((acc), _mm256_madd_epi16((w), (x)))
 #include "backend/cpu/kernels_packed.h"
 
@@ -1274,7 +1274,7 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx2 = {
     .q5_1 = {KIPP_ACT_Q8_0, gemm_q5_1, KIPP_ACT_Q16, gemm16_q5_1, MANY_MIN_TOK},
     .q2_k = {KIPP_ACT_Q8_K, gemm_q2_k},
     .q3_k = {KIPP_ACT_Q8_0, gemm_q3_k, KIPP_ACT_Q16, gemm16_q3_k, MANY_MIN_TOK},
-    .q5_k = {KIPP_ACT_Q8_K, gemm_q5_k, KIPP_ACT_Q16, gemm16_q5_k, MANY_MIN_TOK},
+    .q5_k = {KIPP_ACT_Q8_K, gemm_q5_k, KIPP_ACT_Q16, gemm16_q5_k, MANY_MIN_TOK, &kp_packer_q5_k},
     .iq4_nl = {KIPP_ACT_Q8_0, gemm_iq4_nl, KIPP_ACT_Q16, gemm16_iq4_nl, MANY_MIN_TOK},
     .iq4_xs = {KIPP_ACT_Q8_0, gemm_iq4_xs, KIPP_ACT_Q16, gemm16_iq4_xs, MANY_MIN_TOK},
     .quant = {NULL, kipp_cpu_quant_bf16_scalar, kipp_cpu_quant_q8_0_scalar,

@@ -37,7 +37,7 @@
 #endif
 
 #if KIPP_AVX512_VNNI
-/* Q8_0, Q4_K and Q6_K repacked at load, their int16 dots one vpdpwssd (AVX512-VNNI + VL);
+/* Q8_0, Q4_K, Q5_K and Q6_K repacked at load, their int16 dots one vpdpwssd (AVX512-VNNI + VL);
  * Q8_0's tile at 512 bits (KP_DOT512: 16 rows x 8 tokens, kernels_packed.h) */
 #define KP_DOT(acc, w, x) _mm256_dpwssd_epi32((acc), (w), (x))
 #define KP_DOT512(acc, w, x) _mm512_dpwssd_epi32((acc), (w), (x))
@@ -1194,6 +1194,8 @@ const kipp_cpu_kernels kipp_cpu_kernels_avx512 = {
 #if KIPP_AVX512_VNNI
     .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k, 0, NULL, 0, &kp_packer_q4_k},
     .q6_k = {KIPP_ACT_Q8_K, gemm_q6_k, 0, NULL, 0, &kp_packer_q6_k},
+    /* Q5_K only packed (no mmapped kernel at this level: choice.c takes avx2's when unpacked) */
+    .q5_k = {0, NULL, 0, NULL, 0, &kp_packer_q5_k},
     .quant = {NULL, quant_bf16, quant_q8_0, quant_q8_k, quant_q16},
 #else
     .q4_k = {KIPP_ACT_Q8_K, gemm_q4_k},
