@@ -15,7 +15,8 @@
 #     when missing. No golden vectors: cpu vs cpu-ref (--cpu-vs-ref-shape) in each type,
 #     the scheduler on q8_0; random-tiny also runs the same-backend gates on every type on
 #     cpu and on bf16 on cpu-ref, with tiny-tied's prompts (same vocabulary), and cpu vs
-#     cpu-ref alone on the q5_k_m, q2_k and iq4_xs mixes (Q5_K, Q2_K, Q3_K, IQ4_XS).
+#     cpu-ref alone on the q2_k and iq4_xs mixes (Q2_K, Q3_K, IQ4_XS; the q5_k_m mix, Q5_K
+#     packed at load, runs every gate).
 # Tiny checkpoints are made locally; real ones must have been downloaded and converted.
 # TIER (tests/stages.txt; unset means full) trims the repetitions, never a gate kind: in the
 # test tier cpu-vs-ref runs every ISA level on bf16 and the best level on the other types,
@@ -65,8 +66,8 @@ random-*)
     types="bf16 q8_0 q4_k_m"
     mixes=""
     if [ "$shape" = tiny ]; then
-        types="bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k" # every type cpu runs
-        mixes="q5_k_m q2_k iq4_xs"                 # Q5_K, Q2_K + Q3_K, IQ4_XS: cpu vs cpu-ref only
+        types="bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k q5_k_m" # every type cpu runs (q5_k_m: Q5_K packed)
+        mixes="q2_k iq4_xs"                               # Q2_K + Q3_K, IQ4_XS: cpu vs cpu-ref only
     fi
     files=()
     for q in $types $mixes; do files+=("models/random/qwen3-$shape-$q.gguf"); done
