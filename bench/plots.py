@@ -121,8 +121,9 @@ def cpu_table(root):
     for name, label, isa, typ, rec in cpu_records(root):
         r = rec["ratios_kipp_over_llama"]
         t = CPU_TARGETS[isa]
-        pre = ratio_cell(r, "prefill", t["prefill"])
-        dec = ratio_cell(r, "decode", t["decode"].get(typ))  # a new weight type: no target yet
+        # a weight type the targets do not name (Q5_K_M, ...): no target yet, either way
+        pre = ratio_cell(r, "prefill", t["prefill"] if typ in t["decode"] else None)
+        dec = ratio_cell(r, "decode", t["decode"].get(typ))
         # the peer's 2-thread decode below 90 % of its own 1-thread check figure: its thread
         # pool, not its kernels, sets that ratio (the record's text gives the 1-thread one)
         sanity = (rec.get("peer", {}).get("check") or {}).get("decode_median_over_sanity_1t")

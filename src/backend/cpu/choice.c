@@ -62,8 +62,9 @@ static const choice_row rows[] = {
      "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2-8: avx512 86-108 vs "
      "29-54; 16-512: EPYC avx512's tiles 97-108 vs its panel 60-95, Xeon its panel 107-145"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
-     "repacked int16 panels, EPYC: avx512vnni's 512-bit tile (vpdpwssd) 169-198 at 2+ tokens and 26.2 at "
-     "1, avx2's 116-136 and 24.5; the mmapped kernels' best 49-125 and 19.2"},
+     "repacked int16 panels (one stream per 16 rows), EPYC: avx512vnni's 512-bit tile (vpdpwssd) 182-200 at "
+     "2+ tokens and 47.5 at 1, avx2's 123-138 and 52.0 (within the 10 % margin at 1 token; a type takes one "
+     "level's packer); the mmapped kernels' best 45-130 and 18.8"},
     {KIPP_TYPE_Q4_0, NULL,
      {{1, "avx512vnni avx512 avx2"}, {2, "avx512vnni@zen4 avx512 avx2"}, {4, "avx512vnni avx512 avx2"},
       {8, "avx512vnni avx2:many avx512"}},
@@ -71,22 +72,21 @@ static const choice_row rows[] = {
      "int16 panels from 8 (64-125 vs 52-62). Xeon: the same but at 2-3 tokens, where avx512 runs 52.6 "
      "against avx512vnni's 39.8"},
     {KIPP_TYPE_Q4_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}, {8, "avx512vnni avx2:many avx512"}},
-     "repacked nibble panels, EPYC: avx512vnni's 65.7 at 1 token and 154-185 at 2+, avx2's 68.3 and "
-     "103-127; the mmapped kernels' best 36.4 and 51-123"},
+     "repacked nibble panels (one stream per 16 rows), EPYC: avx512vnni's 91.2 at 1 token and 165-186 at 2+, "
+     "avx2's 78.7 and 109-128; the mmapped kernels' best 42.2 and 52-122"},
     {KIPP_TYPE_Q6_K, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
-     "repacked panels, EPYC: avx512vnni's 56.4 at 1 token and 96-168 at 2+, avx2's 46.1 and 72-86; the "
-     "mmapped kernels' best 23.4 and 51-122 (1 token was 17 before the tile prefetched each next "
-     "super-block whole)"},
+     "repacked panels (one stream per 16 rows), EPYC: avx512vnni's 55.3 at 1 token and 96-168 at 2+, avx2's "
+     "46.3 and 70-84; the mmapped kernels' best 25.6 and 42-120 (1 token was 17 before the tile prefetched "
+     "each next super-block whole)"},
     {KIPP_TYPE_Q4_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (22.8 vs 19.9)"},
     {KIPP_TYPE_Q5_0, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.7 vs 19.5)"},
     {KIPP_TYPE_Q5_1, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (19.8 vs 17.5)"},
     {KIPP_TYPE_Q2_K, NULL, {{1, "avx2"}}, "avx2 only: its one kernel (int8 maddubs on Q8_K activations)"},
     {KIPP_TYPE_Q3_K, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (16.4 vs 15.3)"},
     {KIPP_TYPE_Q5_K, "avx512vnni avx2", {{1, "avx2:gemm"}, {4, "avx2:many"}},
-     "repacked panels (Q4_K's with the fifth bit beside the nibbles), EPYC: avx512vnni's 53 at 1 token and "
-     "111-171 at 2+, avx2's 44 and 78-90; the mmapped kernels' best (avx2 only) 18.6 and 19-106 (avx2's int16 "
-     "panel beats its packed tiles from 64 tokens, 97-106 against 86-90: an AVX2-only CPU trades that for "
-     "2.4x decode)"},
+     "repacked panels (Q4_K's with the fifth bit beside the nibbles), EPYC: avx512vnni's 64.8 at 1 token and "
+     "116-174 at 2+, avx2's 51.8 and 78-98; the mmapped kernels' best (avx2 only) 23.5 and 24-121 (avx2's int16 "
+     "panel beats its packed tiles from 64 tokens, 110-121 against 98: an AVX2-only CPU trades that for 2.2x decode)"},
     {KIPP_TYPE_IQ4_NL, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (23.6 vs 22.1)"},
     {KIPP_TYPE_IQ4_XS, NULL, {{1, "avx2:gemm"}, {2, "avx2:many"}}, "avx2 only; its panels from 2 tokens (20.6 vs 19.4)"},
 };
