@@ -294,7 +294,7 @@ void kipp_cpu_level_choice(const kipp_cpu_kernels *lv, uint32_t type, kipp_cpu_c
     out->type = type;
     out->n_range = 1;
     out->range[0].min_tok = 1;
-    out->range[0].level = mm.gemm ? lv->isa : "dequantize";
+    out->range[0].level = mm.gemm || mm.packer ? lv->isa : "dequantize"; /* a packing-only entry: its level */
     out->range[0].variant = "gemm";
     const uint32_t mmt = kipp_cpu_mm_many_from(&mm); /* 1: many at every count */
     if (mm.packer) {
