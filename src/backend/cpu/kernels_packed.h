@@ -249,83 +249,119 @@ KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char
 KP_GEMM512(kp_gemm512_q8_0, kp_tile512_q8_0)
 #endif
 
-/* ---- Q4_K repacked once at load ------------------------------------------------------------
+/* ---- Q4_K and Q5_K repacked once at load ----------------------------------------------------
  * The same idea as Q8_0's groups of 16 rows, at Q4_K's own size: per 256-element super-block
  * a group holds the 16 rows' d and dmin as f32 ([16] each), then per 32-element sub-block
- * its 256 bytes of nibbles and the 16 rows' 6-bit scale and min as bytes: 152 bytes a row
- * per 256 against Q4_K's 144 (+5.6 %, as Q8_0's +5.9 %). The nibbles are laid out for the
- * vpmaddwd tiles with no shuffle: in a sub-block, quad u (pairs 4u..4u+3) and half
- * g (rows 8g..8g+7), one 32-byte vector whose 16-bit lane 2r + e holds w[8g + r][2(4u + q) + e]
- * in bits 4q..4q+3 (q < 4): a shift and a mask give the int16 pair vector of pair 4u + q.
- * Exact: int32 per sub-block and token, then y += dx * (d * scale) * dot - dx * sum_x * (dmin
- * * min), as the panel path does. */
-enum { K4P_D = 0, K4P_SUB = 256 + 16 + 16, K4P_SB = 128 + 8 * K4P_SUB };
-/* sub-block j of a super-block at o: its nibbles (256 bytes), then its 16 rows' scales and mins */
-KP_INLINE uint8_t *kp_q4_sub(const uint8_t *o, int j) { return (uint8_t *)o + 128 + j * K4P_SUB; }
+ * its 256 bytes of nibbles, for Q5_K its fifth bits (KQ_HI: 64 bytes: half g, one 32-byte
+ * vector whose 16-bit lane 2r + e holds bit 4 of w[8g + r][2m + e] in bit m, m < 16 the
+ * pair), and the 16 rows' 6-bit scale and min as bytes: 152 bytes a row per 256 against
+ * Q4_K's 144 (+5.6 %, as Q8_0's +5.9 %), 184 against Q5_K's 176 (+4.5 %). The nibbles are
+ * laid out for the vpmaddwd tiles with no shuffle: in a sub-block, quad u (pairs
+ * 4u..4u+3) and half g (rows 8g..8g+7), one 32-byte vector whose 16-bit lane 2r + e holds
+ * w[8g + r][2(4u + q) + e] in bits 4q..4q+3 (q < 4): a shift and a mask give the int16 pair
+ * vector of pair 4u + q (Q5_K: and its fifth bit or'd in). Exact: int32 per sub-block and
+ * token, then y += dx * (d * scale) * dot - dx * sum_x * (dmin * min), as the panel path
+ * does. Each function takes q5 (0: Q4_K, 1: Q5_K) as a constant. */
+enum { KQ_HI = 256 };
+KP_INLINE int kq_sub(int q5) { return q5 ? 256 + 64 + 32 : 256 + 32; } /* bytes of a sub-block */
+KP_INLINE int kq_sc(int q5) { return q5 ? 256 + 64 : 256; }            /* its scales; mins 16 on */
+KP_INLINE int kq_sb(int q5) { return 128 + 8 * kq_sub(q5); } /* a super-block */
+/* sub-block j of a super-block at o */
+KP_INLINE uint8_t *kq_sub_at(int q5, const uint8_t *o, int j) { return (uint8_t *)o + 128 + j * kq_sub(q5); }
 
-static size_t kp_bytes_q4_k(uint32_t type, uint64_t rows, uint64_t k) {
-    if (type != KIPP_TYPE_Q4_K || k % 256 != 0 || rows == 0) return 0;
-    return (size_t)((rows + 15) / 16 * (k / 256) * K4P_SB);
+KP_INLINE uint32_t kq_type(int q5) { return q5 ? KIPP_TYPE_Q5_K : KIPP_TYPE_Q4_K; }
+
+KP_INLINE size_t kq_bytes(int q5, uint32_t type, uint64_t rows, uint64_t k) {
+    if (type != kq_type(q5) || k % 256 != 0 || rows == 0) return 0;
+    return (size_t)((rows + 15) / 16 * (k / 256) * (uint64_t)kq_sb(q5));
 }
+static size_t kp_bytes_q4_k(uint32_t type, uint64_t rows, uint64_t k) { return kq_bytes(0, type, rows, k); }
+static size_t kp_bytes_q5_k(uint32_t type, uint64_t rows, uint64_t k) { return kq_bytes(1, type, rows, k); }
 
-static void kp_pack_q4_k(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
-                           uint64_t k, void *out) {
-    (void)type;
-    const uint64_t gb = k / 256 * K4P_SB;
+KP_INLINE void kq_pack(int q5, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1, uint64_t k,
+                       void *out) {
+    const uint64_t gb = k / 256 * (uint64_t)kq_sb(q5);
+    const int sc = kq_sc(q5), mn = kq_sc(q5) + 16;
     for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
         uint8_t *grp = (uint8_t *)out + g0 / 16 * gb;
         const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
         for (uint64_t sb = 0; sb < k / 256; sb++) {
-            uint8_t *o = grp + sb * K4P_SB;
-            float *od = (float *)(o + K4P_D), *odm = od + 16;
-            uint8_t q[16][256]; /* the super-block's values per row, 0..15 (padding rows 0) */
+            uint8_t *o = grp + sb * kq_sb(q5);
+            float *od = (float *)o, *odm = od + 16;
+            uint8_t q[16][256]; /* the super-block's values per row, 0..15 or 0..31 (padding rows 0) */
             memset(q, 0, sizeof q);
             for (int r = 0; r < 16; r++) {
                 if (r >= nr) {
-                    for (int j = 0; j < 8; j++) kp_q4_sub(o, j)[256 + r] = kp_q4_sub(o, j)[272 + r] = 0;
+                    for (int j = 0; j < 8; j++) kq_sub_at(q5, o, j)[sc + r] = kq_sub_at(q5, o, j)[mn + r] = 0;
                     od[r] = odm[r] = 0.0f;
                     continue;
                 }
-                const uint8_t *b = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb + sb * 144;
+                /* Q4_K: d, dmin, scales[12], qs[128] (144 B); Q5_K: the same with qh[32] before qs (176 B) */
+                const uint8_t *b = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb + sb * (q5 ? 176 : 144);
+                const uint8_t *qh = b + 16, *qs = b + (q5 ? 48 : 16);
                 uint8_t scale[8], min[8];
                 kp_k4_scales(b + 4, scale, min);
                 for (int j = 0; j < 8; j++) {
-                    kp_q4_sub(o, j)[256 + r] = scale[j];
-                    kp_q4_sub(o, j)[272 + r] = min[j];
+                    kq_sub_at(q5, o, j)[sc + r] = scale[j];
+                    kq_sub_at(q5, o, j)[mn + r] = min[j];
+                    for (int l = 0; l < 32; l++) /* core/types.c's order: sub-block j the low (j even) or high nibble */
+                        q[r][32 * j + l] = (uint8_t)(((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0f) |
+                                                     (q5 ? ((qh[l] >> j) & 1) << 4 : 0));
                 }
                 od[r] = kp_rd_f16(b);
                 odm[r] = kp_rd_f16(b + 2);
-                for (int c = 0; c < 4; c++) /* 64 elements per 32 bytes: low nibbles, then high */
-                    for (int l = 0; l < 32; l++) {
-                        q[r][64 * c + l] = b[16 + 32 * c + l] & 0x0f;
-                        q[r][64 * c + 32 + l] = b[16 + 32 * c + l] >> 4;
-                    }
             }
             for (int j = 0; j < 8; j++)
-                for (int u = 0; u < 4; u++)
-                    for (int g = 0; g < 2; g++) {
-                        uint16_t *v = (uint16_t *)(kp_q4_sub(o, j) + (u * 2 + g) * 32);
+                for (int g = 0; g < 2; g++) {
+                    for (int u = 0; u < 4; u++) {
+                        uint16_t *v = (uint16_t *)(kq_sub_at(q5, o, j) + (u * 2 + g) * 32);
                         for (int r = 0; r < 8; r++)
                             for (int e = 0; e < 2; e++) {
                                 unsigned lane = 0;
                                 for (int qq = 0; qq < 4; qq++)
-                                    lane |= (unsigned)q[8 * g + r][32 * j + 2 * (4 * u + qq) + e] << (4 * qq);
+                                    lane |= (unsigned)(q[8 * g + r][32 * j + 2 * (4 * u + qq) + e] & 0x0f) << (4 * qq);
                                 v[2 * r + e] = (uint16_t)lane;
                             }
                     }
+                    if (!q5) continue;
+                    uint16_t *v = (uint16_t *)(kq_sub_at(q5, o, j) + KQ_HI + g * 32);
+                    for (int r = 0; r < 8; r++)
+                        for (int e = 0; e < 2; e++) {
+                            unsigned lane = 0;
+                            for (int m = 0; m < 16; m++) lane |= (unsigned)(q[8 * g + r][32 * j + 2 * m + e] >> 4) << m;
+                            v[2 * r + e] = (uint16_t)lane;
+                        }
+                }
         }
     }
 }
+static void kp_pack_q4_k(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                         uint64_t k, void *out) {
+    (void)type;
+    kq_pack(0, w, wrb, n_rows, r0, r1, k, out);
+}
+static void kp_pack_q5_k(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
+                         uint64_t k, void *out) {
+    (void)type;
+    kq_pack(1, w, wrb, n_rows, r0, r1, k, out);
+}
+
+/* bit 4 of pair m's values (from a fifth-bit vector) in place */
+KP_INLINE __m256i kq_hi(__m256i hv, int m) {
+    const __m256i v = m >= 4 ? _mm256_srli_epi16(hv, m - 4) : _mm256_slli_epi16(hv, 4 - m);
+    return _mm256_and_si256(v, _mm256_set1_epi16(0x10));
+}
 
 /* One group (16 rows) against T tokens over all of k */
-KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
-                             size_t ldy, int nr) {
+KP_INLINE void kq_tile(int q5, int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                       size_t ldy, int nr) {
     const __m256i m4 = _mm256_set1_epi16(0x0f);
+    const int sco = kq_sc(q5);
     __m256 acc[2][KP_T];
     KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (uint64_t sb = 0; sb < k / 256; sb++) {
-        const uint8_t *o = grp + sb * K4P_SB;
-        const float *od = (const float *)(o + K4P_D);
+        const uint8_t *o = grp + sb * kq_sb(q5);
+        const float *od = (const float *)o;
         for (int j = 0; j < 8; j++) {
             const kipp_act_q16 *xb[KP_T];
             __m256i ai[2][KP_T];
@@ -333,14 +369,23 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
                 xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
                 ai[0][t] = ai[1][t] = _mm256_setzero_si256();
             }
-            const uint8_t *qv = kp_q4_sub(o, j);
-            KP_PREFETCH_NEXT(o, K4P_SB, j, 8);
+            const uint8_t *qv = kq_sub_at(q5, o, j);
+            KP_PREFETCH_NEXT(o, kq_sb(q5), j, 8);
+            __m256i hv0 = _mm256_setzero_si256(), hv1 = hv0;
+            if (q5) {
+                hv0 = _mm256_loadu_si256((const __m256i *)(qv + KQ_HI));
+                hv1 = _mm256_loadu_si256((const __m256i *)(qv + KQ_HI + 32));
+            }
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u + 32));
                 KP_UNROLL for (int q = 0; q < 4; q++) {
-                    const __m256i w0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4 * q), m4);
-                    const __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4 * q), m4);
+                    __m256i w0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4 * q), m4);
+                    __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4 * q), m4);
+                    if (q5) {
+                        w0 = _mm256_or_si256(w0, kq_hi(hv0, 4 * u + q));
+                        w1 = _mm256_or_si256(w1, kq_hi(hv1, 4 * u + q));
+                    }
                     KP_UNROLL for (int t = 0; t < T; t++) {
                         const __m256i xv = _mm256_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + q)));
                         ai[0][t] = KP_DOT(ai[0][t], w0, xv);
@@ -353,10 +398,10 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
             }
             KP_UNROLL for (int g = 0; g < 2; g++) {
                 const __m256 sc = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + 256 + 8 * g)))),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + sco + 8 * g)))),
                     _mm256_loadu_ps(od + 8 * g));
                 const __m256 mn = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + 272 + 8 * g)))),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + sco + 16 + 8 * g)))),
                     _mm256_loadu_ps(od + 16 + 8 * g));
                 KP_UNROLL for (int t = 0; t < T; t++) {
                     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
@@ -370,22 +415,32 @@ KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x
 }
 
 #ifndef KP_DOT512
+KP_INLINE void kp_tile_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y, size_t ldy,
+                            int nr) {
+    kq_tile(0, T, grp, k, x, xrb, y, ldy, nr);
+}
+KP_INLINE void kp_tile_q5_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y, size_t ldy,
+                            int nr) {
+    kq_tile(1, T, grp, k, x, xrb, y, ldy, nr);
+}
 KP_GEMM(kp_gemm_q4_k, kp_tile_q4_k)
+KP_GEMM(kp_gemm_q5_k, kp_tile_q5_k)
 #endif
 
 #ifdef KP_DOT512
-/* kp_tile_q4_k at 512 bits: a quad's two 32-byte half vectors (rows 0-7, 8-15) lie side by
- * side, so one 64-byte load holds all 16 rows; each lane does what kp_tile_q4_k's does, in
- * the same order (the same bits, see kp_tile512_q8_0). */
-KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
-                               size_t ldy, int nr) {
-    const __m512i m4 = _mm512_set1_epi16(0x0f);
-    const int ch = KP_CH(T);
+/* kq_tile at 512 bits: a quad's two 32-byte half vectors (rows 0-7, 8-15) lie side by side,
+ * so one 64-byte load holds all 16 rows (Q5_K's two fifth-bit vectors likewise); each lane
+ * does what kq_tile's does, in the same order (the same bits, see kp_tile512_q8_0); the
+ * fifth bit goes in with one vpternlogd (nibble | (shifted & 0x10)) */
+KP_INLINE void kq_tile512(int q5, int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                          size_t ldy, int nr) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f), b4 = _mm512_set1_epi16(0x10);
+    const int ch = KP_CH(T), sco = kq_sc(q5);
     __m512 acc[KP_T512];
     KP_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (uint64_t sb = 0; sb < k / 256; sb++) {
-        const uint8_t *o = grp + sb * K4P_SB;
-        const float *od = (const float *)(o + K4P_D);
+        const uint8_t *o = grp + sb * kq_sb(q5);
+        const float *od = (const float *)o;
         for (int j = 0; j < 8; j++) {
             const kipp_act_q16 *xb[KP_T512];
             __m512i ai[4][KP_T512];
@@ -393,25 +448,31 @@ KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char
                 xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
                 KP_UNROLL for (int c = 0; c < ch; c++) ai[c][t] = _mm512_setzero_si512();
             }
-            const uint8_t *qv = kp_q4_sub(o, j);
-            KP_PREFETCH_NEXT(o, K4P_SB, j, 8);
+            const uint8_t *qv = kq_sub_at(q5, o, j);
+            KP_PREFETCH_NEXT(o, kq_sb(q5), j, 8);
+            const __m512i hv = q5 ? _mm512_loadu_si512((const void *)(qv + KQ_HI)) : _mm512_setzero_si512();
             _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(qv + 64 * u));
                 KP_UNROLL for (int q = 0; q < 4; q++) {
-                    const __m512i w = _mm512_and_si512(_mm512_srli_epi16(v, 4 * q), m4);
+                    const int m = 4 * u + q;
+                    __m512i w = _mm512_and_si512(_mm512_srli_epi16(v, 4 * q), m4);
+                    if (q5) {
+                        const __m512i hs = m >= 4 ? _mm512_srli_epi16(hv, (unsigned)(m - 4))
+                                                  : _mm512_slli_epi16(hv, (unsigned)(4 - m));
+                        w = _mm512_ternarylogic_epi32(w, hs, b4, 0xf8); /* 0xf8: a | (b & c) */
+                    }
                     KP_UNROLL for (int t = 0; t < T; t++) {
-                        ai[q % ch][t] =
-                            KP_DOT512(ai[q % ch][t], w, _mm512_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + q))));
+                        ai[q % ch][t] = KP_DOT512(ai[q % ch][t], w, _mm512_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * m)));
                         __asm__("" : "+v"(ai[q % ch][t]));
                     }
                 }
             }
             kp_chains_sum(T, ch, ai);
             const __m512 sc = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + 256)))),
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + sco)))),
                 _mm512_loadu_ps(od));
             const __m512 mn = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + 272)))),
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + sco + 16)))),
                 _mm512_loadu_ps(od + 16));
             KP_UNROLL for (int t = 0; t < T; t++) {
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[0][t]), _mm512_set1_ps(xb[t]->d));
@@ -424,7 +485,16 @@ KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char
     KP_UNROLL for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
 }
 
+KP_INLINE void kp_tile512_q4_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                               size_t ldy, int nr) {
+    kq_tile512(0, T, grp, k, x, xrb, y, ldy, nr);
+}
+KP_INLINE void kp_tile512_q5_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
+                               size_t ldy, int nr) {
+    kq_tile512(1, T, grp, k, x, xrb, y, ldy, nr);
+}
 KP_GEMM512(kp_gemm512_q4_k, kp_tile512_q4_k)
+KP_GEMM512(kp_gemm512_q5_k, kp_tile512_q5_k)
 #endif
 
 /* ---- Q6_K repacked once at load ------------------------------------------------------------
@@ -625,196 +695,6 @@ KP_INLINE void kp_tile512_q6_k(int T, const uint8_t *grp, uint64_t k, const char
 KP_GEMM512(kp_gemm512_q6_k, kp_tile512_q6_k)
 #endif
 
-/* ---- Q5_K repacked once at load ------------------------------------------------------------
- * Q4_K's layout with the fifth bit beside the nibbles: per super-block the 16 rows' d and
- * dmin as f32, then per 32-element sub-block its nibbles as Q4_K's (256 bytes), its fifth
- * bits (K5P_HI: 64 bytes: half g, one 32-byte vector whose 16-bit lane 2r + e holds bit 4 of
- * w[8g + r][2m + e] in bit m, m < 16 the pair) and the 16 rows' 6-bit scale and min as bytes:
- * 184 bytes a row per 256 against Q5_K's 176 (+4.5 %). Values 0..31 in int16; exact int32 per
- * sub-block and token, then as Q4_K: y += dx * (d * scale) * dot - dx * sum_x * (dmin * min). */
-enum { K5P_D = 0, K5P_HI = 256, K5P_SC = 320, K5P_MN = 336, K5P_SUB = 352, K5P_SB = 128 + 8 * K5P_SUB };
-KP_INLINE uint8_t *kp_q5_sub(const uint8_t *o, int j) { return (uint8_t *)o + 128 + j * K5P_SUB; }
-
-static size_t kp_bytes_q5_k(uint32_t type, uint64_t rows, uint64_t k) {
-    if (type != KIPP_TYPE_Q5_K || k % 256 != 0 || rows == 0) return 0;
-    return (size_t)((rows + 15) / 16 * (k / 256) * K5P_SB);
-}
-
-static void kp_pack_q5_k(uint32_t type, const void *w, size_t wrb, uint64_t n_rows, uint64_t r0, uint64_t r1,
-                         uint64_t k, void *out) {
-    (void)type;
-    const uint64_t gb = k / 256 * K5P_SB;
-    for (uint64_t g0 = r0; g0 < r1; g0 += 16) {
-        uint8_t *grp = (uint8_t *)out + g0 / 16 * gb;
-        const int nr = n_rows - g0 >= 16 ? 16 : (int)(n_rows - g0);
-        for (uint64_t sb = 0; sb < k / 256; sb++) {
-            uint8_t *o = grp + sb * K5P_SB;
-            float *od = (float *)(o + K5P_D), *odm = od + 16;
-            uint8_t q[16][256]; /* the super-block's values per row, 0..31 (padding rows 0) */
-            memset(q, 0, sizeof q);
-            for (int r = 0; r < 16; r++) {
-                if (r >= nr) {
-                    for (int j = 0; j < 8; j++) kp_q5_sub(o, j)[K5P_SC + r] = kp_q5_sub(o, j)[K5P_MN + r] = 0;
-                    od[r] = odm[r] = 0.0f;
-                    continue;
-                }
-                const uint8_t *b = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb + sb * 176;
-                const uint8_t *qh = b + 16, *qs = b + 48;
-                uint8_t scale[8], min[8];
-                kp_k4_scales(b + 4, scale, min);
-                for (int j = 0; j < 8; j++) {
-                    kp_q5_sub(o, j)[K5P_SC + r] = scale[j];
-                    kp_q5_sub(o, j)[K5P_MN + r] = min[j];
-                    for (int l = 0; l < 32; l++) /* core/types.c's dequant_q5_k order */
-                        q[r][32 * j + l] = (uint8_t)(((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0f) |
-                                                     ((qh[l] >> j) & 1) << 4);
-                }
-                od[r] = kp_rd_f16(b);
-                odm[r] = kp_rd_f16(b + 2);
-            }
-            for (int j = 0; j < 8; j++)
-                for (int g = 0; g < 2; g++) {
-                    for (int u = 0; u < 4; u++) {
-                        uint16_t *v = (uint16_t *)(kp_q5_sub(o, j) + (u * 2 + g) * 32);
-                        for (int r = 0; r < 8; r++)
-                            for (int e = 0; e < 2; e++) {
-                                unsigned lane = 0;
-                                for (int qq = 0; qq < 4; qq++)
-                                    lane |= (unsigned)(q[8 * g + r][32 * j + 2 * (4 * u + qq) + e] & 0x0f) << (4 * qq);
-                                v[2 * r + e] = (uint16_t)lane;
-                            }
-                    }
-                    uint16_t *v = (uint16_t *)(kp_q5_sub(o, j) + K5P_HI + g * 32);
-                    for (int r = 0; r < 8; r++)
-                        for (int e = 0; e < 2; e++) {
-                            unsigned lane = 0;
-                            for (int m = 0; m < 16; m++) lane |= (unsigned)(q[8 * g + r][32 * j + 2 * m + e] >> 4) << m;
-                            v[2 * r + e] = (uint16_t)lane;
-                        }
-                }
-        }
-    }
-}
-
-/* bit 4 of pair m's values (from a fifth-bit vector) in place */
-KP_INLINE __m256i kp_q5_hi(__m256i hv, int m) {
-    const __m256i v = m >= 4 ? _mm256_srli_epi16(hv, m - 4) : _mm256_slli_epi16(hv, 4 - m);
-    return _mm256_and_si256(v, _mm256_set1_epi16(0x10));
-}
-
-/* One group (16 rows) against T tokens over all of k: kp_tile_q4_k with the fifth bit */
-KP_INLINE void kp_tile_q5_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
-                            size_t ldy, int nr) {
-    const __m256i m4 = _mm256_set1_epi16(0x0f);
-    __m256 acc[2][KP_T];
-    KP_UNROLL for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-    for (uint64_t sb = 0; sb < k / 256; sb++) {
-        const uint8_t *o = grp + sb * K5P_SB;
-        const float *od = (const float *)(o + K5P_D);
-        for (int j = 0; j < 8; j++) {
-            const kipp_act_q16 *xb[KP_T];
-            __m256i ai[2][KP_T];
-            KP_UNROLL for (int t = 0; t < T; t++) {
-                xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
-                ai[0][t] = ai[1][t] = _mm256_setzero_si256();
-            }
-            const uint8_t *qv = kp_q5_sub(o, j);
-            KP_PREFETCH_NEXT(o, K5P_SB, j, 8);
-            const __m256i hv0 = _mm256_loadu_si256((const __m256i *)(qv + K5P_HI));
-            const __m256i hv1 = _mm256_loadu_si256((const __m256i *)(qv + K5P_HI + 32));
-            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
-                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u));
-                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(qv + 64 * u + 32));
-                KP_UNROLL for (int q = 0; q < 4; q++) {
-                    const __m256i w0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4 * q), m4), kp_q5_hi(hv0, 4 * u + q));
-                    const __m256i w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4 * q), m4), kp_q5_hi(hv1, 4 * u + q));
-                    KP_UNROLL for (int t = 0; t < T; t++) {
-                        const __m256i xv = _mm256_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * (4 * u + q)));
-                        ai[0][t] = KP_DOT(ai[0][t], w0, xv);
-                        ai[1][t] = KP_DOT(ai[1][t], w1, xv);
-                        __asm__("" : "+x"(ai[0][t]), "+x"(ai[1][t])); /* as kp_tile_q4_k */
-                    }
-                }
-            }
-            KP_UNROLL for (int g = 0; g < 2; g++) {
-                const __m256 sc = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + K5P_SC + 8 * g)))),
-                    _mm256_loadu_ps(od + 8 * g));
-                const __m256 mn = _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qv + K5P_MN + 8 * g)))),
-                    _mm256_loadu_ps(od + 16 + 8 * g));
-                KP_UNROLL for (int t = 0; t < T; t++) {
-                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ai[g][t]), _mm256_set1_ps(xb[t]->d));
-                    acc[g][t] = _mm256_fmadd_ps(f, sc, acc[g][t]);
-                    acc[g][t] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xb[t]->d * (float)xb[t]->sum), acc[g][t]);
-                }
-            }
-        }
-    }
-    kp_store(T, acc, y, ldy, nr);
-}
-
-#ifndef KP_DOT512
-KP_GEMM(kp_gemm_q5_k, kp_tile_q5_k)
-#endif
-
-#ifdef KP_DOT512
-/* kp_tile_q5_k at 512 bits: the two halves' vectors side by side (rows 0-7, 8-15), each lane
- * as kp_tile_q5_k's, in the same order (the same bits, see kp_tile512_q8_0); the fifth bit
- * goes in with one vpternlogd (nibble | (shifted & 0x10)) */
-KP_INLINE void kp_tile512_q5_k(int T, const uint8_t *grp, uint64_t k, const char *x, size_t xrb, float *y,
-                               size_t ldy, int nr) {
-    const __m512i m4 = _mm512_set1_epi16(0x0f), b4 = _mm512_set1_epi16(0x10);
-    const int ch = KP_CH(T);
-    __m512 acc[KP_T512];
-    KP_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-    for (uint64_t sb = 0; sb < k / 256; sb++) {
-        const uint8_t *o = grp + sb * K5P_SB;
-        const float *od = (const float *)(o + K5P_D);
-        for (int j = 0; j < 8; j++) {
-            const kipp_act_q16 *xb[KP_T512];
-            __m512i ai[4][KP_T512];
-            KP_UNROLL for (int t = 0; t < T; t++) {
-                xb[t] = (const kipp_act_q16 *)(x + t * xrb) + sb * 8 + (uint64_t)j;
-                KP_UNROLL for (int c = 0; c < ch; c++) ai[c][t] = _mm512_setzero_si512();
-            }
-            const uint8_t *qv = kp_q5_sub(o, j);
-            KP_PREFETCH_NEXT(o, K5P_SB, j, 8);
-            const __m512i hv = _mm512_loadu_si512((const void *)(qv + K5P_HI));
-            _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {
-                const __m512i v = _mm512_loadu_si512((const void *)(qv + 64 * u));
-                KP_UNROLL for (int q = 0; q < 4; q++) {
-                    const int m = 4 * u + q;
-                    const __m512i hs = m >= 4 ? _mm512_srli_epi16(hv, (unsigned)(m - 4)) : _mm512_slli_epi16(hv, (unsigned)(4 - m));
-                    /* 0xf8: a | (b & c) */
-                    const __m512i w = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4 * q), m4), hs, b4, 0xf8);
-                    KP_UNROLL for (int t = 0; t < T; t++) {
-                        ai[q % ch][t] = KP_DOT512(ai[q % ch][t], w, _mm512_set1_epi32(kp_ld_pair(xb[t]->qs + 2 * m)));
-                        __asm__("" : "+v"(ai[q % ch][t]));
-                    }
-                }
-            }
-            kp_chains_sum(T, ch, ai);
-            const __m512 sc = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + K5P_SC)))),
-                _mm512_loadu_ps(od));
-            const __m512 mn = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qv + K5P_MN)))),
-                _mm512_loadu_ps(od + 16));
-            KP_UNROLL for (int t = 0; t < T; t++) {
-                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[0][t]), _mm512_set1_ps(xb[t]->d));
-                acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
-                acc[t] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xb[t]->d * (float)xb[t]->sum), acc[t]);
-            }
-        }
-    }
-    const __mmask16 m = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
-    KP_UNROLL for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
-}
-
-KP_GEMM512(kp_gemm512_q5_k, kp_tile512_q5_k)
-#endif
-
 /* ---- one row back from the packed form (a tied embedding table's lookups) ---------------------
  * The same values and the same evaluation order as kipp_dequantize_row (core/types.c):
  * q * d (Q8_0), (d * scale) * q - dmin * min (Q4_K), (d * scale) * (q - 32) (Q6_K). */
@@ -830,23 +710,32 @@ static void kp_row_q8_0(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
     }
 }
 
-static void kp_row_q4_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
-    (void)type;
-    const int rr = (int)(r % 16), g = rr / 8, lr = rr % 8;
+KP_INLINE void kq_row(int q5, const void *p, uint64_t r, uint64_t k, float *out) {
+    const int rr = (int)(r % 16), g = rr / 8, lr = rr % 8, sco = kq_sc(q5);
     for (uint64_t sb = 0; sb < k / 256; sb++) {
-        const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * K4P_SB;
-        const float *od = (const float *)(o + K4P_D);
+        const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * kq_sb(q5);
+        const float *od = (const float *)o;
         for (int j = 0; j < 8; j++) {
-            const uint8_t *sub = kp_q4_sub(o, j);
-            const float d1 = od[rr] * (float)sub[256 + rr], m1 = od[16 + rr] * (float)sub[272 + rr];
+            const uint8_t *sub = kq_sub_at(q5, o, j);
+            const float d1 = od[rr] * (float)sub[sco + rr], m1 = od[16 + rr] * (float)sub[sco + 16 + rr];
             for (int e32 = 0; e32 < 32; e32++) {
                 const int pair = e32 / 2, u = pair / 4, qq = pair % 4;
-                uint16_t lane;
+                uint16_t lane, hi = 0;
                 memcpy(&lane, sub + (u * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
-                out[sb * 256 + (uint64_t)(32 * j + e32)] = d1 * (float)((lane >> (4 * qq)) & 0x0f) - m1;
+                if (q5) memcpy(&hi, sub + KQ_HI + g * 32 + 2 * (2 * lr + e32 % 2), 2);
+                const int q = ((lane >> (4 * qq)) & 0x0f) | ((hi >> pair) & 1) << 4;
+                out[sb * 256 + (uint64_t)(32 * j + e32)] = d1 * (float)q - m1;
             }
         }
     }
+}
+static void kp_row_q4_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
+    (void)type;
+    kq_row(0, p, r, k, out);
+}
+static void kp_row_q5_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
+    (void)type;
+    kq_row(1, p, r, k, out);
 }
 
 static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
@@ -866,27 +755,6 @@ static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
                 const float sc = (float)(int8_t)sub[K6P_SC + (e32 / 16) * 16 + rr];
                 out[sb * 256 + (uint64_t)(32 * j + e32)] = d * sc * (float)q;
             }
-    }
-}
-
-static void kp_row_q5_k(uint32_t type, const void *p, uint64_t r, uint64_t k, float *out) {
-    (void)type;
-    const int rr = (int)(r % 16), g = rr / 8, lr = rr % 8;
-    for (uint64_t sb = 0; sb < k / 256; sb++) {
-        const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * K5P_SB;
-        const float *od = (const float *)(o + K5P_D);
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *sub = kp_q5_sub(o, j);
-            const float d1 = od[rr] * (float)sub[K5P_SC + rr], m1 = od[16 + rr] * (float)sub[K5P_MN + rr];
-            for (int e32 = 0; e32 < 32; e32++) {
-                const int pair = e32 / 2, u = pair / 4, qq = pair % 4;
-                uint16_t lane, hi;
-                memcpy(&lane, sub + (u * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
-                memcpy(&hi, sub + K5P_HI + g * 32 + 2 * (2 * lr + e32 % 2), 2);
-                const int q = ((lane >> (4 * qq)) & 0x0f) | ((hi >> pair) & 1) << 4;
-                out[sb * 256 + (uint64_t)(32 * j + e32)] = d1 * (float)q - m1;
-            }
-        }
     }
 }
 
