@@ -53,13 +53,14 @@ def slower_choices(record: dict, choices: dict, margin: float) -> list[str]:
     by = {(r["isa"], r["type"], r["variant"], r["tok"]): r["gflops"] for r in res}
     bad = []
     for typ, c in choices.items():
+        level1, variant1 = auto_kernel(c, 1)
         # a packed type names the level whose packer runs it (a packing-only entry once
         # reported "dequantize" and escaped this check)
-        assert not (c["packed"] and auto_kernel(c, 1)[0] == "dequantize"), (typ, c)
-        if auto_kernel(c, 1)[0] == "dequantize":
+        assert not (c["packed"] and level1 == "dequantize"), (typ, c)
+        if level1 == "dequantize":
             continue
         toks = sorted({r["tok"] for r in res if r["type"] == typ})
-        if auto_kernel(c, 1)[1] == "packed" and not any(r["type"] == typ and r["variant"] == "packed" for r in res):
+        if variant1 == "packed" and not any(r["type"] == typ and r["variant"] == "packed" for r in res):
             continue  # the record predates this type's packer (Q5_K on the Xeon's): nothing to compare
         other_wins = []
         for tok in toks:

@@ -109,7 +109,7 @@ KP_INLINE void kp_store(int T, __m256 acc[2][KP_T], float *y, size_t ldy, int nr
  * the int16 tiles over KIPP_ACT_Q16 rows for every token count: no per-call decode or
  * transposition, so small batches (a server's decode step of 8 sequences) get the panel's
  * arithmetic rate, and decode reads one stream per 16 rows. */
-enum { K8P_B = 512 + 16 * sizeof(float) }; /* a block: 16 rows' 32 values, then their 16 scales */
+enum { K8P_SC = 512, K8P_B = K8P_SC + 16 * sizeof(float) }; /* a block: 16 rows' 32 values, then their 16 scales */
 KP_INLINE uint64_t kp_group_bytes_q8_0(uint64_t k) { return k / 32 * K8P_B; }
 
 static size_t kp_bytes_q8_0(uint32_t type, uint64_t rows, uint64_t k) {
@@ -128,7 +128,7 @@ static void kp_pack_q8_0(uint32_t type, const void *w, size_t wrb, uint64_t n_ro
             const uint8_t *row = (const uint8_t *)w + (g0 + (uint64_t)r) * wrb;
             for (uint64_t j = 0; j < k / 32; j++) {
                 const uint8_t *b = row + j * 34;
-                float *sc = (float *)(grp + j * K8P_B + 512);
+                float *sc = (float *)(grp + j * K8P_B + K8P_SC);
                 sc[r] = r < nr ? kp_rd_f16(b) : 0.0f;
                 for (int s = 0; s < 16; s++) { /* pair s of the block: 2 bytes at lane r */
                     uint8_t *o = grp + j * K8P_B + (uint64_t)s * 32 + 2 * r;
@@ -162,7 +162,7 @@ KP_INLINE void kp_tile_q8_0(int T, const uint8_t *grp, uint64_t k, const char *x
             ai[0][t] = ai[1][t] = _mm256_setzero_si256();
         }
         const uint8_t *qv = grp + j * K8P_B;
-        const float *scv = (const float *)(qv + 512);
+        const float *scv = (const float *)(qv + K8P_SC);
         kp_prefetch_q8_0(T, qv);
         _Pragma("GCC unroll 4") for (int s = 0; s < 16; s++) {
             const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qv + 32 * s)));
@@ -236,7 +236,7 @@ KP_INLINE void kp_tile512_q8_0(int T, const uint8_t *grp, uint64_t k, const char
                 ai[s % ch][t] = KP_DOT512(ai[s % ch][t], w, _mm512_set1_epi32(kp_ld_pair(xr[t][j].qs + 2 * s)));
         }
         kp_chains_sum(T, ch, ai);
-        const __m512 sc = _mm512_loadu_ps(qv + 512);
+        const __m512 sc = _mm512_loadu_ps(qv + K8P_SC);
         KP_UNROLL for (int t = 0; t < T; t++) {
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ai[0][t]), _mm512_set1_ps(xr[t][j].d));
             acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
@@ -705,7 +705,7 @@ static void kp_row_q8_0(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
     for (uint64_t i = 0; i < k; i++) {
         const uint8_t *blk = grp + i / 32 * K8P_B;
         float d;
-        memcpy(&d, blk + 512 + 4 * rr, 4);
+        memcpy(&d, blk + K8P_SC + 4 * rr, 4);
         out[i] = (float)(int8_t)blk[(i % 32) / 2 * 32 + 2 * rr + i % 2] * d;
     }
 }
@@ -744,9 +744,9 @@ static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
     for (uint64_t sb = 0; sb < k / 256; sb++) {
         const uint8_t *o = (const uint8_t *)p + (r / 16 * (k / 256) + sb) * K6P_SB;
         const float d = ((const float *)(o + K6P_D))[rr];
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *sub = kp_q6_sub(o, j);
             for (int e32 = 0; e32 < 32; e32++) {
-                const uint8_t *sub = kp_q6_sub(o, j);
                 const int pair = e32 / 2, u = pair / 4, qq = pair % 4, h = pair / 8, m = pair % 8;
                 uint16_t lo, hi;
                 memcpy(&lo, sub + (u * 2 + g) * 32 + 2 * (2 * lr + e32 % 2), 2);
@@ -755,6 +755,7 @@ static void kp_row_q6_k(uint32_t type, const void *p, uint64_t r, uint64_t k, fl
                 const float sc = (float)(int8_t)sub[K6P_SC + (e32 / 16) * 16 + rr];
                 out[sb * 256 + (uint64_t)(32 * j + e32)] = d * sc * (float)q;
             }
+        }
     }
 }
 
