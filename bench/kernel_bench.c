@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ntoks; i++) max_tok = toks[i] > max_tok ? toks[i] : max_tok;
     kipp_cpu_features feat;
     kipp_cpu_features_detect(&feat);
-    static const char *const all_levels[] = {"amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
+    static const char *const all_levels[] = {"amx", "avx512bf16", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
     char level_list[128] = "";
     for (size_t i = 0; i < sizeof all_levels / sizeof all_levels[0]; i++)
         if (kipp_cpu_level_table(all_levels[i]) && kipp_cpu_level_runs(&feat, all_levels[i]) &&

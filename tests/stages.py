@@ -164,6 +164,8 @@ def cpu_class() -> dict:
         levels.append("avx512")
     if "avx512_vnni" in flags and "avx512f" in flags:
         levels.append("avx512vnni")
+    if "avx512_vnni" in flags and "avx512_bf16" in flags and "avx512f" in flags:
+        levels.append("avx512bf16")
     if "amx_tile" in flags:
         levels.append("amx")
     return {"cpu_model": model, "cores": os.cpu_count(), "isa_levels": levels,

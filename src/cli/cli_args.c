@@ -207,7 +207,7 @@ void kipp_cli_runtime_help(FILE *f, int width) {
                        "that is unknown, missing or fails to start is fatal:",
                        "Kipp never falls back to another backend.", NULL};
     const char *i[] = {"cpu kernels: auto, or one level: scalar, avx2, avx512,",
-                       "avx512vnni, amx, neon (default: $KIPP_CPU_ISA when set, else",
+                       "avx512vnni, avx512bf16, amx, neon (default: $KIPP_CPU_ISA when set, else",
                        "auto: per weight type the fastest kernels this CPU",
                        "runs; a level it lacks is an error)", NULL};
     const char *k[] = {"KV cache element type: f32, f16 or bf16 (default:",

@@ -60,7 +60,7 @@ assert s["prefill"]["tokens"] == 20 and s["prefill"]["ms"] > 0 and s["prefill"][
 assert s["decode"]["generated"] == 10 and s["decode"]["tokens"] == 9 and s["stop"] == "n_predict", s
 assert s["decode"]["ms"] > 0 and s["decode"]["tok_s"] > 0 and s["ignore_eos"] is True, s
 assert s["kv"]["bytes_per_token"] == 768 and s["kv"]["n_tokens"] == 29, s
-assert s["kv_type"] == "f16" and s["isa"] in ("scalar", "avx2", "avx512", "avx512vnni", "amx", "neon"), s
+assert s["kv_type"] == "f16" and s["isa"] in ("scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon"), s
 PY
 "$K" -m "$M" -p hi -n 2 --backend cpu-ref --kv-type bf16 -t 2 --stats-json "$tmp/stats2.json" >/dev/null 2>&1 && ok || bad "--stats-json run (cpu-ref, bf16)"
 .venv/bin/python - "$tmp/stats2.json" <<'PY' && ok || bad "--stats-json: isa and kv_type of a cpu-ref bf16 run"
@@ -95,18 +95,19 @@ i = json.loads(text)
 assert text.count("\n") == 1 and eval("(" + sys.argv[2] + ")")
 PY
 }
-LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "amx", "neon")'
+LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon")'
 info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "rope_theta", "rms_eps", "tied_embeddings", "bos_id", "eos_id"]
     and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "kernels", "load_ms"]
-    and list(i["kernels"]) == ["BF16"] and i["kernels"]["BF16"]["packed"] == (i["isa"] == "amx")
+    and list(i["kernels"]) == ["BF16"] and ((P := i["kernels"]["BF16"]["packed"]) or True)
+    and (not P or i["isa"] in ("amx", "avx512bf16")) and (i["isa"] != "amx" or P)
     and i["kernels"]["BF16"]["from"]["1"].split(":")[0] in '"$LEVELS"'
-    and all(v.split(":")[1] in (("packed",) if i["isa"] == "amx" else ("gemm", "many")) for v in i["kernels"]["BF16"]["from"].values())
+    and all(v.split(":")[1] in (("packed",) if P else ("gemm", "many")) for v in i["kernels"]["BF16"]["from"].values())
     and i["kernels"]["BF16"]["why"] not in ("", "forced by --isa")
     and i["backend"] == "cpu" and i["isa"] in '"$LEVELS"' and i["threads"] >= 1 and i["kv_type"] == "f16"
-    and i["n_ctx"] == 512 and i["load_ms"] > 0 and (i["weights_repacked_bytes"] > 0) == (i["isa"] == "amx")
+    and i["n_ctx"] == 512 and i["load_ms"] > 0 and (i["weights_repacked_bytes"] > 0) == P
     and i["kv_pool"] == {"blocks": 32, "block_size": 16, "tokens": 512, "bytes": 393216, "bytes_per_token": 768}'
 # Q8_0 weights are repacked at load where the kernels say so (the auto table on x86-64:
-# avx2's packed panels; a forced level: avx2, avx512vnni and amx), 18 bytes per 16 weights of every matrix
+# avx2's packed panels; a forced level: avx2, avx512vnni, avx512bf16 and amx), 18 bytes per 16 weights of every matrix
 # and the (tied) head, and --info names the kernels of each type the model holds
 Q8=models/tiny-tied/kipp-tiny-tied-q8_0.gguf
 PACKED_BYTES='18 * (i["n_layer"] * (
@@ -115,9 +116,9 @@ PACKED_BYTES='18 * (i["n_layer"] * (
 M=$Q8 info_is "--info repacked bytes (auto: as its kernels say)" 'list(i["kernels"]) == ["Q8_0"]
     and (i["weights_repacked_bytes"] > 0) == i["kernels"]["Q8_0"]["packed"]
     and (not i["kernels"]["Q8_0"]["packed"] or i["weights_repacked_bytes"] == '"$PACKED_BYTES"')'
-for lv in scalar avx2 avx512 avx512vnni amx neon; do
+for lv in scalar avx2 avx512 avx512vnni avx512bf16 amx neon; do
     "$K" -m "$Q8" --info --isa "$lv" >/dev/null 2>&1 || continue # a level this CPU lacks
-    M=$Q8 info_is "--info --isa $lv: packed only on avx2, avx512vnni and amx" '((P := i["isa"] in ("avx2", "avx512vnni", "amx")) or True)
+    M=$Q8 info_is "--info --isa $lv: packed only on avx2, avx512vnni, avx512bf16 and amx" '((P := i["isa"] in ("avx2", "avx512vnni", "avx512bf16", "amx")) or True)
         and (i["weights_repacked_bytes"] > 0) == P
         and i["kernels"]["Q8_0"]["packed"] == P and i["kernels"]["Q8_0"]["why"] == "forced by --isa"
         and {v.split(":")[0] for v in i["kernels"]["Q8_0"]["from"].values()} == {"'$lv'"}

@@ -20,7 +20,7 @@
 
 /* best first: "auto" is the default table (per weight type and token count the measured
  * fastest kernels, src/backend/cpu/choice.c), then each level on its own */
-static const char *const all_isas[] = {"auto", "amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
+static const char *const all_isas[] = {"auto", "amx", "avx512bf16", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
 
 /* The levels to run: every level this CPU has for the cpu backend, else one configuration
  * with the backend's own choice (NULL). KIPP_GATE_ISA narrows them (the test tier's model

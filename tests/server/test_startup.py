@@ -26,7 +26,7 @@ LINE_RE = re.compile(
     r"\((?P<tokens>\d+) tokens, (?P<bytes>\d+) bytes = [0-9.]+ MiB, (?P<bpt>\d+) bytes/token\)"
     r"(?:, weights repacked [0-9.]+ MiB)?; "  # (BF16 on AMX tiles, Q8_0 panels, ...)
     r"loaded in [0-9.]+ ms$", re.M)
-LEVELS = ("scalar", "avx2", "avx512", "avx512vnni", "amx", "neon")
+LEVELS = ("scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon")
 
 
 def startup_line(proc: sc.ServerProcess) -> dict:

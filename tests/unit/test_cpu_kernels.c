@@ -474,15 +474,15 @@ static void check_mm_map(const kipp_cpu_kernels *lv) {
 }
 
 /* Weights repacked at load (types whose entry has a packer): each such type packed whole
- * (37 rows: two full groups of 16 and a padded one), then the packer's gemm over row ranges
- * that start at a group (0, 16, 32) for every token count, against double dots of the
+ * (70 rows: four full groups of 16 and a padded one), then the packer's gemm over row ranges
+ * that start at a group (0, 16, 32; 64 rows and more reach the 4-group tiles of avx512bf16) for every token count, against double dots of the
  * dequantized weights and the Q16 activations. */
 static void check_packed(const kipp_cpu_kernels *lv) {
     static const uint32_t types[] = {ALL_TYPES};
     static const uint64_t ks[] = {32, 96, 1024, 2560};
     static const uint64_t toks[] = {1, 2, 3, 4, 8, 17, 32, 40}; /* 32, 40: AMX's two token tiles, and a tail */
-    enum { PK_TOK = 40 };
-    static const uint64_t ranges[][2] = {{0, 1}, {0, 16}, {0, 37}, {16, 21}, {32, 5}, {16, 3}};
+    enum { PK_TOK = 40, PK_ROWS = 70, PK_LDY = 72 };
+    static const uint64_t ranges[][2] = {{0, 1}, {0, 16}, {0, 37}, {16, 21}, {32, 5}, {16, 3}, {0, 70}, {16, 54}, {0, 64}};
     int packs = 0, packers = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t type = types[ti];
@@ -496,18 +496,18 @@ static void check_packed(const kipp_cpu_kernels *lv) {
                  "%s %s: packer incomplete, or no converter for its activations (%u)", lv->isa, kipp_type_name(type),
                  act);
         if (!quant) continue;
-        if (!pp->bytes || !pp->pack || !pp->gemm || !pp->bytes(type, MAX_ROWS, 256)) continue;
+        if (!pp->bytes || !pp->pack || !pp->gemm || !pp->bytes(type, PK_ROWS, 256)) continue;
         packs++;
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             const uint64_t k = ks[ki];
             if (k % kipp_type_block_elems(type) != 0) continue; /* not a row length of this type */
             const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(act, k);
-            const size_t pb = pp->bytes(type, MAX_ROWS, k), grb = pp->bytes(type, 16, k) / 16;
-            unsigned char *w = calloc(MAX_ROWS, rb), *xa = calloc(PK_TOK, ab);
+            const size_t pb = pp->bytes(type, PK_ROWS, k), grb = pp->bytes(type, 16, k) / 16;
+            unsigned char *w = calloc(PK_ROWS, rb), *xa = calloc(PK_TOK, ab);
             void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
-            float *wd = malloc(MAX_ROWS * k * sizeof *wd), *xf = malloc(k * sizeof *xf);
-            float *xd = malloc(PK_TOK * k * sizeof *xd), *y = malloc(PK_TOK * 40 * sizeof *y);
-            for (int r = 0; r < MAX_ROWS; r++) {
+            float *wd = malloc(PK_ROWS * k * sizeof *wd), *xf = malloc(k * sizeof *xf);
+            float *xd = malloc(PK_TOK * k * sizeof *xd), *y = malloc(PK_TOK * PK_LDY * sizeof *y);
+            for (int r = 0; r < PK_ROWS; r++) {
                 fill_row(type, w + r * rb, k);
                 kipp_dequantize_row(type, w + r * rb, wd + r * k, k);
             }
@@ -517,12 +517,12 @@ static void check_packed(const kipp_cpu_kernels *lv) {
                 kipp_cpu_act_to_f32(act, xa + t * ab, xd + t * k, k);
             }
             memset(pk, 0xa5, pb);
-            pp->pack(type, w, rb, MAX_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
-            pp->pack(type, w, rb, MAX_ROWS, 16, MAX_ROWS, k, pk);
+            pp->pack(type, w, rb, PK_ROWS, 0, 16, k, pk); /* in two calls, as threads do */
+            pp->pack(type, w, rb, PK_ROWS, 16, PK_ROWS, k, pk);
             /* each row back from the packed form, bit for bit (embedding lookups) */
             KT_CHECK(pp->row != NULL, "%s %s: packer has no row", lv->isa, kipp_type_name(type));
             int row_bad = 0;
-            for (int r = 0; r < MAX_ROWS && pp->row && !row_bad; r++) {
+            for (int r = 0; r < PK_ROWS && pp->row && !row_bad; r++) {
                 pp->row(type, pk, (uint64_t)r, k, xf);
                 for (uint64_t i = 0; i < k && !row_bad; i++)
                     if (bits_of(xf[i]) != bits_of(wd[(uint64_t)r * k + i])) {
@@ -535,8 +535,8 @@ static void check_packed(const kipp_cpu_kernels *lv) {
             int bad = 0;
             for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0] && !bad; ri++)
                 for (size_t tj = 0; tj < sizeof toks / sizeof toks[0] && !bad; tj++) {
-                    const uint64_t r0 = ranges[ri][0], nr = ranges[ri][1], nt = toks[tj], ldy = 40;
-                    for (size_t i = 0; i < PK_TOK * 40; i++) y[i] = float_of(SENTINEL);
+                    const uint64_t r0 = ranges[ri][0], nr = ranges[ri][1], nt = toks[tj], ldy = PK_LDY;
+                    for (size_t i = 0; i < PK_TOK * PK_LDY; i++) y[i] = float_of(SENTINEL);
                     pp->gemm((const char *)pk + r0 * grb, grb, nr, xa, ab, nt, y, ldy, k);
                     for (uint64_t t = 0; t < nt && !bad; t++)
                         for (uint64_t r = 0; r < ldy && !bad; r++) {
@@ -566,7 +566,7 @@ static void check_packed(const kipp_cpu_kernels *lv) {
             free(w); free(xa); free(pk); free(wd); free(xf); free(xd); free(y);
         }
     }
-    KT_CHECK(packs == packers, "%s: %d packers, %d pack a 37 x 256 tensor", lv->isa, packers, packs);
+    KT_CHECK(packs == packers, "%s: %d packers, %d pack a 70 x 256 tensor", lv->isa, packers, packs);
 }
 
 static void check_level(const kipp_cpu_kernels *lv) {
@@ -769,7 +769,7 @@ static void check_elementwise(const kipp_cpu_kernels *k) {
  * EPYC, AVX-512 without VNNI (Skylake-SP), with VNNI (Cascade Lake), with BF16 too, with
  * AMX (Sapphire Rapids: BF16 weights on the tiles). */
 static void check_compose(void) {
-    static const char *const levels[] = {"amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
+    static const char *const levels[] = {"amx", "avx512bf16", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
     enum { NC = 6 };
     kipp_cpu_features cls[NC];
     memset(cls, 0, sizeof cls);
@@ -862,7 +862,15 @@ static void check_compose(void) {
                      ka.q8_0.packer == kipp_cpu_kernels_avx512vnni.q8_0.packer,
                  "AMX class: isa %s, BF16 not on the tiles or Q8_0 not avx512vnni's", ka.isa);
         kipp_cpu_kernels_compose(&cls[4], &ka, NULL);
-        KT_CHECK(!ka.bf16.packer && !ka.quant[KIPP_ACT_BF16X2], "without AMX, BF16 packed or a tile converter");
+        KT_CHECK(!strcmp(ka.isa, "avx512bf16") && !ka.bf16.packer,
+                 "BF16 without AMX, not a Zen 4: isa %s, or BF16 packed (vdpbf16ps measured only on Zen 4)", ka.isa);
+        kipp_cpu_features z4 = cls[4];
+        z4.zen4 = 1;
+        kipp_cpu_kernels_compose(&z4, &ka, NULL);
+        KT_CHECK(ka.bf16.packer && ka.bf16.packer->act == KIPP_ACT_BF16X2 &&
+                     ka.bf16.packer == kipp_cpu_level_table("avx512bf16")->bf16.packer && ka.quant[KIPP_ACT_BF16X2] &&
+                     ka.q8_0.packer == kipp_cpu_kernels_avx512vnni.q8_0.packer,
+                 "Zen 4 with AVX512-BF16: BF16 not on vdpbf16ps's packed layout, or Q8_0 not avx512vnni's");
     }
     /* the case issue 31 measured: AVX-512 without VNNI takes avx2's repacked Q8_0, Q4_K and
      * (since its tiles prefetch whole super-blocks) Q6_K */
@@ -884,16 +892,22 @@ static void check_compose(void) {
  * cached-decode and prefix-reuse gates compare a token computed alone with the same token in a prompt chunk,
  * and a machine's levels must agree so that records of one class stand for another. */
 static void check_packed_same_bits(void) {
-    static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "amx", "neon", "auto"};
-    static const uint32_t types[] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_K, KIPP_TYPE_Q5_K, KIPP_TYPE_Q6_K, KIPP_TYPE_BF16};
-    enum { R = 37, NT = 17 };
+    static const char *const isas[] = {"avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon", "auto"};
+    /* per type and the activations its packers read: the int packers' Q16, the hi/lo bf16
+     * planes of AMX's tiles and of avx512bf16's vdpbf16ps (one layout) */
+    static const struct {
+        uint32_t type, act;
+        const char *level; /* a level that packs it, where the CPU runs it */
+    } cases[] = {{KIPP_TYPE_Q8_0, KIPP_ACT_Q16, "avx2"},       {KIPP_TYPE_Q4_K, KIPP_ACT_Q16, "avx2"},
+                 {KIPP_TYPE_Q5_K, KIPP_ACT_Q16, "avx2"},       {KIPP_TYPE_Q6_K, KIPP_ACT_Q16, "avx2"},
+                 {KIPP_TYPE_BF16, KIPP_ACT_BF16X2, "avx512bf16"}};
+    enum { R = 70, NT = 17, LDY = 72 }; /* 70 rows: avx512bf16's 64-row tiles and a padded group */
     const uint64_t k = 1024;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const uint32_t type = types[ti];
-        const uint32_t act = type == KIPP_TYPE_BF16 ? KIPP_ACT_BF16X2 : KIPP_ACT_Q16; /* AMX's, the int packers' */
+    for (size_t ti = 0; ti < sizeof cases / sizeof cases[0]; ti++) {
+        const uint32_t type = cases[ti].type, act = cases[ti].act;
         const size_t rb = kipp_type_row_bytes(type, k), ab = kipp_cpu_act_row_bytes(act, k);
         unsigned char *w = calloc(R, rb), *xa = calloc(NT, ab);
-        float *xf = malloc(k * sizeof *xf), *ref = malloc(NT * 48 * sizeof *ref), *y = malloc(NT * 48 * sizeof *y);
+        float *xf = malloc(k * sizeof *xf), *ref = malloc(NT * LDY * sizeof *ref), *y = malloc(NT * LDY * sizeof *y);
         for (int r = 0; r < R; r++) fill_row(type, w + r * rb, k);
         for (int t = 0; t < NT; t++) {
             fill_act(xf, k, t % 3 ? 1.0f : 25.0f);
@@ -914,9 +928,9 @@ static void check_packed_same_bits(void) {
             void *pk = aligned_alloc(64, (pb + 63) / 64 * 64);
             pp->pack(type, w, rb, R, 0, R, k, pk);
             /* all 17 at once, then 9 + 8, then one at a time */
-            pp->gemm(pk, grb, R, xa, ab, NT, y, 48, k);
+            pp->gemm(pk, grb, R, xa, ab, NT, y, LDY, k);
             if (!have_ref) {
-                memcpy(ref, y, NT * 48 * sizeof *y);
+                memcpy(ref, y, NT * LDY * sizeof *y);
                 have_ref = 1;
             }
             /* then in batches of other sizes (every tile width up to 9), then one at a time */
@@ -926,34 +940,34 @@ static void check_packed_same_bits(void) {
             int bad = 0;
             for (int pass = 0; pass < 5 && !bad; pass++) {
                 if (pass > 0)
-                    for (int i = 0; i < NT * 48; i++) y[i] = float_of(SENTINEL); /* a token not written shows */
+                    for (int i = 0; i < NT * LDY; i++) y[i] = float_of(SENTINEL); /* a token not written shows */
                 for (int t = 0, i = 0; pass > 0 && t < NT; i++) {
                     const int *sp = splits[pass - 1];
                     const int nb = sp[pass == 4 ? 0 : i]; /* "alone": its one size, repeated */
-                    pp->gemm(pk, grb, R, xa + t * ab, ab, (uint64_t)nb, y + t * 48, 48, k);
+                    pp->gemm(pk, grb, R, xa + t * ab, ab, (uint64_t)nb, y + t * LDY, LDY, k);
                     t += nb;
                 }
                 for (int t = 0; t < NT && !bad; t++)
                     for (int r = 0; r < R && !bad; r++)
-                        if (bits_of(y[t * 48 + r]) != bits_of(ref[t * 48 + r])) {
+                        if (bits_of(y[t * LDY + r]) != bits_of(ref[t * LDY + r])) {
                             bad = 1;
                             KT_CHECK(0, "%s packed %s: token %d row %d (%s) %.9g, first level's 17-token batch %.9g",
-                                     lv->isa, kipp_type_name(type), t, r, split_names[pass], y[t * 48 + r],
-                                     ref[t * 48 + r]);
+                                     lv->isa, kipp_type_name(type), t, r, split_names[pass], y[t * LDY + r],
+                                     ref[t * LDY + r]);
                         }
             }
             free(pk);
         }
 #if defined(__x86_64__)
-        KT_CHECK(levels > 0 || !kipp_cpu_isa_available(type == KIPP_TYPE_BF16 ? "amx" : "avx2"), "%s: no level packs it",
-                 kipp_type_name(type));
+        KT_CHECK(levels > 0 || !kipp_cpu_isa_available(cases[ti].level), "%s on activations %u: no level packs it",
+                 kipp_type_name(type), act);
 #endif
         free(w); free(xa); free(xf); free(ref); free(y);
     }
 }
 
 void kt_suite_cpu_kernels(void) {
-    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "amx", "neon"};
+    static const char *const isas[] = {"scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon"};
     static const uint32_t types[] = {ALL_TYPES};
     char err[256];
     KT_CHECK(kipp_cpu_act_row_bytes(KIPP_ACT_F32, 7) == 28 && kipp_cpu_act_row_bytes(KIPP_ACT_BF16, 7) == 14 &&

@@ -3,7 +3,7 @@
 # KIPP_ARCH: the machine the binaries are for (the Makefile's; aarch64 when cross-building
 # with `make arm64`): x86 builds the x86 kernel files, arm64 the NEON one.
 ifeq ($(KIPP_ARCH),aarch64)
-BACKEND_SRC += $(filter-out %/kernels_avx2.c %/kernels_avx512.c %/kernels_avx512vnni.c %/kernels_amx.c,$(wildcard src/backend/cpu/*.c))
+BACKEND_SRC += $(filter-out %/kernels_avx2.c %/kernels_avx512.c %/kernels_avx512vnni.c %/kernels_amx.c %/kernels_avx512bf16.c,$(wildcard src/backend/cpu/*.c))
 else
 BACKEND_SRC += $(filter-out %/kernels_neon.c,$(wildcard src/backend/cpu/*.c))
 endif
@@ -12,6 +12,8 @@ $(BUILD)/obj/src/backend/cpu/kernels_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/src/backend/cpu/kernels_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c
 $(BUILD)/obj/src/backend/cpu/kernels_avx512vnni.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c \
                                                        -mavx512vnni
+$(BUILD)/obj/src/backend/cpu/kernels_avx512bf16.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c \
+                                                       -mavx512bf16
 $(BUILD)/obj/src/backend/cpu/kernels_amx.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mfma -mf16c \
                                                 -mamx-tile -mamx-bf16
 $(BUILD)/obj/src/backend/cpu/kernels_neon.o: CFLAGS += -march=armv8.2-a+dotprod+fp16

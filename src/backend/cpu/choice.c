@@ -56,11 +56,14 @@ static const choice_row rows[] = {
      "1 token: EPYC avx2 23.9 vs avx512 12.0 (decode streams faster at 256 bits there), Xeon avx512 13.7 vs "
      "avx2 8.4; 2-8: avx512 87-108 vs 23-56 (Xeon 52-85 vs 25-36); 16-512: EPYC avx512's tiles 96-102 vs "
      "its panel 52-92, Xeon its panel 83-138"},
-    {KIPP_TYPE_BF16, "amx", {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
+    {KIPP_TYPE_BF16, "amx avx512bf16@zen4", {{1, "avx2:gemm@zen4 avx512 avx2"}, {2, "avx512 avx2"}, {12, "avx512:many@zen4 avx512 avx2"}},
      "AMX tiles where the CPU has them (0.6B, 2 threads: prefill 276 tok/s against avx512vnni's 130, decode "
-     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); else 1 token: EPYC avx2 24.4 vs avx512 12.1 "
-     "(decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; 2-8: avx512 86-108 vs "
-     "29-54; 16-512: EPYC avx512's tiles 97-108 vs its panel 60-95, Xeon its panel 107-145"},
+     "11.1 against 11.3, isa-choice-xeon-amx-0.6b-bf16-*.json); on Zen 4 vdpbf16ps on the same packed layout "
+     "(hi and lo bf16 planes of the activations, as AMX's): 26.9 GB/s at 1 token against avx2's 26.3, 114-116 "
+     "GFLOP/s at 2+ against avx512's 86-108 (its rate on Intel not measured: not taken there); else 1 token: "
+     "EPYC avx2 24.4 vs avx512 12.1 (decode streams faster at 256 bits there), Xeon avx512 13.5 vs avx2 7.8; "
+     "2-8: avx512 86-108 vs 29-54; 16-512: EPYC avx512's tiles 97-108 vs its panel 60-95, Xeon its panel "
+     "107-145"},
     {KIPP_TYPE_Q8_0, "avx512vnni avx2", {{1, "avx512vnni avx512 avx2"}},
      "repacked int16 panels (one stream per 16 rows), EPYC: avx512vnni's 512-bit tile (vpdpwssd) 182-200 at "
      "2+ tokens and 47.5 at 1, avx2's 123-138 and 52.0 (within the 10 % margin at 1 token; a type takes one "
@@ -94,7 +97,7 @@ static const choice_row rows[] = {
 _Static_assert(sizeof rows / sizeof rows[0] == KIPP_CPU_N_CHOICE, "one row per kernel table entry");
 
 /* The levels from the highest down; the first one f runs supplies the helpers. */
-static const char *const order[] = {"amx", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
+static const char *const order[] = {"amx", "avx512bf16", "avx512vnni", "avx512", "avx2", "neon", "scalar"};
 
 static kipp_cpu_mm *entry(kipp_cpu_kernels *k, uint32_t type) {
     switch (type) {

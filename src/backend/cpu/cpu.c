@@ -172,6 +172,8 @@ int kipp_cpu_level_runs(const kipp_cpu_features *f, const char *isa) {
     if (strcmp(isa, "avx512vnni") == 0) return avx512 && f->avx512vnni;
     /* avx512vnni's kernels, BF16 weights on AMX tiles (kernels_amx.c) */
     if (strcmp(isa, "amx") == 0) return avx512 && f->avx512vnni && f->amx_tile && f->amx_bf16;
+    /* avx512vnni's kernels, BF16 weights on vdpbf16ps (kernels_avx512bf16.c) */
+    if (strcmp(isa, "avx512bf16") == 0) return avx512 && f->avx512vnni && f->avx512bf16;
 #elif defined(__aarch64__)
     if (strcmp(isa, "neon") == 0) return f->neon && f->dotprod;
 #endif
@@ -195,6 +197,22 @@ static void amx_init(void) {
     amx_level.bf16.packer = &kipp_cpu_packer_amx_bf16;
     amx_level.quant[KIPP_ACT_BF16X2] = kipp_cpu_quant_amx_bf16x2;
 }
+
+/* AMX's packed BF16 layout and activations (its packer's bytes, pack and row, its hi/lo
+ * converter), run by vdpbf16ps */
+static kipp_cpu_kernels bf16_level;
+static kipp_cpu_packer bf16_packer;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static void bf16_init(void) {
+    bf16_packer = kipp_cpu_packer_amx_bf16;
+    bf16_packer.gemm = kipp_cpu_gemm_dpbf16x2;
+    bf16_packer.act = KIPP_ACT_BF16X2;
+    bf16_level = kipp_cpu_kernels_avx512vnni;
+    bf16_level.isa = "avx512bf16";
+    bf16_level.bf16.packer = &bf16_packer;
+    bf16_level.quant[KIPP_ACT_BF16X2] = kipp_cpu_quant_amx_bf16x2;
+}
 #endif
 
 const kipp_cpu_kernels *kipp_cpu_level_table(const char *isa) {
@@ -202,6 +220,10 @@ const kipp_cpu_kernels *kipp_cpu_level_table(const char *isa) {
     if (strcmp(isa, "amx") == 0) {
         pthread_once(&amx_once, amx_init);
         return &amx_level;
+    }
+    if (strcmp(isa, "avx512bf16") == 0) {
+        pthread_once(&bf16_once, bf16_init);
+        return &bf16_level;
     }
 #endif
     static const kipp_cpu_kernels *const levels[] = {
@@ -237,13 +259,13 @@ kipp_status kipp_cpu_kernels_select(const char *isa, const kipp_cpu_kernels **ou
     if (!lv)
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
                          "cpu: unknown ISA level '%s' (known: auto, scalar, avx2, avx512, avx512vnni, "
-                         "amx, neon)",
+                         "avx512bf16, amx, neon)",
                          isa);
     if (!kipp_cpu_isa_available(isa))
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
                          "cpu: ISA level %s asks for an instruction set this CPU lacks "
                          "(avx2 needs AVX2+FMA+F16C; avx512 also AVX-512F/BW/VL; avx512vnni "
-                         "also AVX512-VNNI; amx also AMX-TILE and AMX-BF16, with the kernel's "
+                         "also AVX512-VNNI; avx512bf16 also AVX512-BF16; amx also AMX-TILE and AMX-BF16, with the kernel's "
                          "permission; neon ARMv8.2 dotprod)",
                          isa);
     *out = lv;

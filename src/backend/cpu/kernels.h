@@ -215,6 +215,10 @@ extern const kipp_cpu_kernels kipp_cpu_kernels_avx512vnni; /* + AVX512-VNNI */
  * level "amx" is avx512vnni's table with these (cpu.c) */
 extern const kipp_cpu_packer kipp_cpu_packer_amx_bf16;
 extern const kipp_cpu_quant_fn kipp_cpu_quant_amx_bf16x2;
+/* kernels_avx512bf16.c: the gemm over AMX's packed BF16 layout with vdpbf16ps on
+ * KIPP_ACT_BF16X2 rows; the level "avx512bf16" is avx512vnni's table with AMX's packer (and
+ * activation converter) running this gemm for BF16 (cpu.c) */
+extern const kipp_cpu_gemm_fn kipp_cpu_gemm_dpbf16x2;
 #endif
 #if defined(__aarch64__)
 extern const kipp_cpu_kernels kipp_cpu_kernels_neon; /* ARMv8.2 NEON + dotprod */
