@@ -96,12 +96,18 @@ def record_features(record: dict) -> str:
 def test_feature_limited_preferences():
     """choice.c's "LEVEL@FEATURE" preferences: on a Zen 4 (512-bit instructions as two 256-bit
     halves) one-token F16/BF16/F32 run avx2's kernel, which streams faster there; on the same
-    features without it (an Intel Xeon) avx512's, which streams faster there."""
-    base = "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni avx512bf16"
-    zen, xeon = (json.loads(kb("--choices", f).stdout) for f in (base + " zen4", base))
+    features without it (an Intel Xeon) avx512's, which streams faster there. A Zen 4 with
+    AVX512-BF16 packs BF16 for vdpbf16ps (avx512bf16@zen4: measured there only)."""
+    base = "avx2 fma f16c avx512f avx512bw avx512vl avx512vnni"
+    zen, xeon, zen_bf16, xeon_bf16 = (json.loads(kb("--choices", f).stdout)
+                                      for f in (base + " zen4", base, base + " avx512bf16 zen4", base + " avx512bf16"))
     for typ in ("F32", "F16", "BF16"):
         assert zen[typ]["from"]["1"] == "avx2:gemm", (typ, zen[typ])
-        assert xeon[typ]["from"]["1"] == "avx512:gemm", (typ, xeon[typ])
+        assert xeon[typ]["from"]["1"] == xeon_bf16[typ]["from"]["1"] == "avx512:gemm", (typ, xeon[typ])
+        want = "avx512bf16:packed" if typ == "BF16" else "avx2:gemm"
+        assert zen_bf16[typ]["from"] == {"1": want} if typ == "BF16" else zen_bf16[typ]["from"]["1"] == want, \
+            (typ, zen_bf16[typ])
+    assert zen_bf16["BF16"]["packed"] and not xeon_bf16["BF16"]["packed"]
     # an AVX2 desktop runs avx2 either way
     avx2 = json.loads(kb("--choices", "avx2 fma f16c").stdout)
     assert avx2["F16"]["from"]["1"] == "avx2:gemm"
