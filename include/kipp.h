@@ -103,6 +103,7 @@ typedef enum {
 const char *kipp_pooling_name(kipp_pooling p);
 
 typedef struct {
+    const char *architecture; /* general.architecture ("qwen3"; static storage) */
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
     int tied_embeddings;

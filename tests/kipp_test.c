@@ -82,6 +82,7 @@ static const struct {
     {"buf", "core growable buffer and array growth", kt_suite_buf},
     {"vmath", "log-sum-exp and top k of a logits row (log-probabilities)", kt_suite_vmath},
     {"gguf", "GGUF reader on valid and malformed files", kt_suite_gguf},
+    {"arch", "architecture table: fields, shapes, each op's tensors bound", kt_suite_arch},
     {"sampler", "sampling", kt_suite_sampler},
     {"tok", "tokenizer: pre-tokenizer, BPE, added tokens, NFC, invalid UTF-8", kt_suite_tok},
     {"detok", "streaming detokenizer", kt_suite_detok},

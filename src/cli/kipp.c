@@ -418,11 +418,11 @@ static void print_info(const kipp_model *m, const kipp_ctx *c, double load_s) {
     kipp_model_get_info(m, &i);
     kipp_ctx_info ci;
     kipp_ctx_get_info(c, &ci);
-    printf("{\"architecture\": \"qwen3\", \"n_layer\": %u, \"n_embd\": %u, \"n_head\": %u, "
+    printf("{\"architecture\": \"%s\", \"n_layer\": %u, \"n_embd\": %u, \"n_head\": %u, "
            "\"n_head_kv\": %u, \"head_dim\": %u, \"n_ff\": %u, \"n_vocab\": %u, "
            "\"n_ctx_train\": %u, \"rope_theta\": %g, \"rms_eps\": %g, \"tied_embeddings\": %s, "
            "\"bos_id\": %u, \"eos_id\": %u, ",
-           i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_ff, i.n_vocab,
+           i.architecture, i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_ff, i.n_vocab,
            i.n_ctx_train, (double)i.rope_theta, (double)i.rms_eps,
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
     printf("\"backend\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "

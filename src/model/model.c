@@ -1,7 +1,10 @@
-/* model.c — binds a Qwen3 GGUF: reads every hyper-parameter from metadata (head_dim from
- * attention.key_length, never hidden/heads), looks up each tensor by its llama.cpp name and
- * checks its shape and type. Weights stay in the mapping. Does not run the model. */
+/* model.c — binds a GGUF through its architecture's description (arch.c): reads every
+ * hyper-parameter the description lists from metadata (head_dim from attention.key_length,
+ * never hidden/heads), looks up each tensor by its llama.cpp name and checks its shape and
+ * type. Weights stay in the mapping. Does not run the model. */
 #include "model/model.h"
+
+#include "model/arch.h"
 
 #include "core/buf.h"
 #include "core/error.h"
@@ -46,50 +49,82 @@ static kipp_status bind(const kipp_gguf *g, const char *name, int64_t ne0, int64
     return KIPP_OK;
 }
 
-static kipp_status read_hparams(const kipp_gguf *g, kipp_model_info *hp, char *err,
+/* The value of dimension symbol d for the model's hyper-parameters (arch.h). */
+static int64_t dim_value(const kipp_model_info *hp, kipp_dim d) {
+    switch (d) {
+    case KIPP_DIM_H: return hp->n_embd;
+    case KIPP_DIM_V: return hp->n_vocab;
+    case KIPP_DIM_F: return hp->n_ff;
+    case KIPP_DIM_D: return hp->head_dim;
+    case KIPP_DIM_QD: return (int64_t)hp->n_head * hp->head_dim;
+    case KIPP_DIM_KD: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case KIPP_DIM_NONE: break;
+    }
+    return 0;
+}
+
+/* general.architecture, looked up among the descriptions of arch.c */
+static kipp_status read_arch(const kipp_gguf *g, const kipp_arch **out, char *err, size_t err_len) {
+    kipp_gguf_str arch;
+    kipp_status st = kipp_gguf_get_str(g, "general.architecture", &arch, err, err_len);
+    if (st != KIPP_OK) return st;
+    if (!(*out = kipp_arch_find(arch.ptr, arch.len))) {
+        char names[256];
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                         "model: general.architecture is '%.*s'; Kipp supports %s",
+                         (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, kipp_arch_names(names, sizeof names));
+    }
+    return KIPP_OK;
+}
+
+/* Every hyper-parameter of the architecture's table, then the checks all architectures share. */
+static kipp_status read_hparams(const kipp_gguf *g, const kipp_arch *a, kipp_model_info *hp, char *err,
                                 size_t err_len) {
     kipp_status st;
-    kipp_gguf_str arch;
-    st = kipp_gguf_get_str(g, "general.architecture", &arch, err, err_len);
-    if (st != KIPP_OK) return st;
-    if (arch.len != 5 || memcmp(arch.ptr, "qwen3", 5) != 0)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                         "model: general.architecture is '%.*s'; Kipp supports only 'qwen3'",
-                         (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    char key[128], rope_key[128];
     memset(hp, 0, sizeof *hp);
-    if ((st = get_u32(g, "qwen3.block_count", &hp->n_layer, err, err_len))) return st;
-    if ((st = get_u32(g, "qwen3.embedding_length", &hp->n_embd, err, err_len))) return st;
-    if ((st = get_u32(g, "qwen3.feed_forward_length", &hp->n_ff, err, err_len))) return st;
-    if ((st = get_u32(g, "qwen3.attention.head_count", &hp->n_head, err, err_len))) return st;
-    if ((st = get_u32(g, "qwen3.context_length", &hp->n_ctx_train, err, err_len))) return st;
-    if (kipp_gguf_find_key(g, "qwen3.attention.head_count_kv") >= 0) {
-        if ((st = get_u32(g, "qwen3.attention.head_count_kv", &hp->n_head_kv, err, err_len)))
-            return st;
-    } else {
-        hp->n_head_kv = hp->n_head;
+    hp->architecture = a->name;
+    for (size_t i = 0; i < a->n_hparams; i++) {
+        const kipp_arch_hparam *p = &a->hparams[i];
+        char *field = (char *)hp + p->off;
+        kipp_arch_key(a, p->key, key, sizeof key);
+        if (kipp_gguf_find_key(g, key) < 0) {
+            if (p->required)
+                return p->why ? kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: %s is missing or invalid; %s", key,
+                                          p->why)
+                              : kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: metadata key %s is missing", key);
+            if (p->kind == KIPP_HP_U32_EQUAL) continue;
+            if (p->def_off) memcpy(field, (const char *)hp + p->def_off, sizeof(uint32_t));
+            else if (p->kind == KIPP_HP_F32) memcpy(field, &p->def, sizeof(float));
+            else {
+                const uint32_t v = (uint32_t)p->def;
+                memcpy(field, &v, sizeof v);
+            }
+            continue;
+        }
+        if (p->kind == KIPP_HP_F32) {
+            float v;
+            if ((st = kipp_gguf_get_f32(g, key, &v, err, err_len))) return st;
+            memcpy(field, &v, sizeof v);
+            continue;
+        }
+        uint32_t v;
+        if ((st = get_u32(g, key, &v, err, err_len)))
+            return p->why ? kipp_errf(err, err_len, st, "model: %s is missing or invalid; %s", key, p->why) : st;
+        if (p->kind == KIPP_HP_U32_EQUAL) {
+            uint32_t want;
+            memcpy(&want, field, sizeof want);
+            if (v != want)
+                return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "model: %s = %u differs from %u; %s", key, v,
+                                 want, p->why ? p->why : "Kipp needs them equal");
+            continue;
+        }
+        memcpy(field, &v, sizeof v);
     }
-    if ((st = get_u32(g, "qwen3.attention.key_length", &hp->head_dim, err, err_len)))
-        return kipp_errf(err, err_len, st,
-                         "model: qwen3.attention.key_length is missing or invalid; Kipp "
-                         "never guesses head_dim from embedding_length / head_count");
-    if (kipp_gguf_find_key(g, "qwen3.attention.value_length") >= 0) {
-        uint32_t vl;
-        if ((st = get_u32(g, "qwen3.attention.value_length", &vl, err, err_len))) return st;
-        if (vl != hp->head_dim)
-            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                             "model: value_length %u differs from key_length %u", vl,
-                             hp->head_dim);
-    }
-    if ((st = kipp_gguf_get_f32(g, "qwen3.attention.layer_norm_rms_epsilon", &hp->rms_eps, err,
-                                err_len)))
-        return st;
-    hp->rope_theta = 10000.0f;
-    if (kipp_gguf_find_key(g, "qwen3.rope.freq_base") >= 0 &&
-        (st = kipp_gguf_get_f32(g, "qwen3.rope.freq_base", &hp->rope_theta, err, err_len)))
-        return st;
-    if (kipp_gguf_find_key(g, "qwen3.rope.scaling.type") >= 0) {
+    kipp_arch_key(a, "rope.scaling.type", rope_key, sizeof rope_key);
+    if (kipp_gguf_find_key(g, rope_key) >= 0) {
         kipp_gguf_str s;
-        if ((st = kipp_gguf_get_str(g, "qwen3.rope.scaling.type", &s, err, err_len))) return st;
+        if ((st = kipp_gguf_get_str(g, rope_key, &s, err, err_len))) return st;
         if (!(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
             return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                              "model: rope scaling '%.*s' is not supported yet",
@@ -114,22 +149,23 @@ static kipp_status read_hparams(const kipp_gguf *g, kipp_model_info *hp, char *e
     return KIPP_OK;
 }
 
-/* qwen3.pooling_type (llama.cpp's enum); absent means a generative model. */
-static kipp_status read_pooling(const kipp_gguf *g, kipp_pooling *out, char *err,
+/* <arch>.pooling_type (llama.cpp's enum); absent means a generative model. */
+static kipp_status read_pooling(const kipp_gguf *g, const kipp_arch *a, kipp_pooling *out, char *err,
                                 size_t err_len) {
+    char key[128];
     *out = KIPP_POOLING_NONE;
-    if (kipp_gguf_find_key(g, "qwen3.pooling_type") < 0) return KIPP_OK;
+    if (kipp_gguf_find_key(g, kipp_arch_key(a, "pooling_type", key, sizeof key)) < 0) return KIPP_OK;
     uint32_t v;
-    kipp_status st = kipp_gguf_get_u32(g, "qwen3.pooling_type", &v, err, err_len);
+    kipp_status st = kipp_gguf_get_u32(g, key, &v, err, err_len);
     if (st != KIPP_OK) return st;
     if (v == KIPP_POOLING_NONE || v == KIPP_POOLING_LAST) {
         *out = (kipp_pooling)v;
         return KIPP_OK;
     }
     return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                     "model: qwen3.pooling_type = %u (%s) is not supported; Kipp pools only "
+                     "model: %s = %u (%s) is not supported; Kipp pools only "
                      "'last' (3, Qwen3-Embedding)",
-                     v, kipp_pooling_name((kipp_pooling)v));
+                     key, v, kipp_pooling_name((kipp_pooling)v));
 }
 
 const char *kipp_pooling_name(kipp_pooling p) {
@@ -161,18 +197,18 @@ kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **ou
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "model: out of memory");
     }
     m->gguf = g;
-    if ((st = read_hparams(g, &m->hp, err, err_len))) goto fail;
+    if ((st = read_arch(g, &m->arch, err, err_len))) goto fail;
+    if ((st = read_hparams(g, m->arch, &m->hp, err, err_len))) goto fail;
     if ((st = kipp_vocab_load_gguf(g, &m->vocab, err, err_len))) goto fail;
     m->hp.n_vocab = kipp_vocab_n_tokens(m->vocab);
     m->hp.bos_id = kipp_vocab_bos_id(m->vocab);
     m->hp.eos_id = kipp_vocab_eos_id(m->vocab);
 
     const kipp_model_info *hp = &m->hp;
-    const int64_t H = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
-    const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t H = hp->n_embd, V = hp->n_vocab;
     if ((st = bind(g, "token_embd.weight", H, V, &m->tok_embd, err, err_len))) goto fail;
     if ((st = bind(g, "output_norm.weight", H, 0, &m->output_norm, err, err_len))) goto fail;
-    if ((st = read_pooling(g, &m->hp.pooling, err, err_len))) goto fail;
+    if ((st = read_pooling(g, m->arch, &m->hp.pooling, err, err_len))) goto fail;
     if (kipp_gguf_find_key(g, "tokenizer.ggml.add_eos_token") >= 0 &&
         (st = kipp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &m->hp.add_eos, err, err_len)))
         goto fail;
@@ -195,23 +231,15 @@ kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **ou
         goto fail;
     }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        kipp_layer_weights *w = &m->layers[l];
-        char name[64];
-        struct { const char *suffix; int64_t ne0, ne1; const kipp_gguf_tensor **dst; } spec[] = {
-            {"attn_norm", H, 0, &w->attn_norm},  {"attn_q", H, QD, &w->wq},
-            {"attn_k", H, KD, &w->wk},           {"attn_v", H, KD, &w->wv},
-            {"attn_q_norm", hp->head_dim, 0, &w->q_norm},
-            {"attn_k_norm", hp->head_dim, 0, &w->k_norm},
-            {"attn_output", QD, H, &w->wo},      {"ffn_norm", H, 0, &w->ffn_norm},
-            {"ffn_gate", H, F, &w->w_gate},      {"ffn_up", H, F, &w->w_up},
-            {"ffn_down", F, H, &w->w_down},
-        };
-        for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
-            snprintf(name, sizeof name, "blk.%u.%s.weight", l, spec[i].suffix);
-            if ((st = bind(g, name, spec[i].ne0, spec[i].ne1, spec[i].dst, err, err_len)))
-                goto fail;
-            if (spec[i].ne1 == 0 && (st = check_finite_small(*spec[i].dst, err, err_len)))
-                goto fail;
+        for (size_t i = 0; i < m->arch->n_tensors; i++) {
+            const kipp_arch_tensor *t = &m->arch->tensors[i];
+            const kipp_gguf_tensor **dst = (const kipp_gguf_tensor **)(void *)((char *)&m->layers[l] + t->off);
+            char name[96];
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, t->name);
+            if (!t->required && !kipp_gguf_find_tensor(g, name)) continue;
+            const int64_t ne1 = dim_value(hp, t->ne[1]);
+            if ((st = bind(g, name, dim_value(hp, t->ne[0]), ne1, dst, err, err_len))) goto fail;
+            if (ne1 == 0 && (st = check_finite_small(*dst, err, err_len))) goto fail;
         }
     }
     *out = m;

@@ -1,5 +1,5 @@
-/* model.h — the Qwen3 model as Kipp sees it: hyper-parameters read from GGUF metadata and
- * weight tensors bound by name (pointers into the mmapped file; nothing is copied).
+/* model.h — a model as Kipp sees it: its architecture's description (arch.h), hyper-parameters
+ * read from GGUF metadata and weight tensors bound by name (pointers into the mmapped file; nothing is copied).
  * Does not compute anything: the forward pass lives in the backends. */
 #ifndef KIPP_MODEL_H
 #define KIPP_MODEL_H
@@ -24,6 +24,7 @@ typedef struct {
 
 struct kipp_model {
     kipp_gguf *gguf;
+    const struct kipp_arch *arch; /* its architecture's description (arch.h) */
     kipp_model_info hp;
     const kipp_gguf_tensor *tok_embd;    /* [H, V] : row t is token t's embedding */
     const kipp_gguf_tensor *output_norm; /* [H] */

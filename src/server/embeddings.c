@@ -144,9 +144,9 @@ char *oai_embeddings_answer(oai_embedder *e, const kipp_model *m, int is_embeddi
     if (!e) {
         snprintf(msg, sizeof msg,
                  "the loaded model is a generative model (pooling '%s'), not an embedding model; "
-                 "/v1/embeddings needs one with last-token pooling (qwen3.pooling_type = 3, e.g. "
+                 "/v1/embeddings needs one with last-token pooling (%s.pooling_type = 3, e.g. "
                  "Qwen3-Embedding)",
-                 kipp_pooling_name(info.pooling));
+                 kipp_pooling_name(info.pooling), info.architecture);
         return error_body(status, 400, msg, "invalid_request_error", "model", "model_not_embedding");
     }
     json_error_t je;

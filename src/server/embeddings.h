@@ -1,5 +1,5 @@
 /* embeddings.h — POST /v1/embeddings (the OpenAI embeddings API) for an embedding model
- * (qwen3.pooling_type = last, e.g. Qwen3-Embedding): request parsing with every rejection
+ * (<architecture>.pooling_type = last, e.g. Qwen3-Embedding): request parsing with every rejection
  * naming its field, and an embedder that owns one embeddings context (kipp_ctx_params.
  * embeddings) guarded by a mutex: inputs run one at a time, each as one batch in sequence 0,
  * outside the generation scheduler (which an embedding model, having no lm_head, never

@@ -167,7 +167,7 @@ case "$ids" in "151644 872 198 13048 151645 198 151644 77091 198") ok ;; *) bad 
 # --- bad input ---
 expect_fail "missing model" "No such file|cannot open" "$K" -m "$tmp/nope.gguf" -p hi
 expect_fail "no --model" "--model FILE is required" "$K" -p hi
-expect_fail "wrong architecture" "architecture is 'llama'" "$K" -m "$tmp/wrong-arch.gguf" -p hi
+expect_fail "wrong architecture" "architecture is 'llama'; Kipp supports 'qwen3'" "$K" -m "$tmp/wrong-arch.gguf" -p hi
 expect_fail "truncated file" "gguf: .*(past end|truncated|beyond)" "$K" -m "$tmp/truncated.gguf" -p hi
 expect_fail "NaN in norm" "output_norm.weight.* NaN" "$K" -m "$tmp/nan-norm.gguf" -p hi
 expect_fail "NaN in matrix (runtime)" "NaN" "$K" -m "$tmp/nan-matrix.gguf" -p hi -n 2 --backend cpu-ref

@@ -19,7 +19,7 @@ M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 V=tests/test-vectors/tiny-untied
 pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-CPU=src/backend/cpu_ref/qwen3_forward.c  # the layer code cpu-ref runs
+CPU=src/backend/cpu_ref/layers.c  # the layer code cpu-ref runs
 FWD=src/backend/cpu/forward.c            # the cpu backend's batched pass
 KV=src/backend/host_kv.h                 # the host backends' KV addressing
 KVC=src/kv/kv.c
@@ -32,7 +32,7 @@ cases=(
   "rope sign|--model|$CPU|s#h\[i\] = a \* s->rope_cos\[i\] - b#h[i] = a * s->rope_cos[i] + b#"
   "attention scale 1/D|--model|$CPU|s#1.0f / sqrtf((float)D)#1.0f / (float)D#"
   "GQA head mapping|--model|$CPU|s#(size_t)(h / group) \* D#(size_t)(h % hp->n_head_kv) * D#"
-  "k-norm skipped|--model|$CPU|s#rmsnorm(kh, kh, kn, D, hp->rms_eps);#(void)kn;#"
+  "k-norm skipped|--model|$CPU|s#head_norm(s, s->k, hp->n_head_kv, w->k_norm);#(void)0;#"
   "KV slot off by one|--phase2-model|$KV|s#uint32_t slot = pos % kv->block_size;#uint32_t slot = (pos ? pos - 1 : 0) % kv->block_size;#"
   "KV layer aliasing|--phase2-model|$KV|s#((size_t)layer \* kv->block_size + slot)#((size_t)0 * layer * kv->block_size + slot)#"
   "KV block table ignored|--paged-cpu|$KV|s#uint32_t block = s->blocks\[lblock\];#uint32_t block = lblock;#"

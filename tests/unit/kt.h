@@ -28,6 +28,7 @@ void kt_suite_vmath(void);     /* log-sum-exp and top k of a logits row (test_vm
 void kt_suite_fair(void);      /* fair steps in continuous batching (test_fair.c) */
 void kt_suite_threadpool(void); /* the CPU thread pool's chunks (test_threadpool.c) */
 void kt_suite_gguf(void);
+void kt_suite_arch(void);     /* the architecture table (test_arch.c) */
 void kt_suite_sampler(void);
 void kt_suite_tok(void);
 void kt_suite_detok(void);     /* streaming detokenizer (tests/unit/test_detok.c) */

@@ -118,7 +118,7 @@ static void test_conversions(void) {
              bad_store);
 }
 
-/* silu against cpu-ref's expression written out here (qwen3_forward.c's static silu). */
+/* silu against cpu-ref's expression written out here (layers.c's static silu). */
 static void test_silu(void) {
     int bad = 0;
     const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 20.0f, -20.0f, 88.0f, -88.0f, -89.0f,

@@ -1,12 +1,12 @@
 /* cpu_ref.c — the scalar CPU reference backend ("cpu-ref"): the reference Qwen3 forward pass
- * (qwen3_forward.c, one token at a time) driven by the plainest matvec there is,
+ * (layers.c, one token at a time) driven by the plainest matvec there is,
  * single-threaded, weights read in their stored block format one row at a time, KV cache in
  * the shared host storage (host_kv.c, f32 by default). It is the oracle every optimized
  * backend is gated against, so it favours clarity over speed and contains no ISA-specific
  * code. */
 #include "backend/backend.h"
 
-#include "backend/cpu_ref/qwen3_forward.h"
+#include "backend/cpu_ref/layers.h"
 #include "backend/host_kv.h"
 #include "core/types.h"
 

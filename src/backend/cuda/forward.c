@@ -8,7 +8,7 @@
  * read the page cache through its device alias; only the norms go to the arena.
  *
  * A batch runs in chunks of up to CHUNK tokens, layer by layer over all of a chunk's tokens,
- * in cpu-ref's order (src/backend/cpu_ref/qwen3_forward.c): embedding rows, then per layer
+ * in cpu-ref's order (src/backend/cpu_ref/layers.c): embedding rows, then per layer
  * RMSNorm -> q, k, v -> per-head q/k RMSNorm -> NEOX RoPE -> K/V stored in the paged cache
  * -> causal paged attention -> wo -> residual -> RMSNorm -> gate, up -> SwiGLU -> down ->
  * residual; then the final norm and the lm_head for the wanted tokens only, HEAD_ROWS rows

@@ -3,7 +3,7 @@
  * pointer argument is DEVICE memory unless its comment says host. Every launcher enqueues
  * on `stream` and returns without synchronizing; it returns 0 on success or the CUDA error
  * code of the launch (cudaGetLastError), never exits. Numbers follow cpu-ref's definitions
- * (src/backend/cpu_ref/qwen3_forward.c): f32 accumulation, the same norm order, RoPE from
+ * (src/backend/cpu_ref/layers.c): f32 accumulation, the same norm order, RoPE from
  * host-computed cos/sin tables, silu(z) = z / (1 + exp(-z)).
  *
  * Layout conventions (row-major, "rows" are tokens):

@@ -1,7 +1,7 @@
 /* ops.cu — the cuda backend's kernels other than the weight products (kernels.h's
  * "everything else"): RMSNorm, NEOX RoPE, SwiGLU, the residual add, the paged KV store and
  * causal paged GQA attention, plus the fault-injection switch attention's reads obey.
- * Numbers follow cpu-ref (src/backend/cpu_ref/qwen3_forward.c): RMSNorm's sum of squares in
+ * Numbers follow cpu-ref (src/backend/cpu_ref/layers.c): RMSNorm's sum of squares in
  * double and its `x * scale * w` order, RoPE's and RMSNorm's products rounded one at a time
  * (__fmul_rn: no FMA contraction, so they match the host bit for bit), scores scaled by
  * 1/sqrtf(D), softmax with max subtraction and expf, f32 throughout. The scalar pieces the

@@ -126,7 +126,7 @@ static inline KIPP_HD void kipp_om_kv_store(uint32_t t, void *row, size_t i, flo
         ((float *)row)[i] = v;
 }
 
-/* silu(z) = z / (1 + exp(-z)), cpu-ref's expression (qwen3_forward.c). */
+/* silu(z) = z / (1 + exp(-z)), cpu-ref's expression (layers.c). */
 static inline KIPP_HD float kipp_om_silu(float z) { return z / (1.0f + expf(-z)); }
 
 /* ---- paged KV addressing -------------------------------------------------------------- */

@@ -1,12 +1,14 @@
-/* qwen3_forward.c — the reference (cpu-ref) Qwen3 forward pass: plain C11, one token at a
- * time, f32 activations and f32 accumulation (sums of squares in double, as ggml does).
+/* layers.c — the reference (cpu-ref) forward pass: the model architecture's layer program
+ * (arch.h) run op by op, plain C11, one token at a time, f32 activations and f32 accumulation
+ * (sums of squares in double, as ggml does).
  * Every weight matrix goes through the caller's matvec (cpu-ref: scalar dequantize-and-dot). Contains
  * no ISA-specific code. K/V live in the context's host KV storage, f32/f16/bf16, and are
  * addressed through kipp_host_kv_row() only (src/backend/host_kv.h); the recomputation
  * oracle keeps private f32 buffers holding the same rounded values. */
-#include "backend/cpu_ref/qwen3_forward.h"
+#include "backend/cpu_ref/layers.h"
 
 #include "backend/host_kv.h"
+#include "model/arch.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -81,38 +83,19 @@ static void rope_head(const cpu_ref_state *s, float *h) {
 
 static float silu(float z) { return z / (1.0f + expf(-z)); }
 
-/* ---- one layer, split where the KV source differs between the two paths --------------- */
+/* ---- the ops of a layer program (arch.h), one token at a time ------------------------------ */
 
-/* x → q (normed, roped, in s->q) and this position's k, v (written to k_out, v_out). */
-static void layer_qkv(cpu_ref_state *s, uint32_t l, const float *x, float *k_out, float *v_out) {
-    const kipp_model_info *hp = &s->m->hp;
-    const kipp_layer_weights *w = &s->m->layers[l];
-    const uint32_t D = hp->head_dim;
-    rmsnorm(s->xb, x, norm_weights(w->attn_norm, s->proj), hp->n_embd, hp->rms_eps);
-    s->matvec(s->mv_ctx, w->wq, s->xb, s->q, s->row);
-    s->matvec(s->mv_ctx, w->wk, s->xb, k_out, s->row);
-    s->matvec(s->mv_ctx, w->wv, s->xb, v_out, s->row);
-    /* per-head RMSNorm before RoPE; one D-vector of weights shared by all heads */
-    const float *qn = norm_weights(w->q_norm, s->gate);
-    for (uint32_t h = 0; h < hp->n_head; h++) {
-        float *qh = s->q + (size_t)h * D;
-        rmsnorm(qh, qh, qn, D, hp->rms_eps);
-        rope_head(s, qh);
-    }
-    const float *kn = norm_weights(w->k_norm, s->gate);
-    for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-        float *kh = k_out + (size_t)h * D;
-        rmsnorm(kh, kh, kn, D, hp->rms_eps);
-        rope_head(s, kh);
-    }
-}
+/* Where KIPP_OP_KV_STORE puts this position's k and v (s->k, s->v), and where attention reads
+ * positions 0..pos from: the paged cache (decode) or the recomputation oracle's private
+ * buffers. Sets s->k_rows[0..pos] and s->v_rows[0..pos]. */
+typedef struct {
+    void (*store)(cpu_ref_state *s, void *ctx, uint32_t layer, uint32_t pos);
+    void *ctx;
+} kv_io;
 
-/* Causal attention of s->q over n_kv positions whose K and V rows (kv_dim floats each) are
- * s->k_rows[t], s->v_rows[t], then the output projection, residual, and the SwiGLU MLP
- * with its residual, all into x. */
-static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, uint32_t n_kv) {
+/* Causal GQA attention of s->q over positions 0..n_kv-1 (s->k_rows, s->v_rows) into s->att. */
+static void attention(cpu_ref_state *s, uint32_t n_kv) {
     const kipp_model_info *hp = &s->m->hp;
-    const kipp_layer_weights *w = &s->m->layers[l];
     const uint32_t D = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)D);
     for (uint32_t h = 0; h < hp->n_head; h++) {
@@ -139,15 +122,59 @@ static void layer_rest(cpu_ref_state *s, uint32_t l, float *x, uint32_t n_kv) {
             for (uint32_t i = 0; i < D; i++) oh[i] += p * vt[i];
         }
     }
-    s->matvec(s->mv_ctx, w->wo, s->att, s->proj, s->row);
-    for (uint32_t i = 0; i < hp->n_embd; i++) x[i] += s->proj[i];
+}
 
-    rmsnorm(s->xb, x, norm_weights(w->ffn_norm, s->proj), hp->n_embd, hp->rms_eps);
-    s->matvec(s->mv_ctx, w->w_gate, s->xb, s->gate, s->row);
-    s->matvec(s->mv_ctx, w->w_up, s->xb, s->up, s->row);
-    for (uint32_t i = 0; i < hp->n_ff; i++) s->gate[i] = silu(s->gate[i]) * s->up[i];
-    s->matvec(s->mv_ctx, w->w_down, s->gate, s->proj, s->row);
-    for (uint32_t i = 0; i < hp->n_embd; i++) x[i] += s->proj[i];
+/* Per-head RMSNorm of n heads of D at h, with one D-vector of weights shared by all heads. */
+static void head_norm(cpu_ref_state *s, float *h, uint32_t n, const kipp_gguf_tensor *w) {
+    const uint32_t D = s->m->hp.head_dim;
+    const float *wn = norm_weights(w, s->gate);
+    for (uint32_t i = 0; i < n; i++) rmsnorm(h + (size_t)i * D, h + (size_t)i * D, wn, D, s->m->hp.rms_eps);
+}
+
+/* Layer l of the model's architecture program for the token at position pos, whose residual
+ * stream is x (rope_angles(pos) already set). These op bodies are the definition every
+ * backend is gated against. */
+static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, const kv_io *io) {
+    const kipp_model_info *hp = &s->m->hp;
+    const kipp_layer_weights *w = &s->m->layers[l];
+    const kipp_arch *a = s->m->arch;
+    for (size_t i = 0; i < a->n_ops; i++) {
+        switch (a->program[i]) {
+        case KIPP_OP_ATTN_NORM:
+            rmsnorm(s->xb, x, norm_weights(w->attn_norm, s->proj), hp->n_embd, hp->rms_eps);
+            break;
+        case KIPP_OP_QKV:
+            s->matvec(s->mv_ctx, w->wq, s->xb, s->q, s->row);
+            s->matvec(s->mv_ctx, w->wk, s->xb, s->k, s->row);
+            s->matvec(s->mv_ctx, w->wv, s->xb, s->v, s->row);
+            break;
+        case KIPP_OP_QK_NORM:
+            head_norm(s, s->q, hp->n_head, w->q_norm);
+            head_norm(s, s->k, hp->n_head_kv, w->k_norm);
+            break;
+        case KIPP_OP_ROPE:
+            for (uint32_t h = 0; h < hp->n_head; h++) rope_head(s, s->q + (size_t)h * hp->head_dim);
+            for (uint32_t h = 0; h < hp->n_head_kv; h++) rope_head(s, s->k + (size_t)h * hp->head_dim);
+            break;
+        case KIPP_OP_KV_STORE: io->store(s, io->ctx, l, pos); break;
+        case KIPP_OP_ATTENTION: attention(s, pos + 1); break;
+        case KIPP_OP_ATTN_OUT:
+            s->matvec(s->mv_ctx, w->wo, s->att, s->proj, s->row);
+            for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->proj[j];
+            break;
+        case KIPP_OP_FFN_NORM:
+            rmsnorm(s->xb, x, norm_weights(w->ffn_norm, s->proj), hp->n_embd, hp->rms_eps);
+            break;
+        case KIPP_OP_FFN_SWIGLU:
+            s->matvec(s->mv_ctx, w->w_gate, s->xb, s->gate, s->row);
+            s->matvec(s->mv_ctx, w->w_up, s->xb, s->up, s->row);
+            for (uint32_t j = 0; j < hp->n_ff; j++) s->gate[j] = silu(s->gate[j]) * s->up[j];
+            s->matvec(s->mv_ctx, w->w_down, s->gate, s->proj, s->row);
+            for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->proj[j];
+            break;
+        case KIPP_OP_COUNT: break; /* not an op: kipp_fwd_init refuses a program naming one */
+        }
+    }
 }
 
 static void embed(const cpu_ref_state *s, int32_t tok, float *x) {
@@ -184,6 +211,10 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
                           char *err, size_t err_len) {
     *state = NULL;
     const kipp_model_info *hp = &m->hp;
+    for (size_t i = 0; i < m->arch->n_ops; i++)
+        if ((unsigned)m->arch->program[i] >= KIPP_OP_COUNT)
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "forward pass: architecture %s: op %d of its layer "
+                             "program is unknown", m->arch->name, (int)m->arch->program[i]);
     cpu_ref_state *s = calloc(1, sizeof *s);
     if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory");
     s->m = m;
@@ -228,6 +259,52 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     return KIPP_OK;
 }
 
+/* KIPP_OP_KV_STORE on the paged cache: k and v into the sequence's rows at pos, then the rows
+ * of positions 0..pos as attention reads them (f16/bf16 widened into kbuf / vbuf). */
+typedef struct {
+    const kipp_host_kv *kv;
+    const kipp_kv_seq *seq;
+} cache_io;
+
+static void cache_store(cpu_ref_state *s, void *ctx, uint32_t l, uint32_t p) {
+    const cache_io *c = ctx;
+    const kipp_host_kv *kv = c->kv;
+    const size_t kvd = s->kv_dim;
+    kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, c->seq, l, p, KIPP_KV_K, KIPP_KV_WRITE), s->k, s->kv_dim);
+    kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, c->seq, l, p, KIPP_KV_V, KIPP_KV_WRITE), s->v, s->kv_dim);
+    for (uint32_t t = 0; t <= p; t++) {
+        const void *kr = kipp_host_kv_row(kv, c->seq, l, t, KIPP_KV_K, KIPP_KV_READ);
+        const void *vr = kipp_host_kv_row(kv, c->seq, l, t, KIPP_KV_V, KIPP_KV_READ);
+        if (kv->type == KIPP_KV_TYPE_F32) {
+            s->k_rows[t] = kr;
+            s->v_rows[t] = vr;
+            continue;
+        }
+        kipp_host_kv_get(kv->type, s->kbuf + t * kvd, kr, s->kv_dim);
+        kipp_host_kv_get(kv->type, s->vbuf + t * kvd, vr, s->kv_dim);
+        s->k_rows[t] = s->kbuf + t * kvd;
+        s->v_rows[t] = s->vbuf + t * kvd;
+    }
+}
+
+/* KIPP_OP_KV_STORE for the recomputation oracle: k and v into its private per-position buffers,
+ * rounded as the cache's type would store them (the rows of 0..pos-1 were set before). */
+typedef struct {
+    float *ks, *vs;
+} private_io;
+
+static void private_store(cpu_ref_state *s, void *ctx, uint32_t l, uint32_t p) {
+    (void)l;
+    const private_io *io = ctx;
+    float *k = io->ks + (size_t)p * s->kv_dim, *v = io->vs + (size_t)p * s->kv_dim;
+    memcpy(k, s->k, s->kv_dim * sizeof *k);
+    memcpy(v, s->v, s->kv_dim * sizeof *v);
+    kipp_kv_round(s->kv_type, k, s->kv_dim);
+    kipp_kv_round(s->kv_type, v, s->kv_dim);
+    s->k_rows[p] = k;
+    s->v_rows[p] = v;
+}
+
 /* Token by token in batch order (each token's arithmetic is exactly that of a lone decode
  * step, so a batch equals the single steps bit for bit). The lm_head, by far the largest
  * matrix, runs only for the wanted tokens. */
@@ -237,33 +314,13 @@ kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, con
     cpu_ref_state *s = state;
     const kipp_host_kv *kv = pool->storage.store;
     const size_t n_logits = s->head.data ? (size_t)s->head.ne[1] : s->m->hp.n_embd;
-    const size_t kvd = s->kv_dim;
     for (uint32_t i = 0; i < b->n; i++) {
-        const kipp_kv_seq *seq = kipp_kv_seq_get(pool, b->seq_ids[i]);
+        cache_io c = {kv, kipp_kv_seq_get(pool, b->seq_ids[i])};
+        const kv_io io = {cache_store, &c};
         const uint32_t p = b->positions[i];
         embed(s, b->tokens[i], s->x);
         rope_angles(s, p);
-        for (uint32_t l = 0; l < s->m->hp.n_layer; l++) {
-            layer_qkv(s, l, s->x, s->k, s->v);
-            kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, seq, l, p, KIPP_KV_K, KIPP_KV_WRITE),
-                             s->k, s->kv_dim);
-            kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, seq, l, p, KIPP_KV_V, KIPP_KV_WRITE),
-                             s->v, s->kv_dim);
-            for (uint32_t t = 0; t <= p; t++) {
-                const void *kr = kipp_host_kv_row(kv, seq, l, t, KIPP_KV_K, KIPP_KV_READ);
-                const void *vr = kipp_host_kv_row(kv, seq, l, t, KIPP_KV_V, KIPP_KV_READ);
-                if (kv->type == KIPP_KV_TYPE_F32) {
-                    s->k_rows[t] = kr;
-                    s->v_rows[t] = vr;
-                    continue;
-                }
-                kipp_host_kv_get(kv->type, s->kbuf + t * kvd, kr, s->kv_dim);
-                kipp_host_kv_get(kv->type, s->vbuf + t * kvd, vr, s->kv_dim);
-                s->k_rows[t] = s->kbuf + t * kvd;
-                s->v_rows[t] = s->vbuf + t * kvd;
-            }
-            layer_rest(s, l, s->x, p + 1);
-        }
+        for (uint32_t l = 0; l < s->m->hp.n_layer; l++) run_layer(s, l, s->x, p, &io);
         if (b->want_logits[i]) {
             final_logits(s, s->x, logits);
             logits += n_logits;
@@ -287,18 +344,14 @@ kipp_status kipp_fwd_forward_nocache(kipp_fwd_state *state, const int32_t *token
         free(xs); free(ks); free(vs);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory for %u tokens", n);
     }
+    private_io pio = {ks, vs};
+    const kv_io io = {private_store, &pio};
     for (uint32_t p = 0; p < n; p++) embed(s, tokens[p], xs + (size_t)p * hp->n_embd);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         /* every position's q must be recomputed at attention time: keep the order simple */
         for (uint32_t p = 0; p < n; p++) {
-            float *x = xs + (size_t)p * hp->n_embd;
             rope_angles(s, p);
-            layer_qkv(s, l, x, ks + (size_t)p * s->kv_dim, vs + (size_t)p * s->kv_dim);
-            kipp_kv_round(s->kv_type, ks + (size_t)p * s->kv_dim, s->kv_dim);
-            kipp_kv_round(s->kv_type, vs + (size_t)p * s->kv_dim, s->kv_dim);
-            s->k_rows[p] = ks + (size_t)p * s->kv_dim;
-            s->v_rows[p] = vs + (size_t)p * s->kv_dim;
-            layer_rest(s, l, x, p + 1);
+            run_layer(s, l, xs + (size_t)p * hp->n_embd, p, &io);
         }
     }
     if (logits) final_logits(s, xs + (size_t)(n - 1) * hp->n_embd, logits);

@@ -1,8 +1,9 @@
-/* qwen3_forward.h — the cpu-ref Qwen3 forward pass, one token at a time, parameterized by
+/* layers.h — the cpu-ref forward pass (the architecture's layer program, arch.h), one token
+ * at a time, parameterized by
  * one matvec function (cpu-ref's scalar dequantize-and-dot). The optimized cpu backend has
  * its own batched pass (src/backend/cpu/forward.c), gated against this one. */
-#ifndef KIPP_QWEN3_FORWARD_H
-#define KIPP_QWEN3_FORWARD_H
+#ifndef KIPP_CPU_REF_LAYERS_H
+#define KIPP_CPU_REF_LAYERS_H
 
 #include "backend/backend.h"
 

@@ -1,0 +1,75 @@
+/* test_arch.c — the architecture table (src/model/arch.c) is consistent: names found and
+ * refused, every hyper-parameter and tensor lands in its own field of the structs model.c
+ * fills, tensor shapes use known symbols, and every op of a layer program has the tensors it
+ * reads bound as required tensors of that architecture. */
+#include "kt.h"
+
+#include "model/arch.h"
+#include "model/model.h"
+
+#include <string.h>
+
+static void check_one(const kipp_arch *a) {
+    KT_CHECK(a->name && *a->name && a->hf_class && a->n_hparams && a->n_tensors && a->n_ops, "%s: empty entry",
+             a->name ? a->name : "?");
+    KT_CHECK(kipp_arch_find(a->name, strlen(a->name)) == a, "%s: not found by its name", a->name);
+    for (size_t i = 0; i < a->n_hparams; i++) {
+        const kipp_arch_hparam *p = &a->hparams[i];
+        KT_CHECK(p->off + sizeof(uint32_t) <= sizeof(kipp_model_info) && p->off % 4 == 0, "%s.%s: field offset %zu",
+                 a->name, p->key, p->off);
+        KT_CHECK(p->kind != KIPP_HP_U32_EQUAL || !p->required, "%s.%s: an equality check must be optional", a->name,
+                 p->key);
+        for (size_t j = 0; j < i; j++) {
+            KT_CHECK(strcmp(p->key, a->hparams[j].key) != 0, "%s.%s listed twice", a->name, p->key);
+            /* two keys into one field only as an equality check of the first */
+            KT_CHECK(p->off != a->hparams[j].off || p->kind == KIPP_HP_U32_EQUAL, "%s.%s and %s fill one field",
+                     a->name, p->key, a->hparams[j].key);
+        }
+    }
+    for (size_t i = 0; i < a->n_tensors; i++) {
+        const kipp_arch_tensor *t = &a->tensors[i];
+        KT_CHECK(t->off + sizeof(void *) <= sizeof(kipp_layer_weights) && t->off % sizeof(void *) == 0,
+                 "%s %s: field offset %zu", a->name, t->name, t->off);
+        KT_CHECK(t->ne[0] > KIPP_DIM_NONE && t->ne[0] <= KIPP_DIM_KD && t->ne[1] <= KIPP_DIM_KD,
+                 "%s %s: unknown dimension symbols", a->name, t->name);
+        for (size_t j = 0; j < i; j++)
+            KT_CHECK(strcmp(t->name, a->tensors[j].name) != 0 && t->off != a->tensors[j].off,
+                     "%s %s: name or field shared with %s", a->name, t->name, a->tensors[j].name);
+    }
+    int seen[KIPP_OP_COUNT] = {0};
+    for (size_t i = 0; i < a->n_ops; i++) {
+        const kipp_op op = a->program[i];
+        KT_CHECK((unsigned)op < KIPP_OP_COUNT && strcmp(kipp_op_name(op), "?") != 0, "%s: op %d unknown", a->name,
+                 (int)op);
+        if ((unsigned)op >= KIPP_OP_COUNT) continue;
+        seen[op]++;
+        for (const char *const *n = kipp_op_tensors(op); *n; n++) {
+            int bound = 0;
+            for (size_t j = 0; j < a->n_tensors; j++) bound |= !strcmp(a->tensors[j].name, *n) && a->tensors[j].required;
+            KT_CHECK(bound, "%s: op %s reads %s, which the table does not require", a->name, kipp_op_name(op), *n);
+        }
+    }
+    /* a layer attends and feeds forward once, attention after the K/V it reads are stored */
+    KT_CHECK(seen[KIPP_OP_ATTENTION] == 1 && seen[KIPP_OP_KV_STORE] == 1 && seen[KIPP_OP_ATTN_OUT] == 1,
+             "%s: attention ops not once each", a->name);
+    size_t store = 0, att = 0;
+    for (size_t i = 0; i < a->n_ops; i++) {
+        if (a->program[i] == KIPP_OP_KV_STORE) store = i;
+        if (a->program[i] == KIPP_OP_ATTENTION) att = i;
+    }
+    KT_CHECK(store < att, "%s: attention before the K/V store", a->name);
+}
+
+void kt_suite_arch(void) {
+    size_t n = 0;
+    for (const kipp_arch *a; (a = kipp_arch_at(n)); n++) check_one(a);
+    KT_CHECK(n >= 1 && kipp_arch_find("qwen3", 5), "qwen3 missing from the table");
+    KT_CHECK(!kipp_arch_find("qwen", 4) && !kipp_arch_find("qwen3x", 6) && !kipp_arch_find("llama", 5),
+             "a name that is not in the table found");
+    char names[256];
+    kipp_arch_names(names, sizeof names);
+    KT_CHECK(strstr(names, "'qwen3'") != NULL, "names: %s", names);
+    char key[64];
+    KT_CHECK(!strcmp(kipp_arch_key(kipp_arch_find("qwen3", 5), "block_count", key, sizeof key), "qwen3.block_count"),
+             "key: %s", key);
+}
