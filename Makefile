@@ -175,7 +175,7 @@ FUZZ_SRC_oai     := src/server/openai_req.c src/server/tool_grammar.c src/engine
                     src/engine/json_schema_regex.c src/engine/sampler.c
 FUZZ_SRC_grammar := src/engine/grammar.c src/engine/grammar_cost.c src/engine/matcher.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c
-FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c $(wildcard src/tok/*.c) src/gguf/gguf.c
+FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c src/model/arch.c $(wildcard src/tok/*.c) src/gguf/gguf.c
 FUZZ_NAMES := gguf chat tok oai grammar embed
 FUZZERS := $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
 FUZZ_FLAGS := $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc

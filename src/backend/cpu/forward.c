@@ -25,6 +25,7 @@
 #include "backend/cpu/forward.h"
 
 #include "backend/host_kv.h"
+#include "model/arch.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -434,6 +435,7 @@ typedef struct {
     const float *in;
     float *out;
     uint32_t dim;
+    int head_norm, rope; /* qk_rows: the program's KIPP_OP_QK_NORM / KIPP_OP_ROPE before its store */
 } tok_job;
 
 static void par_tokens(kipp_cpu_fwd *f, uint32_t n, kipp_parallel_fn fn, tok_job *j) {
@@ -450,7 +452,8 @@ static void norm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         rmsnorm(j->out + t * j->dim, j->in + t * j->dim, j->w, j->dim, j->f->m->hp.rms_eps);
 }
 
-/* q/k head norms, RoPE, and the K/V write of each token of the layer. */
+/* The head ops the program put before KIPP_OP_KV_STORE (q/k head norms, RoPE: j->head_norm,
+ * j->rope), fused with the K/V write of each token of the layer. */
 static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
@@ -461,13 +464,13 @@ static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         const float *c = f->rcos + t * half, *s = f->rsin + t * half;
         float *q = f->q + t * f->QD;
         for (uint32_t h = 0; h < f->Nh; h++) {
-            rmsnorm(q + h * D, q + h * D, f->q_norm[l], D, eps);
-            rope_head(q + h * D, c, s, half);
+            if (j->head_norm) rmsnorm(q + h * D, q + h * D, f->q_norm[l], D, eps);
+            if (j->rope) rope_head(q + h * D, c, s, half);
         }
         float *k = f->kx + t * f->kv_dim;
         for (uint32_t h = 0; h < f->Nkv; h++) {
-            rmsnorm(k + h * D, k + h * D, f->k_norm[l], D, eps);
-            rope_head(k + h * D, c, s, half);
+            if (j->head_norm) rmsnorm(k + h * D, k + h * D, f->k_norm[l], D, eps);
+            if (j->rope) rope_head(k + h * D, c, s, half);
         }
         const kipp_kv_seq *seq = j->run_of ? j->runs[j->run_of[t]].seq : NULL;
         const uint32_t pos = j->b ? j->b->positions[t] : (uint32_t)t;
@@ -897,45 +900,66 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
     }
 
     tok_job tj = {.f = f, .b = b, .src = src, .runs = runs, .run_of = run_of};
+    const kipp_arch *arch = f->m->arch;
     for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
         tj.layer = l;
-        /* attention block: x[n][H] -> xn[n][H] (RMSNorm) */
-        tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
-        par_tokens(f, n, norm_rows, &tj);
-        { /* xn[n][H] -> q[n][QD], kx[n][kv_dim], vx[n][kv_dim]: one converted input */
-            const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
-            float *ys[3] = {f->q, f->kx, f->vx};
-            const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
-            matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
+        tj.head_norm = tj.rope = 0;
+        /* the architecture's layer program (arch.h), op by op; the per-head ops before the K/V
+         * store run fused with it, one pass over each token's q and k */
+        for (size_t op = 0; op < arch->n_ops; op++) {
+            switch (arch->program[op]) {
+            case KIPP_OP_ATTN_NORM: /* x[n][H] -> xn[n][H] */
+                tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
+                par_tokens(f, n, norm_rows, &tj);
+                break;
+            case KIPP_OP_QKV: { /* xn[n][H] -> q[n][QD], kx[n][kv_dim], vx[n][kv_dim]: one converted input */
+                const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
+                float *ys[3] = {f->q, f->kx, f->vx};
+                const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
+                matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
+                break;
+            }
+            case KIPP_OP_QK_NORM: tj.head_norm = 1; break;
+            case KIPP_OP_ROPE: tj.rope = 1; break;
+            case KIPP_OP_KV_STORE: /* the pending head ops, then k, v rows into the cache at each
+                                    * token's position (converted to the KV type) */
+                par_tokens(f, n, qk_rows, &tj);
+                tj.head_norm = tj.rope = 0;
+                break;
+            case KIPP_OP_ATTENTION: { /* q[n][QD] and the cache (positions 0..pos) -> att[n][QD] */
+                att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
+                              .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
+                atomic_init(&aj.next, 0u);
+                if (n_items * f->Nkv >= 2)
+                    kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
+                else
+                    att_worker(&aj, 0, 1, 0);
+                break;
+            }
+            case KIPP_OP_ATTN_OUT:
+                matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n); /* att[n][QD] -> proj[n][H] */
+                tj.in = f->proj; tj.out = f->x; tj.dim = f->H;
+                par_tokens(f, n, add_rows, &tj); /* x += proj */
+                break;
+            case KIPP_OP_FFN_NORM: /* x[n][H] -> xn[n][H] */
+                tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
+                par_tokens(f, n, norm_rows, &tj);
+                break;
+            case KIPP_OP_FFN_SWIGLU: { /* xn[n][H] -> gate[n][F], up[n][F]: one converted input */
+                const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
+                float *ys[2] = {f->gate, f->up};
+                const size_t ld[2] = {f->F, f->F};
+                matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
+                par_tokens(f, n, swiglu_rows, &tj);                     /* gate = silu(gate) * up */
+                matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
+                tj.in = f->proj; tj.out = f->x; tj.dim = f->H;
+                par_tokens(f, n, add_rows, &tj); /* x += proj */
+                break;
+            }
+            case KIPP_OP_COUNT: break; /* not an op: kipp_cpu_fwd_init refuses a program naming one */
+            }
         }
-        /* per-head RMSNorm + RoPE of q and k; k, v rows written to the cache at each
-         * token's position (converted to the KV type) */
-        par_tokens(f, n, qk_rows, &tj);
-        /* q[n][QD] and the cache (positions 0..pos of each token's sequence) -> att[n][QD] */
-        att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
-                      .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
-        atomic_init(&aj.next, 0u);
-        if (n_items * f->Nkv >= 2)
-            kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
-        else
-            att_worker(&aj, 0, 1, 0);
-        matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n); /* att[n][QD] -> proj[n][H] */
-        tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj); /* x += proj */
-        /* MLP block: x[n][H] -> xn[n][H] (RMSNorm) */
-        tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn;
-        par_tokens(f, n, norm_rows, &tj);
-        { /* xn[n][H] -> gate[n][F], up[n][F]: one converted input */
-            const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
-            float *ys[2] = {f->gate, f->up};
-            const size_t ld[2] = {f->F, f->F};
-            matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
-        }
-        par_tokens(f, n, swiglu_rows, &tj);                    /* gate = silu(gate) * up */
-        matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
-        tj.in = f->proj; tj.out = f->x;
-        par_tokens(f, n, add_rows, &tj); /* x += proj */
     }
     free(item_run);
     free(item_t0);
@@ -1054,6 +1078,8 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
                               char *err, size_t err_len) {
     *out = NULL;
     const kipp_model_info *hp = &m->hp;
+    kipp_status st0 = kipp_arch_check_ops(m->arch, "cpu", KIPP_OPS_ALL, err, err_len);
+    if (st0 != KIPP_OK) return st0;
     kipp_cpu_fwd *f = calloc(1, sizeof *f);
     if (!f) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory");
     f->m = m;

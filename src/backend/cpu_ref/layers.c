@@ -211,10 +211,8 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
                           char *err, size_t err_len) {
     *state = NULL;
     const kipp_model_info *hp = &m->hp;
-    for (size_t i = 0; i < m->arch->n_ops; i++)
-        if ((unsigned)m->arch->program[i] >= KIPP_OP_COUNT)
-            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "forward pass: architecture %s: op %d of its layer "
-                             "program is unknown", m->arch->name, (int)m->arch->program[i]);
+    kipp_status st = kipp_arch_check_ops(m->arch, "cpu-ref", KIPP_OPS_ALL, err, err_len);
+    if (st != KIPP_OK) return st;
     cpu_ref_state *s = calloc(1, sizeof *s);
     if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory");
     s->m = m;

@@ -13,6 +13,8 @@
 #include "backend/cuda/probe.h"
 
 #include "core/error.h"
+#include "model/arch.h"
+#include "model/model.h"
 #include "core/types.h"
 
 #include <cuda_runtime_api.h>
@@ -128,9 +130,21 @@ static void cuda_free(void *state) {
     free(s);
 }
 
+/* The layer program forward.c runs, op for op (Qwen3's): a model whose architecture's
+ * program differs is refused before any device work (issue 32 moves cuda onto the program). */
+static const kipp_op cuda_program[] = {KIPP_OP_ATTN_NORM, KIPP_OP_QKV,      KIPP_OP_QK_NORM,
+                                       KIPP_OP_ROPE,      KIPP_OP_KV_STORE, KIPP_OP_ATTENTION,
+                                       KIPP_OP_ATTN_OUT,  KIPP_OP_FFN_NORM, KIPP_OP_FFN_SWIGLU};
+
 static kipp_status cuda_init(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,
                              void **state, char *err, size_t err_len) {
     *state = NULL;
+    if (m->arch->n_ops != sizeof cuda_program / sizeof cuda_program[0] ||
+        memcmp(m->arch->program, cuda_program, sizeof cuda_program) != 0)
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                         "cuda: architecture '%s' runs a layer program this backend does not implement yet "
+                         "(it runs qwen3's); use --backend cpu",
+                         m->arch->name);
     cuda_state *s = calloc(1, sizeof *s);
     if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
     s->device = o->device;
