@@ -7,7 +7,7 @@ CC       ?= cc
 KIPP_ARCH ?= $(shell uname -m)
 PYTHON   ?= .venv/bin/python
 CHECKPOINT ?= qwen3-4b-base
-TINY     := tiny-tied tiny-untied
+TINY     := tiny-tied tiny-untied tiny-qwen2
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
 CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L

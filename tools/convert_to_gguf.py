@@ -1,4 +1,4 @@
-"""Converts a Hugging Face Qwen3 (dense) checkpoint directory to a GGUF v3 file.
+"""Converts a Hugging Face Qwen3 (dense) or Qwen2.5 checkpoint directory to a GGUF v3 file.
 
 What it does: reads config.json, model.safetensors (or the shards listed in
 model.safetensors.index.json), tokenizer.json, tokenizer_config.json and, if
@@ -15,9 +15,11 @@ the unsharded one.
 An embedding checkpoint (architectures Qwen3Model, or a sentence-transformers
 modules.json whose Pooling module pools the last token; tensor names with or
 without the "model." prefix) gets qwen3.pooling_type = 3 (last) and no
-output.weight.
+output.weight. A Qwen2ForCausalLM checkpoint (Qwen2.5) is written as llama.cpp writes
+`qwen2`: its q/k/v biases as attn_{q,k,v}.bias (F32), no q/k norms, and key_length =
+value_length = hidden_size / num_attention_heads.
 
-What it does not do: other architectures (Qwen3-MoE, Qwen2, Llama, ...), other
+What it does not do: other architectures (Qwen3-MoE, Llama, ...), other
 quantizations (K-quants, Q4_0, ...), imatrix, vocab-only files, split GGUFs,
 or the tokenizer fingerprinting that llama.cpp uses to pick `tokenizer.ggml.pre`
 (the Qwen2 pre-tokenizer regex is checked in tokenizer.json instead).
@@ -48,6 +50,9 @@ from tools.kipp_gguf_writer import (GGMLType, GGUFWriter, GGUFWriteError, Tensor
 
 ARCH = "qwen3"
 HF_ARCH = "Qwen3ForCausalLM"
+# Qwen2.5 (Qwen2.5-Coder, DeepSeek-R1-Distill-Qwen): q/k/v biases, no q/k norms; GGUF arch qwen2
+HF_ARCH_QWEN2 = "Qwen2ForCausalLM"
+ARCH_QWEN2 = "qwen2"
 # A bare Qwen3Model (no lm_head) is an embedding model: Qwen3-Embedding pools the final-norm
 # hidden state of the last token. llama.cpp's enum for qwen3.pooling_type: 3 = last.
 HF_ARCH_EMBED = "Qwen3Model"
@@ -262,6 +267,7 @@ class HParams:
     tied: bool
     rope_scaling: dict | None
     embedding: bool = False  # no lm_head; qwen3.pooling_type = last
+    arch: str = ARCH  # the GGUF general.architecture: qwen3, or qwen2 for Qwen2ForCausalLM
 
 
 def _require_int(config: dict, key: str, path: Path) -> int:
@@ -292,9 +298,13 @@ def read_pooling(hf_dir: Path) -> str | None:
 
 def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParams:
     archs = config.get("architectures")
-    if not isinstance(archs, list) or not ({HF_ARCH, HF_ARCH_EMBED} & set(archs)):
-        raise ConvertError(f"unsupported architecture {archs!r} in {path} (only {HF_ARCH} and "
-                           f"{HF_ARCH_EMBED} are supported)")
+    if not isinstance(archs, list) or not ({HF_ARCH, HF_ARCH_EMBED, HF_ARCH_QWEN2} & set(archs)):
+        raise ConvertError(f"unsupported architecture {archs!r} in {path} (only {HF_ARCH}, "
+                           f"{HF_ARCH_EMBED} and {HF_ARCH_QWEN2} are supported)")
+    qwen2 = HF_ARCH_QWEN2 in archs
+    if qwen2 and config.get("use_sliding_window"):
+        raise ConvertError(f"config.json {path}: use_sliding_window=true is not supported (Kipp attends "
+                           "over the whole context)")
     if pooling is not None and pooling != "lasttoken":
         raise ConvertError(f"{path}: sentence-transformers pooling mode {pooling!r} is not supported "
                            "(Kipp pools only 'lasttoken', as Qwen3-Embedding does)")
@@ -332,11 +342,14 @@ def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParam
         tied=bool(config.get("tie_word_embeddings", False)),
         rope_scaling=rope_scaling,
         embedding=HF_ARCH_EMBED in archs or pooling == "lasttoken",
+        arch=ARCH_QWEN2 if qwen2 else ARCH,
     )
+    if qwen2 and hp.embedding:
+        raise ConvertError(f"{path}: a Qwen2 embedding model is not supported")
     if not isinstance(hp.n_head_kv, int) or hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
         raise ConvertError(f"config.json {path}: num_key_value_heads {hp.n_head_kv!r} must divide "
                            f"num_attention_heads {hp.n_head}")
-    if config.get("attention_bias"):
+    if not qwen2 and config.get("attention_bias"):
         raise ConvertError(f"config.json {path}: attention_bias=true is not supported for qwen3")
     return hp
 
@@ -358,12 +371,22 @@ _LAYER_TENSORS = [
 ]
 
 
+# Qwen2's: no q/k norms; q/k/v biases after the attention weights (llama.cpp's order)
+_LAYER_TENSORS_QWEN2 = [t for t in _LAYER_TENSORS if "_norm.weight" not in t[0] or t[0] in
+                        ("attn_norm.weight", "ffn_norm.weight")]
+_LAYER_TENSORS_QWEN2[4:4] = [
+    ("attn_q.bias", "self_attn.q_proj.bias", lambda h: (h.n_head * h.head_dim,)),
+    ("attn_k.bias", "self_attn.k_proj.bias", lambda h: (h.n_head_kv * h.head_dim,)),
+    ("attn_v.bias", "self_attn.v_proj.bias", lambda h: (h.n_head_kv * h.head_dim,)),
+]
+
+
 def tensor_plan(hp: HParams, prefix: str = "model.") -> list[tuple[str, str, tuple[int, ...]]]:
     """(GGUF name, HF name, expected PyTorch shape), in output order. prefix: "model." for
     Qwen3ForCausalLM; "" for a checkpoint saved from a bare Qwen3Model (Qwen3-Embedding)."""
     plan = [("token_embd.weight", f"{prefix}embed_tokens.weight", (hp.n_vocab, hp.n_embd))]
     for i in range(hp.n_layer):
-        for gname, hname, shape in _LAYER_TENSORS:
+        for gname, hname, shape in (_LAYER_TENSORS_QWEN2 if hp.arch == ARCH_QWEN2 else _LAYER_TENSORS):
             plan.append((f"blk.{i}.{gname}", f"{prefix}layers.{i}.{hname}", shape(hp)))
     plan.append(("output_norm.weight", f"{prefix}norm.weight", (hp.n_embd,)))
     if not hp.tied and not hp.embedding:
@@ -585,29 +608,30 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
                    and not n.endswith("rotary_emb.inv_freq"))
     if extra:
         raise ConvertError(f"unexpected tensor {extra[0]!r} in {hf_dir} ({len(extra)} unexpected in total); "
-                           "this converter only handles dense Qwen3 without biases")
+                           "this converter handles dense Qwen3 (without biases) and Qwen2")
 
     w = GGUFWriter()
-    w.add_string("general.architecture", ARCH)
+    arch = hp.arch
+    w.add_string("general.architecture", arch)
     w.add_string("general.type", "model")
     w.add_string("general.name", name or hf_dir.resolve().name)
-    w.add_uint32(f"{ARCH}.block_count", hp.n_layer)
-    w.add_uint32(f"{ARCH}.context_length", hp.n_ctx)
-    w.add_uint32(f"{ARCH}.embedding_length", hp.n_embd)
-    w.add_uint32(f"{ARCH}.feed_forward_length", hp.n_ff)
-    w.add_uint32(f"{ARCH}.attention.head_count", hp.n_head)
-    w.add_uint32(f"{ARCH}.attention.head_count_kv", hp.n_head_kv)
-    w.add_float32(f"{ARCH}.rope.freq_base", hp.rope_theta)
-    w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", hp.rms_eps)
-    w.add_uint32(f"{ARCH}.attention.key_length", hp.head_dim)
-    w.add_uint32(f"{ARCH}.attention.value_length", hp.head_dim)
+    w.add_uint32(f"{arch}.block_count", hp.n_layer)
+    w.add_uint32(f"{arch}.context_length", hp.n_ctx)
+    w.add_uint32(f"{arch}.embedding_length", hp.n_embd)
+    w.add_uint32(f"{arch}.feed_forward_length", hp.n_ff)
+    w.add_uint32(f"{arch}.attention.head_count", hp.n_head)
+    w.add_uint32(f"{arch}.attention.head_count_kv", hp.n_head_kv)
+    w.add_float32(f"{arch}.rope.freq_base", hp.rope_theta)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", hp.rms_eps)
+    w.add_uint32(f"{arch}.attention.key_length", hp.head_dim)
+    w.add_uint32(f"{arch}.attention.value_length", hp.head_dim)
     if hp.rope_scaling is not None:  # YaRN, as Qwen2Model.set_gguf_parameters writes it
-        w.add_string(f"{ARCH}.rope.scaling.type", "yarn")
-        w.add_float32(f"{ARCH}.rope.scaling.factor", float(hp.rope_scaling["factor"]))
-        w.add_uint32(f"{ARCH}.rope.scaling.original_context_length",
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch}.rope.scaling.factor", float(hp.rope_scaling["factor"]))
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length",
                      int(hp.rope_scaling["original_max_position_embeddings"]))
     if hp.embedding:
-        w.add_uint32(f"{ARCH}.pooling_type", POOLING_LAST)
+        w.add_uint32(f"{arch}.pooling_type", POOLING_LAST)
     w.add_uint32("general.file_type", ftype)
     w.add_uint32("general.quantization_version", GGML_QUANT_VERSION)
     add_tokenizer_kv(w, vocab)

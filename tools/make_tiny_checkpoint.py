@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a tiny, deterministic Qwen3 checkpoint in Hugging Face format.
+"""Writes a tiny, deterministic Qwen3 (or Qwen2.5: tiny-qwen2) checkpoint in Hugging Face format.
 
 What it does: for a known NAME (see CHECKPOINTS) it generates random weights
 with numpy's PCG64 generator and a fixed per-name seed, rounds them to bf16,
@@ -9,7 +9,8 @@ model-0000i-of-0000N.safetensors + model.safetensors.index.json), and the
 vendored Qwen3 tokenizer (tokenizer.json, tokenizer_config.json from
 tools/data/qwen3-tokenizer/). The safetensors files are written by hand (sorted
 header keys, tensors in name order), so the bytes are identical on every run
-and every machine. The checkpoints load in transformers' Qwen3ForCausalLM.
+and every machine. The checkpoints load in transformers' Qwen3ForCausalLM
+(Qwen2ForCausalLM for tiny-qwen2).
 
 What it does not do: train anything or make the model say anything sensible.
 Weight scales are only chosen so that logits are well spread (clear top-1
@@ -59,6 +60,11 @@ CHECKPOINTS = {
     "tiny-embed": dict(seed=20261202, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=32, intermediate_size=192,
                        tie_word_embeddings=False, rope_theta=1000000.0, embedding=True),
+    # A Qwen2.5 in miniature (Qwen2ForCausalLM: q/k/v projections with biases, no q/k norms,
+    # head_dim = hidden / heads, as Qwen2Config has no head_dim), tied like the small releases.
+    "tiny-qwen2": dict(seed=20261207, hidden_size=96, num_hidden_layers=2, num_attention_heads=6,
+                       num_key_value_heads=2, head_dim=16, intermediate_size=224,
+                       tie_word_embeddings=True, rope_theta=1000000.0, arch="qwen2"),
 }
 
 # Weight scales. The residual stream starts at std ~1 (embeddings); every
@@ -67,10 +73,38 @@ CHECKPOINTS = {
 # N(0, hidden) per vocab entry, i.e. well spread.
 EMBED_STD = 1.0
 NORM_JITTER = 0.1
+BIAS_STD = 0.5
 
 
 def make_config(spec: dict) -> dict:
-    """config.json in the layout the official Qwen3 releases use."""
+    """config.json in the layout the official Qwen3 (or Qwen2.5) releases use."""
+    if spec.get("arch") == "qwen2":
+        assert spec["head_dim"] * spec["num_attention_heads"] == spec["hidden_size"]
+        return {
+            "architectures": ["Qwen2ForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": BOS_ID,
+            "eos_token_id": EOS_ID,
+            "hidden_act": "silu",
+            "hidden_size": spec["hidden_size"],
+            "initializer_range": 0.02,
+            "intermediate_size": spec["intermediate_size"],
+            "max_position_embeddings": 512,
+            "max_window_layers": spec["num_hidden_layers"],
+            "model_type": "qwen2",
+            "num_attention_heads": spec["num_attention_heads"],
+            "num_hidden_layers": spec["num_hidden_layers"],
+            "num_key_value_heads": spec["num_key_value_heads"],
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": None,
+            "rope_theta": spec["rope_theta"],
+            "sliding_window": None,
+            "tie_word_embeddings": spec["tie_word_embeddings"],
+            "torch_dtype": "bfloat16",
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": VOCAB_SIZE,
+        }
     return {
         "architectures": ["Qwen3Model" if spec.get("embedding") else "Qwen3ForCausalLM"],
         "attention_bias": False,
@@ -128,8 +162,13 @@ def tensor_shapes(spec: dict) -> dict[str, tuple[int, ...]]:
         shapes[p + "self_attn.k_proj.weight"] = (Nkv * D, H)
         shapes[p + "self_attn.v_proj.weight"] = (Nkv * D, H)
         shapes[p + "self_attn.o_proj.weight"] = (H, Nh * D)
-        shapes[p + "self_attn.q_norm.weight"] = (D,)
-        shapes[p + "self_attn.k_norm.weight"] = (D,)
+        if spec.get("arch") == "qwen2":  # biases on q, k, v; no head norms
+            shapes[p + "self_attn.q_proj.bias"] = (Nh * D,)
+            shapes[p + "self_attn.k_proj.bias"] = (Nkv * D,)
+            shapes[p + "self_attn.v_proj.bias"] = (Nkv * D,)
+        else:
+            shapes[p + "self_attn.q_norm.weight"] = (D,)
+            shapes[p + "self_attn.k_norm.weight"] = (D,)
         shapes[p + "mlp.gate_proj.weight"] = (F, H)
         shapes[p + "mlp.up_proj.weight"] = (F, H)
         shapes[p + "mlp.down_proj.weight"] = (H, F)
@@ -150,7 +189,9 @@ def generate_weights(spec: dict) -> dict[str, np.ndarray]:
     out = {}
     for name, shape in sorted(tensor_shapes(spec).items()):
         z = rng.standard_normal(shape, dtype=np.float32)
-        if len(shape) == 1:  # RMSNorm weights (input/post-attention/final/q/k norms)
+        if name.endswith(".bias"):  # Qwen2's q/k/v biases: O(1) against the projections' O(1)
+            w = BIAS_STD * z
+        elif len(shape) == 1:  # RMSNorm weights (input/post-attention/final/q/k norms)
             w = 1.0 + NORM_JITTER * z
         elif name in ("model.embed_tokens.weight", "embed_tokens.weight", "lm_head.weight"):
             w = EMBED_STD * z

@@ -1,6 +1,7 @@
 """Generates golden test vectors for a checkpoint from Hugging Face transformers.
 
-What it does: loads models/NAME with transformers' Qwen3ForCausalLM twice, in
+What it does: loads models/NAME with transformers' class for it (Qwen3ForCausalLM,
+Qwen2ForCausalLM: AutoModelForCausalLM) twice, in
 float32 and in float64 (eager attention, CPU), tokenizes a fixed set of four
 ASCII prompts with the checkpoint's own HF tokenizer (no special tokens added),
 and writes tests/test-vectors/NAME/:
@@ -76,7 +77,7 @@ def load_model(ckpt: Path, torch, transformers, dtype):
     kwargs = {"attn_implementation": "eager"}
     major = int(transformers.__version__.split(".")[0])
     kwargs["dtype" if major >= 5 else "torch_dtype"] = dtype
-    model = transformers.Qwen3ForCausalLM.from_pretrained(ckpt, **kwargs)
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, **kwargs)  # the class config.json names
     model.eval()
     return model
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define HP(k, field, kind, req, dflt, from, why) \
-    {k, offsetof(kipp_model_info, field), kind, req, dflt, from, why}
+    {k, offsetof(kipp_model_info, field), kind, req, dflt, from, 0, why}
 #define LT(n, field, d0, d1, req) {n, offsetof(kipp_layer_weights, field), {d0, d1}, req}
 
 /* ---- qwen3 (Qwen3ForCausalLM: Qwen3 dense, and Qwen3-Embedding) ----------------------------- */
@@ -31,17 +31,17 @@ static const kipp_arch_hparam qwen3_hparams[] = {
 };
 
 static const kipp_arch_tensor qwen3_tensors[] = {
-    LT("attn_norm", attn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
-    LT("attn_q", wq, KIPP_DIM_H, KIPP_DIM_QD, 1),
-    LT("attn_k", wk, KIPP_DIM_H, KIPP_DIM_KD, 1),
-    LT("attn_v", wv, KIPP_DIM_H, KIPP_DIM_KD, 1),
-    LT("attn_q_norm", q_norm, KIPP_DIM_D, KIPP_DIM_NONE, 1),
-    LT("attn_k_norm", k_norm, KIPP_DIM_D, KIPP_DIM_NONE, 1),
-    LT("attn_output", wo, KIPP_DIM_QD, KIPP_DIM_H, 1),
-    LT("ffn_norm", ffn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
-    LT("ffn_gate", w_gate, KIPP_DIM_H, KIPP_DIM_F, 1),
-    LT("ffn_up", w_up, KIPP_DIM_H, KIPP_DIM_F, 1),
-    LT("ffn_down", w_down, KIPP_DIM_F, KIPP_DIM_H, 1),
+    LT("attn_norm.weight", attn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
+    LT("attn_q.weight", wq, KIPP_DIM_H, KIPP_DIM_QD, 1),
+    LT("attn_k.weight", wk, KIPP_DIM_H, KIPP_DIM_KD, 1),
+    LT("attn_v.weight", wv, KIPP_DIM_H, KIPP_DIM_KD, 1),
+    LT("attn_q_norm.weight", q_norm, KIPP_DIM_D, KIPP_DIM_NONE, 1),
+    LT("attn_k_norm.weight", k_norm, KIPP_DIM_D, KIPP_DIM_NONE, 1),
+    LT("attn_output.weight", wo, KIPP_DIM_QD, KIPP_DIM_H, 1),
+    LT("ffn_norm.weight", ffn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
+    LT("ffn_gate.weight", w_gate, KIPP_DIM_H, KIPP_DIM_F, 1),
+    LT("ffn_up.weight", w_up, KIPP_DIM_H, KIPP_DIM_F, 1),
+    LT("ffn_down.weight", w_down, KIPP_DIM_F, KIPP_DIM_H, 1),
 };
 
 static const kipp_op qwen3_program[] = {
@@ -49,11 +49,51 @@ static const kipp_op qwen3_program[] = {
     KIPP_OP_ATTENTION, KIPP_OP_ATTN_OUT, KIPP_OP_FFN_NORM, KIPP_OP_FFN_SWIGLU,
 };
 
+/* ---- qwen2 (Qwen2ForCausalLM: Qwen2.5, Qwen2.5-Coder, DeepSeek-R1-Distill-Qwen) ------------- */
+
+/* llama.cpp's converter writes no key_length for qwen2: Qwen2Config has no head_dim, the
+ * model's is hidden_size / num_attention_heads, so that is the default here */
+static const kipp_arch_hparam qwen2_hparams[] = {
+    HP("block_count", n_layer, KIPP_HP_U32, 1, 0, 0, NULL),
+    HP("embedding_length", n_embd, KIPP_HP_U32, 1, 0, 0, NULL),
+    HP("feed_forward_length", n_ff, KIPP_HP_U32, 1, 0, 0, NULL),
+    HP("attention.head_count", n_head, KIPP_HP_U32, 1, 0, 0, NULL),
+    HP("context_length", n_ctx_train, KIPP_HP_U32, 1, 0, 0, NULL),
+    HP("attention.head_count_kv", n_head_kv, KIPP_HP_U32, 0, 0, offsetof(kipp_model_info, n_head), NULL),
+    {"attention.key_length", offsetof(kipp_model_info, head_dim), KIPP_HP_U32, 0, 0,
+     offsetof(kipp_model_info, n_embd), offsetof(kipp_model_info, n_head), NULL},
+    HP("attention.value_length", head_dim, KIPP_HP_U32_EQUAL, 0, 0, 0, "Kipp needs value_length == key_length"),
+    HP("attention.layer_norm_rms_epsilon", rms_eps, KIPP_HP_F32, 1, 0, 0, NULL),
+    HP("rope.freq_base", rope_theta, KIPP_HP_F32, 0, 10000.0f, 0, NULL),
+};
+
+static const kipp_arch_tensor qwen2_tensors[] = {
+    LT("attn_norm.weight", attn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
+    LT("attn_q.weight", wq, KIPP_DIM_H, KIPP_DIM_QD, 1),
+    LT("attn_k.weight", wk, KIPP_DIM_H, KIPP_DIM_KD, 1),
+    LT("attn_v.weight", wv, KIPP_DIM_H, KIPP_DIM_KD, 1),
+    LT("attn_q.bias", bq, KIPP_DIM_QD, KIPP_DIM_NONE, 1),
+    LT("attn_k.bias", bk, KIPP_DIM_KD, KIPP_DIM_NONE, 1),
+    LT("attn_v.bias", bv, KIPP_DIM_KD, KIPP_DIM_NONE, 1),
+    LT("attn_output.weight", wo, KIPP_DIM_QD, KIPP_DIM_H, 1),
+    LT("ffn_norm.weight", ffn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
+    LT("ffn_gate.weight", w_gate, KIPP_DIM_H, KIPP_DIM_F, 1),
+    LT("ffn_up.weight", w_up, KIPP_DIM_H, KIPP_DIM_F, 1),
+    LT("ffn_down.weight", w_down, KIPP_DIM_F, KIPP_DIM_H, 1),
+};
+
+static const kipp_op qwen2_program[] = {
+    KIPP_OP_ATTN_NORM, KIPP_OP_QKV,       KIPP_OP_QKV_BIAS, KIPP_OP_ROPE,     KIPP_OP_KV_STORE,
+    KIPP_OP_ATTENTION, KIPP_OP_ATTN_OUT,  KIPP_OP_FFN_NORM, KIPP_OP_FFN_SWIGLU,
+};
+
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static const kipp_arch archs[] = {
     {"qwen3", "Qwen3ForCausalLM", qwen3_hparams, N(qwen3_hparams), qwen3_tensors, N(qwen3_tensors), qwen3_program,
      N(qwen3_program)},
+    {"qwen2", "Qwen2ForCausalLM", qwen2_hparams, N(qwen2_hparams), qwen2_tensors, N(qwen2_tensors), qwen2_program,
+     N(qwen2_program)},
 };
 
 const kipp_arch *kipp_arch_at(size_t i) { return i < N(archs) ? &archs[i] : NULL; }
@@ -78,20 +118,24 @@ const char *kipp_arch_key(const kipp_arch *a, const char *key, char *buf, size_t
 }
 
 const char *kipp_op_name(kipp_op op) {
-    static const char *const names[KIPP_OP_COUNT] = {"attn_norm", "qkv",       "qk_norm",  "rope",      "kv_store",
-                                                     "attention", "attn_out", "ffn_norm", "ffn_swiglu"};
+    static const char *const names[KIPP_OP_COUNT] = {"attn_norm", "qkv",      "qkv_bias", "qk_norm",
+                                                     "rope",      "kv_store", "attention", "attn_out",
+                                                     "ffn_norm",  "ffn_swiglu"};
     return (unsigned)op < KIPP_OP_COUNT ? names[op] : "?";
 }
 
 const char *const *kipp_op_tensors(kipp_op op) {
-    static const char *const none[] = {NULL}, *const attn_norm[] = {"attn_norm", NULL},
-                             *const qkv[] = {"attn_q", "attn_k", "attn_v", NULL},
-                             *const qk_norm[] = {"attn_q_norm", "attn_k_norm", NULL},
-                             *const attn_out[] = {"attn_output", NULL}, *const ffn_norm[] = {"ffn_norm", NULL},
-                             *const swiglu[] = {"ffn_gate", "ffn_up", "ffn_down", NULL};
+    static const char *const none[] = {NULL}, *const attn_norm[] = {"attn_norm.weight", NULL},
+                             *const qkv[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", NULL},
+                             *const qkv_bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", NULL},
+                             *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight", NULL},
+                             *const attn_out[] = {"attn_output.weight", NULL},
+                             *const ffn_norm[] = {"ffn_norm.weight", NULL},
+                             *const swiglu[] = {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", NULL};
     switch (op) {
     case KIPP_OP_ATTN_NORM: return attn_norm;
     case KIPP_OP_QKV: return qkv;
+    case KIPP_OP_QKV_BIAS: return qkv_bias;
     case KIPP_OP_QK_NORM: return qk_norm;
     case KIPP_OP_ATTN_OUT: return attn_out;
     case KIPP_OP_FFN_NORM: return ffn_norm;

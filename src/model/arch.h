@@ -33,12 +33,14 @@ typedef struct {
     int required;      /* 0: absent leaves the default (def, or the field at def_off) */
     float def;
     size_t def_off;    /* non-zero: absent copies this kipp_model_info field (head_count_kv) */
+    size_t def_div;    /* with def_off: absent is that field divided by this one, which must divide
+                        * it (qwen2's key_length: embedding_length / head_count) */
     const char *why;   /* appended to the error when a required key is missing (may be NULL) */
 } kipp_arch_hparam;
 
-/* A per-layer tensor: `blk.L.<name>.weight`, ne[] in symbols, bound into the
- * kipp_layer_weights field at off. A 1-D tensor (ne[1] none) is a norm vector: checked
- * finite at load. */
+/* A per-layer tensor: `blk.L.<name>` ("attn_q.weight", "attn_q.bias"), ne[] in symbols, bound
+ * into the kipp_layer_weights field at off. A 1-D tensor (ne[1] none: a norm vector or a bias)
+ * is checked finite at load. */
 typedef struct {
     const char *name;
     size_t off;
@@ -50,6 +52,7 @@ typedef struct {
 typedef enum {
     KIPP_OP_ATTN_NORM,  /* x -> RMSNorm(x) * attn_norm */
     KIPP_OP_QKV,        /* q, k, v = the normed x times wq, wk, wv (one grouped matmul) */
+    KIPP_OP_QKV_BIAS,   /* q, k, v += bq, bk, bv (qwen2) */
     KIPP_OP_QK_NORM,    /* per-head RMSNorm of q and k (q_norm, k_norm: one D-vector each) */
     KIPP_OP_ROPE,       /* NEOX rotate-half RoPE on q and k */
     KIPP_OP_KV_STORE,   /* k, v into the paged KV cache at the token's position */

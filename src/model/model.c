@@ -94,7 +94,16 @@ static kipp_status read_hparams(const kipp_gguf *g, const kipp_arch *a, kipp_mod
                                           p->why)
                               : kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: metadata key %s is missing", key);
             if (p->kind == KIPP_HP_U32_EQUAL) continue;
-            if (p->def_off) memcpy(field, (const char *)hp + p->def_off, sizeof(uint32_t));
+            if (p->def_off && p->def_div) {
+                uint32_t num, den;
+                memcpy(&num, (const char *)hp + p->def_off, sizeof num);
+                memcpy(&den, (const char *)hp + p->def_div, sizeof den);
+                if (!den || num % den)
+                    return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
+                                     "model: %s is missing and %u does not divide into %u parts", key, num, den);
+                num /= den;
+                memcpy(field, &num, sizeof num);
+            } else if (p->def_off) memcpy(field, (const char *)hp + p->def_off, sizeof(uint32_t));
             else if (p->kind == KIPP_HP_F32) memcpy(field, &p->def, sizeof(float));
             else {
                 const uint32_t v = (uint32_t)p->def;
@@ -235,7 +244,7 @@ kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **ou
             const kipp_arch_tensor *t = &m->arch->tensors[i];
             const kipp_gguf_tensor **dst = (const kipp_gguf_tensor **)(void *)((char *)&m->layers[l] + t->off);
             char name[96];
-            snprintf(name, sizeof name, "blk.%u.%s.weight", l, t->name);
+            snprintf(name, sizeof name, "blk.%u.%s", l, t->name);
             if (!t->required && !kipp_gguf_find_tensor(g, name)) continue;
             const int64_t ne1 = dim_value(hp, t->ne[1]);
             if ((st = bind(g, name, dim_value(hp, t->ne[0]), ne1, dst, err, err_len))) goto fail;

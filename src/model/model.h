@@ -13,7 +13,8 @@ typedef struct {
     const kipp_gguf_tensor *wq;        /* [H, Nh*D]  (ne order: ne[0] = input) */
     const kipp_gguf_tensor *wk;        /* [H, Nkv*D] */
     const kipp_gguf_tensor *wv;        /* [H, Nkv*D] */
-    const kipp_gguf_tensor *q_norm;    /* [D] shared by all q heads */
+    const kipp_gguf_tensor *bq, *bk, *bv; /* [Nh*D], [Nkv*D], [Nkv*D]: qwen2's biases (NULL: none) */
+    const kipp_gguf_tensor *q_norm;    /* [D] shared by all q heads (NULL: none, qwen2) */
     const kipp_gguf_tensor *k_norm;    /* [D] shared by all k heads */
     const kipp_gguf_tensor *wo;        /* [Nh*D, H] */
     const kipp_gguf_tensor *ffn_norm;  /* [H]  */

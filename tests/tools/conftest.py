@@ -45,13 +45,18 @@ def tiny_embed(ckpt_root) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen2(ckpt_root) -> Path:
+    return make_tiny_checkpoint.write_checkpoint("tiny-qwen2", ckpt_root / "single" / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
 def converted(request, tmp_path_factory):
     """converted(which, outtype): tools/convert_to_gguf.py's output for a tiny checkpoint,
     converted once per session (test_convert.py, test_interop_c.py); read, never modified."""
     from tools import convert_to_gguf as conv
     out, cache = tmp_path_factory.mktemp("gguf"), {}
 
-    def get(which: str, outtype: str) -> Path:  # which: tiny-tied, tiny-untied, tiny-embed
+    def get(which: str, outtype: str) -> Path:  # which: tiny-tied, tiny-untied, tiny-embed, tiny-qwen2
         if (which, outtype) not in cache:
             src = request.getfixturevalue(which.replace("-", "_"))
             cache[which, outtype] = conv.convert(src, outtype, out / f"{which}-{outtype}.gguf", progress=False)

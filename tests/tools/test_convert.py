@@ -489,3 +489,39 @@ def test_embedding_pooling_mode_other_than_last_is_refused(tiny_embed, tmp_path)
     cfg_path.write_text(json.dumps(cfg))
     with pytest.raises(conv.ConvertError, match="pooling mode 'mean_tokens' is not supported"):
         conv.convert(ckpt, "bf16", tmp_path / "e.gguf", progress=False)
+
+
+def test_qwen2_checkpoint_written_as_llama_cpp_writes_qwen2(converted, tiny_qwen2):
+    """Qwen2ForCausalLM (Qwen2.5): general.architecture qwen2, its keys under qwen2., the q/k/v
+    biases as attn_{q,k,v}.bias in F32 whatever the outtype, no q/k norms, head_dim written as
+    hidden / heads; every tensor equal to its source."""
+    path = converted("tiny-qwen2", "q8_0")
+    r = read(path)
+    assert field(r, "general.architecture") == "qwen2"
+    assert not [k for k in r.fields if k.startswith("qwen3.")]
+    cfg = json.loads((tiny_qwen2 / "config.json").read_text())
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    assert field(r, "qwen2.attention.key_length") == field(r, "qwen2.attention.value_length") == hd
+    assert field(r, "qwen2.block_count") == cfg["num_hidden_layers"]
+    names = [t.name for t in r.tensors]
+    assert not [n for n in names if "q_norm" in n or "k_norm" in n]
+    src = read_safetensors(tiny_qwen2 / "model.safetensors")
+    for i in range(cfg["num_hidden_layers"]):
+        # llama.cpp's order: the three weights, then their biases, then the output projection
+        blk = [n for n in names if n.startswith(f"blk.{i}.")]
+        assert blk[1:8] == [f"blk.{i}.attn_{x}" for x in ("q.weight", "k.weight", "v.weight", "q.bias", "k.bias",
+                                                          "v.bias", "output.weight")], blk
+        for x in "qkv":
+            t = next(t for t in r.tensors if t.name == f"blk.{i}.attn_{x}.bias")
+            assert t.tensor_type == Q.F32
+            np.testing.assert_array_equal(decode(path, t), src[f"model.layers.{i}.self_attn.{x}_proj.bias"])
+
+
+def test_qwen2_sliding_window_refused(tiny_qwen2, tmp_path):
+    ckpt = tmp_path / "tiny-qwen2"
+    shutil.copytree(tiny_qwen2, ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["use_sliding_window"] = True
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    res = run_module("tools.convert_to_gguf", ckpt, "--outtype", "f32", "--no-progress")
+    assert_one_line_error(res, "use_sliding_window=true is not supported")

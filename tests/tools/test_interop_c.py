@@ -71,3 +71,43 @@ def test_other_pooling_types_are_refused_by_name(embed_gguf, tmp_path, value, na
                    "--info", timeout=120)
     assert res.returncode != 0
     assert f"qwen3.pooling_type = {value} ({name}) is not supported" in res.stderr, res.stderr
+
+
+# ---- qwen2: head_dim from hidden / heads when the file has no key_length ----------------
+
+def patch_kv(raw: bytearray, key: bytes, new_key: bytes | None = None, u32: int | None = None) -> None:
+    """Renames GGUF key `key` (same length) or sets its uint32 value, in place."""
+    rec = len(key).to_bytes(8, "little") + key
+    at = raw.index(rec) + 8
+    if new_key is not None:
+        assert len(new_key) == len(key)
+        raw[at:at + len(key)] = new_key
+    if u32 is not None:
+        assert raw[at + len(key):at + len(key) + 4] == (4).to_bytes(4, "little")  # GGUF uint32
+        raw[at + len(key) + 4:at + len(key) + 8] = u32.to_bytes(4, "little")
+
+
+def test_qwen2_without_key_length_takes_hidden_over_heads(converted, tmp_path):
+    """llama.cpp's converter writes no attention.key_length for qwen2: Kipp takes
+    embedding_length / head_count (Qwen2Config has no head_dim), and generates the same
+    tokens as from the file that states it; when the heads do not divide the width the
+    load fails naming the key."""
+    binary = kipp_bin()
+    src = converted("tiny-qwen2", "bf16")
+    raw = bytearray(src.read_bytes())
+    for k in (b"qwen2.attention.key_length", b"qwen2.attention.value_length"):
+        patch_kv(raw, k, new_key=k[:-1] + b"X")  # an unknown key: as if absent
+    bare = tmp_path / "no-key-length.gguf"
+    bare.write_bytes(bytes(raw))
+    info = run_tool(binary, "--model", bare, "--info", timeout=120)
+    assert info.returncode == 0, info.stderr
+    assert '"architecture": "qwen2"' in info.stdout and '"head_dim": 16,' in info.stdout, info.stdout
+    gen = [run_tool(binary, "--model", f, "-p", "Hello", "-n", "6", "--temp", "0", "--no-stats", timeout=120)
+           for f in (src, bare)]
+    assert gen[0].returncode == 0 and gen[0].stdout == gen[1].stdout, (gen[0].stdout, gen[1].stdout)
+    patch_kv(raw, b"qwen2.attention.head_count", u32=7)
+    odd = tmp_path / "odd-heads.gguf"
+    odd.write_bytes(bytes(raw))
+    res = run_tool(binary, "--model", odd, "--info", timeout=120)
+    assert res.returncode != 0
+    assert "qwen2.attention.key_length is missing and 96 does not divide into 7 parts" in res.stderr, res.stderr

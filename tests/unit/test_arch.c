@@ -19,6 +19,8 @@ static void check_one(const kipp_arch *a) {
                  a->name, p->key, p->off);
         KT_CHECK(p->kind != KIPP_HP_U32_EQUAL || !p->required, "%s.%s: an equality check must be optional", a->name,
                  p->key);
+        KT_CHECK(!p->def_div || (p->def_off && p->kind == KIPP_HP_U32 && !p->required),
+                 "%s.%s: a quotient default needs its dividend field, on an optional u32", a->name, p->key);
         for (size_t j = 0; j < i; j++) {
             KT_CHECK(strcmp(p->key, a->hparams[j].key) != 0, "%s.%s listed twice", a->name, p->key);
             /* two keys into one field only as an equality check of the first */
@@ -68,7 +70,22 @@ void kt_suite_arch(void) {
              "a name that is not in the table found");
     char names[256];
     kipp_arch_names(names, sizeof names);
-    KT_CHECK(strstr(names, "'qwen3'") != NULL, "names: %s", names);
+    KT_CHECK(strstr(names, "'qwen3'") != NULL && strstr(names, "'qwen2'") != NULL, "names: %s", names);
+    /* qwen2 is Qwen3 with biases for head norms: its program has qkv_bias and no qk_norm */
+    const kipp_arch *q2 = kipp_arch_find("qwen2", 5);
+    int bias = 0, qk = 0;
+    for (size_t i = 0; q2 && i < q2->n_ops; i++) {
+        bias += q2->program[i] == KIPP_OP_QKV_BIAS;
+        qk += q2->program[i] == KIPP_OP_QK_NORM;
+    }
+    KT_CHECK(q2 && bias == 1 && qk == 0, "qwen2's program: %d bias ops, %d head norms", bias, qk);
+    /* every backend checks the program's ops at start-up: one missing op is named */
+    char err[256];
+    KT_CHECK(kipp_arch_check_ops(q2, "test", KIPP_OPS_ALL, err, sizeof err) == KIPP_OK &&
+                 kipp_arch_check_ops(q2, "test", KIPP_OPS_ALL & ~(1u << KIPP_OP_QKV_BIAS), err, sizeof err) ==
+                     KIPP_ERR_UNSUPPORTED &&
+                 strstr(err, "'qwen2'") && strstr(err, "qkv_bias"),
+             "check_ops: %s", err);
     char key[64];
     KT_CHECK(!strcmp(kipp_arch_key(kipp_arch_find("qwen3", 5), "block_count", key, sizeof key), "qwen3.block_count"),
              "key: %s", key);

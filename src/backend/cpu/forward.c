@@ -97,8 +97,9 @@ struct kipp_cpu_fwd {
      * kv_dim = Nkv*D, group = Nh/Nkv query heads per KV head */
     uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
     kipp_kv_type kv_type; /* the cache's; the private store rounds through it */
-    /* norm weights dequantized once to f32 */
-    float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm;
+    /* norm weights (and qwen2's q/k/v biases) dequantized once to f32; NULL rows where the
+     * architecture has no such tensor */
+    float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm, **bq, **bk, **bv;
     double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
     /* batch scratch for n <= cap tokens, grown to the largest batch seen; row t is token t */
     uint32_t cap;
@@ -435,7 +436,10 @@ typedef struct {
     const float *in;
     float *out;
     uint32_t dim;
-    int head_norm, rope; /* qk_rows: the program's KIPP_OP_QK_NORM / KIPP_OP_ROPE before its store */
+    /* qk_rows: the program's per-token ops before its KIPP_OP_KV_STORE (QKV_BIAS, QK_NORM, ROPE),
+     * in program order */
+    kipp_op head_ops[4];
+    int n_head_ops;
 } tok_job;
 
 static void par_tokens(kipp_cpu_fwd *f, uint32_t n, kipp_parallel_fn fn, tok_job *j) {
@@ -452,8 +456,8 @@ static void norm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         rmsnorm(j->out + t * j->dim, j->in + t * j->dim, j->w, j->dim, j->f->m->hp.rms_eps);
 }
 
-/* The head ops the program put before KIPP_OP_KV_STORE (q/k head norms, RoPE: j->head_norm,
- * j->rope), fused with the K/V write of each token of the layer. */
+/* The per-token ops the program put before KIPP_OP_KV_STORE (j->head_ops: q/k/v biases, q/k
+ * head norms, RoPE), fused with the K/V write of each token of the layer. */
 static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
@@ -462,19 +466,27 @@ static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     const float eps = f->m->hp.rms_eps;
     for (uint64_t t = begin; t < end; t++) {
         const float *c = f->rcos + t * half, *s = f->rsin + t * half;
-        float *q = f->q + t * f->QD;
-        for (uint32_t h = 0; h < f->Nh; h++) {
-            if (j->head_norm) rmsnorm(q + h * D, q + h * D, f->q_norm[l], D, eps);
-            if (j->rope) rope_head(q + h * D, c, s, half);
-        }
-        float *k = f->kx + t * f->kv_dim;
-        for (uint32_t h = 0; h < f->Nkv; h++) {
-            if (j->head_norm) rmsnorm(k + h * D, k + h * D, f->k_norm[l], D, eps);
-            if (j->rope) rope_head(k + h * D, c, s, half);
+        float *q = f->q + t * f->QD, *k = f->kx + t * f->kv_dim, *v = f->vx + t * f->kv_dim;
+        for (int o = 0; o < j->n_head_ops; o++) {
+            switch (j->head_ops[o]) {
+            case KIPP_OP_QKV_BIAS:
+                for (uint32_t i = 0; i < f->QD; i++) q[i] += f->bq[l][i];
+                for (uint32_t i = 0; i < f->kv_dim; i++) k[i] += f->bk[l][i];
+                for (uint32_t i = 0; i < f->kv_dim; i++) v[i] += f->bv[l][i];
+                break;
+            case KIPP_OP_QK_NORM:
+                for (uint32_t h = 0; h < f->Nh; h++) rmsnorm(q + h * D, q + h * D, f->q_norm[l], D, eps);
+                for (uint32_t h = 0; h < f->Nkv; h++) rmsnorm(k + h * D, k + h * D, f->k_norm[l], D, eps);
+                break;
+            case KIPP_OP_ROPE:
+                for (uint32_t h = 0; h < f->Nh; h++) rope_head(q + h * D, c, s, half);
+                for (uint32_t h = 0; h < f->Nkv; h++) rope_head(k + h * D, c, s, half);
+                break;
+            default: break; /* layers() queues no other op here */
+            }
         }
         const kipp_kv_seq *seq = j->run_of ? j->runs[j->run_of[t]].seq : NULL;
         const uint32_t pos = j->b ? j->b->positions[t] : (uint32_t)t;
-        float *v = f->vx + t * f->kv_dim;
         void *kd = kv_at(j->src, seq, l, pos, KIPP_KV_K, KIPP_KV_WRITE, f->kv_dim);
         void *vd = kv_at(j->src, seq, l, pos, KIPP_KV_V, KIPP_KV_WRITE, f->kv_dim);
         if (!j->src->kv) { /* private store: the values the cache would hold */
@@ -904,7 +916,7 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
     for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
         tj.layer = l;
-        tj.head_norm = tj.rope = 0;
+        tj.n_head_ops = 0;
         /* the architecture's layer program (arch.h), op by op; the per-head ops before the K/V
          * store run fused with it, one pass over each token's q and k */
         for (size_t op = 0; op < arch->n_ops; op++) {
@@ -920,12 +932,15 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
                 matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
                 break;
             }
-            case KIPP_OP_QK_NORM: tj.head_norm = 1; break;
-            case KIPP_OP_ROPE: tj.rope = 1; break;
-            case KIPP_OP_KV_STORE: /* the pending head ops, then k, v rows into the cache at each
+            case KIPP_OP_QKV_BIAS:
+            case KIPP_OP_QK_NORM:
+            case KIPP_OP_ROPE: /* per token: queued for the store's pass (init checked the order) */
+                tj.head_ops[tj.n_head_ops++] = arch->program[op];
+                break;
+            case KIPP_OP_KV_STORE: /* the queued ops, then k, v rows into the cache at each
                                     * token's position (converted to the KV type) */
                 par_tokens(f, n, qk_rows, &tj);
-                tj.head_norm = tj.rope = 0;
+                tj.n_head_ops = 0;
                 break;
             case KIPP_OP_ATTENTION: { /* q[n][QD] and the cache (positions 0..pos) -> att[n][QD] */
                 att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
@@ -1043,7 +1058,9 @@ kipp_status kipp_cpu_fwd_nocache(kipp_cpu_fwd *f, const int32_t *tokens, uint32_
 
 /* ---- init / free --------------------------------------------------------------------------- */
 
+/* A small tensor as f32 (NULL for no tensor, or out of memory) */
 static float *dequant_all(const kipp_gguf_tensor *t) {
+    if (!t) return NULL;
     float *o = malloc((size_t)t->n_elems * sizeof(float));
     if (o) kipp_dequantize_row(t->type, t->data, o, (uint64_t)t->n_elems);
     return o;
@@ -1057,8 +1074,12 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
         if (f->ffn_norm) free(f->ffn_norm[l]);
         if (f->q_norm) free(f->q_norm[l]);
         if (f->k_norm) free(f->k_norm[l]);
+        if (f->bq) free(f->bq[l]);
+        if (f->bk) free(f->bk[l]);
+        if (f->bv) free(f->bv[l]);
     }
     free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
+    free(f->bq); free(f->bk); free(f->bv);
     free(f->inv_freq);
     for (uint32_t i = 0; i < f->n_packed_cap; i++) free(f->packed[i].data);
     free(f->packed);
@@ -1080,6 +1101,17 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     const kipp_model_info *hp = &m->hp;
     kipp_status st0 = kipp_arch_check_ops(m->arch, "cpu", KIPP_OPS_ALL, err, err_len);
     if (st0 != KIPP_OK) return st0;
+    /* the per-token ops run fused with the K/V store (qk_rows): they must all come between
+     * the QKV matmul and the store, at most one of each */
+    for (size_t i = 0, queued = 0, seen_store = 0; i < m->arch->n_ops; i++) {
+        const kipp_op op = m->arch->program[i];
+        const int per_token = op == KIPP_OP_QKV_BIAS || op == KIPP_OP_QK_NORM || op == KIPP_OP_ROPE;
+        if (op == KIPP_OP_KV_STORE) seen_store = 1, queued = 0;
+        if (per_token && (seen_store || ++queued > 3))
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "cpu: architecture '%s' runs %s outside the q/k/v ops before the K/V store", m->arch->name,
+                             kipp_op_name(op));
+    }
     kipp_cpu_fwd *f = calloc(1, sizeof *f);
     if (!f) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory");
     f->m = m;
@@ -1102,15 +1134,23 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     f->ffn_norm = calloc(L, sizeof(float *));
     f->q_norm = calloc(L, sizeof(float *));
     f->k_norm = calloc(L, sizeof(float *));
+    f->bq = calloc(L, sizeof(float *));
+    f->bk = calloc(L, sizeof(float *));
+    f->bv = calloc(L, sizeof(float *));
     f->inv_freq = malloc((f->D / 2) * sizeof(double));
     f->ts = calloc((size_t)f->n_threads, sizeof *f->ts);
-    int ok = f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->inv_freq && f->ts;
+    int ok = f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
     for (uint32_t l = 0; ok && l < L; l++) {
-        f->attn_norm[l] = dequant_all(m->layers[l].attn_norm);
-        f->ffn_norm[l] = dequant_all(m->layers[l].ffn_norm);
-        f->q_norm[l] = dequant_all(m->layers[l].q_norm);
-        f->k_norm[l] = dequant_all(m->layers[l].k_norm);
-        ok = f->attn_norm[l] && f->ffn_norm[l] && f->q_norm[l] && f->k_norm[l];
+        const kipp_layer_weights *lw = &m->layers[l];
+        f->attn_norm[l] = dequant_all(lw->attn_norm);
+        f->ffn_norm[l] = dequant_all(lw->ffn_norm);
+        f->q_norm[l] = dequant_all(lw->q_norm);
+        f->k_norm[l] = dequant_all(lw->k_norm);
+        f->bq[l] = dequant_all(lw->bq);
+        f->bk[l] = dequant_all(lw->bk);
+        f->bv[l] = dequant_all(lw->bv);
+        ok = f->attn_norm[l] && f->ffn_norm[l] && !lw->q_norm == !f->q_norm[l] && !lw->k_norm == !f->k_norm[l] &&
+             !lw->bq == !f->bq[l] && !lw->bk == !f->bk[l] && !lw->bv == !f->bv[l];
     }
     if (ok) ok = (f->out_norm = dequant_all(m->output_norm)) != NULL;
     if (ok) ok = pack_weights(f);

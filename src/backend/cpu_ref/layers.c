@@ -148,6 +148,15 @@ static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, cons
             s->matvec(s->mv_ctx, w->wk, s->xb, s->k, s->row);
             s->matvec(s->mv_ctx, w->wv, s->xb, s->v, s->row);
             break;
+        case KIPP_OP_QKV_BIAS: {
+            const float *b = norm_weights(w->bq, s->gate);
+            for (uint32_t j = 0; j < hp->n_head * hp->head_dim; j++) s->q[j] += b[j];
+            b = norm_weights(w->bk, s->gate);
+            for (uint32_t j = 0; j < s->kv_dim; j++) s->k[j] += b[j];
+            b = norm_weights(w->bv, s->gate);
+            for (uint32_t j = 0; j < s->kv_dim; j++) s->v[j] += b[j];
+            break;
+        }
         case KIPP_OP_QK_NORM:
             head_norm(s, s->q, hp->n_head, w->q_norm);
             head_norm(s, s->k, hp->n_head_kv, w->k_norm);
