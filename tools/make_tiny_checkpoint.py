@@ -78,34 +78,7 @@ BIAS_STD = 0.5
 
 def make_config(spec: dict) -> dict:
     """config.json in the layout the official Qwen3 (or Qwen2.5) releases use."""
-    if spec.get("arch") == "qwen2":
-        assert spec["head_dim"] * spec["num_attention_heads"] == spec["hidden_size"]
-        return {
-            "architectures": ["Qwen2ForCausalLM"],
-            "attention_dropout": 0.0,
-            "bos_token_id": BOS_ID,
-            "eos_token_id": EOS_ID,
-            "hidden_act": "silu",
-            "hidden_size": spec["hidden_size"],
-            "initializer_range": 0.02,
-            "intermediate_size": spec["intermediate_size"],
-            "max_position_embeddings": 512,
-            "max_window_layers": spec["num_hidden_layers"],
-            "model_type": "qwen2",
-            "num_attention_heads": spec["num_attention_heads"],
-            "num_hidden_layers": spec["num_hidden_layers"],
-            "num_key_value_heads": spec["num_key_value_heads"],
-            "rms_norm_eps": 1e-06,
-            "rope_scaling": None,
-            "rope_theta": spec["rope_theta"],
-            "sliding_window": None,
-            "tie_word_embeddings": spec["tie_word_embeddings"],
-            "torch_dtype": "bfloat16",
-            "use_cache": True,
-            "use_sliding_window": False,
-            "vocab_size": VOCAB_SIZE,
-        }
-    return {
+    cfg = {
         "architectures": ["Qwen3Model" if spec.get("embedding") else "Qwen3ForCausalLM"],
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -132,6 +105,11 @@ def make_config(spec: dict) -> dict:
         "use_sliding_window": False,
         "vocab_size": VOCAB_SIZE,
     }
+    if spec.get("arch") == "qwen2":  # Qwen2Config: no head_dim (hidden / heads), biases always on
+        assert spec["head_dim"] * spec["num_attention_heads"] == spec["hidden_size"]
+        del cfg["attention_bias"], cfg["head_dim"]
+        cfg["architectures"], cfg["model_type"] = ["Qwen2ForCausalLM"], "qwen2"
+    return cfg
 
 
 def make_generation_config() -> dict:

@@ -14,34 +14,42 @@
     {k, offsetof(kipp_model_info, field), kind, req, dflt, from, 0, why}
 #define LT(n, field, d0, d1, req) {n, offsetof(kipp_layer_weights, field), {d0, d1}, req}
 
+/* What the Qwen families share: the dense transformer's sizes, and the tensors around their
+ * one difference (qwen3's head norms, qwen2's q/k/v biases) */
+#define QWEN_SIZES                                                                                           \
+    HP("block_count", n_layer, KIPP_HP_U32, 1, 0, 0, NULL),                                                  \
+        HP("embedding_length", n_embd, KIPP_HP_U32, 1, 0, 0, NULL),                                          \
+        HP("feed_forward_length", n_ff, KIPP_HP_U32, 1, 0, 0, NULL),                                         \
+        HP("attention.head_count", n_head, KIPP_HP_U32, 1, 0, 0, NULL),                                      \
+        HP("context_length", n_ctx_train, KIPP_HP_U32, 1, 0, 0, NULL),                                       \
+        HP("attention.head_count_kv", n_head_kv, KIPP_HP_U32, 0, 0, offsetof(kipp_model_info, n_head), NULL)
+#define QWEN_NORM_ROPE                                                                                       \
+    HP("attention.value_length", head_dim, KIPP_HP_U32_EQUAL, 0, 0, 0, "Kipp needs value_length == key_length"), \
+        HP("attention.layer_norm_rms_epsilon", rms_eps, KIPP_HP_F32, 1, 0, 0, NULL),                         \
+        HP("rope.freq_base", rope_theta, KIPP_HP_F32, 0, 10000.0f, 0, NULL)
+#define QWEN_QKV_WEIGHTS                                                                                     \
+    LT("attn_norm.weight", attn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),                                         \
+        LT("attn_q.weight", wq, KIPP_DIM_H, KIPP_DIM_QD, 1), LT("attn_k.weight", wk, KIPP_DIM_H, KIPP_DIM_KD, 1), \
+        LT("attn_v.weight", wv, KIPP_DIM_H, KIPP_DIM_KD, 1)
+#define QWEN_OUT_FFN                                                                                         \
+    LT("attn_output.weight", wo, KIPP_DIM_QD, KIPP_DIM_H, 1), LT("ffn_norm.weight", ffn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1), \
+        LT("ffn_gate.weight", w_gate, KIPP_DIM_H, KIPP_DIM_F, 1), LT("ffn_up.weight", w_up, KIPP_DIM_H, KIPP_DIM_F, 1), \
+        LT("ffn_down.weight", w_down, KIPP_DIM_F, KIPP_DIM_H, 1)
+
 /* ---- qwen3 (Qwen3ForCausalLM: Qwen3 dense, and Qwen3-Embedding) ----------------------------- */
 
 static const kipp_arch_hparam qwen3_hparams[] = {
-    HP("block_count", n_layer, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("embedding_length", n_embd, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("feed_forward_length", n_ff, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("attention.head_count", n_head, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("context_length", n_ctx_train, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("attention.head_count_kv", n_head_kv, KIPP_HP_U32, 0, 0, offsetof(kipp_model_info, n_head), NULL),
+    QWEN_SIZES,
     HP("attention.key_length", head_dim, KIPP_HP_U32, 1, 0, 0,
        "Kipp never guesses head_dim from embedding_length / head_count"),
-    HP("attention.value_length", head_dim, KIPP_HP_U32_EQUAL, 0, 0, 0, "Kipp needs value_length == key_length"),
-    HP("attention.layer_norm_rms_epsilon", rms_eps, KIPP_HP_F32, 1, 0, 0, NULL),
-    HP("rope.freq_base", rope_theta, KIPP_HP_F32, 0, 10000.0f, 0, NULL),
+    QWEN_NORM_ROPE,
 };
 
 static const kipp_arch_tensor qwen3_tensors[] = {
-    LT("attn_norm.weight", attn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
-    LT("attn_q.weight", wq, KIPP_DIM_H, KIPP_DIM_QD, 1),
-    LT("attn_k.weight", wk, KIPP_DIM_H, KIPP_DIM_KD, 1),
-    LT("attn_v.weight", wv, KIPP_DIM_H, KIPP_DIM_KD, 1),
+    QWEN_QKV_WEIGHTS,
     LT("attn_q_norm.weight", q_norm, KIPP_DIM_D, KIPP_DIM_NONE, 1),
     LT("attn_k_norm.weight", k_norm, KIPP_DIM_D, KIPP_DIM_NONE, 1),
-    LT("attn_output.weight", wo, KIPP_DIM_QD, KIPP_DIM_H, 1),
-    LT("ffn_norm.weight", ffn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
-    LT("ffn_gate.weight", w_gate, KIPP_DIM_H, KIPP_DIM_F, 1),
-    LT("ffn_up.weight", w_up, KIPP_DIM_H, KIPP_DIM_F, 1),
-    LT("ffn_down.weight", w_down, KIPP_DIM_F, KIPP_DIM_H, 1),
+    QWEN_OUT_FFN,
 };
 
 static const kipp_op qwen3_program[] = {
@@ -54,32 +62,18 @@ static const kipp_op qwen3_program[] = {
 /* llama.cpp's converter writes no key_length for qwen2: Qwen2Config has no head_dim, the
  * model's is hidden_size / num_attention_heads, so that is the default here */
 static const kipp_arch_hparam qwen2_hparams[] = {
-    HP("block_count", n_layer, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("embedding_length", n_embd, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("feed_forward_length", n_ff, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("attention.head_count", n_head, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("context_length", n_ctx_train, KIPP_HP_U32, 1, 0, 0, NULL),
-    HP("attention.head_count_kv", n_head_kv, KIPP_HP_U32, 0, 0, offsetof(kipp_model_info, n_head), NULL),
+    QWEN_SIZES,
     {"attention.key_length", offsetof(kipp_model_info, head_dim), KIPP_HP_U32, 0, 0,
      offsetof(kipp_model_info, n_embd), offsetof(kipp_model_info, n_head), NULL},
-    HP("attention.value_length", head_dim, KIPP_HP_U32_EQUAL, 0, 0, 0, "Kipp needs value_length == key_length"),
-    HP("attention.layer_norm_rms_epsilon", rms_eps, KIPP_HP_F32, 1, 0, 0, NULL),
-    HP("rope.freq_base", rope_theta, KIPP_HP_F32, 0, 10000.0f, 0, NULL),
+    QWEN_NORM_ROPE,
 };
 
 static const kipp_arch_tensor qwen2_tensors[] = {
-    LT("attn_norm.weight", attn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
-    LT("attn_q.weight", wq, KIPP_DIM_H, KIPP_DIM_QD, 1),
-    LT("attn_k.weight", wk, KIPP_DIM_H, KIPP_DIM_KD, 1),
-    LT("attn_v.weight", wv, KIPP_DIM_H, KIPP_DIM_KD, 1),
+    QWEN_QKV_WEIGHTS,
     LT("attn_q.bias", bq, KIPP_DIM_QD, KIPP_DIM_NONE, 1),
     LT("attn_k.bias", bk, KIPP_DIM_KD, KIPP_DIM_NONE, 1),
     LT("attn_v.bias", bv, KIPP_DIM_KD, KIPP_DIM_NONE, 1),
-    LT("attn_output.weight", wo, KIPP_DIM_QD, KIPP_DIM_H, 1),
-    LT("ffn_norm.weight", ffn_norm, KIPP_DIM_H, KIPP_DIM_NONE, 1),
-    LT("ffn_gate.weight", w_gate, KIPP_DIM_H, KIPP_DIM_F, 1),
-    LT("ffn_up.weight", w_up, KIPP_DIM_H, KIPP_DIM_F, 1),
-    LT("ffn_down.weight", w_down, KIPP_DIM_F, KIPP_DIM_H, 1),
+    QWEN_OUT_FFN,
 };
 
 static const kipp_op qwen2_program[] = {
