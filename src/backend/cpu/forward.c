@@ -1102,12 +1102,13 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     kipp_status st0 = kipp_arch_check_ops(m->arch, "cpu", KIPP_OPS_ALL, err, err_len);
     if (st0 != KIPP_OK) return st0;
     /* the per-token ops run fused with the K/V store (qk_rows): they must all come between
-     * the QKV matmul and the store, at most one of each */
-    for (size_t i = 0, queued = 0, seen_store = 0; i < m->arch->n_ops; i++) {
+     * the QKV matmul and the store, at most three of them (tok_job's head_ops) */
+    for (size_t i = 0, queued = 0, seen_qkv = 0, seen_store = 0; i < m->arch->n_ops; i++) {
         const kipp_op op = m->arch->program[i];
         const int per_token = op == KIPP_OP_QKV_BIAS || op == KIPP_OP_QK_NORM || op == KIPP_OP_ROPE;
+        if (op == KIPP_OP_QKV) seen_qkv = 1;
         if (op == KIPP_OP_KV_STORE) seen_store = 1, queued = 0;
-        if (per_token && (seen_store || ++queued > 3))
+        if (per_token && (!seen_qkv || seen_store || ++queued > 3))
             return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                              "cpu: architecture '%s' runs %s outside the q/k/v ops before the K/V store", m->arch->name,
                              kipp_op_name(op));

@@ -12,12 +12,13 @@
  * The activations come as KIPP_ACT_BF16X2 rows (hi and lo planes, x to about 2^-17, as AMX's
  * tiles take them): each line meets the token's hi pair, then its lo pair. vdpbf16ps does 32
  * multiply-adds where an f32 FMA does 16, and Zen 4 issues it at the FMA's rate, so two planes
- * run at the FMA's rate with no widening of the weights: 113-117 GFLOP/s a thread from 2 tokens
- * on against the f32 tiles' 103-110, and the packed lines stream faster for one token.
+ * run at the FMA's rate with no widening of the weights: 114-116 GFLOP/s a thread from 2 tokens
+ * on against avx512's float kernels' 86-108, and 26.9 GB/s at one token against avx2's 26.3
+ * (bench/results/kernels-epyc-avx512bf16.json).
  *
  * One plane alone (x rounded to bf16, as llama.cpp computes BF16 weights) measured twice
  * that, 223-231 GFLOP/s, and is not offered: its 2^-9 rounding of every activation put the
- * 0.6B-shaped random-tiny model at NMSE 6.3e-5 from cpu-ref (every other type and level:
+ * random tiny BF16 model at NMSE 6.3e-5 from cpu-ref (every other type and level:
  * 2-4e-7), and a prompt run at once against token by token at NMSE 2.5e-5, past the
  * same-backend gates' 1e-5 (the attention sums differ in their last bits between the two,
  * and rounding to bf16 magnifies that). */

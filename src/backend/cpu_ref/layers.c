@@ -131,6 +131,12 @@ static void head_norm(cpu_ref_state *s, float *h, uint32_t n, const kipp_gguf_te
     for (uint32_t i = 0; i < n; i++) rmsnorm(h + (size_t)i * D, h + (size_t)i * D, wn, D, s->m->hp.rms_eps);
 }
 
+/* v[0..n) += bias b (a small tensor, dequantized on use like the norms) */
+static void add_bias(cpu_ref_state *s, float *v, uint32_t n, const kipp_gguf_tensor *b) {
+    const float *bf = norm_weights(b, s->gate);
+    for (uint32_t j = 0; j < n; j++) v[j] += bf[j];
+}
+
 /* Layer l of the model's architecture program for the token at position pos, whose residual
  * stream is x (rope_angles(pos) already set). These op bodies are the definition every
  * backend is gated against. */
@@ -148,15 +154,11 @@ static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, cons
             s->matvec(s->mv_ctx, w->wk, s->xb, s->k, s->row);
             s->matvec(s->mv_ctx, w->wv, s->xb, s->v, s->row);
             break;
-        case KIPP_OP_QKV_BIAS: {
-            const float *b = norm_weights(w->bq, s->gate);
-            for (uint32_t j = 0; j < hp->n_head * hp->head_dim; j++) s->q[j] += b[j];
-            b = norm_weights(w->bk, s->gate);
-            for (uint32_t j = 0; j < s->kv_dim; j++) s->k[j] += b[j];
-            b = norm_weights(w->bv, s->gate);
-            for (uint32_t j = 0; j < s->kv_dim; j++) s->v[j] += b[j];
+        case KIPP_OP_QKV_BIAS:
+            add_bias(s, s->q, hp->n_head * hp->head_dim, w->bq);
+            add_bias(s, s->k, s->kv_dim, w->bk);
+            add_bias(s, s->v, s->kv_dim, w->bv);
             break;
-        }
         case KIPP_OP_QK_NORM:
             head_norm(s, s->q, hp->n_head, w->q_norm);
             head_norm(s, s->k, hp->n_head_kv, w->k_norm);
