@@ -106,6 +106,11 @@ typedef struct {
     const char *architecture; /* general.architecture ("qwen3"; static storage) */
     uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
+    /* a mixture-of-experts FFN (qwen3moe); all 0 for a dense model */
+    uint32_t n_expert;      /* experts per layer */
+    uint32_t n_expert_used; /* experts each token is routed to (top-k) */
+    uint32_t n_ff_exp;      /* one expert's FFN size */
+    uint32_t expert_norm;   /* 1: the top-k router weights are renormalized to sum 1 */
     int tied_embeddings;
     uint32_t bos_id, eos_id;
     kipp_pooling pooling; /* KIPP_POOLING_NONE unless the file declares an embedding model */

@@ -425,6 +425,9 @@ static void print_info(const kipp_model *m, const kipp_ctx *c, double load_s) {
            i.architecture, i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_ff, i.n_vocab,
            i.n_ctx_train, (double)i.rope_theta, (double)i.rms_eps,
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
+    if (i.n_expert)
+        printf("\"n_expert\": %u, \"n_expert_used\": %u, \"n_ff_exp\": %u, \"expert_norm\": %s, ", i.n_expert,
+               i.n_expert_used, i.n_ff_exp, i.expert_norm ? "true" : "false");
     printf("\"backend\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
            "\"n_ctx\": %u, \"kv_pool\": {\"blocks\": %u, \"block_size\": %u, \"tokens\": %llu, "
            "\"bytes\": %llu, \"bytes_per_token\": %llu}, \"weights_repacked_bytes\": %llu, "

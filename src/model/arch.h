@@ -20,11 +20,13 @@ typedef enum {
     KIPP_DIM_D,        /* head_dim */
     KIPP_DIM_QD,       /* n_head * head_dim */
     KIPP_DIM_KD,       /* n_head_kv * head_dim */
+    KIPP_DIM_E,        /* n_expert */
+    KIPP_DIM_FE,       /* n_ff_exp (one expert's FFN size) */
 } kipp_dim;
 
-/* How a hyper-parameter is read: a u32 (1 .. 2^20), an f32, or a u32 that must equal the field
- * already read at `off` (value_length against key_length). */
-typedef enum { KIPP_HP_U32, KIPP_HP_F32, KIPP_HP_U32_EQUAL } kipp_hp_kind;
+/* How a hyper-parameter is read: a u32 (1 .. 2^20), an f32, a u32 that must equal the field
+ * already read at `off` (value_length against key_length), or a bool stored as a u32 0/1. */
+typedef enum { KIPP_HP_U32, KIPP_HP_F32, KIPP_HP_U32_EQUAL, KIPP_HP_BOOL } kipp_hp_kind;
 
 typedef struct {
     const char *key;   /* after "<architecture>." */
@@ -40,11 +42,12 @@ typedef struct {
 
 /* A per-layer tensor: `blk.L.<name>` ("attn_q.weight", "attn_q.bias"), ne[] in symbols, bound
  * into the kipp_layer_weights field at off. A 1-D tensor (ne[1] none: a norm vector or a bias)
- * is checked finite at load. */
+ * is checked finite at load; a 3-D one (ne[2] set: a MoE layer's experts stacked, ne[2] = E)
+ * is also cut into per-expert 2-D views (model.h: kipp_layer_weights.experts). */
 typedef struct {
     const char *name;
     size_t off;
-    kipp_dim ne[2];
+    kipp_dim ne[3];
     int required;
 } kipp_arch_tensor;
 
@@ -60,6 +63,10 @@ typedef enum {
     KIPP_OP_ATTN_OUT,   /* times wo, added to the residual stream */
     KIPP_OP_FFN_NORM,   /* x -> RMSNorm(x) * ffn_norm */
     KIPP_OP_FFN_SWIGLU, /* down(silu(gate x) * up x), added to the residual stream */
+    KIPP_OP_FFN_MOE,    /* mixture of experts: p = softmax(gate_inp x), the top-k experts by p
+                         * (exact ties to the lower index), their p renormalized to sum 1 when
+                         * expert_norm; sum over them of p_e * down_e(silu(gate_e x) * up_e x),
+                         * added to the residual stream */
     KIPP_OP_COUNT
 } kipp_op;
 

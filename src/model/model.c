@@ -19,6 +19,7 @@
 
 #define KIPP_MAX_LAYERS 1024u
 #define KIPP_MAX_DIM (1u << 20)
+#define KIPP_MAX_EXPERTS 1024u
 
 static kipp_status get_u32(const kipp_gguf *g, const char *key, uint32_t *out, char *err,
                            size_t err_len) {
@@ -30,23 +31,43 @@ static kipp_status get_u32(const kipp_gguf *g, const char *key, uint32_t *out, c
     return KIPP_OK;
 }
 
-/* Finds tensor `name` and checks it is 1-D [ne0] or 2-D [ne0, ne1] (ne1 == 0 means 1-D). */
-static kipp_status bind(const kipp_gguf *g, const char *name, int64_t ne0, int64_t ne1,
-                        const kipp_gguf_tensor **out, char *err, size_t err_len) {
+/* Finds tensor `name` and checks it is 1-D [ne0], 2-D [ne0, ne1] or 3-D [ne0, ne1, ne2]
+ * (ne2 == 0: at most 2-D; ne1 == 0: 1-D). */
+static kipp_status bind3(const kipp_gguf *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                         const kipp_gguf_tensor **out, char *err, size_t err_len) {
     const kipp_gguf_tensor *t = kipp_gguf_find_tensor(g, name);
     *out = NULL;
     if (!t)
         return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: tensor '%s' is missing", name);
-    uint32_t want_dims = ne1 ? 2u : 1u;
-    int64_t want1 = ne1 ? ne1 : 1;
-    if (t->n_dims != want_dims || t->ne[0] != ne0 || t->ne[1] != want1)
+    const uint32_t want_dims = ne2 ? 3u : ne1 ? 2u : 1u;
+    const int64_t want1 = ne1 ? ne1 : 1, want2 = ne2 ? ne2 : 1;
+    if (t->n_dims != want_dims || t->ne[0] != ne0 || t->ne[1] != want1 || t->ne[2] != want2)
         return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
-                         "model: tensor '%s' has shape [%lld, %lld] (%u dims), expected "
-                         "[%lld, %lld] from the metadata",
-                         name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
-                         (long long)ne0, (long long)want1);
+                         "model: tensor '%s' has shape [%lld, %lld, %lld] (%u dims), expected "
+                         "[%lld, %lld, %lld] from the metadata",
+                         name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], t->n_dims,
+                         (long long)ne0, (long long)want1, (long long)want2);
     *out = t;
     return KIPP_OK;
+}
+
+static kipp_status bind(const kipp_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                        const kipp_gguf_tensor **out, char *err, size_t err_len) {
+    return bind3(g, name, ne0, ne1, 0, out, err, err_len);
+}
+
+/* Expert e of a 3-D stack t ([ne0, ne1, E]) as a 2-D tensor [ne0, ne1]: the same rows of the
+ * mapping, a header of its own (named "<t>#e" in messages) */
+static void expert_view(const kipp_gguf_tensor *t, uint32_t e, kipp_gguf_tensor *out) {
+    *out = *t;
+    const uint64_t bytes = t->n_bytes / (uint64_t)t->ne[2];
+    snprintf(out->name, sizeof out->name, "%.40s#%u", t->name, e);
+    out->n_dims = 2;
+    out->ne[2] = 1;
+    out->n_elems = t->n_elems / (uint64_t)t->ne[2];
+    out->n_bytes = bytes;
+    out->offset = t->offset + e * bytes;
+    out->data = (const char *)t->data + e * bytes;
 }
 
 /* The value of dimension symbol d for the model's hyper-parameters (arch.h). */
@@ -58,6 +79,8 @@ static int64_t dim_value(const kipp_model_info *hp, kipp_dim d) {
     case KIPP_DIM_D: return hp->head_dim;
     case KIPP_DIM_QD: return (int64_t)hp->n_head * hp->head_dim;
     case KIPP_DIM_KD: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case KIPP_DIM_E: return hp->n_expert;
+    case KIPP_DIM_FE: return hp->n_ff_exp;
     case KIPP_DIM_NONE: break;
     }
     return 0;
@@ -111,6 +134,13 @@ static kipp_status read_hparams(const kipp_gguf *g, const kipp_arch *a, kipp_mod
             }
             continue;
         }
+        if (p->kind == KIPP_HP_BOOL) {
+            int b;
+            if ((st = kipp_gguf_get_bool(g, key, &b, err, err_len))) return st;
+            const uint32_t v = b != 0;
+            memcpy(field, &v, sizeof v);
+            continue;
+        }
         if (p->kind == KIPP_HP_F32) {
             float v;
             if ((st = kipp_gguf_get_f32(g, key, &v, err, err_len))) return st;
@@ -142,6 +172,10 @@ static kipp_status read_hparams(const kipp_gguf *g, const kipp_arch *a, kipp_mod
     if (hp->n_layer > KIPP_MAX_LAYERS)
         return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: block_count %u is too large",
                          hp->n_layer);
+    if (hp->n_expert && (hp->n_expert > KIPP_MAX_EXPERTS || !hp->n_expert_used || hp->n_expert_used > hp->n_expert))
+        return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
+                         "model: expert_used_count %u with expert_count %u: Kipp needs 1 <= used <= count <= %u",
+                         hp->n_expert_used, hp->n_expert, KIPP_MAX_EXPERTS);
     if (hp->n_head % hp->n_head_kv != 0)
         return kipp_errf(err, err_len, KIPP_ERR_FORMAT,
                          "model: head_count %u is not a multiple of head_count_kv %u",
@@ -196,6 +230,32 @@ static kipp_status check_finite_small(const kipp_gguf_tensor *t, char *err, size
     return KIPP_OK;
 }
 
+/* Per-expert 2-D views of every layer's stacked expert matrices (a MoE architecture binds
+ * gate_exps, up_exps and down_exps; a dense one none of them). */
+static kipp_status bind_experts(kipp_model *m, char *err, size_t err_len) {
+    const kipp_model_info *hp = &m->hp;
+    const kipp_layer_weights *l0 = &m->layers[0];
+    if (!hp->n_expert || !l0->gate_exps) return KIPP_OK;
+    const size_t E = hp->n_expert;
+    m->expert_views = calloc((size_t)hp->n_layer * 3 * E, sizeof *m->expert_views);
+    if (!m->expert_views) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "model: out of memory for expert views");
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        kipp_layer_weights *w = &m->layers[l];
+        kipp_gguf_tensor *v = m->expert_views + (size_t)l * 3 * E;
+        const kipp_gguf_tensor *stacks[3] = {w->gate_exps, w->up_exps, w->down_exps};
+        for (uint32_t s = 0; s < 3; s++) {
+            const kipp_gguf_tensor *t = stacks[s];
+            if (!t || t->n_bytes % E || kipp_type_row_bytes(t->type, (uint64_t)t->ne[0]) * (uint64_t)t->ne[1] * E != t->n_bytes)
+                return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: layer %u's expert tensors are incomplete", l);
+            for (uint32_t e = 0; e < E; e++) expert_view(t, e, &v[s * E + e]);
+        }
+        w->exp_gate = v;
+        w->exp_up = v + E;
+        w->exp_down = v + 2 * E;
+    }
+    return KIPP_OK;
+}
+
 kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **out, char *err,
                                  size_t err_len) {
     *out = NULL;
@@ -247,10 +307,12 @@ kipp_status kipp_model_from_gguf(kipp_gguf *g, const char *path, kipp_model **ou
             snprintf(name, sizeof name, "blk.%u.%s", l, t->name);
             if (!t->required && !kipp_gguf_find_tensor(g, name)) continue;
             const int64_t ne1 = dim_value(hp, t->ne[1]);
-            if ((st = bind(g, name, dim_value(hp, t->ne[0]), ne1, dst, err, err_len))) goto fail;
+            if ((st = bind3(g, name, dim_value(hp, t->ne[0]), ne1, dim_value(hp, t->ne[2]), dst, err, err_len)))
+                goto fail;
             if (ne1 == 0 && (st = check_finite_small(*dst, err, err_len))) goto fail;
         }
     }
+    if ((st = bind_experts(m, err, err_len))) goto fail;
     *out = m;
     return KIPP_OK;
 fail:
@@ -283,6 +345,7 @@ void kipp_model_free(kipp_model *m) {
     if (!m) return;
     kipp_vocab_free(m->vocab);
     free(m->layers);
+    free(m->expert_views);
     kipp_gguf_free(m->gguf);
     free(m);
 }

@@ -21,6 +21,15 @@ typedef struct {
     const kipp_gguf_tensor *w_gate;    /* [H, F] */
     const kipp_gguf_tensor *w_up;      /* [H, F] */
     const kipp_gguf_tensor *w_down;    /* [F, H] */
+    /* a mixture-of-experts FFN (qwen3moe; NULL for a dense one): the router and the experts'
+     * matrices stacked along ne[2], in expert order */
+    const kipp_gguf_tensor *gate_inp;  /* [H, E] */
+    const kipp_gguf_tensor *gate_exps; /* [H, Fe, E] */
+    const kipp_gguf_tensor *up_exps;   /* [H, Fe, E] */
+    const kipp_gguf_tensor *down_exps; /* [Fe, H, E] */
+    /* expert e's three matrices as 2-D tensors (headers owned by the model, data in the
+     * mapping): exp_gate[e] [H, Fe], exp_up[e] [H, Fe], exp_down[e] [Fe, H]; NULL when dense */
+    const kipp_gguf_tensor *exp_gate, *exp_up, *exp_down;
 } kipp_layer_weights;
 
 struct kipp_model {
@@ -32,6 +41,7 @@ struct kipp_model {
     const kipp_gguf_tensor *output;      /* [H, V] : == tok_embd when tied; NULL for an
                                             embedding model without an lm_head */
     kipp_layer_weights *layers;          /* [n_layer] */
+    kipp_gguf_tensor *expert_views;      /* the experts' 2-D views the layers point into (NULL: dense) */
     kipp_vocab *vocab;
 };
 

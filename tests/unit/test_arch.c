@@ -32,8 +32,12 @@ static void check_one(const kipp_arch *a) {
         const kipp_arch_tensor *t = &a->tensors[i];
         KT_CHECK(t->off + sizeof(void *) <= sizeof(kipp_layer_weights) && t->off % sizeof(void *) == 0,
                  "%s %s: field offset %zu", a->name, t->name, t->off);
-        KT_CHECK(t->ne[0] > KIPP_DIM_NONE && t->ne[0] <= KIPP_DIM_KD && t->ne[1] <= KIPP_DIM_KD,
+        KT_CHECK(t->ne[0] > KIPP_DIM_NONE && t->ne[0] <= KIPP_DIM_FE && t->ne[1] <= KIPP_DIM_FE &&
+                     t->ne[2] <= KIPP_DIM_FE && (t->ne[1] != KIPP_DIM_NONE || t->ne[2] == KIPP_DIM_NONE),
                  "%s %s: unknown dimension symbols", a->name, t->name);
+        /* a 3-D tensor is a stack of experts: model.c cuts it along ne[2] = E, and is required */
+        KT_CHECK(t->ne[2] == KIPP_DIM_NONE || (t->ne[2] == KIPP_DIM_E && t->required),
+                 "%s %s: a 3-D tensor must stack experts (ne[2] = E) and be required", a->name, t->name);
         for (size_t j = 0; j < i; j++)
             KT_CHECK(strcmp(t->name, a->tensors[j].name) != 0 && t->off != a->tensors[j].off,
                      "%s %s: name or field shared with %s", a->name, t->name, a->tensors[j].name);
@@ -60,6 +64,14 @@ static void check_one(const kipp_arch *a) {
         if (a->program[i] == KIPP_OP_ATTENTION) att = i;
     }
     KT_CHECK(store < att, "%s: attention before the K/V store", a->name);
+    /* one feed-forward per layer, dense or mixture of experts; the experts' hyper-parameters
+     * are read exactly when the program routes */
+    KT_CHECK(seen[KIPP_OP_FFN_SWIGLU] + seen[KIPP_OP_FFN_MOE] == 1, "%s: not one feed-forward op", a->name);
+    int moe_keys = 0;
+    for (size_t i = 0; i < a->n_hparams; i++)
+        moe_keys += a->hparams[i].off == offsetof(kipp_model_info, n_expert) && a->hparams[i].required;
+    KT_CHECK(moe_keys == seen[KIPP_OP_FFN_MOE], "%s: expert_count required %d, ffn_moe ops %d", a->name, moe_keys,
+             seen[KIPP_OP_FFN_MOE]);
 }
 
 void kt_suite_arch(void) {
@@ -70,7 +82,8 @@ void kt_suite_arch(void) {
              "a name that is not in the table found");
     char names[256];
     kipp_arch_names(names, sizeof names);
-    KT_CHECK(strstr(names, "'qwen3'") != NULL && strstr(names, "'qwen2'") != NULL, "names: %s", names);
+    KT_CHECK(strstr(names, "'qwen3'") != NULL && strstr(names, "'qwen2'") != NULL && strstr(names, "'qwen3moe'"),
+             "names: %s", names);
     /* qwen2 is Qwen3 with biases for head norms: its program has qkv_bias and no qk_norm */
     const kipp_arch *q2 = kipp_arch_find("qwen2", 5);
     int bias = 0, qk = 0;

@@ -25,6 +25,7 @@
 #include "backend/cpu/forward.h"
 
 #include "backend/host_kv.h"
+#include "backend/moe.h"
 #include "model/arch.h"
 
 #include "core/error.h"
@@ -96,6 +97,8 @@ struct kipp_cpu_fwd {
     /* H hidden size, F MLP size, D head dim, Nh query heads, Nkv KV heads, QD = Nh*D,
      * kv_dim = Nkv*D, group = Nh/Nkv query heads per KV head */
     uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
+    uint32_t Fmax;          /* the widest FFN: F, or one expert's (Fe) when wider */
+    uint32_t E, Fe, K;      /* a mixture-of-experts FFN: experts, one expert's size, experts per token */
     kipp_kv_type kv_type; /* the cache's; the private store rounds through it */
     /* norm weights (and qwen2's q/k/v biases) dequantized once to f32; NULL rows where the
      * architecture has no such tensor */
@@ -113,6 +116,16 @@ struct kipp_cpu_fwd {
     float *gate; /* [cap][F]  gate projection, then silu(gate) * up */
     float *up;   /* [cap][F]  up projection */
     float *rcos, *rsin; /* [cap][D/2] */
+    /* a mixture-of-experts FFN (NULL when dense) */
+    float *router;     /* [cap][E] router logits, then probabilities */
+    uint32_t *chosen;  /* [cap][K] each token's experts, best first */
+    float *chosen_w;   /* [cap][K] their weights */
+    uint32_t *by_exp;  /* [cap*K] (token * K + slot), grouped by expert, tokens ascending */
+    uint32_t *exp_off; /* [E + 1] where each expert's group starts in by_exp (allocated at init) */
+    float *moe_acc;    /* [n_threads][H] each thread's sum of one token's expert outputs (init) */
+    uint32_t *slot_at; /* [cap*K] token * K + slot -> its index in by_exp */
+    float *xg;         /* [cap][H] one expert's tokens' inputs, gathered */
+    float *ye;         /* [cap*K][H] every (token, slot)'s expert output, in by_exp order */
     unsigned char *act; /* converted activations */
     size_t act_cap;
     float *y2; /* [n_threads][2 cap][Y2_ROWS] each thread's two-plane gemm output */
@@ -230,19 +243,22 @@ static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
 }
 
 /* Every matrix whose type's kernels pack it (kernels.h: kipp_cpu_packer): each layer's
- * seven and the head. */
+ * seven (or its four and router and 3 E expert matrices) and the head. */
 static int pack_weights(kipp_cpu_fwd *f) {
     const uint32_t L = f->m->hp.n_layer;
-    uint32_t cap = 1;
-    while (cap < 2 * (7 * L + 1)) cap *= 2;
+    uint64_t cap = 1;
+    while (cap < 2 * ((uint64_t)(8 + 3 * f->E) * L + 1)) cap *= 2;
     f->packed = calloc(cap, sizeof *f->packed);
     if (!f->packed) return 0;
-    f->n_packed_cap = cap;
+    f->n_packed_cap = (uint32_t)cap;
     for (uint32_t l = 0; l < L; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
-        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down, w->gate_inp};
         for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
             if (!pack_tensor(f, lt[i])) return 0;
+        for (uint32_t e = 0; w->exp_gate && e < f->E; e++)
+            if (!pack_tensor(f, &w->exp_gate[e]) || !pack_tensor(f, &w->exp_up[e]) || !pack_tensor(f, &w->exp_down[e]))
+                return 0;
     }
     return pack_tensor(f, &f->head);
 }
@@ -509,18 +525,85 @@ static void add_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     }
 }
 
+/* gate[t] = silu(gate[t]) * up[t], rows of j->dim (the FFN's width, F or one expert's Fe) */
 static void swiglu_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
     kipp_cpu_fwd *f = j->f;
     for (uint64_t t = begin; t < end; t++) {
-        float *g = f->gate + t * f->F;
-        const float *u = f->up + t * f->F;
+        float *g = f->gate + t * j->dim;
+        const float *u = f->up + t * j->dim;
         if (f->k->swiglu_f32)
-            f->k->swiglu_f32(g, u, f->F);
+            f->k->swiglu_f32(g, u, j->dim);
         else
-            for (uint32_t i = 0; i < f->F; i++) g[i] = silu(g[i]) * u[i];
+            for (uint32_t i = 0; i < j->dim; i++) g[i] = silu(g[i]) * u[i];
     }
+}
+
+/* ---- a mixture-of-experts FFN ------------------------------------------------------------------ */
+
+static void route_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    kipp_cpu_fwd *f = j->f;
+    for (uint64_t t = begin; t < end; t++)
+        kipp_moe_route(f->router + t * f->E, f->E, f->K, (int)f->m->hp.expert_norm, f->chosen + t * f->K,
+                       f->chosen_w + t * f->K);
+}
+
+/* x[t] += sum over t's slots, best first, of its weight times its expert's output (ye) */
+static void moe_sum_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    kipp_cpu_fwd *f = j->f;
+    float *acc = f->moe_acc + (size_t)ith * f->H;
+    for (uint64_t t = begin; t < end; t++) {
+        memset(acc, 0, f->H * sizeof *acc);
+        for (uint32_t s = 0; s < f->K; s++) {
+            const float wt = f->chosen_w[t * f->K + s];
+            const float *y = f->ye + (size_t)f->slot_at[t * f->K + s] * f->H;
+            for (uint32_t i = 0; i < f->H; i++) acc[i] += wt * y[i];
+        }
+        float *x = f->x + t * f->H;
+        for (uint32_t i = 0; i < f->H; i++) x[i] += acc[i];
+    }
+}
+
+/* KIPP_OP_FFN_MOE over the batch: the router for every token (kipp_moe_route: the choice every
+ * backend makes), then the batch's (token, slot) pairs grouped by expert, so each chosen
+ * expert's three matrices are read once for all the tokens routed to it (a prefill or a batched
+ * decode reads each active expert once), its outputs kept per pair, and each token's sum taken
+ * in its slot order (as cpu-ref adds them). */
+static void moe_ffn(kipp_cpu_fwd *f, const kipp_layer_weights *w, tok_job *tj, uint32_t n) {
+    const uint32_t E = f->E, K = f->K, H = f->H, Fe = f->Fe;
+    matmul1(f, w->gate_inp, f->router, E, f->xn, H, n); /* xn[n][H] -> router[n][E] */
+    par_tokens(f, n, route_rows, tj);
+    /* counting sort of the pairs by expert (tokens ascending within an expert) */
+    uint32_t *off = f->exp_off;
+    memset(off, 0, (E + 1) * sizeof *off);
+    for (uint32_t p = 0; p < n * K; p++) off[f->chosen[p] + 1]++;
+    for (uint32_t e = 0; e < E; e++) off[e + 1] += off[e];
+    for (uint32_t p = 0; p < n * K; p++) {
+        const uint32_t at = off[f->chosen[p]]++;
+        f->by_exp[at] = p;
+        f->slot_at[p] = at;
+    }
+    for (uint32_t e = E; e > 0; e--) off[e] = off[e - 1]; /* back to the groups' starts */
+    off[0] = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        const uint32_t lo = off[e], cnt = off[e + 1] - lo;
+        if (!cnt) continue;
+        for (uint32_t i = 0; i < cnt; i++)
+            memcpy(f->xg + (size_t)i * H, f->xn + (size_t)(f->by_exp[lo + i] / K) * H, H * sizeof(float));
+        const kipp_gguf_tensor *ws[2] = {&w->exp_gate[e], &w->exp_up[e]};
+        float *ys[2] = {f->gate, f->up};
+        const size_t ld[2] = {Fe, Fe};
+        matmul(f, 2, ws, ys, ld, f->xg, H, cnt);
+        tj->dim = Fe;
+        par_tokens(f, cnt, swiglu_rows, tj); /* gate = silu(gate) * up */
+        matmul1(f, &w->exp_down[e], f->ye + (size_t)lo * H, H, f->gate, Fe, cnt);
+    }
+    par_tokens(f, n, moe_sum_rows, tj);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -796,6 +879,9 @@ static void free_batch(kipp_cpu_fwd *f) {
     free(f->x); free(f->xn); free(f->q); free(f->kx); free(f->vx); free(f->att);
     free(f->proj); free(f->gate); free(f->up); free(f->rcos); free(f->rsin); free(f->act);
     free(f->runs); free(f->wanted); free(f->xw); free(f->y2);
+    free(f->router); free(f->chosen); free(f->chosen_w); free(f->by_exp); free(f->slot_at); free(f->xg); free(f->ye);
+    f->router = f->chosen_w = f->xg = f->ye = NULL;
+    f->chosen = f->by_exp = f->slot_at = NULL;
     f->y2 = NULL;
     f->x = f->xn = f->q = f->kx = f->vx = f->att = f->proj = f->gate = f->up = NULL;
     f->rcos = f->rsin = f->xw = NULL;
@@ -809,7 +895,7 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
     if (n <= f->cap) return KIPP_OK;
     free_batch(f);
     const size_t N = n;
-    size_t max_in = f->H > f->F ? f->H : f->F;
+    size_t max_in = f->H > f->Fmax ? f->H : f->Fmax;
     if (f->QD > max_in) max_in = f->QD;
     f->x = malloc(N * f->H * sizeof(float));
     f->xn = malloc(N * f->H * sizeof(float));
@@ -818,8 +904,19 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
     f->vx = malloc(N * f->kv_dim * sizeof(float));
     f->att = malloc(N * f->QD * sizeof(float));
     f->proj = malloc(N * f->H * sizeof(float));
-    f->gate = malloc(N * f->F * sizeof(float));
-    f->up = malloc(N * f->F * sizeof(float));
+    f->gate = malloc(N * f->Fmax * sizeof(float));
+    f->up = malloc(N * f->Fmax * sizeof(float));
+    int moe_ok = 1;
+    if (f->E) {
+        f->router = malloc(N * f->E * sizeof(float));
+        f->chosen = malloc(N * f->K * sizeof(uint32_t));
+        f->chosen_w = malloc(N * f->K * sizeof(float));
+        f->by_exp = malloc(N * f->K * sizeof(uint32_t));
+        f->slot_at = malloc(N * f->K * sizeof(uint32_t));
+        f->xg = malloc(N * f->H * sizeof(float));
+        f->ye = malloc(N * f->K * f->H * sizeof(float));
+        moe_ok = f->router && f->chosen && f->chosen_w && f->by_exp && f->slot_at && f->xg && f->ye;
+    }
     f->rcos = malloc(N * (f->D / 2) * sizeof(float));
     f->rsin = malloc(N * (f->D / 2) * sizeof(float));
     /* the largest activation row: f32 of the widest input (other formats are smaller) */
@@ -829,7 +926,7 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
     f->wanted = malloc(N * sizeof *f->wanted);
     f->xw = malloc(N * f->H * sizeof(float));
     f->y2 = malloc((size_t)f->n_threads * 2 * N * Y2_ROWS * sizeof(float));
-    if (!f->y2 || !f->x || !f->xn || !f->q || !f->kx || !f->vx || !f->att || !f->proj || !f->gate ||
+    if (!moe_ok || !f->y2 || !f->x || !f->xn || !f->q || !f->kx || !f->vx || !f->att || !f->proj || !f->gate ||
         !f->up || !f->rcos || !f->rsin || !f->act || !f->runs || !f->wanted || !f->xw) {
         free_batch(f);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for a batch of %u tokens", n);
@@ -966,12 +1063,14 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
                 float *ys[2] = {f->gate, f->up};
                 const size_t ld[2] = {f->F, f->F};
                 matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
+                tj.dim = f->F;
                 par_tokens(f, n, swiglu_rows, &tj);                     /* gate = silu(gate) * up */
                 matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
                 tj.in = f->proj; tj.out = f->x; tj.dim = f->H;
                 par_tokens(f, n, add_rows, &tj); /* x += proj */
                 break;
             }
+            case KIPP_OP_FFN_MOE: moe_ffn(f, w, &tj, n); break; /* xn[n][H] -> x[n][H] += the experts' sum */
             case KIPP_OP_COUNT: break; /* not an op: kipp_cpu_fwd_init refuses a program naming one */
             }
         }
@@ -1080,6 +1179,7 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     }
     free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
     free(f->bq); free(f->bk); free(f->bv);
+    free(f->exp_off); free(f->moe_acc);
     free(f->inv_freq);
     for (uint32_t i = 0; i < f->n_packed_cap; i++) free(f->packed[i].data);
     free(f->packed);
@@ -1124,6 +1224,10 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     f->head = kipp_model_head(m, n_logits);
     f->H = hp->n_embd;
     f->F = hp->n_ff;
+    f->E = hp->n_expert;
+    f->Fe = hp->n_ff_exp;
+    f->K = hp->n_expert_used;
+    f->Fmax = f->F > f->Fe ? f->F : f->Fe;
     f->D = hp->head_dim;
     f->Nh = hp->n_head;
     f->Nkv = hp->n_head_kv;
@@ -1140,7 +1244,11 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     f->bv = calloc(L, sizeof(float *));
     f->inv_freq = malloc((f->D / 2) * sizeof(double));
     f->ts = calloc((size_t)f->n_threads, sizeof *f->ts);
-    int ok = f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
+    if (f->E) {
+        f->exp_off = malloc((f->E + 1) * sizeof *f->exp_off);
+        f->moe_acc = malloc((size_t)f->n_threads * f->H * sizeof *f->moe_acc);
+    }
+    int ok = (!f->E || (f->exp_off && f->moe_acc)) && f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
     for (uint32_t l = 0; ok && l < L; l++) {
         const kipp_layer_weights *lw = &m->layers[l];
         f->attn_norm[l] = dequant_all(lw->attn_norm);

@@ -8,6 +8,7 @@
 #include "backend/cpu_ref/layers.h"
 
 #include "backend/host_kv.h"
+#include "backend/moe.h"
 #include "model/arch.h"
 
 #include "core/error.h"
@@ -40,6 +41,11 @@ struct kipp_fwd_state {
     float *scores; /* [n_ctx] */
     float *row;    /* [max input dim] one dequantized weight row */
     float *rope_cos, *rope_sin; /* [D/2] for the current position */
+    /* a mixture-of-experts FFN (NULL when dense) */
+    float *router;   /* [E] router logits, then probabilities */
+    float *moe_out;  /* [H] the weighted sum of the chosen experts' outputs */
+    uint32_t *chosen; /* [k] the top-k experts, best first */
+    float *chosen_w;  /* [k] their weights */
 };
 typedef kipp_fwd_state cpu_ref_state; /* the name the layer code grew up with */
 
@@ -82,6 +88,7 @@ static void rope_head(const cpu_ref_state *s, float *h) {
 }
 
 static float silu(float z) { return z / (1.0f + expf(-z)); }
+
 
 /* ---- the ops of a layer program (arch.h), one token at a time ------------------------------ */
 
@@ -183,6 +190,22 @@ static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, cons
             s->matvec(s->mv_ctx, w->w_down, s->gate, s->proj, s->row);
             for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->proj[j];
             break;
+        case KIPP_OP_FFN_MOE: {
+            const uint32_t Fe = hp->n_ff_exp, k = hp->n_expert_used;
+            s->matvec(s->mv_ctx, w->gate_inp, s->xb, s->router, s->row);
+            kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen, s->chosen_w);
+            memset(s->moe_out, 0, hp->n_embd * sizeof *s->moe_out);
+            for (uint32_t slot = 0; slot < k; slot++) { /* best first; each expert a SwiGLU FFN */
+                const uint32_t e = s->chosen[slot];
+                s->matvec(s->mv_ctx, &w->exp_gate[e], s->xb, s->gate, s->row);
+                s->matvec(s->mv_ctx, &w->exp_up[e], s->xb, s->up, s->row);
+                for (uint32_t j = 0; j < Fe; j++) s->gate[j] = silu(s->gate[j]) * s->up[j];
+                s->matvec(s->mv_ctx, &w->exp_down[e], s->gate, s->proj, s->row);
+                for (uint32_t j = 0; j < hp->n_embd; j++) s->moe_out[j] += s->chosen_w[slot] * s->proj[j];
+            }
+            for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->moe_out[j];
+            break;
+        }
         case KIPP_OP_COUNT: break; /* not an op: kipp_fwd_init refuses a program naming one */
         }
     }
@@ -214,6 +237,7 @@ void kipp_fwd_free(kipp_fwd_state *state) {
     free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->proj); free(s->gate); free(s->up); free(s->scores); free(s->row);
     free(s->rope_cos); free(s->rope_sin);
+    free(s->router); free(s->moe_out); free(s->chosen); free(s->chosen_w);
     free(s);
 }
 
@@ -238,9 +262,20 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
         s->vbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
     }
     const size_t QD = (size_t)hp->n_head * hp->head_dim;
+    const size_t F = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp; /* the widest FFN */
     size_t max_in = hp->n_embd;
-    if (hp->n_ff > max_in) max_in = hp->n_ff;
+    if (F > max_in) max_in = F;
     if (QD > max_in) max_in = QD;
+    if (hp->n_expert) {
+        s->router = calloc(hp->n_expert, sizeof(float));
+        s->moe_out = calloc(hp->n_embd, sizeof(float));
+        s->chosen = calloc(hp->n_expert_used, sizeof(uint32_t));
+        s->chosen_w = calloc(hp->n_expert_used, sizeof(float));
+        if (!s->router || !s->moe_out || !s->chosen || !s->chosen_w) {
+            kipp_fwd_free(s);
+            return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory for the router");
+        }
+    }
     s->k_rows = calloc(n_ctx, sizeof *s->k_rows);
     s->v_rows = calloc(n_ctx, sizeof *s->v_rows);
     s->x = calloc(hp->n_embd, sizeof(float));
@@ -251,7 +286,7 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     s->att = calloc(QD, sizeof(float));
     s->proj = calloc(max_in, sizeof(float));
     s->gate = calloc(max_in, sizeof(float));
-    s->up = calloc(hp->n_ff, sizeof(float));
+    s->up = calloc(F, sizeof(float));
     s->scores = calloc(n_ctx, sizeof(float));
     s->row = calloc(max_in, sizeof(float));
     s->rope_cos = calloc(hp->head_dim / 2, sizeof(float));
