@@ -209,10 +209,32 @@ static uint32_t fallback(uint32_t t) {
     }
 }
 
+/* llama_tensor_get_type's rules for an 8-expert model (Mixtral's), after the others: attn_v and
+ * attn_k Q8_0, attn_output Q5_K in the low-bit mixes. 0: no rule. kind as layer_type, 3 attn_k. */
+static uint32_t eight_expert_type(const char *q, int kind) {
+    if (kind == 0 || kind == 3) return KIPP_TYPE_Q8_0;
+    if (kind == 2 && (!strcmp(q, "q2_k") || !strcmp(q, "q3_k_s") || !strcmp(q, "q3_k_m") || !strcmp(q, "iq4_nl") ||
+                      !strcmp(q, "q4_k_s") || !strcmp(q, "q4_k_m") || !strcmp(q, "iq4_xs")))
+        return KIPP_TYPE_Q5_K;
+    return 0;
+}
+
+/* A layer tensor's kind for the rules: 0 attn_v, 1 ffn_down (and a MoE layer's stacked
+ * ffn_down_exps, as llama.cpp matches "ffn_down" in the name), 2 attn_output, 3 attn_k, -1 other */
+static int tensor_kind(const char *rest) {
+    return !strcmp(rest, "attn_v.weight")                                               ? 0
+           : !strcmp(rest, "ffn_down.weight") || !strcmp(rest, "ffn_down_exps.weight") ? 1
+           : !strcmp(rest, "attn_output.weight")                                         ? 2
+           : !strcmp(rest, "attn_k.weight")                                              ? 3
+                                                                                         : -1;
+}
+
 static uint32_t target_type(const kipp_gguf_tensor *t, const qtype_def *q, uint64_t n_layers,
-                            int has_output, uint64_t gqa) {
+                            int has_output, uint64_t gqa, uint64_t n_expert) {
     if (t->n_dims < 2 || !ends_with(t->name, ".weight") || ends_with(t->name, "_norm.weight"))
         return t->type;
+    /* a MoE layer's router stays in the converter's type (llama-quantize never quantizes it) */
+    if (ends_with(t->name, "ffn_gate_inp.weight")) return t->type;
     const uint64_t row = (uint64_t)t->ne[0];
     uint32_t nt = q->base;
     uint64_t layer;
@@ -222,11 +244,12 @@ static uint32_t target_type(const kipp_gguf_tensor *t, const qtype_def *q, uint6
         if (row % kipp_type_block_elems(nt)) nt = KIPP_TYPE_Q8_0;
         else if (nt != KIPP_TYPE_Q8_0) nt = KIPP_TYPE_Q6_K;
     } else if ((rest = blk_layer(t->name, &layer))) {
-        const int kind = !strcmp(rest, "attn_v.weight")        ? 0
-                         : !strcmp(rest, "ffn_down.weight")    ? 1
-                         : !strcmp(rest, "attn_output.weight") ? 2
-                                                               : -1;
-        const uint32_t lt = kind >= 0 ? layer_type(q->name, kind, layer, n_layers, gqa) : 0;
+        const int kind = tensor_kind(rest);
+        uint32_t lt = kind >= 0 && kind <= 2 ? layer_type(q->name, kind, layer, n_layers, gqa) : 0;
+        if (n_expert == 8 && kind >= 0) {
+            const uint32_t e8 = eight_expert_type(q->name, kind);
+            if (e8 || kind == 2) lt = e8; /* attn_output: the 8-expert rule replaces the dense one */
+        }
         if (lt) nt = lt;
     }
     if (row % kipp_type_block_elems(nt)) {
@@ -248,6 +271,16 @@ static uint64_t gqa_ratio(const kipp_gguf *g) {
     snprintf(key, sizeof key, "%.*s.attention.head_count_kv", (int)arch.len, arch.ptr);
     if (kipp_gguf_get_u32(g, key, &kv, NULL, 0) != KIPP_OK || kv == 0) return 1;
     return h / kv;
+}
+
+/* <arch>.expert_count (llama.cpp's n_expert), 0 for a dense model */
+static uint64_t expert_count(const kipp_gguf *g) {
+    kipp_gguf_str arch;
+    if (kipp_gguf_get_str(g, "general.architecture", &arch, NULL, 0) != KIPP_OK || arch.len >= 200) return 0;
+    char key[256];
+    uint32_t n;
+    snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
+    return kipp_gguf_get_u32(g, key, &n, NULL, 0) == KIPP_OK ? n : 0;
 }
 
 static uint64_t layer_count(const kipp_gguf *g) {
@@ -614,7 +647,7 @@ int main(int argc, char **argv) {
     }
     const uint64_t n_layers = layer_count(g);
     const int has_output = kipp_gguf_find_tensor(g, "output.weight") != NULL;
-    const uint64_t gqa = gqa_ratio(g);
+    const uint64_t gqa = gqa_ratio(g), n_expert = expert_count(g);
     uint64_t total = 0;
     for (uint64_t i = 0; i < n_t; i++) {
         const kipp_gguf_tensor *t = kipp_gguf_tensor_at(g, i);
@@ -627,7 +660,7 @@ int main(int argc, char **argv) {
                     o.in, t->name, kipp_type_name(t->type));
             goto done;
         }
-        pl.types[i] = target_type(t, q, n_layers, has_output, gqa);
+        pl.types[i] = target_type(t, q, n_layers, has_output, gqa, n_expert);
         pl.nbytes[i] = pl.types[i] == t->type
                            ? t->n_bytes
                            : t->n_elems / (uint64_t)t->ne[0] *

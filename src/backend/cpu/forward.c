@@ -124,7 +124,7 @@ struct kipp_cpu_fwd {
     uint32_t *exp_off; /* [E + 1] where each expert's group starts in by_exp (allocated at init) */
     float *moe_acc;    /* [n_threads][H] each thread's sum of one token's expert outputs (init) */
     uint32_t *slot_at; /* [cap*K] token * K + slot -> its index in by_exp */
-    float *xg;         /* [cap][H] one expert's tokens' inputs, gathered */
+    float *xg;         /* [cap*K][H] the pairs' inputs in group order */
     float *ye;         /* [cap*K][H] every (token, slot)'s expert output, in by_exp order */
     unsigned char *act; /* converted activations */
     size_t act_cap;
@@ -137,6 +137,12 @@ struct kipp_cpu_fwd {
      * pointer in an open-addressed table of n_packed_cap slots */
     packed_w *packed;
     uint32_t n_packed_cap;
+    struct mm_job_s *mmj; /* the matmul job (matmul_group) */
+    /* expert_mm's lists of one pass's weights (MM_GROUP_MAX each; NULL when dense) */
+    const kipp_gguf_tensor **mm_ws;
+    float **mm_ys;
+    size_t *mm_ld;
+    uint32_t *mm_x0, *mm_nx;
     uint64_t packed_bytes;
 };
 
@@ -267,24 +273,28 @@ uint64_t kipp_cpu_fwd_packed_bytes(const kipp_cpu_fwd *f) { return f->packed_byt
 
 /* ---- matrix products ---------------------------------------------------------------------- */
 
+/* weights one matmul job takes: a dense layer's q, k, v; a MoE layer's experts' gate and up
+ * (2 E) or down (E) */
 #define MM_MAX 3
+#define MM_GROUP_MAX (2 * 1024) /* model.c's KIPP_MAX_EXPERTS */
 #define Y2_ROWS 64 /* weight rows per two-plane gemm call (bounds its scratch) */
 
-typedef struct {
+typedef struct mm_job_s {
     uint32_t count;
-    const kipp_gguf_tensor *w[MM_MAX];
-    const void *wdata[MM_MAX]; /* the weight's rows: its GGUF data, or its packed form */
-    size_t wrb[MM_MAX];        /* bytes per row of wdata */
-    float *y[MM_MAX];
-    uint64_t rows[MM_MAX];
-    size_t ldy[MM_MAX];
+    const kipp_gguf_tensor *w[MM_GROUP_MAX];
+    const void *wdata[MM_GROUP_MAX]; /* the weight's rows: its GGUF data, or its packed form */
+    size_t wrb[MM_GROUP_MAX];        /* bytes per row of wdata */
+    float *y[MM_GROUP_MAX];
+    uint64_t rows[MM_GROUP_MAX];
+    size_t ldy[MM_GROUP_MAX];
+    uint32_t x0[MM_GROUP_MAX];    /* the first input row weight i multiplies */
+    uint32_t n_tok[MM_GROUP_MAX]; /* its input rows */
     kipp_cpu_gemm_fn gemm; /* NULL: dequantize fallback */
     int planes;            /* 2: 8-bit activations in two planes, summed (see split_q8) */
     float *y2;             /* planes == 2: per thread [2 n_tok][Y2_ROWS], y2_stride apart */
     size_t y2_stride;
-    const void *x;
+    const void *x;         /* every input row, converted once */
     size_t x_row_bytes;
-    uint32_t n_tok;
     uint64_t k;
 } mm_job;
 
@@ -299,24 +309,25 @@ static void mm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         const kipp_gguf_tensor *w = j->w[i];
         const size_t rb = j->wrb[i];
         const char *wp = (const char *)j->wdata[i] + b * rb;
+        const uint32_t n_tok = j->n_tok[i];
+        const char *x = (const char *)j->x + (size_t)j->x0[i] * j->planes * j->x_row_bytes;
         if (j->gemm && j->planes == 2) {
             /* Y2_ROWS rows at a time into this thread's scratch, then the planes summed */
             float *y2 = j->y2 + (size_t)ith * j->y2_stride;
             for (uint64_t c = b; c < e; c += Y2_ROWS) {
                 const uint64_t nr = e - c < Y2_ROWS ? e - c : Y2_ROWS;
-                j->gemm((const char *)j->wdata[i] + c * rb, rb, nr, j->x, j->x_row_bytes, 2 * (uint64_t)j->n_tok, y2,
-                        nr, j->k);
-                for (uint32_t t = 0; t < j->n_tok; t++) {
+                j->gemm((const char *)j->wdata[i] + c * rb, rb, nr, x, j->x_row_bytes, 2 * (uint64_t)n_tok, y2, nr,
+                        j->k);
+                for (uint32_t t = 0; t < n_tok; t++) {
                     const float *yh = y2 + (size_t)2 * t * nr, *yl = yh + nr;
                     float *y = j->y[i] + (size_t)t * j->ldy[i] + c;
                     for (uint64_t r = 0; r < nr; r++) y[r] = yh[r] + yl[r];
                 }
             }
         } else if (j->gemm)
-            j->gemm(wp, rb, e - b, j->x, j->x_row_bytes, j->n_tok, j->y[i] + b, j->ldy[i], j->k);
+            j->gemm(wp, rb, e - b, x, j->x_row_bytes, n_tok, j->y[i] + b, j->ldy[i], j->k);
         else
-            kipp_cpu_gemm_dequant(w->type, wp, rb, e - b, j->x, j->x_row_bytes, j->n_tok,
-                                  j->y[i] + b, j->ldy[i], j->k);
+            kipp_cpu_gemm_dequant(w->type, wp, rb, e - b, x, j->x_row_bytes, n_tok, j->y[i] + b, j->ldy[i], j->k);
         begin = hi;
     }
 }
@@ -391,46 +402,65 @@ static size_t convert(kipp_cpu_fwd *f, uint32_t act, const float *x, size_t ldx,
     return j.out_bytes;
 }
 
+/* y_i[t][.] = W_i x_{x0_i + t} for t < n_i, for count weights of one type, input length and
+ * packing (x: rows of k floats, ldx apart; x0 / nx NULL: every weight takes rows 0..n-1). The
+ * input rows are converted once for all the weights, and the weights' rows are shared out
+ * among the threads in one job: a dense layer's q, k and v, or every chosen expert's gate and
+ * up in one pass and their downs in another. */
+static void matmul_group(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *const *ws, float *const *ys,
+                         const size_t *ldys, const uint32_t *x0, const uint32_t *nx, const float *x, size_t ldx,
+                         uint32_t n) {
+    kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[0]->type);
+    const int packed = packed_find(f, ws[0]->data) != NULL;
+    uint32_t n_max = 0; /* the most rows one weight takes: the kernel for that many tokens */
+    for (uint32_t i = 0; i < count; i++)
+        if ((nx ? nx[i] : n) > n_max) n_max = nx ? nx[i] : n;
+    if (packed) { /* repacked at load: one kernel for every token count */
+        mm.gemm = mm.packer->gemm;
+        mm.act = mm.packer->act;
+    } else { /* the kernel for n tokens (kernels.h) */
+        mm.gemm = kipp_cpu_mm_for(&mm, n_max, &mm.act);
+    }
+    mm_job *j = f->mmj; /* too large for a stack: one per context, one matmul at a time */
+    j->gemm = mm.gemm;
+    j->k = (uint64_t)ws[0]->ne[0];
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const packed_w *pw = packed_find(f, ws[i]->data);
+        j->wdata[i] = pw ? pw->data : ws[i]->data;
+        j->wrb[i] = pw ? pw->row_bytes : (size_t)kipp_type_row_bytes(ws[i]->type, j->k);
+        j->w[i] = ws[i];
+        j->y[i] = ys[i];
+        j->ldy[i] = ldys[i];
+        j->rows[i] = (uint64_t)ws[i]->ne[1];
+        j->x0[i] = x0 ? x0[i] : 0;
+        j->n_tok[i] = nx ? nx[i] : n;
+        total += j->rows[i];
+    }
+    j->count = count;
+    const uint32_t act = mm.gemm ? mm.act : KIPP_ACT_F32;
+    j->planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
+    j->y2 = f->y2;
+    j->y2_stride = (size_t)2 * n_max * Y2_ROWS;
+    const size_t rb = convert(f, j->gemm ? act : KIPP_ACT_F32, x, ldx, n, j->k);
+    j->x = rb ? (const void *)f->act : (const void *)x;
+    j->x_row_bytes = rb ? rb : ldx * sizeof(float);
+    kipp_threadpool_for(f->tp, total, 16, mm_rows, j);
+}
+
 /* y_i[t][.] = W_i x_t for up to MM_MAX weights sharing one input (n rows of k floats, ldx
  * apart). Weights whose kernels want different activation formats run one at a time. */
 static void matmul(kipp_cpu_fwd *f, uint32_t count, const kipp_gguf_tensor *const *ws,
                    float *const *ys, const size_t *ldys, const float *x, size_t ldx, uint32_t n) {
     uint32_t done = 0;
     while (done < count) {
-        kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ws[done]->type);
-        const int packed = packed_find(f, ws[done]->data) != NULL; /* the group's kind */
-        if (packed) { /* repacked at load: one kernel for every token count */
-            mm.gemm = mm.packer->gemm;
-            mm.act = mm.packer->act;
-        } else { /* the kernel for n tokens (kernels.h) */
-            mm.gemm = kipp_cpu_mm_for(&mm, n, &mm.act);
-        }
-        mm_job j = {.gemm = mm.gemm, .n_tok = n, .k = (uint64_t)ws[done]->ne[0]};
         /* group the following weights of the same type, input length and packing */
         const uint32_t first = done;
-        while (done < count && j.count < MM_MAX && ws[done]->type == ws[first]->type &&
-               (uint64_t)ws[done]->ne[0] == j.k) {
-            const packed_w *pw = packed_find(f, ws[done]->data);
-            if ((pw != NULL) != packed) break;
-            j.wdata[j.count] = pw ? pw->data : ws[done]->data;
-            j.wrb[j.count] = pw ? pw->row_bytes : (size_t)kipp_type_row_bytes(ws[done]->type, j.k);
-            j.w[j.count] = ws[done];
-            j.y[j.count] = ys[done];
-            j.ldy[j.count] = ldys[done];
-            j.rows[j.count] = (uint64_t)ws[done]->ne[1];
-            j.count++;
+        const int packed = packed_find(f, ws[first]->data) != NULL;
+        while (done < count && done - first < MM_MAX && ws[done]->type == ws[first]->type &&
+               ws[done]->ne[0] == ws[first]->ne[0] && (packed_find(f, ws[done]->data) != NULL) == packed)
             done++;
-        }
-        const uint32_t act = mm.gemm ? mm.act : KIPP_ACT_F32;
-        j.planes = act == KIPP_ACT_Q8_0 || act == KIPP_ACT_Q8_K ? 2 : 1;
-        j.y2 = f->y2;
-        j.y2_stride = (size_t)2 * n * Y2_ROWS;
-        const size_t rb = convert(f, j.gemm ? act : KIPP_ACT_F32, x, ldx, n, j.k);
-        j.x = rb ? (const void *)f->act : (const void *)x;
-        j.x_row_bytes = rb ? rb : ldx * sizeof(float);
-        uint64_t total = 0;
-        for (uint32_t i = 0; i < j.count; i++) total += j.rows[i];
-        kipp_threadpool_for(f->tp, total, 16, mm_rows, &j);
+        matmul_group(f, done - first, ws + first, ys + first, ldys + first, NULL, NULL, x, ldx, n);
     }
 }
 
@@ -569,40 +599,72 @@ static void moe_sum_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     }
 }
 
+/* One matmul pass over matrix m of every expert whose group is not empty, for m < n_mats
+ * (mats[m][e]: expert e's), into ys[m] rows (ldy apart, in group order): expert e multiplies
+ * input rows off[e] .. off[e+1] - 1 of x (n_rows rows, ldx apart), or with one_row set (a
+ * lone token, every pair's input the same) row 0 of a one-row x. Run in jobs of one type and
+ * packing (a layer's stack is one tensor: one job, unless its gate and up types differ). */
+static void expert_mm(kipp_cpu_fwd *f, uint32_t n_mats, const kipp_gguf_tensor *const *mats, float *const *ys,
+                      size_t ldy, const float *x, size_t ldx, uint32_t n_rows, int one_row) {
+    const uint32_t *off = f->exp_off;
+    const kipp_gguf_tensor **ws = f->mm_ws;
+    float **yv = f->mm_ys;
+    size_t *ld = f->mm_ld;
+    uint32_t *x0 = f->mm_x0, *nx = f->mm_nx, c = 0;
+    for (uint32_t m = 0; m < n_mats; m++) {
+        for (uint32_t e = 0; e < f->E; e++) {
+            if (off[e + 1] == off[e]) continue;
+            const kipp_gguf_tensor *w = &mats[m][e];
+            if (c && (w->type != ws[0]->type || w->ne[0] != ws[0]->ne[0] ||
+                      (packed_find(f, w->data) != NULL) != (packed_find(f, ws[0]->data) != NULL))) {
+                matmul_group(f, c, ws, yv, ld, x0, nx, x, ldx, n_rows);
+                c = 0;
+            }
+            ws[c] = w;
+            yv[c] = ys[m] + (size_t)off[e] * ldy;
+            ld[c] = ldy;
+            x0[c] = one_row ? 0 : off[e];
+            nx[c] = off[e + 1] - off[e];
+            c++;
+        }
+    }
+    if (c) matmul_group(f, c, ws, yv, ld, x0, nx, x, ldx, n_rows);
+}
+
 /* KIPP_OP_FFN_MOE over the batch: the router for every token (kipp_moe_route: the choice every
  * backend makes), then the batch's (token, slot) pairs grouped by expert, so each chosen
- * expert's three matrices are read once for all the tokens routed to it (a prefill or a batched
- * decode reads each active expert once), its outputs kept per pair, and each token's sum taken
- * in its slot order (as cpu-ref adds them). */
+ * expert's matrices are read once for all the tokens routed to it (a prefill or a batched
+ * decode reads each active expert once): one matmul job for every chosen expert's gate and up,
+ * one for their downs; each pair's output kept, and each token's sum taken in its slot order
+ * (as cpu-ref adds them). */
 static void moe_ffn(kipp_cpu_fwd *f, const kipp_layer_weights *w, tok_job *tj, uint32_t n) {
-    const uint32_t E = f->E, K = f->K, H = f->H, Fe = f->Fe;
+    const uint32_t E = f->E, K = f->K, H = f->H, Fe = f->Fe, P = n * K;
     matmul1(f, w->gate_inp, f->router, E, f->xn, H, n); /* xn[n][H] -> router[n][E] */
     par_tokens(f, n, route_rows, tj);
     /* counting sort of the pairs by expert (tokens ascending within an expert) */
     uint32_t *off = f->exp_off;
     memset(off, 0, (E + 1) * sizeof *off);
-    for (uint32_t p = 0; p < n * K; p++) off[f->chosen[p] + 1]++;
+    for (uint32_t p = 0; p < P; p++) off[f->chosen[p] + 1]++;
     for (uint32_t e = 0; e < E; e++) off[e + 1] += off[e];
-    for (uint32_t p = 0; p < n * K; p++) {
+    for (uint32_t p = 0; p < P; p++) {
         const uint32_t at = off[f->chosen[p]]++;
         f->by_exp[at] = p;
         f->slot_at[p] = at;
     }
     for (uint32_t e = E; e > 0; e--) off[e] = off[e - 1]; /* back to the groups' starts */
     off[0] = 0;
-    for (uint32_t e = 0; e < E; e++) {
-        const uint32_t lo = off[e], cnt = off[e + 1] - lo;
-        if (!cnt) continue;
-        for (uint32_t i = 0; i < cnt; i++)
-            memcpy(f->xg + (size_t)i * H, f->xn + (size_t)(f->by_exp[lo + i] / K) * H, H * sizeof(float));
-        const kipp_gguf_tensor *ws[2] = {&w->exp_gate[e], &w->exp_up[e]};
-        float *ys[2] = {f->gate, f->up};
-        const size_t ld[2] = {Fe, Fe};
-        matmul(f, 2, ws, ys, ld, f->xg, H, cnt);
-        tj->dim = Fe;
-        par_tokens(f, cnt, swiglu_rows, tj); /* gate = silu(gate) * up */
-        matmul1(f, &w->exp_down[e], f->ye + (size_t)lo * H, H, f->gate, Fe, cnt);
-    }
+    /* the pairs' inputs in group order (a lone token: its row serves every pair) */
+    if (n > 1)
+        for (uint32_t at = 0; at < P; at++)
+            memcpy(f->xg + (size_t)at * H, f->xn + (size_t)(f->by_exp[at] / K) * H, H * sizeof(float));
+    const kipp_gguf_tensor *gu[2] = {w->exp_gate, w->exp_up};
+    float *gu_y[2] = {f->gate, f->up};
+    expert_mm(f, 2, gu, gu_y, Fe, n > 1 ? f->xg : f->xn, H, n > 1 ? P : 1, n == 1);
+    tj->dim = Fe;
+    par_tokens(f, P, swiglu_rows, tj); /* gate = silu(gate) * up, every pair */
+    const kipp_gguf_tensor *dn[1] = {w->exp_down};
+    float *dn_y[1] = {f->ye};
+    expert_mm(f, 1, dn, dn_y, H, f->gate, Fe, P, 0);
     par_tokens(f, n, moe_sum_rows, tj);
 }
 
@@ -904,8 +966,10 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
     f->vx = malloc(N * f->kv_dim * sizeof(float));
     f->att = malloc(N * f->QD * sizeof(float));
     f->proj = malloc(N * f->H * sizeof(float));
-    f->gate = malloc(N * f->Fmax * sizeof(float));
-    f->up = malloc(N * f->Fmax * sizeof(float));
+    /* gate / up: a dense FFN's [n][F], or every (token, slot) pair's expert rows [n K][Fe] */
+    const size_t ffn_rows = f->E && (size_t)f->K * f->Fe > f->F ? (size_t)f->K * f->Fe : f->F;
+    f->gate = malloc(N * ffn_rows * sizeof(float));
+    f->up = malloc(N * ffn_rows * sizeof(float));
     int moe_ok = 1;
     if (f->E) {
         f->router = malloc(N * f->E * sizeof(float));
@@ -913,14 +977,14 @@ static kipp_status ensure_batch(kipp_cpu_fwd *f, uint32_t n, char *err, size_t e
         f->chosen_w = malloc(N * f->K * sizeof(float));
         f->by_exp = malloc(N * f->K * sizeof(uint32_t));
         f->slot_at = malloc(N * f->K * sizeof(uint32_t));
-        f->xg = malloc(N * f->H * sizeof(float));
+        f->xg = malloc(N * f->K * f->H * sizeof(float));
         f->ye = malloc(N * f->K * f->H * sizeof(float));
         moe_ok = f->router && f->chosen && f->chosen_w && f->by_exp && f->slot_at && f->xg && f->ye;
     }
     f->rcos = malloc(N * (f->D / 2) * sizeof(float));
     f->rsin = malloc(N * (f->D / 2) * sizeof(float));
     /* the largest activation row: f32 of the widest input (other formats are smaller) */
-    f->act_cap = N * kipp_cpu_act_row_bytes(KIPP_ACT_F32, max_in);
+    f->act_cap = N * (f->E ? f->K : 1) * kipp_cpu_act_row_bytes(KIPP_ACT_F32, max_in); /* a MoE pass: n K rows */
     f->act = malloc(f->act_cap);
     f->runs = malloc(N * sizeof *f->runs);
     f->wanted = malloc(N * sizeof *f->wanted);
@@ -1179,7 +1243,8 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     }
     free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
     free(f->bq); free(f->bk); free(f->bv);
-    free(f->exp_off); free(f->moe_acc);
+    free(f->exp_off); free(f->moe_acc); free(f->mmj);
+    free(f->mm_ws); free(f->mm_ys); free(f->mm_ld); free(f->mm_x0); free(f->mm_nx);
     free(f->inv_freq);
     for (uint32_t i = 0; i < f->n_packed_cap; i++) free(f->packed[i].data);
     free(f->packed);
@@ -1247,8 +1312,14 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     if (f->E) {
         f->exp_off = malloc((f->E + 1) * sizeof *f->exp_off);
         f->moe_acc = malloc((size_t)f->n_threads * f->H * sizeof *f->moe_acc);
+        f->mm_ws = malloc(2 * f->E * sizeof *f->mm_ws);
+        f->mm_ys = malloc(2 * f->E * sizeof *f->mm_ys);
+        f->mm_ld = malloc(2 * f->E * sizeof *f->mm_ld);
+        f->mm_x0 = malloc(2 * f->E * sizeof *f->mm_x0);
+        f->mm_nx = malloc(2 * f->E * sizeof *f->mm_nx);
     }
-    int ok = (!f->E || (f->exp_off && f->moe_acc)) && f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
+    f->mmj = malloc(sizeof *f->mmj);
+    int ok = f->mmj && (!f->E || (f->exp_off && f->moe_acc && f->mm_ws && f->mm_ys && f->mm_ld && f->mm_x0 && f->mm_nx)) && f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
     for (uint32_t l = 0; ok && l < L; l++) {
         const kipp_layer_weights *lw = &m->layers[l];
         f->attn_norm[l] = dequant_all(lw->attn_norm);
