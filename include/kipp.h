@@ -290,10 +290,10 @@ kipp_status kipp_detokenize(const kipp_model *m, const int32_t *ids, size_t n, i
  *  "add_generation_prompt"?: bool (default true),
  *  "chat_template_kwargs"?: {"enable_thinking": bool (default true)}}.
  * The template carried in the GGUF must be one Kipp implements (the Qwen3 hybrid-thinking
- * template, the Qwen3 Instruct-2507 or Thinking-2507 one, or none: plain ChatML); any other
- * is KIPP_ERR_UNSUPPORTED. The 2507 templates ignore enable_thinking. Output is byte for
- * byte what HF apply_chat_template gives; *out is malloc'd (free()), *out_len its length.
- * Tokenize it with parse_special = 1. */
+ * template, the Qwen3 Instruct-2507 or Thinking-2507 one, the Qwen2.5 Instruct one, or none:
+ * plain ChatML); any other is KIPP_ERR_UNSUPPORTED. The 2507 and Qwen2.5 templates ignore
+ * enable_thinking. Output is byte for byte what HF apply_chat_template gives; *out is
+ * malloc'd (free()), *out_len its length. Tokenize it with parse_special = 1. */
 kipp_status kipp_chat_apply(const kipp_model *m, const char *request_json, size_t len,
                             char **out, size_t *out_len, char *err, size_t err_len);
 /* The same, plus where the request's own text landed: *spans (malloc'd, free()) holds
@@ -310,17 +310,21 @@ kipp_status kipp_chat_apply_spans(const kipp_model *m, const char *request_json,
 typedef enum {
     KIPP_CHAT_THINK_OFF = 0,       /* no reasoning: Instruct-2507, plain ChatML, or the hybrid
                                       template with enable_thinking false (its prompt ends in
-                                      an empty think block) */
+                                      an empty think block); a reply that opens with <think>
+                                      anyway is still split as reasoning */
     KIPP_CHAT_THINK_BY_TAG = 1,    /* the reply may open with <think> (hybrid, thinking on) */
     KIPP_CHAT_THINK_IN_PROMPT = 2, /* the prompt ends in "<think>\n": the reply starts inside
                                       the reasoning and closes it with </think>
                                       (Thinking-2507, whatever enable_thinking says) */
+    KIPP_CHAT_THINK_NEVER = 3,     /* the template knows no reasoning (Qwen2.5, whatever
+                                      enable_thinking says): the reply is all content, and a
+                                      <think> in it is plain text, never split off */
 } kipp_chat_thinking;
 
 /* The model's template: its name ("qwen3-hybrid", "qwen3-instruct-2507",
- * "qwen3-thinking-2507" or "chatml"; static storage; name may be NULL) and what it does with
- * thinking for enable_thinking (0 or 1). An unsupported template is the error kipp_chat_apply
- * gives. */
+ * "qwen3-thinking-2507", "qwen2.5-instruct" or "chatml"; static storage; name may be NULL)
+ * and what it does with thinking for enable_thinking (0 or 1). An unsupported template is the
+ * error kipp_chat_apply gives. */
 kipp_status kipp_chat_template_info(const kipp_model *m, int enable_thinking, const char **name,
                                     kipp_chat_thinking *thinking, char *err, size_t err_len);
 

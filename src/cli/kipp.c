@@ -78,12 +78,12 @@ static void usage(FILE *f) {
             "      --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"
             "  -s, --seed N            random seed (same seed and inputs give the same tokens)\n"
             "\n"
-            "chat (renders the prompt with the model's Qwen3 chat template):\n"
+            "chat (renders the prompt with the model's Qwen3 or Qwen2.5 chat template):\n"
             "      --chat              wrap the prompt as a user message, add the generation prompt\n"
             "      --system TEXT       system message (implies --chat)\n"
             "      --no-think          enable_thinking=false: the template adds an empty think block\n"
-            "                          (Instruct-2507 never thinks: a no-op; Thinking-2507 always\n"
-            "                          does: an error)\n"
+            "                          (Instruct-2507 and Qwen2.5 never think: a no-op;\n"
+            "                          Thinking-2507 always does: an error)\n"
             "      --messages FILE     render an OpenAI-style request body (JSON: messages, tools,\n"
             "                          chat_template_kwargs) instead of --prompt (implies --chat)\n"
             "      --print-prompt      print the rendered prompt and exit\n"
@@ -603,7 +603,7 @@ int main(int argc, char **argv) {
     kipp_chat_thinking thinks = KIPP_CHAT_THINK_OFF;
     if (matcher && o.chat &&
         kipp_chat_template_info(m, !o.no_think, NULL, &thinks, NULL, 0) == KIPP_OK &&
-        thinks != KIPP_CHAT_THINK_OFF)
+        (thinks == KIPP_CHAT_THINK_BY_TAG || thinks == KIPP_CHAT_THINK_IN_PROMPT))
         think = (kipp_think_params){.on = 1, .in_prompt = thinks == KIPP_CHAT_THINK_IN_PROMPT,
                                     .max_reasoning_tokens = (uint32_t)(o.n_predict / 2)};
     kipp_gen_params gp = {.prog = "kipp", .ctx = c, .model = m, .sampler = smp, .detok = dt,

@@ -73,8 +73,8 @@ static void usage(FILE *f) {
             "  -n, --n-predict N       most tokens per reply (default 1024)\n"
             "      --system TEXT       system message (kept by /reset and when turns are dropped)\n"
             "      --no-think          start with thinking off (same as typing /think off;\n"
-            "                          Instruct-2507 never thinks, Thinking-2507 always does:\n"
-            "                          there it is an error)\n"
+            "                          Instruct-2507 and Qwen2.5 never think, Thinking-2507\n"
+            "                          always does: there it is an error)\n"
             "      --show-reasoning    print the model's <think> part (default); on a terminal it\n"
             "                          is dimmed, when piped it is printed exactly as generated\n"
             "      --hide-reasoning    print only the reply's content (reasoning still generated\n"
@@ -212,7 +212,7 @@ typedef struct {
     size_t n_sys;          /* 1 when msgs[0] is the system message */
     int think;             /* enable_thinking for the next render */
     const char *tmpl;      /* the chat template's name */
-    int think_fixed;       /* the template has no switch (the 2507 ones): think stays */
+    int think_fixed;       /* the template has no switch (2507, Qwen2.5): think stays */
     long turn;             /* turns since start or /reset: sampler seed offset */
     int32_t *kv;           /* [n_ctx] tokens in sequence 0's KV cache, kv[0..n_kv) */
     uint32_t n_kv;
@@ -405,11 +405,13 @@ static void turn_decoded(void *user, int32_t id) {
 }
 
 /* Where the reply starts: inside the reasoning when the prompt ends in <think>
- * (Thinking-2507), else as content unless it opens <think> itself. */
+ * (Thinking-2507), else as content unless it opens <think> itself; a template without
+ * reasoning (Qwen2.5) makes it all content. */
 static kipp_reasoning_mode reply_mode(const chat_session *s) {
     kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
     (void)kipp_chat_template_info(s->m, s->think, NULL, &th, NULL, 0);
     return th == KIPP_CHAT_THINK_IN_PROMPT ? KIPP_REASONING_OPEN_IN_PROMPT
+           : th == KIPP_CHAT_THINK_NEVER   ? KIPP_REASONING_NONE
                                            : KIPP_REASONING_OPEN_BY_TAG;
 }
 
@@ -679,19 +681,21 @@ int main(int argc, char **argv) {
     kipp_model_info info;
     kipp_model_get_info(s.m, &info);
     s.n_vocab = info.n_vocab;
-    /* the 2507 templates have no thinking switch: Instruct never thinks, Thinking always */
+    /* the 2507 and Qwen2.5 templates have no thinking switch: Instruct-2507 and Qwen2.5 never
+     * think, Thinking-2507 always does */
     /* (an unsupported template is reported by the first turn's rendering) */
     kipp_chat_thinking on, off;
     s.think_fixed = kipp_chat_template_info(s.m, 1, &s.tmpl, &on, NULL, 0) == KIPP_OK &&
                     kipp_chat_template_info(s.m, 0, NULL, &off, NULL, 0) == KIPP_OK &&
                     on == off && strcmp(s.tmpl, "chatml") != 0;
-    if (s.think_fixed && o.no_think && on != KIPP_CHAT_THINK_OFF) {
+    int fixed_on = on == KIPP_CHAT_THINK_BY_TAG || on == KIPP_CHAT_THINK_IN_PROMPT;
+    if (s.think_fixed && o.no_think && fixed_on) {
         fprintf(stderr, PROG ": --no-think: the model's chat template (%s) always thinks; it has "
                         "no switch to turn thinking off\n", s.tmpl);
         rc = 2;
         goto done;
     }
-    if (s.think_fixed) s.think = on != KIPP_CHAT_THINK_OFF;
+    if (s.think_fixed) s.think = fixed_on;
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = o.rt.backend;
     cp.isa = o.rt.isa;

@@ -785,11 +785,11 @@ static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c
          * the grammar applies after it; any other reply is constrained from its first token.
          * The reasoning of a constrained reply is bounded (by default half of max_tokens) so
          * that the grammar gets its turn (the template decides whether the model thinks:
-         * Instruct-2507 never does, Thinking-2507's prompt already opened the <think>) */
+         * Instruct-2507 and Qwen2.5 never do, Thinking-2507's prompt already opened the <think>) */
         kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
         if (gs->rq.ep == OAI_CHAT && (gs->rq.grammar || gs->rq.max_reasoning_tokens >= 0) &&
             kipp_chat_template_info(sv->m, gs->rq.enable_thinking, NULL, &th, NULL, 0) == KIPP_OK &&
-            th != KIPP_CHAT_THINK_OFF)
+            (th == KIPP_CHAT_THINK_BY_TAG || th == KIPP_CHAT_THINK_IN_PROMPT))
             rp.think = (kipp_think_params){
                 .on = 1, .in_prompt = th == KIPP_CHAT_THINK_IN_PROMPT,
                 .max_reasoning_tokens = gs->rq.max_reasoning_tokens >= 0 ? (uint32_t)gs->rq.max_reasoning_tokens

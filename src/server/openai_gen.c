@@ -70,11 +70,13 @@ int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->rq = rq;
-    /* a prompt that ends inside <think> (Thinking-2507) makes the reply start as reasoning */
+    /* a prompt that ends inside <think> (Thinking-2507) makes the reply start as reasoning; a
+     * template without reasoning (Qwen2.5) makes it all content, <think> and all */
     kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
     if (rq->ep == OAI_CHAT) (void)kipp_chat_template_info(m, rq->enable_thinking, NULL, &th, NULL, 0);
     kipp_reasoning_init(&g->rs,
                         th == KIPP_CHAT_THINK_IN_PROMPT ? KIPP_REASONING_OPEN_IN_PROMPT
+                        : th == KIPP_CHAT_THINK_NEVER   ? KIPP_REASONING_NONE
                                                         : KIPP_REASONING_OPEN_BY_TAG,
                         emit_part, g);
     kipp_toolcall_init(&g->tc, emit_tool, g);

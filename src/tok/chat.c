@@ -1,6 +1,6 @@
-/* chat.c — Qwen3 chat rendering: template recognition, input validation, and a dedicated
- * renderer that reproduces HF transformers' apply_chat_template(tokenize=False) output for
- * the Qwen3 hybrid-thinking template byte for byte (checked by tests/tok/chat_golden/).
+/* chat.c — Qwen chat rendering: template recognition, input validation, and dedicated
+ * renderers that reproduce HF transformers' apply_chat_template(tokenize=False) output for
+ * the Qwen3 and Qwen2.5 templates byte for byte (checked by tests/tok/chat_golden/).
  *
  * Why a dedicated renderer and not a Jinja-subset interpreter: Kipp serves one model
  * family, whose GGUFs carry one known template. A C Jinja subset big enough for it (slices,
@@ -13,10 +13,12 @@
  * ChatML (what llama.cpp falls back to), which supports no tools. Adding a template means
  * adding its text and a renderer, and goldens made with HF.
  *
- * Known texts: the hybrid template of the April 2025 models, and the Qwen3-2507 Instruct and
- * Thinking templates (tests/tok/templates/, where they come from in its README).
- * Not supported (refused, never guessed): other revisions of these texts, other families,
- * multimodal content arrays, continue_final_message, documents.
+ * Known texts: the hybrid template of the April 2025 models, the Qwen3-2507 Instruct and
+ * Thinking templates, and the Qwen2.5 Instruct template (tests/tok/templates/, where they come
+ * from in its README).
+ * Not supported (refused, never guessed): other revisions of these texts (the Qwen2.5 base
+ * and Coder models' texts among them), other families, multimodal content arrays,
+ * continue_final_message, documents.
  *
  * Where Kipp deliberately differs from HF on input HF cannot render sensibly:
  * - an assistant message with tool_calls may have content null or absent; it renders as
@@ -26,7 +28,8 @@
  *   call name, a missing `arguments`, and non-object tools are KIPP_ERR_INVALID_ARG (HF
  *   silently skips unknown roles, prints "" for undefined fields, str() for other types);
  * - reasoning is read as HF 5.x does: the first non-null of reasoning_content, thinking,
- *   reasoning (its alias step), and it must be a string.
+ *   reasoning (its alias step), and it must be a string (also for Qwen2.5, whose template
+ *   ignores it).
  * Text is handled as bytes: the template's string operations only look for ASCII ('\n',
  * '<think>', '</think>', '<tool_response>'), which never occur inside a UTF-8 sequence. */
 #include "tok/chat.h"
@@ -286,11 +289,72 @@ static const char qwen3_thinking_2507_template[] =
     "    {{- '<|im_start|>assistant\\n<think>\\n' }}\n"
     "{%- endif %}";
 
+/* The template of Qwen/Qwen2.5-{0.5B..72B}-Instruct (tests/tok/templates/qwen2.5-instruct.jinja,
+ * sha256 cd8e9439...527f with the one trailing newline the Hub text has, fnv1a64 of that
+ * c2b27ee60f1b8775; provenance in tests/tok/templates/README.md): a default system message,
+ * no reasoning at all, tool-call arguments always through tojson. */
+static const char qwen25_instruct_template[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}";
+
 const char *kipp_chat_template_name(kipp_chat_template_kind kind) {
     switch (kind) {
     case KIPP_CHAT_TEMPLATE_QWEN3: return "qwen3-hybrid";
     case KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507: return "qwen3-instruct-2507";
     case KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507: return "qwen3-thinking-2507";
+    case KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT: return "qwen2.5-instruct";
     case KIPP_CHAT_TEMPLATE_CHATML: return "chatml";
     case KIPP_CHAT_TEMPLATE_NONE: break;
     }
@@ -308,6 +372,8 @@ static const struct {
      sizeof qwen3_instruct_2507_template - 1},
     {KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507, qwen3_thinking_2507_template,
      sizeof qwen3_thinking_2507_template - 1},
+    {KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT, qwen25_instruct_template,
+     sizeof qwen25_instruct_template - 1},
 };
 #define N_KNOWN (sizeof known / sizeof known[0])
 
@@ -325,6 +391,7 @@ kipp_chat_thinking kipp_chat_template_thinking(kipp_chat_template_kind kind, int
     switch (kind) {
     case KIPP_CHAT_TEMPLATE_QWEN3: return enable_thinking ? KIPP_CHAT_THINK_BY_TAG : KIPP_CHAT_THINK_OFF;
     case KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507: return KIPP_CHAT_THINK_IN_PROMPT;
+    case KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT: return KIPP_CHAT_THINK_NEVER;
     case KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507:
     case KIPP_CHAT_TEMPLATE_CHATML:
     case KIPP_CHAT_TEMPLATE_NONE: break;
@@ -361,8 +428,8 @@ kipp_status kipp_chat_template_check_text(const char *text, size_t len,
     line[k] = '\0';
     return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                      "unsupported chat template (%zu bytes, fnv1a64 %016llx, first line "
-                     "\"%s\"): Kipp renders the Qwen3 hybrid-thinking template and the "
-                     "Qwen3 Instruct-2507 and Thinking-2507 ones",
+                     "\"%s\"): Kipp renders the Qwen3 hybrid-thinking template, the Qwen3 "
+                     "Instruct-2507 and Thinking-2507 ones and the Qwen2.5 Instruct one",
                      len, (unsigned long long)fnv1a64(text, len), line);
 }
 
@@ -623,31 +690,70 @@ static kipp_status put_json(const json_t *v, rendering *b, char *err, size_t err
     return st;
 }
 
+/* ---- markup the Qwen templates share ------------------------------------------------------ */
+
+/* The tools block of the system turn, from "# Tools" to the turn's end: every Qwen3 and
+ * Qwen2.5 template writes these bytes (Qwen2.5 with the "\n\n" before "# Tools" in its own
+ * string). */
+static kipp_status put_tools(rendering *b, const json_t *tools, char *err, size_t err_len) {
+    kipp_buf_puts(&b->text, "# Tools\n\nYou may call one or more functions to assist with the "
+                      "user query.\n\nYou are provided with function signatures within "
+                      "<tools></tools> XML tags:\n<tools>");
+    for (size_t j = 0; j < json_array_size(tools); j++) {
+        kipp_buf_puts(&b->text, "\n");
+        kipp_status st = put_json(json_array_get(tools, j), b, err, err_len);
+        if (st) return st;
+    }
+    kipp_buf_puts(&b->text, "\n</tools>\n\nFor each function call, return a json object with "
+                      "function name and arguments within <tool_call></tool_call> XML "
+                      "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                      "<args-json-object>}\n</tool_call><|im_end|>\n");
+    return KIPP_OK;
+}
+
+/* "<|im_start|>ROLE\nCONTENT<|im_end|>\n": a user turn, or a system message after the first. */
+static void put_turn(rendering *b, const msg_t *msg) {
+    kipp_buf_puts(&b->text, "<|im_start|>");
+    kipp_buf_puts(&b->text, role_names[msg->role]);
+    kipp_buf_puts(&b->text, "\n");
+    put(b, msg->content);
+    kipp_buf_puts(&b->text, "<|im_end|>\n");
+}
+
+/* Tool result m[i]: consecutive tool results share one user turn. */
+static void put_tool_response(rendering *b, const msg_t *m, size_t n, size_t i) {
+    if (i == 0 || m[i - 1].role != ROLE_TOOL) kipp_buf_puts(&b->text, "<|im_start|>user");
+    kipp_buf_puts(&b->text, "\n<tool_response>\n");
+    put(b, m[i].content);
+    kipp_buf_puts(&b->text, "\n</tool_response>");
+    if (i == n - 1 || m[i + 1].role != ROLE_TOOL) kipp_buf_puts(&b->text, "<|im_end|>\n");
+}
+
+/* One tool call: "<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>". ARGS is a
+ * string argument pasted as it is (Qwen3: a JSON text already) when paste_string, else the
+ * value through tojson (Qwen2.5 does so for strings too: they become JSON strings). */
+static kipp_status put_tool_call(rendering *b, const json_t *call, int paste_string, char *err,
+                                 size_t err_len) {
+    const json_t *fn = call_function(call);
+    const json_t *args = json_object_get(fn, "arguments");
+    kipp_buf_puts(&b->text, "<tool_call>\n{\"name\": \"");
+    put(b, str_span(json_object_get(fn, "name")));
+    kipp_buf_puts(&b->text, "\", \"arguments\": ");
+    if (paste_string && json_is_string(args)) {
+        put(b, str_span(args));
+    } else {
+        kipp_status st = put_json(args, b, err, err_len);
+        if (st) return st;
+    }
+    kipp_buf_puts(&b->text, "}\n</tool_call>");
+    return KIPP_OK;
+}
+
 /* ---- the Qwen3 templates ------------------------------------------------------------------- */
 /* One renderer for the three: they share the tools block, the user/system/tool turns and the
  * tool-call markup. Instruct-2507 writes an assistant turn's content as it is (no reasoning,
  * no <think> parsing) and ends the prompt with a bare assistant header; the hybrid and
  * Thinking-2507 templates treat reasoning alike and differ only in the generation prompt. */
-
-static kipp_status render_tool_calls(rendering *b, const json_t *calls, span content,
-                                     char *err, size_t err_len) {
-    for (size_t j = 0; j < json_array_size(calls); j++) {
-        if (j > 0 || content.n) kipp_buf_puts(&b->text, "\n");
-        const json_t *fn = call_function(json_array_get(calls, j));
-        const json_t *args = json_object_get(fn, "arguments");
-        kipp_buf_puts(&b->text, "<tool_call>\n{\"name\": \"");
-        put(b, str_span(json_object_get(fn, "name")));
-        kipp_buf_puts(&b->text, "\", \"arguments\": ");
-        if (json_is_string(args)) { /* a JSON text already: pasted as is */
-            put(b, str_span(args));
-        } else {
-            kipp_status st = put_json(args, b, err, err_len);
-            if (st) return st;
-        }
-        kipp_buf_puts(&b->text, "}\n</tool_call>");
-    }
-    return KIPP_OK;
-}
 
 static kipp_status render_qwen3(rendering *b, kipp_chat_template_kind kind, const msg_t *m,
                                 size_t n, const json_t *tools, int add_generation_prompt,
@@ -658,18 +764,8 @@ static kipp_status render_qwen3(rendering *b, kipp_chat_template_kind kind, cons
             put(b, m[0].content);
             kipp_buf_puts(&b->text, "\n\n");
         }
-        kipp_buf_puts(&b->text, "# Tools\n\nYou may call one or more functions to assist with the "
-                          "user query.\n\nYou are provided with function signatures within "
-                          "<tools></tools> XML tags:\n<tools>");
-        for (size_t j = 0; j < json_array_size(tools); j++) {
-            kipp_buf_puts(&b->text, "\n");
-            kipp_status st = put_json(json_array_get(tools, j), b, err, err_len);
-            if (st) return st;
-        }
-        kipp_buf_puts(&b->text, "\n</tools>\n\nFor each function call, return a json object with "
-                          "function name and arguments within <tool_call></tool_call> XML "
-                          "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-                          "<args-json-object>}\n</tool_call><|im_end|>\n");
+        kipp_status st = put_tools(b, tools, err, err_len);
+        if (st) return st;
     } else if (m[0].role == ROLE_SYSTEM) {
         kipp_buf_puts(&b->text, "<|im_start|>system\n");
         put(b, m[0].content);
@@ -690,11 +786,7 @@ static kipp_status render_qwen3(rendering *b, kipp_chat_template_kind kind, cons
     for (size_t i = 0; i < n; i++) {
         const msg_t *msg = &m[i];
         if (msg->role == ROLE_USER || (msg->role == ROLE_SYSTEM && i > 0)) {
-            kipp_buf_puts(&b->text, "<|im_start|>");
-            kipp_buf_puts(&b->text, role_names[msg->role]);
-            kipp_buf_puts(&b->text, "\n");
-            put(b, msg->content);
-            kipp_buf_puts(&b->text, "<|im_end|>\n");
+            put_turn(b, msg);
         } else if (msg->role == ROLE_ASSISTANT) {
             span content = msg->content, reasoning = {"", 0};
             if (kind == KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507) {
@@ -724,18 +816,16 @@ static kipp_status render_qwen3(rendering *b, kipp_chat_template_kind kind, cons
             } else {
                 put(b, content);
             }
-            if (msg->tool_calls) {
-                kipp_status st = render_tool_calls(b, msg->tool_calls, content, err, err_len);
+            /* each call on its own line; the first right after the header when no content */
+            for (size_t j = 0; msg->tool_calls && j < json_array_size(msg->tool_calls); j++) {
+                if (j > 0 || content.n) kipp_buf_puts(&b->text, "\n");
+                kipp_status st =
+                    put_tool_call(b, json_array_get(msg->tool_calls, j), 1, err, err_len);
                 if (st) return st;
             }
             kipp_buf_puts(&b->text, "<|im_end|>\n");
         } else if (msg->role == ROLE_TOOL) {
-            /* consecutive tool results share one user turn */
-            if (i == 0 || m[i - 1].role != ROLE_TOOL) kipp_buf_puts(&b->text, "<|im_start|>user");
-            kipp_buf_puts(&b->text, "\n<tool_response>\n");
-            put(b, msg->content);
-            kipp_buf_puts(&b->text, "\n</tool_response>");
-            if (i == n - 1 || m[i + 1].role != ROLE_TOOL) kipp_buf_puts(&b->text, "<|im_end|>\n");
+            put_tool_response(b, m, n, i);
         }
         /* a leading system message was written above */
     }
@@ -746,6 +836,56 @@ static kipp_status render_qwen3(rendering *b, kipp_chat_template_kind kind, cons
         else if (kind == KIPP_CHAT_TEMPLATE_QWEN3 && !enable_thinking)
             kipp_buf_puts(&b->text, "<think>\n\n</think>\n\n");
     }
+    return KIPP_OK;
+}
+
+/* ---- the Qwen2.5 Instruct template --------------------------------------------------------- */
+/* What differs from Qwen3: a system turn always comes first (the default message when the
+ * first message is not a system one); no reasoning anywhere (reasoning fields are ignored,
+ * <think> in content is text, enable_thinking does nothing); an assistant turn with tool calls
+ * is "<|im_start|>assistant", then "\n" + content only when content is non-empty, then
+ * "\n<tool_call>..." per call, whose arguments always go through tojson. */
+
+static const char qwen25_default_system[] =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+static kipp_status render_qwen25(rendering *b, const msg_t *m, size_t n, const json_t *tools,
+                                 int add_generation_prompt, char *err, size_t err_len) {
+    kipp_buf_puts(&b->text, "<|im_start|>system\n");
+    if (m[0].role == ROLE_SYSTEM) put(b, m[0].content);
+    else kipp_buf_puts(&b->text, qwen25_default_system);
+    if (tools && json_array_size(tools) > 0) {
+        kipp_buf_puts(&b->text, "\n\n");
+        kipp_status st = put_tools(b, tools, err, err_len);
+        if (st) return st;
+    } else {
+        kipp_buf_puts(&b->text, "<|im_end|>\n");
+    }
+
+    for (size_t i = 0; i < n; i++) {
+        const msg_t *msg = &m[i];
+        if (msg->role == ROLE_USER || (msg->role == ROLE_SYSTEM && i > 0) ||
+            (msg->role == ROLE_ASSISTANT && !msg->tool_calls)) {
+            put_turn(b, msg);
+        } else if (msg->role == ROLE_ASSISTANT) {
+            kipp_buf_puts(&b->text, "<|im_start|>assistant");
+            if (msg->content.n) {
+                kipp_buf_puts(&b->text, "\n");
+                put(b, msg->content);
+            }
+            for (size_t j = 0; j < json_array_size(msg->tool_calls); j++) {
+                kipp_buf_puts(&b->text, "\n");
+                kipp_status st =
+                    put_tool_call(b, json_array_get(msg->tool_calls, j), 0, err, err_len);
+                if (st) return st;
+            }
+            kipp_buf_puts(&b->text, "<|im_end|>\n");
+        } else if (msg->role == ROLE_TOOL) {
+            put_tool_response(b, m, n, i);
+        }
+        /* a leading system message was written above */
+    }
+    if (add_generation_prompt) kipp_buf_puts(&b->text, "<|im_start|>assistant\n");
     return KIPP_OK;
 }
 
@@ -762,11 +902,7 @@ static kipp_status render_chatml(rendering *b, const msg_t *m, size_t n, const j
             return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                              "messages[%zu].tool_calls: the model has no chat template (plain "
                              "ChatML), which cannot express tool calls", i);
-        kipp_buf_puts(&b->text, "<|im_start|>");
-        kipp_buf_puts(&b->text, role_names[m[i].role]);
-        kipp_buf_puts(&b->text, "\n");
-        put(b, m[i].content); /* reasoning is not part of ChatML: dropped */
-        kipp_buf_puts(&b->text, "<|im_end|>\n");
+        put_turn(b, &m[i]); /* reasoning is not part of ChatML: dropped */
     }
     if (add_generation_prompt) kipp_buf_puts(&b->text, "<|im_start|>assistant\n");
     return KIPP_OK;
@@ -804,10 +940,13 @@ static kipp_status render(kipp_chat_template_kind kind, const json_t *messages,
     size_t n = json_array_size(messages);
     rendering b = {0};
     b.track = spans != NULL;
-    st = kind == KIPP_CHAT_TEMPLATE_CHATML
-             ? render_chatml(&b, m, n, tools, add_generation_prompt, err, err_len)
-             : render_qwen3(&b, kind, m, n, tools, add_generation_prompt, enable_thinking, err,
-                            err_len);
+    if (kind == KIPP_CHAT_TEMPLATE_CHATML)
+        st = render_chatml(&b, m, n, tools, add_generation_prompt, err, err_len);
+    else if (kind == KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT)
+        st = render_qwen25(&b, m, n, tools, add_generation_prompt, err, err_len);
+    else
+        st = render_qwen3(&b, kind, m, n, tools, add_generation_prompt, enable_thinking, err,
+                          err_len);
     free(m);
     if (st) {
         kipp_buf_free(&b.text);

@@ -29,7 +29,7 @@ void kipp_reasoning_split(const char *text, size_t len, kipp_reasoning_mode mode
     size_t n = len;
     while (n && s[0] == '\n') s++, n--;
     int in_reasoning = mode == KIPP_REASONING_OPEN_IN_PROMPT;
-    if (n >= OPEN_LEN && memcmp(s, open_tag, OPEN_LEN) == 0) {
+    if (mode != KIPP_REASONING_NONE && n >= OPEN_LEN && memcmp(s, open_tag, OPEN_LEN) == 0) {
         s += OPEN_LEN, n -= OPEN_LEN;
         in_reasoning = 1;
     }
@@ -53,7 +53,7 @@ void kipp_reasoning_split(const char *text, size_t len, kipp_reasoning_mode mode
 void kipp_reasoning_init(kipp_reasoning *r, kipp_reasoning_mode mode,
                          kipp_reasoning_emit_fn emit, void *user) {
     memset(r, 0, sizeof *r);
-    r->part = START;
+    r->part = mode == KIPP_REASONING_NONE ? CONTENT : START; /* CONTENT looks for no tag */
     r->fallback = mode == KIPP_REASONING_OPEN_IN_PROMPT ? REASONING : CONTENT;
     r->emit = emit;
     r->user = user;

@@ -8,7 +8,9 @@
  *     opens the reasoning. Otherwise the text starts in the mode's default part: content
  *     (KIPP_REASONING_OPEN_BY_TAG: hybrid Qwen3, and thinking disabled) or reasoning
  *     (KIPP_REASONING_OPEN_IN_PROMPT: templates such as Qwen3-Thinking-2507 that end the
- *     prompt with "<think>\n", so the model only writes the closing tag).
+ *     prompt with "<think>\n", so the model only writes the closing tag). In
+ *     KIPP_REASONING_NONE (templates without reasoning: Qwen2.5) the whole text is content,
+ *     tags and all: nothing is looked for.
  *  2. Reasoning runs to the first "</think>", which is dropped; everything after it is
  *     content, verbatim (later tags included). Without "</think>" (generation cut short)
  *     everything is reasoning. Content that did not follow reasoning never splits.
@@ -28,6 +30,7 @@
 typedef enum {
     KIPP_REASONING_OPEN_BY_TAG = 0,    /* content unless the text opens with <think> */
     KIPP_REASONING_OPEN_IN_PROMPT = 1, /* reasoning from the start (<think> optional) */
+    KIPP_REASONING_NONE = 2,           /* all content, <think> and </think> as plain text */
 } kipp_reasoning_mode;
 
 /* One-shot split. Both parts are slices of text (no copy): valid as long as text is. */

@@ -6,11 +6,13 @@ in tools/data/qwen3-tokenizer/ (its tokenizer_config.json carries the hybrid-thi
 template). A few cases use the plain ChatML template Kipp falls back to for GGUFs without
 a template (HF's canonical ChatML Jinja, passed as chat_template=). Every hybrid case is
 rendered again with the Qwen3 2507 templates, tests/tok/templates/qwen3-instruct-2507.jinja
-and qwen3-thinking-2507.jinja (the texts those repositories ship; where they come from:
-tests/tok/templates/README.md), passed as chat_template=, plus a few cases only they render.
+and qwen3-thinking-2507.jinja, and with the Qwen2.5 Instruct template,
+tests/tok/templates/qwen2.5-instruct.jinja (the texts those repositories ship; where they
+come from: tests/tok/templates/README.md), passed as chat_template=, plus a few cases only
+they render.
 
 Each file is one case: {"name", "template": "qwen3-hybrid" | "qwen3-instruct-2507" |
-"qwen3-thinking-2507" | "chatml", "messages",
+"qwen3-thinking-2507" | "qwen2.5-instruct" | "chatml", "messages",
 "tools"?, "add_generation_prompt", "enable_thinking"? (absent: not passed to HF),
 "expected"}. The C side (kt_chat_golden in tests/unit/test_chat.c) feeds the file to
 kipp_chat_render_json, which ignores the extra keys, and compares byte for byte.
@@ -34,9 +36,10 @@ OUT = ROOT / "tests/tok/chat_golden"
 CONFIG_SHA256 = "bf8a8f7ef20e8775e60544c33cfc0449e4f924eccae9ff239498e7f35e90a39d"
 TEMPLATE_SHA256 = "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"
 TEMPLATES = ROOT / "tests/tok/templates"
-TEMPLATE_2507_SHA256 = {
+TEMPLATE_FILE_SHA256 = {  # the texts in TEMPLATES, by template name (= file stem)
     "qwen3-instruct-2507": "64f85b198065d0fba2a81f37e10ed68161ce2c19a754c7100e67e0ca2ee9c326",
     "qwen3-thinking-2507": "3802169b2a02b81e6adb7ab4f64f91ff02db753c8c3a64a01c35192d3a61d8d7",
+    "qwen2.5-instruct": "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f",
 }
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
           "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
@@ -275,8 +278,8 @@ CASES = [
       tool("result A"), tool("result B"),
       asst("Found it.", reasoning_content="Two results."), user("Summarize in French"),
       asst("Résumé : deux résultats.")], [SEARCH], True, None, Q3),
-    # only the 2507 templates render these (content null or absent: '' for them, an
-    # UndefinedError for the hybrid one); they are added for those templates below
+    # only the 2507 and Qwen2.5 templates render these (content null or absent: '' for them,
+    # an UndefinedError for the hybrid one); they are added for those templates below
     ("content_null_with_tool_calls",
      [user("Weather in Oslo?"),
       asst(None, tool_calls=[call("get_weather", {"city": "Oslo"})]), tool("-3C")],
@@ -290,25 +293,40 @@ CASES = [
      [user("q"), asst("a", reasoning_content="dropped"), tool("t")], None, True, None, CML),
 ]
 
+I2507, T2507, Q25 = "qwen3-instruct-2507", "qwen3-thinking-2507", "qwen2.5-instruct"
 
-I2507, T2507 = "qwen3-instruct-2507", "qwen3-thinking-2507"
+# Qwen2.5 only: its own rules (the system turn with an empty system message and tools, a
+# string argument through tojson, "\n" + content only when content is non-empty, tool calls
+# under the default system message)
+Q25_CASES = [
+    ("q25_tools_empty_system", [sys_(""), user("Hi")], [WEATHER], True, None, Q25),
+    ("q25_tool_call_string_args_escapes",
+     [user("x"), asst("", tool_calls=[call("calc", '{"e": "é 😀 \\" \n \u0001 \u2028"}')])],
+     [CALC], False, None, Q25),
+    ("q25_tool_call_newline_content",
+     [user("x"), asst("\n", tool_calls=[call("calc", {"e": "1"})]), tool("1")], None, True,
+     None, Q25),
+    ("q25_tool_call_first_no_system",
+     [asst("", tool_calls=[call("calc", {}), call("calc", {"e": [1, 2.5]}, wrapped=False)]),
+      tool("2")], None, True, False, Q25),
+]
 
 
 def all_cases():
-    """The cases above, then every hybrid case (and the "2507" ones) for each 2507 template,
-    named i2507_* / t2507_*; enable_thinking stays as the case gives it (the 2507 templates
-    ignore it: the goldens show that)."""
+    """The cases above, then every hybrid case (and the "2507" ones) for each 2507 template
+    and the Qwen2.5 one, named i2507_* / t2507_* / q25_*, then Q25_CASES; enable_thinking
+    stays as the case gives it (those templates ignore it: the goldens show that)."""
     out = [c for c in CASES if c[5] in (Q3, CML)]
-    for prefix, kind in (("i2507", I2507), ("t2507", T2507)):
+    for prefix, kind in (("i2507", I2507), ("t2507", T2507), ("q25", Q25)):
         for name, messages, tools, agp, think, template in CASES:
             if template in (Q3, "2507"):
                 out.append((f"{prefix}_{name}", messages, tools, agp, think, kind))
-    return out
+    return out + Q25_CASES
 
 
 def template_text(kind):
     text = (TEMPLATES / f"{kind}.jinja").read_text(encoding="utf-8")
-    if hashlib.sha256(text.encode()).hexdigest() != TEMPLATE_2507_SHA256[kind]:
+    if hashlib.sha256(text.encode()).hexdigest() != TEMPLATE_FILE_SHA256[kind]:
         sys.exit(f"{TEMPLATES}/{kind}.jinja is not the recorded file")
     return text
 
@@ -322,7 +340,7 @@ def render(tok, case):
         kw["enable_thinking"] = think
     if template == CML:
         kw["chat_template"] = CHATML
-    elif template in TEMPLATE_2507_SHA256:
+    elif template in TEMPLATE_FILE_SHA256:
         kw["chat_template"] = template_text(template)
     return tok.apply_chat_template(messages, **kw)
 

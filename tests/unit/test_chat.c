@@ -247,25 +247,35 @@ static void test_template_check(void) {
     KT_CHECK(check_gguf("tokenizer.chat_template", NULL, 0, &kind, err) == KIPP_ERR_FORMAT &&
              strstr(err, "tokenizer.chat_template"), "%s", err);
 
-    /* the 2507 texts Kipp carries are the committed test data byte for byte, and each is
-     * recognised as its kind, in a GGUF too; one byte off is refused */
+    /* the 2507 and Qwen2.5 texts Kipp carries are the committed test data byte for byte (less
+     * the one trailing newline the Qwen2.5 text has on the Hub), and each is recognised as its
+     * kind, in a GGUF too, with and without that newline; one byte off is refused */
     static const struct {
         kipp_chat_template_kind kind;
         const char *name, *file;
         kipp_chat_thinking on, off;
+        size_t trailing_nl; /* the file ends in one '\n' that the carried text leaves out */
     } t2507[] = {
         {KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507, "qwen3-instruct-2507",
          "tests/tok/templates/qwen3-instruct-2507.jinja", KIPP_CHAT_THINK_OFF,
-         KIPP_CHAT_THINK_OFF},
+         KIPP_CHAT_THINK_OFF, 0},
         {KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507, "qwen3-thinking-2507",
          "tests/tok/templates/qwen3-thinking-2507.jinja", KIPP_CHAT_THINK_IN_PROMPT,
-         KIPP_CHAT_THINK_IN_PROMPT},
+         KIPP_CHAT_THINK_IN_PROMPT, 0},
+        {KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT, "qwen2.5-instruct",
+         "tests/tok/templates/qwen2.5-instruct.jinja", KIPP_CHAT_THINK_NEVER,
+         KIPP_CHAT_THINK_NEVER, 1},
     };
     for (size_t i = 0; i < sizeof t2507 / sizeof t2507[0]; i++) {
-        size_t flen = 0, slen = 0;
+        size_t flen = 0, slen = 0, nl = t2507[i].trailing_nl;
         char *file = read_all(t2507[i].file, &flen);
         const char *s2 = kipp_chat_template_source(t2507[i].kind, &slen);
-        KT_CHECK(file && s2 && flen == slen && memcmp(file, s2, slen) == 0, "%s", t2507[i].file);
+        KT_CHECK(file && s2 && flen == slen + nl && memcmp(file, s2, slen) == 0 &&
+                     (!nl || file[slen] == '\n'), "%s", t2507[i].file);
+        if (file && nl && flen > 0)
+            KT_CHECK(kipp_chat_template_check_text(file, flen - 1, &kind, err, sizeof err) ==
+                         KIPP_OK && kind == t2507[i].kind, "%s without its newline: %s",
+                     t2507[i].name, err);
         KT_CHECK(strcmp(kipp_chat_template_name(t2507[i].kind), t2507[i].name) == 0);
         KT_CHECK(kipp_chat_template_thinking(t2507[i].kind, 1) == t2507[i].on &&
                  kipp_chat_template_thinking(t2507[i].kind, 0) == t2507[i].off);
@@ -424,6 +434,28 @@ static void test_render_rules(void) {
     free(out);
     json_decref(msgs);
     json_decref(null);
+
+    /* Qwen2.5: the default system turn; reasoning fields and enable_thinking change nothing,
+     * <think> in content is text; a reasoning field must still be a string (HF ignores any) */
+    const kipp_chat_template_kind q25 = KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT;
+#define Q25_SYS "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful " \
+                "assistant.<|im_end|>\n"
+    KT_CHECK(render_is(q25, "{'messages': [" U("q") ", {'role': 'assistant', 'content': "
+                       "'<think>r</think>a', 'reasoning_content': 'R'}], "
+                       "'chat_template_kwargs': {'enable_thinking': false}}",
+                       Q25_SYS "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+                       "<think>r</think>a<|im_end|>\n<|im_start|>assistant\n"));
+    KT_CHECK(render(q25, "{'messages': [" U("q") ", {'role': 'assistant', 'content': 'a', "
+                    "'reasoning_content': 5}]}", &out, &len, err) == KIPP_ERR_INVALID_ARG &&
+             strstr(err, "messages[1].reasoning_content"), "%s", err);
+    /* content null beside tool calls: no "\n" + content; a string argument is a JSON string */
+    KT_CHECK(render_is(q25, "{'messages': [" U("q") ", {'role': 'assistant', 'content': null, "
+                       "'tool_calls': [{'name': 'f', 'arguments': '{}'}]}], "
+                       "'add_generation_prompt': false}",
+                       Q25_SYS "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+                       "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{}\"}\n</tool_call>"
+                       "<|im_end|>\n"));
+#undef Q25_SYS
 }
 
 void kt_suite_chat(void) {
@@ -499,6 +531,11 @@ static void test_split_table(void) {
         {"<</think>x", 1, "<", "x"},
         {"", 0, "", ""},
         {"\n\n\n", 1, "", ""},
+        /* no reasoning (Qwen2.5): tags are text, only the '\n' strip applies */
+        {"<think>\nR\n</think>\n\nA", 2, "", "<think>\nR\n</think>\n\nA"},
+        {"\n\nR\n</think>\nA\n\n", 2, "", "R\n</think>\nA"},
+        {"plain", 2, "", "plain"},
+        {"\n\n", 2, "", ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *t = cases[i].text, *r, *c;
@@ -533,7 +570,7 @@ static void test_split_streaming(void) {
         "\n\n\n<th\n<think>x",
     };
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
-        for (int mode = 0; mode < 2; mode++) {
+        for (int mode = 0; mode < 3; mode++) {
             size_t len = strlen(texts[i]);
             int ok = 1;
             for (size_t a = 0; a <= len && ok; a++)
@@ -632,10 +669,11 @@ static int golden_case(const char *path, kipp_chat_template_kind model_kind) {
         json_decref(doc);
         return 0;
     }
-    /* the model's own template, or one named by the case (chatml, the 2507 templates) */
+    /* the model's own template, or one named by the case (chatml, 2507, Qwen2.5) */
     static const kipp_chat_template_kind named[] = {KIPP_CHAT_TEMPLATE_CHATML,
                                                     KIPP_CHAT_TEMPLATE_QWEN3_INSTRUCT_2507,
-                                                    KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507};
+                                                    KIPP_CHAT_TEMPLATE_QWEN3_THINKING_2507,
+                                                    KIPP_CHAT_TEMPLATE_QWEN25_INSTRUCT};
     kipp_chat_template_kind kind =
         strcmp(tname, kipp_chat_template_name(model_kind)) == 0 ? model_kind
                                                                 : KIPP_CHAT_TEMPLATE_NONE;
