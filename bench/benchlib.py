@@ -469,8 +469,14 @@ def model_manifest(path: str, hash_file: bool = True) -> dict:
     tied = "output.weight" not in names
     emb = names.get("token_embd.weight")
     # decode reads every weight once per token, except the token-embedding table (one row is
-    # gathered) -- unless it is tied, when it is also the output matrix and is read once
+    # gathered) -- unless it is tied, when it is also the output matrix and is read once -- and
+    # a mixture-of-experts layer's stacked experts (ffn_*_exps: expert_count along the last
+    # dimension), of which a token reads its expert_used_count (the bytes it really touches)
     per_token = total - (emb["n_bytes"] if emb and not tied else 0)
+    n_exp, n_used = shape.get("expert_count"), shape.get("expert_used_count")
+    exps_bytes = sum(t["n_bytes"] for t in h["tensors"] if "_exps." in t["name"])
+    if n_exp and n_used and exps_bytes:
+        per_token -= exps_bytes - exps_bytes * n_used // n_exp
     n_vocab = None
     if emb and len(emb["dims"]) == 2:
         n_vocab = emb["dims"][1]
@@ -488,6 +494,9 @@ def model_manifest(path: str, hash_file: bool = True) -> dict:
         "n_params": sum(t["n_elements"] for t in h["tensors"]),
         "weight_bytes": total,
         "weight_bytes_read_per_decoded_token": per_token,
+        "experts": ({"expert_count": n_exp, "expert_used_count": n_used, "expert_bytes": exps_bytes,
+                     "expert_bytes_read_per_decoded_token": exps_bytes * n_used // n_exp}
+                    if n_exp and n_used and exps_bytes else None),
         "tensor_types": dict(sorted(mix.items(), key=lambda kv: -kv[1]["bytes"])),
         "file_type": meta.get("general.file_type"),
     }
