@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a tiny, deterministic Qwen3 (or Qwen2.5: tiny-qwen2) checkpoint in Hugging Face format.
+"""Writes a tiny, deterministic Qwen3 (Qwen2.5: tiny-qwen2; Qwen3-MoE: tiny-moe*) checkpoint in Hugging Face format.
 
 What it does: for a known NAME (see CHECKPOINTS) it generates random weights
 with numpy's PCG64 generator and a fixed per-name seed, rounds them to bf16,
@@ -10,11 +10,16 @@ vendored Qwen3 tokenizer (tokenizer.json, tokenizer_config.json from
 tools/data/qwen3-tokenizer/). The safetensors files are written by hand (sorted
 header keys, tensors in name order), so the bytes are identical on every run
 and every machine. The checkpoints load in transformers' Qwen3ForCausalLM
-(Qwen2ForCausalLM for tiny-qwen2).
+(Qwen2ForCausalLM for tiny-qwen2, Qwen3MoeForCausalLM for tiny-moe*). The MoE
+checkpoints use the Hub's per-expert layout (model.layers.L.mlp.experts.J.{gate,up,down}_proj
+.weight and the router model.layers.L.mlp.gate.weight), as Qwen/Qwen3-30B-A3B ships it;
+tiny-moe-tie's routers have rows 2 and 5 equal in every layer (an exact tie, every token).
 
 What it does not do: train anything or make the model say anything sensible.
 Weight scales are only chosen so that logits are well spread (clear top-1
-tokens), which makes argmax comparisons between implementations meaningful.
+tokens), which makes argmax comparisons between implementations meaningful, and
+(MoE) so that the router's choices are spread over the experts with clear gaps
+between the k-th and (k+1)-th expert.
 
 Usage: python -m tools.make_tiny_checkpoint --name tiny-tied [--out DIR] [--shards N]
 """
@@ -65,6 +70,39 @@ CHECKPOINTS = {
     "tiny-qwen2": dict(seed=20261207, hidden_size=96, num_hidden_layers=2, num_attention_heads=6,
                        num_key_value_heads=2, head_dim=16, intermediate_size=224,
                        tie_word_embeddings=True, rope_theta=1000000.0, arch="qwen2"),
+    # Qwen3-MoE (Qwen3MoeForCausalLM, the Qwen3-30B-A3B family) in miniature: every layer sparse,
+    # no shared expert. intermediate_size is the config's dense size (unused by a model whose
+    # every layer is sparse; the converter writes it as feed_forward_length, as llama.cpp does).
+    # moe_intermediate_size 48 and 16 are not multiples of 32: the experts' down projections
+    # of tiny-moe-k1 and tiny-moe-k4 stay F16/BF16 in a q8_0/q4_0 file (the quantizers' fallback).
+    # Seeds: see MOE_SEEDS below.
+    "tiny-moe": dict(seed=20261301, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=32, intermediate_size=192,
+                     tie_word_embeddings=True, rope_theta=1000000.0, arch="qwen3moe",
+                     num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True),
+    "tiny-moe-k1": dict(seed=20261313, hidden_size=96, num_hidden_layers=3, num_attention_heads=6,
+                        num_key_value_heads=2, head_dim=32, intermediate_size=256,
+                        tie_word_embeddings=False, rope_theta=10000.0, arch="qwen3moe",
+                        num_experts=16, num_experts_per_tok=1, moe_intermediate_size=48,
+                        norm_topk_prob=False),
+    "tiny-moe-64": dict(seed=20261323, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=1, head_dim=32, intermediate_size=192,
+                        tie_word_embeddings=False, rope_theta=1000000.0, arch="qwen3moe",
+                        num_experts=64, num_experts_per_tok=8, moe_intermediate_size=32,
+                        norm_topk_prob=True),
+    "tiny-moe-k4": dict(seed=20261331, hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
+                        num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                        tie_word_embeddings=True, rope_theta=1000000.0, arch="qwen3moe",
+                        num_experts=32, num_experts_per_tok=4, moe_intermediate_size=16,
+                        norm_topk_prob=False),
+    # tiny-moe's shape with an exact routing tie: in every layer the router's rows 2 and 5 are
+    # the same bf16 values (row 5 is a copy of row 2), so experts 2 and 5 get the same logit for
+    # every token, and where that logit is the k-th largest one of them is chosen by the tie rule.
+    "tiny-moe-tie": dict(seed=20261342, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=32, intermediate_size=192,
+                         tie_word_embeddings=True, rope_theta=1000000.0, arch="qwen3moe",
+                         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                         norm_topk_prob=True, tied_router_rows=(2, 5)),
 }
 
 # Weight scales. The residual stream starts at std ~1 (embeddings); every
@@ -74,6 +112,11 @@ CHECKPOINTS = {
 EMBED_STD = 1.0
 NORM_JITTER = 0.1
 BIAS_STD = 0.5
+# MoE router (mlp.gate.weight): N(0, (ROUTER_LOGIT_STD / sqrt(hidden))^2), so that the router
+# logits of an RMS-normalised hidden state have a std of about ROUTER_LOGIT_STD: the softmax is
+# neither flat nor one-hot, and the gaps between neighbouring logits are wide enough that
+# f32/f64 rounding cannot reorder the top k.
+ROUTER_LOGIT_STD = 3.0
 
 
 def make_config(spec: dict) -> dict:
@@ -109,6 +152,13 @@ def make_config(spec: dict) -> dict:
         assert spec["head_dim"] * spec["num_attention_heads"] == spec["hidden_size"]
         del cfg["attention_bias"], cfg["head_dim"]
         cfg["architectures"], cfg["model_type"] = ["Qwen2ForCausalLM"], "qwen2"
+    if spec.get("arch") == "qwen3moe":  # Qwen/Qwen3-30B-A3B's config.json keys, sorted as there
+        cfg["architectures"], cfg["model_type"] = ["Qwen3MoeForCausalLM"], "qwen3_moe"
+        cfg.update(decoder_sparse_step=1, mlp_only_layers=[], moe_intermediate_size=spec["moe_intermediate_size"],
+                   norm_topk_prob=spec["norm_topk_prob"], num_experts=spec["num_experts"],
+                   num_experts_per_tok=spec["num_experts_per_tok"], output_router_logits=False,
+                   router_aux_loss_coef=0.001)
+        cfg = dict(sorted(cfg.items()))
     return cfg
 
 
@@ -147,6 +197,14 @@ def tensor_shapes(spec: dict) -> dict[str, tuple[int, ...]]:
         else:
             shapes[p + "self_attn.q_norm.weight"] = (D,)
             shapes[p + "self_attn.k_norm.weight"] = (D,)
+        if spec.get("arch") == "qwen3moe":  # the Hub's per-expert layout
+            E, Fe = spec["num_experts"], spec["moe_intermediate_size"]
+            shapes[p + "mlp.gate.weight"] = (E, H)
+            for j in range(E):
+                shapes[p + f"mlp.experts.{j}.gate_proj.weight"] = (Fe, H)
+                shapes[p + f"mlp.experts.{j}.up_proj.weight"] = (Fe, H)
+                shapes[p + f"mlp.experts.{j}.down_proj.weight"] = (H, Fe)
+            continue
         shapes[p + "mlp.gate_proj.weight"] = (F, H)
         shapes[p + "mlp.up_proj.weight"] = (F, H)
         shapes[p + "mlp.down_proj.weight"] = (H, F)
@@ -173,6 +231,11 @@ def generate_weights(spec: dict) -> dict[str, np.ndarray]:
             w = 1.0 + NORM_JITTER * z
         elif name in ("model.embed_tokens.weight", "embed_tokens.weight", "lm_head.weight"):
             w = EMBED_STD * z
+        elif name.endswith(".mlp.gate.weight"):  # the MoE router
+            w = z * np.float32(ROUTER_LOGIT_STD / np.sqrt(shape[1]))
+            if spec.get("tied_router_rows"):
+                a, b = spec["tied_router_rows"]
+                w[b] = w[a]
         else:
             w = z / np.float32(np.sqrt(shape[1]))  # fan_in = in_features = shape[1]
         out[name] = f32_to_bf16_bits(w.astype(np.float32))

@@ -49,6 +49,18 @@ def tiny_qwen2(ckpt_root) -> Path:
     return make_tiny_checkpoint.write_checkpoint("tiny-qwen2", ckpt_root / "single" / "tiny-qwen2")
 
 
+def _moe_fixture(name: str):
+    @pytest.fixture(scope="session")
+    def fixture(ckpt_root) -> Path:
+        return make_tiny_checkpoint.write_checkpoint(name, ckpt_root / "single" / name)
+    return fixture
+
+
+# the Qwen3-MoE checkpoints (tools/make_tiny_checkpoint.py), one session fixture each
+MOE_NAMES = ("tiny-moe", "tiny-moe-k1", "tiny-moe-64", "tiny-moe-k4", "tiny-moe-tie")
+tiny_moe, tiny_moe_k1, tiny_moe_64, tiny_moe_k4, tiny_moe_tie = (_moe_fixture(n) for n in MOE_NAMES)
+
+
 @pytest.fixture(scope="session")
 def converted(request, tmp_path_factory):
     """converted(which, outtype): tools/convert_to_gguf.py's output for a tiny checkpoint,
@@ -56,7 +68,7 @@ def converted(request, tmp_path_factory):
     from tools import convert_to_gguf as conv
     out, cache = tmp_path_factory.mktemp("gguf"), {}
 
-    def get(which: str, outtype: str) -> Path:  # which: tiny-tied, tiny-untied, tiny-embed, tiny-qwen2
+    def get(which: str, outtype: str) -> Path:  # which: tiny-tied, tiny-untied, tiny-embed, tiny-qwen2, tiny-moe*
         if (which, outtype) not in cache:
             src = request.getfixturevalue(which.replace("-", "_"))
             cache[which, outtype] = conv.convert(src, outtype, out / f"{which}-{outtype}.gguf", progress=False)
