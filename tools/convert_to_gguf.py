@@ -1,4 +1,4 @@
-"""Converts a Hugging Face Qwen3 (dense) or Qwen2.5 checkpoint directory to a GGUF v3 file.
+"""Converts a Hugging Face Qwen3 (dense), Qwen3-MoE or Qwen2.5 checkpoint directory to a GGUF v3 file.
 
 What it does: reads config.json, model.safetensors (or the shards listed in
 model.safetensors.index.json), tokenizer.json, tokenizer_config.json and, if
@@ -18,8 +18,22 @@ without the "model." prefix) gets qwen3.pooling_type = 3 (last) and no
 output.weight. A Qwen2ForCausalLM checkpoint (Qwen2.5) is written as llama.cpp writes
 `qwen2`: its q/k/v biases as attn_{q,k,v}.bias (F32), no q/k norms, and key_length =
 value_length = hidden_size / num_attention_heads.
+A Qwen3MoeForCausalLM checkpoint (Qwen3-30B-A3B and its family) is written as llama.cpp
+writes `qwen3moe`: qwen3's keys plus expert_count, expert_used_count and
+expert_feed_forward_length, and per layer the router as ffn_gate_inp (F32 in every outtype,
+as llama.cpp keeps it) and the experts stacked in expert order into three 3-D tensors,
+ffn_gate_exps / ffn_up_exps (PyTorch shape [experts, expert_ffn, hidden]) and ffn_down_exps
+([experts, hidden, expert_ffn]), instead of ffn_gate/up/down. It also writes
+qwen3moe.expert_weights_norm = norm_topk_prob (llama.cpp's converter does not, and its
+qwen3moe graph always renormalises the chosen experts' weights; Kipp reads an absent key as
+true). The experts are read from the Hub's per-expert tensors
+(mlp.experts.J.{gate,up,down}_proj.weight) or from the fused 3-D tensors transformers 5
+writes with save_pretrained(save_original_format=False) (mlp.experts.gate_up_proj
+[experts, 2*expert_ffn, hidden], gate rows first, and mlp.experts.down_proj). Configs the
+format cannot describe are refused: dense layers among the sparse ones (mlp_only_layers,
+decoder_sparse_step != 1), shared experts, attention biases, sliding-window attention.
 
-What it does not do: other architectures (Qwen3-MoE, Llama, ...), other
+What it does not do: other architectures (Qwen2-MoE, Llama, ...), other
 quantizations (K-quants, Q4_0, ...), imatrix, vocab-only files, split GGUFs,
 or the tokenizer fingerprinting that llama.cpp uses to pick `tokenizer.ggml.pre`
 (the Qwen2 pre-tokenizer regex is checked in tokenizer.json instead).
@@ -53,6 +67,10 @@ HF_ARCH = "Qwen3ForCausalLM"
 # Qwen2.5 (Qwen2.5-Coder, DeepSeek-R1-Distill-Qwen): q/k/v biases, no q/k norms; GGUF arch qwen2
 HF_ARCH_QWEN2 = "Qwen2ForCausalLM"
 ARCH_QWEN2 = "qwen2"
+# Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3's attention, every layer's FFN a routed
+# mixture of experts (softmax router, top k, optional renormalisation); GGUF arch qwen3moe
+HF_ARCH_QWEN3MOE = "Qwen3MoeForCausalLM"
+ARCH_QWEN3MOE = "qwen3moe"
 # A bare Qwen3Model (no lm_head) is an embedding model: Qwen3-Embedding pools the final-norm
 # hidden state of the last token. llama.cpp's enum for qwen3.pooling_type: 3 = last.
 HF_ARCH_EMBED = "Qwen3Model"
@@ -267,7 +285,11 @@ class HParams:
     tied: bool
     rope_scaling: dict | None
     embedding: bool = False  # no lm_head; qwen3.pooling_type = last
-    arch: str = ARCH  # the GGUF general.architecture: qwen3, or qwen2 for Qwen2ForCausalLM
+    arch: str = ARCH  # the GGUF general.architecture: qwen3, qwen2 or qwen3moe
+    n_expert: int = 0        # qwen3moe: experts per layer (num_experts)
+    n_expert_used: int = 0   # qwen3moe: experts chosen per token (num_experts_per_tok)
+    n_ff_exp: int = 0        # qwen3moe: an expert's FFN width (moe_intermediate_size)
+    expert_weights_norm: bool = True  # qwen3moe: norm_topk_prob (renormalise the top k weights)
 
 
 def _require_int(config: dict, key: str, path: Path) -> int:
@@ -298,11 +320,12 @@ def read_pooling(hf_dir: Path) -> str | None:
 
 def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParams:
     archs = config.get("architectures")
-    if not isinstance(archs, list) or not ({HF_ARCH, HF_ARCH_EMBED, HF_ARCH_QWEN2} & set(archs)):
+    if not isinstance(archs, list) or not ({HF_ARCH, HF_ARCH_EMBED, HF_ARCH_QWEN2, HF_ARCH_QWEN3MOE} & set(archs)):
         raise ConvertError(f"unsupported architecture {archs!r} in {path} (only {HF_ARCH}, "
-                           f"{HF_ARCH_EMBED} and {HF_ARCH_QWEN2} are supported)")
+                           f"{HF_ARCH_EMBED}, {HF_ARCH_QWEN2} and {HF_ARCH_QWEN3MOE} are supported)")
     qwen2 = HF_ARCH_QWEN2 in archs
-    if qwen2 and config.get("use_sliding_window"):
+    moe = HF_ARCH_QWEN3MOE in archs
+    if (qwen2 or moe) and config.get("use_sliding_window"):
         raise ConvertError(f"config.json {path}: use_sliding_window=true is not supported (Kipp attends "
                            "over the whole context)")
     if pooling is not None and pooling != "lasttoken":
@@ -342,16 +365,49 @@ def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParam
         tied=bool(config.get("tie_word_embeddings", False)),
         rope_scaling=rope_scaling,
         embedding=HF_ARCH_EMBED in archs or pooling == "lasttoken",
-        arch=ARCH_QWEN2 if qwen2 else ARCH,
+        arch=ARCH_QWEN2 if qwen2 else ARCH_QWEN3MOE if moe else ARCH,
     )
     if qwen2 and hp.embedding:
         raise ConvertError(f"{path}: a Qwen2 embedding model is not supported")
+    if moe:
+        read_moe_hparams(config, path, hp)
     if not isinstance(hp.n_head_kv, int) or hp.n_head_kv <= 0 or hp.n_head % hp.n_head_kv:
         raise ConvertError(f"config.json {path}: num_key_value_heads {hp.n_head_kv!r} must divide "
                            f"num_attention_heads {hp.n_head}")
     if not qwen2 and config.get("attention_bias"):
-        raise ConvertError(f"config.json {path}: attention_bias=true is not supported for qwen3")
+        raise ConvertError(f"config.json {path}: attention_bias=true is not supported for {hp.arch}")
     return hp
+
+
+def read_moe_hparams(config: dict, path: Path, hp: HParams) -> None:
+    """Qwen3MoeConfig's expert fields into hp; refuses what GGUF qwen3moe cannot describe."""
+    if hp.embedding:
+        raise ConvertError(f"{path}: a Qwen3-MoE embedding model is not supported")
+    # transformers 5 writes num_experts as num_local_experts (Qwen3MoeConfig's attribute_map)
+    hp.n_expert = _require_int(config, "num_local_experts" if "num_experts" not in config else "num_experts", path)
+    hp.n_expert_used = _require_int(config, "num_experts_per_tok", path)
+    hp.n_ff_exp = _require_int(config, "moe_intermediate_size", path)
+    if hp.n_expert_used > hp.n_expert:
+        raise ConvertError(f"config.json {path}: num_experts_per_tok {hp.n_expert_used} exceeds num_experts "
+                           f"{hp.n_expert}")
+    # transformers' Qwen3MoeConfig defaults: decoder_sparse_step 1, mlp_only_layers [], norm_topk_prob false
+    mlp_only = config.get("mlp_only_layers") or []
+    if mlp_only:
+        raise ConvertError(f"config.json {path}: mlp_only_layers={mlp_only!r} is not supported (qwen3moe has "
+                           "no dense layers: every layer's FFN must be sparse)")
+    step = config.get("decoder_sparse_step", 1)
+    if step != 1:
+        raise ConvertError(f"config.json {path}: decoder_sparse_step={step!r} is not supported (qwen3moe has "
+                           "no dense layers: it must be 1)")
+    shared = {k: config[k] for k in ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts")
+              if config.get(k)}
+    if shared:
+        raise ConvertError(f"config.json {path}: shared experts ({', '.join(f'{k}={v!r}' for k, v in shared.items())}) "
+                           "are not supported (qwen3moe has none)")
+    norm = config.get("norm_topk_prob", False)
+    if not isinstance(norm, bool):
+        raise ConvertError(f"config.json {path}: 'norm_topk_prob' must be true or false, got {norm!r}")
+    hp.expert_weights_norm = norm
 
 
 # Per-layer tensors: (GGUF suffix, HF suffix, PyTorch shape function). The order
@@ -381,12 +437,26 @@ _LAYER_TENSORS_QWEN2[4:4] = [
 ]
 
 
+# Qwen3-MoE's: qwen3's attention and norms, then the router and the stacked experts. The
+# experts' HF "name" is a pattern (with EXPERT_MARK): the tensor is assembled from the
+# per-expert tensors (or sliced from the fused ones) by expert_loader().
+EXPERT_MARK = ".experts.*."
+_LAYER_TENSORS_QWEN3MOE = [t for t in _LAYER_TENSORS if not t[0].startswith("ffn_") or t[0] == "ffn_norm.weight"] + [
+    ("ffn_gate_inp.weight", "mlp.gate.weight", lambda h: (h.n_expert, h.n_embd)),
+    ("ffn_gate_exps.weight", "mlp.experts.*.gate_proj.weight", lambda h: (h.n_expert, h.n_ff_exp, h.n_embd)),
+    ("ffn_up_exps.weight", "mlp.experts.*.up_proj.weight", lambda h: (h.n_expert, h.n_ff_exp, h.n_embd)),
+    ("ffn_down_exps.weight", "mlp.experts.*.down_proj.weight", lambda h: (h.n_expert, h.n_embd, h.n_ff_exp)),
+]
+_LAYER_TABLES = {ARCH: _LAYER_TENSORS, ARCH_QWEN2: _LAYER_TENSORS_QWEN2, ARCH_QWEN3MOE: _LAYER_TENSORS_QWEN3MOE}
+
+
 def tensor_plan(hp: HParams, prefix: str = "model.") -> list[tuple[str, str, tuple[int, ...]]]:
     """(GGUF name, HF name, expected PyTorch shape), in output order. prefix: "model." for
-    Qwen3ForCausalLM; "" for a checkpoint saved from a bare Qwen3Model (Qwen3-Embedding)."""
+    Qwen3ForCausalLM; "" for a checkpoint saved from a bare Qwen3Model (Qwen3-Embedding).
+    A qwen3moe expert tensor's HF name is a pattern with ".experts.*." (see expert_loader)."""
     plan = [("token_embd.weight", f"{prefix}embed_tokens.weight", (hp.n_vocab, hp.n_embd))]
     for i in range(hp.n_layer):
-        for gname, hname, shape in (_LAYER_TENSORS_QWEN2 if hp.arch == ARCH_QWEN2 else _LAYER_TENSORS):
+        for gname, hname, shape in _LAYER_TABLES[hp.arch]:
             plan.append((f"blk.{i}.{gname}", f"{prefix}layers.{i}.{hname}", shape(hp)))
     plan.append(("output_norm.weight", f"{prefix}norm.weight", (hp.n_embd,)))
     if not hp.tied and not hp.embedding:
@@ -395,15 +465,51 @@ def tensor_plan(hp: HParams, prefix: str = "model.") -> list[tuple[str, str, tup
 
 
 def stored_type(gguf_name: str, shape: tuple[int, ...], weight_type: GGMLType) -> GGMLType:
-    """1-D tensors and norms stay F32 (as in convert_hf_to_gguf.py); Q8_0 falls
-    back to F16 for a row length that is not a multiple of 32 (same rule)."""
-    if len(shape) <= 1 or gguf_name.endswith("_norm.weight"):
+    """1-D tensors, norms and the MoE router (ffn_gate_inp) stay F32 (as in
+    convert_hf_to_gguf.py); Q8_0 falls back to F16 for a row length that is not a multiple
+    of 32 (same rule; a 3-D expert tensor's rows are its last PyTorch dimension)."""
+    if len(shape) <= 1 or gguf_name.endswith("_norm.weight") or gguf_name.endswith("ffn_gate_inp.weight"):
         return GGMLType.F32
     if weight_type == GGMLType.Q8_0 and shape[-1] % 32 != 0:
         print(f"convert_to_gguf: warning: {gguf_name} row length {shape[-1]} is not a multiple of 32, "
               "storing it as F16", file=sys.stderr)
         return GGMLType.F16
     return weight_type
+
+
+def expert_loader(sources: dict[str, SourceTensor], pattern: str, gname: str, hp: HParams, hf_dir: Path):
+    """For a qwen3moe expert tensor (pattern "<layer>.mlp.experts.*.<gate|up|down>_proj.weight"):
+    (load() -> float32 [experts, ...] in expert order, the source tensor names it reads).
+    The Hub's per-expert tensors are stacked; without them, transformers 5's fused tensors
+    are sliced: mlp.experts.gate_up_proj [E, 2*Fe, H] holds each expert's gate rows, then its
+    up rows (Concatenate(dim=1) in its conversion mapping); mlp.experts.down_proj is [E, H, Fe].
+    Either name may carry a ".weight" suffix (llama.cpp accepts both)."""
+    head, tail = pattern.split(EXPERT_MARK)
+    proj = tail[:-len("_proj.weight")]  # gate, up or down
+    E, Fe, H = hp.n_expert, hp.n_ff_exp, hp.n_embd
+    per = [f"{head}.experts.{j}.{tail}" for j in range(E)]
+    want = (H, Fe) if proj == "down" else (Fe, H)
+    present = [n for n in per if n in sources]
+    fused_base = f"{head}.experts.{'down_proj' if proj == 'down' else 'gate_up_proj'}"
+    fused = next((n for n in (fused_base, fused_base + ".weight") if n in sources), None)
+    if present or fused is None:
+        missing = [n for n in per if n not in sources]
+        if missing:
+            raise ConvertError(f"missing tensor {missing[0]!r} (for {gname}; {len(missing)} of its {E} experts "
+                               f"missing) in {hf_dir}")
+        for n in per:
+            if sources[n].shape != want:
+                raise ConvertError(f"tensor {n!r} has shape {list(sources[n].shape)}, expected {list(want)} "
+                                   "from config.json")
+        return (lambda: np.stack([load_f32(sources[n]) for n in per])), per
+    fshape = (E, H, Fe) if proj == "down" else (E, 2 * Fe, H)
+    if sources[fused].shape != fshape:
+        raise ConvertError(f"tensor {fused!r} has shape {list(sources[fused].shape)}, expected {list(fshape)} "
+                           "from config.json")
+    if proj == "down":
+        return (lambda: load_f32(sources[fused])), [fused]
+    rows = slice(0, Fe) if proj == "gate" else slice(Fe, 2 * Fe)
+    return (lambda: np.ascontiguousarray(load_f32(sources[fused])[:, rows, :])), [fused]
 
 
 # ---------------------------------------------------------------------------
@@ -595,26 +701,49 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
     prefix = "" if "embed_tokens.weight" in sources and "model.embed_tokens.weight" not in sources \
         else "model."
     plan = tensor_plan(hp, prefix)
-    wanted = {h for _, h, _ in plan}
+    wanted: set[str] = set()
+    loaders = {}  # GGUF name -> () -> float32 array in PyTorch shape
     for gname, hname, shape in plan:
+        if EXPERT_MARK in hname:
+            loaders[gname], used = expert_loader(sources, hname, gname, hp, hf_dir)
+            wanted.update(used)
+            continue
         if hname not in sources:
             raise ConvertError(f"missing tensor {hname!r} (for {gname}) in {hf_dir}")
         if sources[hname].shape != shape:
             raise ConvertError(f"tensor {hname!r} has shape {list(sources[hname].shape)}, "
                                f"expected {list(shape)} from config.json")
+        loaders[gname] = (lambda t=sources[hname]: load_f32(t))
+        wanted.add(hname)
     # an embedding model's lm_head (if a checkpoint carries one) is never used: dropped
     ignorable = {"lm_head.weight"} if hp.tied or hp.embedding else set()
     extra = sorted(n for n in sources if n not in wanted and n not in ignorable
                    and not n.endswith("rotary_emb.inv_freq"))
     if extra:
         raise ConvertError(f"unexpected tensor {extra[0]!r} in {hf_dir} ({len(extra)} unexpected in total); "
-                           "this converter handles dense Qwen3 (without biases) and Qwen2")
+                           "this converter handles dense Qwen3 (without biases), Qwen2 and Qwen3-MoE "
+                           "(without shared experts)")
 
     w = GGUFWriter()
-    arch = hp.arch
-    w.add_string("general.architecture", arch)
+    w.add_string("general.architecture", hp.arch)
     w.add_string("general.type", "model")
     w.add_string("general.name", name or hf_dir.resolve().name)
+    add_hparams_kv(w, hp, ftype)
+    add_tokenizer_kv(w, vocab)
+
+    for gname, hname, shape in plan:
+        w.add_tensor_info(gname, shape, stored_type(gname, shape, weight_type))
+
+    def tensor_data(info: TensorInfo) -> np.ndarray:
+        return encode_tensor(loaders[info.name](), info.ggml_type)
+
+    return w, tensor_data
+
+
+def add_hparams_kv(w: GGUFWriter, hp: HParams, ftype: int) -> None:
+    """The architecture's keys and general.file_type / quantization_version, in the order
+    llama.cpp's converter writes them; shared with tools/make_random_model.py."""
+    arch = hp.arch
     w.add_uint32(f"{arch}.block_count", hp.n_layer)
     w.add_uint32(f"{arch}.context_length", hp.n_ctx)
     w.add_uint32(f"{arch}.embedding_length", hp.n_embd)
@@ -623,6 +752,9 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
     w.add_uint32(f"{arch}.attention.head_count_kv", hp.n_head_kv)
     w.add_float32(f"{arch}.rope.freq_base", hp.rope_theta)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", hp.rms_eps)
+    if arch == ARCH_QWEN3MOE:
+        w.add_uint32(f"{arch}.expert_count", hp.n_expert)
+        w.add_uint32(f"{arch}.expert_used_count", hp.n_expert_used)
     w.add_uint32(f"{arch}.attention.key_length", hp.head_dim)
     w.add_uint32(f"{arch}.attention.value_length", hp.head_dim)
     if hp.rope_scaling is not None:  # YaRN, as Qwen2Model.set_gguf_parameters writes it
@@ -633,18 +765,10 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
     if hp.embedding:
         w.add_uint32(f"{arch}.pooling_type", POOLING_LAST)
     w.add_uint32("general.file_type", ftype)
+    if arch == ARCH_QWEN3MOE:  # llama.cpp writes it here (Qwen2MoeModel.set_gguf_parameters)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", hp.n_ff_exp)
+        w.add_bool(f"{arch}.expert_weights_norm", hp.expert_weights_norm)  # Kipp's addition
     w.add_uint32("general.quantization_version", GGML_QUANT_VERSION)
-    add_tokenizer_kv(w, vocab)
-
-    src_of: dict[str, SourceTensor] = {}
-    for gname, hname, shape in plan:
-        w.add_tensor_info(gname, shape, stored_type(gname, shape, weight_type))
-        src_of[gname] = sources[hname]
-
-    def tensor_data(info: TensorInfo) -> np.ndarray:
-        return encode_tensor(load_f32(src_of[info.name]), info.ggml_type)
-
-    return w, tensor_data
 
 
 def _progress_bar(tqdm, label: str):

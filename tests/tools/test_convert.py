@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from tools import convert_to_gguf as conv
-from conftest import TOOLS, gguf_reader, run_module
+from conftest import TOOLS, gguf_reader, run_module, run_tool
 from make_gguf_with_gguf_py import read_safetensors
 
 Q = gguf.GGMLQuantizationType
@@ -525,3 +526,269 @@ def test_qwen2_sliding_window_refused(tiny_qwen2, tmp_path):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     res = run_module("tools.convert_to_gguf", ckpt, "--outtype", "f32", "--no-progress")
     assert_one_line_error(res, "use_sliding_window=true is not supported")
+
+
+# ---- Qwen3-MoE (Qwen3MoeForCausalLM -> qwen3moe) ------------------------------------------
+
+# qwen3's keys plus the four expert keys, where llama.cpp's converter writes them
+# (expert_feed_forward_length after general.file_type; expert_weights_norm is Kipp's)
+EXPECTED_KEYS_MOE = [k.replace("qwen3.", "qwen3moe.") for k in EXPECTED_KEYS]
+EXPECTED_KEYS_MOE.insert(EXPECTED_KEYS_MOE.index("qwen3moe.attention.key_length"), "qwen3moe.expert_count")
+EXPECTED_KEYS_MOE.insert(EXPECTED_KEYS_MOE.index("qwen3moe.attention.key_length"), "qwen3moe.expert_used_count")
+EXPECTED_KEYS_MOE.insert(EXPECTED_KEYS_MOE.index("general.quantization_version"), "qwen3moe.expert_feed_forward_length")
+EXPECTED_KEYS_MOE.insert(EXPECTED_KEYS_MOE.index("general.quantization_version"), "qwen3moe.expert_weights_norm")
+MOE_PER_LAYER = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm",
+                 "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+MOE_COMBOS = [("tiny-moe", "bf16"), ("tiny-moe", "q8_0"), ("tiny-moe-k1", "q8_0"), ("tiny-moe-k4", "f16"),
+              pytest.param("tiny-moe-64", "f32", marks=pytest.mark.full)]
+
+
+def moe_sources(ckpt: Path) -> dict[str, np.ndarray]:
+    return read_safetensors(ckpt / "model.safetensors")
+
+
+def moe_expected(src: dict, cfg: dict, gname: str) -> np.ndarray:
+    """The value a qwen3moe tensor must hold, from the per-expert source tensors."""
+    if not gname.startswith("blk."):
+        return src[hf_name(gname)]
+    _, i, kind, _ = gname.split(".")
+    p = f"model.layers.{i}.mlp."
+    if kind == "ffn_gate_inp":
+        return src[p + "gate.weight"]
+    if kind.endswith("_exps"):
+        proj = kind[len("ffn_"):-len("_exps")]
+        return np.stack([src[p + f"experts.{j}.{proj}_proj.weight"] for j in range(cfg["num_experts"])])
+    return src[hf_name(gname)]
+
+
+@pytest.mark.parametrize("which,outtype", MOE_COMBOS)
+def test_moe_metadata_and_tensors(converted, request, which, outtype):
+    """Keys and their order, the expert keys from config.json, tensor names/order/shapes
+    (ggml ne: gate/up exps [H, Fe, E], down exps [Fe, H, E], router [H, E]), the router F32 in
+    every outtype, every tensor equal to its source (the experts stacked in expert order)."""
+    ckpt = request.getfixturevalue(which.replace("-", "_"))
+    cfg = json.loads((ckpt / "config.json").read_text())
+    path = converted(which, outtype)
+    r = read(path)
+    assert [k for k in r.fields if not k.startswith("GGUF.")] == EXPECTED_KEYS_MOE
+    assert field(r, "general.architecture") == "qwen3moe"
+    H, E, Fe, L = cfg["hidden_size"], cfg["num_experts"], cfg["moe_intermediate_size"], cfg["num_hidden_layers"]
+    assert field(r, "qwen3moe.expert_count") == E
+    assert field(r, "qwen3moe.expert_used_count") == cfg["num_experts_per_tok"]
+    assert field(r, "qwen3moe.expert_feed_forward_length") == Fe
+    assert field(r, "qwen3moe.expert_weights_norm") is cfg["norm_topk_prob"]
+    assert field(r, "qwen3moe.feed_forward_length") == cfg["intermediate_size"]
+    assert field(r, "qwen3moe.block_count") == L
+    assert field(r, "qwen3moe.attention.key_length") == cfg["head_dim"]
+    assert r.fields["qwen3moe.expert_count"].types == [gguf.GGUFValueType.UINT32]
+    assert r.fields["qwen3moe.expert_weights_norm"].types == [gguf.GGUFValueType.BOOL]
+    tied = cfg["tie_word_embeddings"]
+    assert [t.name for t in r.tensors] == ["token_embd.weight"] + \
+        [f"blk.{i}.{k}.weight" for i in range(L) for k in MOE_PER_LAYER] + ["output_norm.weight"] + \
+        ([] if tied else ["output.weight"])
+    src = moe_sources(ckpt)
+    for t in r.tensors:
+        x = moe_expected(src, cfg, t.name)
+        ne = [int(d) for d in t.shape]
+        assert ne == list(reversed(x.shape)), t.name
+        if t.name.endswith("ffn_gate_inp.weight"):
+            assert ne == [H, E]
+        elif t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight")):
+            assert ne == [H, Fe, E]
+        elif t.name.endswith("ffn_down_exps.weight"):
+            assert ne == [Fe, H, E]
+        f32 = x.ndim == 1 or t.name.endswith(("_norm.weight", "ffn_gate_inp.weight"))
+        want_type = Q.F32 if f32 else WEIGHT_TYPE[outtype]
+        if want_type == Q.Q8_0 and x.shape[-1] % 32:
+            want_type = Q.F16  # llama.cpp's fallback: expert ffn 48 (tiny-moe-k1), 16 (tiny-moe-k4)
+        assert t.tensor_type == want_type, t.name
+        raw = raw_tensor(path, t)
+        if want_type == Q.Q8_0:  # bit-exact with gguf-py's port of ggml's quantizer, row by row
+            assert np.array_equal(raw, gguf.quants.quantize(x, Q.Q8_0).reshape(-1)), t.name
+        elif want_type == Q.F16:
+            assert np.array_equal(raw.view("<f2"), x.astype(np.float16).reshape(-1)), t.name
+        else:
+            assert np.array_equal(decode(path, t), x), t.name
+
+
+def test_moe_expert_order(converted, tiny_moe):
+    """Expert j of ffn_{gate,up,down}_exps is the checkpoint's mlp.experts.j (ne[2] = j):
+    spot-checked by decoding single slices of the bf16 file."""
+    path = converted("tiny-moe", "bf16")
+    r = read(path)
+    src = moe_sources(tiny_moe)
+    for proj in ("gate", "up", "down"):
+        t = next(t for t in r.tensors if t.name == f"blk.1.ffn_{proj}_exps.weight")
+        got = decode(path, t)
+        for j in (0, 3, 7):
+            assert np.array_equal(got[j], src[f"model.layers.1.mlp.experts.{j}.{proj}_proj.weight"]), (proj, j)
+        assert not np.array_equal(got[0], got[1])
+
+
+def _fuse_experts(ckpt: Path, num_local: bool = True) -> None:
+    """Rewrites a per-expert checkpoint in the layout transformers 5 writes with
+    save_pretrained(save_original_format=False): mlp.experts.gate_up_proj [E, 2*Fe, H] (each
+    expert's gate rows, then its up rows) and mlp.experts.down_proj [E, H, Fe], no ".weight";
+    config.json's num_experts as num_local_experts."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    E = cfg["num_experts"]
+    src = read_safetensors(ckpt / "model.safetensors")
+    out = {}
+    for name, a in src.items():
+        if ".mlp.experts." not in name:
+            out[name] = a
+            continue
+        pre, rest = name.split(".mlp.experts.")
+        if not rest.startswith("0."):
+            continue
+        ex = [[src[f"{pre}.mlp.experts.{j}.{p}_proj.weight"] for j in range(E)] for p in ("gate", "up", "down")]
+        out[f"{pre}.mlp.experts.gate_up_proj"] = np.concatenate([np.stack(ex[0]), np.stack(ex[1])], axis=1)
+        out[f"{pre}.mlp.experts.down_proj"] = np.stack(ex[2])
+    write_safetensors(ckpt / "model.safetensors",
+                      {n: ("BF16", a.shape, (np.ascontiguousarray(a).view(np.uint32) >> 16).astype("<u2").tobytes())
+                       for n, a in out.items()})
+    if num_local:
+        cfg["num_local_experts"] = cfg.pop("num_experts")
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+
+
+def test_moe_fused_layout_gives_same_file(converted, tiny_moe, tmp_path):
+    ckpt = tmp_path / "tiny-moe"  # same directory name: same general.name
+    shutil.copytree(tiny_moe, ckpt)
+    _fuse_experts(ckpt)
+    assert "model.layers.0.mlp.experts.gate_up_proj" in read_safetensors(ckpt / "model.safetensors")
+    out = conv.convert(ckpt, "q8_0", tmp_path / "fused.gguf", progress=False)
+    assert sha256(out) == sha256(converted("tiny-moe", "q8_0"))
+
+
+def test_moe_transformers_fused_save_gives_same_file(converted, tiny_moe_k1, tmp_path):
+    """What transformers 5.x itself writes with save_original_format=False (and what its
+    default save_pretrained writes: the per-expert layout) converts to the same tensors."""
+    torch = pytest.importorskip("torch", reason="torch is only in tools/requirements-vectors.txt")
+    transformers = pytest.importorskip("transformers")
+    from tools import quantize as qz  # its GGUF reader skips the vocabulary: fast
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_moe_k1, dtype=torch.bfloat16)
+    ref_path = converted("tiny-moe-k1", "q8_0")
+    ref = qz.read_model(ref_path)
+    for fmt in (False, True):
+        ckpt = tmp_path / f"fmt{fmt}" / "tiny-moe-k1"
+        model.save_pretrained(ckpt, save_original_format=fmt)
+        names = read_safetensors(ckpt / "model.safetensors")
+        assert ("model.layers.0.mlp.experts.gate_up_proj" in names) is (not fmt)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(tiny_moe_k1 / f, ckpt / f)
+        path = conv.convert(ckpt, "q8_0", tmp_path / f"k1-{fmt}.gguf", progress=False)
+        got = qz.read_model(path)
+        assert [(t.name, t.ne, t.type_id) for t in got.tensors] == [(t.name, t.ne, t.type_id) for t in ref.tensors]
+        for a, b in zip(got.tensors, ref.tensors):
+            assert np.array_equal(np.fromfile(path, np.uint8, a.nbytes, offset=a.offset),
+                                  np.fromfile(ref_path, np.uint8, b.nbytes, offset=b.offset)), a.name
+        assert got.value("qwen3moe.expert_count") == 16 and got.value("qwen3moe.expert_weights_norm") is False
+
+
+def _moe_cfg(**changes):
+    def setup(d):
+        c = json.loads((d / "config.json").read_text())
+        c.update(changes)
+        (d / "config.json").write_text(json.dumps(c))
+    return setup
+
+
+def _moe_drop_expert(d):
+    t = bf16_tensors(d)
+    del t["model.layers.1.mlp.experts.5.up_proj.weight"]
+    write_safetensors(d / "model.safetensors", t)
+
+
+def _moe_expert_shape(d):
+    t = bf16_tensors(d)
+    t["model.layers.0.mlp.experts.2.down_proj.weight"] = ("BF16", (32, 64), b"\0" * 4096)
+    write_safetensors(d / "model.safetensors", t)
+
+
+def _moe_shared_expert_tensor(d):
+    t = bf16_tensors(d)
+    t["model.layers.0.mlp.shared_expert.gate_proj.weight"] = ("BF16", (32, 64), b"\0" * 4096)
+    write_safetensors(d / "model.safetensors", t)
+
+
+MOE_ERRORS = {
+    "mlp-only-layers": (_moe_cfg(mlp_only_layers=[1]), "mlp_only_layers=[1] is not supported"),
+    "sparse-step": (_moe_cfg(decoder_sparse_step=2), "decoder_sparse_step=2 is not supported"),
+    "shared-experts": (_moe_cfg(shared_expert_intermediate_size=64), "shared experts (shared_expert_intermediate_size=64)"),
+    "shared-expert-tensor": (_moe_shared_expert_tensor, "unexpected tensor 'model.layers.0.mlp.shared_expert.gate_proj"),
+    "attention-bias": (_moe_cfg(attention_bias=True), "attention_bias=true is not supported for qwen3moe"),
+    "sliding-window": (_moe_cfg(use_sliding_window=True), "use_sliding_window=true is not supported"),
+    "top-k-too-large": (_moe_cfg(num_experts_per_tok=9), "num_experts_per_tok 9 exceeds num_experts 8"),
+    "no-experts": (_moe_cfg(num_experts=0), "'num_experts' must be a positive integer"),
+    "norm-not-bool": (_moe_cfg(norm_topk_prob="yes"), "'norm_topk_prob' must be true or false"),
+    "missing-expert": (_moe_drop_expert, "missing tensor 'model.layers.1.mlp.experts.5.up_proj.weight' "
+                                         "(for blk.1.ffn_up_exps.weight; 1 of its 8 experts missing)"),
+    "expert-shape": (_moe_expert_shape, "tensor 'model.layers.0.mlp.experts.2.down_proj.weight' has shape [32, 64], "
+                                        "expected [64, 32]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MOE_ERRORS))
+def test_moe_errors(case, tiny_moe, tmp_path):
+    ckpt = tmp_path / "tiny-moe"
+    shutil.copytree(tiny_moe, ckpt)
+    setup, needle = MOE_ERRORS[case]
+    setup(ckpt)
+    res = run_module("tools.convert_to_gguf", ckpt, "--outtype", "bf16", "--no-progress")
+    assert_one_line_error(res, needle)
+    assert not list(ckpt.glob("*.gguf*"))
+
+
+# ---- against llama.cpp's own converter ----------------------------------------------------
+# convert_hf_to_gguf.py from the llama.cpp tree of the pinned llama-cpp-python sdist
+# (bench/README.md unpacks it to /tmp/lsrv; LLAMA_CPP_SRC overrides), run with its own
+# gguf-py. Skipped where that tree is absent.
+
+LLAMA_CPP_SRC = Path(os.environ.get("LLAMA_CPP_SRC", "/tmp/lsrv/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+# what llama.cpp writes that Kipp does not (general.sampling.* come from generation_config.json;
+# general.size_label, general.basename/version and the "Tiny Moe" general.name are guessed
+# from the directory name by its model-card logic; add_eos_token = false, which Kipp writes
+# only when tokenizer_config.json has the flag), and Kipp's one addition
+LLAMA_ONLY_KEYS = {"general.sampling.top_k", "general.sampling.top_p", "general.sampling.temp",
+                   "general.size_label", "general.basename", "general.version", "tokenizer.ggml.add_eos_token"}
+KIPP_ONLY_KEYS = {"qwen3moe.expert_weights_norm"}
+
+
+def llama_cpp_convert(ckpt: Path, outtype: str, out: Path) -> Path:
+    script = LLAMA_CPP_SRC / "convert_hf_to_gguf.py"
+    if not script.is_file():
+        pytest.skip(f"llama.cpp's converter is not at {script} (set LLAMA_CPP_SRC)")
+    pytest.importorskip("torch", reason="llama.cpp's converter needs torch")
+    env = dict(os.environ, PYTHONPATH=str(LLAMA_CPP_SRC / "gguf-py"))
+    res = run_tool(script, ckpt, "--outtype", outtype, "--outfile", out, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("which,outtype", [("tiny-moe", "bf16"), pytest.param("tiny-moe", "q8_0", marks=pytest.mark.full),
+                                           pytest.param("tiny-moe-k1", "q8_0", marks=pytest.mark.full),
+                                           pytest.param("tiny-moe-64", "f32", marks=pytest.mark.full)])
+def test_moe_matches_llama_cpp_converter(converted, request, tmp_path, which, outtype):
+    """Same tensor names, types, shapes and bytes as llama.cpp's convert_hf_to_gguf.py; the
+    same metadata values, in the same order, except the keys listed above and general.name."""
+    ckpt = request.getfixturevalue(which.replace("-", "_"))
+    theirs_path = llama_cpp_convert(ckpt, outtype, tmp_path / "llama.gguf")
+    ours_path = converted(which, outtype)
+    ours, theirs = read(ours_path), gguf_reader(theirs_path)
+    ka = [k for k in ours.fields if not k.startswith("GGUF.")]
+    kb = [k for k in theirs.fields if not k.startswith("GGUF.")]
+    assert set(ka) - set(kb) == KIPP_ONLY_KEYS and set(kb) - set(ka) <= LLAMA_ONLY_KEYS
+    common = [k for k in ka if k in kb]
+    assert common == [k for k in kb if k in ka]
+    for k in common:
+        if k != "general.name":
+            assert b"".join(bytes(p) for p in ours.fields[k].parts[1:]) == \
+                b"".join(bytes(p) for p in theirs.fields[k].parts[1:]), k
+    ta, tb = {t.name: t for t in ours.tensors}, {t.name: t for t in theirs.tensors}
+    assert set(ta) == set(tb)
+    for name, a in ta.items():
+        b = tb[name]
+        assert (a.tensor_type, [int(d) for d in a.shape]) == (b.tensor_type, [int(d) for d in b.shape]), name
+        assert np.array_equal(raw_tensor(ours_path, a), raw_tensor(theirs_path, b)), name
