@@ -7,10 +7,11 @@ the tensors one at a time, in chunks of rows, on all cores, streaming them to di
 input is memory-mapped, so memory stays at a few hundred MB whatever the model size.
 --type takes q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, q4_0, iq4_nl,
 iq4_xs, q3_k_l, q3_k_m, q3_k_s or q2_k. Tensor types follow llama.cpp's
-llama_tensor_get_type for these ftypes on a dense model without an importance matrix
-(reference §3.3):
+llama_tensor_get_type for these ftypes on a dense or qwen3moe model without an importance
+matrix (reference §3.3):
   * 1-D tensors (norms) are copied unchanged (the converter stores them F32);
-  * every 2-D weight gets the base type (the ftype's name without _s/_m/_l), except
+  * every 2-D (and 3-D expert) weight gets the base type (the ftype's name without _s/_m/_l),
+    except
   * output.weight, or token_embd.weight when there is no output.weight (tied), which
     gets Q6_K (Q8_0 stays Q8_0);
   * per layer i of L (blk.i.*), "more bits" meaning i < L/8, i >= 7L/8, or
@@ -24,6 +25,14 @@ llama_tensor_get_type for these ftypes on a dense model without an importance ma
       attn_output: q2_k Q3_K; q3_k_m Q4_K; q3_k_l Q5_K;
     q3_k_s, q5_k_s and the 32-element types (q4_0, q4_1, q5_0, q5_1, q8_0) have no
     per-layer rule;
+  * a mixture-of-experts file (qwen3moe: {arch}.expert_count = E > 1) follows the same
+    rules with llama.cpp's MoE additions: the router (ffn_gate_inp) is never quantized (it
+    stays F32), the 3-D expert tensors are quantized row by row (rows of ne[0], every expert
+    alike), ffn_down_exps takes ffn_down's rules (its layer read from the name), while
+    ffn_gate_exps and ffn_up_exps take the base type; and for E == 8 exactly (Mixtral's
+    rule, which llama.cpp applies to any 8-expert model): attn_v and attn_k are Q8_0 in every
+    type, and attn_output is Q5_K in q2_k, q3_k_s, q3_k_m, q4_k_s, q4_k_m, iq4_nl and iq4_xs
+    (base type otherwise: the dense attn_output rules above do not apply);
   * a row length that is not a multiple of the chosen type's block (256 for K-quants and
     IQ4_XS, 32 for the rest) falls back as llama.cpp does (Q2_K/Q3_K/IQ4_XS -> IQ4_NL,
     Q5_K -> Q5_1, Q6_K -> Q8_0), except Q4_K -> Q8_0 (llama.cpp: Q5_0), and any other
@@ -32,7 +41,7 @@ Block encoders: tools/kipp_quants.py (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 bit-exact with gg
 reference quantizers; the K-quants and IQ4 types with ggml's layouts and search, within
 1 % of its error).
 
-What it does not do: importance matrices (so no IQ1/IQ2/IQ3 types), MoE rules,
+What it does not do: importance matrices (so no IQ1/IQ2/IQ3 types), MXFP4_MOE,
 requantizing an already quantized file, or --pure / per-tensor overrides.
 
 Usage: python -m tools.quantize INPUT.gguf OUTPUT.gguf --type TYPE [--threads N] [--no-progress]
@@ -250,14 +259,20 @@ def use_more_bits(i_layer: int, n_layers: int) -> bool:
     return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
 
 
-_LAYER_RE = re.compile(r"^blk\.(\d+)\.(attn_v|attn_output|ffn_down)\.weight$")
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.(attn_v|attn_k|attn_output|ffn_down|ffn_down_exps)\.weight$")
 Q3_K, Q4_K, Q5_K, Q6_K = GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
+# ftypes whose attn_output llama.cpp raises to Q5_K in an 8-expert model
+_ATTN_OUTPUT_8_EXPERTS = {"q2_k", "q3_k_s", "q3_k_m", "q4_k_s", "q4_k_m", "iq4_nl", "iq4_xs"}
 
 
-def _layer_type(qtype: str, kind: str, i: int, n_layers: int, n_gqa: int) -> GGMLType | None:
-    """llama_tensor_get_type's per-layer rules for these ftypes (dense Qwen3, no imatrix);
-    None: the base type."""
+def _layer_type(qtype: str, kind: str, i: int, n_layers: int, n_gqa: int, n_expert: int = 0) -> GGMLType | None:
+    """llama_tensor_get_type's per-layer rules for these ftypes (Qwen3 dense or MoE, no
+    imatrix); None: the base type."""
     more = use_more_bits(i, n_layers)
+    if n_expert == 8 and kind in ("attn_v", "attn_k"):  # "bumping this to Q8_0 trades just ~128MB"
+        return GGMLType.Q8_0
+    if kind == "attn_k":
+        return None
     if kind == "attn_v":
         return {"q2_k": Q4_K if n_gqa >= 4 else Q3_K,
                 "q3_k_m": Q5_K if i < 2 else Q4_K,
@@ -267,7 +282,7 @@ def _layer_type(qtype: str, kind: str, i: int, n_layers: int, n_gqa: int) -> GGM
                 "q4_k_m": Q6_K if more else None,
                 "q5_k_m": Q6_K if more else None,
                 "q4_k_s": Q5_K if i < 4 else None}.get(qtype)
-    if kind == "ffn_down":
+    if kind in ("ffn_down", "ffn_down_exps"):
         return {"q2_k": Q3_K,
                 "q3_k_m": Q5_K if i < n_layers // 16 else Q4_K,
                 "q3_k_l": Q5_K,
@@ -276,14 +291,18 @@ def _layer_type(qtype: str, kind: str, i: int, n_layers: int, n_gqa: int) -> GGM
                 "iq4_xs": Q5_K if i < n_layers // 8 else None,
                 "q5_k_m": Q6_K if more else None,
                 "q4_k_s": Q5_K if i < n_layers // 8 else None}.get(qtype)
+    if n_expert == 8:  # attn_output
+        return Q5_K if qtype in _ATTN_OUTPUT_8_EXPERTS else None
     return {"q2_k": Q3_K, "q3_k_m": Q4_K, "q3_k_l": Q5_K}.get(qtype)  # attn_output
 
 
 def target_type(name: str, torch_shape: tuple[int, ...], in_type: GGMLType, qtype: str, n_layers: int,
-                has_output: bool, n_gqa: int = 1) -> GGMLType:
-    """The type llama-quantize would give this tensor (see the module docstring)."""
+                has_output: bool, n_gqa: int = 1, n_expert: int = 0) -> GGMLType:
+    """The type llama-quantize would give this tensor (see the module docstring). n_expert:
+    the file's expert_count (0 for a dense model)."""
     base, _ = FTYPES[qtype]
-    if len(torch_shape) < 2 or not name.endswith(".weight") or name.endswith("_norm.weight"):
+    if len(torch_shape) < 2 or not name.endswith(".weight") or name.endswith("_norm.weight") \
+            or name.endswith("ffn_gate_inp.weight"):  # llama.cpp never quantizes a router
         return in_type
     row = torch_shape[-1]
     new = base
@@ -293,7 +312,7 @@ def target_type(name: str, torch_shape: tuple[int, ...], in_type: GGMLType, qtyp
         elif base != GGMLType.Q8_0:
             new = GGMLType.Q6_K
     elif m := _LAYER_RE.match(name):
-        new = _layer_type(qtype, m.group(2), int(m.group(1)), n_layers, n_gqa) or base
+        new = _layer_type(qtype, m.group(2), int(m.group(1)), n_layers, n_gqa, n_expert) or base
     if row % GGML_BLOCK[new][0]:
         new = FALLBACK.get(new, GGMLType.Q8_0)
         if row % GGML_BLOCK[new][0]:
@@ -313,6 +332,8 @@ def plan(model: SrcModel, qtype: str) -> list[tuple[SrcTensor, GGMLType]]:
     heads = model.value(f"{arch}.attention.head_count") if isinstance(arch, str) else None
     kv_heads = model.value(f"{arch}.attention.head_count_kv") if isinstance(arch, str) else None
     n_gqa = heads // kv_heads if isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads > 0 else 1
+    n_expert = model.value(f"{arch}.expert_count") if isinstance(arch, str) else None
+    n_expert = n_expert if isinstance(n_expert, int) else 0
     out = []
     for t in model.tensors:
         in_type = GGMLType(t.type_id)
@@ -320,7 +341,7 @@ def plan(model: SrcModel, qtype: str) -> list[tuple[SrcTensor, GGMLType]]:
             raise QuantizeError(f"input must be an f32/f16/bf16 GGUF, but tensor {t.name!r} is "
                                 f"{in_type.name}")
         out.append((t, target_type(t.name, t.torch_shape, in_type, qtype, n_layers, "output.weight" in names,
-                                   n_gqa)))
+                                   n_gqa, n_expert)))
     return out
 
 
