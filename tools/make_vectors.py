@@ -1,8 +1,8 @@
 """Generates golden test vectors for a checkpoint from Hugging Face transformers.
 
 What it does: loads models/NAME with transformers' class for it (Qwen3ForCausalLM,
-Qwen2ForCausalLM: AutoModelForCausalLM) twice, in
-float32 and in float64 (eager attention, CPU), tokenizes a fixed set of four
+Qwen2ForCausalLM, Qwen3MoeForCausalLM: AutoModelForCausalLM) twice, in
+float32 and in float64 (eager attention and, for MoE, eager experts; CPU), tokenizes a fixed set of four
 ASCII prompts with the checkpoint's own HF tokenizer (no special tokens added),
 and writes tests/test-vectors/NAME/:
   manifest.json   tokens, per-position argmax / top1-top2 gap / top-k of the
@@ -17,6 +17,19 @@ The bound is B = max(S*G, F), where G is the largest |float32 - float64| logit
 difference of the oracle itself over all prompts, positions and vocab entries.
 It refuses to write vectors whose argmax is ambiguous (top1-top2 gap <= 2B at
 any position).
+For a mixture-of-experts checkpoint (Qwen3-MoE) a forward hook on every layer's router
+(mlp.gate) records its logits and the experts it chose, and applies Kipp's tie rule: of
+experts with exactly equal router probabilities at the k-th place the lower index is chosen
+(torch.topk on the CPU picks either one, depending on where the other values lie). The hook
+recomputes transformers' selection (softmax in float32, top k, optional renormalisation,
+the same arithmetic) with a stable sort, which equals torch.topk's choice and weights bit for
+bit wherever there is no exact tie at the k-th place (checked on every token and layer). The
+manifest then also holds "routing": the smallest gap between the k-th and (k+1)-th largest
+router probability and logit over every token and layer (float64 run, softmax in float64),
+how many gaps are below 1e-3 in logits, how many are exact ties and what torch.topk would
+have picked there, and how often each expert was chosen; and per prompt "experts" (the
+chosen experts per layer and position, largest weight first) and "routing_min_logit_gap".
+It refuses to write vectors where the float32 and float64 runs choose different experts.
 
 What it does not do: run Kipp, compare anything, or work without torch and
 transformers (install them with `make vectors`, which installs
@@ -77,9 +90,96 @@ def load_model(ckpt: Path, torch, transformers, dtype):
     kwargs = {"attn_implementation": "eager"}
     major = int(transformers.__version__.split(".")[0])
     kwargs["dtype" if major >= 5 else "torch_dtype"] = dtype
+    if is_moe(ckpt):  # transformers 5 defaults to grouped_mm, which refuses float64 on the CPU
+        kwargs["experts_implementation"] = "eager"
     model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, **kwargs)  # the class config.json names
     model.eval()
     return model
+
+
+def is_moe(ckpt: Path) -> bool:
+    return json.loads((ckpt / "config.json").read_text(encoding="utf-8")).get("model_type") == "qwen3_moe"
+
+
+class RouterHooks:
+    """Forward hooks on every layer's router (Qwen3MoeTopKRouter: returns router_logits,
+    router_scores, router_indices) that record each call and return the selection made with
+    Kipp's tie rule (exact ties at the k-th place -> the lower expert index)."""
+
+    def __init__(self, model, torch):
+        self.torch, self.calls, self.topk_picks = torch, [], {"lower": 0, "higher": 0}
+        self.handles = [layer.mlp.gate.register_forward_hook(self.hook) for layer in model.model.layers]
+
+    def hook(self, mod, args, out):
+        torch = self.torch
+        logits, scores, indices = out
+        k = mod.top_k
+        # transformers' Qwen3MoeTopKRouter.forward, with torch.topk replaced by a stable sort
+        probs = torch.nn.functional.softmax(logits, dtype=torch.float, dim=-1)
+        order = torch.sort(probs, dim=-1, descending=True, stable=True).indices[:, :k]
+        values = probs.gather(-1, order)
+        if mod.norm_topk_prob:
+            values /= values.sum(dim=-1, keepdim=True)
+        values = values.to(logits.dtype)
+        ranked = probs.sort(dim=-1, descending=True).values
+        tie = ranked[:, k - 1] == ranked[:, k] if k < probs.shape[-1] else torch.zeros_like(ranked[:, 0], dtype=torch.bool)
+        same = (order == indices).all(dim=-1)
+        if not bool(torch.equal(values[same], scores[same])):
+            raise SystemExit("make_vectors: internal error: the router's recomputed weights differ from transformers'")
+        for row in torch.nonzero(~same & ~tie).flatten().tolist():
+            if set(order[row].tolist()) != set(indices[row].tolist()):
+                raise SystemExit("make_vectors: internal error: torch.topk chose other experts without a tie")
+        for row in torch.nonzero(tie).flatten().tolist():  # what torch.topk picked at each exact tie
+            tied = (probs[row] == ranked[row, k - 1]).nonzero().flatten().tolist()
+            picked = sorted(e for e in indices[row].tolist() if e in tied)
+            rule = sorted(e for e in order[row].tolist() if e in tied)
+            self.topk_picks["lower" if picked == rule else "higher"] += 1
+        self.calls.append((logits.detach().to(torch.float64).clone(), order.clone()))
+        return logits, values, order
+
+    def take(self):
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def routing_stats(calls64: list, calls32: list, k: int, n_expert: int) -> tuple[dict, list]:
+    """The manifest's routing block and per-prompt fields from the router calls of each prompt
+    (float64 and float32 runs; one call per layer per prompt, in layer order)."""
+    prompt_fields, gaps_l, gaps_p, use, differ = [], [], [], np.zeros(n_expert, dtype=np.int64), 0
+    for c64, c32 in zip(calls64, calls32):
+        experts, pmin = [], np.inf
+        for (l64, o64), (_, o32) in zip(c64, c32):
+            lg = l64.numpy()
+            srt = -np.sort(-lg, axis=-1)
+            p = np.exp(lg - srt[:, :1])
+            p /= p.sum(-1, keepdims=True)
+            ps = -np.sort(-p, axis=-1)
+            gl, gp = srt[:, k - 1] - srt[:, k], ps[:, k - 1] - ps[:, k]
+            gaps_l.append(gl)
+            gaps_p.append(gp)
+            pmin = min(pmin, float(gl.min()))
+            ids = o64.numpy()
+            experts.append(ids.tolist())
+            np.add.at(use, ids.reshape(-1), 1)
+            differ += sum(set(a) != set(b) for a, b in zip(ids.tolist(), o32.numpy().tolist()))
+        prompt_fields.append({"experts": experts, "routing_min_logit_gap": pmin})
+    gl, gp = np.concatenate(gaps_l), np.concatenate(gaps_p)
+    ties = gl == 0
+    block = {
+        "tie_rule": "exact ties at the k-th place go to the lower expert index (torch.topk's pick replaced)",
+        "experts_implementation": "eager",
+        "n_expert": n_expert,
+        "top_k": k,
+        "n_token_layer_pairs": int(gl.size),
+        "min_prob_gap": float(gp.min()),
+        "min_logit_gap": float(gl.min()),
+        "n_logit_gap_below_1e-3": int((gl < 1e-3).sum()),
+        "exact_ties": int(ties.sum()),
+        "min_logit_gap_excluding_exact_ties": float(gl[~ties].min()) if (~ties).any() else None,
+        "f32_f64_differences": int(differ),
+        "expert_use": use.tolist(),
+    }
+    return block, prompt_fields
 
 
 def dump_manifest(m: dict) -> str:
@@ -142,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     model32 = load_model(ckpt, torch, transformers, torch.float32)
     model64 = load_model(ckpt, torch, transformers, torch.float64)
     n_vocab = model32.config.vocab_size
+    moe = is_moe(ckpt)
+    hooks32, hooks64 = (RouterHooks(model32, torch), RouterHooks(model64, torch)) if moe else (None, None)
 
     runs = []
+    router_calls = []
     max_diff = 0.0
     with torch.no_grad():
         for text in PROMPTS:
@@ -155,6 +258,19 @@ def main(argv: list[str] | None = None) -> int:
             l64 = model64(x).logits[0].to(torch.float64).numpy()
             max_diff = max(max_diff, float(np.max(np.abs(l32.astype(np.float64) - l64))))
             runs.append((text, ids, l32))
+            if moe:
+                router_calls.append((hooks64.take(), hooks32.take()))
+
+    routing, routing_prompts = None, [{} for _ in runs]
+    if moe:
+        cfg = model64.config
+        routing, routing_prompts = routing_stats([c[0] for c in router_calls], [c[1] for c in router_calls],
+                                                 cfg.num_experts_per_tok, cfg.num_experts)
+        routing["torch_topk_at_exact_ties"] = {"f64_run": hooks64.topk_picks, "f32_run": hooks32.topk_picks}
+        if routing["f32_f64_differences"]:
+            print(f"make_vectors: error: the float32 and float64 runs choose different experts for "
+                  f"{routing['f32_f64_differences']} (token, layer) pairs: choose another seed", file=sys.stderr)
+            return 1
 
     bound = max(SAFETY_FACTOR * max_diff, FLOOR)
 
@@ -183,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             "topk_logits": [[float(v) for v in row] for row in top],
             "full_logits_positions": positions,
             "full_logits_file": fname,
+            **routing_prompts[i],
         })
     if ambiguous:
         print("make_vectors: error: ambiguous argmax, choose other seeds or prompts:\n  " + "\n  ".join(ambiguous),
@@ -207,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                              "formula": "bound = max(S*G, F)"},
         "prompts": prompts,
     }
+    if routing is not None:  # before the prompts, after the bound
+        manifest = {**{k: v for k, v in manifest.items() if k != "prompts"}, "routing": routing,
+                    "prompts": prompts}
     (out_dir / "manifest.json").write_text(dump_manifest(manifest), encoding="utf-8")
 
     print(f"{name}: G = max|f32 - f64| = {max_diff:.3e}, bound B = max({SAFETY_FACTOR:g}*G, {FLOOR:g}) = {bound:.3e}")
@@ -214,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  prompt {i}: {len(p['tokens']):2d} tokens, min top2_gap {min(p['top2_gap']):.4f} "
               f"(= {min(p['top2_gap']) / bound:.0f} B), "
               f"last argmax {p['argmax'][-1]}")
+    if routing is not None:
+        print(f"  routing: {routing['n_token_layer_pairs']} (token, layer) pairs, min gap k-th to (k+1)-th "
+              f"prob {routing['min_prob_gap']:.3g}, logit {routing['min_logit_gap']:.3g} "
+              f"({routing['n_logit_gap_below_1e-3']} below 1e-3, {routing['exact_ties']} exact ties; "
+              f"without them {routing['min_logit_gap_excluding_exact_ties'] or 0:.3g}); torch.topk at the exact ties: "
+              f"{routing['torch_topk_at_exact_ties']}")
     if name.startswith("kipp-"):  # Kipp's trained models: committed as .f32.xz (Makefile unpacks)
         import subprocess
         for p in prompts:

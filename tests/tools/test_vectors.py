@@ -20,11 +20,18 @@ from tools import convert_to_gguf as conv
 from conftest import REPO_ROOT, run_module
 
 VECTORS = REPO_ROOT / "tests" / "test-vectors"
-CHECKPOINTS = ["tiny-tied", "tiny-untied"]
+MOE_CHECKPOINTS = ["tiny-moe", "tiny-moe-k1", "tiny-moe-64", "tiny-moe-k4", "tiny-moe-tie"]
+CHECKPOINTS = ["tiny-tied", "tiny-untied"] + MOE_CHECKPOINTS
 TOP_KEYS = ["checkpoint", "checkpoint_files_sha256", "gguf_sha256", "versions", "n_vocab", "top_k", "bound",
             "bound_derivation", "prompts"]
 PROMPT_KEYS = ["text", "tokens", "argmax", "top2_gap", "topk_ids", "topk_logits", "full_logits_positions",
                "full_logits_file"]
+# a mixture-of-experts checkpoint's manifest also has the routing block and per-prompt routing
+MOE_TOP_KEYS = TOP_KEYS[:-1] + ["routing", "prompts"]
+MOE_PROMPT_KEYS = PROMPT_KEYS + ["experts", "routing_min_logit_gap"]
+ROUTING_KEYS = ["tie_rule", "experts_implementation", "n_expert", "top_k", "n_token_layer_pairs", "min_prob_gap",
+                "min_logit_gap", "n_logit_gap_below_1e-3", "exact_ties", "min_logit_gap_excluding_exact_ties",
+                "f32_f64_differences", "expert_use", "torch_topk_at_exact_ties"]
 
 
 def load(name):
@@ -40,7 +47,8 @@ def sha256(path) -> str:
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_manifest_is_self_consistent(name):
     m = load(name)
-    assert list(m) == TOP_KEYS
+    moe = name in MOE_CHECKPOINTS
+    assert list(m) == (MOE_TOP_KEYS if moe else TOP_KEYS)
     assert m["checkpoint"] == name and m["n_vocab"] == 151936 and m["top_k"] == 10
     assert set(m["gguf_sha256"]) == {"f32", "bf16"}
     assert set(m["versions"]) == {"torch", "transformers", "numpy", "python"}
@@ -51,7 +59,7 @@ def test_manifest_is_self_consistent(name):
     bound, n_vocab, k = m["bound"], m["n_vocab"], m["top_k"]
     assert len(m["prompts"]) == 4
     for i, p in enumerate(m["prompts"]):
-        assert list(p) == PROMPT_KEYS
+        assert list(p) == (MOE_PROMPT_KEYS if moe else PROMPT_KEYS)
         assert p["text"].isascii()
         n = len(p["tokens"])
         assert 8 <= n <= 40
@@ -73,10 +81,62 @@ def test_manifest_is_self_consistent(name):
             assert row[order].astype(np.float64).tolist() == p["topk_logits"][pos]
 
 
+@pytest.mark.parametrize("name", MOE_CHECKPOINTS)
+def test_moe_routing_record(name):
+    """The routing block agrees with the per-prompt experts: k distinct experts per token and
+    layer, largest weight first, the use counts; every gap at the k-th place at least 1e-3
+    except the exact ties, which only tiny-moe-tie has; no float32/float64 difference."""
+    from tools import make_tiny_checkpoint as mtc
+    spec = mtc.CHECKPOINTS[name]
+    r = load(name)["routing"]
+    assert list(r) == ROUTING_KEYS
+    E, k, L = spec["num_experts"], spec["num_experts_per_tok"], spec["num_hidden_layers"]
+    assert (r["n_expert"], r["top_k"], r["experts_implementation"]) == (E, k, "eager")
+    assert r["f32_f64_differences"] == 0
+    assert r["min_logit_gap_excluding_exact_ties"] >= 1e-3
+    use = np.zeros(E, dtype=int)
+    pairs = 0
+    for p in load(name)["prompts"]:
+        assert len(p["experts"]) == L
+        for layer in p["experts"]:
+            assert len(layer) == len(p["tokens"])
+            for ids in layer:
+                assert len(ids) == k == len(set(ids)) and all(0 <= e < E for e in ids)
+                use[ids] += 1
+                pairs += 1
+        assert p["routing_min_logit_gap"] >= r["min_logit_gap"]
+    assert pairs == r["n_token_layer_pairs"] and use.tolist() == r["expert_use"]
+    assert min(use) > 0  # every expert is used: routing is spread
+    if "tied_router_rows" not in spec:
+        assert r["exact_ties"] == 0 and r["min_logit_gap"] == r["min_logit_gap_excluding_exact_ties"]
+
+
+def test_moe_tie_goldens_follow_the_lower_index_rule():
+    """tiny-moe-tie: experts 2 and 5 have the same logit for every token. By Kipp's rule
+    expert 5 is only ever chosen together with expert 2 (and after it); where the tie sits at
+    the k-th place expert 2 alone is chosen: that is every exact tie the routing block counts.
+    torch.topk itself picked expert 5 at some of them (recorded), so these goldens are not
+    what unmodified transformers prints there."""
+    m = load("tiny-moe-tie")
+    r = m["routing"]
+    alone = 0
+    for p in m["prompts"]:
+        for layer in p["experts"]:
+            for ids in layer:
+                if 5 in ids:
+                    assert 2 in ids and ids.index(2) < ids.index(5), ids
+                elif 2 in ids:
+                    alone += 1
+    assert alone == r["exact_ties"] > 20
+    picks = r["torch_topk_at_exact_ties"]
+    assert picks["f64_run"] == picks["f32_run"] and sum(picks["f64_run"].values()) == r["exact_ties"]
+    assert picks["f64_run"]["higher"] > 0
+
+
 @pytest.mark.parametrize("name", CHECKPOINTS)
-def test_checkpoint_and_gguf_reproduce(name, tiny_tied, tiny_untied, tmp_path):
+def test_checkpoint_and_gguf_reproduce(name, request, tmp_path):
     m = load(name)
-    ckpt = tiny_tied if name == "tiny-tied" else tiny_untied
+    ckpt = request.getfixturevalue(name.replace("-", "_"))
     got = {f: sha256(ckpt / f) for f in m["checkpoint_files_sha256"]}
     assert got == m["checkpoint_files_sha256"], "make_tiny_checkpoint.py output changed: regenerate the vectors"
     for outtype, want in m["gguf_sha256"].items():
@@ -106,18 +166,23 @@ def test_make_vectors_explains_missing_torch(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
-def test_make_vectors_reproduces_committed_vectors(tmp_path):
-    """Regenerates tiny-tied vectors in a scratch directory and compares (needs torch)."""
+@pytest.mark.parametrize("name", ["tiny-tied", pytest.param("tiny-moe-tie", marks=pytest.mark.full)])
+def test_make_vectors_reproduces_committed_vectors(tmp_path, name):
+    """Regenerates a checkpoint's vectors in a scratch directory and compares (needs torch)."""
     pytest.importorskip("torch", reason="torch is only in tools/requirements-vectors.txt")
     pytest.importorskip("transformers")
-    res = run_module("tools.make_vectors", "--checkpoint", "tiny-tied",
+    res = run_module("tools.make_vectors", "--checkpoint", name,
                    "--models-dir", tmp_path / "models", "--out", tmp_path / "v")
     assert res.returncode == 0, res.stderr
     new = json.loads((tmp_path / "v" / "manifest.json").read_text())
-    old = load("tiny-tied")
+    old = load(name)
     for key in ("checkpoint_files_sha256", "gguf_sha256", "n_vocab", "top_k"):
         assert new[key] == old[key], key
     bound = old["bound"]
     for a, b in zip(new["prompts"], old["prompts"]):
         assert a["tokens"] == b["tokens"] and a["argmax"] == b["argmax"]
         assert np.abs(np.array(a["topk_logits"]) - np.array(b["topk_logits"])).max() <= bound
+        assert a.get("experts") == b.get("experts")
+    if "routing" in old:
+        assert new["routing"]["exact_ties"] == old["routing"]["exact_ties"]
+        assert new["routing"]["torch_topk_at_exact_ties"] == old["routing"]["torch_topk_at_exact_ties"]
