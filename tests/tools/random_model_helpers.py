@@ -105,12 +105,18 @@ def kipp_generate(path: Path, n: int = 2) -> subprocess.CompletedProcess:
     return res
 
 
-def forward(path: Path, tokens: list[int]) -> tuple[np.ndarray, list[float]]:
-    """A plain numpy f32 Qwen3 forward (reference §4) over every position.
+def forward(path: Path, tokens: list[int], routing: list | None = None) -> tuple[np.ndarray, list[float]]:
+    """A plain numpy f32 Qwen3 forward (reference §4) over every position; for a qwen3moe
+    file the FFN is the routed mixture (softmax router, top k with exact ties to the lower
+    index, weights renormalised when expert_weights_norm is true or absent), and `routing`,
+    if given, receives each layer's router logits [n, experts].
     Returns (logits [n, vocab], RMS of the residual stream after each layer)."""
     model = qz.read_model(path)
     T = {t.name: t for t in model.tensors}
-    v = model.value
+    a_ = model.value("general.architecture")
+
+    def v(key):
+        return model.value(key.replace("qwen3.", f"{a_}.", 1))
     L, Nh, Nkv = v("qwen3.block_count"), v("qwen3.attention.head_count"), v("qwen3.attention.head_count_kv")
     D, eps, theta = v("qwen3.attention.key_length"), v("qwen3.attention.layer_norm_rms_epsilon"), \
         v("qwen3.rope.freq_base")
@@ -146,10 +152,32 @@ def forward(path: Path, tokens: list[int]) -> tuple[np.ndarray, list[float]]:
         s /= s.sum(-1, keepdims=True)
         x = x + np.einsum("hij,jhd->ihd", s, vv).reshape(n, Nh * D) @ W(p + "attn_output.weight").T
         b = rms(x, W(p + "ffn_norm.weight"))
-        g, u = b @ W(p + "ffn_gate.weight").T, b @ W(p + "ffn_up.weight").T
-        x = x + (g / (1 + np.exp(-g)) * u) @ W(p + "ffn_down.weight").T
+        if a_ == "qwen3moe":
+            x = x + moe_ffn(b, W(p + "ffn_gate_inp.weight"), W(p + "ffn_gate_exps.weight"), W(p + "ffn_up_exps.weight"),
+                            W(p + "ffn_down_exps.weight"), v("qwen3.expert_used_count"),
+                            v("qwen3.expert_weights_norm") is not False, routing)
+        else:
+            g, u = b @ W(p + "ffn_gate.weight").T, b @ W(p + "ffn_up.weight").T
+            x = x + (g / (1 + np.exp(-g)) * u) @ W(p + "ffn_down.weight").T
         hidden.append(float(np.sqrt((x * x).mean())))
     return rms(x, W("output_norm.weight")) @ out.T, hidden
+
+
+def moe_ffn(b, router, gate, up, down, k: int, norm: bool, routing: list | None = None) -> np.ndarray:
+    """Qwen3-MoE's sparse block on rows b [n, H]: router [E, H], gate/up [E, Fe, H], down [E, H, Fe]."""
+    logits = b @ router.T
+    if routing is not None:
+        routing.append(logits)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out = np.zeros_like(b)
+    for t in range(b.shape[0]):
+        chosen = np.argsort(-p[t], kind="stable")[:k]  # exact ties: the lower index first
+        w = p[t, chosen] / (p[t, chosen].sum() if norm else 1.0)
+        for e, we in zip(chosen, w):
+            g, u = gate[e] @ b[t], up[e] @ b[t]
+            out[t] += we * (down[e] @ (g / (1 + np.exp(-g)) * u))
+    return out
 
 
 @pytest.fixture(scope="session")
