@@ -344,3 +344,60 @@ double kt_golden_position(kt_gate *g, const char *vec_dir, size_t pi, const int3
              KT_NMSE_TOL);
     return e;
 }
+
+/* ---- MoE routing near-ties (backend/moe.h's trace) ------------------------------------------ */
+
+kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const int32_t *ids, size_t n,
+                              float *scratch) {
+    if (!info->n_expert || !ref || !n) return NULL;
+    kipp_moe_trace *t = calloc(1, sizeof *t);
+    const size_t cells = (size_t)info->n_layer * n;
+    if (t) {
+        t->chosen = malloc(cells * info->n_expert_used * sizeof *t->chosen);
+        t->margin = malloc(cells * sizeof *t->margin);
+        t->seen = calloc(cells, 1);
+    }
+    if (!t || !t->chosen || !t->margin || !t->seen) {
+        KT_CHECK(0, "out of memory for a routing trace");
+        kt_moe_unpin(t, NULL);
+        return NULL;
+    }
+    t->mode = KIPP_MOE_TRACE_RECORD;
+    t->n_layer = info->n_layer;
+    t->n_pos = (uint32_t)n;
+    t->k = info->n_expert_used;
+    t->delta = KT_MOE_NEAR_TIE;
+    char err[KIPP_ERR_LEN];
+    kipp_moe_trace_use(t);
+    /* never from the reference cache: the point is to watch cpu-ref route */
+    const kipp_status st = kipp_forward_nocache(ref, ids, (uint32_t)n, scratch, err, sizeof err);
+    kipp_moe_trace_use(NULL);
+    KT_CHECK(st == KIPP_OK, "cpu-ref routing trace: %s", err);
+    t->mode = KIPP_MOE_TRACE_PIN;
+    kipp_moe_trace_use(t);
+    return t;
+}
+
+kipp_moe_trace *kt_moe_pin(kt_gate *g, const int32_t *ids, size_t n) {
+    if (!g->info.n_expert || g->is_ref || !n) return NULL;
+    return kt_moe_pin_on(kt_gate_ref(g), &g->info, ids, n, g->b);
+}
+
+void kt_moe_unpin(kipp_moe_trace *t, const char *what) {
+    kipp_moe_trace_use(NULL);
+    if (!t) return;
+    if (what) {
+        const unsigned pinned = atomic_load(&t->pinned), mism = atomic_load(&t->mismatched);
+        KT_CHECK(mism == 0, "%s: %u routing choices differ from cpu-ref's where its margin is >= %g (not a near-tie)",
+                 what, mism, (double)t->delta);
+        if (pinned)
+            printf("   %s: %u near-tie routing choice(s) (margin < %g; widest %.3g) took cpu-ref's experts\n", what,
+                   pinned, (double)t->delta, (double)t->worst_pinned);
+        kt_moe_pinned_total += pinned;
+    }
+    free(t->chosen);
+    free(t->margin);
+    free(t->seen);
+    free(t);
+}
+unsigned kt_moe_pinned_total;

@@ -7,6 +7,7 @@
 
 #include "gates.h"
 #include "kipp.h"
+#include "backend/moe.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -78,6 +79,25 @@ kipp_ctx *kt_gate_ref(kt_gate *g);
  * any other context is recomputed every time. */
 kipp_status kt_recompute(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,
                          char *err, size_t err_len);
+
+/* A MoE model's routing near-ties (src/backend/moe.h). Two correct backends may route a token
+ * differently where the router's k-th and (k+1)-th experts are nearly tied, and from there on
+ * their logits differ by a whole expert's output, which no NMSE bound should absorb. So before a
+ * gate compares a backend with cpu-ref on prompt ids[0..n), kt_moe_pin records cpu-ref's routing
+ * (a recomputation, never cached) and pins the backend to it where the backend's choice differs
+ * and cpu-ref's margin (log p_k - log p_(k+1)) is below KT_MOE_NEAR_TIE; a difference at a wider
+ * margin is left alone, so the logits show it, and kt_moe_unpin fails the gate on it. NULL (and
+ * nothing pinned) for a dense model or the reference itself. kt_moe_unpin reports the pins
+ * (what: the configuration; NULL: silent) and frees the trace. */
+#define KT_MOE_NEAR_TIE 0.05f
+/* the smallest routing margin a MoE model's golden vectors may have (kt_gate_golden) */
+#define KT_MOE_GOLDEN_MARGIN 1e-4
+kipp_moe_trace *kt_moe_pin(kt_gate *g, const int32_t *ids, size_t n);
+/* The same with the reference context ref (cpu-ref, f32 KV) given; scratch: one logits row */
+kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const int32_t *ids, size_t n,
+                              float *scratch);
+void kt_moe_unpin(kipp_moe_trace *t, const char *what);
+extern unsigned kt_moe_pinned_total; /* pins over the process, for the gates' summaries */
 
 /* Token ids of one manifest prompt, malloc'd; NULL when it has none. */
 int32_t *kt_prompt_tokens(json_t *prompt, size_t *n);

@@ -26,6 +26,17 @@ int kt_gate_golden(const char *model_path, const char *vec_dir, const kt_opts *o
     const kipp_model_info info = g.info;
     float *logits = g.a;
     KT_CHECK(info.n_vocab == mf.n_vocab, "model n_vocab %u vs vectors %u", info.n_vocab, mf.n_vocab);
+    if (info.n_expert) {
+        /* a MoE model's vectors must route clear of near-ties: HF's f32/f64 runs and cpu-ref
+         * agree to ~1e-6 in the router's logits, so a choice closer than the floor could flip
+         * between them (tools/make_vectors.py records the margins; pick another seed). Exact
+         * ties are HF's and Kipp's same rule (the lower index) and are exempt. */
+        json_t *r = json_object_get(mf.root, "routing");
+        const double gap = json_number_value(json_object_get(r, "min_logit_gap_excluding_exact_ties"));
+        KT_CHECK(r && gap >= KT_MOE_GOLDEN_MARGIN,
+                 "MoE vectors: routing margin %.3g below %g (or not recorded): a near-tie could flip", gap,
+                 KT_MOE_GOLDEN_MARGIN);
+    }
     double worst = 0.0;
     size_t n_positions = 0;
     json_t *prompts = json_object_get(mf.root, "prompts");
@@ -49,6 +60,7 @@ int kt_gate_golden(const char *model_path, const char *vec_dir, const kt_opts *o
             free(enc);
         }
 
+        kipp_moe_trace *pin = kt_moe_pin(&g, ids, n); /* a MoE model's near-ties: cpu-ref's routing */
         for (size_t pos = 0; pos < n; pos++) {
             kipp_status st = kipp_decode(c, &ids[pos], 1, logits, err, sizeof err);
             if (st != KIPP_OK) { KT_CHECK(0, "decode: %s", err); break; }
@@ -56,6 +68,9 @@ int kt_gate_golden(const char *model_path, const char *vec_dir, const kt_opts *o
             double e = kt_golden_position(&g, vec_dir, pi, ids, pos, logits);
             if (e > worst) worst = e;
         }
+        char what[96];
+        snprintf(what, sizeof what, "%s prompt %zu", g.label, pi);
+        kt_moe_unpin(pin, what);
         free(ids);
     }
     if (g.is_ref)

@@ -134,6 +134,7 @@ static double run_config(kt_gate *g, const ref_rows *r, const kipp_ctx_params *t
     for (size_t pi = 0; pi < r->n_prompts; pi++) {
         const int32_t *ids = r->ids[pi];
         const size_t n = r->n[pi];
+        kipp_moe_trace *pin = kt_moe_pin_on(g->is_ref ? g->c : kt_gate_ref(g), &g->info, ids, n, g->b); /* MoE near-ties */
         kipp_ctx_truncate(c, 0, err, sizeof err);
         for (size_t pos = 0; pos < n; pos++) {
             const float *ref = r->ref[pi] + pos * V;
@@ -150,6 +151,9 @@ static double run_config(kt_gate *g, const ref_rows *r, const kipp_ctx_params *t
         KT_CHECK(kt_matches_ref(g->a, last, V, &e), "%s/%dt prompt %zu as one batch: NMSE %.3g", lvl,
                  n_threads, pi, e);
         if (e > worst) worst = e;
+        char what[96];
+        snprintf(what, sizeof what, "%s/%dt prompt %zu", lvl, n_threads, pi);
+        kt_moe_unpin(pin, what);
     }
     kipp_ctx_free(c);
     return worst;
@@ -196,6 +200,8 @@ typedef struct {
     int32_t ids[SHAPE_TOKENS];
     float *ref; /* [SHAPE_TOKENS][V] cpu-ref logits at every position */
     float *got; /* [2 * SHAPE_TOKENS][V] */
+    kipp_ctx *ref_ctx; /* cpu-ref, for a MoE model's routing trace (kt_moe_pin_on) */
+    kipp_model_info info;
 } shape_gate;
 
 static double check_pos(const shape_gate *sg, const float *got, uint32_t pos, const char *what,
@@ -219,6 +225,7 @@ static double shape_config(shape_gate *sg, const char *isa_or_null, int n_thread
     const char *isa = isa_or_null ? isa_or_null : "default";
     if (!c) return 1e30;
     double worst = 0.0, e;
+    kipp_moe_trace *pin = kt_moe_pin_on(sg->ref_ctx, &sg->info, sg->ids, N, sg->got); /* MoE near-ties */
     for (uint32_t pos = 0; pos < N; pos++) {
         KT_CHECK(kipp_decode(c, &sg->ids[pos], 1, sg->got, err, sizeof err) == KIPP_OK, "cpu: %s", err);
         if ((e = check_pos(sg, sg->got, pos, "token by token", isa, n_threads)) > worst) worst = e;
@@ -246,6 +253,9 @@ static double shape_config(shape_gate *sg, const char *isa_or_null, int n_thread
         if ((e = check_pos(sg, sg->got + (size_t)i * V, i / 2, i % 2 ? "seq 1 interleaved" : "seq 0 interleaved",
                            isa, n_threads)) > worst)
             worst = e;
+    char what[64];
+    snprintf(what, sizeof what, "%s/%dt", isa, n_threads);
+    kt_moe_unpin(pin, what);
     kipp_ctx_free(c);
     return worst;
 }
@@ -271,6 +281,7 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused, const k
     p.backend = "cpu-ref";
     p.n_ctx = 64;
     kipp_ctx *ref = NULL;
+    sg.info = info;
     if (!sg.ref || !sg.got || kipp_ctx_init(sg.m, &p, &ref, err, sizeof err) != KIPP_OK) {
         KT_CHECK(0, "cpu-ref context: %s", err);
         goto done;
@@ -278,7 +289,7 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused, const k
     for (uint32_t pos = 0; pos < SHAPE_TOKENS; pos++)
         KT_CHECK(kipp_decode(ref, &sg.ids[pos], 1, sg.ref + (size_t)pos * sg.V, err, sizeof err) == KIPP_OK,
                  "ref: %s", err);
-    kipp_ctx_free(ref);
+    sg.ref_ctx = ref;
     {
         /* logits spread: a random model must still have a clear argmax for the gate to mean much */
         const float *last = sg.ref + (size_t)(SHAPE_TOKENS - 1) * sg.V;
@@ -305,6 +316,7 @@ int kt_gate_cpu_vs_ref_shape(const char *model_path, const char *unused, const k
     }
     printf("cpu-vs-ref shape gate: %s worst NMSE %.3g, tolerance %.0e\n", label, worst, CPU_NMSE_TOL);
 done:
+    kipp_ctx_free(sg.ref_ctx);
     free(sg.ref);
     free(sg.got);
     kipp_model_free(sg.m);

@@ -578,7 +578,7 @@ static void route_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     kipp_cpu_fwd *f = j->f;
     for (uint64_t t = begin; t < end; t++)
         kipp_moe_route(f->router + t * f->E, f->E, f->K, (int)f->m->hp.expert_norm, f->chosen + t * f->K,
-                       f->chosen_w + t * f->K);
+                       f->chosen_w + t * f->K, j->layer, j->b ? j->b->positions[t] : (uint32_t)t);
 }
 
 /* x[t] += sum over t's slots, best first, of its weight times its expert's output (ye) */

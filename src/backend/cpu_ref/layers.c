@@ -193,7 +193,7 @@ static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, cons
         case KIPP_OP_FFN_MOE: {
             const uint32_t Fe = hp->n_ff_exp, k = hp->n_expert_used;
             s->matvec(s->mv_ctx, w->gate_inp, s->xb, s->router, s->row);
-            kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen, s->chosen_w);
+            kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen, s->chosen_w, l, pos);
             memset(s->moe_out, 0, hp->n_embd * sizeof *s->moe_out);
             for (uint32_t slot = 0; slot < k; slot++) { /* best first; each expert a SwiGLU FFN */
                 const uint32_t e = s->chosen[slot];
