@@ -121,8 +121,8 @@ class RouterHooks:
         if mod.norm_topk_prob:
             values /= values.sum(dim=-1, keepdim=True)
         values = values.to(logits.dtype)
-        ranked = probs.sort(dim=-1, descending=True).values
-        tie = ranked[:, k - 1] == ranked[:, k] if k < probs.shape[-1] else torch.zeros_like(ranked[:, 0], dtype=torch.bool)
+        ranked = torch.cat([probs.sort(dim=-1, descending=True).values, torch.full_like(probs[:, :1], -1.0)], dim=-1)
+        tie = ranked[:, k - 1] == ranked[:, k]  # (the -1 column: k may be every expert)
         same = (order == indices).all(dim=-1)
         if not bool(torch.equal(values[same], scores[same])):
             raise SystemExit("make_vectors: internal error: the router's recomputed weights differ from transformers'")
@@ -150,10 +150,10 @@ def routing_stats(calls64: list, calls32: list, k: int, n_expert: int) -> tuple[
         experts, pmin = [], np.inf
         for (l64, o64), (_, o32) in zip(c64, c32):
             lg = l64.numpy()
-            srt = -np.sort(-lg, axis=-1)
-            p = np.exp(lg - srt[:, :1])
+            p = np.exp(lg - lg.max(-1, keepdims=True))
             p /= p.sum(-1, keepdims=True)
-            ps = -np.sort(-p, axis=-1)
+            pad = np.full((lg.shape[0], 1), -np.inf)  # k may be every expert: the gap is then infinite
+            srt, ps = -np.sort(-np.hstack([lg, pad]), axis=-1), -np.sort(-np.hstack([p, pad]), axis=-1)
             gl, gp = srt[:, k - 1] - srt[:, k], ps[:, k - 1] - ps[:, k]
             gaps_l.append(gl)
             gaps_p.append(gp)

@@ -716,8 +716,10 @@ def _moe_shared_expert_tensor(d):
 MOE_ERRORS = {
     "mlp-only-layers": (_moe_cfg(mlp_only_layers=[1]), "mlp_only_layers=[1] is not supported"),
     "sparse-step": (_moe_cfg(decoder_sparse_step=2), "decoder_sparse_step=2 is not supported"),
-    "shared-experts": (_moe_cfg(shared_expert_intermediate_size=64), "shared experts (shared_expert_intermediate_size=64)"),
-    "shared-expert-tensor": (_moe_shared_expert_tensor, "unexpected tensor 'model.layers.0.mlp.shared_expert.gate_proj"),
+    "shared-experts": (_moe_cfg(shared_expert_intermediate_size=64),
+                       "shared experts (shared_expert_intermediate_size=64)"),
+    "shared-expert-tensor": (_moe_shared_expert_tensor,
+                             "unexpected tensor 'model.layers.0.mlp.shared_expert.gate_proj"),
     "attention-bias": (_moe_cfg(attention_bias=True), "attention_bias=true is not supported for qwen3moe"),
     "sliding-window": (_moe_cfg(use_sliding_window=True), "use_sliding_window=true is not supported"),
     "top-k-too-large": (_moe_cfg(num_experts_per_tok=9), "num_experts_per_tok 9 exceeds num_experts 8"),
@@ -767,7 +769,8 @@ def llama_cpp_convert(ckpt: Path, outtype: str, out: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("which,outtype", [("tiny-moe", "bf16"), pytest.param("tiny-moe", "q8_0", marks=pytest.mark.full),
+@pytest.mark.parametrize("which,outtype", [("tiny-moe", "bf16"),
+                                           pytest.param("tiny-moe", "q8_0", marks=pytest.mark.full),
                                            pytest.param("tiny-moe-k1", "q8_0", marks=pytest.mark.full),
                                            pytest.param("tiny-moe-64", "f32", marks=pytest.mark.full)])
 def test_moe_matches_llama_cpp_converter(converted, request, tmp_path, which, outtype):
