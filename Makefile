@@ -7,7 +7,7 @@ CC       ?= cc
 KIPP_ARCH ?= $(shell uname -m)
 PYTHON   ?= .venv/bin/python
 CHECKPOINT ?= qwen3-4b-base
-TINY     := tiny-tied tiny-untied tiny-qwen2
+TINY     := tiny-tied tiny-untied tiny-qwen2 tiny-moe tiny-moe-k1 tiny-moe-k4 tiny-moe-64 tiny-moe-tie
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
 CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L

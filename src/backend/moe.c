@@ -44,18 +44,33 @@ static void sorted_set(const uint32_t *c, uint32_t k, uint32_t *out) {
 
 /* the trace's part of a routing decision (moe.h) */
 static void traced(kipp_moe_trace *t, const float *p, uint32_t n, uint32_t k, uint32_t *chosen, uint32_t layer,
-                   uint32_t pos) {
-    if (layer >= t->n_layer || pos >= t->n_pos || k != t->k) return;
-    const size_t at = (size_t)layer * t->n_pos + pos;
+                   uint32_t pos, int32_t token) {
+    if (layer >= t->n_layer || pos >= t->n_pos || k != t->k || n != t->n_exp || k > 64) return;
+    const size_t cell = ((size_t)layer * t->n_pos + pos) * t->n_slot;
+    size_t at = cell + t->n_slot; /* RECORD: the first free slot; PIN: the nearest record */
+    float best = 0.1f;
+    for (size_t i = cell; i < cell + t->n_slot; i++) {
+        if (t->mode == KIPP_MOE_TRACE_RECORD) {
+            if (t->token[i] == -1) {
+                at = i;
+                break;
+            }
+            continue;
+        }
+        if (t->token[i] != token) continue;
+        float d = 0.0f;
+        for (uint32_t e = 0; e < n; e++) d += fabsf(p[e] - t->probs[i * n + e]);
+        if (d < best) best = d, at = i;
+    }
+    if (at == cell + t->n_slot) return; /* no match (PIN), or the cell is full (RECORD) */
     uint32_t *rec = t->chosen + at * k, mine[64];
-    if (k > 64) return;
     if (t->mode == KIPP_MOE_TRACE_RECORD) {
+        t->token[at] = token;
         sorted_set(chosen, k, rec);
         t->margin[at] = margin_of(p, n, k, chosen);
-        t->seen[at] = 1;
+        for (uint32_t e = 0; e < n; e++) t->probs[at * n + e] = p[e];
         return;
     }
-    if (!t->seen[at]) return;
     sorted_set(chosen, k, mine);
     int same = 1;
     for (uint32_t i = 0; i < k; i++) same &= mine[i] == rec[i];
@@ -81,7 +96,7 @@ static void traced(kipp_moe_trace *t, const float *p, uint32_t n, uint32_t k, ui
 }
 
 void kipp_moe_route(float *logits, uint32_t n, uint32_t k, int norm, uint32_t *chosen, float *w, uint32_t layer,
-                    uint32_t pos) {
+                    uint32_t pos, int32_t token) {
     float mx = -INFINITY, sum = 0.0f;
     for (uint32_t e = 0; e < n; e++)
         if (logits[e] > mx) mx = logits[e];
@@ -92,7 +107,7 @@ void kipp_moe_route(float *logits, uint32_t n, uint32_t k, int norm, uint32_t *c
     for (uint32_t e = 0; e < n; e++) logits[e] /= sum;
     top_k(logits, n, k, chosen);
     kipp_moe_trace *t = atomic_load_explicit(&trace, memory_order_relaxed);
-    if (t) traced(t, logits, n, k, chosen, layer, pos);
+    if (t) traced(t, logits, n, k, chosen, layer, pos, token);
     float wsum = 0.0f;
     for (uint32_t i = 0; i < k; i++) {
         w[i] = logits[chosen[i]];

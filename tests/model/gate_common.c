@@ -132,6 +132,8 @@ const char *kt_label(const kipp_ctx_params *p, char *buf, size_t len) {
 }
 
 void kt_gate_close(kt_gate *g) {
+    kt_moe_unpin(g->moe_pin, g->label);
+    g->moe_pin = NULL;
     free(g->a);
     free(g->b);
     kipp_ctx_free(g->c);
@@ -143,6 +145,8 @@ void kt_gate_close(kt_gate *g) {
     g->m = NULL;
     g->mf.root = NULL;
 }
+
+static kipp_moe_trace *gate_pin(kt_gate *g);
 
 int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir, const kt_opts *o,
                  const kipp_ctx_params *cp) {
@@ -174,6 +178,8 @@ int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir, const 
         kt_gate_close(g);
         return 0;
     }
+    /* a MoE model: cpu-ref's routing of every prompt pinned where it is a near-tie (gate_common.h) */
+    if (g->info.n_expert && g->mf.root) g->moe_pin = gate_pin(g);
     return 1;
 }
 
@@ -347,40 +353,58 @@ double kt_golden_position(kt_gate *g, const char *vec_dir, size_t pi, const int3
 
 /* ---- MoE routing near-ties (backend/moe.h's trace) ------------------------------------------ */
 
-kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const int32_t *ids, size_t n,
-                              float *scratch) {
-    if (!info->n_expert || !ref || !n) return NULL;
+kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const int32_t *const *ids,
+                              const size_t *n, size_t n_prompts, float *scratch) {
+    size_t n_pos = 0;
+    for (size_t i = 0; i < n_prompts; i++)
+        if (n[i] > n_pos) n_pos = n[i];
+    if (!info->n_expert || !ref || !n_pos) return NULL;
     kipp_moe_trace *t = calloc(1, sizeof *t);
-    const size_t cells = (size_t)info->n_layer * n;
+    const size_t slots = (size_t)info->n_layer * n_pos * n_prompts;
     if (t) {
-        t->chosen = malloc(cells * info->n_expert_used * sizeof *t->chosen);
-        t->margin = malloc(cells * sizeof *t->margin);
-        t->seen = calloc(cells, 1);
+        t->token = malloc(slots * sizeof *t->token);
+        t->chosen = malloc(slots * info->n_expert_used * sizeof *t->chosen);
+        t->margin = malloc(slots * sizeof *t->margin);
+        t->probs = malloc(slots * info->n_expert * sizeof *t->probs);
     }
-    if (!t || !t->chosen || !t->margin || !t->seen) {
+    if (!t || !t->token || !t->chosen || !t->margin || !t->probs) {
         KT_CHECK(0, "out of memory for a routing trace");
         kt_moe_unpin(t, NULL);
         return NULL;
     }
+    for (size_t i = 0; i < slots; i++) t->token[i] = -1;
     t->mode = KIPP_MOE_TRACE_RECORD;
     t->n_layer = info->n_layer;
-    t->n_pos = (uint32_t)n;
+    t->n_pos = (uint32_t)n_pos;
+    t->n_slot = (uint32_t)n_prompts;
     t->k = info->n_expert_used;
+    t->n_exp = info->n_expert;
     t->delta = KT_MOE_NEAR_TIE;
     char err[KIPP_ERR_LEN];
     kipp_moe_trace_use(t);
-    /* never from the reference cache: the point is to watch cpu-ref route */
-    const kipp_status st = kipp_forward_nocache(ref, ids, (uint32_t)n, scratch, err, sizeof err);
+    for (size_t i = 0; i < n_prompts; i++) {
+        /* never from the reference cache: the point is to watch cpu-ref route */
+        const kipp_status st = kipp_forward_nocache(ref, ids[i], (uint32_t)n[i], scratch, err, sizeof err);
+        KT_CHECK(st == KIPP_OK, "cpu-ref routing trace: %s", err);
+    }
     kipp_moe_trace_use(NULL);
-    KT_CHECK(st == KIPP_OK, "cpu-ref routing trace: %s", err);
     t->mode = KIPP_MOE_TRACE_PIN;
     kipp_moe_trace_use(t);
     return t;
 }
 
-kipp_moe_trace *kt_moe_pin(kt_gate *g, const int32_t *ids, size_t n) {
-    if (!g->info.n_expert || g->is_ref || !n) return NULL;
-    return kt_moe_pin_on(kt_gate_ref(g), &g->info, ids, n, g->b);
+/* every manifest prompt's routing on cpu-ref, pinned for the rest of the gate (kt_gate_open) */
+static kipp_moe_trace *gate_pin(kt_gate *g) {
+    json_t *prompts = json_object_get(g->mf.root, "prompts");
+    int32_t *ids[KT_MAX_PROMPTS];
+    size_t n[KT_MAX_PROMPTS], np = 0;
+    for (size_t pi = 0; pi < json_array_size(prompts) && np < KT_MAX_PROMPTS; pi++)
+        if ((ids[np] = kt_prompt_tokens(json_array_get(prompts, pi), &n[np]))) np++;
+    kipp_moe_trace *t =
+        np ? kt_moe_pin_on(g->is_ref ? g->c : kt_gate_ref(g), &g->info, (const int32_t *const *)ids, n, np, g->b)
+           : NULL;
+    for (size_t i = 0; i < np; i++) free(ids[i]);
+    return t;
 }
 
 void kt_moe_unpin(kipp_moe_trace *t, const char *what) {
@@ -395,9 +419,10 @@ void kt_moe_unpin(kipp_moe_trace *t, const char *what) {
                    pinned, (double)t->delta, (double)t->worst_pinned);
         kt_moe_pinned_total += pinned;
     }
+    free(t->token);
     free(t->chosen);
     free(t->margin);
-    free(t->seen);
+    free(t->probs);
     free(t);
 }
 unsigned kt_moe_pinned_total;

@@ -41,6 +41,7 @@ typedef struct {
     kipp_ctx_params cp; /* c's parameters (backend and kv_type filled in) */
     int is_ref;         /* c is the reference itself: cpu-ref with f32 KV */
     char label[48];     /* "cpu-ref", "cpu/f16", ... for messages */
+    kipp_moe_trace *moe_pin; /* a MoE model's routing pins (kt_gate_open), else NULL */
     float *a, *b;       /* n_vocab floats each */
     int failed0;        /* kt_failed when the gate opened */
     const char *model_path; /* as opened (the reference cache's key) */
@@ -80,22 +81,23 @@ kipp_ctx *kt_gate_ref(kt_gate *g);
 kipp_status kt_recompute(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n, float *out,
                          char *err, size_t err_len);
 
-/* A MoE model's routing near-ties (src/backend/moe.h). Two correct backends may route a token
- * differently where the router's k-th and (k+1)-th experts are nearly tied, and from there on
- * their logits differ by a whole expert's output, which no NMSE bound should absorb. So before a
- * gate compares a backend with cpu-ref on prompt ids[0..n), kt_moe_pin records cpu-ref's routing
- * (a recomputation, never cached) and pins the backend to it where the backend's choice differs
+/* A MoE model's routing near-ties (src/backend/moe.h). Two correct runs may route a token
+ * differently where the router's k-th and (k+1)-th experts are nearly tied -- two backends, or
+ * one backend's prefill and decode paths, whose last bits differ -- and from there on their
+ * logits differ by a whole expert's output, which no NMSE bound should absorb. So kt_gate_open,
+ * on a MoE model with vectors, records cpu-ref's routing of every manifest prompt (a
+ * recomputation, never cached) and pins every run of the gate to it where a run's choice differs
  * and cpu-ref's margin (log p_k - log p_(k+1)) is below KT_MOE_NEAR_TIE; a difference at a wider
- * margin is left alone, so the logits show it, and kt_moe_unpin fails the gate on it. NULL (and
- * nothing pinned) for a dense model or the reference itself. kt_moe_unpin reports the pins
- * (what: the configuration; NULL: silent) and frees the trace. */
+ * margin is left alone, so the logits show it, and kt_gate_close fails the gate on it and
+ * reports the pins. Routing the gates make of other token sequences is not pinned. */
 #define KT_MOE_NEAR_TIE 0.05f
 /* the smallest routing margin a MoE model's golden vectors may have (kt_gate_golden) */
 #define KT_MOE_GOLDEN_MARGIN 1e-4
-kipp_moe_trace *kt_moe_pin(kt_gate *g, const int32_t *ids, size_t n);
-/* The same with the reference context ref (cpu-ref, f32 KV) given; scratch: one logits row */
-kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const int32_t *ids, size_t n,
-                              float *scratch);
+/* The recording and pinning on the reference context ref (cpu-ref, f32 KV) for n_prompts
+ * prompts ids[i][0..n[i]); scratch: one logits row. NULL for a dense model. */
+kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const int32_t *const *ids,
+                              const size_t *n, size_t n_prompts, float *scratch);
+/* Stops pinning; with what (a label) set, fails on mismatches and reports the pins. Frees t. */
 void kt_moe_unpin(kipp_moe_trace *t, const char *what);
 extern unsigned kt_moe_pinned_total; /* pins over the process, for the gates' summaries */
 

@@ -60,7 +60,6 @@ int kt_gate_golden(const char *model_path, const char *vec_dir, const kt_opts *o
             free(enc);
         }
 
-        kipp_moe_trace *pin = kt_moe_pin(&g, ids, n); /* a MoE model's near-ties: cpu-ref's routing */
         for (size_t pos = 0; pos < n; pos++) {
             kipp_status st = kipp_decode(c, &ids[pos], 1, logits, err, sizeof err);
             if (st != KIPP_OK) { KT_CHECK(0, "decode: %s", err); break; }
@@ -68,9 +67,6 @@ int kt_gate_golden(const char *model_path, const char *vec_dir, const kt_opts *o
             double e = kt_golden_position(&g, vec_dir, pi, ids, pos, logits);
             if (e > worst) worst = e;
         }
-        char what[96];
-        snprintf(what, sizeof what, "%s prompt %zu", g.label, pi);
-        kt_moe_unpin(pin, what);
         free(ids);
     }
     if (g.is_ref)

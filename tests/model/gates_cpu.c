@@ -134,7 +134,6 @@ static double run_config(kt_gate *g, const ref_rows *r, const kipp_ctx_params *t
     for (size_t pi = 0; pi < r->n_prompts; pi++) {
         const int32_t *ids = r->ids[pi];
         const size_t n = r->n[pi];
-        kipp_moe_trace *pin = kt_moe_pin_on(g->is_ref ? g->c : kt_gate_ref(g), &g->info, ids, n, g->b); /* MoE near-ties */
         kipp_ctx_truncate(c, 0, err, sizeof err);
         for (size_t pos = 0; pos < n; pos++) {
             const float *ref = r->ref[pi] + pos * V;
@@ -151,9 +150,6 @@ static double run_config(kt_gate *g, const ref_rows *r, const kipp_ctx_params *t
         KT_CHECK(kt_matches_ref(g->a, last, V, &e), "%s/%dt prompt %zu as one batch: NMSE %.3g", lvl,
                  n_threads, pi, e);
         if (e > worst) worst = e;
-        char what[96];
-        snprintf(what, sizeof what, "%s/%dt prompt %zu", lvl, n_threads, pi);
-        kt_moe_unpin(pin, what);
     }
     kipp_ctx_free(c);
     return worst;
@@ -225,7 +221,9 @@ static double shape_config(shape_gate *sg, const char *isa_or_null, int n_thread
     const char *isa = isa_or_null ? isa_or_null : "default";
     if (!c) return 1e30;
     double worst = 0.0, e;
-    kipp_moe_trace *pin = kt_moe_pin_on(sg->ref_ctx, &sg->info, sg->ids, N, sg->got); /* MoE near-ties */
+    const int32_t *pin_ids[1] = {sg->ids};
+    const size_t pin_n[1] = {N};
+    kipp_moe_trace *pin = kt_moe_pin_on(sg->ref_ctx, &sg->info, pin_ids, pin_n, 1, sg->got); /* MoE near-ties */
     for (uint32_t pos = 0; pos < N; pos++) {
         KT_CHECK(kipp_decode(c, &sg->ids[pos], 1, sg->got, err, sizeof err) == KIPP_OK, "cpu: %s", err);
         if ((e = check_pos(sg, sg->got, pos, "token by token", isa, n_threads)) > worst) worst = e;

@@ -11,7 +11,8 @@
 #     tiny checkpoints): cpu vs cpu-ref on the same file (every ISA level, 1 and 2 threads)
 #     and the same-backend gates on cpu; tiny-tied's q4_1, q5_0, q5_1 and iq4_nl files:
 #     cpu vs cpu-ref on the shape gate's tokens and phase-2 on cpu; the tokenizer golden sets.
-#   random-<shape>: random-weight GGUFs of a real Qwen3 shape, made by the Makefile rules
+#   random-<shape>: random-weight GGUFs of a real Qwen3 shape (random-tiny-moe: the qwen3moe test
+#     shape, in every type whose experts cpu packs or runs), made by the Makefile rules
 #     when missing. No golden vectors: cpu vs cpu-ref (--cpu-vs-ref-shape) in each type,
 #     the scheduler on q8_0; random-tiny also runs the same-backend gates on every type on
 #     cpu and on bf16 on cpu-ref, with tiny-tied's prompts (same vocabulary), and cpu vs
@@ -69,6 +70,8 @@ random-*)
         types="bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k q5_k_m" # every type cpu runs (q5_k_m: Q5_K packed)
         mixes="q2_k iq4_xs"                               # Q2_K + Q3_K, IQ4_XS: cpu vs cpu-ref only
     fi
+    # the MoE test shape (rows of 256, 16 experts, top-4): the packed and K-quant expert kernels
+    [ "$shape" = tiny-moe ] && types="bf16 f16 q8_0 q4_0 q4_k_m q6_k q5_k_m"
     files=()
     for q in $types $mixes; do files+=("models/random/qwen3-$shape-$q.gguf"); done
     make_models "${files[@]}"

@@ -6,6 +6,7 @@ directory (never into models/), so the tests do not depend on local state.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,33 @@ def run_module(module, *args, **kw) -> subprocess.CompletedProcess:
     """Runs `python -m MODULE ARGS` (e.g. tools.quantize) from the repository root, as the
     Makefile and the docs do."""
     return run_tool(sys.executable, "-m", module, *args, cwd=REPO_ROOT, **kw)
+
+
+# ---- llama.cpp's own tools ------------------------------------------------------------------
+# convert_hf_to_gguf.py from the llama.cpp tree of the pinned llama-cpp-python sdist
+# (bench/README.md unpacks it to /tmp/lsrv; LLAMA_CPP_SRC overrides), run with its own gguf-py,
+# and llama-quantize built in that tree (LLAMA_QUANTIZE overrides). Tests that need them skip
+# where they are absent (CI has neither).
+
+LLAMA_CPP_SRC = Path(os.environ.get("LLAMA_CPP_SRC", "/tmp/lsrv/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+
+
+def llama_cpp_convert(ckpt: Path, outtype: str, out: Path) -> Path:
+    script = LLAMA_CPP_SRC / "convert_hf_to_gguf.py"
+    if not script.is_file():
+        pytest.skip(f"llama.cpp's converter is not at {script} (set LLAMA_CPP_SRC)")
+    pytest.importorskip("torch", reason="llama.cpp's converter needs torch")
+    env = dict(os.environ, PYTHONPATH=str(LLAMA_CPP_SRC / "gguf-py"))
+    res = run_tool(script, ckpt, "--outtype", outtype, "--outfile", out, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+def llama_quantize(src: Path, ftype: str, out: Path) -> Path:
+    """llama.cpp's llama-quantize SRC OUT FTYPE (Q8_0, Q4_K_M, ...)."""
+    binary = Path(os.environ.get("LLAMA_QUANTIZE", LLAMA_CPP_SRC / "build" / "bin" / "llama-quantize"))
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        pytest.skip(f"llama-quantize is not at {binary} (set LLAMA_QUANTIZE)")
+    res = run_tool(binary, src, out, ftype)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tools import convert_to_gguf as conv
-from conftest import TOOLS, gguf_reader, run_module, run_tool
+from conftest import llama_cpp_convert, TOOLS, gguf_reader, run_module, run_tool
 from make_gguf_with_gguf_py import read_safetensors
 
 Q = gguf.GGMLQuantizationType
@@ -748,7 +748,6 @@ def test_moe_errors(case, tiny_moe, tmp_path):
 # (bench/README.md unpacks it to /tmp/lsrv; LLAMA_CPP_SRC overrides), run with its own
 # gguf-py. Skipped where that tree is absent.
 
-LLAMA_CPP_SRC = Path(os.environ.get("LLAMA_CPP_SRC", "/tmp/lsrv/llama_cpp_python-0.3.36/vendor/llama.cpp"))
 # what llama.cpp writes that Kipp does not (general.sampling.* come from generation_config.json;
 # general.size_label, general.basename/version and the "Tiny Moe" general.name are guessed
 # from the directory name by its model-card logic; add_eos_token = false, which Kipp writes
@@ -756,17 +755,6 @@ LLAMA_CPP_SRC = Path(os.environ.get("LLAMA_CPP_SRC", "/tmp/lsrv/llama_cpp_python
 LLAMA_ONLY_KEYS = {"general.sampling.top_k", "general.sampling.top_p", "general.sampling.temp",
                    "general.size_label", "general.basename", "general.version", "tokenizer.ggml.add_eos_token"}
 KIPP_ONLY_KEYS = {"qwen3moe.expert_weights_norm"}
-
-
-def llama_cpp_convert(ckpt: Path, outtype: str, out: Path) -> Path:
-    script = LLAMA_CPP_SRC / "convert_hf_to_gguf.py"
-    if not script.is_file():
-        pytest.skip(f"llama.cpp's converter is not at {script} (set LLAMA_CPP_SRC)")
-    pytest.importorskip("torch", reason="llama.cpp's converter needs torch")
-    env = dict(os.environ, PYTHONPATH=str(LLAMA_CPP_SRC / "gguf-py"))
-    res = run_tool(script, ckpt, "--outtype", outtype, "--outfile", out, env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out
 
 
 @pytest.mark.parametrize("which,outtype", [("tiny-moe", "bf16"),

@@ -111,3 +111,53 @@ def test_qwen2_without_key_length_takes_hidden_over_heads(converted, tmp_path):
     res = run_tool(binary, "--model", odd, "--info", timeout=120)
     assert res.returncode != 0
     assert "qwen2.attention.key_length is missing and 96 does not divide into 7 parts" in res.stderr, res.stderr
+
+
+# ---- Qwen3-MoE files written by llama.cpp ------------------------------------------------------
+
+def _dequantized(reader, t):
+    import gguf.quants
+    import numpy as np
+    return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float64).ravel()
+
+
+def test_moe_llama_cpp_files_agree(converted, tiny_moe, tmp_path):
+    """tiny-moe written by llama.cpp's convert_hf_to_gguf (bf16) and quantized by its
+    llama-quantize (Q8_0, Q4_K_M) loads in Kipp and agrees with Kipp's own conversion and
+    quantization: the bf16 file passes the golden gate on cpu-ref and cpu; each quantized file
+    has Kipp's tensor names, shapes and types (but where a row fits no 256-block, which Kipp's
+    table sends to Q8_0 and llama.cpp's to Q5_0), Q8_0 bytes identical, every K-quant tensor
+    dequantizing within 2 % (relative RMS) of Kipp's, and runs cpu against cpu-ref within the
+    gate's bounds. Skipped where llama.cpp's tools are absent (LLAMA_CPP_SRC, LLAMA_QUANTIZE)."""
+    import numpy as np
+    from conftest import REPO_ROOT, gguf_reader, llama_cpp_convert, llama_quantize, run_module
+    binary = kipp_bin()
+    kipp_test = binary.parent / "kipp_test"
+    vec = REPO_ROOT / "tests" / "test-vectors" / "tiny-moe"
+    theirs = llama_cpp_convert(tiny_moe, "bf16", tmp_path / "llama-bf16.gguf")
+    for backend in ("cpu-ref", "cpu"):
+        res = run_tool(kipp_test, "--model", theirs, vec, "--backend", backend, timeout=600)
+        assert res.returncode == 0 and " 0 failed" in res.stdout, res.stdout[-3000:]
+    ours_bf16 = converted("tiny-moe", "bf16")
+    for ftype in ("Q8_0", "Q4_K_M"):
+        q_theirs = llama_quantize(theirs, ftype, tmp_path / f"llama-{ftype}.gguf")
+        q_ours = tmp_path / f"kipp-{ftype}.gguf"
+        res = run_module("tools.quantize", ours_bf16, q_ours, "--type", ftype.lower(), "--no-progress")
+        assert res.returncode == 0, res.stderr
+        a, b = gguf_reader(q_ours), gguf_reader(q_theirs)
+        ta, tb = {t.name: t for t in a.tensors}, {t.name: t for t in b.tensors}
+        assert set(ta) == set(tb)
+        for name, x in ta.items():
+            y = tb[name]
+            assert [int(d) for d in x.shape] == [int(d) for d in y.shape], name
+            if x.tensor_type != y.tensor_type:  # the one documented fallback difference
+                assert (x.tensor_type.name, y.tensor_type.name) == ("Q8_0", "Q5_0") and int(x.shape[0]) % 256, name
+            if ftype == "Q8_0" or x.tensor_type.name in ("F32", "Q8_0"):
+                if x.tensor_type == y.tensor_type:
+                    assert np.array_equal(np.asarray(x.data), np.asarray(y.data)), name
+                continue
+            u, v = _dequantized(a, x), _dequantized(b, y)
+            rel = np.sqrt(np.mean((u - v) ** 2) / max(np.mean(v ** 2), 1e-30))
+            assert rel < 0.02, (name, x.tensor_type.name, y.tensor_type.name, rel)
+        res = run_tool(kipp_test, "--cpu-vs-ref", q_theirs, vec, timeout=900)
+        assert res.returncode == 0 and " 0 failed" in res.stdout, res.stdout[-3000:]

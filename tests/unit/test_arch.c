@@ -17,32 +17,32 @@ static void check_route(void) {
     float w[8];
     /* softmax then the k largest, best first; weights renormalized to sum 1 */
     float l1[6] = {0.5f, 2.0f, -1.0f, 1.0f, 3.0f, 0.0f};
-    kipp_moe_route(l1, 6, 3, 1, c, w, 0, 0);
+    kipp_moe_route(l1, 6, 3, 1, c, w, 0, 0, 0);
     KT_CHECK(c[0] == 4 && c[1] == 1 && c[2] == 3, "top-3 of a spread: %u %u %u", c[0], c[1], c[2]);
     const double z = exp(3.0) + exp(2.0) + exp(1.0);
     KT_CHECK(fabs(w[0] - exp(3.0) / z) < 1e-6 && fabs(w[1] - exp(2.0) / z) < 1e-6 && fabs(w[2] - exp(1.0) / z) < 1e-6,
              "renormalized weights %g %g %g", (double)w[0], (double)w[1], (double)w[2]);
     /* without norm_topk_prob the weights are the softmax over all experts */
     float l2[6] = {0.5f, 2.0f, -1.0f, 1.0f, 3.0f, 0.0f};
-    kipp_moe_route(l2, 6, 2, 0, c, w, 0, 0);
+    kipp_moe_route(l2, 6, 2, 0, c, w, 0, 0, 0);
     double all = 0.0;
     for (int e = 0; e < 6; e++) all += exp((double)(float[]){0.5f, 2.0f, -1.0f, 1.0f, 3.0f, 0.0f}[e]);
     KT_CHECK(c[0] == 4 && fabs(w[0] - exp(3.0) / all) < 1e-6 && fabs(w[1] - exp(2.0) / all) < 1e-6,
              "unnormalized weights %g %g", (double)w[0], (double)w[1]);
     /* exact ties go to the lower index, however many tie and wherever they sit */
     float l3[8] = {1.0f, 2.0f, 0.0f, 2.0f, 2.0f, -3.0f, 2.0f, 1.0f};
-    kipp_moe_route(l3, 8, 3, 1, c, w, 0, 0);
+    kipp_moe_route(l3, 8, 3, 1, c, w, 0, 0, 0);
     KT_CHECK(c[0] == 1 && c[1] == 3 && c[2] == 4, "ties: %u %u %u (want 1 3 4)", c[0], c[1], c[2]);
     KT_CHECK(w[0] == w[1] && w[1] == w[2] && fabs(w[0] - 1.0f / 3) < 1e-7, "tied weights %g %g %g", (double)w[0],
              (double)w[1], (double)w[2]);
     /* no tolerance band: one ulp apart is not a tie (a near-tie is decided by the last bit,
      * which is why the model gates check each vector's routing margin) */
     float l4[4] = {1.0f, nextafterf(1.0f, 2.0f), 0.0f, -1.0f};
-    kipp_moe_route(l4, 4, 1, 1, c, w, 0, 0);
+    kipp_moe_route(l4, 4, 1, 1, c, w, 0, 0, 0);
     KT_CHECK(c[0] == 1 && w[0] == 1.0f, "one ulp above: chose %u", c[0]);
     /* k = n takes every expert; NaN logits never index out of range */
     float l5[3] = {NAN, NAN, NAN};
-    kipp_moe_route(l5, 3, 3, 1, c, w, 0, 0);
+    kipp_moe_route(l5, 3, 3, 1, c, w, 0, 0, 0);
     KT_CHECK(c[0] < 3 && c[1] < 3 && c[2] < 3 && c[0] != c[1] && c[1] != c[2] && c[0] != c[2], "NaN: %u %u %u", c[0],
              c[1], c[2]);
 }

@@ -123,6 +123,8 @@ struct kipp_cpu_fwd {
     uint32_t *by_exp;  /* [cap*K] (token * K + slot), grouped by expert, tokens ascending */
     uint32_t *exp_off; /* [E + 1] where each expert's group starts in by_exp (allocated at init) */
     float *moe_acc;    /* [n_threads][H] each thread's sum of one token's expert outputs (init) */
+    const int32_t *nc_tokens; /* kipp_cpu_fwd_nocache's tokens while it runs (the routing trace's key) */
+    float **router_w;  /* [n_layer][E][H] each layer's router in f32: the file's F32 rows, else dequantized */
     uint32_t *slot_at; /* [cap*K] token * K + slot -> its index in by_exp */
     float *xg;         /* [cap*K][H] the pairs' inputs in group order */
     float *ye;         /* [cap*K][H] every (token, slot)'s expert output, in by_exp order */
@@ -249,7 +251,7 @@ static int pack_tensor(kipp_cpu_fwd *f, const kipp_gguf_tensor *t) {
 }
 
 /* Every matrix whose type's kernels pack it (kernels.h: kipp_cpu_packer): each layer's
- * seven (or its four and router and 3 E expert matrices) and the head. */
+ * seven (or its four and 3 E expert matrices; the router runs router_rows) and the head. */
 static int pack_weights(kipp_cpu_fwd *f) {
     const uint32_t L = f->m->hp.n_layer;
     uint64_t cap = 1;
@@ -259,7 +261,7 @@ static int pack_weights(kipp_cpu_fwd *f) {
     f->n_packed_cap = (uint32_t)cap;
     for (uint32_t l = 0; l < L; l++) {
         const kipp_layer_weights *w = &f->m->layers[l];
-        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down, w->gate_inp};
+        const kipp_gguf_tensor *lt[] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
         for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
             if (!pack_tensor(f, lt[i])) return 0;
         for (uint32_t e = 0; w->exp_gate && e < f->E; e++)
@@ -572,13 +574,54 @@ static void swiglu_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
 
 /* ---- a mixture-of-experts FFN ------------------------------------------------------------------ */
 
+/* The router's logits, one dot product per (token, expert) in a fixed order -- 16 running sums
+ * over k (lane i takes k = i mod 16), then the lanes added pairwise, then the tail -- so a token's
+ * logits have the same bits whatever the batch around it: a prefill, a decode step and a reused
+ * prefix route alike (a gemm kernel chosen by token count would not). GCC's vector extension
+ * keeps the lanes' order on every ISA. */
+typedef float router_v16 __attribute__((vector_size(64)));
+
+typedef struct {
+    const float *w; /* [E][H] f32 */
+    const float *x; /* [n][H] */
+    float *y;       /* [n][E] */
+    uint32_t n, H, E;
+} router_job;
+
+static void router_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const router_job *j = ctx;
+    const uint32_t H = j->H, H16 = H / 16 * 16;
+    for (uint64_t e = begin; e < end; e++) {
+        const float *w = j->w + e * H;
+        for (uint32_t t = 0; t < j->n; t++) {
+            const float *x = j->x + (size_t)t * H;
+            router_v16 acc = {0};
+            for (uint32_t i = 0; i < H16; i += 16) {
+                router_v16 a, b;
+                memcpy(&a, w + i, sizeof a);
+                memcpy(&b, x + i, sizeof b);
+                acc += a * b;
+            }
+            float l[16];
+            memcpy(l, &acc, sizeof l);
+            for (int h = 8; h >= 1; h /= 2)
+                for (int i = 0; i < h; i++) l[i] += l[i + h];
+            float sum = l[0];
+            for (uint32_t i = H16; i < H; i++) sum += w[i] * x[i];
+            j->y[(size_t)t * j->E + e] = sum;
+        }
+    }
+}
+
 static void route_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
     kipp_cpu_fwd *f = j->f;
     for (uint64_t t = begin; t < end; t++)
         kipp_moe_route(f->router + t * f->E, f->E, f->K, (int)f->m->hp.expert_norm, f->chosen + t * f->K,
-                       f->chosen_w + t * f->K, j->layer, j->b ? j->b->positions[t] : (uint32_t)t);
+                       f->chosen_w + t * f->K, j->layer, j->b ? j->b->positions[t] : (uint32_t)t,
+                       j->b ? j->b->tokens[t] : f->nc_tokens[t]);
 }
 
 /* x[t] += sum over t's slots, best first, of its weight times its expert's output (ye) */
@@ -639,7 +682,8 @@ static void expert_mm(kipp_cpu_fwd *f, uint32_t n_mats, const kipp_gguf_tensor *
  * (as cpu-ref adds them). */
 static void moe_ffn(kipp_cpu_fwd *f, const kipp_layer_weights *w, tok_job *tj, uint32_t n) {
     const uint32_t E = f->E, K = f->K, H = f->H, Fe = f->Fe, P = n * K;
-    matmul1(f, w->gate_inp, f->router, E, f->xn, H, n); /* xn[n][H] -> router[n][E] */
+    router_job rj = {.w = f->router_w[tj->layer], .x = f->xn, .y = f->router, .n = n, .H = H, .E = E};
+    kipp_threadpool_for(f->tp, E, 1, router_rows, &rj); /* xn[n][H] -> router[n][E] */
     par_tokens(f, n, route_rows, tj);
     /* counting sort of the pairs by expert (tokens ascending within an expert) */
     uint32_t *off = f->exp_off;
@@ -1208,6 +1252,7 @@ kipp_status kipp_cpu_fwd_nocache(kipp_cpu_fwd *f, const int32_t *tokens, uint32_
     }
     embed_rows(f, tokens, n);
     rope_tables(f, NULL, n);
+    f->nc_tokens = tokens;
     f->runs[0] = (run_t){.seq = NULL, .first = 0, .n = n, .pos0 = 0};
     st = layers(f, NULL, &src, f->runs, 1, NULL, n, err, err_len);
     free(src.priv_k); free(src.priv_v);
@@ -1243,6 +1288,9 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     }
     free(f->attn_norm); free(f->ffn_norm); free(f->q_norm); free(f->k_norm); free(f->out_norm);
     free(f->bq); free(f->bk); free(f->bv);
+    for (uint32_t l = 0; f->router_w && l < L; l++)
+        if (f->m->layers[l].gate_inp->type != KIPP_TYPE_F32) free(f->router_w[l]);
+    free(f->router_w);
     free(f->exp_off); free(f->moe_acc); free(f->mmj);
     free(f->mm_ws); free(f->mm_ys); free(f->mm_ld); free(f->mm_x0); free(f->mm_nx);
     free(f->inv_freq);
@@ -1317,9 +1365,18 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
         f->mm_ld = malloc(2 * f->E * sizeof *f->mm_ld);
         f->mm_x0 = malloc(2 * f->E * sizeof *f->mm_x0);
         f->mm_nx = malloc(2 * f->E * sizeof *f->mm_nx);
+        f->router_w = calloc(L, sizeof *f->router_w);
+        for (uint32_t l = 0; f->router_w && l < L; l++) {
+            const kipp_gguf_tensor *r = m->layers[l].gate_inp;
+            f->router_w[l] = r->type == KIPP_TYPE_F32 ? (float *)(uintptr_t)r->data : dequant_all(r);
+        }
     }
+    int routers_ok = 1;
+    for (uint32_t l = 0; f->E && l < L; l++) routers_ok &= f->router_w && f->router_w[l] != NULL;
     f->mmj = malloc(sizeof *f->mmj);
-    int ok = f->mmj && (!f->E || (f->exp_off && f->moe_acc && f->mm_ws && f->mm_ys && f->mm_ld && f->mm_x0 && f->mm_nx)) && f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
+    int ok = f->mmj &&
+             (!f->E || (f->exp_off && f->moe_acc && f->mm_ws && f->mm_ys && f->mm_ld && f->mm_x0 && f->mm_nx &&
+                        routers_ok)) && f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
     for (uint32_t l = 0; ok && l < L; l++) {
         const kipp_layer_weights *lw = &m->layers[l];
         f->attn_norm[l] = dequant_all(lw->attn_norm);

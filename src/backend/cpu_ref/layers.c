@@ -45,6 +45,7 @@ struct kipp_fwd_state {
     float *router;   /* [E] router logits, then probabilities */
     float *moe_out;  /* [H] the weighted sum of the chosen experts' outputs */
     uint32_t *chosen; /* [k] the top-k experts, best first */
+    int32_t token;    /* the token being run (the routing trace's key, moe.h) */
     float *chosen_w;  /* [k] their weights */
 };
 typedef kipp_fwd_state cpu_ref_state; /* the name the layer code grew up with */
@@ -193,7 +194,7 @@ static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, cons
         case KIPP_OP_FFN_MOE: {
             const uint32_t Fe = hp->n_ff_exp, k = hp->n_expert_used;
             s->matvec(s->mv_ctx, w->gate_inp, s->xb, s->router, s->row);
-            kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen, s->chosen_w, l, pos);
+            kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen, s->chosen_w, l, pos, s->token);
             memset(s->moe_out, 0, hp->n_embd * sizeof *s->moe_out);
             for (uint32_t slot = 0; slot < k; slot++) { /* best first; each expert a SwiGLU FFN */
                 const uint32_t e = s->chosen[slot];
@@ -362,6 +363,7 @@ kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, con
         cache_io c = {kv, kipp_kv_seq_get(pool, b->seq_ids[i])};
         const kv_io io = {cache_store, &c};
         const uint32_t p = b->positions[i];
+        s->token = b->tokens[i];
         embed(s, b->tokens[i], s->x);
         rope_angles(s, p);
         for (uint32_t l = 0; l < s->m->hp.n_layer; l++) run_layer(s, l, s->x, p, &io);
@@ -395,6 +397,7 @@ kipp_status kipp_fwd_forward_nocache(kipp_fwd_state *state, const int32_t *token
         /* every position's q must be recomputed at attention time: keep the order simple */
         for (uint32_t p = 0; p < n; p++) {
             rope_angles(s, p);
+            s->token = tokens[p];
             run_layer(s, l, xs + (size_t)p * hp->n_embd, p, &io);
         }
     }
