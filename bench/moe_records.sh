@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 out=${1:-bench/results}
 L=${LAYERS:-12}
 tag=${RECORD_TAG:+$RECORD_TAG-}
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# a run that fails (a noisy record refused) still keeps the records written before it
+tmp=$(mktemp -d); trap 'mkdir -p "$out"; mv "$tmp"/moe-*.json "$out"/ 2>/dev/null; rm -rf "$tmp"' EXIT
 make -s cpu server build/kipp-membw build/kipp-quantize
 base=models/random/qwen3-30b-a3b-${L}l
 if [ ! -f "$base-q4_k_m.gguf" ] || [ ! -f "$base-q8_0.gguf" ]; then
@@ -35,4 +36,4 @@ if [ -z "${NO_SERVER:-}" ]; then
     .venv/bin/python -m bench.server_bench --model "$base-q4_k_m.gguf" --threads 2 --concurrency 1,8 \
         --output "$tmp/moe-server-${tag}30b-a3b-${L}l-q4_k_m.json"
 fi
-mkdir -p "$out" && mv "$tmp"/moe-*.json "$out"/
+# (the EXIT trap moves the records into $out)
