@@ -33,7 +33,9 @@ for q in q4_k_m q8_0; do
         --warmup 1 --runs 3 --output "$tmp/moe-${tag}30b-a3b-${L}l-$q.json" ${ALLOW_NOISY:+--allow-noisy}
 done
 if [ -z "${NO_SERVER:-}" ]; then
-    .venv/bin/python -m bench.server_bench --model "$base-q4_k_m.gguf" --threads 2 --concurrency 1,8 \
+    # decode throughput, as the dense server-throughput-decode records: short prompts, long replies
+    .venv/bin/python -m bench.server_bench --model "$base-q4_k_m.gguf" --threads 2 --concurrency 1,8 --runs 2 \
+        --requests-per-client 2 --prompt-tokens 16 --max-tokens 128 \
         --output "$tmp/moe-server-${tag}30b-a3b-${L}l-q4_k_m.json"
 fi
 # (the EXIT trap moves the records into $out)
