@@ -89,7 +89,8 @@ kipp_status kt_recompute(kt_gate *g, kipp_ctx *c, const int32_t *ids, uint32_t n
  * recomputation, never cached) and pins every run of the gate to it where a run's choice differs
  * and cpu-ref's margin (log p_k - log p_(k+1)) is below KT_MOE_NEAR_TIE; a difference at a wider
  * margin is left alone, so the logits show it, and kt_gate_close fails the gate on it and
- * reports the pins. Routing the gates make of other token sequences is not pinned. */
+ * reports the pins. Routing of other token sequences is not pinned (the long-context gate
+ * records its own sequence instead). */
 #define KT_MOE_NEAR_TIE 0.05f
 /* the smallest routing margin a MoE model's golden vectors may have (kt_gate_golden) */
 #define KT_MOE_GOLDEN_MARGIN 1e-4

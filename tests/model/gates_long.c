@@ -80,6 +80,15 @@ int kt_gate_longctx(const char *model_path, const char *vec_dir, const kt_opts *
     } else {
         for (uint32_t i = 0; i < L; i++) ids[i] = (int32_t)(100 + (i * 40503u) % (V - 200));
     }
+    if (g.info.n_expert) {
+        /* a MoE model: the pins are this very sequence's (cpu-ref's routing of ids[0..L)), not
+         * the manifest prompts' that kt_gate_open recorded -- this sequence repeats them at other
+         * positions, after other prefixes (gate_common.h) */
+        kt_moe_unpin(g.moe_pin, NULL);
+        const int32_t *pin_ids[1] = {ids};
+        const size_t pin_n[1] = {L};
+        g.moe_pin = kt_moe_pin_on(g.is_ref ? g.c : kt_gate_ref(&g), &g.info, pin_ids, pin_n, 1, g.b);
+    }
 
     /* the cached run: 61-token batches to L-2, logits only at checkpoints, then two steps */
     uint32_t k = 0; /* next checkpoint */
