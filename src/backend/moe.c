@@ -82,17 +82,12 @@ static void traced(kipp_moe_trace *t, const float *p, uint32_t n, uint32_t k, ui
     /* a near-tie: the record's experts, best first by this backend's probabilities */
     atomic_fetch_add(&t->pinned, 1u);
     if (t->margin[at] > t->worst_pinned) t->worst_pinned = t->margin[at];
+    /* their order: this run's probabilities, best first, ties to the lower expert (rec is sorted) */
     float q[64];
-    for (uint32_t i = 0; i < k; i++) chosen[i] = rec[i], q[i] = p[rec[i]];
-    for (uint32_t i = 0; i < k; i++) { /* selection sort, best first, ties to the lower index */
-        uint32_t b = i;
-        for (uint32_t j = i + 1; j < k; j++)
-            if (q[j] > q[b] || (q[j] == q[b] && chosen[j] < chosen[b])) b = j;
-        const float tq = q[i];
-        const uint32_t tc = chosen[i];
-        q[i] = q[b], chosen[i] = chosen[b];
-        q[b] = tq, chosen[b] = tc;
-    }
+    uint32_t order[64];
+    for (uint32_t i = 0; i < k; i++) q[i] = p[rec[i]];
+    top_k(q, k, k, order);
+    for (uint32_t i = 0; i < k; i++) chosen[i] = rec[order[i]];
 }
 
 void kipp_moe_route(float *logits, uint32_t n, uint32_t k, int norm, uint32_t *chosen, float *w, uint32_t layer,

@@ -417,7 +417,6 @@ void kt_moe_unpin(kipp_moe_trace *t, const char *what) {
         if (pinned)
             printf("   %s: %u near-tie routing choice(s) (margin < %g; widest %.3g) took cpu-ref's experts\n", what,
                    pinned, (double)t->delta, (double)t->worst_pinned);
-        kt_moe_pinned_total += pinned;
     }
     free(t->token);
     free(t->chosen);
@@ -425,4 +424,3 @@ void kt_moe_unpin(kipp_moe_trace *t, const char *what) {
     free(t->probs);
     free(t);
 }
-unsigned kt_moe_pinned_total;

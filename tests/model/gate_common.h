@@ -100,7 +100,6 @@ kipp_moe_trace *kt_moe_pin_on(kipp_ctx *ref, const kipp_model_info *info, const 
                               const size_t *n, size_t n_prompts, float *scratch);
 /* Stops pinning; with what (a label) set, fails on mismatches and reports the pins. Frees t. */
 void kt_moe_unpin(kipp_moe_trace *t, const char *what);
-extern unsigned kt_moe_pinned_total; /* pins over the process, for the gates' summaries */
 
 /* Token ids of one manifest prompt, malloc'd; NULL when it has none. */
 int32_t *kt_prompt_tokens(json_t *prompt, size_t *n);
