@@ -91,7 +91,7 @@ static const struct {
     {"kv", "KV block pool, tables, refcounts, copy-on-write", kt_suite_kv},
     {"cpu_kernels", "cpu kernels of every ISA level vs scalar references", kt_suite_cpu_kernels},
     {"cuda_quant_math", "cuda dequantization, host side", kt_suite_cuda_quant_math},
-    {"cuda_ops_math", "cuda conversions, silu, KV addressing, host side", kt_suite_cuda_ops_math},
+    {"cuda_ops_math", "cuda conversions, silu, KV addressing, MoE router, host side", kt_suite_cuda_ops_math},
     {"cuda_probe", "cuda start-up decision", kt_suite_cuda_probe},
     {"grammar", "grammar compiler, matcher, token masks", kt_suite_grammar},
     {"json_schema", "JSON Schema -> grammar", kt_suite_json_schema},

@@ -1,9 +1,10 @@
 /* cuda_ops.c — `kipp_test_cuda --cuda-operators`: every kernel of the cuda backend
  * (src/backend/cuda/kernels.h) against a CPU reference on random inputs over many shapes,
  * odd sizes included, the way llama.cpp's test-backend-ops checks its backends. The checks
- * live beside their kernels' families: ops_mm.c (matrix products, embedding rows) and
- * ops_misc.c (norms, RoPE, SwiGLU, residuals, KV stores, paged attention); each states and
- * derives its error bounds. Linked into build/kipp_test_cuda only; the ordinary kipp_test
+ * live beside their kernels' families: ops_mm.c (matrix products, the router's exact product,
+ * the expert products, embedding rows) and ops_misc.c (norms, RoPE, SwiGLU, residuals, biases,
+ * KV stores, paged attention, the experts' routing and weighted sum); each states and derives
+ * its error bounds. Linked into build/kipp_test_cuda only; the ordinary kipp_test
  * answers this mode with how to get it. Needs an NVIDIA GPU: without one it fails, naming
  * what the CUDA runtime found. */
 #include "kt.h"

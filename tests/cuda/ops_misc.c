@@ -1,5 +1,6 @@
 /* ops_misc.c — GPU operator tests of ops.cu (kernels.h's "everything else"): RMSNorm, NEOX
- * RoPE, SwiGLU, the residual add, the paged KV store and causal paged GQA attention, each
+ * RoPE, SwiGLU, the residual add, the bias add, the paged KV store, causal paged GQA
+ * attention, and a mixture-of-experts layer's routing and weighted sum, each
  * against a host reference on random inputs over many shapes (odd sizes, padded strides,
  * unaligned pointers, in-place calls), KV types f32/f16/bf16, adversarial block tables
  * (reversed, interleaved, shared prefix blocks, random), and attention's KIPP_FAULT read
@@ -9,6 +10,7 @@
  * build/kipp_test_cuda only; needs a GPU. */
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/ops_math.h"
+#include "backend/moe.h"
 #include "kt.h"
 
 #include <cuda_runtime_api.h>
@@ -239,6 +241,224 @@ static void test_elementwise(op_stat *sw, op_stat *ad) {
                 free(u);
                 free(got);
             }
+}
+
+/* ---- bias -------------------------------------------------------------------------------- */
+
+/* x[t][i] + b[i]: one IEEE add on both sides, exact (bound 0); the row gaps stay untouched. */
+static void test_bias(op_stat *st) {
+    static const uint32_t shapes[][3] = {{896, 3, 0}, {128, 17, 5}, {1001, 2, 3}, {16, 64, 0}, {3, 1, 1}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const uint32_t n = shapes[c][0], n_tok = shapes[c][1];
+        const size_t ld = n + shapes[c][2], total = ld * n_tok;
+        float *x = malloc(total * 4), *b = malloc(n * 4), *got = malloc(total * 4);
+        fill(x, total, 3.0f);
+        fill(b, n, 0.5f);
+        float *dx = up(x, total * 4), *db = up(b, n * 4);
+        if (dx && db && ran(kipp_cuda_add_bias(dx, ld, db, n, n_tok, 0), "add_bias") &&
+            down(got, dx, total * 4))
+            for (size_t e = 0; e < total; e++) {
+                const size_t i = e % ld;
+                note(st, got[e], i < n ? x[e] + b[i] : x[e], 0);
+            }
+        cudaFree(dx);
+        cudaFree(db);
+        free(x);
+        free(b);
+        free(got);
+    }
+}
+
+/* ---- mixture of experts ------------------------------------------------------------------ */
+
+/* The routing kernel (a warp per token, 16 warps: the 512-token cases give each warp 32)
+ * against moe.c's kipp_moe_route on the host, row by row. The device's
+ * expf is within 2 ulp of the host's: each probability (one expf, a sum of n of them, a
+ * division) is then within (4 + n) eps relative of the host's, a weight (renormalized: a sum
+ * of k and a division more) within (6 + n + k) eps: the bounds below. The choice must be the
+ * host's, except where the host's two candidates' probabilities lie within twice that bound
+ * (a near tie that expf's rounding may order either way: counted in near_ties, reported,
+ * not a failure); rows drawn from four values tie exactly and must match exactly. The pairs'
+ * grouping must be exactly the counting sort of the device's own choice (tokens ascending
+ * within an expert). */
+static void test_moe_route(op_stat *choice, op_stat *prob, op_stat *grp, long *near_ties) {
+    static const uint32_t cases[][4] = {/* n_tok, n_expert, k, kind (0 random, 1 ties) */
+                                        {1, 8, 2, 0},   {5, 8, 2, 1},    {300, 128, 8, 0},
+                                        {512, 128, 8, 1}, {64, 64, 1, 0}, {17, 160, 8, 0},
+                                        {9, 3, 3, 0},   {256, 256, 4, 0}, {2, 1, 1, 0},
+                                        {3, 1024, 8, 0}, {40, 1024, 2, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int norm = 0; norm < 2; norm++) {
+            const uint32_t n_tok = cases[c][0], E = cases[c][1], k = cases[c][2];
+            const size_t ld = E + (c & 1), P = (size_t)n_tok * k;
+            float *lg = malloc(n_tok * ld * 4), *hp = malloc(n_tok * ld * 4);
+            float *gp = malloc(n_tok * ld * 4), *hw = malloc(P * 4), *gw = malloc(P * 4);
+            uint32_t *hc = malloc(P * 4), *gc = malloc(P * 4), *goff = malloc((E + 1) * 4);
+            uint32_t *gslot = malloc(P * 4), *want_off = malloc((E + 2) * 4);
+            int32_t *gtok = malloc(P * 4);
+            for (size_t i = 0; i < n_tok * ld; i++)
+                lg[i] = cases[c][3] ? (float)(rng() % 4) * 0.5f : frand() * 6.0f;
+            memcpy(hp, lg, n_tok * ld * 4);
+            for (uint32_t t = 0; t < n_tok; t++)
+                kipp_moe_route(hp + t * ld, E, k, norm, hc + (size_t)t * k, hw + (size_t)t * k, 0, 0);
+            float *dlg = up(lg, n_tok * ld * 4), *dw = up(NULL, P * 4);
+            uint32_t *dc = up(NULL, P * 4), *doff = up(NULL, (E + 1) * 4), *dslot = up(NULL, P * 4);
+            int32_t *dtok = up(NULL, P * 4);
+            if (dlg && dw && dc && doff && dslot && dtok &&
+                ran(kipp_cuda_moe_route(dlg, ld, n_tok, E, k, norm, 0, NULL, NULL, dc, dw, doff, dtok,
+                                        dslot, 0),
+                    "moe_route") &&
+                down(gp, dlg, n_tok * ld * 4) && down(gw, dw, P * 4) && down(gc, dc, P * 4) &&
+                down(goff, doff, (E + 1) * 4) && down(gslot, dslot, P * 4) &&
+                down(gtok, dtok, P * 4)) {
+                const double pb = (4.0 + E) * FLT_EPSILON, wb = (6.0 + E + k) * FLT_EPSILON;
+                for (uint32_t t = 0; t < n_tok; t++) {
+                    for (uint32_t e = 0; e < E; e++)
+                        note(prob, gp[t * ld + e], hp[t * ld + e], pb * hp[t * ld + e] + 1e-37);
+                    for (uint32_t s2 = 0; s2 < k; s2++) {
+                        const uint32_t a = hc[t * k + s2], b = gc[t * k + s2];
+                        int same = a == b;
+                        if (!same && b < E && cases[c][3] == 0 &&
+                            fabs((double)hp[t * ld + a] - hp[t * ld + b]) <= 2 * pb * hp[t * ld + a]) {
+                            (*near_ties)++;
+                            break; /* the rest of the row follows the flipped choice */
+                        }
+                        note(choice, same ? 0.0 : 1.0, 0.0, 0);
+                        if (same) note(prob, gw[t * k + s2], hw[t * k + s2], wb * hw[t * k + s2] + 1e-37);
+                    }
+                }
+                /* the grouping of the device's choice */
+                memset(want_off, 0, (E + 2) * 4);
+                for (size_t i = 0; i < P; i++)
+                    if (gc[i] < E) want_off[gc[i] + 1]++;
+                for (uint32_t e = 0; e < E; e++) want_off[e + 1] += want_off[e];
+                for (uint32_t e = 0; e <= E; e++) note(grp, goff[e], want_off[e], 0);
+                for (size_t i = 0; i < P; i++) {
+                    if (gc[i] >= E) {
+                        note(grp, 1, 0, 0);
+                        continue;
+                    }
+                    const uint32_t g = want_off[gc[i]]++;
+                    note(grp, gslot[i], g, 0);
+                    note(grp, gtok[g], (double)(i / k), 0);
+                }
+            }
+            cudaFree(dlg);
+            cudaFree(dw);
+            cudaFree(dc);
+            cudaFree(doff);
+            cudaFree(dslot);
+            cudaFree(dtok);
+            free(lg), free(hp), free(gp), free(hw), free(gw), free(hc), free(gc), free(goff);
+            free(gslot), free(want_off), free(gtok);
+        }
+}
+
+/* The gates' pin on the device: one layer's routing of 40 positions under a record (moe.h's
+ * trace in PIN mode) that holds each token's own set, another set at a near-tie margin,
+ * another at a wide one, or nothing; the device's choices, weights and counts against
+ * kipp_moe_route's under the same trace on the host (logits drawn 1/8 apart: no near-tie of
+ * the device's own, so every difference is the pin's). */
+static void test_moe_pin(op_stat *st) {
+    enum { NL = 3, NP = 40, K = 4, N = 16 };
+    const uint32_t layer = 2;
+    uint32_t rec[NL * NP * K], pos[NP], chosen[NP * K], gchosen[NP * K], counts[3];
+    float margin[NL * NP], lg[NP * N], hp[NP * N], w[NP * K], gw[NP * K];
+    unsigned char seen[NL * NP];
+    for (uint32_t i = 0; i < NL * NP * K; i++) rec[i] = i % N;
+    for (uint32_t c = 0; c < NL * NP; c++) {
+        margin[c] = c % 2 ? 0.01f : 0.5f;
+        seen[c] = c % 7 != 3;
+    }
+    for (uint32_t t = 0; t < NP; t++) {
+        pos[t] = (t * 7) % NP; /* positions out of order */
+        for (uint32_t e = 0; e < N; e++) lg[t * N + e] = (float)(rng() % 64) / 8.0f;
+        float tmp[N];
+        uint32_t own[K];
+        memcpy(tmp, lg + t * N, sizeof tmp);
+        kipp_om_moe_topk(tmp, N, K, own);
+        uint32_t *r = rec + ((size_t)layer * NP + pos[t]) * K;
+        for (uint32_t i = 0; i < K; i++) r[i] = t % 3 ? (uint32_t)(i * 4 + t % 4) : own[i];
+        for (uint32_t i = 1; i < K; i++) /* ascending */
+            for (uint32_t j = i; j > 0 && r[j - 1] > r[j]; j--) {
+                const uint32_t x = r[j];
+                r[j] = r[j - 1];
+                r[j - 1] = x;
+            }
+    }
+    kipp_moe_trace tr = {.mode = KIPP_MOE_TRACE_PIN, .n_layer = NL, .n_pos = NP, .k = K, .delta = 0.05f,
+                         .chosen = rec, .margin = margin, .seen = seen};
+    memcpy(hp, lg, sizeof lg);
+    kipp_moe_trace_use(&tr);
+    for (uint32_t t = 0; t < NP; t++) kipp_moe_route(hp + t * N, N, K, 1, chosen + t * K, w + t * K, layer, pos[t]);
+    kipp_moe_trace_use(NULL);
+    uint32_t zero[3] = {0, 0, 0}, *drec = up(rec, sizeof rec), *dpos = up(pos, sizeof pos), *dcnt = up(zero, sizeof zero);
+    float *dmar = up(margin, sizeof margin), *dlg = up(lg, sizeof lg), *dw = up(NULL, sizeof gw);
+    unsigned char *dseen = up(seen, sizeof seen);
+    uint32_t *dc = up(NULL, sizeof gchosen), *doff = up(NULL, (N + 1) * 4), *dslot = up(NULL, sizeof gchosen);
+    int32_t *dtok = up(NULL, sizeof gchosen);
+    const kipp_cuda_moe_pin pin = {drec, dmar, dseen, NL, NP, K, 0.05f, dcnt};
+    if (drec && dpos && dcnt && dmar && dlg && dw && dseen && dc && doff && dslot && dtok &&
+        ran(kipp_cuda_moe_route(dlg, N, NP, N, K, 1, layer, dpos, &pin, dc, dw, doff, dtok, dslot, 0),
+            "moe_route (pinned)") &&
+        down(gchosen, dc, sizeof gchosen) && down(gw, dw, sizeof gw) && down(counts, dcnt, sizeof counts)) {
+        const double wb = (6.0 + N + K) * FLT_EPSILON;
+        for (uint32_t i = 0; i < NP * K; i++) {
+            note(st, gchosen[i], chosen[i], 0);
+            note(st, gw[i], w[i], wb * w[i] + 1e-37);
+        }
+        note(st, counts[0], atomic_load(&tr.pinned), 0);
+        note(st, counts[1], atomic_load(&tr.mismatched), 0);
+        float widest;
+        memcpy(&widest, &counts[2], sizeof widest);
+        note(st, counts[0] ? widest : 0.0f, atomic_load(&tr.pinned) ? tr.worst_pinned : 0.0f, 0);
+    }
+    cudaFree(drec), cudaFree(dpos), cudaFree(dcnt), cudaFree(dmar), cudaFree(dlg), cudaFree(dw);
+    cudaFree(dseen), cudaFree(dc), cudaFree(doff), cudaFree(dslot), cudaFree(dtok);
+}
+
+/* The weighted sum: the host's x + (((0 + w0 y0) + w1 y1) + ...) with each operation
+ * rounded (C11: no contraction), ops_math.h's kipp_om_mul_add on the device: exact. */
+static void test_moe_sum(op_stat *st) {
+    static const uint32_t cases[][3] = {{1, 64, 2}, {8, 2048, 8}, {37, 96, 1}, {200, 128, 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint32_t n_tok = cases[c][0], n = cases[c][1], k = cases[c][2];
+        const size_t P = (size_t)n_tok * k, ldx = n + 3, ldy = n + (c & 1);
+        float *x = malloc(n_tok * ldx * 4), *ye = malloc(P * ldy * 4), *w = malloc(P * 4);
+        float *got = malloc(n_tok * ldx * 4);
+        uint32_t *slot = malloc(P * 4);
+        fill(x, n_tok * ldx, 4.0f);
+        fill(ye, P * ldy, 2.0f);
+        for (size_t i = 0; i < P; i++) w[i] = (frand() + 1.0f) * 0.5f;
+        for (size_t i = 0; i < P; i++) slot[i] = (uint32_t)i;
+        for (size_t i = P; i-- > 1;) { /* a random permutation: pairs in some group order */
+            const size_t j = rng() % (i + 1);
+            const uint32_t tmp = slot[i];
+            slot[i] = slot[j];
+            slot[j] = tmp;
+        }
+        float *dx = up(x, n_tok * ldx * 4), *dy = up(ye, P * ldy * 4), *dw = up(w, P * 4);
+        uint32_t *ds = up(slot, P * 4);
+        if (dx && dy && dw && ds &&
+            ran(kipp_cuda_moe_sum(dx, ldx, dy, ldy, dw, ds, n, n_tok, k, 0), "moe_sum") &&
+            down(got, dx, n_tok * ldx * 4))
+            for (uint32_t t = 0; t < n_tok; t++)
+                for (size_t i = 0; i < ldx; i++) {
+                    float want = x[t * ldx + i];
+                    if (i < n) {
+                        float acc = 0.0f;
+                        for (uint32_t s2 = 0; s2 < k; s2++)
+                            acc = acc + w[t * k + s2] * ye[(size_t)slot[t * k + s2] * ldy + i];
+                        want = want + acc;
+                    }
+                    note(st, got[t * ldx + i], want, 0);
+                }
+        cudaFree(dx);
+        cudaFree(dy);
+        cudaFree(dw);
+        cudaFree(ds);
+        free(x), free(ye), free(w), free(got), free(slot);
+    }
 }
 
 /* ---- paged KV: tables, storage -------------------------------------------------------- */
@@ -538,7 +758,11 @@ int kt_cuda_ops_misc(void) {
     op_stat rms = {"rmsnorm", 0, 0, 0, 0}, rope = {"rope", 0, 0, 0, 0};
     op_stat sw = {"swiglu", 0, 0, 0, 0}, ad = {"add", 0, 0, 0, 0};
     op_stat kvs = {"kv_store", 0, 0, 0, 0}, att = {"attention", 0, 0, 0, 0};
-    op_stat flt = {"att-fault", 0, 0, 0, 0};
+    op_stat flt = {"att-fault", 0, 0, 0, 0}, bias = {"add_bias", 0, 0, 0, 0};
+    op_stat rchoice = {"moe-choice", 0, 0, 0, 0}, rprob = {"moe-prob", 0, 0, 0, 0};
+    op_stat rgrp = {"moe-groups", 0, 0, 0, 0}, msum = {"moe_sum", 0, 0, 0, 0};
+    op_stat rpin = {"moe-pin", 0, 0, 0, 0};
+    long near_ties = 0;
     test_rmsnorm(&rms);
     report(&rms);
     test_rope(&rope);
@@ -551,5 +775,17 @@ int kt_cuda_ops_misc(void) {
     test_attention(&att, &flt);
     report(&att);
     report(&flt);
+    test_bias(&bias);
+    report(&bias);
+    test_moe_route(&rchoice, &rprob, &rgrp, &near_ties);
+    report(&rchoice);
+    report(&rprob);
+    report(&rgrp);
+    printf("cuda op moe-choice: %ld near ties ordered otherwise by the device's expf (not failures)\n",
+           near_ties);
+    test_moe_pin(&rpin);
+    report(&rpin);
+    test_moe_sum(&msum);
+    report(&msum);
     return g_fail;
 }

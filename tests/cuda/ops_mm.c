@@ -1,7 +1,9 @@
-/* ops_mm.c — GPU operator test of src/backend/cuda/mm.cu (kipp_cuda_matmul, both paths, and
- * kipp_cuda_get_rows) against a host f64 reference built from kipp_dequantize_row(), for every
- * type kipp_cuda_mm_type_supported() accepts and many shapes (odd n_out, n_tok on both sides
- * of the decode/GEMM switch, unaligned and padded strides). Runs only on a GPU (called by
+/* ops_mm.c — GPU operator test of src/backend/cuda/mm.cu (kipp_cuda_matmul, both paths,
+ * kipp_cuda_matmul_exact, kipp_cuda_matmul_experts, both paths, and kipp_cuda_get_rows)
+ * against a host f64 reference built from kipp_dequantize_row(), for every type
+ * kipp_cuda_mm_type_supported() accepts and many shapes (odd n_out, n_tok on both sides of
+ * the decode/GEMM switch, row lengths not a multiple of 32 for the float types, unaligned and
+ * padded strides, expert groups empty, single and full). Runs only on a GPU (called by
  * kipp_test_cuda --cuda-operators after it found one); compiled everywhere.
  *
  * Bounds, per output y = sum_i w_i x_i with S = sum_i |w_i x_i| (f64), u = 2^-24:
@@ -20,6 +22,11 @@
  *    case <= 1e-9 (two planes: ~2^-36 ~ 1.5e-11; a single bf16 plane: ~1e-6), and 1e-11
  *    for matvec (f32 rounding only: ~1e-14).
  *  - decode vs GEMM on the same tokens: |gemm - matvec| <= both bounds added.
+ *  - matmul_exact: the matvec bound at every n_tok, and each token's y bit for bit the one a
+ *    one-token kipp_cuda_matmul gives (a token's FMA chain does not depend on its neighbours).
+ *  - matmul_experts: each row against its expert's f64 product with the matvec bound (groups
+ *    of at most 8 rows) or the GEMM bound (more); on the matvec path each row bit for bit a
+ *    one-token kipp_cuda_matmul of its expert's matrix.
  *  - get_rows: bit-exact with kipp_dequantize_row.
  * Every y is written into a buffer pre-filled with a NaN sentinel and a row stride one wider
  * than n_out: the padding column must come back untouched (out-of-range work is masked). */
@@ -39,7 +46,7 @@ static const uint32_t k_types[] = {
     KIPP_TYPE_Q4_K, KIPP_TYPE_Q6_K, KIPP_TYPE_Q4_1, KIPP_TYPE_Q5_0,   KIPP_TYPE_Q5_1,
     KIPP_TYPE_Q5_K, KIPP_TYPE_Q3_K, KIPP_TYPE_Q2_K, KIPP_TYPE_IQ4_NL, KIPP_TYPE_IQ4_XS,
 };
-static const uint32_t k_n_in[] = {32, 96, 256, 288, 1024, 2816, 4096};
+static const uint32_t k_n_in[] = {8, 48, 32, 96, 256, 288, 1024, 2816, 4096};
 static const uint32_t k_n_out[] = {1, 7, 33, 1000, 4097};
 static const uint32_t k_n_tok[] = {1, 2, 3, 8, 9, 17, 64, 200};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -108,7 +115,7 @@ static void stat_line(const char *type, const char *path, const stat *s) {
 
 /* The GEMM's relative bound (the comment at the top). */
 static double gemm_gamma(uint32_t n_in) {
-    const double k = n_in / 32, u = ldexp(1.0, -24);
+    const double k = (n_in + 31) / 32, u = ldexp(1.0, -24);
     return ldexp(1.0, -16) + 6.06 * ldexp(1.0, -22) + k * u / (1 - k * u);
 }
 
@@ -152,9 +159,10 @@ static int check_y(const float *y, const double *ref, const double *sabs, uint32
     return bad;
 }
 
-/* One matmul on the device: x (host [n_tok][ldx]) -> y (host [n_tok][n_out + 1]). */
-static int run_matmul(uint32_t type, const void *d_w, uint32_t n_in, uint32_t n_out,
-                      const float *x, size_t ldx, uint32_t n_tok, float *y) {
+/* One matmul on the device: x (host [n_tok][ldx]) -> y (host [n_tok][n_out + 1]); exact:
+ * kipp_cuda_matmul_exact instead. */
+static int run_matmul_as(int exact, uint32_t type, const void *d_w, uint32_t n_in, uint32_t n_out,
+                         const float *x, size_t ldx, uint32_t n_tok, float *y) {
     int bad = 0;
     float *d_x = NULL, *d_y = NULL;
     void *d_s = NULL;
@@ -164,13 +172,215 @@ static int run_matmul(uint32_t type, const void *d_w, uint32_t n_in, uint32_t n_
     if (sb) CK(cudaMalloc(&d_s, sb));
     CK(cudaMemcpy(d_x, x, sizeof(float) * ldx * n_tok, cudaMemcpyHostToDevice));
     CK(cudaMemset(d_y, 0xff, sizeof(float) * ldy * n_tok)); /* NaN sentinel */
-    CK((cudaError_t)kipp_cuda_matmul(type, d_w, n_in, n_out, d_x, ldx, n_tok, d_y, ldy, d_s, 0));
+    if (exact)
+        CK((cudaError_t)kipp_cuda_matmul_exact(type, d_w, n_in, n_out, d_x, ldx, n_tok, d_y, ldy, 0));
+    else
+        CK((cudaError_t)kipp_cuda_matmul(type, d_w, n_in, n_out, d_x, ldx, n_tok, d_y, ldy, d_s, 0));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(y, d_y, sizeof(float) * ldy * n_tok, cudaMemcpyDeviceToHost));
 out:
     cudaFree(d_x);
     cudaFree(d_y);
     cudaFree(d_s);
+    return bad;
+}
+
+static int run_matmul(uint32_t type, const void *d_w, uint32_t n_in, uint32_t n_out,
+                      const float *x, size_t ldx, uint32_t n_tok, float *y) {
+    return run_matmul_as(0, type, d_w, n_in, n_out, x, ldx, n_tok, y);
+}
+
+/* The reference of rows whose inputs are x rows xr[r] against matrix rows wf (n_out of
+ * n_in) of expert ex[r] (each expert's n_out rows n_out * n_in floats apart). */
+static void ref_rows(const float *wf, uint32_t n_in, uint32_t n_out, const float *x, size_t ldx,
+                     const uint32_t *xr, const uint32_t *ex, uint32_t n_rows, double *ref,
+                     double *sabs) {
+    for (uint32_t r = 0; r < n_rows; r++)
+        for (uint32_t o = 0; o < n_out; o++) {
+            const float *wr = wf + ((size_t)ex[r] * n_out + o) * n_in, *xp = x + xr[r] * ldx;
+            double acc = 0, sa = 0;
+            for (uint32_t i = 0; i < n_in; i++) {
+                const double p = (double)wr[i] * (double)xp[i];
+                acc += p, sa += fabs(p);
+            }
+            ref[(size_t)r * n_out + o] = acc, sabs[(size_t)r * n_out + o] = sa;
+        }
+}
+
+/* kipp_cuda_matmul_exact: a router-like product (n_out 40) at token counts on both sides of
+ * 8 and past several block rows, against the f64 reference (matvec bound), and a few tokens'
+ * rows bit for bit against one-token kipp_cuda_matmul calls. */
+static int test_exact(uint32_t type, stat *st, stat *same) {
+    static const uint32_t ntok[] = {1, 5, 8, 9, 17, 64};
+    const uint32_t n_in = 256, n_out = 40;
+    int bad = 0;
+    const uint64_t rb = kipp_type_row_bytes(type, n_in);
+    uint8_t *w = malloc(rb * n_out);
+    float *wf = malloc(sizeof(float) * n_in * n_out), *x = NULL, *y = NULL, *y1 = NULL;
+    double *ref = NULL, *sabs = NULL;
+    uint32_t *xr = NULL, *ex = NULL;
+    void *d_w = NULL;
+    if (!w || !wf) goto out;
+    make_weights(type, n_in, n_out, w);
+    for (uint32_t r = 0; r < n_out; r++) kipp_dequantize_row(type, w + rb * r, wf + (size_t)r * n_in, n_in);
+    CK(cudaMalloc(&d_w, rb * n_out));
+    CK(cudaMemcpy(d_w, w, rb * n_out, cudaMemcpyHostToDevice));
+    for (size_t c = 0; c < COUNT(ntok); c++) {
+        const uint32_t n_tok = ntok[c];
+        const size_t ldx = n_in + c % 2;
+        free(x), free(y), free(y1), free(ref), free(sabs), free(xr), free(ex);
+        x = malloc(sizeof(float) * ldx * n_tok);
+        y = malloc(sizeof(float) * (n_out + 1) * n_tok);
+        y1 = malloc(sizeof(float) * (n_out + 1));
+        ref = malloc(sizeof(double) * n_out * n_tok);
+        sabs = malloc(sizeof(double) * n_out * n_tok);
+        xr = malloc(sizeof(uint32_t) * n_tok);
+        ex = calloc(n_tok, sizeof(uint32_t));
+        if (!x || !y || !y1 || !ref || !sabs || !xr || !ex) {
+            bad++;
+            goto out;
+        }
+        for (size_t i = 0; i < ldx * n_tok; i++) x[i] = urand();
+        for (uint32_t t = 0; t < n_tok; t++) xr[t] = t;
+        ref_rows(wf, n_in, n_out, x, ldx, xr, ex, n_tok, ref, sabs);
+        char what[96];
+        snprintf(what, sizeof what, "%s exact n_tok %u", kipp_type_name(type), n_tok);
+        if (run_matmul_as(1, type, d_w, n_in, n_out, x, ldx, n_tok, y)) {
+            bad++;
+            goto out;
+        }
+        bad += check_y(y, ref, sabs, n_out, n_tok, n_in, 1, st, what);
+        const uint32_t probe[3] = {0, n_tok / 2, n_tok - 1};
+        int diff = 0;
+        for (int i = 0; i < 3; i++) {
+            if (run_matmul(type, d_w, n_in, n_out, x + (size_t)probe[i] * ldx, ldx, 1, y1)) {
+                bad++;
+                goto out;
+            }
+            diff += memcmp(y1, y + (size_t)probe[i] * (n_out + 1), sizeof(float) * n_out) != 0;
+        }
+        if (diff) fprintf(stderr, "  %s: %d tokens differ from their one-token product\n", what, diff);
+        same->cases++;
+        same->fails += diff != 0;
+        bad += diff != 0;
+    }
+out:
+    free(w), free(wf), free(x), free(y), free(y1), free(ref), free(sabs), free(xr), free(ex);
+    cudaFree(d_w);
+    return bad;
+}
+
+/* kipp_cuda_matmul_experts: E = 5 experts of n_out 40 (one allocation, expert e at e times
+ * its bytes), n_tok tokens each choosing k = 2 distinct experts (expert 3 never: an empty
+ * group; half the cases route every token to expert 0 first: a full group), the pairs sorted
+ * by expert with their tokens ascending, the inputs read through x_rows (every other case:
+ * the rows gathered on the host, x_rows NULL). max_per_expert = n_tok: 1..8 the matrix-vector
+ * path, 9 and 40 the GEMM; the padding column of y must stay a NaN. */
+static int test_experts(uint32_t type, stat *s_mv, stat *s_mm, stat *same) {
+    static const uint32_t ntok[] = {1, 3, 8, 9, 40};
+    enum { E = 5, K = 2 };
+    const uint32_t n_in = 256, n_out = 40;
+    int bad = 0;
+    const uint64_t rb = kipp_type_row_bytes(type, n_in), eb = rb * n_out;
+    uint8_t *w = malloc(eb * E);
+    float *wf = malloc(sizeof(float) * n_in * n_out * E), *x = NULL, *xg = NULL, *y = NULL, *y1 = NULL;
+    double *ref = NULL, *sabs = NULL;
+    uint32_t *xr = NULL, *ex = NULL, *chosen = NULL, off[E + 1];
+    int32_t *rows = NULL;
+    void *d_w = NULL, *d_s = NULL;
+    float *d_x = NULL, *d_y = NULL;
+    uint32_t *d_off = NULL;
+    int32_t *d_rows = NULL;
+    if (!w || !wf) goto out;
+    make_weights(type, n_in, n_out * E, w);
+    for (uint32_t r = 0; r < n_out * E; r++) kipp_dequantize_row(type, w + rb * r, wf + (size_t)r * n_in, n_in);
+    CK(cudaMalloc(&d_w, eb * E));
+    CK(cudaMemcpy(d_w, w, eb * E, cudaMemcpyHostToDevice));
+    for (size_t c = 0; c < COUNT(ntok); c++) {
+        const uint32_t n_tok = ntok[c], P = n_tok * K;
+        const int gathered = c % 2, mv = n_tok <= MV_MAX_TOK;
+        const size_t ldx = n_in + (c + 1) % 2;
+        free(x), free(xg), free(y), free(y1), free(ref), free(sabs), free(xr), free(ex), free(chosen), free(rows);
+        cudaFree(d_x), cudaFree(d_y), cudaFree(d_off), cudaFree(d_rows), cudaFree(d_s);
+        d_x = d_y = NULL, d_off = NULL, d_rows = NULL, d_s = NULL;
+        x = malloc(sizeof(float) * ldx * n_tok);
+        xg = malloc(sizeof(float) * ldx * P);
+        y = malloc(sizeof(float) * (n_out + 1) * P);
+        y1 = malloc(sizeof(float) * (n_out + 1));
+        ref = malloc(sizeof(double) * n_out * P);
+        sabs = malloc(sizeof(double) * n_out * P);
+        xr = malloc(sizeof(uint32_t) * P);
+        ex = malloc(sizeof(uint32_t) * P);
+        chosen = malloc(sizeof(uint32_t) * P);
+        rows = malloc(sizeof(int32_t) * P);
+        if (!x || !xg || !y || !y1 || !ref || !sabs || !xr || !ex || !chosen || !rows) {
+            bad++;
+            goto out;
+        }
+        for (size_t i = 0; i < ldx * n_tok; i++) x[i] = urand();
+        for (uint32_t t = 0; t < n_tok; t++) {
+            static const uint32_t pick[] = {0, 1, 2, 4};
+            const uint32_t a = (c & 2) ? 0 : pick[rnd() % 4];
+            uint32_t b = pick[rnd() % 4];
+            while (b == a) b = pick[rnd() % 4];
+            chosen[t * K] = a, chosen[t * K + 1] = b;
+        }
+        memset(off, 0, sizeof off);
+        for (uint32_t p = 0; p < P; p++) off[chosen[p] + 1]++;
+        for (uint32_t e = 0; e < E; e++) off[e + 1] += off[e];
+        uint32_t at[E + 1];
+        memcpy(at, off, sizeof at);
+        for (uint32_t p = 0; p < P; p++) {
+            const uint32_t g = at[chosen[p]]++;
+            rows[g] = (int32_t)(p / K);
+            ex[g] = chosen[p];
+        }
+        for (uint32_t g = 0; g < P; g++) {
+            xr[g] = (uint32_t)rows[g];
+            memcpy(xg + (size_t)g * ldx, x + (size_t)rows[g] * ldx, sizeof(float) * ldx);
+        }
+        ref_rows(wf, n_in, n_out, x, ldx, xr, ex, P, ref, sabs);
+        const size_t sb = kipp_cuda_matmul_experts_scratch_bytes(type, n_in, P, n_tok);
+        const size_t ldy = (size_t)n_out + 1;
+        CK(cudaMalloc((void **)&d_x, sizeof(float) * ldx * (gathered ? P : n_tok)));
+        CK(cudaMalloc((void **)&d_y, sizeof(float) * ldy * P));
+        CK(cudaMalloc((void **)&d_off, sizeof off));
+        CK(cudaMalloc((void **)&d_rows, sizeof(int32_t) * P));
+        if (sb) CK(cudaMalloc(&d_s, sb));
+        CK(cudaMemcpy(d_x, gathered ? xg : x, sizeof(float) * ldx * (gathered ? P : n_tok),
+                      cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_off, off, sizeof off, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_rows, rows, sizeof(int32_t) * P, cudaMemcpyHostToDevice));
+        CK(cudaMemset(d_y, 0xff, sizeof(float) * ldy * P));
+        CK((cudaError_t)kipp_cuda_matmul_experts(type, d_w, eb, E, n_in, n_out, d_x, ldx,
+                                                 gathered ? NULL : d_rows, P, d_off, n_tok, d_y,
+                                                 ldy, d_s, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y, d_y, sizeof(float) * ldy * P, cudaMemcpyDeviceToHost));
+        char what[96];
+        snprintf(what, sizeof what, "%s experts n_tok %u%s", kipp_type_name(type), n_tok,
+                 gathered ? " (gathered)" : "");
+        bad += check_y(y, ref, sabs, n_out, P, n_in, mv, mv ? s_mv : s_mm, what);
+        if (mv) { /* rows bit for bit their expert's one-token product */
+            int diff = 0;
+            for (uint32_t g = 0; g < P; g += 1 + P / 4) {
+                if (run_matmul(type, (const uint8_t *)d_w + (size_t)ex[g] * eb, n_in, n_out,
+                               x + (size_t)xr[g] * ldx, ldx, 1, y1)) {
+                    bad++;
+                    goto out;
+                }
+                diff += memcmp(y1, y + (size_t)g * ldy, sizeof(float) * n_out) != 0;
+            }
+            if (diff) fprintf(stderr, "  %s: %d rows differ from their one-token product\n", what, diff);
+            same->cases++;
+            same->fails += diff != 0;
+            bad += diff != 0;
+        }
+    }
+out:
+    free(w), free(wf), free(x), free(xg), free(y), free(y1), free(ref), free(sabs);
+    free(xr), free(ex), free(chosen), free(rows);
+    cudaFree(d_w), cudaFree(d_s), cudaFree(d_x), cudaFree(d_y), cudaFree(d_off), cudaFree(d_rows);
     return bad;
 }
 
@@ -313,6 +523,15 @@ static int test_type(uint32_t type) {
     stat_line(name, "gemm", &s_mm);
     stat_line(name, "agree", &s_agree);
     stat_line(name, "get_rows", &s_rows);
+    stat s_ex = {0, 0, 0, 0}, s_exs = {0, 0, 0, 0}, s_emv = {0, 0, 0, 0}, s_emm = {0, 0, 0, 0};
+    stat s_es = {0, 0, 0, 0};
+    bad += test_exact(type, &s_ex, &s_exs);
+    bad += test_experts(type, &s_emv, &s_emm, &s_es);
+    stat_line(name, "exact", &s_ex);
+    stat_line(name, "exact=1t", &s_exs);
+    stat_line(name, "exp-mv", &s_emv);
+    stat_line(name, "exp-gemm", &s_emm);
+    stat_line(name, "exp=1t", &s_es);
     return bad;
 }
 
@@ -332,5 +551,12 @@ int kt_cuda_ops_mm(void) {
     KT_CHECK(!kipp_cuda_mm_type_supported(9), "Q8_1 has no kernels");
     KT_CHECK(kipp_cuda_matmul(KIPP_TYPE_Q4_K, NULL, 32, 1, NULL, 32, 1, NULL, 1, NULL, 0) != 0,
              "Q4_K with n_in 32 is refused");
+    KT_CHECK(!kipp_cuda_mm_shape_supported(KIPP_TYPE_F32, 12) && kipp_cuda_mm_shape_supported(KIPP_TYPE_F32, 48) &&
+                 !kipp_cuda_mm_shape_supported(KIPP_TYPE_Q8_0, 48),
+             "row lengths: f32 48 taken, f32 12 and q8_0 48 refused");
+    const uint32_t groups[3] = {0, 1, 1}; /* read by no kernel: the call is refused first */
+    KT_CHECK(kipp_cuda_matmul_experts(KIPP_TYPE_F32, NULL, 16, 2, 32, 1, NULL, 32, NULL, 1, groups,
+                                      1, NULL, 1, NULL, 0) != 0,
+             "an expert product whose experts overlap (16 bytes apart, 128 each) is refused");
     return bad;
 }

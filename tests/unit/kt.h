@@ -38,7 +38,7 @@ void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
 void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
 void kt_suite_cuda_quant_math(void); /* cuda dequantization (host side of quant_math.h) */
-void kt_suite_cuda_ops_math(void);   /* cuda conversions, silu, KV addressing (ops_math.h) */
+void kt_suite_cuda_ops_math(void);   /* cuda conversions, silu, KV addressing, MoE router (ops_math.h) */
 void kt_suite_cuda_probe(void);      /* cuda start-up decision: every fatal message */
 /* The byte offsets of a quantized block's f16 scale fields (-1: none), for tests that plant
  * extreme scales (test_cuda_quant_math.c; the cuda operator tests use it too). */

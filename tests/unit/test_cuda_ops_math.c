@@ -4,10 +4,12 @@
  * rounding ties, subnormals, infinities and NaN payloads; its silu is cpu-ref's; its KV
  * offset must land on kipp_host_kv_row()'s row for adversarial block tables. The fault modes
  * are compared with kipp_host_kv_row() itself in a -DKIPP_FAULT_INJECT build (where its
- * fault branch exists) and with this file's own statement of them otherwise. Runs with gcc,
- * no GPU, no CUDA headers. */
+ * fault branch exists) and with this file's own statement of them otherwise. Its router
+ * choice must be kipp_moe_route's (src/backend/moe.c) bit for bit: the same experts, the same
+ * weights and probabilities, ties included. Runs with gcc, no GPU, no CUDA headers. */
 #include "backend/cuda/ops_math.h"
 #include "backend/host_kv.h"
+#include "backend/moe.h"
 #include "kt.h"
 
 #include <math.h>
@@ -234,8 +236,166 @@ static void test_addressing(void) {
              bad_fault, n);
 }
 
+/* ops.cu's route_token_warp on the host: 32 lanes, lane l owning experts l, l + 32, ...;
+ * the max and each pick a reduction over the lanes' own results (kipp_om_moe_pick), the
+ * softmax sum and the weights in expert / slot order. */
+static void warp_route(float *p, uint32_t n, uint32_t k, int norm, uint32_t *chosen, float *w) {
+    float mx = -INFINITY;
+    for (uint32_t lane = 0; lane < 32; lane++) {
+        float lm = -INFINITY;
+        for (uint32_t e = lane; e < n; e += 32)
+            if (p[e] > lm) lm = p[e];
+        if (lm > mx) mx = lm;
+    }
+    for (uint32_t e = 0; e < n; e++) p[e] = expf(p[e] - mx);
+    float sum = 0.0f;
+    for (uint32_t e = 0; e < n; e++) sum += p[e];
+    for (uint32_t e = 0; e < n; e++) p[e] /= sum;
+    uint32_t taken[32] = {0};
+    float wsum = 0.0f;
+    for (uint32_t i = 0; i < k; i++) {
+        float bv = 0.0f;
+        uint32_t bi = UINT32_MAX;
+        for (uint32_t lane = 32; lane-- > 0;) { /* the lanes' bests, folded in reverse */
+            float lv = 0.0f;
+            uint32_t li = UINT32_MAX;
+            for (uint32_t e = lane, m = 0; e < n; e += 32, m++)
+                if (!(taken[lane] >> m & 1u) && kipp_om_moe_pick(p[e], e, lv, li)) lv = p[e], li = e;
+            if (kipp_om_moe_pick(lv, li, bv, bi)) bv = lv, bi = li;
+        }
+        taken[bi & 31u] |= 1u << (bi >> 5);
+        chosen[i] = bi;
+        w[i] = bv;
+        wsum += w[i];
+    }
+    if (norm)
+        for (uint32_t i = 0; i < k; i++) w[i] /= wsum;
+}
+
+/* The router's choice against kipp_moe_route on random logits of many sizes, with exact ties
+ * (repeated values: the lower index must win), all-equal rows, probabilities that underflow
+ * to 0 (ties at zero past the first few), and both settings of norm. */
+static void test_moe_route(void) {
+    static const uint32_t ns[] = {1, 2, 3, 8, 16, 33, 64, 128, 160, 1024};
+    int bad = 0, bad_warp = 0, n_cases = 0;
+    static float a[1024], b[1024], c[1024];
+    float wa[8], wb[8], wc[8];
+    uint32_t ca[8], cb[8], cc[8];
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (uint32_t k = 1; k <= 8 && k <= ns[ni]; k++)
+            for (int kind = 0; kind < 5; kind++)
+                for (int rep = 0; rep < 20; rep++, n_cases++) {
+                    const uint32_t n = ns[ni];
+                    for (uint32_t e = 0; e < n; e++) {
+                        const float u = (float)(rng() >> 8) / 16777216.0f - 0.5f; /* [-0.5, 0.5) */
+                        switch (kind) {
+                        case 0: a[e] = u * 12.0f; break;                          /* std ~3.5 */
+                        case 1: a[e] = (float)(rng() % 4) * 0.25f; break;        /* many ties */
+                        case 2: a[e] = 1.5f; break;                               /* all equal */
+                        case 3: a[e] = u * 400.0f; break;            /* most p underflow to 0 */
+                        default: a[e] = e % 3 ? a[e - e % 3] : u; break; /* triples of equal rows */
+                        }
+                    }
+                    const int norm = (rep & 1) != 0;
+                    memcpy(b, a, n * sizeof *a);
+                    memcpy(c, a, n * sizeof *a);
+                    kipp_moe_route(a, n, k, norm, ca, wa, 0, 0);
+                    kipp_om_moe_route(b, n, k, norm, cb, wb);
+                    warp_route(c, n, k, norm, cc, wc);
+                    int diff = memcmp(ca, cb, k * sizeof *ca) != 0, dw = memcmp(ca, cc, k * sizeof *ca) != 0;
+                    for (uint32_t i = 0; i < k; i++) {
+                        diff |= to_bits(wa[i]) != to_bits(wb[i]);
+                        dw |= to_bits(wa[i]) != to_bits(wc[i]);
+                    }
+                    for (uint32_t e = 0; e < n; e++) {
+                        diff |= to_bits(a[e]) != to_bits(b[e]);
+                        dw |= to_bits(a[e]) != to_bits(c[e]);
+                    }
+                    if (diff && bad++ < 3)
+                        fprintf(stderr, "  moe route n %u k %u kind %d norm %d: first %u vs %u\n", n, k,
+                                kind, norm, ca[0], cb[0]);
+                    if (dw && bad_warp++ < 3)
+                        fprintf(stderr, "  moe route (warp split) n %u k %u kind %d norm %d: first %u vs %u\n",
+                                n, k, kind, norm, ca[0], cc[0]);
+                }
+    KT_CHECK(bad == 0, "moe route differs from kipp_moe_route in %d of %d cases", bad, n_cases);
+    KT_CHECK(bad_warp == 0, "the warp split of the moe route differs from kipp_moe_route in %d of %d cases",
+             bad_warp, n_cases);
+    /* the gates' pin (moe.h's trace in PIN mode) between the choice and the weights: moe.c's
+     * kipp_moe_route under a trace against kipp_om_moe_topk + kipp_om_moe_pin +
+     * kipp_om_moe_weights on records that match, differ at a near-tie, differ at a wide
+     * margin, or were never seen */
+    {
+        enum { NL = 2, NP = 40, K = 4, N = 16 };
+        static uint32_t rec[NL * NP * K];
+        static float margin[NL * NP];
+        static unsigned char seen[NL * NP];
+        kipp_moe_trace tr = {.mode = KIPP_MOE_TRACE_PIN, .n_layer = NL, .n_pos = NP, .k = K,
+                             .delta = 0.05f, .chosen = rec, .margin = margin, .seen = seen};
+        int bad_pin = 0, outcomes[3] = {0, 0, 0};
+        unsigned pinned = 0, mism = 0;
+        for (uint32_t cell = 0; cell < NL * NP; cell++) {
+            const uint32_t layer = cell / NP, pos = cell % NP;
+            float l0[N], l1[N], w0[K], w1[K];
+            uint32_t c0[K], c1[K];
+            for (uint32_t e = 0; e < N; e++) l0[e] = ((float)(rng() >> 8) / 16777216.0f - 0.5f) * 8.0f;
+            memcpy(l1, l0, sizeof l0);
+            /* the record: this token's own set (cell % 4 == 0), another one (a random set) */
+            float tmp[N];
+            uint32_t own[K];
+            memcpy(tmp, l0, sizeof tmp);
+            kipp_om_moe_topk(tmp, N, K, own);
+            for (uint32_t i = 0; i < K; i++) rec[cell * K + i] = cell % 4 ? (own[i] + 1 + cell % 3) % N : own[i];
+            for (uint32_t i = 1; i < K; i++) /* ascending, distinct */
+                for (uint32_t j = i; j > 0 && rec[cell * K + j - 1] >= rec[cell * K + j]; j--) {
+                    const uint32_t x = rec[cell * K + j];
+                    rec[cell * K + j] = rec[cell * K + j - 1];
+                    rec[cell * K + j - 1] = x;
+                }
+            int distinct = 1;
+            for (uint32_t i = 1; i < K; i++) distinct &= rec[cell * K + i] != rec[cell * K + i - 1];
+            if (!distinct)
+                for (uint32_t i = 0; i < K; i++) rec[cell * K + i] = i + 3;
+            margin[cell] = cell % 2 ? 0.01f : 0.5f;
+            seen[cell] = cell % 7 != 3;
+            kipp_moe_trace_use(&tr);
+            kipp_moe_route(l0, N, K, 1, c0, w0, layer, pos);
+            kipp_moe_trace_use(NULL);
+            kipp_om_moe_topk(l1, N, K, c1);
+            int r = 0;
+            if (seen[cell]) r = kipp_om_moe_pin(l1, K, c1, rec + cell * K, margin[cell], tr.delta);
+            kipp_om_moe_weights(l1, K, 1, c1, w1);
+            outcomes[r]++;
+            pinned += r == 1, mism += r == 2;
+            int d = memcmp(c0, c1, sizeof c0) != 0;
+            for (uint32_t i = 0; i < K; i++) d |= to_bits(w0[i]) != to_bits(w1[i]);
+            if (d && bad_pin++ < 3) fprintf(stderr, "  moe pin cell %u: %u vs %u\n", cell, c0[0], c1[0]);
+        }
+        KT_CHECK(bad_pin == 0 && atomic_load(&tr.pinned) == pinned && atomic_load(&tr.mismatched) == mism,
+                 "moe pin: %d of %d cells differ from moe.c's trace; pinned %u vs %u, mismatched %u vs %u", bad_pin,
+                 NL * NP, atomic_load(&tr.pinned), pinned, atomic_load(&tr.mismatched), mism);
+        KT_CHECK(outcomes[0] && outcomes[1] && outcomes[2], "moe pin cases: %d same, %d pinned, %d mismatched",
+                 outcomes[0], outcomes[1], outcomes[2]);
+    }
+    /* ties: equal logits choose in index order, the weights then equal */
+    float t[4] = {2.0f, 5.0f, 5.0f, 5.0f}, w[2];
+    uint32_t ch[2];
+    kipp_om_moe_route(t, 4, 2, 1, ch, w);
+    KT_CHECK(ch[0] == 1 && ch[1] == 2 && w[0] == 0.5f && w[1] == 0.5f, "moe route ties: %u %u %g %g", ch[0],
+             ch[1], (double)w[0], (double)w[1]);
+    /* the weighted sum's step, product and sum rounded apart */
+    int bad_ma = 0;
+    for (int i = 0; i < 100000; i++) {
+        const float acc = from_bits(rng() & 0xbf7fffffu), wt = (float)(rng() >> 8) / 16777216.0f;
+        const float y = from_bits(rng() & 0xbf7fffffu), prod = wt * y, want = acc + prod;
+        if (to_bits(kipp_om_mul_add(acc, wt, y)) != to_bits(want)) bad_ma++;
+    }
+    KT_CHECK(bad_ma == 0, "mul_add differs from acc + w * y on %d inputs", bad_ma);
+}
+
 void kt_suite_cuda_ops_math(void) {
     test_conversions();
     test_silu();
     test_addressing();
+    test_moe_route();
 }

@@ -32,6 +32,11 @@ extern "C" {
  * Q4_0, Q4_K, Q6_K. The backend refuses a model holding a type without them. */
 int kipp_cuda_mm_type_supported(uint32_t type);
 
+/* 1 when the kernels take rows of n_in elements of `type`: a supported type, n_in a multiple
+ * of its block and of 8 (every other launcher here returns cudaErrorInvalidValue otherwise;
+ * the backend refuses such a model at start-up, naming the tensor). */
+int kipp_cuda_mm_shape_supported(uint32_t type, uint32_t n_in);
+
 /* Device scratch bytes kipp_cuda_matmul needs for n_tok rows of n_in inputs (the converted
  * activation planes of the tensor-core path); 0 is a valid answer. */
 size_t kipp_cuda_matmul_scratch_bytes(uint32_t type, uint32_t n_in, uint32_t n_tok);
@@ -45,6 +50,35 @@ size_t kipp_cuda_matmul_scratch_bytes(uint32_t type, uint32_t n_in, uint32_t n_t
 int kipp_cuda_matmul(uint32_t type, const void *w, uint32_t n_in, uint32_t n_out, const float *x,
                      size_t ldx, uint32_t n_tok, float *y, size_t ldy, void *scratch,
                      cudaStream_t stream);
+
+/* kipp_cuda_matmul's matrix-vector kernel at any n_tok (8 tokens per block row, the last
+ * block row fewer): f32 products for every token whatever the batch, so a token's y does not
+ * depend on how many tokens share the call. For a small product whose result picks a discrete
+ * choice (the mixture-of-experts router: a top-k that a prefill's rounding would flip against
+ * a decode step's). No scratch. */
+int kipp_cuda_matmul_exact(uint32_t type, const void *w, uint32_t n_in, uint32_t n_out,
+                           const float *x, size_t ldx, uint32_t n_tok, float *y, size_t ldy,
+                           cudaStream_t stream);
+
+/* A mixture-of-experts layer's expert matrices (the file's 3-D stack: n_expert matrices of
+ * n_out GGUF rows of n_in, expert e's at w + e * expert_bytes) times rows grouped by expert:
+ * rows grp_off[e] .. grp_off[e + 1] - 1 (grp_off: uint32 [n_expert + 1], grp_off[0] = 0,
+ * grp_off[n_expert] = n_rows) are expert e's,
+ *   y[r][o] = sum_i x[xr][i] * W_e[o][i],  xr = x_rows[r] (int32 [n_rows]) or r when NULL.
+ * The groups' sizes stay on the device (nothing waits for the host): max_per_expert bounds
+ * every group (the batch's token count: a token picks an expert at most once). At most
+ * MV_MAX_TOK (8) rows per expert run the matrix-vector kernel, one block row per row of the
+ * product (kipp_cuda_matmul's decode numbers); more run the tensor-core GEMM over every
+ * expert's group in one launch (its prefill numbers), a grid of max_per_expert rows per
+ * expert whose empty tiles return at once. `scratch`: at least
+ * kipp_cuda_matmul_experts_scratch_bytes(...) bytes. */
+size_t kipp_cuda_matmul_experts_scratch_bytes(uint32_t type, uint32_t n_in, uint32_t n_rows,
+                                              uint32_t max_per_expert);
+int kipp_cuda_matmul_experts(uint32_t type, const void *w, size_t expert_bytes,
+                             uint32_t n_expert, uint32_t n_in, uint32_t n_out, const float *x,
+                             size_t ldx, const int32_t *x_rows, uint32_t n_rows,
+                             const uint32_t *grp_off, uint32_t max_per_expert, float *y,
+                             size_t ldy, void *scratch, cudaStream_t stream);
 
 /* out[t][0..n-1] = dequantized row ids[t] of W (the token embedding lookup). ids: int32
  * [n_tok], each < the matrix's row count (checked on the host before). */
@@ -74,6 +108,48 @@ int kipp_cuda_swiglu(const float *gate, const float *up, size_t ld, uint32_t n, 
 /* x[t][i] += y[t][i] (the residual). */
 int kipp_cuda_add(float *x, const float *y, size_t ld, uint32_t n, uint32_t n_tok,
                   cudaStream_t stream);
+
+/* x[t][i] += b[i], i < n (qwen2's q, k, v biases: arch.h's KIPP_OP_QKV_BIAS). */
+int kipp_cuda_add_bias(float *x, size_t ld, const float *b, uint32_t n, uint32_t n_tok,
+                       cudaStream_t stream);
+
+/* The gates' routing trace (src/backend/moe.h, PIN mode) copied to device memory, for
+ * kipp_cuda_moe_route: rec [n_layer][n_pos][k] the reference's experts (ascending), margin
+ * and seen [n_layer][n_pos]; counts (uint32 [3], device): near-ties pinned, differences at a
+ * margin >= delta, the widest pinned margin's f32 bits. */
+typedef struct {
+    const uint32_t *rec;
+    const float *margin;
+    const unsigned char *seen;
+    uint32_t n_layer, n_pos, k;
+    float delta;
+    uint32_t *counts;
+} kipp_cuda_moe_pin;
+
+/* A mixture-of-experts layer's routing for n_tok tokens (arch.h: KIPP_OP_FFN_MOE), one
+ * block (a warp per token), no host round trip; n_expert <= 1024. logits: f32 [n_tok][ld],
+ * n_expert used, become each token's probabilities; token t's k experts chosen[t * k + s]
+ * (uint32, best first) and their weights weight[t * k + s] are ops_math.h's
+ * kipp_om_moe_route, src/backend/moe.c's arithmetic, so every backend routes alike. With pin
+ * (a host struct of device pointers; NULL in every production run) the choice of token t of
+ * `layer`, at position pos[t] (uint32 [n_tok]), goes through kipp_om_moe_pin against the
+ * record first, as moe.c's trace does. Then the n_tok * k (token, slot) pairs, pair
+ * p = t * k + s, sorted by expert (tokens ascending within an expert), for
+ * kipp_cuda_matmul_experts: grp_off uint32 [n_expert + 1] the groups' bounds, pair_tok int32
+ * [n_tok * k] the token of the pair at each group position, slot_at uint32 [n_tok * k] pair
+ * p's group position. */
+int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert,
+                        uint32_t k, int norm, uint32_t layer, const uint32_t *pos,
+                        const kipp_cuda_moe_pin *pin, uint32_t *chosen, float *weight,
+                        uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at,
+                        cudaStream_t stream);
+
+/* x[t][i] += sum over s < k, in slot order from 0 (cpu-ref's moe_out), of weight[t * k + s] *
+ * ye[slot_at[t * k + s]][i], each product and sum rounded (kipp_om_mul_add); i < n. ye: f32
+ * rows in group order (stride ldy), the experts' outputs. */
+int kipp_cuda_moe_sum(float *x, size_t ldx, const float *ye, size_t ldy, const float *weight,
+                      const uint32_t *slot_at, uint32_t n, uint32_t n_tok, uint32_t k,
+                      cudaStream_t stream);
 
 /* Stores n_tok tokens' K and V rows (f32 [n_tok][kv_dim], strides ld_k / ld_v) of `layer`
  * into the paged KV storage, rounding to kv_type (round to nearest even, as host_kv.c):

@@ -4,6 +4,10 @@
  * n_tok runs one templated tensor-core GEMM (wmma bf16 16x16x16, f32 accumulators) on tiles
  * of W dequantized to bf16 in shared memory. Every type's block decoding is quant_math.h's,
  * the code the host unit suite checks bit for bit against kipp_dequantize_row().
+ * A mixture-of-experts layer's expert matrices run through the same two kernels
+ * (kipp_cuda_matmul_experts): each row of the product finds its expert from the group bounds
+ * the routing kernel left in device memory (the matrix-vector kernel), or each expert's group
+ * is a layer of one GEMM grid, so no launch depends on the routing's outcome.
  * Does not: quantize activations (decode keeps x in f32), or use sm_90-only features.
  *
  * Precision of the GEMM: the same backend's decode (matvec) and recomputation (GEMM) must
@@ -94,12 +98,13 @@ __device__ __forceinline__ const __nv_bfloat16 *bf(const uint16_t *p) {
  * blocks). Each group is decoded once and multiplied into all NT tokens (x read through the
  * cache: it is shared by every row). Per lane an f32 FMA chain of 8 ceil(n_in / 256) terms,
  * then a 5-level butterfly: the error bound of tests/cuda/ops_mm.c. X4: x and ldx 16-byte aligned,
- * so a group's 8 inputs are two float4 loads. */
+ * so a group's 8 inputs are two float4 loads. A token's result depends on its own x only (NT
+ * accumulators side by side), never on NT. */
 template <uint32_t T, int NT, bool X4>
-__global__ void __launch_bounds__(32 * MV_WARPS)
-    k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, bool a16, uint32_t n_in,
-             uint32_t n_out, const float *__restrict__ x, size_t ldx, float *__restrict__ y,
-             size_t ldy) {
+__device__ __forceinline__ void matvec_rows(const uint8_t *__restrict__ w, size_t row_bytes,
+                                            bool a16, uint32_t n_in, uint32_t n_out,
+                                            const float *__restrict__ x, size_t ldx,
+                                            float *__restrict__ y, size_t ldy) {
     const uint32_t lane = threadIdx.x & 31u;
     const uint32_t o = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     if (o >= n_out) return; /* whole warps leave together: the shuffles below stay full */
@@ -137,18 +142,58 @@ __global__ void __launch_bounds__(32 * MV_WARPS)
     }
 }
 
+/* Block row blockIdx.y takes tokens NT * blockIdx.y .. + NT - 1. */
+template <uint32_t T, int NT, bool X4>
+__global__ void __launch_bounds__(32 * MV_WARPS)
+    k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, bool a16, uint32_t n_in,
+             uint32_t n_out, const float *__restrict__ x, size_t ldx, float *__restrict__ y,
+             size_t ldy) {
+    const size_t t0 = (size_t)blockIdx.y * NT;
+    matvec_rows<T, NT, X4>(w, row_bytes, a16, n_in, n_out, x + t0 * ldx, ldx, y + t0 * ldy, ldy);
+}
+
+/* Row blockIdx.y of an expert product (kipp_cuda_matmul_experts): its expert is the group
+ * holding it, the last e with grp_off[e] <= r (a binary search: empty groups share their
+ * bound with the next one); its input row x_rows[r] (or r). */
+template <uint32_t T, bool X4>
+__global__ void __launch_bounds__(32 * MV_WARPS)
+    k_matvec_experts(const uint8_t *__restrict__ w, size_t expert_bytes, size_t row_bytes,
+                     bool a16, uint32_t n_in, uint32_t n_out, const float *__restrict__ x,
+                     size_t ldx, const int32_t *__restrict__ x_rows,
+                     const uint32_t *__restrict__ grp_off, uint32_t n_expert,
+                     float *__restrict__ y, size_t ldy) {
+    const uint32_t r = blockIdx.y;
+    uint32_t lo = 0, hi = n_expert; /* grp_off[lo] <= r < grp_off[hi] */
+    while (hi - lo > 1) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (grp_off[mid] <= r) lo = mid;
+        else hi = mid;
+    }
+    const size_t xr = x_rows ? (size_t)x_rows[r] : (size_t)r;
+    matvec_rows<T, 1, X4>(w + (size_t)lo * expert_bytes, row_bytes, a16, n_in, n_out,
+                          x + xr * ldx, ldx, y + (size_t)r * ldy, ldy);
+}
+
+/* n_tok tokens in block rows of MV_MAX_TOK (grid.y), then the rest in one launch of its own
+ * token count; a decode call (n_tok <= MV_MAX_TOK) is one launch of one block row. */
 template <uint32_t T, bool X4>
 static void launch_matvec(const uint8_t *w, size_t row_bytes, bool a16, uint32_t n_in,
                           uint32_t n_out,
                           const float *x, size_t ldx, uint32_t n_tok, float *y, size_t ldy,
                           cudaStream_t s) {
-    const dim3 grid((n_out + MV_WARPS - 1) / MV_WARPS), block(32 * MV_WARPS);
-    switch (n_tok) {
+    const uint32_t gx = (n_out + MV_WARPS - 1) / MV_WARPS, full = n_tok / MV_MAX_TOK;
+    const dim3 block(32 * MV_WARPS);
+    if (full)
+        k_matvec<T, MV_MAX_TOK, X4><<<dim3(gx, full), block, 0, s>>>(w, row_bytes, a16, n_in,
+                                                                      n_out, x, ldx, y, ldy);
+    x += (size_t)full * MV_MAX_TOK * ldx;
+    y += (size_t)full * MV_MAX_TOK * ldy;
+    switch (n_tok % MV_MAX_TOK) {
 #define MV_CASE(N)                                                                              \
     case N:                                                                                     \
-        k_matvec<T, N, X4><<<grid, block, 0, s>>>(w, row_bytes, a16, n_in, n_out, x, ldx, y, ldy); \
+        k_matvec<T, N, X4><<<gx, block, 0, s>>>(w, row_bytes, a16, n_in, n_out, x, ldx, y, ldy); \
         break;
-        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7) MV_CASE(8)
+        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7)
 #undef MV_CASE
     default: break;
     }
@@ -156,15 +201,17 @@ static void launch_matvec(const uint8_t *w, size_t row_bytes, bool a16, uint32_t
 
 /* ---- prefill: tensor-core GEMM ----------------------------------------------------------- */
 
-/* The activation planes: xh[t][i] = bf16(x), xl[t][i] = bf16(x - xh), dense [n_tok][n_in]. */
-__global__ void k_split_x(const float *__restrict__ x, size_t ldx, uint32_t n_in, uint32_t n_tok,
-                          uint16_t *__restrict__ xh, uint16_t *__restrict__ xl) {
+/* The activation planes: xh[t][i] = bf16(x), xl[t][i] = bf16(x - xh), dense [n_tok][n_in];
+ * row t of x is rows[t] when rows is given (the expert products' gathered inputs). */
+__global__ void k_split_x(const float *__restrict__ x, size_t ldx, const int32_t *__restrict__ rows,
+                          uint32_t n_in, uint32_t n_tok, uint16_t *__restrict__ xh,
+                          uint16_t *__restrict__ xl) {
     const size_t n = (size_t)n_in * n_tok;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / n_in, c = i % n_in;
+        const size_t t = i / n_in, c = i % n_in, src = rows ? (size_t)rows[t] : t;
         uint16_t h, l;
-        kq_bf16_split(x[t * ldx + c], &h, &l);
+        kq_bf16_split(x[src * ldx + c], &h, &l);
         xh[i] = h;
         xl[i] = l;
     }
@@ -178,18 +225,31 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 /* y[t][o] for a BM x BN tile. Per BK step: the x planes' tile is copied (16-byte loads; rows
  * past n_tok are zeros), W's BN x BK tile is dequantized group by group and split into two
  * bf16 planes (rows past n_out are zeros: never read), then each warp runs 2 (or 3) wmma per
- * fragment pair and k-half. W [o][i] row-major is, read as BK x BN, col-major: matrix_b. */
+ * fragment pair and k-half. W [o][i] row-major is, read as BK x BN, col-major: matrix_b.
+ * With grp_off (kipp_cuda_matmul_experts) the grid's z is the expert: its tile rows are
+ * those of its group, grp_off[e] .. grp_off[e + 1] - 1 of the planes and of y, times the
+ * matrix at w + e * w_stride; a tile past the group's end returns before any barrier. */
 template <uint32_t T>
 __global__ void __launch_bounds__(128)
     k_gemm(const uint8_t *__restrict__ w, size_t row_bytes, bool a16, uint32_t n_in, uint32_t n_out,
            const uint16_t *__restrict__ xh, const uint16_t *__restrict__ xl, uint32_t n_tok,
-           float *__restrict__ y, size_t ldy) {
+           float *__restrict__ y, size_t ldy, const uint32_t *__restrict__ grp_off,
+           size_t w_stride) {
     constexpr bool split_w = T != KQ_BF16;
     __shared__ __align__(32) uint16_t s_xh[BM * LDS], s_xl[BM * LDS];
     __shared__ __align__(32) uint16_t s_wh[BN * LDS], s_wl[split_w ? BN * LDS : 8];
     __shared__ __align__(32) float s_c[4][16 * 16];
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u;
     const uint32_t t0 = blockIdx.y * BM, o0 = blockIdx.x * BN;
+    if (grp_off) {
+        const uint32_t r0 = grp_off[blockIdx.z], cnt = grp_off[blockIdx.z + 1] - r0;
+        if (t0 >= cnt) return; /* the whole block: uniform */
+        w += (size_t)blockIdx.z * w_stride;
+        xh += (size_t)r0 * n_in;
+        xl += (size_t)r0 * n_in;
+        y += (size_t)r0 * ldy;
+        n_tok = cnt;
+    }
     const uint32_t wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
     frag_c acc[2][2];
 #pragma unroll
@@ -202,7 +262,7 @@ __global__ void __launch_bounds__(128)
         for (uint32_t c = tid; c < BM * (BK / 8); c += 128) {
             const uint32_t r = c / (BK / 8), q = c % (BK / 8);
             uint4 vh = make_uint4(0, 0, 0, 0), vl = vh;
-            if (t0 + r < n_tok) {
+            if (t0 + r < n_tok && k0 + 8 * q < n_in) {
                 const size_t off = (size_t)(t0 + r) * n_in + k0 + 8 * q;
                 vh = *reinterpret_cast<const uint4 *>(xh + off);
                 vl = *reinterpret_cast<const uint4 *>(xl + off);
@@ -214,7 +274,7 @@ __global__ void __launch_bounds__(128)
         for (uint32_t c = tid; c < BN * (BK / 8); c += 128) {
             const uint32_t r = c / (BK / 8), q = c % (BK / 8);
             uint32_t ph[4] = {0, 0, 0, 0}, pl[4] = {0, 0, 0, 0};
-            if (o0 + r < n_out) {
+            if (o0 + r < n_out && k0 + 8 * q < n_in) {
                 float v[8];
                 deq_group<T>(w + (size_t)(o0 + r) * row_bytes, k0 / 8 + q, a16, v);
 #pragma unroll
@@ -323,12 +383,65 @@ static bool aligned16(const uint8_t *w, size_t row_bytes) {
     return reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0;
 }
 
-/* Shapes every kernel here handles: n a multiple of the type's block and of BK (32), which
- * every Qwen3 matrix is; a float-type matrix with a row length not a multiple of 32 is
- * refused rather than half computed. */
+/* Shapes every kernel here handles: n a multiple of the type's block and of a group (8),
+ * which every real model's matrix is (K-quants: 256, the 32-blocks: 32). A step of the GEMM
+ * (BK = 32) that runs past n reads zeros for the groups beyond it, so the float types take
+ * row lengths like 48 (a tiny expert) too. */
 static int shape_ok(uint32_t type, uint32_t n) {
     const int be = kq_block_elems(type);
-    return be != 0 && n % (uint32_t)be == 0 && n % BK == 0;
+    return be != 0 && n % (uint32_t)be == 0 && n % 8 == 0;
+}
+
+/* The matrix-vector kernels for any n_tok (launch_matvec's block rows), by type. */
+static int matvec_any(uint32_t type, const uint8_t *wb, size_t rb, bool a16, uint32_t n_in,
+                      uint32_t n_out, const float *x, size_t ldx, uint32_t n_tok, float *y,
+                      size_t ldy, cudaStream_t stream) {
+    const bool x4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+    switch (type) {
+#define MV_TYPE(T)                                                                               \
+    case T:                                                                                      \
+        if (x4) launch_matvec<T, true>(wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream); \
+        else launch_matvec<T, false>(wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream);  \
+        break;
+        KIPP_MM_TYPES(MV_TYPE)
+#undef MV_TYPE
+    default: break;
+    }
+    return (int)cudaGetLastError();
+}
+
+/* The tensor-core GEMM: x's n_rows rows (through `rows` when given) split into the scratch's
+ * two bf16 planes, then one launch over tiles of up to `tile_rows` rows; with grp_off one
+ * grid layer per expert (k_gemm), else one product of n_rows rows. */
+static int gemm_any(uint32_t type, const uint8_t *wb, size_t rb, bool a16, uint32_t n_in,
+                    uint32_t n_out, const float *x, size_t ldx, const int32_t *rows,
+                    uint32_t n_rows, uint32_t tile_rows, const uint32_t *grp_off,
+                    size_t w_stride, uint32_t n_layers, float *y, size_t ldy, void *scratch,
+                    cudaStream_t stream) {
+    uint16_t *xh = static_cast<uint16_t *>(scratch);
+    uint16_t *xl = xh + (size_t)n_in * n_rows;
+    {
+        const size_t n = (size_t)n_in * n_rows;
+        const size_t blocks = (n + 255) / 256;
+        k_split_x<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
+            x, ldx, rows, n_in, n_rows, xh, xl);
+    }
+    const dim3 grid((n_out + BN - 1) / BN, (tile_rows + BM - 1) / BM, n_layers);
+    switch (type) {
+#define GEMM_TYPE(T)                                                                             \
+    case T:                                                                                      \
+        k_gemm<T><<<grid, 128, 0, stream>>>(wb, rb, a16, n_in, n_out, xh, xl, n_rows, y, ldy,    \
+                                            grp_off, w_stride);                                  \
+        break;
+        KIPP_MM_TYPES(GEMM_TYPE)
+#undef GEMM_TYPE
+    default: break;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kipp_cuda_mm_shape_supported(uint32_t type, uint32_t n_in) {
+    return kipp_cuda_mm_type_supported(type) && shape_ok(type, n_in);
 }
 
 extern "C" int kipp_cuda_mm_type_supported(uint32_t type) {
@@ -355,40 +468,71 @@ extern "C" int kipp_cuda_matmul(uint32_t type, const void *w, uint32_t n_in, uin
     const uint8_t *wb = static_cast<const uint8_t *>(w);
     const size_t rb = row_bytes_of(type, n_in);
     const bool a16 = aligned16(wb, rb);
-    if (n_tok <= MV_MAX_TOK) {
+    if (n_tok <= MV_MAX_TOK)
+        return matvec_any(type, wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream);
+    if (!scratch) return cudaErrorInvalidValue;
+    return gemm_any(type, wb, rb, a16, n_in, n_out, x, ldx, NULL, n_tok, n_tok, NULL, 0, 1, y,
+                    ldy, scratch, stream);
+}
+
+extern "C" int kipp_cuda_matmul_exact(uint32_t type, const void *w, uint32_t n_in, uint32_t n_out,
+                                      const float *x, size_t ldx, uint32_t n_tok, float *y,
+                                      size_t ldy, cudaStream_t stream) {
+    if (!kipp_cuda_mm_type_supported(type) || !shape_ok(type, n_in)) return cudaErrorInvalidValue;
+    if (n_tok == 0 || n_out == 0) return 0;
+    if (n_tok / MV_MAX_TOK > 65535u) return cudaErrorInvalidValue; /* grid.y */
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const size_t rb = row_bytes_of(type, n_in);
+    return matvec_any(type, wb, rb, aligned16(wb, rb), n_in, n_out, x, ldx, n_tok, y, ldy,
+                      stream);
+}
+
+extern "C" size_t kipp_cuda_matmul_experts_scratch_bytes(uint32_t type, uint32_t n_in,
+                                                         uint32_t n_rows,
+                                                         uint32_t max_per_expert) {
+    (void)type;
+    if (max_per_expert <= MV_MAX_TOK) return 0;
+    return 2 * sizeof(uint16_t) * (size_t)n_in * n_rows; /* xh and xl planes, every row */
+}
+
+extern "C" int kipp_cuda_matmul_experts(uint32_t type, const void *w, size_t expert_bytes,
+                                        uint32_t n_expert, uint32_t n_in, uint32_t n_out,
+                                        const float *x, size_t ldx, const int32_t *x_rows,
+                                        uint32_t n_rows, const uint32_t *grp_off,
+                                        uint32_t max_per_expert, float *y, size_t ldy,
+                                        void *scratch, cudaStream_t stream) {
+    if (!kipp_cuda_mm_type_supported(type) || !shape_ok(type, n_in) || n_expert == 0 ||
+        n_expert > 65535u || !grp_off)
+        return cudaErrorInvalidValue;
+    if (n_rows == 0 || n_out == 0) return 0;
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    const size_t rb = row_bytes_of(type, n_in);
+    if (expert_bytes < rb * n_out) return cudaErrorInvalidValue;
+    /* every expert's rows start 16-byte aligned too */
+    const bool a16 = aligned16(wb, rb) && expert_bytes % 16 == 0;
+    if (max_per_expert <= MV_MAX_TOK) {
+        if (n_rows > 65535u) return cudaErrorInvalidValue; /* grid.y */
         const bool x4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+        const dim3 grid((n_out + MV_WARPS - 1) / MV_WARPS, n_rows), block(32 * MV_WARPS);
         switch (type) {
-#define MV_TYPE(T)                                                                               \
+#define MVE_TYPE(T)                                                                              \
     case T:                                                                                      \
-        if (x4) launch_matvec<T, true>(wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream); \
-        else launch_matvec<T, false>(wb, rb, a16, n_in, n_out, x, ldx, n_tok, y, ldy, stream);  \
+        if (x4)                                                                                  \
+            k_matvec_experts<T, true><<<grid, block, 0, stream>>>(                               \
+                wb, expert_bytes, rb, a16, n_in, n_out, x, ldx, x_rows, grp_off, n_expert, y, ldy); \
+        else                                                                                     \
+            k_matvec_experts<T, false><<<grid, block, 0, stream>>>(                              \
+                wb, expert_bytes, rb, a16, n_in, n_out, x, ldx, x_rows, grp_off, n_expert, y, ldy); \
         break;
-            KIPP_MM_TYPES(MV_TYPE)
-#undef MV_TYPE
+            KIPP_MM_TYPES(MVE_TYPE)
+#undef MVE_TYPE
         default: break;
         }
         return (int)cudaGetLastError();
     }
-    if (!scratch) return cudaErrorInvalidValue;
-    uint16_t *xh = static_cast<uint16_t *>(scratch);
-    uint16_t *xl = xh + (size_t)n_in * n_tok;
-    {
-        const size_t n = (size_t)n_in * n_tok;
-        const size_t blocks = (n + 255) / 256;
-        k_split_x<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(x, ldx, n_in,
-                                                                                   n_tok, xh, xl);
-    }
-    const dim3 grid((n_out + BN - 1) / BN, (n_tok + BM - 1) / BM);
-    switch (type) {
-#define GEMM_TYPE(T)                                                                             \
-    case T:                                                                                      \
-        k_gemm<T><<<grid, 128, 0, stream>>>(wb, rb, a16, n_in, n_out, xh, xl, n_tok, y, ldy);     \
-        break;
-        KIPP_MM_TYPES(GEMM_TYPE)
-#undef GEMM_TYPE
-    default: break;
-    }
-    return (int)cudaGetLastError();
+    if (!scratch || (max_per_expert + BM - 1) / BM > 65535u) return cudaErrorInvalidValue;
+    return gemm_any(type, wb, rb, a16, n_in, n_out, x, ldx, x_rows, n_rows, max_per_expert,
+                    grp_off, expert_bytes, n_expert, y, ldy, scratch, stream);
 }
 
 extern "C" int kipp_cuda_get_rows(uint32_t type, const void *w, uint32_t n, const int32_t *ids,

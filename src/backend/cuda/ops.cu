@@ -1,12 +1,14 @@
 /* ops.cu — the cuda backend's kernels other than the weight products (kernels.h's
- * "everything else"): RMSNorm, NEOX RoPE, SwiGLU, the residual add, the paged KV store and
- * causal paged GQA attention, plus the fault-injection switch attention's reads obey.
+ * "everything else"): RMSNorm, NEOX RoPE, SwiGLU, the residual add, the q/k/v bias add, the
+ * paged KV store and causal paged GQA attention, a mixture-of-experts layer's routing (the
+ * router's choice, and the (token, slot) pairs grouped by expert) and weighted sum, plus the
+ * fault-injection switch attention's reads obey.
  * Numbers follow cpu-ref (src/backend/cpu_ref/layers.c): RMSNorm's sum of squares in
  * double and its `x * scale * w` order, RoPE's and RMSNorm's products rounded one at a time
  * (__fmul_rn: no FMA contraction, so they match the host bit for bit), scores scaled by
  * 1/sqrtf(D), softmax with max subtraction and expf, f32 throughout. The scalar pieces the
- * host checks (conversions, silu, KV addressing) live in ops_math.h. Weight products are
- * mm.cu's. */
+ * host checks (conversions, silu, KV addressing, the router's choice) live in ops_math.h.
+ * Weight products are mm.cu's. */
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/ops_math.h"
 
@@ -163,6 +165,166 @@ extern "C" int kipp_cuda_add(float *x, const float *y, size_t ld, uint32_t n, ui
                                                                   ld / 4, n / 4, n_tok);
     else
         add_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, y, ld, n, n_tok);
+    return launch_status();
+}
+
+/* ---- biases ---------------------------------------------------------------------------------- */
+
+__global__ void bias_kernel(float *x, size_t ld, const float *b, uint32_t n, uint32_t n_tok) {
+    const size_t total = (size_t)n * n_tok;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t e = idx / n * ld + idx % n;
+        x[e] = x[e] + b[idx % n];
+    }
+}
+
+extern "C" int kipp_cuda_add_bias(float *x, size_t ld, const float *b, uint32_t n, uint32_t n_tok,
+                                  cudaStream_t stream) {
+    const size_t total = (size_t)n * n_tok;
+    if (total == 0) return 0;
+    bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, ld, b, n, n_tok);
+    return launch_status();
+}
+
+/* ---- mixture of experts: routing and the weighted sum ------------------------------------- */
+
+#define ROUTE_THREADS 512u /* 16 warps: a warp routes a token */
+
+/* One token's choice by one warp, ops_math.h's kipp_om_moe_route split over the lanes: lane l
+ * owns experts l, l + 32, ...; the max and each top-k pick are butterfly reductions (the max
+ * and kipp_om_moe_pick are order-independent), expf and the division run per element, the
+ * softmax sum and the weights run in lane 0 in expert / slot order, so every number is the
+ * sequential version's; a pin (the gates' trace) goes between the choice and the weights, in
+ * lane 0. taken: bit m set when expert lane + 32 m is chosen (n <= 1024). */
+__device__ void route_token_warp(float *p, uint32_t n, uint32_t k, int norm, uint32_t *chosen,
+                                 float *w, const kipp_cuda_moe_pin *pin, uint32_t layer,
+                                 uint32_t pos) {
+    const uint32_t lane = threadIdx.x & 31u;
+    float mx = -INFINITY;
+    for (uint32_t e = lane; e < n; e += 32)
+        if (p[e] > mx) mx = p[e];
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xffffffffu, mx, o);
+        if (other > mx) mx = other;
+    }
+    for (uint32_t e = lane; e < n; e += 32) p[e] = expf(p[e] - mx);
+    __syncwarp();
+    float sum = 0.0f;
+    if (lane == 0)
+        for (uint32_t e = 0; e < n; e++) sum += p[e];
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    for (uint32_t e = lane; e < n; e += 32) p[e] /= sum;
+    __syncwarp();
+    uint32_t taken = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        float bv = 0.0f;
+        uint32_t bi = UINT32_MAX;
+        for (uint32_t e = lane, m = 0; e < n; e += 32, m++)
+            if (!(taken >> m & 1u) && kipp_om_moe_pick(p[e], e, bv, bi)) bv = p[e], bi = e;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const uint32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (kipp_om_moe_pick(ov, oi, bv, bi)) bv = ov, bi = oi;
+        }
+        if (bi != UINT32_MAX && lane == (bi & 31u)) taken |= 1u << (bi >> 5);
+        if (lane == 0) chosen[i] = bi;
+    }
+    if (lane != 0) return;
+    if (pin && layer < pin->n_layer && pos < pin->n_pos && k == pin->k) {
+        const size_t at = (size_t)layer * pin->n_pos + pos;
+        if (pin->seen[at]) {
+            const int r = kipp_om_moe_pin(p, k, chosen, pin->rec + at * k, pin->margin[at],
+                                          pin->delta);
+            if (r) atomicAdd(&pin->counts[r - 1], 1u);
+            if (r == 1) atomicMax(&pin->counts[2], __float_as_uint(pin->margin[at]));
+        }
+    }
+    kipp_om_moe_weights(p, k, norm, chosen, w);
+}
+
+/* One block for the whole batch, in phases split by barriers (global memory written before a
+ * __syncthreads is seen by the block's other threads after it):
+ *   1. warp w routes tokens w, w + 16, ... (route_token_warp);
+ *   2. thread e counts expert e's pairs (e, e + 512, ...), thread 0 turns the counts into
+ *      the groups' bounds;
+ *   3. thread e walks the pairs in order and places its expert's: tokens ascending within a
+ *      group, the order cpu's counting sort gives.
+ * Phase 3 reads n_tok * k pairs per expert: tens of microseconds for a 512-token prefill of
+ * 128 experts top-8, nothing beside its expert products; a decode step's few pairs cost
+ * nothing. Nothing returns to the host. */
+__global__ void __launch_bounds__(ROUTE_THREADS)
+    moe_route_kernel(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert, uint32_t k,
+                     int norm, uint32_t layer, const uint32_t *pos, kipp_cuda_moe_pin pin,
+                     int pinned, uint32_t *chosen, float *weight, uint32_t *grp_off,
+                     int32_t *pair_tok, uint32_t *slot_at) {
+    const uint32_t tid = threadIdx.x, n_pairs = n_tok * k;
+    for (uint32_t t = tid >> 5; t < n_tok; t += blockDim.x >> 5)
+        route_token_warp(logits + (size_t)t * ld, n_expert, k, norm, chosen + (size_t)t * k,
+                         weight + (size_t)t * k, pinned ? &pin : NULL, layer,
+                         pinned ? pos[t] : 0);
+    __syncthreads();
+    for (uint32_t e = tid; e < n_expert; e += blockDim.x) {
+        uint32_t cnt = 0;
+        for (uint32_t p = 0; p < n_pairs; p++) cnt += chosen[p] == e;
+        grp_off[e + 1] = cnt;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        grp_off[0] = 0;
+        for (uint32_t e = 0; e < n_expert; e++) grp_off[e + 1] += grp_off[e];
+    }
+    __syncthreads();
+    for (uint32_t e = tid; e < n_expert; e += blockDim.x) {
+        uint32_t at = grp_off[e];
+        for (uint32_t p = 0; p < n_pairs; p++)
+            if (chosen[p] == e) {
+                pair_tok[at] = (int32_t)(p / k);
+                slot_at[p] = at++;
+            }
+    }
+}
+
+extern "C" int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert,
+                                   uint32_t k, int norm, uint32_t layer, const uint32_t *pos,
+                                   const kipp_cuda_moe_pin *pin, uint32_t *chosen,
+                                   float *weight, uint32_t *grp_off, int32_t *pair_tok,
+                                   uint32_t *slot_at, cudaStream_t stream) {
+    if (n_expert == 0 || n_expert > 1024 || k == 0 || k > n_expert || ld < n_expert)
+        return (int)cudaErrorInvalidValue; /* 1024: route_token_warp's taken mask */
+    if (n_tok == 0) return 0;
+    kipp_cuda_moe_pin none;
+    memset(&none, 0, sizeof none);
+    moe_route_kernel<<<1, ROUTE_THREADS, 0, stream>>>(logits, ld, n_tok, n_expert, k, norm, layer,
+                                                      pos, pin ? *pin : none, pin != NULL,
+                                                      chosen, weight, grp_off, pair_tok, slot_at);
+    return launch_status();
+}
+
+/* One thread per (token, element): the token's slots in order, products and sums rounded
+ * one at a time as cpu-ref adds them (kipp_om_mul_add), then one add into the residual. */
+__global__ void moe_sum_kernel(float *x, size_t ldx, const float *ye, size_t ldy,
+                               const float *weight, const uint32_t *slot_at, uint32_t n,
+                               uint32_t n_tok, uint32_t k) {
+    const size_t total = (size_t)n * n_tok;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = idx / n, i = idx % n;
+        float acc = 0.0f;
+        for (uint32_t s = 0; s < k; s++)
+            acc = kipp_om_mul_add(acc, weight[t * k + s],
+                                  ye[(size_t)slot_at[t * k + s] * ldy + i]);
+        x[t * ldx + i] = __fadd_rn(x[t * ldx + i], acc);
+    }
+}
+
+extern "C" int kipp_cuda_moe_sum(float *x, size_t ldx, const float *ye, size_t ldy,
+                                 const float *weight, const uint32_t *slot_at, uint32_t n,
+                                 uint32_t n_tok, uint32_t k, cudaStream_t stream) {
+    const size_t total = (size_t)n * n_tok;
+    if (total == 0 || k == 0) return 0;
+    moe_sum_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, ldx, ye, ldy, weight, slot_at,
+                                                             n, n_tok, k);
     return launch_status();
 }
 

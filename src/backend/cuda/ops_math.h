@@ -1,7 +1,8 @@
 /* ops_math.h — the scalar math the cuda backend's ops.cu shares with the host: f32 <-> f16 /
  * bf16 conversions bit-exact with src/backend/host_kv.c (round to nearest even, NaN kept
- * quiet with its sign and top payload), silu as cpu-ref writes it, and the paged KV
- * addressing of kernels.h with the KIPP_FAULT read modes of kipp_host_kv_row(). Every helper
+ * quiet with its sign and top payload), silu as cpu-ref writes it, the paged KV
+ * addressing of kernels.h with the KIPP_FAULT read modes of kipp_host_kv_row(), and a
+ * mixture-of-experts router's choice as src/backend/moe.c makes it. Every helper
  * is `__host__ __device__` under nvcc and plain static inline C11 otherwise, so
  * tests/unit/test_cuda_ops_math.c checks the very code the kernels run, on a machine with
  * no GPU. No CUDA header is needed here. */
@@ -128,6 +129,114 @@ static inline KIPP_HD void kipp_om_kv_store(uint32_t t, void *row, size_t i, flo
 
 /* silu(z) = z / (1 + exp(-z)), cpu-ref's expression (layers.c). */
 static inline KIPP_HD float kipp_om_silu(float z) { return z / (1.0f + expf(-z)); }
+
+/* acc + w * y with the product and the sum rounded one at a time, as the host evaluates
+ * cpu-ref's `moe_out[j] += w * proj[j]` (C11 mode: no contraction); nvcc would fuse them. */
+static inline KIPP_HD float kipp_om_mul_add(float acc, float w, float y) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(acc, __fmul_rn(w, y));
+#else
+    return acc + w * y;
+#endif
+}
+
+/* ---- mixture of experts (arch.h: KIPP_OP_FFN_MOE) ------------------------------------- */
+
+/* kipp_om_moe_route (below): one token's router choice, the arithmetic of src/backend/moe.c's
+ * kipp_moe_route written out for both compilers: p = softmax(p[0..n)) in place (the max
+ * subtracted, expf, the sum taken in expert order, each divided by it); the k largest p into
+ * chosen[0..k) best first, an exact tie going to the lower expert index (strict >); w[i] =
+ * p[chosen[i]], divided by their sum (taken in slot order) when norm. The unit suite checks
+ * it bit for bit against kipp_moe_route. ops.cu's routing kernel runs the same arithmetic a
+ * warp per token (the elementwise steps spread over the lanes, the sum and the weights in one
+ * lane in this order, each pick a reduction under kipp_om_moe_pick); the unit suite checks
+ * that split on the host too. On the device expf is CUDA's (within 2 ulp of the host's), the
+ * one difference, which can move a choice only where two probabilities are that close: where
+ * the gates pin such near-ties to cpu-ref's choice (moe.h's trace), kipp_om_moe_pin applies
+ * the pin between the choice and the weights, as moe.c does. */
+
+/* 1 when candidate (v, i) beats (bv, bi) in the top-k's order: a larger probability, or an
+ * equal one at a lower expert index; UINT32_MAX is no candidate. A strict total order on
+ * distinct indices (for non-NaN values), so any reduction tree over the lanes picks what
+ * kipp_om_moe_route's ascending scan with a strict > picks. */
+static inline KIPP_HD int kipp_om_moe_pick(float v, uint32_t i, float bv, uint32_t bi) {
+    if (i == UINT32_MAX) return 0;
+    if (bi == UINT32_MAX) return 1;
+    return v > bv || (v == bv && i < bi);
+}
+
+/* p = softmax(p[0..n)) in place and the k best into chosen[0..k), best first (the first half
+ * of kipp_om_moe_route). */
+static inline KIPP_HD void kipp_om_moe_topk(float *p, uint32_t n, uint32_t k, uint32_t *chosen) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (uint32_t e = 0; e < n; e++)
+        if (p[e] > mx) mx = p[e];
+    for (uint32_t e = 0; e < n; e++) {
+        p[e] = expf(p[e] - mx);
+        sum += p[e];
+    }
+    for (uint32_t e = 0; e < n; e++) p[e] /= sum;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t best = n;
+        for (uint32_t e = 0; e < n; e++) {
+            int taken = 0;
+            for (uint32_t j = 0; j < i; j++) taken |= chosen[j] == e;
+            if (!taken && (best == n || p[e] > p[best])) best = e;
+        }
+        chosen[i] = best;
+    }
+}
+
+/* w[i] = p[chosen[i]], divided by their sum (taken in slot order) when norm (the second half). */
+static inline KIPP_HD void kipp_om_moe_weights(const float *p, uint32_t k, int norm,
+                                               const uint32_t *chosen, float *w) {
+    float wsum = 0.0f;
+    for (uint32_t i = 0; i < k; i++) {
+        w[i] = p[chosen[i]];
+        wsum += w[i];
+    }
+    if (norm)
+        for (uint32_t i = 0; i < k; i++) w[i] /= wsum;
+}
+
+/* The gates' routing trace in PIN mode (src/backend/moe.h: kipp_moe_trace), between the two
+ * halves, as moe.c applies it: rec the reference's experts for this (layer, position),
+ * ascending; when chosen (k <= 64) is another set and margin < delta (a near-tie) chosen
+ * becomes rec, best first by p with ties to the lower index, and 1 is returned; another set at
+ * a wider margin is kept and 2 returned; the same set 0 (k > 64: 0, untraced, as moe.c). */
+static inline KIPP_HD int kipp_om_moe_pin(const float *p, uint32_t k, uint32_t *chosen,
+                                          const uint32_t *rec, float margin, float delta) {
+    uint32_t mine[64];
+    if (k > 64) return 0;
+    for (uint32_t i = 0; i < k; i++) { /* chosen as a set, ascending */
+        const uint32_t v = chosen[i];
+        uint32_t j = i;
+        while (j > 0 && mine[j - 1] > v) mine[j] = mine[j - 1], j--;
+        mine[j] = v;
+    }
+    int same = 1;
+    for (uint32_t i = 0; i < k; i++) same &= mine[i] == rec[i];
+    if (same) return 0;
+    if (!(margin < delta)) return 2;
+    float q[64];
+    for (uint32_t i = 0; i < k; i++) chosen[i] = rec[i], q[i] = p[rec[i]];
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t b = i;
+        for (uint32_t j = i + 1; j < k; j++)
+            if (q[j] > q[b] || (q[j] == q[b] && chosen[j] < chosen[b])) b = j;
+        const float tq = q[i];
+        const uint32_t tc = chosen[i];
+        q[i] = q[b], chosen[i] = chosen[b];
+        q[b] = tq, chosen[b] = tc;
+    }
+    return 1;
+}
+
+static inline KIPP_HD void kipp_om_moe_route(float *p, uint32_t n, uint32_t k, int norm,
+                                             uint32_t *chosen, float *w) {
+    kipp_om_moe_topk(p, n, k, chosen);
+    kipp_om_moe_weights(p, k, norm, chosen, w);
+}
 
 /* ---- paged KV addressing -------------------------------------------------------------- */
 
