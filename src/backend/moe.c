@@ -9,6 +9,8 @@ static kipp_moe_trace *_Atomic trace;
 
 void kipp_moe_trace_use(kipp_moe_trace *t) { atomic_store(&trace, t); }
 
+kipp_moe_trace *kipp_moe_trace_current(void) { return atomic_load(&trace); }
+
 /* the k best of p (n of them) into chosen, best first; exact ties to the lower index */
 static void top_k(const float *p, uint32_t n, uint32_t k, uint32_t *chosen) {
     for (uint32_t i = 0; i < k; i++) {

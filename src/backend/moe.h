@@ -1,6 +1,7 @@
 /* moe.h — how a mixture-of-experts layer (arch.h: KIPP_OP_FFN_MOE) chooses its experts for one
  * token. The definition every backend follows, written once: cpu-ref's and cpu's forward passes
- * call it on their router logits, cuda's host side too. */
+ * call it on their router logits; cuda routes on the device with the same arithmetic
+ * (src/backend/cuda/ops_math.h, checked against this by the unit suite). */
 #ifndef KIPP_BACKEND_MOE_H
 #define KIPP_BACKEND_MOE_H
 
@@ -46,5 +47,8 @@ typedef struct {
 
 /* Sets the trace every kipp_moe_route consults (NULL: none). */
 void kipp_moe_trace_use(kipp_moe_trace *t);
+/* The trace kipp_moe_route consults now (NULL: none): a backend that routes elsewhere (cuda, on
+ * the device: src/backend/cuda/ops_math.h's kipp_om_moe_pin is the same rule) applies it itself. */
+kipp_moe_trace *kipp_moe_trace_current(void);
 
 #endif

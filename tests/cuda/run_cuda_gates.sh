@@ -3,8 +3,9 @@
 # with an NVIDIA GPU. build/kipp_test_cuda is kipp_test with the cuda backend linked in, so
 # these are the same gates the host backends pass (docs/testing.md), run with --backend cuda:
 #   the operators: every kernel vs the CPU reference over many shapes (--cuda-operators);
-#   per checkpoint (default: tiny-tied tiny-untied kipp-tiny, whose golden vectors are
-#   committed): golden vectors on bf16 and f32 (oracle argmax + NMSE <= 1e-4 vs cpu-ref),
+#   per checkpoint (default: tiny-tied tiny-untied kipp-tiny tiny-qwen2, whose golden vectors
+#   are committed, and tiny-moe (qwen3moe) where its GGUF and vectors are there): golden
+#   vectors on bf16 and f32 (oracle argmax + NMSE <= 1e-4 vs cpu-ref),
 #   cached vs recomputed (phase-2), multi-logit, paged (adversarial block tables), pooled,
 #   long context, the KV types f16 (default), bf16 and f32, the scheduler, and cuda vs
 #   cpu-ref (--cpu-vs-ref) on every other weight type of the checkpoint;
@@ -13,6 +14,8 @@
 #   the CLI: greedy text from build/kipp-cuda-generic equals build/kipp's on kipp-tiny.
 # RANDOM_SHAPES="0.6b 4b" adds cuda vs cpu-ref on random-weight GGUFs of real shapes (made
 # by the Makefile when missing). tools/ops/device_gate.sh runs its own shape gates as steps.
+# KIPP_GATE_MOE="FILE..." adds cuda vs cpu-ref on other qwen3moe GGUFs (e.g. llama.cpp's
+# converter's and llama-quantize's files, carried to the GPU host).
 # Ends with "N passed, N failed"; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -20,7 +23,16 @@ BUILD=${BUILD:-build}
 K=$BUILD/kipp_test_cuda
 . tests/lib.sh
 . tests/model/gate.sh
-ckpts=${*:-tiny-tied tiny-untied kipp-tiny}
+# the architectures of src/model/arch.c: qwen3 (tiny-tied, tiny-untied, kipp-tiny), qwen2
+# (tiny-qwen2), qwen3moe (tiny-moe, once its checkpoint is built: named when it is not)
+default="tiny-tied tiny-untied kipp-tiny tiny-qwen2"
+if [ -f models/tiny-moe/kipp-tiny-moe-bf16.gguf ] && [ -f tests/test-vectors/tiny-moe/manifest.json ]; then
+    default="$default tiny-moe"
+elif [ $# -eq 0 ]; then
+    echo "** qwen3moe: no models/tiny-moe/kipp-tiny-moe-bf16.gguf with vectors: its gates do not run"
+    echo "** (KIPP_GATE_MOE=FILE runs cuda vs cpu-ref on any qwen3moe GGUF)"
+fi
+ckpts=${*:-$default}
 
 run_counted "cuda operators" "$K" --cuda-operators
 
@@ -58,6 +70,9 @@ done
 
 for q in bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k q5_k_m q2_k iq4_xs; do
     gate "cuda vs cpu-ref random-tiny $q" --cpu-vs-ref-shape "models/random/qwen3-tiny-$q.gguf" --backend cuda
+done
+for f in ${KIPP_GATE_MOE:-}; do
+    gate "cuda vs cpu-ref qwen3moe $(basename "$f")" --cpu-vs-ref-shape "$f" --backend cuda
 done
 for shape in ${RANDOM_SHAPES:-}; do
     for q in bf16 q8_0 q4_k_m; do

@@ -4,6 +4,10 @@
 # self-contained log (every bench's JSON record is embedded) that tools/ops/collect_cuda_gates.py
 # turns into a JSON result. It does not provision machines (tools/ops/verda_cuda_gate.sh does)
 # and does not judge speed: a bench that runs is recorded, whatever its figures.
+# The architectures: test-cuda's model gates (tests/cuda/run_cuda_gates.sh) run qwen3
+# (tiny-tied, tiny-untied, kipp-tiny), qwen2 (tiny-qwen2) and qwen3moe (tiny-moe, when its
+# GGUF and vectors are there; KIPP_GATE_MOE="FILE..." adds cuda vs cpu-ref on other qwen3moe
+# files); the shape gates and benches below are qwen3's random real shapes.
 #
 # Log format (v1), one marker per line, everything else is the steps' own output:
 #   ### kipp-gate LOG v1 started=<ISO-8601 UTC> host=<hostname>
@@ -43,6 +47,7 @@ usage: tools/ops/device_gate.sh [--log FILE] [--skip-bench] [--skip-4b] [--budge
                     the default when build/offline/MANIFEST.txt exists
   --online          `make deps` even when a bundle is there
 Environment: KIPP_GATE_PYTHON (default .venv/bin/python), CUDA_GENCODE (default -arch=native),
+KIPP_GATE_MOE (qwen3moe GGUFs for test-cuda's cuda vs cpu-ref gates),
 KIPP_GATE_OFFLINE (1 as --offline, 0 as --online), KIPP_OFFLINE_BUNDLE (default build/offline),
 PEER_DL (the peer's sources and wheels; offline, default the bundle's wheels/).
 EOF

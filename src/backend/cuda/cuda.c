@@ -2,8 +2,9 @@
  * probe.c: no driver, old driver, no device, bad index, an architecture this binary has no
  * code for, too little device memory — each fatal, never a fallback to another backend),
  * the context's device, the KV cache in device memory (one allocation of host_kv.h's
- * layout, so block ids mean the same on both sides) and the forward pass (forward.c), which
- * calls the kernels of mm.cu and ops.cu through kernels.h. Gated against cpu-ref by the
+ * layout, so block ids mean the same on both sides) and the forward pass (forward.c: the
+ * architecture's layer program, op by op), which calls the kernels of mm.cu and ops.cu
+ * through kernels.h. Gated against cpu-ref by the
  * model gates run with --backend cuda on a GPU (tests/cuda/run_cuda_gates.sh). */
 #include "backend/backend.h"
 
@@ -130,27 +131,25 @@ static void cuda_free(void *state) {
     free(s);
 }
 
-/* The layer program forward.c runs, op for op (Qwen3's): a model whose architecture's
- * program differs is refused before any device work (issue 32 moves cuda onto the program). */
-static const kipp_op cuda_program[] = {KIPP_OP_ATTN_NORM, KIPP_OP_QKV,      KIPP_OP_QK_NORM,
-                                       KIPP_OP_ROPE,      KIPP_OP_KV_STORE, KIPP_OP_ATTENTION,
-                                       KIPP_OP_ATTN_OUT,  KIPP_OP_FFN_NORM, KIPP_OP_FFN_SWIGLU};
+/* The ops of arch.h that forward.c's run_op implements: a model whose program needs another
+ * is refused before any device work (kipp_arch_check_ops names the op). */
+#define CUDA_OPS                                                                                 \
+    (1u << KIPP_OP_ATTN_NORM | 1u << KIPP_OP_QKV | 1u << KIPP_OP_QKV_BIAS | 1u << KIPP_OP_QK_NORM | \
+     1u << KIPP_OP_ROPE | 1u << KIPP_OP_KV_STORE | 1u << KIPP_OP_ATTENTION | 1u << KIPP_OP_ATTN_OUT |  \
+     1u << KIPP_OP_FFN_NORM | 1u << KIPP_OP_FFN_SWIGLU | 1u << KIPP_OP_FFN_MOE)
 
 static kipp_status cuda_init(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,
                              void **state, char *err, size_t err_len) {
     *state = NULL;
-    if (m->arch->n_ops != sizeof cuda_program / sizeof cuda_program[0] ||
-        memcmp(m->arch->program, cuda_program, sizeof cuda_program) != 0)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                         "cuda: architecture '%s' runs a layer program this backend does not implement yet "
-                         "(it runs qwen3's); use --backend cpu",
-                         m->arch->name);
+    kipp_status st = kipp_arch_check_ops(m->arch, "cuda", CUDA_OPS, err, err_len);
+    if (st == KIPP_OK) st = kipp_cuda_fwd_check(m, err, err_len);
+    if (st != KIPP_OK) return st;
     cuda_state *s = calloc(1, sizeof *s);
     if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
     s->device = o->device;
     char name[256];
     kipp_cuda_probe p;
-    kipp_status st = gather(o->device, &p, name, sizeof name, &s->n_sm, err, err_len);
+    st = gather(o->device, &p, name, sizeof name, &s->n_sm, err, err_len);
     if (st != KIPP_OK) goto fail;
     const uint32_t n_logits = o->embeddings ? 0 : o->n_logits;
     kipp_cuda_fwd_sizes(m, n_ctx, n_logits, k_spark, &p.weight_bytes, &p.scratch_bytes);

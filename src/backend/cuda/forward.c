@@ -1,18 +1,24 @@
-/* forward.c — the cuda backend's batched Qwen3 forward pass (see forward.h).
+/* forward.c — the cuda backend's batched forward pass (see forward.h): the model
+ * architecture's layer program (src/model/arch.h) run op by op over a chunk of tokens.
  *
- * Weights: every matrix is uploaded once, byte for byte in its GGUF block layout, into one
- * device arena (the kernels of mm.cu read the blocks directly); the norm vectors are
- * dequantized on the host and uploaded as f32. The spark build (-DKIPP_CUDA_SPARK, DGX
- * Spark's GB10, whose GPU shares the host's memory) copies nothing: the mmapped file range
- * holding the matrices is registered with the driver (read-only, mapped) and the kernels
- * read the page cache through its device alias; only the norms go to the arena.
+ * Weights: the architecture's tensors (arch.c's table, walked per layer: nothing here lists
+ * them) go to one device arena. Every matrix (an expert stack whole) is uploaded once, byte
+ * for byte in its GGUF block layout (the kernels of mm.cu read the blocks directly); every
+ * 1-D tensor (norms, biases) is dequantized on the host and uploaded as f32. The spark build
+ * (-DKIPP_CUDA_SPARK, DGX Spark's GB10, whose GPU shares the host's memory) copies no
+ * matrix: the mmapped file range holding them is registered with the driver (read-only,
+ * mapped) and the kernels read the page cache through its device alias; only the 1-D tensors
+ * go to the arena. A layer's device addresses sit in the slots of kipp_layer_weights' fields.
  *
- * A batch runs in chunks of up to CHUNK tokens, layer by layer over all of a chunk's tokens,
- * in cpu-ref's order (src/backend/cpu_ref/layers.c): embedding rows, then per layer
- * RMSNorm -> q, k, v -> per-head q/k RMSNorm -> NEOX RoPE -> K/V stored in the paged cache
- * -> causal paged attention -> wo -> residual -> RMSNorm -> gate, up -> SwiGLU -> down ->
- * residual; then the final norm and the lm_head for the wanted tokens only, HEAD_ROWS rows
- * at a time. Chunks are exact: a later chunk's tokens read the K/V an earlier one stored.
+ * A batch runs in chunks of up to CHUNK tokens, layer by layer over all of a chunk's tokens:
+ * embedding rows, then per layer the program's ops, each one or a few kernel launches with
+ * cpu-ref's definition (src/backend/cpu_ref/layers.c: run_layer), e.g. qwen3's RMSNorm ->
+ * q, k, v -> per-head q/k RMSNorm -> NEOX RoPE -> K/V stored in the paged cache -> causal
+ * paged attention -> wo -> residual -> RMSNorm -> gate, up -> SwiGLU -> down -> residual;
+ * qwen2's q/k/v biases in place of the head norms; qwen3moe's mixture of experts in place of
+ * the SwiGLU (moe_ffn below: routed and grouped on the device, no host round trip); then the
+ * final norm and the lm_head for the wanted tokens only, HEAD_ROWS rows at a time. Chunks
+ * are exact: a later chunk's tokens read the K/V an earlier one stored.
  *
  * Per chunk, everything that varies (token ids, each token's dense sequence index and
  * position, the wanted rows, the RoPE cos/sin tables computed on the host in double exactly
@@ -29,9 +35,12 @@
 #include "backend/cuda/forward.h"
 
 #include "backend/cuda/kernels.h"
+#include "backend/moe.h"
 
 #include "core/error.h"
 #include "core/types.h"
+#include "model/arch.h"
+#include "model/model.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -51,10 +60,19 @@ static const int k_mapped = 1; /* GB10: unified memory, the weights stay in the 
 static const int k_mapped = 0;
 #endif
 
+/* A layer's device addresses, one slot per kipp_layer_weights field (model.h; the slot is the
+ * field's offset over a pointer's size): a matrix's GGUF blocks (an expert stack: all its
+ * experts, expert e at e * n_bytes / E), a 1-D tensor's f32 values; NULL where the layer
+ * binds nothing. DW / DV read a field's slot. */
+#define LW_SLOTS (sizeof(kipp_layer_weights) / sizeof(const kipp_gguf_tensor *))
+_Static_assert(sizeof(kipp_layer_weights) % sizeof(const kipp_gguf_tensor *) == 0,
+               "kipp_layer_weights holds tensor pointers only");
 typedef struct {
-    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* f32 [H], [H], [D], [D] */
-    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down; /* GGUF blocks */
+    const void *p[LW_SLOTS];
 } dev_layer;
+#define SLOT_OF(off) ((off) / sizeof(const kipp_gguf_tensor *))
+#define DW(d, field) ((d)->p[SLOT_OF(offsetof(kipp_layer_weights, field))])
+#define DV(d, field) ((const float *)DW(d, field))
 
 typedef struct {
     cudaGraphExec_t exec; /* NULL: none captured */
@@ -72,8 +90,10 @@ struct kipp_cuda_fwd {
     const kipp_model *m;
     kipp_gguf_tensor head; /* the lm_head's first NL rows; data NULL for embeddings */
     /* H hidden, F MLP, D head dim, Nh / Nkv heads, QD = Nh*D, kv_dim = Nkv*D, NL logits per
-     * row (0: embeddings) */
-    uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, NL;
+     * row (0: embeddings); a mixture of experts: E experts, K chosen per token, Fe an expert's
+     * FFN size (0 when dense) */
+    uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, NL, E, K, Fe;
+    int expert_norm;
     float eps;
     kipp_kv_type kv_type;
     cudaStream_t stream;
@@ -96,10 +116,24 @@ struct kipp_cuda_fwd {
     float *v;    /* [CHUNK][kv_dim] */
     float *att;  /* [CHUNK][QD] attention output */
     float *proj; /* [CHUNK][H]  wo / w_down output */
-    float *gate; /* [CHUNK][F]  gate, then silu(gate) * up */
-    float *up;   /* [CHUNK][F] */
+    float *gate; /* [CHUNK][F]  gate, then silu(gate) * up; MoE: [CHUNK * K][Fe] per pair */
+    float *up;   /* [CHUNK][F]  (MoE: [CHUNK * K][Fe]) */
     float *xw;   /* [CHUNK][H]  the wanted rows, final-normed */
     float *lg;   /* [HEAD_ROWS][NL] logits of one head product */
+    /* a mixture-of-experts layer (NULL when dense): kernels.h's kipp_cuda_moe_route */
+    float *router;      /* [CHUNK][E] router logits, then probabilities */
+    float *cw;          /* [CHUNK * K] the chosen experts' weights */
+    uint32_t *chosen;   /* [CHUNK * K] the chosen experts, best first */
+    uint32_t *slot_at;  /* [CHUNK * K] each (token, slot) pair's group position */
+    int32_t *pair_tok;  /* [CHUNK * K] the token of the pair at each group position */
+    uint32_t *grp_off;  /* [E + 1] the expert groups' bounds */
+    float *ye;          /* [CHUNK * K][H] each pair's expert output, in group order */
+    /* the gates' routing trace (moe.h) while one is on in PIN mode, its record in device
+     * memory (pin_begin; test runs only) */
+    kipp_moe_trace *pin_trace;
+    kipp_cuda_moe_pin pin;
+    unsigned char *pin_d;
+    size_t pin_cap;
     void *mm_scratch, *att_scratch;
     size_t mm_cap, att_cap;
     /* staging: pinned host + device twin, stage_cap bytes each */
@@ -118,50 +152,86 @@ static uint32_t u32min(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
 
-/* The matrices of the model in upload order; NULL entries are skipped and the tied lm_head
- * (output == tok_embd) is the embedding's upload. n: 2 + 7 * n_layer. */
-static const kipp_gguf_tensor *matrix_at(const kipp_model *m, uint32_t i) {
+static int has_op(const kipp_model *m, kipp_op op) {
+    for (size_t i = 0; i < m->arch->n_ops; i++)
+        if (m->arch->program[i] == op) return 1;
+    return 0;
+}
+
+/* Layer l's tensor of architecture table entry at (NULL: an optional one the file lacks). */
+static const kipp_gguf_tensor *layer_tensor(const kipp_model *m, uint32_t l,
+                                            const kipp_arch_tensor *at) {
+    return *(const kipp_gguf_tensor *const *)((const char *)&m->layers[l] + at->off);
+}
+
+/* The weights in upload order, by index i < n_weights: 0 the embeddings, 1 the lm_head (NULL
+ * when tied to the embeddings or absent: the embedding's upload serves), 2 the final norm,
+ * then per layer the architecture's tensors in its table's order (NULL: an optional tensor
+ * the file lacks). *vec: a 1-D tensor (uploaded as f32); *layer, *slot: where it goes
+ * (layer UINT32_MAX: a model-level tensor). */
+static size_t n_weights(const kipp_model *m) {
+    return 3 + (size_t)m->hp.n_layer * m->arch->n_tensors;
+}
+
+static const kipp_gguf_tensor *weight_at(const kipp_model *m, size_t i, int *vec,
+                                         uint32_t *layer, size_t *slot) {
+    *layer = UINT32_MAX;
+    *slot = 0;
+    *vec = i == 2;
     if (i == 0) return m->tok_embd;
     if (i == 1) {
         if (!m->output || m->output == m->tok_embd || m->output->data == m->tok_embd->data)
             return NULL;
         return m->output;
     }
-    const kipp_layer_weights *w = &m->layers[(i - 2) / 7];
-    const kipp_gguf_tensor *const t[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up,
-                                          w->w_down};
-    return t[(i - 2) % 7];
+    if (i == 2) return m->output_norm;
+    const size_t nt = m->arch->n_tensors;
+    const kipp_arch_tensor *at = &m->arch->tensors[(i - 3) % nt];
+    *layer = (uint32_t)((i - 3) / nt);
+    *slot = SLOT_OF(at->off);
+    *vec = at->ne[1] == KIPP_DIM_NONE;
+    return layer_tensor(m, *layer, at);
 }
 
-static uint32_t n_matrices(const kipp_model *m) { return 2 + 7 * m->hp.n_layer; }
-
-static uint64_t norm_bytes(const kipp_model *m) {
-    const kipp_model_info *hp = &m->hp;
-    return (uint64_t)hp->n_layer *
-               (2 * align_up((size_t)hp->n_embd * 4) + 2 * align_up((size_t)hp->head_dim * 4)) +
-           align_up((size_t)hp->n_embd * 4);
+/* Device bytes of the 1-D tensors (f32) and, unless mapped, of the matrices. */
+static uint64_t weight_bytes_of(const kipp_model *m, int mapped) {
+    uint64_t w = 0;
+    for (size_t i = 0; i < n_weights(m); i++) {
+        int vec;
+        uint32_t l;
+        size_t slot;
+        const kipp_gguf_tensor *t = weight_at(m, i, &vec, &l, &slot);
+        if (t && vec) w += align_up((size_t)t->n_elems * 4);
+        else if (t && !mapped) w += align_up(t->n_bytes);
+    }
+    return w;
 }
 
 /* Token counts the scratch is sized for: every decode size up to GRAPH_MAX, then powers of
  * two up to CHUNK (the kernels' scratch grows with n_tok; the list covers their steps). */
 static const uint32_t k_ntok[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512};
 
+/* The matrix-product scratch for any chunk: every layer matrix at every token count (an
+ * expert stack (ne[2] set) as kipp_cuda_matmul_experts multiplies it: n_tok * K rows, at
+ * most n_tok per expert), and the lm_head's HEAD_ROWS rows. */
 static size_t mm_need(const kipp_model *m, uint32_t NL) {
     const kipp_model_info *hp = &m->hp;
-    const uint32_t QD = hp->n_head * hp->head_dim;
+    const kipp_arch *a = m->arch;
     size_t cap = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const kipp_layer_weights *w = &m->layers[l];
-        const kipp_gguf_tensor *const t[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up,
-                                              w->w_down};
-        const uint32_t n_in[7] = {hp->n_embd, hp->n_embd, hp->n_embd, QD, hp->n_embd,
-                                  hp->n_embd, hp->n_ff};
-        for (size_t i = 0; i < 7; i++)
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        for (size_t i = 0; i < a->n_tensors; i++) {
+            const kipp_arch_tensor *at = &a->tensors[i];
+            const kipp_gguf_tensor *t = layer_tensor(m, l, at);
+            if (!t || at->ne[1] == KIPP_DIM_NONE) continue;
+            const uint32_t n_in = (uint32_t)t->ne[0];
             for (size_t j = 0; j < sizeof k_ntok / sizeof k_ntok[0]; j++) {
-                const size_t s = kipp_cuda_matmul_scratch_bytes(t[i]->type, n_in[i], k_ntok[j]);
+                const size_t s = at->ne[2] != KIPP_DIM_NONE
+                                     ? kipp_cuda_matmul_experts_scratch_bytes(
+                                           t->type, n_in, k_ntok[j] * hp->n_expert_used, k_ntok[j])
+                                     : kipp_cuda_matmul_scratch_bytes(t->type, n_in, k_ntok[j]);
                 if (s > cap) cap = s;
             }
-    }
+        }
     if (NL && m->output)
         for (uint32_t r = 1; r <= HEAD_ROWS; r++) {
             const size_t s = kipp_cuda_matmul_scratch_bytes(m->output->type, hp->n_embd, r);
@@ -180,13 +250,37 @@ static size_t att_need(const kipp_model *m, uint32_t n_ctx) {
     return cap;
 }
 
-static size_t act_bytes(const kipp_model *m, uint32_t NL) {
+/* The activation buffers, in arena order, and their bytes for the model's program: the
+ * dense FFN's only when it runs FFN_SWIGLU, the experts' only when it runs FFN_MOE (their
+ * per-pair gate / up share the dense buffers' place). alloc_scratch and the start-up size
+ * both read this one list. */
+enum { B_X, B_XN, B_PROJ, B_XW, B_Q, B_ATT, B_K, B_V, B_GATE, B_UP, B_LG, B_ROUTER, B_CW,
+       B_CHOSEN, B_SLOT, B_PAIR, B_GRP, B_YE, B_COUNT };
+
+static void act_sizes(const kipp_model *m, uint32_t NL, size_t *bytes) {
     const kipp_model_info *hp = &m->hp;
-    const size_t H = hp->n_embd, F = hp->n_ff, QD = (size_t)hp->n_head * hp->head_dim,
+    const size_t H = hp->n_embd, QD = (size_t)hp->n_head * hp->head_dim,
                  KV = (size_t)hp->n_head_kv * hp->head_dim;
-    return 4 * align_up(CHUNK * H * 4) + 2 * align_up(CHUNK * QD * 4) +
-           2 * align_up(CHUNK * KV * 4) + 2 * align_up(CHUNK * F * 4) +
-           align_up((size_t)HEAD_ROWS * NL * 4);
+    const int moe = has_op(m, KIPP_OP_FFN_MOE);
+    const size_t P = moe ? (size_t)CHUNK * hp->n_expert_used : 0; /* (token, slot) pairs */
+    size_t ffn = has_op(m, KIPP_OP_FFN_SWIGLU) ? (size_t)CHUNK * hp->n_ff : 0;
+    if (P * hp->n_ff_exp > ffn) ffn = P * hp->n_ff_exp;
+    bytes[B_X] = bytes[B_XN] = bytes[B_PROJ] = bytes[B_XW] = CHUNK * H * 4;
+    bytes[B_Q] = bytes[B_ATT] = CHUNK * QD * 4;
+    bytes[B_K] = bytes[B_V] = CHUNK * KV * 4;
+    bytes[B_GATE] = bytes[B_UP] = ffn * 4;
+    bytes[B_LG] = (size_t)HEAD_ROWS * NL * 4;
+    bytes[B_ROUTER] = moe ? (size_t)CHUNK * hp->n_expert * 4 : 0;
+    bytes[B_CW] = bytes[B_CHOSEN] = bytes[B_SLOT] = bytes[B_PAIR] = P * 4;
+    bytes[B_GRP] = moe ? ((size_t)hp->n_expert + 1) * 4 : 0;
+    bytes[B_YE] = P * H * 4;
+}
+
+static size_t act_bytes(const kipp_model *m, uint32_t NL) {
+    size_t bytes[B_COUNT], total = 0;
+    act_sizes(m, NL, bytes);
+    for (size_t i = 0; i < B_COUNT; i++) total += align_up(bytes[i]);
+    return total;
 }
 
 static stage_layout layout_for(uint32_t n, uint32_t half) {
@@ -205,12 +299,7 @@ static stage_layout layout_for(uint32_t n, uint32_t half) {
 
 void kipp_cuda_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, int mapped,
                          uint64_t *weight_bytes, uint64_t *scratch_bytes) {
-    uint64_t w = norm_bytes(m);
-    if (!mapped)
-        for (uint32_t i = 0; i < n_matrices(m); i++) {
-            const kipp_gguf_tensor *t = matrix_at(m, i);
-            if (t) w += align_up(t->n_bytes);
-        }
+    const uint64_t w = weight_bytes_of(m, mapped);
     /* staging: a full chunk with tables as wide as the context at the default block size */
     const uint32_t mb = (n_ctx + KIPP_KV_DEFAULT_BLOCK_SIZE - 1) / KIPP_KV_DEFAULT_BLOCK_SIZE;
     const uint64_t stage =
@@ -218,6 +307,22 @@ void kipp_cuda_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits,
     *weight_bytes = w;
     *scratch_bytes = act_bytes(m, n_logits) + align_up(mm_need(m, n_logits)) +
                      align_up(att_need(m, n_ctx)) + stage;
+}
+
+/* Every matrix's row length is one the kernels take (kipp_cuda_mm_shape_supported). */
+kipp_status kipp_cuda_fwd_check(const kipp_model *m, char *err, size_t err_len) {
+    for (size_t i = 0; i < n_weights(m); i++) {
+        int vec;
+        uint32_t l;
+        size_t slot;
+        const kipp_gguf_tensor *t = weight_at(m, i, &vec, &l, &slot);
+        if (t && !vec && !kipp_cuda_mm_shape_supported(t->type, (uint32_t)t->ne[0]))
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "cuda: tensor %s (%s) has rows of %lld elements; the cuda kernels "
+                             "need a multiple of 8 and of the type's block",
+                             t->name, kipp_type_name(t->type), (long long)t->ne[0]);
+    }
+    return KIPP_OK;
 }
 
 /* ---- init / free ---------------------------------------------------------------------------- */
@@ -238,6 +343,7 @@ void kipp_cuda_fwd_free(kipp_cuda_fwd *f) {
     cudaFree(f->mm_scratch);
     cudaFree(f->att_scratch);
     cudaFree(f->stage_d);
+    cudaFree(f->pin_d);
     if (f->stage_h) cudaFreeHost(f->stage_h);
     if (f->map_registered) cudaHostUnregister(f->map_base);
     if (f->stream) cudaStreamDestroy(f->stream);
@@ -258,9 +364,12 @@ static kipp_status cuda_err(char *err, size_t err_len, const char *what, cudaErr
  * the registration must be too. */
 static kipp_status map_weights(kipp_cuda_fwd *f, char *err, size_t err_len) {
     uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (uint32_t i = 0; i < n_matrices(f->m); i++) {
-        const kipp_gguf_tensor *t = matrix_at(f->m, i);
-        if (!t) continue;
+    for (size_t i = 0; i < n_weights(f->m); i++) {
+        int vec;
+        uint32_t l;
+        size_t slot;
+        const kipp_gguf_tensor *t = weight_at(f->m, i, &vec, &l, &slot);
+        if (!t || vec) continue;
         if ((uintptr_t)t->data < lo) lo = (uintptr_t)t->data;
         if ((uintptr_t)t->data + t->n_bytes > hi) hi = (uintptr_t)t->data + t->n_bytes;
     }
@@ -313,65 +422,72 @@ static kipp_status place_matrix(kipp_cuda_fwd *f, const kipp_gguf_tensor *t, siz
     return KIPP_OK;
 }
 
-/* Dequantizes a norm vector on the host and uploads it as f32. */
-static kipp_status place_norm(kipp_cuda_fwd *f, const kipp_gguf_tensor *t, float *tmp,
-                              size_t *off, const float **out, char *err, size_t err_len) {
+/* Dequantizes a 1-D tensor (a norm's weights, a bias) on the host and uploads it as f32. */
+static kipp_status place_vector(kipp_cuda_fwd *f, const kipp_gguf_tensor *t, float *tmp,
+                                size_t *off, const void **out, char *err, size_t err_len) {
     kipp_dequantize_row(t->type, t->data, tmp, t->n_elems);
     const cudaError_t e = cudaMemcpy(f->warena + *off, tmp, t->n_elems * 4, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) return cuda_err(err, err_len, "uploading the norm weights", e);
-    *out = (const float *)(f->warena + *off);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "uploading the norm and bias vectors", e);
+    *out = f->warena + *off;
     *off += align_up(t->n_elems * 4);
     return KIPP_OK;
 }
 
 static kipp_status upload_weights(kipp_cuda_fwd *f, char *err, size_t err_len) {
     const kipp_model *m = f->m;
-    uint64_t wbytes, sbytes;
-    kipp_cuda_fwd_sizes(m, f->n_ctx, f->NL, k_mapped, &wbytes, &sbytes);
+    const uint64_t wbytes = weight_bytes_of(m, k_mapped);
     kipp_status st;
     if (k_mapped && (st = map_weights(f, err, err_len)) != KIPP_OK) return st;
     cudaError_t e = cudaMalloc((void **)&f->warena, wbytes);
     if (e != cudaSuccess)
         return cuda_err(err, err_len, "allocating device memory for the weights", e);
-    float *tmp = malloc((f->H > f->D ? f->H : f->D) * sizeof(float));
+    uint64_t vmax = 1; /* the longest 1-D tensor: the host buffer it is dequantized into */
+    for (size_t i = 0; i < n_weights(m); i++) {
+        int vec;
+        uint32_t l;
+        size_t slot;
+        const kipp_gguf_tensor *t = weight_at(m, i, &vec, &l, &slot);
+        if (t && vec && t->n_elems > vmax) vmax = t->n_elems;
+    }
+    float *tmp = malloc(vmax * sizeof(float));
     if (!tmp) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
     size_t off = 0;
-    st = place_matrix(f, m->tok_embd, &off, &f->tok_embd, err, err_len);
-    f->output = f->tok_embd;
-    if (st == KIPP_OK && matrix_at(m, 1))
-        st = place_matrix(f, m->output, &off, &f->output, err, err_len);
-    for (uint32_t l = 0; st == KIPP_OK && l < m->hp.n_layer; l++) {
-        const kipp_layer_weights *w = &m->layers[l];
-        dev_layer *d = &f->L[l];
-        const kipp_gguf_tensor *const t[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up,
-                                              w->w_down};
-        const void **const o[7] = {&d->wq, &d->wk, &d->wv, &d->wo, &d->w_gate, &d->w_up,
-                                   &d->w_down};
-        for (size_t i = 0; st == KIPP_OK && i < 7; i++)
-            st = place_matrix(f, t[i], &off, o[i], err, err_len);
-        if (st == KIPP_OK) st = place_norm(f, w->attn_norm, tmp, &off, &d->attn_norm, err, err_len);
-        if (st == KIPP_OK) st = place_norm(f, w->ffn_norm, tmp, &off, &d->ffn_norm, err, err_len);
-        if (st == KIPP_OK) st = place_norm(f, w->q_norm, tmp, &off, &d->q_norm, err, err_len);
-        if (st == KIPP_OK) st = place_norm(f, w->k_norm, tmp, &off, &d->k_norm, err, err_len);
+    st = KIPP_OK;
+    for (size_t i = 0; st == KIPP_OK && i < n_weights(m); i++) {
+        int vec;
+        uint32_t l;
+        size_t slot;
+        const kipp_gguf_tensor *t = weight_at(m, i, &vec, &l, &slot);
+        const void *dev = NULL;
+        if (!t) continue;
+        if (vec) st = place_vector(f, t, tmp, &off, &dev, err, err_len);
+        else st = place_matrix(f, t, &off, &dev, err, err_len);
+        if (i == 0) f->tok_embd = dev;
+        else if (i == 1) f->output = dev;
+        else if (i == 2) f->out_norm = dev;
+        else f->L[l].p[slot] = dev;
     }
-    if (st == KIPP_OK) st = place_norm(f, m->output_norm, tmp, &off, &f->out_norm, err, err_len);
+    if (!f->output) f->output = f->tok_embd; /* tied (or no lm_head: never read) */
     free(tmp);
     return st;
 }
 
 static kipp_status alloc_scratch(kipp_cuda_fwd *f, char *err, size_t err_len) {
-    const size_t H = f->H, F = f->F, QD = f->QD, KV = f->kv_dim;
+    size_t bytes[B_COUNT];
+    act_sizes(f->m, f->NL, bytes);
     cudaError_t e = cudaMalloc((void **)&f->aarena, act_bytes(f->m, f->NL));
     if (e != cudaSuccess) return cuda_err(err, err_len, "allocating the activation buffers", e);
+    void *at[B_COUNT];
     unsigned char *p = f->aarena;
-    float **const bufs[] = {&f->x, &f->xn, &f->proj, &f->xw, &f->q, &f->att, &f->k, &f->v,
-                            &f->gate, &f->up, &f->lg};
-    const size_t rows[] = {H, H, H, H, QD, QD, KV, KV, F, F, 0};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        *bufs[i] = (float *)p;
-        p += align_up(i + 1 < sizeof bufs / sizeof bufs[0] ? CHUNK * rows[i] * 4
-                                                           : (size_t)HEAD_ROWS * f->NL * 4);
+    for (size_t i = 0; i < B_COUNT; i++) {
+        at[i] = bytes[i] ? p : NULL; /* a buffer the program has no use for stays NULL */
+        p += align_up(bytes[i]);
     }
+    f->x = at[B_X], f->xn = at[B_XN], f->proj = at[B_PROJ], f->xw = at[B_XW];
+    f->q = at[B_Q], f->att = at[B_ATT], f->k = at[B_K], f->v = at[B_V];
+    f->gate = at[B_GATE], f->up = at[B_UP], f->lg = at[B_LG];
+    f->router = at[B_ROUTER], f->cw = at[B_CW], f->chosen = at[B_CHOSEN];
+    f->slot_at = at[B_SLOT], f->pair_tok = at[B_PAIR], f->grp_off = at[B_GRP], f->ye = at[B_YE];
     f->mm_cap = mm_need(f->m, f->NL);
     f->att_cap = att_need(f->m, f->n_ctx);
     if (f->mm_cap && (e = cudaMalloc(&f->mm_scratch, f->mm_cap)) != cudaSuccess)
@@ -401,6 +517,12 @@ kipp_status kipp_cuda_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type
     f->QD = f->Nh * f->D;
     f->kv_dim = f->Nkv * f->D;
     f->eps = hp->rms_eps;
+    if (has_op(m, KIPP_OP_FFN_MOE)) {
+        f->E = hp->n_expert;
+        f->K = hp->n_expert_used;
+        f->Fe = hp->n_ff_exp;
+        f->expert_norm = hp->expert_norm != 0;
+    }
     /* KIPP_CUDA_GRAPHS=0 runs every step by direct launches (a debugging switch: the gates
      * run with graphs, as users do) */
     const char *g = getenv("KIPP_CUDA_GRAPHS");
@@ -497,55 +619,129 @@ static int mm(const kipp_cuda_fwd *f, uint32_t type, const void *w, uint32_t n_i
                             f->stream);
 }
 
-/* Embedding rows and every layer for the chunk's tokens: x[n][H] holds the last layer's
- * residual stream afterwards. Only launches (graph-capturable): no copies, no syncs. */
-static int run_layers(kipp_cuda_fwd *f, const chunk_t *c) {
+/* One expert matrix stack (kernels.h: kipp_cuda_matmul_experts) over the n * K (token, slot)
+ * pairs of a chunk of n tokens, grouped by the routing (f->grp_off): y rows in group order. */
+static int experts(const kipp_cuda_fwd *f, const kipp_gguf_tensor *t, const void *w,
+                   const float *x, size_t ldx, const int32_t *x_rows, uint32_t n, float *y,
+                   size_t ldy) {
+    const uint32_t n_in = (uint32_t)t->ne[0], n_out = (uint32_t)t->ne[1], E = (uint32_t)t->ne[2];
+    const uint32_t P = n * f->K;
+    if (kipp_cuda_matmul_experts_scratch_bytes(t->type, n_in, P, n) > f->mm_cap)
+        return SCRATCH_SHORT;
+    return kipp_cuda_matmul_experts(t->type, w, t->n_bytes / E, E, n_in, n_out, x, ldx, x_rows,
+                                    P, f->grp_off, n, y, ldy, f->mm_scratch, f->stream);
+}
+
+/* KIPP_OP_FFN_MOE for the chunk's n tokens, xn[n][H] -> x[n][H] += the experts' weighted sum,
+ * with cpu-ref's definition and no host round trip (every launch below is graph-capturable
+ * and none waits for the routing's outcome):
+ *   the router's logits in f32 at every token count (kipp_cuda_matmul_exact: a prefill
+ *   routes a token as its decode step does), the routing kernel (kipp_om_moe_route: softmax,
+ *   top-k with ties to the lower index, renormalized when expert_norm; then the n * K
+ *   (token, slot) pairs grouped by expert), every pair's gate and up rows, SwiGLU, its down
+ *   rows (each expert's group in one product: per pair matrix-vector rows for a decode step,
+ *   a GEMM per expert group for a prefill), and each token's slots summed in slot order into
+ *   the residual. */
+static int moe_ffn(kipp_cuda_fwd *f, const kipp_layer_weights *w, const dev_layer *d,
+                   uint32_t n, uint32_t l, const uint32_t *pos) {
+    const uint32_t H = f->H, E = f->E, K = f->K, Fe = f->Fe, P = n * K;
+    const cudaStream_t st = f->stream;
+    int rc = 0;
+    RUN(kipp_cuda_matmul_exact(w->gate_inp->type, DW(d, gate_inp), H, E, f->xn, H, n, f->router,
+                               E, st));
+    RUN(kipp_cuda_moe_route(f->router, E, n, E, K, f->expert_norm, l, pos,
+                            f->pin_trace ? &f->pin : NULL, f->chosen, f->cw, f->grp_off,
+                            f->pair_tok, f->slot_at, st));
+    RUN(experts(f, w->gate_exps, DW(d, gate_exps), f->xn, H, f->pair_tok, n, f->gate, Fe));
+    RUN(experts(f, w->up_exps, DW(d, up_exps), f->xn, H, f->pair_tok, n, f->up, Fe));
+    RUN(kipp_cuda_swiglu(f->gate, f->up, Fe, Fe, P, f->gate, st));
+    RUN(experts(f, w->down_exps, DW(d, down_exps), f->gate, Fe, NULL, n, f->ye, H));
+    RUN(kipp_cuda_moe_sum(f->x, H, f->ye, H, f->cw, f->slot_at, H, n, K, st));
+    return rc;
+}
+
+/* One op of the layer program (arch.h) on layer l for the chunk's tokens, each op on its own:
+ * the buffers between ops are cpu-ref's (x the residual stream, xn the normed input, q / k /
+ * v, att, proj). Only launches. */
+static int run_op(kipp_cuda_fwd *f, const chunk_t *c, kipp_op op, uint32_t l) {
     const kipp_model *m = f->m;
+    const kipp_layer_weights *w = &m->layers[l];
+    const dev_layer *d = &f->L[l];
     const kipp_cuda_kv *kv = c->kv;
     const uint32_t n = c->n, H = f->H, F = f->F, D = f->D, QD = f->QD, KVD = f->kv_dim;
     const cudaStream_t st = f->stream;
     const unsigned char *sd = f->stage_d;
-    const int32_t *ids = (const int32_t *)(sd + c->sl.ids);
     const uint32_t *seq = (const uint32_t *)(sd + c->sl.seq);
     const uint32_t *pos = (const uint32_t *)(sd + c->sl.pos);
     const uint32_t *tab = (const uint32_t *)(sd + c->sl.tab);
     const float *cs = (const float *)(sd + c->sl.cos), *sn = (const float *)(sd + c->sl.sin);
-    if (kipp_cuda_attention_scratch_bytes(n, f->Nh, D, c->max_ctx) > f->att_cap)
-        return SCRATCH_SHORT;
     int rc = 0;
-    RUN(kipp_cuda_get_rows(m->tok_embd->type, f->tok_embd, H, ids, n, f->x, H, st));
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const kipp_layer_weights *w = &m->layers[l];
-        const dev_layer *d = &f->L[l];
-        /* attention block: x -> xn -> q, k, v */
-        RUN(kipp_cuda_rmsnorm(f->x, H, d->attn_norm, H, n, f->eps, f->xn, H, st));
-        RUN(mm(f, w->wq->type, d->wq, H, QD, f->xn, H, n, f->q, QD));
-        RUN(mm(f, w->wk->type, d->wk, H, KVD, f->xn, H, n, f->k, KVD));
-        RUN(mm(f, w->wv->type, d->wv, H, KVD, f->xn, H, n, f->v, KVD));
-        /* per-head RMSNorm (rows of D, one weight vector for all heads), then RoPE */
-        RUN(kipp_cuda_rmsnorm(f->q, D, d->q_norm, D, n * f->Nh, f->eps, f->q, D, st));
-        RUN(kipp_cuda_rmsnorm(f->k, D, d->k_norm, D, n * f->Nkv, f->eps, f->k, D, st));
+    switch (op) {
+    case KIPP_OP_ATTN_NORM: /* x -> xn */
+        RUN(kipp_cuda_rmsnorm(f->x, H, DV(d, attn_norm), H, n, f->eps, f->xn, H, st));
+        break;
+    case KIPP_OP_QKV: /* xn -> q, k, v */
+        RUN(mm(f, w->wq->type, DW(d, wq), H, QD, f->xn, H, n, f->q, QD));
+        RUN(mm(f, w->wk->type, DW(d, wk), H, KVD, f->xn, H, n, f->k, KVD));
+        RUN(mm(f, w->wv->type, DW(d, wv), H, KVD, f->xn, H, n, f->v, KVD));
+        break;
+    case KIPP_OP_QKV_BIAS:
+        RUN(kipp_cuda_add_bias(f->q, QD, DV(d, bq), QD, n, st));
+        RUN(kipp_cuda_add_bias(f->k, KVD, DV(d, bk), KVD, n, st));
+        RUN(kipp_cuda_add_bias(f->v, KVD, DV(d, bv), KVD, n, st));
+        break;
+    case KIPP_OP_QK_NORM: /* per-head RMSNorm: rows of D, one weight vector for all heads */
+        RUN(kipp_cuda_rmsnorm(f->q, D, DV(d, q_norm), D, n * f->Nh, f->eps, f->q, D, st));
+        RUN(kipp_cuda_rmsnorm(f->k, D, DV(d, k_norm), D, n * f->Nkv, f->eps, f->k, D, st));
+        break;
+    case KIPP_OP_ROPE:
         RUN(kipp_cuda_rope(f->q, QD, n, f->Nh, D, cs, sn, st));
         RUN(kipp_cuda_rope(f->k, KVD, n, f->Nkv, D, cs, sn, st));
-        /* this layer's K/V into the cache first: attention reads positions 0..pos, pos
-         * included, from the cache only */
+        break;
+    case KIPP_OP_KV_STORE: /* before attention, which reads positions 0..pos from the cache only */
         RUN(kipp_cuda_kv_store(kv->data, (uint32_t)kv->type, kv->n_layer, kv->block_size,
                                kv->kv_dim, l, f->k, KVD, f->v, KVD, n, seq, pos, tab,
                                c->max_blocks, st));
+        break;
+    case KIPP_OP_ATTENTION: /* q and the cache -> att */
         RUN(kipp_cuda_attention(f->q, QD, kv->data, (uint32_t)kv->type, kv->n_layer,
                                 kv->block_size, kv->kv_dim, l, f->Nh, f->Nkv, D, n, seq, pos,
                                 tab, c->max_blocks, c->max_ctx, f->att_scratch, f->att, QD,
                                 st));
-        RUN(mm(f, w->wo->type, d->wo, QD, H, f->att, QD, n, f->proj, H));
+        break;
+    case KIPP_OP_ATTN_OUT: /* x += att wo */
+        RUN(mm(f, w->wo->type, DW(d, wo), QD, H, f->att, QD, n, f->proj, H));
         RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
-        /* MLP block */
-        RUN(kipp_cuda_rmsnorm(f->x, H, d->ffn_norm, H, n, f->eps, f->xn, H, st));
-        RUN(mm(f, w->w_gate->type, d->w_gate, H, F, f->xn, H, n, f->gate, F));
-        RUN(mm(f, w->w_up->type, d->w_up, H, F, f->xn, H, n, f->up, F));
+        break;
+    case KIPP_OP_FFN_NORM: /* x -> xn */
+        RUN(kipp_cuda_rmsnorm(f->x, H, DV(d, ffn_norm), H, n, f->eps, f->xn, H, st));
+        break;
+    case KIPP_OP_FFN_SWIGLU: /* x += down(silu(gate xn) * up xn) */
+        RUN(mm(f, w->w_gate->type, DW(d, w_gate), H, F, f->xn, H, n, f->gate, F));
+        RUN(mm(f, w->w_up->type, DW(d, w_up), H, F, f->xn, H, n, f->up, F));
         RUN(kipp_cuda_swiglu(f->gate, f->up, F, F, n, f->gate, st));
-        RUN(mm(f, w->w_down->type, d->w_down, F, H, f->gate, F, n, f->proj, H));
+        RUN(mm(f, w->w_down->type, DW(d, w_down), F, H, f->gate, F, n, f->proj, H));
         RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
+        break;
+    case KIPP_OP_FFN_MOE: RUN(moe_ffn(f, w, d, n, l, pos)); break;
+    case KIPP_OP_COUNT: break; /* not an op: cuda.c's start-up check refuses a program naming one */
     }
+    return rc;
+}
+
+/* Embedding rows and every layer's program for the chunk's tokens: x[n][H] holds the last
+ * layer's residual stream afterwards. Only launches (graph-capturable): no copies, no syncs. */
+static int run_layers(kipp_cuda_fwd *f, const chunk_t *c) {
+    const kipp_model *m = f->m;
+    const kipp_arch *a = m->arch;
+    const int32_t *ids = (const int32_t *)(f->stage_d + c->sl.ids);
+    if (kipp_cuda_attention_scratch_bytes(c->n, f->Nh, f->D, c->max_ctx) > f->att_cap)
+        return SCRATCH_SHORT;
+    int rc = 0;
+    RUN(kipp_cuda_get_rows(m->tok_embd->type, f->tok_embd, f->H, ids, c->n, f->x, f->H,
+                           f->stream));
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        for (size_t i = 0; i < a->n_ops; i++) RUN(run_op(f, c, a->program[i], l));
     return rc;
 }
 
@@ -620,6 +816,56 @@ static kipp_status run_chunk(kipp_cuda_fwd *f, const chunk_t *c, int use_graph, 
     return KIPP_OK;
 }
 
+/* The gates' routing trace (src/backend/moe.h) while one is on in PIN mode and the model has
+ * experts: its record copied to the device and the counters zeroed, so the routing kernel
+ * pins near-ties to the reference's choice as kipp_moe_route does on the host; the pass then
+ * runs without graphs (a graph would keep the record's addresses, or none). Test runs only:
+ * production never sets a trace. pin_end adds the kernel's counts to the trace. */
+static kipp_status pin_begin(kipp_cuda_fwd *f, char *err, size_t err_len) {
+    kipp_moe_trace *t = f->E ? kipp_moe_trace_current() : NULL;
+    f->pin_trace = NULL;
+    if (!t || t->mode != KIPP_MOE_TRACE_PIN) return KIPP_OK;
+    const size_t cells = (size_t)t->n_layer * t->n_pos, rb = align_up(cells * t->k * 4),
+                 mb = align_up(cells * 4), sb = align_up(cells), need = rb + mb + sb + 16;
+    cudaError_t e = cudaSuccess;
+    if (need > f->pin_cap) {
+        cudaStreamSynchronize(f->stream);
+        cudaFree(f->pin_d);
+        f->pin_d = NULL;
+        f->pin_cap = 0;
+        if ((e = cudaMalloc((void **)&f->pin_d, need)) != cudaSuccess)
+            return cuda_err(err, err_len, "allocating the routing trace", e);
+        f->pin_cap = need;
+    }
+    const kipp_cuda_moe_pin pin = {(const uint32_t *)f->pin_d, (const float *)(f->pin_d + rb),
+                                   f->pin_d + rb + mb, t->n_layer, t->n_pos, t->k, t->delta,
+                                   (uint32_t *)(f->pin_d + rb + mb + sb)};
+    cudaStreamSynchronize(f->stream); /* nothing queued still reads the last record */
+    if ((e = cudaMemcpy(f->pin_d, t->chosen, cells * t->k * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(f->pin_d + rb, t->margin, cells * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(f->pin_d + rb + mb, t->seen, cells, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemset(pin.counts, 0, 3 * sizeof(uint32_t))))
+        return cuda_err(err, err_len, "uploading the routing trace", e);
+    f->pin = pin;
+    f->pin_trace = t;
+    return KIPP_OK;
+}
+
+static kipp_status pin_end(kipp_cuda_fwd *f, char *err, size_t err_len) {
+    kipp_moe_trace *t = f->pin_trace;
+    if (!t) return KIPP_OK;
+    f->pin_trace = NULL;
+    uint32_t c[3];
+    const cudaError_t e = cudaMemcpy(c, f->pin.counts, sizeof c, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return cuda_err(err, err_len, "reading the routing trace's counts", e);
+    atomic_fetch_add(&t->pinned, c[0]);
+    atomic_fetch_add(&t->mismatched, c[1]);
+    float widest;
+    memcpy(&widest, &c[2], sizeof widest);
+    if (c[0] && widest > t->worst_pinned) t->worst_pinned = widest;
+    return KIPP_OK;
+}
+
 /* Table width for a chunk whose longest sequence holds `need` blocks: the graph path rounds
  * it up to a power of two (the context-length bucket, so a decoding sequence recaptures
  * only when it doubles), never past the context's own width. */
@@ -636,6 +882,8 @@ kipp_status kipp_cuda_fwd_decode_batch(kipp_cuda_fwd *f, kipp_kv_pool *pool,
     const kipp_cuda_kv *kv = pool->storage.store;
     const uint32_t half = f->D / 2, row = f->NL ? f->NL : f->H;
     const uint32_t ctx_blocks = kipp_kv_blocks_for(pool, f->n_ctx);
+    kipp_status pst = pin_begin(f, err, err_len);
+    if (pst != KIPP_OK) return pst;
     for (uint32_t i0 = 0; i0 < b->n;) {
         chunk_t c = {.kv = kv, .n = u32min(CHUNK, b->n - i0)};
         /* the chunk's sequences, densely numbered in order of appearance */
@@ -653,7 +901,7 @@ kipp_status kipp_cuda_fwd_decode_batch(kipp_cuda_fwd *f, kipp_kv_pool *pool,
             if (s->n_blocks > need) need = s->n_blocks;
             f->dense[c.n_seq++] = id;
         }
-        const int use_graph = f->graphs_on && c.n <= GRAPH_MAX && c.n == b->n;
+        const int use_graph = f->graphs_on && !f->pin_trace && c.n <= GRAPH_MAX && c.n == b->n;
         c.max_blocks = use_graph ? width_bucket(need, ctx_blocks) : (need ? need : 1);
         c.max_ctx = use_graph ? u32min(c.max_blocks * pool->block_size, f->n_ctx) : max_pos + 1;
         if (c.max_ctx < max_pos + 1) c.max_ctx = max_pos + 1;
@@ -686,7 +934,7 @@ kipp_status kipp_cuda_fwd_decode_batch(kipp_cuda_fwd *f, kipp_kv_pool *pool,
         if (c.n_want) logits += (size_t)c.n_want * row;
         i0 += c.n;
     }
-    return KIPP_OK;
+    return pin_end(f, err, err_len);
 }
 
 kipp_status kipp_cuda_fwd_nocache(kipp_cuda_fwd *f, const int32_t *tokens, uint32_t n,
@@ -700,6 +948,7 @@ kipp_status kipp_cuda_fwd_nocache(kipp_cuda_fwd *f, const int32_t *tokens, uint3
     const uint32_t half = f->D / 2;
     kipp_status st = ensure_stage(f, layout_for(CHUNK, half).end_fixed + (size_t)nb * 4, err,
                                   err_len);
+    if (st == KIPP_OK) st = pin_begin(f, err, err_len);
     if (st != KIPP_OK) return st;
     cudaError_t e = cudaMalloc(&kv.data, (size_t)nb * kv.block_bytes);
     if (e != cudaSuccess) return cuda_err(err, err_len, "allocating the recomputation's K/V", e);
@@ -731,5 +980,7 @@ kipp_status kipp_cuda_fwd_nocache(kipp_cuda_fwd *f, const int32_t *tokens, uint3
     }
     if (f->fault_mode) kipp_cuda_set_fault(f->fault_mode, f->fault_blocks);
     cudaFree(kv.data);
+    if (st == KIPP_OK) st = pin_end(f, err, err_len);
+    f->pin_trace = NULL;
     return st;
 }

@@ -1,7 +1,8 @@
-/* forward.h — the cuda backend's batched Qwen3 forward pass (forward.c): weights uploaded
- * once in their GGUF block layout (the spark build maps them instead), a batch run layer by
- * layer over all its tokens through the launchers of kernels.h on one stream, decode steps
- * of up to 8 tokens replayed from CUDA graphs. The KV cache's device storage is
+/* forward.h — the cuda backend's batched forward pass (forward.c): weights uploaded once in
+ * their GGUF block layout (the spark build maps them instead), a batch run layer by layer
+ * over all its tokens, the architecture's layer program op by op (arch.h), through the
+ * launchers of kernels.h on one stream, decode steps of up to 8 tokens replayed from CUDA
+ * graphs. The KV cache's device storage is
  * kipp_cuda_kv (allocated by cuda.c's kv_alloc). No kernels here. */
 #ifndef KIPP_CUDA_FORWARD_H
 #define KIPP_CUDA_FORWARD_H
@@ -22,11 +23,17 @@ typedef struct {
 typedef struct kipp_cuda_fwd kipp_cuda_fwd;
 
 /* The device bytes a context will hold, before anything is allocated (the start-up memory
- * check of probe.h): weights (GGUF matrices + f32 norms; with `mapped` the matrices stay in
- * the registered host mapping and only the norms count) and scratch for batches of up to
- * the pass's chunk of tokens over n_ctx positions. Asks the kernel files' scratch sizes. */
+ * check of probe.h): weights (GGUF matrices + f32 norms and biases; with `mapped` the
+ * matrices stay in the registered host mapping and only the vectors count) and scratch for
+ * batches of up to the pass's chunk of tokens over n_ctx positions (the activations the
+ * program's ops use, a mixture of experts' per-pair buffers included). Asks the kernel
+ * files' scratch sizes. */
 void kipp_cuda_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, int mapped,
                          uint64_t *weight_bytes, uint64_t *scratch_bytes);
+
+/* KIPP_ERR_UNSUPPORTED naming the first matrix whose row length the kernels do not take
+ * (before any device work). */
+kipp_status kipp_cuda_fwd_check(const kipp_model *m, char *err, size_t err_len);
 
 /* Uploads (or maps, spark) the weights and allocates the scratch on the current device.
  * kv_type: the context's; recomputation rounds K/V through it. n_logits: floats per logits
