@@ -48,7 +48,8 @@ typedef struct {
 /* Sets the trace every kipp_moe_route consults (NULL: none). */
 void kipp_moe_trace_use(kipp_moe_trace *t);
 /* The trace kipp_moe_route consults now (NULL: none): a backend that routes elsewhere (cuda, on
- * the device: src/backend/cuda/ops_math.h's kipp_om_moe_pin is the same rule) applies it itself. */
+ * the device: src/backend/cuda/ops_math.h's kipp_om_moe_trace_pin is the same matching and rule)
+ * applies it itself. */
 kipp_moe_trace *kipp_moe_trace_current(void);
 
 #endif

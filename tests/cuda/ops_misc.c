@@ -300,12 +300,12 @@ static void test_moe_route(op_stat *choice, op_stat *prob, op_stat *grp, long *n
                 lg[i] = cases[c][3] ? (float)(rng() % 4) * 0.5f : frand() * 6.0f;
             memcpy(hp, lg, n_tok * ld * 4);
             for (uint32_t t = 0; t < n_tok; t++)
-                kipp_moe_route(hp + t * ld, E, k, norm, hc + (size_t)t * k, hw + (size_t)t * k, 0, 0);
+                kipp_moe_route(hp + t * ld, E, k, norm, hc + (size_t)t * k, hw + (size_t)t * k, 0, 0, 0);
             float *dlg = up(lg, n_tok * ld * 4), *dw = up(NULL, P * 4);
             uint32_t *dc = up(NULL, P * 4), *doff = up(NULL, (E + 1) * 4), *dslot = up(NULL, P * 4);
             int32_t *dtok = up(NULL, P * 4);
             if (dlg && dw && dc && doff && dslot && dtok &&
-                ran(kipp_cuda_moe_route(dlg, ld, n_tok, E, k, norm, 0, NULL, NULL, dc, dw, doff, dtok,
+                ran(kipp_cuda_moe_route(dlg, ld, n_tok, E, k, norm, 0, NULL, NULL, NULL, dc, dw, doff, dtok,
                                         dslot, 0),
                     "moe_route") &&
                 down(gp, dlg, n_tok * ld * 4) && down(gw, dw, P * 4) && down(gc, dc, P * 4) &&
@@ -354,52 +354,94 @@ static void test_moe_route(op_stat *choice, op_stat *prob, op_stat *grp, long *n
         }
 }
 
-/* The gates' pin on the device: one layer's routing of 40 positions under a record (moe.h's
- * trace in PIN mode) that holds each token's own set, another set at a near-tie margin,
- * another at a wide one, or nothing; the device's choices, weights and counts against
- * kipp_moe_route's under the same trace on the host (logits drawn 1/8 apart: no near-tie of
- * the device's own, so every difference is the pin's). */
+/* The gates' pin on the device: one layer's routing of 40 tokens (positions out of order) under
+ * a record (moe.h's trace in PIN mode) of 3 slots per (layer, position), each token's cell one
+ * of six cases: its own token at a small L1 distance holding its own set, another set at a
+ * near-tie margin or at a wide one; its token too far off (no match); another token with its
+ * exact probabilities beside its own token farther off with another set at a near-tie (the
+ * token decides); two slots of its token, the nearer differing. The device's choices, weights
+ * and counts against kipp_moe_route's under the same trace on the host (logits drawn 1/8
+ * apart: no near-tie of the device's own, and the device's probabilities within a few ulp of
+ * the host's, far from the distances that decide a match). */
 static void test_moe_pin(op_stat *st) {
-    enum { NL = 3, NP = 40, K = 4, N = 16 };
+    enum { NL = 3, NP = 40, S = 3, K = 4, N = 16 };
     const uint32_t layer = 2;
-    uint32_t rec[NL * NP * K], pos[NP], chosen[NP * K], gchosen[NP * K], counts[3];
-    float margin[NL * NP], lg[NP * N], hp[NP * N], w[NP * K], gw[NP * K];
-    unsigned char seen[NL * NP];
-    for (uint32_t i = 0; i < NL * NP * K; i++) rec[i] = i % N;
-    for (uint32_t c = 0; c < NL * NP; c++) {
-        margin[c] = c % 2 ? 0.01f : 0.5f;
-        seen[c] = c % 7 != 3;
-    }
+    static int32_t tok[NL * NP * S];
+    static uint32_t rec[NL * NP * S * K];
+    static float margin[NL * NP * S], probs[NL * NP * S * N];
+    uint32_t pos[NP], chosen[NP * K], gchosen[NP * K], counts[3];
+    int32_t ids[NP];
+    float lg[NP * N], hp[NP * N], w[NP * K], gw[NP * K];
+    for (uint32_t i = 0; i < NL * NP * S; i++) tok[i] = -1, margin[i] = 0.5f;
+    for (uint32_t i = 0; i < NL * NP * S * K; i++) rec[i] = i % N;
+    for (uint32_t i = 0; i < NL * NP * S * N; i++) probs[i] = 1.0f / N;
     for (uint32_t t = 0; t < NP; t++) {
         pos[t] = (t * 7) % NP; /* positions out of order */
+        ids[t] = (int32_t)(rng() % 5000u);
         for (uint32_t e = 0; e < N; e++) lg[t * N + e] = (float)(rng() % 64) / 8.0f;
-        float tmp[N];
-        uint32_t own[K];
-        memcpy(tmp, lg + t * N, sizeof tmp);
-        kipp_om_moe_topk(tmp, N, K, own);
-        uint32_t *r = rec + ((size_t)layer * NP + pos[t]) * K;
-        for (uint32_t i = 0; i < K; i++) r[i] = t % 3 ? (uint32_t)(i * 4 + t % 4) : own[i];
-        for (uint32_t i = 1; i < K; i++) /* ascending */
-            for (uint32_t j = i; j > 0 && r[j - 1] > r[j]; j--) {
-                const uint32_t x = r[j];
-                r[j] = r[j - 1];
-                r[j - 1] = x;
-            }
+        float p[N];
+        uint32_t own[K], other[K];
+        memcpy(p, lg + t * N, sizeof p);
+        kipp_om_moe_topk(p, N, K, own);
+        /* other: own with its last choice swapped for the first expert left out; both as sets */
+        uint32_t out = N;
+        for (uint32_t e = N; e-- > 0;) {
+            int taken = 0;
+            for (uint32_t i = 0; i < K; i++) taken |= own[i] == e;
+            if (!taken) out = e;
+        }
+        memcpy(other, own, sizeof own);
+        other[K - 1] = out;
+        for (uint32_t *set = own; set; set = set == own ? other : NULL)
+            for (uint32_t i = 1; i < K; i++)
+                for (uint32_t j = i; j > 0 && set[j - 1] > set[j]; j--) {
+                    const uint32_t x = set[j];
+                    set[j] = set[j - 1], set[j - 1] = x;
+                }
+        const size_t base = ((size_t)layer * NP + pos[t]) * S;
+#define SLOT(s_, t_, d_, set_, m_)                                                                 \
+    do {                                                                                           \
+        tok[base + (s_)] = (t_);                                                                   \
+        float *q_ = probs + (base + (s_)) * N;                                                     \
+        memcpy(q_, p, sizeof p);                                                                   \
+        q_[0] += (d_) / 2, q_[1] -= (d_) / 2;                                                      \
+        memcpy(rec + (base + (s_)) * K, (set_), sizeof own);                                       \
+        margin[base + (s_)] = (m_);                                                                \
+    } while (0)
+        switch (t % 6) {
+        case 0: SLOT(0, ids[t], 0.01f, own, 0.01f); break;
+        case 1: SLOT(1, ids[t], 0.01f, other, 0.01f); break;
+        case 2: SLOT(2, ids[t], 0.01f, other, 0.5f); break;
+        case 3: SLOT(0, ids[t], 0.3f, other, 0.01f); break;
+        case 4:
+            SLOT(0, ids[t] + 1, 0.0f, own, 0.5f);
+            SLOT(1, ids[t], 0.04f, other, 0.01f);
+            break;
+        default:
+            SLOT(0, ids[t], 0.04f, own, 0.5f);
+            SLOT(2, ids[t], 0.01f, other, 0.02f);
+            break;
+        }
+#undef SLOT
     }
-    kipp_moe_trace tr = {.mode = KIPP_MOE_TRACE_PIN, .n_layer = NL, .n_pos = NP, .k = K, .delta = 0.05f,
-                         .chosen = rec, .margin = margin, .seen = seen};
+    kipp_moe_trace tr = {.mode = KIPP_MOE_TRACE_PIN, .n_layer = NL, .n_pos = NP, .n_slot = S, .k = K,
+                         .n_exp = N, .delta = 0.05f, .token = tok, .chosen = rec, .margin = margin,
+                         .probs = probs};
     memcpy(hp, lg, sizeof lg);
     kipp_moe_trace_use(&tr);
-    for (uint32_t t = 0; t < NP; t++) kipp_moe_route(hp + t * N, N, K, 1, chosen + t * K, w + t * K, layer, pos[t]);
+    for (uint32_t t = 0; t < NP; t++)
+        kipp_moe_route(hp + t * N, N, K, 1, chosen + t * K, w + t * K, layer, pos[t], ids[t]);
     kipp_moe_trace_use(NULL);
-    uint32_t zero[3] = {0, 0, 0}, *drec = up(rec, sizeof rec), *dpos = up(pos, sizeof pos), *dcnt = up(zero, sizeof zero);
-    float *dmar = up(margin, sizeof margin), *dlg = up(lg, sizeof lg), *dw = up(NULL, sizeof gw);
-    unsigned char *dseen = up(seen, sizeof seen);
+    uint32_t zero[3] = {0, 0, 0}, *drec = up(rec, sizeof rec), *dpos = up(pos, sizeof pos);
+    uint32_t *dcnt = up(zero, sizeof zero);
+    int32_t *dtoks = up(tok, sizeof tok), *dids = up(ids, sizeof ids);
+    float *dmar = up(margin, sizeof margin), *dprob = up(probs, sizeof probs);
+    float *dlg = up(lg, sizeof lg), *dw = up(NULL, sizeof gw);
     uint32_t *dc = up(NULL, sizeof gchosen), *doff = up(NULL, (N + 1) * 4), *dslot = up(NULL, sizeof gchosen);
     int32_t *dtok = up(NULL, sizeof gchosen);
-    const kipp_cuda_moe_pin pin = {drec, dmar, dseen, NL, NP, K, 0.05f, dcnt};
-    if (drec && dpos && dcnt && dmar && dlg && dw && dseen && dc && doff && dslot && dtok &&
-        ran(kipp_cuda_moe_route(dlg, N, NP, N, K, 1, layer, dpos, &pin, dc, dw, doff, dtok, dslot, 0),
+    const kipp_cuda_moe_pin pin = {{dtoks, drec, dmar, dprob, NL, NP, S, K, N, 0.05f}, dcnt};
+    if (drec && dpos && dcnt && dtoks && dids && dmar && dprob && dlg && dw && dc && doff && dslot && dtok &&
+        ran(kipp_cuda_moe_route(dlg, N, NP, N, K, 1, layer, dpos, dids, &pin, dc, dw, doff, dtok, dslot, 0),
             "moe_route (pinned)") &&
         down(gchosen, dc, sizeof gchosen) && down(gw, dw, sizeof gw) && down(counts, dcnt, sizeof counts)) {
         const double wb = (6.0 + N + K) * FLT_EPSILON;
@@ -412,9 +454,13 @@ static void test_moe_pin(op_stat *st) {
         float widest;
         memcpy(&widest, &counts[2], sizeof widest);
         note(st, counts[0] ? widest : 0.0f, atomic_load(&tr.pinned) ? tr.worst_pinned : 0.0f, 0);
+        /* the cases above: 7 + 6 + 6 pinned (cases 1, 4, 5), 7 mismatched (case 2) */
+        note(st, atomic_load(&tr.pinned), 19, 0);
+        note(st, atomic_load(&tr.mismatched), 7, 0);
     }
-    cudaFree(drec), cudaFree(dpos), cudaFree(dcnt), cudaFree(dmar), cudaFree(dlg), cudaFree(dw);
-    cudaFree(dseen), cudaFree(dc), cudaFree(doff), cudaFree(dslot), cudaFree(dtok);
+    cudaFree(drec), cudaFree(dpos), cudaFree(dcnt), cudaFree(dtoks), cudaFree(dids), cudaFree(dmar);
+    cudaFree(dprob), cudaFree(dlg), cudaFree(dw), cudaFree(dc), cudaFree(doff), cudaFree(dslot);
+    cudaFree(dtok);
 }
 
 /* The weighted sum: the host's x + (((0 + w0 y0) + w1 y1) + ...) with each operation

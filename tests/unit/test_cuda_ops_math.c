@@ -6,7 +6,8 @@
  * are compared with kipp_host_kv_row() itself in a -DKIPP_FAULT_INJECT build (where its
  * fault branch exists) and with this file's own statement of them otherwise. Its router
  * choice must be kipp_moe_route's (src/backend/moe.c) bit for bit: the same experts, the same
- * weights and probabilities, ties included. Runs with gcc, no GPU, no CUDA headers. */
+ * weights and probabilities, ties included, and under the gates' routing trace the same slot
+ * matched and the same pins. Runs with gcc, no GPU, no CUDA headers. */
 #include "backend/cuda/ops_math.h"
 #include "backend/host_kv.h"
 #include "backend/moe.h"
@@ -299,7 +300,7 @@ static void test_moe_route(void) {
                     const int norm = (rep & 1) != 0;
                     memcpy(b, a, n * sizeof *a);
                     memcpy(c, a, n * sizeof *a);
-                    kipp_moe_route(a, n, k, norm, ca, wa, 0, 0);
+                    kipp_moe_route(a, n, k, norm, ca, wa, 0, 0, 0);
                     kipp_om_moe_route(b, n, k, norm, cb, wb);
                     warp_route(c, n, k, norm, cc, wc);
                     int diff = memcmp(ca, cb, k * sizeof *ca) != 0, dw = memcmp(ca, cc, k * sizeof *ca) != 0;
@@ -322,60 +323,113 @@ static void test_moe_route(void) {
     KT_CHECK(bad_warp == 0, "the warp split of the moe route differs from kipp_moe_route in %d of %d cases",
              bad_warp, n_cases);
     /* the gates' pin (moe.h's trace in PIN mode) between the choice and the weights: moe.c's
-     * kipp_moe_route under a trace against kipp_om_moe_topk + kipp_om_moe_pin +
-     * kipp_om_moe_weights on records that match, differ at a near-tie, differ at a wide
-     * margin, or were never seen */
+     * kipp_moe_route under a trace against kipp_om_moe_topk + kipp_om_moe_trace_pin +
+     * kipp_om_moe_weights, the record read through a kipp_om_moe_record over the trace's own
+     * arrays. Each (layer, position) cell of S slots is one of eight cases, so that a wrong
+     * match changes the outcome: the same token at a small L1 distance holding this decision's
+     * own set, another set at a near-tie margin or at a wide one; the same token too far
+     * (>= 0.1: no match); another token with this decision's exact probabilities beside the
+     * same token farther off; two slots of the token, the nearer one differing; two slots at
+     * exactly the same distance (the first wins); empty slots (-1) before the match. */
     {
-        enum { NL = 2, NP = 40, K = 4, N = 16 };
-        static uint32_t rec[NL * NP * K];
-        static float margin[NL * NP];
-        static unsigned char seen[NL * NP];
-        kipp_moe_trace tr = {.mode = KIPP_MOE_TRACE_PIN, .n_layer = NL, .n_pos = NP, .k = K,
-                             .delta = 0.05f, .chosen = rec, .margin = margin, .seen = seen};
-        int bad_pin = 0, outcomes[3] = {0, 0, 0};
+        enum { NL = 2, NP = 24, S = 4, K = 4, N = 16 };
+        static int32_t tok[NL * NP * S];
+        static uint32_t rec[NL * NP * S * K];
+        static float margin[NL * NP * S], probs[NL * NP * S * N];
+        kipp_moe_trace tr = {.mode = KIPP_MOE_TRACE_PIN, .n_layer = NL, .n_pos = NP, .n_slot = S, .k = K,
+                             .n_exp = N, .delta = 0.05f, .token = tok, .chosen = rec, .margin = margin,
+                             .probs = probs};
+        const kipp_om_moe_record om = {tok, rec, margin, probs, NL, NP, S, K, N, 0.05f};
+        int bad_pin = 0, outcomes[3] = {0, 0, 0}, kinds[8][3] = {{0}};
         unsigned pinned = 0, mism = 0;
+        float widest = 0.0f;
         for (uint32_t cell = 0; cell < NL * NP; cell++) {
-            const uint32_t layer = cell / NP, pos = cell % NP;
-            float l0[N], l1[N], w0[K], w1[K];
-            uint32_t c0[K], c1[K];
+            const uint32_t layer = cell / NP, pos = cell % NP, kind = cell % 8;
+            const int32_t token = (int32_t)(rng() % 1000u);
+            float l0[N], l1[N], w0[K], w1[K], p[N];
+            uint32_t c0[K], c1[K], own[K], other[K];
             for (uint32_t e = 0; e < N; e++) l0[e] = ((float)(rng() >> 8) / 16777216.0f - 0.5f) * 8.0f;
             memcpy(l1, l0, sizeof l0);
-            /* the record: this token's own set (cell % 4 == 0), another one (a random set) */
-            float tmp[N];
-            uint32_t own[K];
-            memcpy(tmp, l0, sizeof tmp);
-            kipp_om_moe_topk(tmp, N, K, own);
-            for (uint32_t i = 0; i < K; i++) rec[cell * K + i] = cell % 4 ? (own[i] + 1 + cell % 3) % N : own[i];
-            for (uint32_t i = 1; i < K; i++) /* ascending, distinct */
-                for (uint32_t j = i; j > 0 && rec[cell * K + j - 1] >= rec[cell * K + j]; j--) {
-                    const uint32_t x = rec[cell * K + j];
-                    rec[cell * K + j] = rec[cell * K + j - 1];
-                    rec[cell * K + j - 1] = x;
-                }
-            int distinct = 1;
-            for (uint32_t i = 1; i < K; i++) distinct &= rec[cell * K + i] != rec[cell * K + i - 1];
-            if (!distinct)
-                for (uint32_t i = 0; i < K; i++) rec[cell * K + i] = i + 3;
-            margin[cell] = cell % 2 ? 0.01f : 0.5f;
-            seen[cell] = cell % 7 != 3;
+            memcpy(p, l0, sizeof p);
+            kipp_om_moe_topk(p, N, K, own); /* p: this decision's probabilities */
+            /* own and other (own with its last choice swapped for the best one left out) as sets */
+            uint32_t out = 0;
+            for (uint32_t e = 0; e < N && !out; e++) {
+                int taken = 0;
+                for (uint32_t i = 0; i < K; i++) taken |= own[i] == e;
+                if (!taken) out = e + 1;
+            }
+            memcpy(other, own, sizeof own);
+            other[K - 1] = out - 1;
+            for (uint32_t *set = own; set; set = set == own ? other : NULL)
+                for (uint32_t i = 1; i < K; i++)
+                    for (uint32_t j = i; j > 0 && set[j - 1] > set[j]; j--) {
+                        const uint32_t x = set[j];
+                        set[j] = set[j - 1], set[j - 1] = x;
+                    }
+            /* slot s of this cell: token, distance from p (moved from expert 0 to 1), set, margin */
+            const size_t base = (size_t)cell * S;
+            for (uint32_t s2 = 0; s2 < S; s2++) { /* empty unless a case below fills it */
+                tok[base + s2] = -1;
+                memcpy(probs + (base + s2) * N, p, sizeof p);
+                memcpy(rec + (base + s2) * K, other, sizeof other);
+                margin[base + s2] = 0.01f;
+            }
+#define SLOT(s_, t_, d_, set_, m_)                                                                 \
+    do {                                                                                           \
+        tok[base + (s_)] = (t_);                                                                   \
+        float *q_ = probs + (base + (s_)) * N;                                                     \
+        memcpy(q_, p, sizeof p);                                                                   \
+        q_[0] += (d_) / 2, q_[1] -= (d_) / 2;                                                      \
+        memcpy(rec + (base + (s_)) * K, (set_), sizeof own);                                       \
+        margin[base + (s_)] = (m_);                                                                \
+    } while (0)
+            switch (kind) {
+            case 0: SLOT(0, token, 0.01f, own, 0.01f); break;   /* same set: 0 */
+            case 1: SLOT(0, token, 0.01f, other, 0.01f); break; /* near-tie: pinned */
+            case 2: SLOT(0, token, 0.01f, other, 0.5f); break;  /* wide: mismatched */
+            case 3: SLOT(0, token, 0.3f, other, 0.01f); break;  /* too far: no match */
+            case 4: /* another token at distance 0, then this one's own set at 0.04 */
+                SLOT(0, token + 1, 0.0f, other, 0.01f);
+                SLOT(1, token, 0.04f, own, 0.01f);
+                break;
+            case 5: /* the nearer of two (the second) differs at a near-tie */
+                SLOT(0, token, 0.04f, own, 0.5f);
+                SLOT(2, token, 0.01f, other, 0.01f);
+                break;
+            case 6: /* equally near: the first, this decision's own set */
+                SLOT(1, token, 0.02f, own, 0.5f);
+                SLOT(3, token, 0.02f, other, 0.01f);
+                break;
+            default: SLOT(2, token, 0.05f, other, 0.5f); break; /* empty slots first; wide */
+            }
+#undef SLOT
             kipp_moe_trace_use(&tr);
-            kipp_moe_route(l0, N, K, 1, c0, w0, layer, pos);
+            kipp_moe_route(l0, N, K, 1, c0, w0, layer, pos, token);
             kipp_moe_trace_use(NULL);
             kipp_om_moe_topk(l1, N, K, c1);
-            int r = 0;
-            if (seen[cell]) r = kipp_om_moe_pin(l1, K, c1, rec + cell * K, margin[cell], tr.delta);
+            float m = 0.0f;
+            const int r = kipp_om_moe_trace_pin(&om, l1, N, K, layer, pos, token, c1, &m);
             kipp_om_moe_weights(l1, K, 1, c1, w1);
-            outcomes[r]++;
+            outcomes[r]++, kinds[kind][r]++;
             pinned += r == 1, mism += r == 2;
+            if (r == 1 && m > widest) widest = m;
             int d = memcmp(c0, c1, sizeof c0) != 0;
             for (uint32_t i = 0; i < K; i++) d |= to_bits(w0[i]) != to_bits(w1[i]);
-            if (d && bad_pin++ < 3) fprintf(stderr, "  moe pin cell %u: %u vs %u\n", cell, c0[0], c1[0]);
+            if (d && bad_pin++ < 3)
+                fprintf(stderr, "  moe pin cell %u (case %u): %u vs %u\n", cell, kind, c0[K - 1], c1[K - 1]);
         }
-        KT_CHECK(bad_pin == 0 && atomic_load(&tr.pinned) == pinned && atomic_load(&tr.mismatched) == mism,
+        KT_CHECK(bad_pin == 0 && atomic_load(&tr.pinned) == pinned && atomic_load(&tr.mismatched) == mism &&
+                     (!pinned || tr.worst_pinned == widest),
                  "moe pin: %d of %d cells differ from moe.c's trace; pinned %u vs %u, mismatched %u vs %u", bad_pin,
                  NL * NP, atomic_load(&tr.pinned), pinned, atomic_load(&tr.mismatched), mism);
-        KT_CHECK(outcomes[0] && outcomes[1] && outcomes[2], "moe pin cases: %d same, %d pinned, %d mismatched",
-                 outcomes[0], outcomes[1], outcomes[2]);
+        /* each case's own outcome (NL * NP / 8 cells of each): what the matching must give */
+        static const int want[8] = {0, 1, 2, 0, 0, 1, 0, 2};
+        int bad_kind = 0;
+        for (int kd = 0; kd < 8; kd++) bad_kind += kinds[kd][want[kd]] != NL * NP / 8;
+        KT_CHECK(bad_kind == 0 && outcomes[0] && outcomes[1] && outcomes[2],
+                 "moe pin cases: %d of 8 kinds off their outcome; %d same or unmatched, %d pinned, %d mismatched",
+                 bad_kind, outcomes[0], outcomes[1], outcomes[2]);
     }
     /* ties: equal logits choose in index order, the weights then equal */
     float t[4] = {2.0f, 5.0f, 5.0f, 5.0f}, w[2];

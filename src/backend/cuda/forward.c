@@ -25,9 +25,9 @@
  * as cpu/forward.c does, and the chunk's block tables) is packed into a pinned staging
  * buffer and goes to the device in ONE copy. Decode steps of 1..GRAPH_MAX tokens run from a
  * CUDA graph per token count, keyed by a power-of-two bucket of the block-table width (the
- * context-length bucket): every kernel argument is then a fixed device address or a value
- * of the key, so replaying the graph after the staging copy is the step; a new bucket
- * recaptures. The head runs outside the graph (its row count varies).
+ * context-length bucket; and, while the gates' routing trace is on, the place of its device
+ * copy: pin_begin): every kernel argument is then a fixed device address or a value of the
+ * key, so replaying the graph after the staging copy is the step; a new bucket recaptures. The head runs outside the graph (its row count varies).
  *
  * Recomputation (forward_nocache) is the same code over a private device store with an
  * identity block table and the context's KV type, so K/V are rounded as the cache stores
@@ -75,9 +75,10 @@ typedef struct {
 #define DV(d, field) ((const float *)DW(d, field))
 
 typedef struct {
-    cudaGraphExec_t exec; /* NULL: none captured */
-    uint32_t max_blocks;  /* the key besides the token count */
-    const void *kv;       /* the storage it was captured over */
+    cudaGraphExec_t exec;  /* NULL: none captured */
+    uint32_t max_blocks;   /* the key besides the token count */
+    const void *kv;        /* the storage it was captured over */
+    kipp_cuda_moe_pin pin; /* the routing record its kernels read (all zero: none) */
 } graph_slot;
 
 /* Byte offsets of one chunk's staging area (same on host and device). Fixed for a given
@@ -643,13 +644,13 @@ static int experts(const kipp_cuda_fwd *f, const kipp_gguf_tensor *t, const void
  *   a GEMM per expert group for a prefill), and each token's slots summed in slot order into
  *   the residual. */
 static int moe_ffn(kipp_cuda_fwd *f, const kipp_layer_weights *w, const dev_layer *d,
-                   uint32_t n, uint32_t l, const uint32_t *pos) {
+                   uint32_t n, uint32_t l, const uint32_t *pos, const int32_t *ids) {
     const uint32_t H = f->H, E = f->E, K = f->K, Fe = f->Fe, P = n * K;
     const cudaStream_t st = f->stream;
     int rc = 0;
     RUN(kipp_cuda_matmul_exact(w->gate_inp->type, DW(d, gate_inp), H, E, f->xn, H, n, f->router,
                                E, st));
-    RUN(kipp_cuda_moe_route(f->router, E, n, E, K, f->expert_norm, l, pos,
+    RUN(kipp_cuda_moe_route(f->router, E, n, E, K, f->expert_norm, l, pos, ids,
                             f->pin_trace ? &f->pin : NULL, f->chosen, f->cw, f->grp_off,
                             f->pair_tok, f->slot_at, st));
     RUN(experts(f, w->gate_exps, DW(d, gate_exps), f->xn, H, f->pair_tok, n, f->gate, Fe));
@@ -673,6 +674,7 @@ static int run_op(kipp_cuda_fwd *f, const chunk_t *c, kipp_op op, uint32_t l) {
     const unsigned char *sd = f->stage_d;
     const uint32_t *seq = (const uint32_t *)(sd + c->sl.seq);
     const uint32_t *pos = (const uint32_t *)(sd + c->sl.pos);
+    const int32_t *ids = (const int32_t *)(sd + c->sl.ids);
     const uint32_t *tab = (const uint32_t *)(sd + c->sl.tab);
     const float *cs = (const float *)(sd + c->sl.cos), *sn = (const float *)(sd + c->sl.sin);
     int rc = 0;
@@ -723,7 +725,7 @@ static int run_op(kipp_cuda_fwd *f, const chunk_t *c, kipp_op op, uint32_t l) {
         RUN(mm(f, w->w_down->type, DW(d, w_down), F, H, f->gate, F, n, f->proj, H));
         RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
         break;
-    case KIPP_OP_FFN_MOE: RUN(moe_ffn(f, w, d, n, l, pos)); break;
+    case KIPP_OP_FFN_MOE: RUN(moe_ffn(f, w, d, n, l, pos, ids)); break;
     case KIPP_OP_COUNT: break; /* not an op: cuda.c's start-up check refuses a program naming one */
     }
     return rc;
@@ -769,11 +771,25 @@ static int run_head(kipp_cuda_fwd *f, const chunk_t *c, float *out) {
     return rc;
 }
 
+/* 1 when two routing records (kipp_cuda_moe_pin, as a graph's kernels hold them) are the same */
+static int same_pin(const kipp_cuda_moe_pin *a, const kipp_cuda_moe_pin *b) {
+    const kipp_om_moe_record *x = &a->rec, *y = &b->rec;
+    return a->counts == b->counts && x->token == y->token && x->chosen == y->chosen &&
+           x->margin == y->margin && x->probs == y->probs && x->n_layer == y->n_layer &&
+           x->n_pos == y->n_pos && x->n_slot == y->n_slot && x->k == y->k &&
+           x->n_exp == y->n_exp && x->delta == y->delta;
+}
+
 /* The layers from the graph for this token count, captured first when there is none or its
- * key (table width, storage) differs. */
+ * key (table width, storage, the routing record read while the gates' trace is on) differs.
+ * A record's contents are uploaded before each pass (pin_begin), into the same device
+ * addresses while its size holds, so a graph captured over it replays over the next one. */
 static int graph_layers(kipp_cuda_fwd *f, const chunk_t *c) {
     graph_slot *g = &f->graphs[c->n];
-    if (!g->exec || g->max_blocks != c->max_blocks || g->kv != c->kv->data) {
+    static const kipp_cuda_moe_pin none;
+    const kipp_cuda_moe_pin *pin = f->pin_trace ? &f->pin : &none;
+    if (!g->exec || g->max_blocks != c->max_blocks || g->kv != c->kv->data ||
+        !same_pin(&g->pin, pin)) {
         if (g->exec) cudaGraphExecDestroy(g->exec);
         *g = (graph_slot){0};
         cudaGraph_t graph = NULL;
@@ -790,6 +806,7 @@ static int graph_layers(kipp_cuda_fwd *f, const chunk_t *c) {
         }
         g->max_blocks = c->max_blocks;
         g->kv = c->kv->data;
+        g->pin = *pin;
     }
     return cudaGraphLaunch(g->exec, f->stream);
 }
@@ -817,19 +834,26 @@ static kipp_status run_chunk(kipp_cuda_fwd *f, const chunk_t *c, int use_graph, 
 }
 
 /* The gates' routing trace (src/backend/moe.h) while one is on in PIN mode and the model has
- * experts: its record copied to the device and the counters zeroed, so the routing kernel
- * pins near-ties to the reference's choice as kipp_moe_route does on the host; the pass then
- * runs without graphs (a graph would keep the record's addresses, or none). Test runs only:
- * production never sets a trace. pin_end adds the kernel's counts to the trace. */
+ * experts: its record (every slot's token id, chosen set, margin and router probabilities)
+ * copied to the device and the counters zeroed, so the routing kernel matches each token's
+ * decision to the record's slot of the same token with the nearest probabilities and pins
+ * near-ties to the reference's choice, as kipp_moe_route does on the host. A decode step's
+ * graph is keyed by the record's device addresses and shape (graph_layers): one captured over
+ * the record replays over each later upload to the same place, and a production run (no
+ * record) never replays one. Test runs only: production never sets a trace. pin_end adds the
+ * kernel's counts to the trace. */
 static kipp_status pin_begin(kipp_cuda_fwd *f, char *err, size_t err_len) {
     kipp_moe_trace *t = f->E ? kipp_moe_trace_current() : NULL;
     f->pin_trace = NULL;
     if (!t || t->mode != KIPP_MOE_TRACE_PIN) return KIPP_OK;
-    const size_t cells = (size_t)t->n_layer * t->n_pos, rb = align_up(cells * t->k * 4),
-                 mb = align_up(cells * 4), sb = align_up(cells), need = rb + mb + sb + 16;
+    const size_t slots = (size_t)t->n_layer * t->n_pos * t->n_slot;
+    const size_t tb = align_up(slots * 4), cb = align_up(slots * t->k * 4),
+                 mb = align_up(slots * 4), pb = align_up(slots * t->n_exp * 4),
+                 need = tb + cb + mb + pb + 16;
     cudaError_t e = cudaSuccess;
-    if (need > f->pin_cap) {
+    if (need > f->pin_cap) { /* moving the record invalidates the graphs over it */
         cudaStreamSynchronize(f->stream);
+        destroy_graphs(f);
         cudaFree(f->pin_d);
         f->pin_d = NULL;
         f->pin_cap = 0;
@@ -837,13 +861,20 @@ static kipp_status pin_begin(kipp_cuda_fwd *f, char *err, size_t err_len) {
             return cuda_err(err, err_len, "allocating the routing trace", e);
         f->pin_cap = need;
     }
-    const kipp_cuda_moe_pin pin = {(const uint32_t *)f->pin_d, (const float *)(f->pin_d + rb),
-                                   f->pin_d + rb + mb, t->n_layer, t->n_pos, t->k, t->delta,
-                                   (uint32_t *)(f->pin_d + rb + mb + sb)};
+    unsigned char *d = f->pin_d;
+    const kipp_cuda_moe_pin pin = {
+        .rec = {.token = (const int32_t *)d, .chosen = (const uint32_t *)(d + tb),
+                .margin = (const float *)(d + tb + cb),
+                .probs = (const float *)(d + tb + cb + mb), .n_layer = t->n_layer,
+                .n_pos = t->n_pos, .n_slot = t->n_slot, .k = t->k, .n_exp = t->n_exp,
+                .delta = t->delta},
+        .counts = (uint32_t *)(d + tb + cb + mb + pb)};
     cudaStreamSynchronize(f->stream); /* nothing queued still reads the last record */
-    if ((e = cudaMemcpy(f->pin_d, t->chosen, cells * t->k * 4, cudaMemcpyHostToDevice)) ||
-        (e = cudaMemcpy(f->pin_d + rb, t->margin, cells * 4, cudaMemcpyHostToDevice)) ||
-        (e = cudaMemcpy(f->pin_d + rb + mb, t->seen, cells, cudaMemcpyHostToDevice)) ||
+    if ((e = cudaMemcpy(d, t->token, slots * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d + tb, t->chosen, slots * t->k * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d + tb + cb, t->margin, slots * 4, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(d + tb + cb + mb, t->probs, slots * t->n_exp * 4,
+                        cudaMemcpyHostToDevice)) ||
         (e = cudaMemset(pin.counts, 0, 3 * sizeof(uint32_t))))
         return cuda_err(err, err_len, "uploading the routing trace", e);
     f->pin = pin;
@@ -901,7 +932,7 @@ kipp_status kipp_cuda_fwd_decode_batch(kipp_cuda_fwd *f, kipp_kv_pool *pool,
             if (s->n_blocks > need) need = s->n_blocks;
             f->dense[c.n_seq++] = id;
         }
-        const int use_graph = f->graphs_on && !f->pin_trace && c.n <= GRAPH_MAX && c.n == b->n;
+        const int use_graph = f->graphs_on && c.n <= GRAPH_MAX && c.n == b->n;
         c.max_blocks = use_graph ? width_bucket(need, ctx_blocks) : (need ? need : 1);
         c.max_ctx = use_graph ? u32min(c.max_blocks * pool->block_size, f->n_ctx) : max_pos + 1;
         if (c.max_ctx < max_pos + 1) c.max_ctx = max_pos + 1;

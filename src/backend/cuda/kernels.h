@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/cuda/ops_math.h" /* kipp_om_moe_record */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -114,15 +116,12 @@ int kipp_cuda_add_bias(float *x, size_t ld, const float *b, uint32_t n, uint32_t
                        cudaStream_t stream);
 
 /* The gates' routing trace (src/backend/moe.h, PIN mode) copied to device memory, for
- * kipp_cuda_moe_route: rec [n_layer][n_pos][k] the reference's experts (ascending), margin
- * and seen [n_layer][n_pos]; counts (uint32 [3], device): near-ties pinned, differences at a
- * margin >= delta, the widest pinned margin's f32 bits. */
+ * kipp_cuda_moe_route: rec (ops_math.h: kipp_om_moe_record) points at the device copies of
+ * the record's token ids, chosen sets, margins and probabilities, n_slot slots per (layer,
+ * position); counts (uint32 [3], device): near-ties pinned, differences at a margin >= delta,
+ * the widest pinned margin's f32 bits. */
 typedef struct {
-    const uint32_t *rec;
-    const float *margin;
-    const unsigned char *seen;
-    uint32_t n_layer, n_pos, k;
-    float delta;
+    kipp_om_moe_record rec;
     uint32_t *counts;
 } kipp_cuda_moe_pin;
 
@@ -132,16 +131,18 @@ typedef struct {
  * (uint32, best first) and their weights weight[t * k + s] are ops_math.h's
  * kipp_om_moe_route, src/backend/moe.c's arithmetic, so every backend routes alike. With pin
  * (a host struct of device pointers; NULL in every production run) the choice of token t of
- * `layer`, at position pos[t] (uint32 [n_tok]), goes through kipp_om_moe_pin against the
- * record first, as moe.c's trace does. Then the n_tok * k (token, slot) pairs, pair
- * p = t * k + s, sorted by expert (tokens ascending within an expert), for
+ * `layer`, at position pos[t] (uint32 [n_tok]) with token id tok[t] (int32 [n_tok]), goes
+ * through kipp_om_moe_trace_pin first (the record's slot of the same token with the nearest
+ * probabilities, then the pin rule), as moe.c's trace does; pos and tok are read only then.
+ * Then the n_tok * k (token, slot) pairs, pair p = t * k + s, sorted by expert (tokens
+ * ascending within an expert), for
  * kipp_cuda_matmul_experts: grp_off uint32 [n_expert + 1] the groups' bounds, pair_tok int32
  * [n_tok * k] the token of the pair at each group position, slot_at uint32 [n_tok * k] pair
  * p's group position. */
 int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert,
                         uint32_t k, int norm, uint32_t layer, const uint32_t *pos,
-                        const kipp_cuda_moe_pin *pin, uint32_t *chosen, float *weight,
-                        uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at,
+                        const int32_t *tok, const kipp_cuda_moe_pin *pin, uint32_t *chosen,
+                        float *weight, uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at,
                         cudaStream_t stream);
 
 /* x[t][i] += sum over s < k, in slot order from 0 (cpu-ref's moe_out), of weight[t * k + s] *

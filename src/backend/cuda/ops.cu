@@ -195,11 +195,12 @@ extern "C" int kipp_cuda_add_bias(float *x, size_t ld, const float *b, uint32_t 
  * owns experts l, l + 32, ...; the max and each top-k pick are butterfly reductions (the max
  * and kipp_om_moe_pick are order-independent), expf and the division run per element, the
  * softmax sum and the weights run in lane 0 in expert / slot order, so every number is the
- * sequential version's; a pin (the gates' trace) goes between the choice and the weights, in
+ * sequential version's; a pin (the gates' trace: kipp_om_moe_trace_pin, the record's slot of
+ * the same token with the nearest probabilities) goes between the choice and the weights, in
  * lane 0. taken: bit m set when expert lane + 32 m is chosen (n <= 1024). */
 __device__ void route_token_warp(float *p, uint32_t n, uint32_t k, int norm, uint32_t *chosen,
                                  float *w, const kipp_cuda_moe_pin *pin, uint32_t layer,
-                                 uint32_t pos) {
+                                 uint32_t pos, int32_t token) {
     const uint32_t lane = threadIdx.x & 31u;
     float mx = -INFINITY;
     for (uint32_t e = lane; e < n; e += 32)
@@ -231,14 +232,12 @@ __device__ void route_token_warp(float *p, uint32_t n, uint32_t k, int norm, uin
         if (lane == 0) chosen[i] = bi;
     }
     if (lane != 0) return;
-    if (pin && layer < pin->n_layer && pos < pin->n_pos && k == pin->k) {
-        const size_t at = (size_t)layer * pin->n_pos + pos;
-        if (pin->seen[at]) {
-            const int r = kipp_om_moe_pin(p, k, chosen, pin->rec + at * k, pin->margin[at],
-                                          pin->delta);
-            if (r) atomicAdd(&pin->counts[r - 1], 1u);
-            if (r == 1) atomicMax(&pin->counts[2], __float_as_uint(pin->margin[at]));
-        }
+    if (pin) { /* margins are >= 0: their bits order as the floats */
+        float margin = 0.0f;
+        const int r =
+            kipp_om_moe_trace_pin(&pin->rec, p, n, k, layer, pos, token, chosen, &margin);
+        if (r) atomicAdd(&pin->counts[r - 1], 1u);
+        if (r == 1) atomicMax(&pin->counts[2], __float_as_uint(margin));
     }
     kipp_om_moe_weights(p, k, norm, chosen, w);
 }
@@ -255,14 +254,14 @@ __device__ void route_token_warp(float *p, uint32_t n, uint32_t k, int norm, uin
  * nothing. Nothing returns to the host. */
 __global__ void __launch_bounds__(ROUTE_THREADS)
     moe_route_kernel(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert, uint32_t k,
-                     int norm, uint32_t layer, const uint32_t *pos, kipp_cuda_moe_pin pin,
-                     int pinned, uint32_t *chosen, float *weight, uint32_t *grp_off,
-                     int32_t *pair_tok, uint32_t *slot_at) {
+                     int norm, uint32_t layer, const uint32_t *pos, const int32_t *tok,
+                     kipp_cuda_moe_pin pin, int pinned, uint32_t *chosen, float *weight,
+                     uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at) {
     const uint32_t tid = threadIdx.x, n_pairs = n_tok * k;
     for (uint32_t t = tid >> 5; t < n_tok; t += blockDim.x >> 5)
         route_token_warp(logits + (size_t)t * ld, n_expert, k, norm, chosen + (size_t)t * k,
                          weight + (size_t)t * k, pinned ? &pin : NULL, layer,
-                         pinned ? pos[t] : 0);
+                         pinned ? pos[t] : 0, pinned ? tok[t] : -1);
     __syncthreads();
     for (uint32_t e = tid; e < n_expert; e += blockDim.x) {
         uint32_t cnt = 0;
@@ -287,16 +286,16 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
 
 extern "C" int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert,
                                    uint32_t k, int norm, uint32_t layer, const uint32_t *pos,
-                                   const kipp_cuda_moe_pin *pin, uint32_t *chosen,
-                                   float *weight, uint32_t *grp_off, int32_t *pair_tok,
-                                   uint32_t *slot_at, cudaStream_t stream) {
+                                   const int32_t *tok, const kipp_cuda_moe_pin *pin,
+                                   uint32_t *chosen, float *weight, uint32_t *grp_off,
+                                   int32_t *pair_tok, uint32_t *slot_at, cudaStream_t stream) {
     if (n_expert == 0 || n_expert > 1024 || k == 0 || k > n_expert || ld < n_expert)
         return (int)cudaErrorInvalidValue; /* 1024: route_token_warp's taken mask */
     if (n_tok == 0) return 0;
     kipp_cuda_moe_pin none;
     memset(&none, 0, sizeof none);
     moe_route_kernel<<<1, ROUTE_THREADS, 0, stream>>>(logits, ld, n_tok, n_expert, k, norm, layer,
-                                                      pos, pin ? *pin : none, pin != NULL,
+                                                      pos, tok, pin ? *pin : none, pin != NULL,
                                                       chosen, weight, grp_off, pair_tok, slot_at);
     return launch_status();
 }

@@ -152,8 +152,9 @@ static inline KIPP_HD float kipp_om_mul_add(float acc, float w, float y) {
  * lane in this order, each pick a reduction under kipp_om_moe_pick); the unit suite checks
  * that split on the host too. On the device expf is CUDA's (within 2 ulp of the host's), the
  * one difference, which can move a choice only where two probabilities are that close: where
- * the gates pin such near-ties to cpu-ref's choice (moe.h's trace), kipp_om_moe_pin applies
- * the pin between the choice and the weights, as moe.c does. */
+ * the gates pin such near-ties to cpu-ref's choice (moe.h's trace), kipp_om_moe_trace_pin
+ * finds the record's slot (kipp_om_moe_match) and kipp_om_moe_pin applies the pin between the
+ * choice and the weights, as moe.c does. */
 
 /* 1 when candidate (v, i) beats (bv, bi) in the top-k's order: a larger probability, or an
  * equal one at a lower expert index; UINT32_MAX is no candidate. A strict total order on
@@ -200,10 +201,11 @@ static inline KIPP_HD void kipp_om_moe_weights(const float *p, uint32_t k, int n
 }
 
 /* The gates' routing trace in PIN mode (src/backend/moe.h: kipp_moe_trace), between the two
- * halves, as moe.c applies it: rec the reference's experts for this (layer, position),
- * ascending; when chosen (k <= 64) is another set and margin < delta (a near-tie) chosen
- * becomes rec, best first by p with ties to the lower index, and 1 is returned; another set at
- * a wider margin is kept and 2 returned; the same set 0 (k > 64: 0, untraced, as moe.c). */
+ * halves, as moe.c applies it: rec the reference's experts in the slot this decision matched
+ * (kipp_om_moe_match), ascending; when chosen (k <= 64) is another set and margin < delta (a
+ * near-tie) chosen becomes rec, best first by p with ties to the lower index, and 1 is
+ * returned; another set at a wider margin is kept and 2 returned; the same set 0 (k > 64: 0,
+ * untraced, as moe.c). */
 static inline KIPP_HD int kipp_om_moe_pin(const float *p, uint32_t k, uint32_t *chosen,
                                           const uint32_t *rec, float margin, float delta) {
     uint32_t mine[64];
@@ -230,6 +232,56 @@ static inline KIPP_HD int kipp_om_moe_pin(const float *p, uint32_t k, uint32_t *
         q[b] = tq, chosen[b] = tc;
     }
     return 1;
+}
+
+/* The gates' routing record (src/backend/moe.h: kipp_moe_trace's arrays in PIN mode, in that
+ * layout: a cell per (layer, position) of n_slot slots), wherever it lives: the host's trace
+ * itself, or forward.c's device copy of it (kernels.h: kipp_cuda_moe_pin). */
+typedef struct {
+    const int32_t *token;   /* [n_layer][n_pos][n_slot] the token a slot holds (-1: empty) */
+    const uint32_t *chosen; /* [n_layer][n_pos][n_slot][k] the reference's experts, ascending */
+    const float *margin;    /* [n_layer][n_pos][n_slot] its log p_k - log p_(k+1) */
+    const float *probs;     /* [n_layer][n_pos][n_slot][n_exp] its router probabilities */
+    uint32_t n_layer, n_pos, n_slot, k, n_exp;
+    float delta; /* a differing choice is a near-tie below this margin */
+} kipp_om_moe_record;
+
+/* The slot of the record that a routing decision matches, as moe.c's traced() finds it in PIN
+ * mode: in the cell of (layer, pos), the slot holding `token` whose probabilities are nearest
+ * to p[0..n) (sum over experts, in expert order, of |p - q| in f32), below 0.1, the first of
+ * equally near ones; *at its index in the record's slots (cell * n_slot + i). 0 when none
+ * matches or the decision is outside the record (layer, pos, k, n or k > 64: untraced). */
+static inline KIPP_HD int kipp_om_moe_match(const kipp_om_moe_record *r, const float *p,
+                                            uint32_t n, uint32_t k, uint32_t layer, uint32_t pos,
+                                            int32_t token, size_t *at) {
+    if (layer >= r->n_layer || pos >= r->n_pos || k != r->k || n != r->n_exp || k > 64)
+        return 0;
+    const size_t cell = ((size_t)layer * r->n_pos + pos) * r->n_slot;
+    size_t found = cell + r->n_slot;
+    float best = 0.1f;
+    for (size_t i = cell; i < cell + r->n_slot; i++) {
+        if (r->token[i] != token) continue;
+        float d = 0.0f;
+        for (uint32_t e = 0; e < n; e++) d += fabsf(p[e] - r->probs[i * n + e]);
+        if (d < best) best = d, found = i;
+    }
+    if (found == cell + r->n_slot) return 0;
+    *at = found;
+    return 1;
+}
+
+/* moe.c's PIN-mode trace for one decision, between the choice (kipp_om_moe_topk) and the
+ * weights: the matching slot (kipp_om_moe_match), then kipp_om_moe_pin against it. Returns
+ * kipp_om_moe_pin's 0 (no match, or the same set), 1 (pinned) or 2 (a difference at a wide
+ * margin); *margin is the matched slot's margin (set whenever a slot matches). */
+static inline KIPP_HD int kipp_om_moe_trace_pin(const kipp_om_moe_record *r, const float *p,
+                                                uint32_t n, uint32_t k, uint32_t layer,
+                                                uint32_t pos, int32_t token, uint32_t *chosen,
+                                                float *margin) {
+    size_t at = 0;
+    if (!kipp_om_moe_match(r, p, n, k, layer, pos, token, &at)) return 0;
+    *margin = r->margin[at];
+    return kipp_om_moe_pin(p, k, chosen, r->chosen + at * k, r->margin[at], r->delta);
 }
 
 static inline KIPP_HD void kipp_om_moe_route(float *p, uint32_t n, uint32_t k, int norm,

@@ -13,7 +13,8 @@
  * a violation prints what and where and aborts. Each launcher is then a plain C version of
  * the kernel's definition (the numbers of cpu-ref; the router is moe.c's kipp_moe_route, the
  * gates' near-tie pins applied from the record forward.c copied to the "device", with the
- * kernel's kipp_om_moe_pin).
+ * kernel's kipp_om_moe_trace_pin: the slot of the same token with the nearest probabilities,
+ * then the pin rule).
  * A stream runs work at once unless it is capturing, and a graph replays what it captured.
  * It says nothing about the real kernels (tests/cuda/ops_*.c check those, on a GPU).
  * SHIM_DRIVER / SHIM_CC fake the driver version and compute capability; SHIM_FREE_MIB the
@@ -608,6 +609,7 @@ struct rt {
     int norm;
     uint32_t layer;
     const uint32_t *pos;
+    const int32_t *tok;
     kipp_cuda_moe_pin pin;
     int pinned;
     uint32_t *chosen;
@@ -617,8 +619,9 @@ struct rt {
     uint32_t *slot_at;
 };
 /* moe.c's kipp_moe_route per token (the definition; the host's trace off, as on a GPU), the pin
- * from the device copy of the record, then the pairs grouped by expert, tokens ascending
- * within a group */
+ * from the device copy of the record by the kernel's own code (ops_math.h:
+ * kipp_om_moe_trace_pin: the slot of the same token with the nearest probabilities, then the pin
+ * rule), then the pairs grouped by expert, tokens ascending within a group */
 static void rt_exec(const void *p) {
     const struct rt *a = p;
     const size_t P = (size_t)a->n_tok * a->k;
@@ -631,8 +634,10 @@ static void rt_exec(const void *p) {
     dev_write(a->pair_tok, P * 4, "the pairs' tokens");
     dev_write(a->slot_at, P * 4, "the pairs' places");
     const kipp_cuda_moe_pin *pin = a->pinned ? &a->pin : NULL;
+    const kipp_om_moe_record *rec = pin ? &pin->rec : NULL;
     if (pin) {
         dev_read(a->pos, (size_t)a->n_tok * 4, "the tokens' positions");
+        dev_read(a->tok, (size_t)a->n_tok * 4, "the tokens' ids");
         dev_read(pin->counts, 12, "the pin counts");
         dev_write(pin->counts, 12, "the pin counts");
     }
@@ -641,19 +646,22 @@ static void rt_exec(const void *p) {
     for (uint32_t t = 0; t < a->n_tok; t++) {
         float *row = a->logits + t * a->ld, *w = a->weight + (size_t)t * a->k;
         uint32_t *ch = a->chosen + (size_t)t * a->k;
-        kipp_moe_route(row, a->E, a->k, a->norm, ch, w, a->layer, 0);
-        if (!pin || a->layer >= pin->n_layer || a->pos[t] >= pin->n_pos || a->k != pin->k) continue;
-        const size_t at = (size_t)a->layer * pin->n_pos + a->pos[t];
-        dev_read(pin->seen + at, 1, "the trace's seen");
-        if (!pin->seen[at]) continue;
-        dev_read(pin->rec + at * a->k, (size_t)a->k * 4, "the trace's record");
-        dev_read(pin->margin + at, 4, "the trace's margin");
-        const int r = kipp_om_moe_pin(row, a->k, ch, pin->rec + at * a->k, pin->margin[at], pin->delta);
+        kipp_moe_route(row, a->E, a->k, a->norm, ch, w, a->layer, 0, -1);
+        if (!pin) continue;
+        if (a->layer < rec->n_layer && a->pos[t] < rec->n_pos) { /* the cell the kernel may read */
+            const size_t cell = ((size_t)a->layer * rec->n_pos + a->pos[t]) * rec->n_slot, ns = rec->n_slot;
+            dev_read(rec->token + cell, ns * 4, "the trace's tokens");
+            dev_read(rec->chosen + cell * rec->k, ns * rec->k * 4, "the trace's record");
+            dev_read(rec->margin + cell, ns * 4, "the trace's margins");
+            dev_read(rec->probs + cell * rec->n_exp, ns * rec->n_exp * 4, "the trace's probabilities");
+        }
+        float margin = 0.0f;
+        const int r = kipp_om_moe_trace_pin(rec, row, a->E, a->k, a->layer, a->pos[t], a->tok[t], ch, &margin);
         if (r) pin->counts[r - 1]++;
         if (r == 1) {
             float widest;
             memcpy(&widest, &pin->counts[2], 4);
-            if (pin->margin[at] > widest) memcpy(&pin->counts[2], &pin->margin[at], 4);
+            if (margin > widest) memcpy(&pin->counts[2], &margin, 4);
             kipp_om_moe_weights(row, a->k, a->norm, ch, w);
         }
     }
@@ -672,11 +680,12 @@ static void rt_exec(const void *p) {
 }
 int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_expert,
                         uint32_t k, int norm, uint32_t layer, const uint32_t *pos,
-                        const kipp_cuda_moe_pin *pin, uint32_t *chosen, float *weight,
-                        uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at,
+                        const int32_t *tok, const kipp_cuda_moe_pin *pin, uint32_t *chosen,
+                        float *weight, uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at,
                         cudaStream_t stream) {
-    struct rt a = {logits, ld, n_tok, n_expert, k, norm, layer, pos, {0}, pin != NULL,
-                   chosen, weight, grp_off, pair_tok, slot_at};
+    struct rt a = {.logits = logits, .ld = ld, .n_tok = n_tok, .E = n_expert, .k = k, .norm = norm,
+                   .layer = layer, .pos = pos, .tok = tok, .pinned = pin != NULL, .chosen = chosen,
+                   .weight = weight, .grp_off = grp_off, .pair_tok = pair_tok, .slot_at = slot_at};
     if (pin) a.pin = *pin;
     return submit("moe_route", rt_exec, &a, sizeof a);
 }
