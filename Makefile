@@ -26,7 +26,7 @@ LDLIBS   += -lutf8proc -ljansson -lm -pthread
 
 CORE_SRC := $(wildcard src/core/*.c)
 LIB_SRC := $(wildcard src/core/*.c src/gguf/*.c src/model/*.c src/tok/*.c src/engine/*.c src/kv/*.c) \
-           src/backend/registry.c src/backend/host_kv.c src/backend/moe.c \
+           src/backend/registry.c src/backend/host_kv.c src/backend/moe.c src/backend/program.c \
            src/backend/cuda/probe.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # Each backend's build rules live in its own fragment, src/backend/NAME/backend.mk, which

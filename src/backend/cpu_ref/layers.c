@@ -1,6 +1,8 @@
-/* layers.c — the reference (cpu-ref) forward pass: the model architecture's layer program
- * (arch.h) run op by op, plain C11, one token at a time, f32 activations and f32 accumulation
- * (sums of squares in double, as ggml does).
+/* layers.c — the reference (cpu-ref) forward pass: the operations of ops.h, plain C11, row by
+ * row, f32 activations and f32 accumulation (sums of squares in double, as ggml does), run
+ * through the one driver of the layer program (program.c). These operation bodies are the
+ * definition every backend is gated against. Each row's arithmetic is exactly that of a lone
+ * decode step of its token, so a batch equals the single steps bit for bit.
  * Every weight matrix goes through the caller's matvec (cpu-ref: scalar dequantize-and-dot). Contains
  * no ISA-specific code. K/V live in the context's host KV storage, f32/f16/bf16, and are
  * addressed through kipp_host_kv_row() only (src/backend/host_kv.h); the recomputation
@@ -9,6 +11,7 @@
 
 #include "backend/host_kv.h"
 #include "backend/moe.h"
+#include "backend/ops.h"
 #include "model/arch.h"
 
 #include "core/error.h"
@@ -18,6 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows one pass takes: a longer batch runs as consecutive passes (a token's K/V are in the
+ * cache before a later pass's attention reads them). */
+#define PASS_ROWS 64u
+
 struct kipp_fwd_state {
     const kipp_model *m;
     kipp_gguf_tensor head; /* the lm_head's first n_logits rows (kipp_model_head) */
@@ -26,27 +33,25 @@ struct kipp_fwd_state {
     uint32_t n_ctx;
     uint32_t kv_dim; /* Nkv * D */
     kipp_kv_type kv_type;
-    const float **k_rows, **v_rows; /* [n_ctx] one layer's K/V rows of positions 0..pos */
+    const float **k_rows, **v_rows; /* [n_ctx] one row's K/V rows of positions 0..pos */
     float *kbuf, *vbuf; /* [n_ctx][kv_dim] f32 copies of f16/bf16 rows (NULL for f32) */
-    /* scratch, one token at a time */
-    float *x;      /* [H]  residual stream */
-    float *xb;     /* [H]  normed input */
-    float *q;      /* [Nh*D] */
-    float *k;      /* [Nkv*D] */
-    float *v;      /* [Nkv*D] */
-    float *att;    /* [Nh*D] attention output (heads concatenated) */
-    float *proj;   /* [max(H, F)] projection output */
-    float *gate;   /* [F] */
-    float *up;     /* [F] */
     float *scores; /* [n_ctx] */
     float *row;    /* [max input dim] one dequantized weight row */
-    float *rope_cos, *rope_sin; /* [D/2] for the current position */
-    /* a mixture-of-experts FFN (NULL when dense) */
-    float *router;   /* [E] router logits, then probabilities */
-    float *moe_out;  /* [H] the weighted sum of the chosen experts' outputs */
-    uint32_t *chosen; /* [k] the top-k experts, best first */
-    int32_t token;    /* the token being run (the routing trace's key, moe.h) */
-    float *chosen_w;  /* [k] their weights */
+    float *wbuf;   /* [max(H, QD)] a norm or bias vector, dequantized */
+    float *rope_cos, *rope_sin; /* [D/2] for one position */
+    float *router; /* [E] one row's router logits, then probabilities */
+    /* the pass: rows 0..n-1 */
+    uint32_t n;
+    const int32_t *tokens;     /* [n] */
+    const uint32_t *positions; /* [n] */
+    const kipp_host_kv *kv;    /* the cache (NULL: the recomputation's private rows) */
+    const kipp_kv_seq *seqs[PASS_ROWS];
+    float *priv_k, *priv_v;    /* [n_ctx][kv_dim] the recomputation's K/V, one layer */
+    uint32_t cap;                 /* rows the buffers below hold (PASS_ROWS, or a recomputation's n) */
+    float *act[KIPP_BUF_COUNT];   /* cap rows each (expert ones: cap * k) */
+    uint32_t width[KIPP_BUF_COUNT];
+    uint32_t *chosen; /* [cap * k] each row's experts, best first (pair p = t * k + slot) */
+    float *chosen_w;  /* [cap * k] their weights */
 };
 typedef kipp_fwd_state cpu_ref_state; /* the name the layer code grew up with */
 
@@ -91,23 +96,13 @@ static void rope_head(const cpu_ref_state *s, float *h) {
 static float silu(float z) { return z / (1.0f + expf(-z)); }
 
 
-/* ---- the ops of a layer program (arch.h), one token at a time ------------------------------ */
-
-/* Where KIPP_OP_KV_STORE puts this position's k and v (s->k, s->v), and where attention reads
- * positions 0..pos from: the paged cache (decode) or the recomputation oracle's private
- * buffers. Sets s->k_rows[0..pos] and s->v_rows[0..pos]. */
-typedef struct {
-    void (*store)(cpu_ref_state *s, void *ctx, uint32_t layer, uint32_t pos);
-    void *ctx;
-} kv_io;
-
-/* Causal GQA attention of s->q over positions 0..n_kv-1 (s->k_rows, s->v_rows) into s->att. */
-static void attention(cpu_ref_state *s, uint32_t n_kv) {
+/* Causal GQA attention of one row's q over positions 0..n_kv-1 (s->k_rows, s->v_rows) into att. */
+static void attention(cpu_ref_state *s, const float *q, float *att, uint32_t n_kv) {
     const kipp_model_info *hp = &s->m->hp;
     const uint32_t D = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)D);
     for (uint32_t h = 0; h < hp->n_head; h++) {
-        const float *qh = s->q + (size_t)h * D;
+        const float *qh = q + (size_t)h * D;
         const size_t kv_off = (size_t)(h / group) * D; /* consecutive q heads share a kv head */
         float mx = -INFINITY;
         for (uint32_t t = 0; t < n_kv; t++) {
@@ -122,7 +117,7 @@ static void attention(cpu_ref_state *s, uint32_t n_kv) {
             s->scores[t] = expf(s->scores[t] - mx);
             sum += s->scores[t];
         }
-        float *oh = s->att + (size_t)h * D;
+        float *oh = att + (size_t)h * D;
         memset(oh, 0, D * sizeof *oh);
         for (uint32_t t = 0; t < n_kv; t++) {
             const float *vt = s->v_rows[t] + kv_off;
@@ -132,85 +127,177 @@ static void attention(cpu_ref_state *s, uint32_t n_kv) {
     }
 }
 
-/* Per-head RMSNorm of n heads of D at h, with one D-vector of weights shared by all heads. */
-static void head_norm(cpu_ref_state *s, float *h, uint32_t n, const kipp_gguf_tensor *w) {
+/* ---- the operations (ops.h), row by row ---------------------------------------------------- */
+
+static float *act_row(cpu_ref_state *s, kipp_buf a, uint32_t r) { return s->act[a] + (size_t)r * s->width[a]; }
+/* rows of an activation in this pass: a row per token, or per (token, slot) pair */
+static uint32_t act_rows(const cpu_ref_state *s, kipp_buf a) {
+    return a >= KIPP_BUF_EGATE ? s->n * s->m->hp.n_expert_used : s->n;
+}
+
+static int op_rmsnorm(void *st, uint32_t l, size_t w, kipp_buf src, kipp_buf dst, uint32_t width) {
+    cpu_ref_state *s = st;
+    const float *wn = norm_weights(kipp_layer_tensor(s->m, l, w), s->wbuf);
+    const uint32_t per = s->width[src] / width;
+    for (uint32_t t = 0; t < s->n; t++)
+        for (uint32_t i = 0; i < per; i++)
+            rmsnorm(act_row(s, dst, t) + (size_t)i * width, act_row(s, src, t) + (size_t)i * width, wn, width,
+                    s->m->hp.rms_eps);
+    return 0;
+}
+
+static int op_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, kipp_buf src, const kipp_buf *dst) {
+    cpu_ref_state *s = st;
+    for (uint32_t t = 0; t < s->n; t++)
+        for (uint32_t i = 0; i < count; i++)
+            s->matvec(s->mv_ctx, kipp_layer_tensor(s->m, l, w[i]), act_row(s, src, t), act_row(s, dst[i], t), s->row);
+    return 0;
+}
+
+static int op_add_bias(void *st, uint32_t l, size_t b, kipp_buf dst) {
+    cpu_ref_state *s = st;
+    const float *bf = norm_weights(kipp_layer_tensor(s->m, l, b), s->wbuf);
+    for (uint32_t t = 0; t < s->n; t++) {
+        float *v = act_row(s, dst, t);
+        for (uint32_t j = 0; j < s->width[dst]; j++) v[j] += bf[j];
+    }
+    return 0;
+}
+
+static int op_rope(void *st, kipp_buf dst) {
+    cpu_ref_state *s = st;
     const uint32_t D = s->m->hp.head_dim;
-    const float *wn = norm_weights(w, s->gate);
-    for (uint32_t i = 0; i < n; i++) rmsnorm(h + (size_t)i * D, h + (size_t)i * D, wn, D, s->m->hp.rms_eps);
+    for (uint32_t t = 0; t < s->n; t++) {
+        rope_angles(s, s->positions[t]);
+        for (uint32_t h = 0; h < s->width[dst] / D; h++) rope_head(s, act_row(s, dst, t) + (size_t)h * D);
+    }
+    return 0;
 }
 
-/* v[0..n) += bias b (a small tensor, dequantized on use like the norms) */
-static void add_bias(cpu_ref_state *s, float *v, uint32_t n, const kipp_gguf_tensor *b) {
-    const float *bf = norm_weights(b, s->gate);
-    for (uint32_t j = 0; j < n; j++) v[j] += bf[j];
+/* K and V rows into the cache at (sequence, layer, position), or into the recomputation's
+ * private rows rounded as the cache's type would store them. */
+static int op_kv_store(void *st, uint32_t l) {
+    cpu_ref_state *s = st;
+    for (uint32_t t = 0; t < s->n; t++) {
+        const float *k = act_row(s, KIPP_BUF_K, t), *v = act_row(s, KIPP_BUF_V, t);
+        const uint32_t p = s->positions[t];
+        if (s->kv) {
+            kipp_host_kv_put(s->kv->type, kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_K, KIPP_KV_WRITE), k, s->kv_dim);
+            kipp_host_kv_put(s->kv->type, kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_V, KIPP_KV_WRITE), v, s->kv_dim);
+            continue;
+        }
+        float *pk = s->priv_k + (size_t)p * s->kv_dim, *pv = s->priv_v + (size_t)p * s->kv_dim;
+        memcpy(pk, k, s->kv_dim * sizeof *pk);
+        memcpy(pv, v, s->kv_dim * sizeof *pv);
+        kipp_kv_round(s->kv_type, pk, s->kv_dim);
+        kipp_kv_round(s->kv_type, pv, s->kv_dim);
+    }
+    return 0;
 }
 
-/* Layer l of the model's architecture program for the token at position pos, whose residual
- * stream is x (rope_angles(pos) already set). These op bodies are the definition every
- * backend is gated against. */
-static void run_layer(cpu_ref_state *s, uint32_t l, float *x, uint32_t pos, const kv_io *io) {
-    const kipp_model_info *hp = &s->m->hp;
-    const kipp_layer_weights *w = &s->m->layers[l];
-    const kipp_arch *a = s->m->arch;
-    for (size_t i = 0; i < a->n_ops; i++) {
-        switch (a->program[i]) {
-        case KIPP_OP_ATTN_NORM:
-            rmsnorm(s->xb, x, norm_weights(w->attn_norm, s->proj), hp->n_embd, hp->rms_eps);
-            break;
-        case KIPP_OP_QKV:
-            s->matvec(s->mv_ctx, w->wq, s->xb, s->q, s->row);
-            s->matvec(s->mv_ctx, w->wk, s->xb, s->k, s->row);
-            s->matvec(s->mv_ctx, w->wv, s->xb, s->v, s->row);
-            break;
-        case KIPP_OP_QKV_BIAS:
-            add_bias(s, s->q, hp->n_head * hp->head_dim, w->bq);
-            add_bias(s, s->k, s->kv_dim, w->bk);
-            add_bias(s, s->v, s->kv_dim, w->bv);
-            break;
-        case KIPP_OP_QK_NORM:
-            head_norm(s, s->q, hp->n_head, w->q_norm);
-            head_norm(s, s->k, hp->n_head_kv, w->k_norm);
-            break;
-        case KIPP_OP_ROPE:
-            for (uint32_t h = 0; h < hp->n_head; h++) rope_head(s, s->q + (size_t)h * hp->head_dim);
-            for (uint32_t h = 0; h < hp->n_head_kv; h++) rope_head(s, s->k + (size_t)h * hp->head_dim);
-            break;
-        case KIPP_OP_KV_STORE: io->store(s, io->ctx, l, pos); break;
-        case KIPP_OP_ATTENTION: attention(s, pos + 1); break;
-        case KIPP_OP_ATTN_OUT:
-            s->matvec(s->mv_ctx, w->wo, s->att, s->proj, s->row);
-            for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->proj[j];
-            break;
-        case KIPP_OP_FFN_NORM:
-            rmsnorm(s->xb, x, norm_weights(w->ffn_norm, s->proj), hp->n_embd, hp->rms_eps);
-            break;
-        case KIPP_OP_FFN_SWIGLU:
-            s->matvec(s->mv_ctx, w->w_gate, s->xb, s->gate, s->row);
-            s->matvec(s->mv_ctx, w->w_up, s->xb, s->up, s->row);
-            for (uint32_t j = 0; j < hp->n_ff; j++) s->gate[j] = silu(s->gate[j]) * s->up[j];
-            s->matvec(s->mv_ctx, w->w_down, s->gate, s->proj, s->row);
-            for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->proj[j];
-            break;
-        case KIPP_OP_FFN_MOE: {
-            const uint32_t Fe = hp->n_ff_exp, k = hp->n_expert_used;
-            s->matvec(s->mv_ctx, w->gate_inp, s->xb, s->router, s->row);
-            kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen, s->chosen_w, l, pos, s->token);
-            memset(s->moe_out, 0, hp->n_embd * sizeof *s->moe_out);
-            for (uint32_t slot = 0; slot < k; slot++) { /* best first; each expert a SwiGLU FFN */
-                const uint32_t e = s->chosen[slot];
-                s->matvec(s->mv_ctx, &w->exp_gate[e], s->xb, s->gate, s->row);
-                s->matvec(s->mv_ctx, &w->exp_up[e], s->xb, s->up, s->row);
-                for (uint32_t j = 0; j < Fe; j++) s->gate[j] = silu(s->gate[j]) * s->up[j];
-                s->matvec(s->mv_ctx, &w->exp_down[e], s->gate, s->proj, s->row);
-                for (uint32_t j = 0; j < hp->n_embd; j++) s->moe_out[j] += s->chosen_w[slot] * s->proj[j];
-            }
-            for (uint32_t j = 0; j < hp->n_embd; j++) x[j] += s->moe_out[j];
-            break;
+/* Row t's K/V rows of positions 0..pos (f16/bf16 cache rows widened into kbuf / vbuf). */
+static void kv_rows(cpu_ref_state *s, uint32_t t, uint32_t l, uint32_t pos) {
+    const size_t kvd = s->kv_dim;
+    for (uint32_t p = 0; p <= pos; p++) {
+        if (!s->kv) {
+            s->k_rows[p] = s->priv_k + p * kvd;
+            s->v_rows[p] = s->priv_v + p * kvd;
+            continue;
         }
-        case KIPP_OP_COUNT: break; /* not an op: kipp_fwd_init refuses a program naming one */
+        const void *kr = kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_K, KIPP_KV_READ);
+        const void *vr = kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_V, KIPP_KV_READ);
+        if (s->kv->type == KIPP_KV_TYPE_F32) {
+            s->k_rows[p] = kr;
+            s->v_rows[p] = vr;
+            continue;
         }
+        kipp_host_kv_get(s->kv->type, s->kbuf + p * kvd, kr, s->kv_dim);
+        kipp_host_kv_get(s->kv->type, s->vbuf + p * kvd, vr, s->kv_dim);
+        s->k_rows[p] = s->kbuf + p * kvd;
+        s->v_rows[p] = s->vbuf + p * kvd;
     }
 }
+
+static int op_attention(void *st, uint32_t l) {
+    cpu_ref_state *s = st;
+    for (uint32_t t = 0; t < s->n; t++) {
+        kv_rows(s, t, l, s->positions[t]);
+        attention(s, act_row(s, KIPP_BUF_Q, t), act_row(s, KIPP_BUF_ATT, t), s->positions[t] + 1);
+    }
+    return 0;
+}
+
+static int op_swiglu(void *st, kipp_buf gate, kipp_buf up) {
+    cpu_ref_state *s = st;
+    for (uint32_t r = 0; r < act_rows(s, gate); r++) {
+        float *g = act_row(s, gate, r);
+        const float *u = act_row(s, up, r);
+        for (uint32_t j = 0; j < s->width[gate]; j++) g[j] = silu(g[j]) * u[j];
+    }
+    return 0;
+}
+
+static int op_add(void *st, kipp_buf dst, kipp_buf src) {
+    cpu_ref_state *s = st;
+    for (uint32_t t = 0; t < s->n; t++) {
+        float *x = act_row(s, dst, t);
+        const float *a = act_row(s, src, t);
+        for (uint32_t j = 0; j < s->width[dst]; j++) x[j] += a[j];
+    }
+    return 0;
+}
+
+static int op_moe_route(void *st, uint32_t l) {
+    cpu_ref_state *s = st;
+    const kipp_model_info *hp = &s->m->hp;
+    const uint32_t k = hp->n_expert_used;
+    for (uint32_t t = 0; t < s->n; t++) {
+        s->matvec(s->mv_ctx, s->m->layers[l].gate_inp, act_row(s, KIPP_BUF_XN, t), s->router, s->row);
+        kipp_moe_route(s->router, hp->n_expert, k, (int)hp->expert_norm, s->chosen + (size_t)t * k,
+                       s->chosen_w + (size_t)t * k, l, s->positions[t], s->tokens[t]);
+    }
+    return 0;
+}
+
+/* pair p = t * k + slot: token t's slot-th expert; its input is token t's XN row or its own row */
+static int op_moe_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, kipp_buf src, const kipp_buf *dst) {
+    cpu_ref_state *s = st;
+    const uint32_t k = s->m->hp.n_expert_used;
+    for (uint32_t p = 0; p < s->n * k; p++)
+        for (uint32_t i = 0; i < count; i++)
+            s->matvec(s->mv_ctx, kipp_expert_tensor(s->m, l, w[i], s->chosen[p]),
+                      act_row(s, src, src == KIPP_BUF_XN ? p / k : p), act_row(s, dst[i], p), s->row);
+    return 0;
+}
+
+static int op_moe_sum(void *st, kipp_buf src, kipp_buf dst) {
+    cpu_ref_state *s = st;
+    const uint32_t k = s->m->hp.n_expert_used;
+    for (uint32_t t = 0; t < s->n; t++) {
+        float *y = act_row(s, dst, t);
+        memset(y, 0, s->width[dst] * sizeof *y);
+        for (uint32_t slot = 0; slot < k; slot++) { /* best first */
+            const float wt = s->chosen_w[(size_t)t * k + slot];
+            const float *e = act_row(s, src, t * k + slot);
+            for (uint32_t j = 0; j < s->width[dst]; j++) y[j] += wt * e[j];
+        }
+    }
+    return 0;
+}
+
+static const kipp_backend_kernels cpu_ref_kernels = {
+    .rmsnorm = op_rmsnorm,
+    .matmul = op_matmul,
+    .add_bias = op_add_bias,
+    .rope = op_rope,
+    .kv_store = op_kv_store,
+    .attention = op_attention,
+    .swiglu = op_swiglu,
+    .add = op_add,
+    .moe_route = op_moe_route,
+    .moe_matmul = op_moe_matmul,
+    .moe_sum = op_moe_sum,
+};
 
 static void embed(const cpu_ref_state *s, int32_t tok, float *x) {
     const kipp_gguf_tensor *e = s->m->tok_embd;
@@ -222,11 +309,36 @@ static void embed(const cpu_ref_state *s, int32_t tok, float *x) {
 static void final_logits(cpu_ref_state *s, const float *x, float *logits) {
     const kipp_model_info *hp = &s->m->hp;
     if (!s->head.data) { /* embeddings: the final-norm hidden state is the output row */
-        rmsnorm(logits, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);
+        rmsnorm(logits, x, norm_weights(s->m->output_norm, s->wbuf), hp->n_embd, hp->rms_eps);
         return;
     }
-    rmsnorm(s->xb, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);
-    s->matvec(s->mv_ctx, &s->head, s->xb, logits, s->row);
+    float *xn = act_row(s, KIPP_BUF_XN, 0);
+    rmsnorm(xn, x, norm_weights(s->m->output_norm, s->wbuf), hp->n_embd, hp->rms_eps);
+    s->matvec(s->mv_ctx, &s->head, xn, logits, s->row);
+}
+
+/* Grows the pass buffers to `rows` rows; 0 when out of memory (the old buffers stay). */
+static int ensure_rows(cpu_ref_state *s, uint32_t rows) {
+    if (rows <= s->cap) return 1;
+    const size_t K = s->m->hp.n_expert_used;
+    for (int a = 0; a < KIPP_BUF_COUNT; a++) {
+        if (!s->width[a]) continue;
+        const size_t n = (a >= KIPP_BUF_EGATE ? rows * K : rows) * s->width[a];
+        if (!n) continue;
+        float *p = realloc(s->act[a], n * sizeof *p);
+        if (!p) return 0;
+        s->act[a] = p;
+    }
+    if (K) {
+        uint32_t *c = realloc(s->chosen, rows * K * sizeof *c);
+        if (!c) return 0;
+        s->chosen = c;
+        float *w = realloc(s->chosen_w, rows * K * sizeof *w);
+        if (!w) return 0;
+        s->chosen_w = w;
+    }
+    s->cap = rows;
+    return 1;
 }
 
 /* ---- backend entry points ------------------------------------------------------------- */
@@ -235,10 +347,9 @@ void kipp_fwd_free(kipp_fwd_state *state) {
     cpu_ref_state *s = state;
     if (!s) return;
     free(s->k_rows); free(s->v_rows); free(s->kbuf); free(s->vbuf);
-    free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v); free(s->att);
-    free(s->proj); free(s->gate); free(s->up); free(s->scores); free(s->row);
-    free(s->rope_cos); free(s->rope_sin);
-    free(s->router); free(s->moe_out); free(s->chosen); free(s->chosen_w);
+    free(s->scores); free(s->row); free(s->wbuf); free(s->rope_cos); free(s->rope_sin);
+    free(s->router); free(s->chosen); free(s->chosen_w);
+    for (int a = 0; a < KIPP_BUF_COUNT; a++) free(s->act[a]);
     free(s);
 }
 
@@ -247,7 +358,7 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
                           char *err, size_t err_len) {
     *state = NULL;
     const kipp_model_info *hp = &m->hp;
-    kipp_status st = kipp_arch_check_ops(m->arch, "cpu-ref", KIPP_OPS_ALL, err, err_len);
+    kipp_status st = kipp_program_check(m->arch, "cpu-ref", &cpu_ref_kernels, err, err_len);
     if (st != KIPP_OK) return st;
     cpu_ref_state *s = calloc(1, sizeof *s);
     if (!s) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory");
@@ -262,38 +373,27 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
         s->kbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
         s->vbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
     }
-    const size_t QD = (size_t)hp->n_head * hp->head_dim;
-    const size_t F = hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp; /* the widest FFN */
-    size_t max_in = hp->n_embd;
-    if (F > max_in) max_in = F;
+    const uint32_t H = hp->n_embd, QD = hp->n_head * hp->head_dim;
+    size_t max_in = H;
+    if (hp->n_ff > max_in) max_in = hp->n_ff;
+    if (hp->n_ff_exp > max_in) max_in = hp->n_ff_exp;
     if (QD > max_in) max_in = QD;
-    if (hp->n_expert) {
-        s->router = calloc(hp->n_expert, sizeof(float));
-        s->moe_out = calloc(hp->n_embd, sizeof(float));
-        s->chosen = calloc(hp->n_expert_used, sizeof(uint32_t));
-        s->chosen_w = calloc(hp->n_expert_used, sizeof(float));
-        if (!s->router || !s->moe_out || !s->chosen || !s->chosen_w) {
-            kipp_fwd_free(s);
-            return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory for the router");
-        }
-    }
+    const uint32_t widths[KIPP_BUF_COUNT] = {
+        [KIPP_BUF_X] = H, [KIPP_BUF_XN] = H, [KIPP_BUF_Q] = QD, [KIPP_BUF_K] = s->kv_dim,
+        [KIPP_BUF_V] = s->kv_dim, [KIPP_BUF_ATT] = QD, [KIPP_BUF_PROJ] = H,
+        [KIPP_BUF_GATE] = hp->n_ff, [KIPP_BUF_UP] = hp->n_ff, [KIPP_BUF_EGATE] = hp->n_ff_exp,
+        [KIPP_BUF_EUP] = hp->n_ff_exp, [KIPP_BUF_EDOWN] = hp->n_expert ? H : 0};
+    for (int a = 0; a < KIPP_BUF_COUNT; a++) s->width[a] = widths[a];
+    int ok = ensure_rows(s, PASS_ROWS);
+    if (hp->n_expert) ok &= (s->router = calloc(hp->n_expert, sizeof(float))) != NULL;
     s->k_rows = calloc(n_ctx, sizeof *s->k_rows);
     s->v_rows = calloc(n_ctx, sizeof *s->v_rows);
-    s->x = calloc(hp->n_embd, sizeof(float));
-    s->xb = calloc(hp->n_embd, sizeof(float));
-    s->q = calloc(QD, sizeof(float));
-    s->k = calloc(s->kv_dim, sizeof(float));
-    s->v = calloc(s->kv_dim, sizeof(float));
-    s->att = calloc(QD, sizeof(float));
-    s->proj = calloc(max_in, sizeof(float));
-    s->gate = calloc(max_in, sizeof(float));
-    s->up = calloc(F, sizeof(float));
     s->scores = calloc(n_ctx, sizeof(float));
     s->row = calloc(max_in, sizeof(float));
+    s->wbuf = calloc(H > QD ? H : QD, sizeof(float));
     s->rope_cos = calloc(hp->head_dim / 2, sizeof(float));
     s->rope_sin = calloc(hp->head_dim / 2, sizeof(float));
-    if (!s->k_rows || !s->v_rows || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att ||
-        !s->proj || !s->gate || !s->up || !s->scores || !s->row || !s->rope_cos || !s->rope_sin ||
+    if (!ok || !s->k_rows || !s->v_rows || !s->scores || !s->row || !s->wbuf || !s->rope_cos || !s->rope_sin ||
         (kv_type != KIPP_KV_TYPE_F32 && (!s->kbuf || !s->vbuf))) {
         kipp_fwd_free(s);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
@@ -304,105 +404,57 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     return KIPP_OK;
 }
 
-/* KIPP_OP_KV_STORE on the paged cache: k and v into the sequence's rows at pos, then the rows
- * of positions 0..pos as attention reads them (f16/bf16 widened into kbuf / vbuf). */
-typedef struct {
-    const kipp_host_kv *kv;
-    const kipp_kv_seq *seq;
-} cache_io;
-
-static void cache_store(cpu_ref_state *s, void *ctx, uint32_t l, uint32_t p) {
-    const cache_io *c = ctx;
-    const kipp_host_kv *kv = c->kv;
-    const size_t kvd = s->kv_dim;
-    kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, c->seq, l, p, KIPP_KV_K, KIPP_KV_WRITE), s->k, s->kv_dim);
-    kipp_host_kv_put(kv->type, kipp_host_kv_row(kv, c->seq, l, p, KIPP_KV_V, KIPP_KV_WRITE), s->v, s->kv_dim);
-    for (uint32_t t = 0; t <= p; t++) {
-        const void *kr = kipp_host_kv_row(kv, c->seq, l, t, KIPP_KV_K, KIPP_KV_READ);
-        const void *vr = kipp_host_kv_row(kv, c->seq, l, t, KIPP_KV_V, KIPP_KV_READ);
-        if (kv->type == KIPP_KV_TYPE_F32) {
-            s->k_rows[t] = kr;
-            s->v_rows[t] = vr;
-            continue;
-        }
-        kipp_host_kv_get(kv->type, s->kbuf + t * kvd, kr, s->kv_dim);
-        kipp_host_kv_get(kv->type, s->vbuf + t * kvd, vr, s->kv_dim);
-        s->k_rows[t] = s->kbuf + t * kvd;
-        s->v_rows[t] = s->vbuf + t * kvd;
-    }
-}
-
-/* KIPP_OP_KV_STORE for the recomputation oracle: k and v into its private per-position buffers,
- * rounded as the cache's type would store them (the rows of 0..pos-1 were set before). */
-typedef struct {
-    float *ks, *vs;
-} private_io;
-
-static void private_store(cpu_ref_state *s, void *ctx, uint32_t l, uint32_t p) {
-    (void)l;
-    const private_io *io = ctx;
-    float *k = io->ks + (size_t)p * s->kv_dim, *v = io->vs + (size_t)p * s->kv_dim;
-    memcpy(k, s->k, s->kv_dim * sizeof *k);
-    memcpy(v, s->v, s->kv_dim * sizeof *v);
-    kipp_kv_round(s->kv_type, k, s->kv_dim);
-    kipp_kv_round(s->kv_type, v, s->kv_dim);
-    s->k_rows[p] = k;
-    s->v_rows[p] = v;
-}
-
-/* Token by token in batch order (each token's arithmetic is exactly that of a lone decode
- * step, so a batch equals the single steps bit for bit). The lm_head, by far the largest
- * matrix, runs only for the wanted tokens. */
+/* Passes of up to PASS_ROWS rows in batch order, each the layer program over its rows (the
+ * driver, program.c); the lm_head, by far the largest matrix, runs only for the wanted rows. */
 kipp_status kipp_fwd_decode_batch(kipp_fwd_state *state, kipp_kv_pool *pool, const kipp_batch *b,
-                                        float *logits, char *err, size_t err_len) {
+                                  float *logits, char *err, size_t err_len) {
     (void)err; (void)err_len;
     cpu_ref_state *s = state;
-    const kipp_host_kv *kv = pool->storage.store;
     const size_t n_logits = s->head.data ? (size_t)s->head.ne[1] : s->m->hp.n_embd;
-    for (uint32_t i = 0; i < b->n; i++) {
-        cache_io c = {kv, kipp_kv_seq_get(pool, b->seq_ids[i])};
-        const kv_io io = {cache_store, &c};
-        const uint32_t p = b->positions[i];
-        s->token = b->tokens[i];
-        embed(s, b->tokens[i], s->x);
-        rope_angles(s, p);
-        for (uint32_t l = 0; l < s->m->hp.n_layer; l++) run_layer(s, l, s->x, p, &io);
-        if (b->want_logits[i]) {
-            final_logits(s, s->x, logits);
+    s->kv = pool->storage.store;
+    for (uint32_t i0 = 0; i0 < b->n; i0 += PASS_ROWS) {
+        s->n = b->n - i0 < PASS_ROWS ? b->n - i0 : PASS_ROWS;
+        s->tokens = b->tokens + i0;
+        s->positions = b->positions + i0;
+        for (uint32_t t = 0; t < s->n; t++) {
+            s->seqs[t] = kipp_kv_seq_get(pool, b->seq_ids[i0 + t]);
+            embed(s, s->tokens[t], act_row(s, KIPP_BUF_X, t));
+        }
+        kipp_program_run(s->m, &cpu_ref_kernels, s); /* the host operations cannot fail */
+        for (uint32_t t = 0; t < s->n; t++) {
+            if (!b->want_logits[i0 + t]) continue;
+            final_logits(s, act_row(s, KIPP_BUF_X, t), logits);
             logits += n_logits;
         }
     }
     return KIPP_OK;
 }
 
-/* The recomputation oracle: layer-major over the whole sequence, K/V kept in private
- * buffers, never in the cache. Same per-position arithmetic as decode, so a correct cache
- * gives identical logits; a mis-addressed cache does not. */
+/* The recomputation oracle: one pass over positions 0..n-1 of one sequence (layer-major), K/V
+ * kept in private buffers of one layer, never in the cache. Same per-row arithmetic as decode,
+ * so a correct cache gives identical logits; a mis-addressed cache does not. */
 kipp_status kipp_fwd_forward_nocache(kipp_fwd_state *state, const int32_t *tokens, uint32_t n,
-                                           float *logits, char *err, size_t err_len) {
+                                     float *logits, char *err, size_t err_len) {
     cpu_ref_state *s = state;
-    const kipp_model_info *hp = &s->m->hp;
     if (n == 0) return KIPP_OK;
-    float *xs = calloc((size_t)n * hp->n_embd, sizeof(float));
-    float *ks = calloc((size_t)n * s->kv_dim, sizeof(float));
-    float *vs = calloc((size_t)n * s->kv_dim, sizeof(float));
-    if (!xs || !ks || !vs) {
-        free(xs); free(ks); free(vs);
-        return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory for %u tokens", n);
-    }
-    private_io pio = {ks, vs};
-    const kv_io io = {private_store, &pio};
-    for (uint32_t p = 0; p < n; p++) embed(s, tokens[p], xs + (size_t)p * hp->n_embd);
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        /* every position's q must be recomputed at attention time: keep the order simple */
+    uint32_t *pos = malloc((size_t)n * sizeof *pos);
+    s->priv_k = malloc((size_t)n * s->kv_dim * sizeof(float));
+    s->priv_v = malloc((size_t)n * s->kv_dim * sizeof(float));
+    const int ok = pos && s->priv_k && s->priv_v && ensure_rows(s, n);
+    if (ok) {
         for (uint32_t p = 0; p < n; p++) {
-            rope_angles(s, p);
-            s->token = tokens[p];
-            run_layer(s, l, xs + (size_t)p * hp->n_embd, p, &io);
+            pos[p] = p;
+            embed(s, tokens[p], act_row(s, KIPP_BUF_X, p));
         }
+        s->kv = NULL;
+        s->n = n;
+        s->tokens = tokens;
+        s->positions = pos;
+        kipp_program_run(s->m, &cpu_ref_kernels, s);
+        if (logits) final_logits(s, act_row(s, KIPP_BUF_X, n - 1), logits);
     }
-    if (logits) final_logits(s, xs + (size_t)(n - 1) * hp->n_embd, logits);
-    free(xs); free(ks); free(vs);
+    free(pos); free(s->priv_k); free(s->priv_v);
+    s->priv_k = s->priv_v = NULL;
+    if (!ok) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "forward pass: out of memory for %u tokens", n);
     return KIPP_OK;
 }
-

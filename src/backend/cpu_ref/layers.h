@@ -1,7 +1,7 @@
-/* layers.h — the cpu-ref forward pass (the architecture's layer program, arch.h), one token
- * at a time, parameterized by
- * one matvec function (cpu-ref's scalar dequantize-and-dot). The optimized cpu backend has
- * its own batched pass (src/backend/cpu/forward.c), gated against this one. */
+/* layers.h — the cpu-ref forward pass: the operations of ops.h row by row, run by the layer
+ * program's driver (program.c), parameterized by one matvec function (cpu-ref's scalar
+ * dequantize-and-dot). The optimized cpu backend implements the same operations batched
+ * (src/backend/cpu/forward.c) and is gated against this one. */
 #ifndef KIPP_CPU_REF_LAYERS_H
 #define KIPP_CPU_REF_LAYERS_H
 
