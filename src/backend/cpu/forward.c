@@ -1,4 +1,7 @@
-/* forward.c — the cpu backend's batched Qwen3 forward pass (see forward.h).
+/* forward.c — the cpu backend's batched forward pass (see forward.h): the operations of
+ * src/backend/ops.h over all the rows of a batch, run layer by layer by the one driver of the
+ * layer program (src/backend/program.c), plus a fused path for the per-token ops before the
+ * K/V store (op_fused; KIPP_PLAIN_OPS=1 runs the plain operations instead).
  *
  * One batch runs layer by layer over all of its tokens: rows of activations X[n][H] go
  * through RMSNorm, are converted once into the activation format of the weight's kernel
@@ -26,6 +29,7 @@
 
 #include "backend/host_kv.h"
 #include "backend/moe.h"
+#include "backend/ops.h"
 #include "model/arch.h"
 
 #include "core/error.h"
@@ -122,7 +126,6 @@ struct kipp_cpu_fwd {
     float *chosen_w;   /* [cap][K] their weights */
     uint32_t *by_exp;  /* [cap*K] (token * K + slot), grouped by expert, tokens ascending */
     uint32_t *exp_off; /* [E + 1] where each expert's group starts in by_exp (allocated at init) */
-    float *moe_acc;    /* [n_threads][H] each thread's sum of one token's expert outputs (init) */
     const int32_t *nc_tokens; /* kipp_cpu_fwd_nocache's tokens while it runs (the routing trace's key) */
     float **router_w;  /* [n_layer][E][H] each layer's router in f32: the file's F32 rows, else dequantized */
     uint32_t *slot_at; /* [cap*K] token * K + slot -> its index in by_exp */
@@ -146,6 +149,15 @@ struct kipp_cpu_fwd {
     size_t *mm_ld;
     uint32_t *mm_x0, *mm_nx;
     uint64_t packed_bytes;
+    /* the pass the operations run on (set by run_layers) */
+    struct {
+        const kipp_batch *b;    /* NULL: recomputation (token t at position t) */
+        const void *src;        /* the kv_src */
+        const run_t *runs;
+        const uint32_t *run_of;
+        uint32_t n, n_runs, n_items;
+        uint32_t *item_run, *item_t0; /* attention items (run, first token), cheapest first */
+    } pass;
 };
 
 /* ---- small numerics (identical formulas to cpu-ref) ------------------------------------ */
@@ -480,7 +492,8 @@ typedef struct {
     const run_t *runs;
     const uint32_t *run_of; /* [n] run index of each token (pool only) */
     uint32_t layer;
-    const float *w; /* norm weights for norm_rows */
+    const float *w; /* norm weights for norm_rows, a bias for bias_rows */
+    uint32_t per;   /* norm_rows: rows of dim per token (1, or a row's heads) */
     const float *in;
     float *out;
     uint32_t dim;
@@ -500,8 +513,25 @@ static void par_tokens(kipp_cpu_fwd *f, uint32_t n, kipp_parallel_fn fn, tok_job
 static void norm_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
+    for (uint64_t r = begin * j->per; r < end * j->per; r++) /* per rows of dim in each token's */
+        rmsnorm(j->out + r * j->dim, j->in + r * j->dim, j->w, j->dim, j->f->m->hp.rms_eps);
+}
+
+/* out[t] += w (a bias as wide as a row of dim), and RoPE on each D-wide head of out[t] */
+static void bias_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
     for (uint64_t t = begin; t < end; t++)
-        rmsnorm(j->out + t * j->dim, j->in + t * j->dim, j->w, j->dim, j->f->m->hp.rms_eps);
+        for (uint32_t i = 0; i < j->dim; i++) j->out[t * j->dim + i] += j->w[i];
+}
+
+static void rope_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
+    (void)ith;
+    const tok_job *j = ctx;
+    const uint32_t D = j->f->D, half = D / 2;
+    for (uint64_t t = begin; t < end; t++)
+        for (uint32_t h = 0; h < j->dim / D; h++)
+            rope_head(j->out + t * j->dim + h * D, j->f->rcos + t * half, j->f->rsin + t * half, half);
 }
 
 /* The per-token ops the program put before KIPP_OP_KV_STORE (j->head_ops: q/k/v biases, q/k
@@ -557,14 +587,14 @@ static void add_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     }
 }
 
-/* gate[t] = silu(gate[t]) * up[t], rows of j->dim (the FFN's width, F or one expert's Fe) */
+/* out[t] = silu(out[t]) * in[t], rows of j->dim (the FFN's width, F or one expert's Fe) */
 static void swiglu_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
     kipp_cpu_fwd *f = j->f;
     for (uint64_t t = begin; t < end; t++) {
-        float *g = f->gate + t * j->dim;
-        const float *u = f->up + t * j->dim;
+        float *g = j->out + t * j->dim;
+        const float *u = j->in + t * j->dim;
         if (f->k->swiglu_f32)
             f->k->swiglu_f32(g, u, j->dim);
         else
@@ -624,21 +654,19 @@ static void route_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
                        j->b ? j->b->tokens[t] : f->nc_tokens[t]);
 }
 
-/* x[t] += sum over t's slots, best first, of its weight times its expert's output (ye) */
+/* out[t] = sum over t's slots, best first, of its weight times its expert's output (ye) */
 static void moe_sum_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
     (void)ith;
     const tok_job *j = ctx;
     kipp_cpu_fwd *f = j->f;
-    float *acc = f->moe_acc + (size_t)ith * f->H;
     for (uint64_t t = begin; t < end; t++) {
+        float *acc = j->out + t * f->H;
         memset(acc, 0, f->H * sizeof *acc);
         for (uint32_t s = 0; s < f->K; s++) {
             const float wt = f->chosen_w[t * f->K + s];
-            const float *y = f->ye + (size_t)f->slot_at[t * f->K + s] * f->H;
+            const float *y = j->in + (size_t)f->slot_at[t * f->K + s] * f->H;
             for (uint32_t i = 0; i < f->H; i++) acc[i] += wt * y[i];
         }
-        float *x = f->x + t * f->H;
-        for (uint32_t i = 0; i < f->H; i++) x[i] += acc[i];
     }
 }
 
@@ -672,44 +700,6 @@ static void expert_mm(kipp_cpu_fwd *f, uint32_t n_mats, const kipp_gguf_tensor *
         }
     }
     if (c) matmul_group(f, c, ws, yv, ld, x0, nx, x, ldx, n_rows);
-}
-
-/* KIPP_OP_FFN_MOE over the batch: the router for every token (kipp_moe_route: the choice every
- * backend makes), then the batch's (token, slot) pairs grouped by expert, so each chosen
- * expert's matrices are read once for all the tokens routed to it (a prefill or a batched
- * decode reads each active expert once): one matmul job for every chosen expert's gate and up,
- * one for their downs; each pair's output kept, and each token's sum taken in its slot order
- * (as cpu-ref adds them). */
-static void moe_ffn(kipp_cpu_fwd *f, const kipp_layer_weights *w, tok_job *tj, uint32_t n) {
-    const uint32_t E = f->E, K = f->K, H = f->H, Fe = f->Fe, P = n * K;
-    router_job rj = {.w = f->router_w[tj->layer], .x = f->xn, .y = f->router, .n = n, .H = H, .E = E};
-    kipp_threadpool_for(f->tp, E, 1, router_rows, &rj); /* xn[n][H] -> router[n][E] */
-    par_tokens(f, n, route_rows, tj);
-    /* counting sort of the pairs by expert (tokens ascending within an expert) */
-    uint32_t *off = f->exp_off;
-    memset(off, 0, (E + 1) * sizeof *off);
-    for (uint32_t p = 0; p < P; p++) off[f->chosen[p] + 1]++;
-    for (uint32_t e = 0; e < E; e++) off[e + 1] += off[e];
-    for (uint32_t p = 0; p < P; p++) {
-        const uint32_t at = off[f->chosen[p]]++;
-        f->by_exp[at] = p;
-        f->slot_at[p] = at;
-    }
-    for (uint32_t e = E; e > 0; e--) off[e] = off[e - 1]; /* back to the groups' starts */
-    off[0] = 0;
-    /* the pairs' inputs in group order (a lone token: its row serves every pair) */
-    if (n > 1)
-        for (uint32_t at = 0; at < P; at++)
-            memcpy(f->xg + (size_t)at * H, f->xn + (size_t)(f->by_exp[at] / K) * H, H * sizeof(float));
-    const kipp_gguf_tensor *gu[2] = {w->exp_gate, w->exp_up};
-    float *gu_y[2] = {f->gate, f->up};
-    expert_mm(f, 2, gu, gu_y, Fe, n > 1 ? f->xg : f->xn, H, n > 1 ? P : 1, n == 1);
-    tj->dim = Fe;
-    par_tokens(f, P, swiglu_rows, tj); /* gate = silu(gate) * up, every pair */
-    const kipp_gguf_tensor *dn[1] = {w->exp_down};
-    float *dn_y[1] = {f->ye};
-    expert_mm(f, 1, dn, dn_y, H, f->gate, Fe, P, 0);
-    par_tokens(f, n, moe_sum_rows, tj);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -1072,8 +1062,235 @@ static void rope_tables(kipp_cpu_fwd *f, const uint32_t *positions, uint32_t n) 
     }
 }
 
-/* Runs all layers over the n tokens in f->x. runs/run_of describe the sequences (NULL for
- * recomputation, where the private store holds one sequence at positions 0..n-1). */
+/* ---- the operations (ops.h) over the pass's rows ----------------------------------------------- */
+
+static float *buf_of(kipp_cpu_fwd *f, kipp_buf a) {
+    switch (a) {
+    case KIPP_BUF_X: return f->x;
+    case KIPP_BUF_XN: return f->xn;
+    case KIPP_BUF_Q: return f->q;
+    case KIPP_BUF_K: return f->kx;
+    case KIPP_BUF_V: return f->vx;
+    case KIPP_BUF_ATT: return f->att;
+    case KIPP_BUF_PROJ: return f->proj;
+    case KIPP_BUF_GATE: case KIPP_BUF_EGATE: return f->gate; /* a layer has one FFN: dense or experts */
+    case KIPP_BUF_UP: case KIPP_BUF_EUP: return f->up;
+    case KIPP_BUF_EDOWN: return f->ye;
+    case KIPP_BUF_COUNT: break;
+    }
+    return NULL;
+}
+
+static uint32_t width_of(const kipp_cpu_fwd *f, kipp_buf a) {
+    switch (a) {
+    case KIPP_BUF_X: case KIPP_BUF_XN: case KIPP_BUF_PROJ: case KIPP_BUF_EDOWN: return f->H;
+    case KIPP_BUF_Q: case KIPP_BUF_ATT: return f->QD;
+    case KIPP_BUF_K: case KIPP_BUF_V: return f->kv_dim;
+    case KIPP_BUF_GATE: case KIPP_BUF_UP: return f->F;
+    case KIPP_BUF_EGATE: case KIPP_BUF_EUP: return f->Fe;
+    case KIPP_BUF_COUNT: break;
+    }
+    return 0;
+}
+
+/* rows of a in this pass: one per token, or per (token, slot) pair */
+static uint32_t rows_of(const kipp_cpu_fwd *f, kipp_buf a) {
+    return a >= KIPP_BUF_EGATE ? f->pass.n * f->K : f->pass.n;
+}
+
+/* a norm vector or bias (a kipp_layer_weights field) as the f32 copy made at init */
+static const float *vec_of(const kipp_cpu_fwd *f, uint32_t l, size_t w) {
+    return w == KIPP_W(attn_norm) ? f->attn_norm[l] : w == KIPP_W(ffn_norm) ? f->ffn_norm[l]
+           : w == KIPP_W(q_norm)  ? f->q_norm[l]    : w == KIPP_W(k_norm)   ? f->k_norm[l]
+           : w == KIPP_W(bq)      ? f->bq[l]        : w == KIPP_W(bk)       ? f->bk[l]
+           : w == KIPP_W(bv)      ? f->bv[l]        : NULL;
+}
+
+static tok_job job_for(kipp_cpu_fwd *f, uint32_t l) {
+    return (tok_job){.f = f, .b = f->pass.b, .src = f->pass.src, .runs = f->pass.runs,
+                     .run_of = f->pass.run_of, .layer = l, .per = 1};
+}
+
+static int op_rmsnorm(void *st, uint32_t l, size_t w, kipp_buf src, kipp_buf dst, uint32_t width) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, l);
+    tj.w = vec_of(f, l, w);
+    tj.in = buf_of(f, src);
+    tj.out = buf_of(f, dst);
+    tj.dim = width;
+    tj.per = width_of(f, src) / width;
+    par_tokens(f, f->pass.n, norm_rows, &tj);
+    return 0;
+}
+
+static int op_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, kipp_buf src, const kipp_buf *dst) {
+    kipp_cpu_fwd *f = st;
+    const kipp_gguf_tensor *ws[4];
+    float *ys[4];
+    size_t ld[4];
+    for (uint32_t i = 0; i < count && i < 4; i++) {
+        ws[i] = kipp_layer_tensor(f->m, l, w[i]);
+        ys[i] = buf_of(f, dst[i]);
+        ld[i] = width_of(f, dst[i]);
+    }
+    matmul(f, count, ws, ys, ld, buf_of(f, src), width_of(f, src), f->pass.n);
+    return 0;
+}
+
+static int op_add_bias(void *st, uint32_t l, size_t b, kipp_buf dst) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, l);
+    tj.w = vec_of(f, l, b);
+    tj.out = buf_of(f, dst);
+    tj.dim = width_of(f, dst);
+    par_tokens(f, f->pass.n, bias_rows, &tj);
+    return 0;
+}
+
+static int op_rope(void *st, kipp_buf dst) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, 0);
+    tj.out = buf_of(f, dst);
+    tj.dim = width_of(f, dst);
+    par_tokens(f, f->pass.n, rope_rows, &tj);
+    return 0;
+}
+
+static int op_kv_store(void *st, uint32_t l) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, l); /* no queued per-token ops: the store alone */
+    par_tokens(f, f->pass.n, qk_rows, &tj);
+    return 0;
+}
+
+static int op_attention(void *st, uint32_t l) {
+    kipp_cpu_fwd *f = st;
+    att_job aj = {.f = f, .src = f->pass.src, .runs = f->pass.runs, .n_runs = f->pass.n_runs, .layer = l,
+                  .n_items = f->pass.n_items, .item_run = f->pass.item_run, .item_t0 = f->pass.item_t0};
+    atomic_init(&aj.next, 0u);
+    if (f->pass.n_items * f->Nkv >= 2)
+        kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
+    else
+        att_worker(&aj, 0, 1, 0);
+    return 0;
+}
+
+static int op_swiglu(void *st, kipp_buf gate, kipp_buf up) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, 0);
+    tj.out = buf_of(f, gate);
+    tj.in = buf_of(f, up);
+    tj.dim = width_of(f, gate);
+    par_tokens(f, rows_of(f, gate), swiglu_rows, &tj);
+    return 0;
+}
+
+static int op_add(void *st, kipp_buf dst, kipp_buf src) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, 0);
+    tj.in = buf_of(f, src);
+    tj.out = buf_of(f, dst);
+    tj.dim = width_of(f, dst);
+    par_tokens(f, f->pass.n, add_rows, &tj);
+    return 0;
+}
+
+/* The router for every token (kipp_moe_route: the choice every backend makes), then the
+ * pass's (token, slot) pairs grouped by expert (a counting sort, tokens ascending within an
+ * expert), so moe_matmul reads each chosen expert's matrices once for all the tokens routed to
+ * it: a prefill or a batched decode reads each active expert once. */
+static int op_moe_route(void *st, uint32_t l) {
+    kipp_cpu_fwd *f = st;
+    const uint32_t E = f->E, K = f->K, H = f->H, n = f->pass.n, P = n * K;
+    router_job rj = {.w = f->router_w[l], .x = f->xn, .y = f->router, .n = n, .H = H, .E = E};
+    kipp_threadpool_for(f->tp, E, 1, router_rows, &rj); /* xn[n][H] -> router[n][E] */
+    tok_job tj = job_for(f, l);
+    par_tokens(f, n, route_rows, &tj);
+    uint32_t *off = f->exp_off;
+    memset(off, 0, (E + 1) * sizeof *off);
+    for (uint32_t p = 0; p < P; p++) off[f->chosen[p] + 1]++;
+    for (uint32_t e = 0; e < E; e++) off[e + 1] += off[e];
+    for (uint32_t p = 0; p < P; p++) {
+        const uint32_t at = off[f->chosen[p]]++;
+        f->by_exp[at] = p;
+        f->slot_at[p] = at;
+    }
+    for (uint32_t e = E; e > 0; e--) off[e] = off[e - 1]; /* back to the groups' starts */
+    off[0] = 0;
+    /* the pairs' inputs in group order (a lone token: its row serves every pair) */
+    if (n > 1)
+        for (uint32_t at = 0; at < P; at++)
+            memcpy(f->xg + (size_t)at * H, f->xn + (size_t)(f->by_exp[at] / K) * H, H * sizeof(float));
+    return 0;
+}
+
+/* Each chosen expert's matrices of w (gate_exps / up_exps in one job, down_exps in another)
+ * over its group's rows; the pair rows are in group order (by_exp) */
+static int op_moe_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, kipp_buf src, const kipp_buf *dst) {
+    kipp_cpu_fwd *f = st;
+    const kipp_layer_weights *lw = &f->m->layers[l];
+    const kipp_gguf_tensor *mats[2];
+    float *ys[2];
+    const uint32_t n = f->pass.n, P = n * f->K;
+    for (uint32_t i = 0; i < count && i < 2; i++) {
+        mats[i] = w[i] == KIPP_W(gate_exps) ? lw->exp_gate : w[i] == KIPP_W(up_exps) ? lw->exp_up : lw->exp_down;
+        ys[i] = buf_of(f, dst[i]);
+    }
+    if (src == KIPP_BUF_XN) /* token rows: the gathered copies, or a lone token's own row */
+        expert_mm(f, count, mats, ys, width_of(f, dst[0]), n > 1 ? f->xg : f->xn, f->H, n > 1 ? P : 1, n == 1);
+    else
+        expert_mm(f, count, mats, ys, width_of(f, dst[0]), buf_of(f, src), width_of(f, src), P, 0);
+    return 0;
+}
+
+static int op_moe_sum(void *st, kipp_buf src, kipp_buf dst) {
+    kipp_cpu_fwd *f = st;
+    tok_job tj = job_for(f, 0);
+    tj.in = buf_of(f, src);
+    tj.out = buf_of(f, dst);
+    par_tokens(f, f->pass.n, moe_sum_rows, &tj);
+    return 0;
+}
+
+/* The fast path: the per-token ops a program puts between its QKV matmul and the K/V store (q/k/v
+ * biases, q/k head norms, RoPE) run fused with the store, one pass over each token's q and k
+ * (qk_rows), when the remaining ops are such a run ending in the store; else the plain ops. */
+static size_t op_fused(void *st, uint32_t l, const kipp_op *ops, size_t n_ops, int *rc) {
+    kipp_cpu_fwd *f = st;
+    *rc = 0;
+    tok_job tj = job_for(f, l);
+    for (size_t i = 0; i < n_ops; i++) {
+        if (ops[i] == KIPP_OP_KV_STORE) {
+            if (i == 0) return 0; /* nothing to fuse */
+            par_tokens(f, f->pass.n, qk_rows, &tj);
+            return i + 1;
+        }
+        if ((ops[i] != KIPP_OP_QKV_BIAS && ops[i] != KIPP_OP_QK_NORM && ops[i] != KIPP_OP_ROPE) ||
+            tj.n_head_ops == 4)
+            return 0;
+        tj.head_ops[tj.n_head_ops++] = ops[i];
+    }
+    return 0;
+}
+
+static const kipp_backend_kernels cpu_kernels = {
+    .rmsnorm = op_rmsnorm,
+    .matmul = op_matmul,
+    .add_bias = op_add_bias,
+    .rope = op_rope,
+    .kv_store = op_kv_store,
+    .attention = op_attention,
+    .swiglu = op_swiglu,
+    .add = op_add,
+    .moe_route = op_moe_route,
+    .moe_matmul = op_moe_matmul,
+    .moe_sum = op_moe_sum,
+    .fused = op_fused,
+};
+
+/* Runs all layers over the n tokens in f->x through the program's driver (program.c).
+ * runs/run_of describe the sequences (NULL for recomputation, where the private store holds one
+ * sequence at positions 0..n-1). */
 static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *src,
                           const run_t *runs, uint32_t n_runs, const uint32_t *run_of, uint32_t n,
                           char *err, size_t err_len) {
@@ -1116,73 +1333,16 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
         }
     }
 
-    tok_job tj = {.f = f, .b = b, .src = src, .runs = runs, .run_of = run_of};
-    const kipp_arch *arch = f->m->arch;
-    for (uint32_t l = 0; l < f->m->hp.n_layer; l++) {
-        const kipp_layer_weights *w = &f->m->layers[l];
-        tj.layer = l;
-        tj.n_head_ops = 0;
-        /* the architecture's layer program (arch.h), op by op; the per-head ops before the K/V
-         * store run fused with it, one pass over each token's q and k */
-        for (size_t op = 0; op < arch->n_ops; op++) {
-            switch (arch->program[op]) {
-            case KIPP_OP_ATTN_NORM: /* x[n][H] -> xn[n][H] */
-                tj.w = f->attn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
-                par_tokens(f, n, norm_rows, &tj);
-                break;
-            case KIPP_OP_QKV: { /* xn[n][H] -> q[n][QD], kx[n][kv_dim], vx[n][kv_dim]: one converted input */
-                const kipp_gguf_tensor *ws[3] = {w->wq, w->wk, w->wv};
-                float *ys[3] = {f->q, f->kx, f->vx};
-                const size_t ld[3] = {f->QD, f->kv_dim, f->kv_dim};
-                matmul(f, 3, ws, ys, ld, f->xn, f->H, n);
-                break;
-            }
-            case KIPP_OP_QKV_BIAS:
-            case KIPP_OP_QK_NORM:
-            case KIPP_OP_ROPE: /* per token: queued for the store's pass (init checked the order) */
-                tj.head_ops[tj.n_head_ops++] = arch->program[op];
-                break;
-            case KIPP_OP_KV_STORE: /* the queued ops, then k, v rows into the cache at each
-                                    * token's position (converted to the KV type) */
-                par_tokens(f, n, qk_rows, &tj);
-                tj.n_head_ops = 0;
-                break;
-            case KIPP_OP_ATTENTION: { /* q[n][QD] and the cache (positions 0..pos) -> att[n][QD] */
-                att_job aj = {.f = f, .src = src, .runs = runs, .n_runs = n_runs, .layer = l,
-                              .n_items = n_items, .item_run = item_run, .item_t0 = item_t0};
-                atomic_init(&aj.next, 0u);
-                if (n_items * f->Nkv >= 2)
-                    kipp_threadpool_for(f->tp, (uint64_t)f->n_threads, 1, att_worker, &aj);
-                else
-                    att_worker(&aj, 0, 1, 0);
-                break;
-            }
-            case KIPP_OP_ATTN_OUT:
-                matmul1(f, w->wo, f->proj, f->H, f->att, f->QD, n); /* att[n][QD] -> proj[n][H] */
-                tj.in = f->proj; tj.out = f->x; tj.dim = f->H;
-                par_tokens(f, n, add_rows, &tj); /* x += proj */
-                break;
-            case KIPP_OP_FFN_NORM: /* x[n][H] -> xn[n][H] */
-                tj.w = f->ffn_norm[l]; tj.in = f->x; tj.out = f->xn; tj.dim = f->H;
-                par_tokens(f, n, norm_rows, &tj);
-                break;
-            case KIPP_OP_FFN_SWIGLU: { /* xn[n][H] -> gate[n][F], up[n][F]: one converted input */
-                const kipp_gguf_tensor *ws[2] = {w->w_gate, w->w_up};
-                float *ys[2] = {f->gate, f->up};
-                const size_t ld[2] = {f->F, f->F};
-                matmul(f, 2, ws, ys, ld, f->xn, f->H, n);
-                tj.dim = f->F;
-                par_tokens(f, n, swiglu_rows, &tj);                     /* gate = silu(gate) * up */
-                matmul1(f, w->w_down, f->proj, f->H, f->gate, f->F, n); /* gate[n][F] -> proj[n][H] */
-                tj.in = f->proj; tj.out = f->x; tj.dim = f->H;
-                par_tokens(f, n, add_rows, &tj); /* x += proj */
-                break;
-            }
-            case KIPP_OP_FFN_MOE: moe_ffn(f, w, &tj, n); break; /* xn[n][H] -> x[n][H] += the experts' sum */
-            case KIPP_OP_COUNT: break; /* not an op: kipp_cpu_fwd_init refuses a program naming one */
-            }
-        }
-    }
+    f->pass.b = b;
+    f->pass.src = src;
+    f->pass.runs = runs;
+    f->pass.run_of = run_of;
+    f->pass.n = n;
+    f->pass.n_runs = n_runs;
+    f->pass.n_items = n_items;
+    f->pass.item_run = item_run;
+    f->pass.item_t0 = item_t0;
+    kipp_program_run(f->m, &cpu_kernels, f); /* the host operations cannot fail */
     free(item_run);
     free(item_t0);
     return KIPP_OK;
@@ -1291,7 +1451,7 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
     for (uint32_t l = 0; f->router_w && l < L; l++)
         if (f->m->layers[l].gate_inp->type != KIPP_TYPE_F32) free(f->router_w[l]);
     free(f->router_w);
-    free(f->exp_off); free(f->moe_acc); free(f->mmj);
+    free(f->exp_off); free(f->mmj);
     free(f->mm_ws); free(f->mm_ys); free(f->mm_ld); free(f->mm_x0); free(f->mm_nx);
     free(f->inv_freq);
     for (uint32_t i = 0; i < f->n_packed_cap; i++) free(f->packed[i].data);
@@ -1312,20 +1472,8 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
                               char *err, size_t err_len) {
     *out = NULL;
     const kipp_model_info *hp = &m->hp;
-    kipp_status st0 = kipp_arch_check_ops(m->arch, "cpu", KIPP_OPS_ALL, err, err_len);
+    kipp_status st0 = kipp_program_check(m->arch, "cpu", &cpu_kernels, err, err_len);
     if (st0 != KIPP_OK) return st0;
-    /* the per-token ops run fused with the K/V store (qk_rows): they must all come between
-     * the QKV matmul and the store, at most three of them (tok_job's head_ops) */
-    for (size_t i = 0, queued = 0, seen_qkv = 0, seen_store = 0; i < m->arch->n_ops; i++) {
-        const kipp_op op = m->arch->program[i];
-        const int per_token = op == KIPP_OP_QKV_BIAS || op == KIPP_OP_QK_NORM || op == KIPP_OP_ROPE;
-        if (op == KIPP_OP_QKV) seen_qkv = 1;
-        if (op == KIPP_OP_KV_STORE) seen_store = 1, queued = 0;
-        if (per_token && (!seen_qkv || seen_store || ++queued > 3))
-            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                             "cpu: architecture '%s' runs %s outside the q/k/v ops before the K/V store", m->arch->name,
-                             kipp_op_name(op));
-    }
     kipp_cpu_fwd *f = calloc(1, sizeof *f);
     if (!f) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory");
     f->m = m;
@@ -1359,7 +1507,6 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     f->ts = calloc((size_t)f->n_threads, sizeof *f->ts);
     if (f->E) {
         f->exp_off = malloc((f->E + 1) * sizeof *f->exp_off);
-        f->moe_acc = malloc((size_t)f->n_threads * f->H * sizeof *f->moe_acc);
         f->mm_ws = malloc(2 * f->E * sizeof *f->mm_ws);
         f->mm_ys = malloc(2 * f->E * sizeof *f->mm_ys);
         f->mm_ld = malloc(2 * f->E * sizeof *f->mm_ld);
@@ -1375,7 +1522,7 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     for (uint32_t l = 0; f->E && l < L; l++) routers_ok &= f->router_w && f->router_w[l] != NULL;
     f->mmj = malloc(sizeof *f->mmj);
     int ok = f->mmj &&
-             (!f->E || (f->exp_off && f->moe_acc && f->mm_ws && f->mm_ys && f->mm_ld && f->mm_x0 && f->mm_nx &&
+             (!f->E || (f->exp_off && f->mm_ws && f->mm_ys && f->mm_ld && f->mm_x0 && f->mm_nx &&
                         routers_ok)) && f->attn_norm && f->ffn_norm && f->q_norm && f->k_norm && f->bq && f->bk && f->bv && f->inv_freq && f->ts;
     for (uint32_t l = 0; ok && l < L; l++) {
         const kipp_layer_weights *lw = &m->layers[l];

@@ -1,4 +1,5 @@
-/* forward.h — the cpu backend's batched Qwen3 forward pass (forward.c): layer-major over all
+/* forward.h — the cpu backend's batched forward pass (forward.c): the operations of ops.h,
+ * run by the layer program's driver (program.c), layer-major over all
  * tokens of a batch, every weight matrix read once per batch through the kernel table's gemm,
  * attention over the paged KV cache tiled per (sequence run, KV head), work split over the
  * thread pool. Numerics differ from cpu-ref only by accumulation order and the kernels'

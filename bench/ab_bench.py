@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""ab_bench.py — this tree's kipp against a baseline commit's, side by side on the same machine:
+prefill and decode speed of the cpu records' configurations (bench/cpu_records.sh: a 512-token
+prompt, then N decode steps, 2 threads), the two binaries alternated A B A B so a drift of the
+machine's bandwidth falls on both. For a change that must keep the speed of the old code (the
+op-level backend interface, issue 32: every cpu-*.json figure at >= 0.97x of the old).
+
+The baseline's tree is checked out in a temporary git worktree and its `build/kipp` built
+there (`make build/kipp`, a minute or two); each run is one `kipp` process, measured exactly
+as tools/bench.py measures one (its Kipp class). --isa LEVEL runs both at that kernel level
+(KIPP_CPU_ISA), so the AVX2 records' kernels can be compared on an AVX-512 machine too.
+
+The record (default bench/results/ab-<cpu class>-<baseline>.json) holds provenance, both
+commits, every run, the medians, and per model the ratio this tree / baseline of prefill and
+decode tok/s with `holds` = ratio >= --floor (0.97). Exit status 0 when every ratio holds,
+1 when one does not (the record is written either way), 2 on a usage error.
+
+  .venv/bin/python -m bench.ab_bench --baseline 51ca87b \\
+      --model models/random/qwen3-0.6b-q8_0.gguf --model models/random/qwen3-0.6b-bf16.gguf
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):  # run as a file: python3 bench/ab_bench.py
+    import os, sys; sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # noqa: E401,E702
+from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench import benchlib
+from tools import bench as kbench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_class(prov: dict) -> str:
+    flags = set(prov["hardware"].get("flags") or [])
+    model = (prov["hardware"].get("model") or "").lower()
+    vendor = "epyc" if "epyc" in model or "amd" in model else "xeon" if "xeon" in model else "cpu"
+    level = ("amx" if "amx_tile" in flags else "avx512bf16" if "avx512_bf16" in flags
+             else "avx512" if "avx512f" in flags else "avx2")
+    return f"{vendor}-{level}"
+
+
+def kipp_for(binary: str, model: str, a, manifest: dict) -> kbench.Kipp:
+    ns = argparse.Namespace(binary=binary, model=model, prompt=None, prompt_tokens=a.prompt_tokens,
+                            decode=a.decode_for(model), threads=a.threads, backend="cpu", kv_type=None,
+                            ctx_size=None, timeout=a.timeout)
+    return kbench.Kipp(ns, manifest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", required=True, help="commit to compare with")
+    ap.add_argument("--model", action="append", required=True, help="GGUF file (repeatable)")
+    ap.add_argument("--prompt-tokens", type=benchlib.positive("--prompt-tokens"), default=512)
+    ap.add_argument("--decode", type=benchlib.positive("--decode"), default=128,
+                    help="decode steps (default 128; a model whose name has '4b' takes --decode-4b)")
+    ap.add_argument("--decode-4b", type=benchlib.positive("--decode-4b"), default=64)
+    ap.add_argument("--threads", type=benchlib.positive("--threads"), default=2)
+    ap.add_argument("--rounds", type=benchlib.positive("--rounds"), default=3, help="A B rounds (default 3)")
+    ap.add_argument("--isa", default=None, help="cpu kernel level for both (KIPP_CPU_ISA); default auto")
+    ap.add_argument("--floor", type=float, default=0.97, help="the ratio each figure must hold (0.97)")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--output", default=None)
+    a = ap.parse_args(argv)
+    a.decode_for = lambda m: a.decode_4b if "4b" in os.path.basename(m) else a.decode
+    for m in a.model:
+        if not os.path.isfile(m):
+            ap.error(f"--model {m}: no such file (make random-model SHAPE=... TYPE=... makes the records' files)")
+    if subprocess.run(["git", "cat-file", "-e", a.baseline + "^{commit}"], cwd=ROOT).returncode != 0:
+        ap.error(f"--baseline {a.baseline}: not a commit of this repository")
+    base_commit = subprocess.run(["git", "rev-parse", a.baseline], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    if a.isa:
+        os.environ["KIPP_CPU_ISA"] = a.isa
+    tmp = tempfile.mkdtemp(prefix="kipp-abbench-")
+    wt = os.path.join(tmp, "base")
+    models, failed = {}, False
+    try:
+        print(f"building this tree's and {a.baseline}'s build/kipp ...", file=sys.stderr)
+        subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=ROOT, check=True)
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, base_commit], cwd=ROOT, check=True)
+        subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=wt, check=True, stdout=subprocess.DEVNULL)
+        bins = {"this_tree": os.path.join(ROOT, "build", "kipp"), "baseline": os.path.join(wt, "build", "kipp")}
+        for m in a.model:
+            manifest = benchlib.model_manifest(m, hash_file=False)
+            ks = {name: kipp_for(b, m, a, manifest) for name, b in bins.items()}
+            for k in ks.values():
+                k.run_once()  # warm-up: the file in the page cache for both
+            runs = {name: [] for name in ks}
+            for r in range(a.rounds):
+                for name, k in ks.items():
+                    runs[name].append(k.run_once())
+                    x = runs[name][-1]
+                    print(f"{os.path.basename(m)} round {r + 1} {name}: prefill {x['prefill_tok_s']:.1f} "
+                          f"decode {x['decode_tok_s']:.2f} tok/s", file=sys.stderr)
+            med = {name: {c: statistics.median(x[c] for x in v) for c in ("prefill_tok_s", "decode_tok_s")}
+                   for name, v in runs.items()}
+            ratio = {c: med["this_tree"][c] / med["baseline"][c] for c in ("prefill_tok_s", "decode_tok_s")}
+            holds = {c: v >= a.floor for c, v in ratio.items()}
+            failed |= not all(holds.values())
+            models[os.path.basename(m)] = {
+                "model": {k: manifest[k] for k in ("path", "file_bytes", "architecture", "tensor_types")
+                          if k in manifest},
+                "prompt_tokens": a.prompt_tokens, "decode": a.decode_for(m), "median": med,
+                "ratio_this_over_baseline": ratio, "holds": holds,
+                "isa_used": sorted({x.get("isa") or "?" for v in runs.values() for x in v}),
+                "runs": {name: [{c: x[c] for c in ("prefill_tok_s", "decode_tok_s", "isa")} for x in v]
+                         for name, v in runs.items()}}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
+        shutil.rmtree(tmp, ignore_errors=True)
+    prov = benchlib.provenance(os.path.join(ROOT, "build", "kipp"), "cpu")
+    cls = cpu_class(prov)
+    rec = {"bench": "this tree against a baseline commit, side by side (A B A B)",
+           "harness": "bench/ab_bench.py", "argv": argv if argv is not None else sys.argv[1:],
+           "provenance": prov, "cpu_class": cls, "baseline_commit": base_commit,
+           "isa": a.isa or "auto", "threads": a.threads, "rounds": a.rounds, "floor": a.floor,
+           "order": "per model: one warm-up run each, then rounds of (this tree, baseline); medians of the rounds",
+           "models": models, "all_hold": not failed}
+    tag = f"-{a.isa}" if a.isa else ""
+    out = a.output or os.path.join(ROOT, "bench", "results", f"ab-{cls}{tag}-{base_commit[:7]}.json")
+    benchlib.write_record_file(out, json.dumps(rec, indent=2) + "\n")
+    for name, r in models.items():
+        print(f"{name:34s} prefill {r['ratio_this_over_baseline']['prefill_tok_s']:.3f}x  "
+              f"decode {r['ratio_this_over_baseline']['decode_tok_s']:.3f}x  "
+              f"{'holds' if all(r['holds'].values()) else 'BELOW ' + str(a.floor)}")
+    print(f"wrote {out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
