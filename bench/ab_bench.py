@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=ROOT, check=True)
         subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, base_commit], cwd=ROOT, check=True)
         subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=wt, check=True, stdout=subprocess.DEVNULL)
-        bins = {"this_tree": os.path.join(ROOT, "build", "kipp"), "baseline": os.path.join(wt, "build", "kipp")}
+        cur = os.path.join(tmp, "kipp-this-tree")  # a copy: a rebuild meanwhile does not change it
+        shutil.copy2(os.path.join(ROOT, "build", "kipp"), cur)
+        bins = {"this_tree": cur, "baseline": os.path.join(wt, "build", "kipp")}
         for m in a.model:
             manifest = benchlib.model_manifest(m, hash_file=False)
             ks = {name: kipp_for(b, m, a, manifest) for name, b in bins.items()}
