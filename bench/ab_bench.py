@@ -12,7 +12,9 @@ as tools/bench.py measures one (its Kipp class). --isa LEVEL runs both at that k
 
 The record (default bench/results/ab-<cpu class>-<baseline>.json) holds provenance, both
 commits, every run, the medians, and per model the ratio this tree / baseline of prefill and
-decode tok/s with `holds` = ratio >= --floor (0.97). Exit status 0 when every ratio holds,
+decode tok/s with `holds` = ratio >= --floor (0.97). --vs-plain compares this tree with
+itself under KIPP_PLAIN_OPS=1 instead (the driver then skips the backend's fused path), so
+the ratio is what the fused path is worth. Exit status 0 when every ratio holds,
 1 when one does not (the record is written either way), 2 on a usage error.
 
   .venv/bin/python -m bench.ab_bench --baseline 51ca87b \\
@@ -58,7 +60,11 @@ def kipp_for(binary: str, model: str, a, manifest: dict) -> kbench.Kipp:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--baseline", required=True, help="commit to compare with")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--baseline", help="commit to compare with")
+    g.add_argument("--vs-plain", action="store_true",
+                   help="no baseline commit: this tree's kipp against itself with KIPP_PLAIN_OPS=1 "
+                        "(what the cpu backend's fused path is worth; ratio fused / plain)")
     ap.add_argument("--model", action="append", required=True, help="GGUF file (repeatable)")
     ap.add_argument("--prompt-tokens", type=benchlib.positive("--prompt-tokens"), default=512)
     ap.add_argument("--decode", type=benchlib.positive("--decode"), default=128,
@@ -75,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     for m in a.model:
         if not os.path.isfile(m):
             ap.error(f"--model {m}: no such file (make random-model SHAPE=... TYPE=... makes the records' files)")
-    if subprocess.run(["git", "cat-file", "-e", a.baseline + "^{commit}"], cwd=ROOT).returncode != 0:
+    if a.baseline and subprocess.run(["git", "cat-file", "-e", a.baseline + "^{commit}"], cwd=ROOT).returncode != 0:
         ap.error(f"--baseline {a.baseline}: not a commit of this repository")
-    base_commit = subprocess.run(["git", "rev-parse", a.baseline], cwd=ROOT, capture_output=True,
+    base_commit = subprocess.run(["git", "rev-parse", a.baseline or "HEAD"], cwd=ROOT, capture_output=True,
                                  text=True, check=True).stdout.strip()
     if a.isa:
         os.environ["KIPP_CPU_ISA"] = a.isa
@@ -85,22 +91,34 @@ def main(argv: list[str] | None = None) -> int:
     wt = os.path.join(tmp, "base")
     models, failed = {}, False
     try:
-        print(f"building this tree's and {a.baseline}'s build/kipp ...", file=sys.stderr)
+        print(f"building this tree's{'' if a.vs_plain else ' and ' + a.baseline + chr(39) + 's'} build/kipp ...",
+              file=sys.stderr)
         subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=ROOT, check=True)
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, base_commit], cwd=ROOT, check=True)
-        subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=wt, check=True, stdout=subprocess.DEVNULL)
         cur = os.path.join(tmp, "kipp-this-tree")  # a copy: a rebuild meanwhile does not change it
         shutil.copy2(os.path.join(ROOT, "build", "kipp"), cur)
-        bins = {"this_tree": cur, "baseline": os.path.join(wt, "build", "kipp")}
+        if a.vs_plain:
+            bins = {"this_tree": cur, "baseline": cur}
+        else:
+            subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, base_commit], cwd=ROOT, check=True)
+            subprocess.run(["make", "-s", "-j2", "build/kipp"], cwd=wt, check=True, stdout=subprocess.DEVNULL)
+            bins = {"this_tree": cur, "baseline": os.path.join(wt, "build", "kipp")}
+        plain = {"this_tree": None, "baseline": "1" if a.vs_plain else None}
+
+        def run_as(name: str, k: kbench.Kipp) -> dict:
+            if plain[name]:
+                os.environ["KIPP_PLAIN_OPS"] = plain[name]
+            else:
+                os.environ.pop("KIPP_PLAIN_OPS", None)
+            return k.run_once()
         for m in a.model:
             manifest = benchlib.model_manifest(m, hash_file=False)
             ks = {name: kipp_for(b, m, a, manifest) for name, b in bins.items()}
-            for k in ks.values():
-                k.run_once()  # warm-up: the file in the page cache for both
+            for name, k in ks.items():
+                run_as(name, k)  # warm-up: the file in the page cache for both
             runs = {name: [] for name in ks}
             for r in range(a.rounds):
                 for name, k in ks.items():
-                    runs[name].append(k.run_once())
+                    runs[name].append(run_as(name, k))
                     x = runs[name][-1]
                     print(f"{os.path.basename(m)} round {r + 1} {name}: prefill {x['prefill_tok_s']:.1f} "
                           f"decode {x['decode_tok_s']:.2f} tok/s", file=sys.stderr)
@@ -118,18 +136,21 @@ def main(argv: list[str] | None = None) -> int:
                 "runs": {name: [{c: x[c] for c in ("prefill_tok_s", "decode_tok_s", "isa")} for x in v]
                          for name, v in runs.items()}}
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
+        if os.path.isdir(wt):
+            subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
         shutil.rmtree(tmp, ignore_errors=True)
     prov = benchlib.provenance(os.path.join(ROOT, "build", "kipp"), "cpu")
     cls = cpu_class(prov)
     rec = {"bench": "this tree against a baseline commit, side by side (A B A B)",
            "harness": "bench/ab_bench.py", "argv": argv if argv is not None else sys.argv[1:],
-           "provenance": prov, "cpu_class": cls, "baseline_commit": base_commit,
+           "provenance": prov, "cpu_class": cls,
+           "baseline": "this tree under KIPP_PLAIN_OPS=1" if a.vs_plain else base_commit,
            "isa": a.isa or "auto", "threads": a.threads, "rounds": a.rounds, "floor": a.floor,
            "order": "per model: one warm-up run each, then rounds of (this tree, baseline); medians of the rounds",
            "models": models, "all_hold": not failed}
     tag = f"-{a.isa}" if a.isa else ""
-    out = a.output or os.path.join(ROOT, "bench", "results", f"ab-{cls}{tag}-{base_commit[:7]}.json")
+    what = "plain" if a.vs_plain else base_commit[:7]
+    out = a.output or os.path.join(ROOT, "bench", "results", f"ab-{cls}{tag}-{what}.json")
     benchlib.write_record_file(out, json.dumps(rec, indent=2) + "\n")
     for name, r in models.items():
         print(f"{name:34s} prefill {r['ratio_this_over_baseline']['prefill_tok_s']:.3f}x  "
