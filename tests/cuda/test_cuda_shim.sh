@@ -43,10 +43,11 @@ fi
 # The launches of the first decode step (SHIM_SEQ) on MODEL, which must be the embedding
 # rows, LAYER's launches once per layer (n_layer from --info), then the head; the run is the
 # cuda-shim vs cpu-ref shape gate on the model (every position, one batch, two sequences).
-# LAYER: the layer program's ops as forward.c's run_op launches them.
+# LAYER: the layer program's ops as program.c's driver calls forward.c's operations (ops.h)
+# and they launch: a dropped, added or reordered op or operation fails the comparison.
 L_QWEN3="rmsnorm matmul matmul matmul rmsnorm rmsnorm rope rope kv_store attention matmul add rmsnorm matmul matmul swiglu matmul add"
 L_QWEN2="rmsnorm matmul matmul matmul add_bias add_bias add_bias rope rope kv_store attention matmul add rmsnorm matmul matmul swiglu matmul add"
-L_MOE="rmsnorm matmul matmul matmul rmsnorm rmsnorm rope rope kv_store attention matmul add rmsnorm matmul_exact moe_route matmul_experts matmul_experts swiglu matmul_experts moe_sum"
+L_MOE="rmsnorm matmul matmul matmul rmsnorm rmsnorm rope rope kv_store attention matmul add rmsnorm matmul_exact moe_route matmul_experts matmul_experts swiglu matmul_experts moe_sum add"
 launches() { # label model layer-launches
     local label=$1 model=$2 layer=$3 out rc n_layer want got
     echo "== $label: SHIM_SEQ=1 $K --cpu-vs-ref-shape $model --backend cuda"

@@ -3,8 +3,8 @@
  * code for, too little device memory — each fatal, never a fallback to another backend),
  * the context's device, the KV cache in device memory (one allocation of host_kv.h's
  * layout, so block ids mean the same on both sides) and the forward pass (forward.c: the
- * architecture's layer program, op by op), which calls the kernels of mm.cu and ops.cu
- * through kernels.h. Gated against cpu-ref by the
+ * operations of ops.h, through which program.c runs the architecture's layer program), which
+ * calls the kernels of mm.cu and ops.cu through kernels.h. Gated against cpu-ref by the
  * model gates run with --backend cuda on a GPU (tests/cuda/run_cuda_gates.sh). */
 #include "backend/backend.h"
 
@@ -12,6 +12,7 @@
 #include "backend/cuda/forward.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/probe.h"
+#include "backend/ops.h"
 
 #include "core/error.h"
 #include "model/arch.h"
@@ -131,17 +132,12 @@ static void cuda_free(void *state) {
     free(s);
 }
 
-/* The ops of arch.h that forward.c's run_op implements: a model whose program needs another
- * is refused before any device work (kipp_arch_check_ops names the op). */
-#define CUDA_OPS                                                                                 \
-    (1u << KIPP_OP_ATTN_NORM | 1u << KIPP_OP_QKV | 1u << KIPP_OP_QKV_BIAS | 1u << KIPP_OP_QK_NORM | \
-     1u << KIPP_OP_ROPE | 1u << KIPP_OP_KV_STORE | 1u << KIPP_OP_ATTENTION | 1u << KIPP_OP_ATTN_OUT |  \
-     1u << KIPP_OP_FFN_NORM | 1u << KIPP_OP_FFN_SWIGLU | 1u << KIPP_OP_FFN_MOE)
-
 static kipp_status cuda_init(const kipp_model *m, uint32_t n_ctx, const kipp_backend_options *o,
                              void **state, char *err, size_t err_len) {
     *state = NULL;
-    kipp_status st = kipp_arch_check_ops(m->arch, "cuda", CUDA_OPS, err, err_len);
+    /* a program calling an operation forward.c's table lacks is refused before any device
+     * work (kipp_program_check names the op and the operation) */
+    kipp_status st = kipp_program_check(m->arch, "cuda", kipp_cuda_fwd_kernels(), err, err_len);
     if (st == KIPP_OK) st = kipp_cuda_fwd_check(m, err, err_len);
     if (st != KIPP_OK) return st;
     cuda_state *s = calloc(1, sizeof *s);

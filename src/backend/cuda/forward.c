@@ -1,5 +1,7 @@
-/* forward.c — the cuda backend's batched forward pass (see forward.h): the model
- * architecture's layer program (src/model/arch.h) run op by op over a chunk of tokens.
+/* forward.c — the cuda backend's batched forward pass (see forward.h): the operations of
+ * src/backend/ops.h on the device (cuda_kernels), through which the one driver
+ * (src/backend/program.c) runs the model architecture's layer program (src/model/arch.h)
+ * over a chunk of tokens.
  *
  * Weights: the architecture's tensors (arch.c's table, walked per layer: nothing here lists
  * them) go to one device arena. Every matrix (an expert stack whole) is uploaded once, byte
@@ -11,14 +13,14 @@
  * go to the arena. A layer's device addresses sit in the slots of kipp_layer_weights' fields.
  *
  * A batch runs in chunks of up to CHUNK tokens, layer by layer over all of a chunk's tokens:
- * embedding rows, then per layer the program's ops, each one or a few kernel launches with
- * cpu-ref's definition (src/backend/cpu_ref/layers.c: run_layer), e.g. qwen3's RMSNorm ->
- * q, k, v -> per-head q/k RMSNorm -> NEOX RoPE -> K/V stored in the paged cache -> causal
- * paged attention -> wo -> residual -> RMSNorm -> gate, up -> SwiGLU -> down -> residual;
- * qwen2's q/k/v biases in place of the head norms; qwen3moe's mixture of experts in place of
- * the SwiGLU (moe_ffn below: routed and grouped on the device, no host round trip); then the
- * final norm and the lm_head for the wanted tokens only, HEAD_ROWS rows at a time. Chunks
- * are exact: a later chunk's tokens read the K/V an earlier one stored.
+ * embedding rows, then per layer the program's ops as the driver's operations, each one or a
+ * few kernel launches with cpu-ref's definition (src/backend/cpu_ref/layers.c), e.g. qwen3's
+ * RMSNorm -> q, k, v -> per-head q/k RMSNorm -> NEOX RoPE -> K/V stored in the paged cache ->
+ * causal paged attention -> wo -> residual -> RMSNorm -> gate, up -> SwiGLU -> down ->
+ * residual; qwen2's q/k/v biases in place of the head norms; qwen3moe's mixture of experts in
+ * place of the SwiGLU (op_moe_route and below: routed and grouped on the device, no host
+ * round trip); then the final norm and the lm_head for the wanted tokens only, HEAD_ROWS rows
+ * at a time. Chunks are exact: a later chunk's tokens read the K/V an earlier one stored.
  *
  * Per chunk, everything that varies (token ids, each token's dense sequence index and
  * position, the wanted rows, the RoPE cos/sin tables computed on the host in double exactly
@@ -36,6 +38,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/moe.h"
+#include "backend/ops.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -80,6 +83,8 @@ typedef struct {
     const void *kv;        /* the storage it was captured over */
     kipp_cuda_moe_pin pin; /* the routing record its kernels read (all zero: none) */
 } graph_slot;
+
+typedef struct chunk chunk_t; /* the pass section's: one chunk of tokens */
 
 /* Byte offsets of one chunk's staging area (same on host and device). Fixed for a given
  * (n tokens, table width), which is what lets a graph replay over it. */
@@ -129,6 +134,12 @@ struct kipp_cuda_fwd {
     int32_t *pair_tok;  /* [CHUNK * K] the token of the pair at each group position */
     uint32_t *grp_off;  /* [E + 1] the expert groups' bounds */
     float *ye;          /* [CHUNK * K][H] each pair's expert output, in group order */
+    /* ops.h's activations: where each lives (X x, XN xn, Q q, K k, V v, ATT att, PROJ proj,
+     * GATE / UP gate / up, the pairs' EGATE / EUP gate / up again and EDOWN ye) and its row
+     * length (F for GATE / UP, Fe for EGATE / EUP); NULL where the model has no use for it */
+    float *act[KIPP_BUF_COUNT];
+    uint32_t ld[KIPP_BUF_COUNT];
+    const chunk_t *cur; /* the chunk the operations run on (run_layers) */
     /* the gates' routing trace (moe.h) while one is on in PIN mode, its record in device
      * memory (pin_begin; test runs only) */
     kipp_moe_trace *pin_trace;
@@ -153,9 +164,12 @@ static uint32_t u32min(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
 
-static int has_op(const kipp_model *m, kipp_op op) {
-    for (size_t i = 0; i < m->arch->n_ops; i++)
-        if (m->arch->program[i] == op) return 1;
+/* 1 when some layer binds the kipp_layer_weights field at w (KIPP_W): the activations a
+ * model needs follow from its weights (a dense FFN binds w_gate; a mixture of experts has
+ * n_expert, as cpu-ref sizes them), not from naming its program's ops. */
+static int binds(const kipp_model *m, size_t w) {
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        if (kipp_layer_tensor(m, l, w)) return 1;
     return 0;
 }
 
@@ -251,9 +265,9 @@ static size_t att_need(const kipp_model *m, uint32_t n_ctx) {
     return cap;
 }
 
-/* The activation buffers, in arena order, and their bytes for the model's program: the
- * dense FFN's only when it runs FFN_SWIGLU, the experts' only when it runs FFN_MOE (their
- * per-pair gate / up share the dense buffers' place). alloc_scratch and the start-up size
+/* The activation buffers, in arena order, and their bytes for the model: the dense FFN's
+ * only when its layers bind one, the experts' only for a mixture of experts (their per-pair
+ * gate / up share the dense buffers' place). alloc_scratch and the start-up size
  * both read this one list. */
 enum { B_X, B_XN, B_PROJ, B_XW, B_Q, B_ATT, B_K, B_V, B_GATE, B_UP, B_LG, B_ROUTER, B_CW,
        B_CHOSEN, B_SLOT, B_PAIR, B_GRP, B_YE, B_COUNT };
@@ -262,9 +276,9 @@ static void act_sizes(const kipp_model *m, uint32_t NL, size_t *bytes) {
     const kipp_model_info *hp = &m->hp;
     const size_t H = hp->n_embd, QD = (size_t)hp->n_head * hp->head_dim,
                  KV = (size_t)hp->n_head_kv * hp->head_dim;
-    const int moe = has_op(m, KIPP_OP_FFN_MOE);
+    const int moe = hp->n_expert != 0;
     const size_t P = moe ? (size_t)CHUNK * hp->n_expert_used : 0; /* (token, slot) pairs */
-    size_t ffn = has_op(m, KIPP_OP_FFN_SWIGLU) ? (size_t)CHUNK * hp->n_ff : 0;
+    size_t ffn = binds(m, KIPP_W(w_gate)) ? (size_t)CHUNK * hp->n_ff : 0;
     if (P * hp->n_ff_exp > ffn) ffn = P * hp->n_ff_exp;
     bytes[B_X] = bytes[B_XN] = bytes[B_PROJ] = bytes[B_XW] = CHUNK * H * 4;
     bytes[B_Q] = bytes[B_ATT] = CHUNK * QD * 4;
@@ -489,6 +503,18 @@ static kipp_status alloc_scratch(kipp_cuda_fwd *f, char *err, size_t err_len) {
     f->gate = at[B_GATE], f->up = at[B_UP], f->lg = at[B_LG];
     f->router = at[B_ROUTER], f->cw = at[B_CW], f->chosen = at[B_CHOSEN];
     f->slot_at = at[B_SLOT], f->pair_tok = at[B_PAIR], f->grp_off = at[B_GRP], f->ye = at[B_YE];
+    float *const act[KIPP_BUF_COUNT] = {
+        [KIPP_BUF_X] = f->x,       [KIPP_BUF_XN] = f->xn,     [KIPP_BUF_Q] = f->q,
+        [KIPP_BUF_K] = f->k,       [KIPP_BUF_V] = f->v,       [KIPP_BUF_ATT] = f->att,
+        [KIPP_BUF_PROJ] = f->proj, [KIPP_BUF_GATE] = f->gate, [KIPP_BUF_UP] = f->up,
+        [KIPP_BUF_EGATE] = f->gate, [KIPP_BUF_EUP] = f->up,   [KIPP_BUF_EDOWN] = f->ye};
+    const uint32_t ld[KIPP_BUF_COUNT] = {
+        [KIPP_BUF_X] = f->H,     [KIPP_BUF_XN] = f->H,    [KIPP_BUF_Q] = f->QD,
+        [KIPP_BUF_K] = f->kv_dim, [KIPP_BUF_V] = f->kv_dim, [KIPP_BUF_ATT] = f->QD,
+        [KIPP_BUF_PROJ] = f->H,  [KIPP_BUF_GATE] = f->F,  [KIPP_BUF_UP] = f->F,
+        [KIPP_BUF_EGATE] = f->Fe, [KIPP_BUF_EUP] = f->Fe, [KIPP_BUF_EDOWN] = f->H};
+    memcpy(f->act, act, sizeof act);
+    memcpy(f->ld, ld, sizeof ld);
     f->mm_cap = mm_need(f->m, f->NL);
     f->att_cap = att_need(f->m, f->n_ctx);
     if (f->mm_cap && (e = cudaMalloc(&f->mm_scratch, f->mm_cap)) != cudaSuccess)
@@ -518,7 +544,7 @@ kipp_status kipp_cuda_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type
     f->QD = f->Nh * f->D;
     f->kv_dim = f->Nkv * f->D;
     f->eps = hp->rms_eps;
-    if (has_op(m, KIPP_OP_FFN_MOE)) {
+    if (hp->n_expert) {
         f->E = hp->n_expert;
         f->K = hp->n_expert_used;
         f->Fe = hp->n_ff_exp;
@@ -567,7 +593,7 @@ void kipp_cuda_fwd_set_fault(kipp_cuda_fwd *f, int mode, uint32_t n_blocks) {
 /* ---- the pass ------------------------------------------------------------------------------- */
 
 /* One chunk of tokens over one KV storage, its staging already written on the host. */
-typedef struct {
+struct chunk {
     const kipp_cuda_kv *kv;
     uint32_t n;          /* tokens */
     uint32_t n_seq;      /* rows of the chunk's block tables */
@@ -575,7 +601,7 @@ typedef struct {
     uint32_t max_ctx;    /* > every position in the chunk */
     uint32_t n_want;     /* rows through the head */
     stage_layout sl;
-} chunk_t;
+};
 
 /* Makes the staging buffers hold `bytes`; moving them invalidates every graph (they baked
  * the old device addresses in). */
@@ -633,117 +659,176 @@ static int experts(const kipp_cuda_fwd *f, const kipp_gguf_tensor *t, const void
                                     P, f->grp_off, n, y, ldy, f->mm_scratch, f->stream);
 }
 
-/* KIPP_OP_FFN_MOE for the chunk's n tokens, xn[n][H] -> x[n][H] += the experts' weighted sum,
- * with cpu-ref's definition and no host round trip (every launch below is graph-capturable
- * and none waits for the routing's outcome):
- *   the router's logits in f32 at every token count (kipp_cuda_matmul_exact: a prefill
- *   routes a token as its decode step does), the routing kernel (kipp_om_moe_route: softmax,
- *   top-k with ties to the lower index, renormalized when expert_norm; then the n * K
- *   (token, slot) pairs grouped by expert), every pair's gate and up rows, SwiGLU, its down
- *   rows (each expert's group in one product: per pair matrix-vector rows for a decode step,
- *   a GEMM per expert group for a prefill), and each token's slots summed in slot order into
- *   the residual. */
-static int moe_ffn(kipp_cuda_fwd *f, const kipp_layer_weights *w, const dev_layer *d,
-                   uint32_t n, uint32_t l, const uint32_t *pos, const int32_t *ids) {
-    const uint32_t H = f->H, E = f->E, K = f->K, Fe = f->Fe, P = n * K;
-    const cudaStream_t st = f->stream;
-    int rc = 0;
-    RUN(kipp_cuda_matmul_exact(w->gate_inp->type, DW(d, gate_inp), H, E, f->xn, H, n, f->router,
-                               E, st));
-    RUN(kipp_cuda_moe_route(f->router, E, n, E, K, f->expert_norm, l, pos, ids,
-                            f->pin_trace ? &f->pin : NULL, f->chosen, f->cw, f->grp_off,
-                            f->pair_tok, f->slot_at, st));
-    RUN(experts(f, w->gate_exps, DW(d, gate_exps), f->xn, H, f->pair_tok, n, f->gate, Fe));
-    RUN(experts(f, w->up_exps, DW(d, up_exps), f->xn, H, f->pair_tok, n, f->up, Fe));
-    RUN(kipp_cuda_swiglu(f->gate, f->up, Fe, Fe, P, f->gate, st));
-    RUN(experts(f, w->down_exps, DW(d, down_exps), f->gate, Fe, NULL, n, f->ye, H));
-    RUN(kipp_cuda_moe_sum(f->x, H, f->ye, H, f->cw, f->slot_at, H, n, K, st));
-    return rc;
+/* ---- the operations (ops.h) on the current chunk (f->cur) ------------------------------------
+ * Each is one or a few launches on f->stream over the chunk's n tokens (an expert activation:
+ * its n * K pairs, in the routing's group order), with cpu-ref's definition
+ * (src/backend/cpu_ref/layers.c); the driver (src/backend/program.c) turns each op of the
+ * architecture's program into these calls. Only launches: no copies, no syncs, nothing that
+ * waits for the device, so graph_layers captures the whole pass. The staging buffer's device
+ * copy gives each token's sequence, position, RoPE table row and token id. Weights: the
+ * layer's device slot of the kipp_layer_weights field (d->p[SLOT_OF(w)]), its type that of
+ * the model's tensor. */
+
+static const void *dev_w(const kipp_cuda_fwd *f, uint32_t l, size_t w) {
+    return f->L[l].p[SLOT_OF(w)];
 }
 
-/* One op of the layer program (arch.h) on layer l for the chunk's tokens, each op on its own:
- * the buffers between ops are cpu-ref's (x the residual stream, xn the normed input, q / k /
- * v, att, proj). Only launches. */
-static int run_op(kipp_cuda_fwd *f, const chunk_t *c, kipp_op op, uint32_t l) {
-    const kipp_model *m = f->m;
-    const kipp_layer_weights *w = &m->layers[l];
-    const dev_layer *d = &f->L[l];
-    const kipp_cuda_kv *kv = c->kv;
-    const uint32_t n = c->n, H = f->H, F = f->F, D = f->D, QD = f->QD, KVD = f->kv_dim;
-    const cudaStream_t st = f->stream;
-    const unsigned char *sd = f->stage_d;
-    const uint32_t *seq = (const uint32_t *)(sd + c->sl.seq);
-    const uint32_t *pos = (const uint32_t *)(sd + c->sl.pos);
-    const int32_t *ids = (const int32_t *)(sd + c->sl.ids);
-    const uint32_t *tab = (const uint32_t *)(sd + c->sl.tab);
-    const float *cs = (const float *)(sd + c->sl.cos), *sn = (const float *)(sd + c->sl.sin);
-    int rc = 0;
-    switch (op) {
-    case KIPP_OP_ATTN_NORM: /* x -> xn */
-        RUN(kipp_cuda_rmsnorm(f->x, H, DV(d, attn_norm), H, n, f->eps, f->xn, H, st));
-        break;
-    case KIPP_OP_QKV: /* xn -> q, k, v */
-        RUN(mm(f, w->wq->type, DW(d, wq), H, QD, f->xn, H, n, f->q, QD));
-        RUN(mm(f, w->wk->type, DW(d, wk), H, KVD, f->xn, H, n, f->k, KVD));
-        RUN(mm(f, w->wv->type, DW(d, wv), H, KVD, f->xn, H, n, f->v, KVD));
-        break;
-    case KIPP_OP_QKV_BIAS:
-        RUN(kipp_cuda_add_bias(f->q, QD, DV(d, bq), QD, n, st));
-        RUN(kipp_cuda_add_bias(f->k, KVD, DV(d, bk), KVD, n, st));
-        RUN(kipp_cuda_add_bias(f->v, KVD, DV(d, bv), KVD, n, st));
-        break;
-    case KIPP_OP_QK_NORM: /* per-head RMSNorm: rows of D, one weight vector for all heads */
-        RUN(kipp_cuda_rmsnorm(f->q, D, DV(d, q_norm), D, n * f->Nh, f->eps, f->q, D, st));
-        RUN(kipp_cuda_rmsnorm(f->k, D, DV(d, k_norm), D, n * f->Nkv, f->eps, f->k, D, st));
-        break;
-    case KIPP_OP_ROPE:
-        RUN(kipp_cuda_rope(f->q, QD, n, f->Nh, D, cs, sn, st));
-        RUN(kipp_cuda_rope(f->k, KVD, n, f->Nkv, D, cs, sn, st));
-        break;
-    case KIPP_OP_KV_STORE: /* before attention, which reads positions 0..pos from the cache only */
-        RUN(kipp_cuda_kv_store(kv->data, (uint32_t)kv->type, kv->n_layer, kv->block_size,
-                               kv->kv_dim, l, f->k, KVD, f->v, KVD, n, seq, pos, tab,
-                               c->max_blocks, st));
-        break;
-    case KIPP_OP_ATTENTION: /* q and the cache -> att */
-        RUN(kipp_cuda_attention(f->q, QD, kv->data, (uint32_t)kv->type, kv->n_layer,
-                                kv->block_size, kv->kv_dim, l, f->Nh, f->Nkv, D, n, seq, pos,
-                                tab, c->max_blocks, c->max_ctx, f->att_scratch, f->att, QD,
-                                st));
-        break;
-    case KIPP_OP_ATTN_OUT: /* x += att wo */
-        RUN(mm(f, w->wo->type, DW(d, wo), QD, H, f->att, QD, n, f->proj, H));
-        RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
-        break;
-    case KIPP_OP_FFN_NORM: /* x -> xn */
-        RUN(kipp_cuda_rmsnorm(f->x, H, DV(d, ffn_norm), H, n, f->eps, f->xn, H, st));
-        break;
-    case KIPP_OP_FFN_SWIGLU: /* x += down(silu(gate xn) * up xn) */
-        RUN(mm(f, w->w_gate->type, DW(d, w_gate), H, F, f->xn, H, n, f->gate, F));
-        RUN(mm(f, w->w_up->type, DW(d, w_up), H, F, f->xn, H, n, f->up, F));
-        RUN(kipp_cuda_swiglu(f->gate, f->up, F, F, n, f->gate, st));
-        RUN(mm(f, w->w_down->type, DW(d, w_down), F, H, f->gate, F, n, f->proj, H));
-        RUN(kipp_cuda_add(f->x, f->proj, H, H, n, st));
-        break;
-    case KIPP_OP_FFN_MOE: RUN(moe_ffn(f, w, d, n, l, pos, ids)); break;
-    case KIPP_OP_COUNT: break; /* not an op: cuda.c's start-up check refuses a program naming one */
+/* rows of activation b in this chunk: one per token, or per (token, slot) pair */
+static uint32_t act_rows(const kipp_cuda_fwd *f, kipp_buf b) {
+    return b >= KIPP_BUF_EGATE ? f->cur->n * f->K : f->cur->n;
+}
+
+/* dst = RMSNorm(src) * w over rows of `width` (a token's row, or each head of it) */
+static int op_rmsnorm(void *st, uint32_t l, size_t w, kipp_buf src, kipp_buf dst, uint32_t width) {
+    kipp_cuda_fwd *f = st;
+    const uint32_t per = f->ld[src] / width;
+    return kipp_cuda_rmsnorm(f->act[src], width, dev_w(f, l, w), width, act_rows(f, src) * per,
+                             f->eps, f->act[dst], width, f->stream);
+}
+
+/* dst[i] = src times w[i], one product per weight (q, k, v: three launches over the same xn) */
+static int op_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, kipp_buf src,
+                     const kipp_buf *dst) {
+    kipp_cuda_fwd *f = st;
+    for (uint32_t i = 0; i < count; i++) {
+        const kipp_gguf_tensor *t = kipp_layer_tensor(f->m, l, w[i]);
+        const int rc = mm(f, t->type, dev_w(f, l, w[i]), (uint32_t)t->ne[0], (uint32_t)t->ne[1],
+                          f->act[src], f->ld[src], f->cur->n, f->act[dst[i]], f->ld[dst[i]]);
+        if (rc) return rc;
     }
-    return rc;
+    return 0;
 }
 
-/* Embedding rows and every layer's program for the chunk's tokens: x[n][H] holds the last
- * layer's residual stream afterwards. Only launches (graph-capturable): no copies, no syncs. */
+static int op_add_bias(void *st, uint32_t l, size_t b, kipp_buf dst) {
+    kipp_cuda_fwd *f = st;
+    return kipp_cuda_add_bias(f->act[dst], f->ld[dst], dev_w(f, l, b), f->ld[dst], f->cur->n,
+                              f->stream);
+}
+
+static int op_rope(void *st, kipp_buf dst) {
+    kipp_cuda_fwd *f = st;
+    const chunk_t *c = f->cur;
+    const unsigned char *sd = f->stage_d;
+    return kipp_cuda_rope(f->act[dst], f->ld[dst], c->n, f->ld[dst] / f->D, f->D,
+                          (const float *)(sd + c->sl.cos), (const float *)(sd + c->sl.sin),
+                          f->stream);
+}
+
+/* before attention, which reads positions 0..pos from the storage only */
+static int op_kv_store(void *st, uint32_t l) {
+    kipp_cuda_fwd *f = st;
+    const chunk_t *c = f->cur;
+    const kipp_cuda_kv *kv = c->kv;
+    const unsigned char *sd = f->stage_d;
+    return kipp_cuda_kv_store(kv->data, (uint32_t)kv->type, kv->n_layer, kv->block_size,
+                              kv->kv_dim, l, f->k, f->kv_dim, f->v, f->kv_dim, c->n,
+                              (const uint32_t *)(sd + c->sl.seq),
+                              (const uint32_t *)(sd + c->sl.pos),
+                              (const uint32_t *)(sd + c->sl.tab), c->max_blocks, f->stream);
+}
+
+/* q and the storage -> att */
+static int op_attention(void *st, uint32_t l) {
+    kipp_cuda_fwd *f = st;
+    const chunk_t *c = f->cur;
+    const kipp_cuda_kv *kv = c->kv;
+    const unsigned char *sd = f->stage_d;
+    return kipp_cuda_attention(f->q, f->QD, kv->data, (uint32_t)kv->type, kv->n_layer,
+                               kv->block_size, kv->kv_dim, l, f->Nh, f->Nkv, f->D, c->n,
+                               (const uint32_t *)(sd + c->sl.seq),
+                               (const uint32_t *)(sd + c->sl.pos),
+                               (const uint32_t *)(sd + c->sl.tab), c->max_blocks, c->max_ctx,
+                               f->att_scratch, f->att, f->QD, f->stream);
+}
+
+/* gate = silu(gate) * up, a token's or a pair's rows */
+static int op_swiglu(void *st, kipp_buf gate, kipp_buf up) {
+    kipp_cuda_fwd *f = st;
+    return kipp_cuda_swiglu(f->act[gate], f->act[up], f->ld[gate], f->ld[gate],
+                            act_rows(f, gate), f->act[gate], f->stream);
+}
+
+static int op_add(void *st, kipp_buf dst, kipp_buf src) {
+    kipp_cuda_fwd *f = st;
+    return kipp_cuda_add(f->act[dst], f->act[src], f->ld[dst], f->ld[dst], f->cur->n, f->stream);
+}
+
+/* A mixture of experts on the device, no host round trip (nothing waits for the routing's
+ * outcome): the router's logits in f32 at every token count (kipp_cuda_matmul_exact: a
+ * prefill routes a token as its decode step does), then the routing kernel
+ * (kipp_om_moe_route: softmax, top-k with ties to the lower index, renormalized when
+ * expert_norm; the gates' near-tie pin from the record's device copy, read only while one is
+ * on, with each row's position and token id; then the n * K (token, slot) pairs grouped by
+ * expert: grp_off, pair_tok, slot_at). */
+static int op_moe_route(void *st, uint32_t l) {
+    kipp_cuda_fwd *f = st;
+    const chunk_t *c = f->cur;
+    const kipp_gguf_tensor *gi = kipp_layer_tensor(f->m, l, KIPP_W(gate_inp));
+    const unsigned char *sd = f->stage_d;
+    int rc = kipp_cuda_matmul_exact(gi->type, dev_w(f, l, KIPP_W(gate_inp)), f->H, f->E, f->xn,
+                                    f->H, c->n, f->router, f->E, f->stream);
+    if (rc) return rc;
+    return kipp_cuda_moe_route(f->router, f->E, c->n, f->E, f->K, f->expert_norm, l,
+                               (const uint32_t *)(sd + c->sl.pos),
+                               (const int32_t *)(sd + c->sl.ids),
+                               f->pin_trace ? &f->pin : NULL, f->chosen, f->cw, f->grp_off,
+                               f->pair_tok, f->slot_at, f->stream);
+}
+
+/* Each expert's group of pairs in one product per weight (per pair matrix-vector rows for a
+ * decode step, a GEMM per group for a prefill): src XN read through each pair's token
+ * (pair_tok), an expert activation row by row; dst rows in group order. */
+static int op_moe_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, kipp_buf src,
+                         const kipp_buf *dst) {
+    kipp_cuda_fwd *f = st;
+    const int32_t *x_rows = src >= KIPP_BUF_EGATE ? NULL : f->pair_tok;
+    for (uint32_t i = 0; i < count; i++) {
+        const int rc = experts(f, kipp_layer_tensor(f->m, l, w[i]), dev_w(f, l, w[i]), f->act[src],
+                               f->ld[src], x_rows, f->cur->n, f->act[dst[i]], f->ld[dst[i]]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* dst[t] = token t's slots summed in slot order (each pair's row found through slot_at) */
+static int op_moe_sum(void *st, kipp_buf src, kipp_buf dst) {
+    kipp_cuda_fwd *f = st;
+    return kipp_cuda_moe_sum(f->act[dst], f->ld[dst], f->act[src], f->ld[src], f->cw, f->slot_at,
+                             f->ld[dst], f->cur->n, f->K, f->stream);
+}
+
+/* No fused path: every program op runs as the driver's plain calls (KIPP_PLAIN_OPS=1 changes
+ * nothing here). */
+static const kipp_backend_kernels cuda_kernels = {
+    .rmsnorm = op_rmsnorm,
+    .matmul = op_matmul,
+    .add_bias = op_add_bias,
+    .rope = op_rope,
+    .kv_store = op_kv_store,
+    .attention = op_attention,
+    .swiglu = op_swiglu,
+    .add = op_add,
+    .moe_route = op_moe_route,
+    .moe_matmul = op_moe_matmul,
+    .moe_sum = op_moe_sum,
+};
+
+const kipp_backend_kernels *kipp_cuda_fwd_kernels(void) { return &cuda_kernels; }
+
+/* Embedding rows, then every layer's program through the driver (program.c) over the chunk's
+ * tokens: x[n][H] holds the last layer's residual stream afterwards. Only launches
+ * (graph-capturable): no copies, no syncs. */
 static int run_layers(kipp_cuda_fwd *f, const chunk_t *c) {
     const kipp_model *m = f->m;
-    const kipp_arch *a = m->arch;
     const int32_t *ids = (const int32_t *)(f->stage_d + c->sl.ids);
     if (kipp_cuda_attention_scratch_bytes(c->n, f->Nh, f->D, c->max_ctx) > f->att_cap)
         return SCRATCH_SHORT;
-    int rc = 0;
-    RUN(kipp_cuda_get_rows(m->tok_embd->type, f->tok_embd, f->H, ids, c->n, f->x, f->H,
-                           f->stream));
-    for (uint32_t l = 0; l < m->hp.n_layer; l++)
-        for (size_t i = 0; i < a->n_ops; i++) RUN(run_op(f, c, a->program[i], l));
+    int rc = kipp_cuda_get_rows(m->tok_embd->type, f->tok_embd, f->H, ids, c->n, f->x, f->H,
+                                f->stream);
+    if (rc) return rc;
+    f->cur = c;
+    rc = kipp_program_run(m, &cuda_kernels, f);
+    f->cur = NULL;
     return rc;
 }
 

@@ -1,13 +1,14 @@
 /* forward.h — the cuda backend's batched forward pass (forward.c): weights uploaded once in
  * their GGUF block layout (the spark build maps them instead), a batch run layer by layer
- * over all its tokens, the architecture's layer program op by op (arch.h), through the
- * launchers of kernels.h on one stream, decode steps of up to 8 tokens replayed from CUDA
- * graphs. The KV cache's device storage is
- * kipp_cuda_kv (allocated by cuda.c's kv_alloc). No kernels here. */
+ * over all its tokens, the architecture's layer program (arch.h) run by the one driver
+ * (program.c) through the operations of ops.h, each the launchers of kernels.h on one
+ * stream, decode steps of up to 8 tokens replayed from CUDA graphs. The KV cache's device
+ * storage is kipp_cuda_kv (allocated by cuda.c's kv_alloc). No kernels here. */
 #ifndef KIPP_CUDA_FORWARD_H
 #define KIPP_CUDA_FORWARD_H
 
 #include "backend/backend.h"
+#include "backend/ops.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,10 @@ typedef struct kipp_cuda_fwd kipp_cuda_fwd;
  * files' scratch sizes. */
 void kipp_cuda_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, int mapped,
                          uint64_t *weight_bytes, uint64_t *scratch_bytes);
+
+/* The operations of ops.h on the device (no fused path): cuda.c's start-up check
+ * (kipp_program_check) refuses an architecture whose program needs one it lacks. */
+const kipp_backend_kernels *kipp_cuda_fwd_kernels(void);
 
 /* KIPP_ERR_UNSUPPORTED naming the first matrix whose row length the kernels do not take
  * (before any device work). */

@@ -111,7 +111,7 @@ int kipp_cuda_swiglu(const float *gate, const float *up, size_t ld, uint32_t n, 
 int kipp_cuda_add(float *x, const float *y, size_t ld, uint32_t n, uint32_t n_tok,
                   cudaStream_t stream);
 
-/* x[t][i] += b[i], i < n (qwen2's q, k, v biases: arch.h's KIPP_OP_QKV_BIAS). */
+/* x[t][i] += b[i], i < n (qwen2's q, k, v biases: ops.h's add_bias). */
 int kipp_cuda_add_bias(float *x, size_t ld, const float *b, uint32_t n, uint32_t n_tok,
                        cudaStream_t stream);
 
@@ -125,7 +125,7 @@ typedef struct {
     uint32_t *counts;
 } kipp_cuda_moe_pin;
 
-/* A mixture-of-experts layer's routing for n_tok tokens (arch.h: KIPP_OP_FFN_MOE), one
+/* A mixture-of-experts layer's routing for n_tok tokens (ops.h: moe_route), one
  * block (a warp per token), no host round trip; n_expert <= 1024. logits: f32 [n_tok][ld],
  * n_expert used, become each token's probabilities; token t's k experts chosen[t * k + s]
  * (uint32, best first) and their weights weight[t * k + s] are ops_math.h's
@@ -145,10 +145,11 @@ int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_exp
                         float *weight, uint32_t *grp_off, int32_t *pair_tok, uint32_t *slot_at,
                         cudaStream_t stream);
 
-/* x[t][i] += sum over s < k, in slot order from 0 (cpu-ref's moe_out), of weight[t * k + s] *
+/* out[t][i] = sum over s < k, in slot order from 0 (cpu-ref's moe_sum), of weight[t * k + s] *
  * ye[slot_at[t * k + s]][i], each product and sum rounded (kipp_om_mul_add); i < n. ye: f32
- * rows in group order (stride ldy), the experts' outputs. */
-int kipp_cuda_moe_sum(float *x, size_t ldx, const float *ye, size_t ldy, const float *weight,
+ * rows in group order (stride ldy), the experts' outputs. The residual add is
+ * kipp_cuda_add's (ops.h: moe_sum into PROJ, then add). */
+int kipp_cuda_moe_sum(float *out, size_t ldo, const float *ye, size_t ldy, const float *weight,
                       const uint32_t *slot_at, uint32_t n, uint32_t n_tok, uint32_t k,
                       cudaStream_t stream);
 

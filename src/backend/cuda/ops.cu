@@ -300,9 +300,10 @@ extern "C" int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uin
     return launch_status();
 }
 
-/* One thread per (token, element): the token's slots in order, products and sums rounded
- * one at a time as cpu-ref adds them (kipp_om_mul_add), then one add into the residual. */
-__global__ void moe_sum_kernel(float *x, size_t ldx, const float *ye, size_t ldy,
+/* One thread per (token, element): the token's slots in order from 0, products and sums
+ * rounded one at a time as cpu-ref adds them (kipp_om_mul_add), stored (the residual add is
+ * kipp_cuda_add's, as cpu-ref's moe_sum then add). */
+__global__ void moe_sum_kernel(float *out, size_t ldo, const float *ye, size_t ldy,
                                const float *weight, const uint32_t *slot_at, uint32_t n,
                                uint32_t n_tok, uint32_t k) {
     const size_t total = (size_t)n * n_tok;
@@ -313,16 +314,16 @@ __global__ void moe_sum_kernel(float *x, size_t ldx, const float *ye, size_t ldy
         for (uint32_t s = 0; s < k; s++)
             acc = kipp_om_mul_add(acc, weight[t * k + s],
                                   ye[(size_t)slot_at[t * k + s] * ldy + i]);
-        x[t * ldx + i] = __fadd_rn(x[t * ldx + i], acc);
+        out[t * ldo + i] = acc;
     }
 }
 
-extern "C" int kipp_cuda_moe_sum(float *x, size_t ldx, const float *ye, size_t ldy,
+extern "C" int kipp_cuda_moe_sum(float *out, size_t ldo, const float *ye, size_t ldy,
                                  const float *weight, const uint32_t *slot_at, uint32_t n,
                                  uint32_t n_tok, uint32_t k, cudaStream_t stream) {
     const size_t total = (size_t)n * n_tok;
     if (total == 0 || k == 0) return 0;
-    moe_sum_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, ldx, ye, ldy, weight, slot_at,
+    moe_sum_kernel<<<grid_for(total, 256), 256, 0, stream>>>(out, ldo, ye, ldy, weight, slot_at,
                                                              n, n_tok, k);
     return launch_status();
 }

@@ -690,8 +690,8 @@ int kipp_cuda_moe_route(float *logits, size_t ld, uint32_t n_tok, uint32_t n_exp
     return submit("moe_route", rt_exec, &a, sizeof a);
 }
 struct ms {
-    float *x;
-    size_t ldx;
+    float *out;
+    size_t ldo;
     const float *ye;
     size_t ldy;
     const float *weight;
@@ -703,20 +703,20 @@ static void ms_exec(const void *p) {
     const size_t P = (size_t)a->n_tok * a->k;
     dev_read(a->weight, P * 4, "the weights");
     dev_read(a->slot_at, P * 4, "the pairs' places");
-    rows_read(a->x, a->ldx, a->n_tok, a->n, "x");
     for (size_t i = 0; i < P; i++) dev_read(a->ye + (size_t)a->slot_at[i] * a->ldy, (size_t)a->n * 4, "an expert's output row");
+    rows_write(a->out, a->ldo, a->n_tok, a->n, "the sums");
     for (uint32_t t = 0; t < a->n_tok; t++)
         for (uint32_t i = 0; i < a->n; i++) {
             float acc = 0.0f;
             for (uint32_t s = 0; s < a->k; s++)
                 acc += a->weight[t * a->k + s] * a->ye[(size_t)a->slot_at[t * a->k + s] * a->ldy + i];
-            a->x[t * a->ldx + i] += acc;
+            a->out[t * a->ldo + i] = acc;
         }
 }
-int kipp_cuda_moe_sum(float *x, size_t ldx, const float *ye, size_t ldy, const float *weight,
+int kipp_cuda_moe_sum(float *out, size_t ldo, const float *ye, size_t ldy, const float *weight,
                       const uint32_t *slot_at, uint32_t n, uint32_t n_tok, uint32_t k,
                       cudaStream_t stream) {
-    struct ms a = {x, ldx, ye, ldy, weight, slot_at, n, n_tok, k};
+    struct ms a = {out, ldo, ye, ldy, weight, slot_at, n, n_tok, k};
     return submit("moe_sum", ms_exec, &a, sizeof a);
 }
 
