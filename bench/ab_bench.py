@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """ab_bench.py — this tree's kipp against a baseline commit's, side by side on the same machine:
 prefill and decode speed of the cpu records' configurations (bench/cpu_records.sh: a 512-token
-prompt, then N decode steps, 2 threads), the two binaries alternated A B A B so a drift of the
-machine's bandwidth falls on both. For a change that must keep the speed of the old code (the
+prompt, then N decode steps, 2 threads), the two binaries alternated A B B A so a drift of the
+machine's bandwidth falls on both, and each figure's ratio is the median of the rounds' ratios. For a change that must keep the speed of the old code (the
 op-level backend interface, issue 32: every cpu-*.json figure at >= 0.97x of the old).
 
 The baseline's tree is checked out in a temporary git worktree and its `build/kipp` built
@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="decode steps (default 128; a model whose name has '4b' takes --decode-4b)")
     ap.add_argument("--decode-4b", type=benchlib.positive("--decode-4b"), default=64)
     ap.add_argument("--threads", type=benchlib.positive("--threads"), default=2)
-    ap.add_argument("--rounds", type=benchlib.positive("--rounds"), default=3, help="A B rounds (default 3)")
+    ap.add_argument("--rounds", type=benchlib.positive("--rounds"), default=4,
+                    help="rounds, alternately A B and B A (default 4)")
     ap.add_argument("--isa", default=None, help="cpu kernel level for both (KIPP_CPU_ISA); default auto")
     ap.add_argument("--floor", type=float, default=0.97, help="the ratio each figure must hold (0.97)")
     ap.add_argument("--timeout", type=float, default=3600)
@@ -117,21 +118,26 @@ def main(argv: list[str] | None = None) -> int:
                 run_as(name, k)  # warm-up: the file in the page cache for both
             runs = {name: [] for name in ks}
             for r in range(a.rounds):
-                for name, k in ks.items():
+                order = list(ks.items()) if r % 2 == 0 else list(ks.items())[::-1]  # A B, then B A
+                for name, k in order:
                     runs[name].append(run_as(name, k))
                     x = runs[name][-1]
                     print(f"{os.path.basename(m)} round {r + 1} {name}: prefill {x['prefill_tok_s']:.1f} "
                           f"decode {x['decode_tok_s']:.2f} tok/s", file=sys.stderr)
             med = {name: {c: statistics.median(x[c] for x in v) for c in ("prefill_tok_s", "decode_tok_s")}
                    for name, v in runs.items()}
-            ratio = {c: med["this_tree"][c] / med["baseline"][c] for c in ("prefill_tok_s", "decode_tok_s")}
+            # the median of the rounds' ratios: each round's pair ran back to back, so a drift of
+            # the machine's bandwidth between rounds cancels (the ratio of the medians is kept too)
+            ratio = {c: statistics.median(x[c] / y[c] for x, y in zip(runs["this_tree"], runs["baseline"]))
+                     for c in ("prefill_tok_s", "decode_tok_s")}
+            ratio_of_medians = {c: med["this_tree"][c] / med["baseline"][c] for c in ("prefill_tok_s", "decode_tok_s")}
             holds = {c: v >= a.floor for c, v in ratio.items()}
             failed |= not all(holds.values())
             models[os.path.basename(m)] = {
                 "model": {k: manifest[k] for k in ("path", "file_bytes", "architecture", "tensor_types")
                           if k in manifest},
                 "prompt_tokens": a.prompt_tokens, "decode": a.decode_for(m), "median": med,
-                "ratio_this_over_baseline": ratio, "holds": holds,
+                "ratio_this_over_baseline": ratio, "ratio_of_medians": ratio_of_medians, "holds": holds,
                 "isa_used": sorted({x.get("isa") or "?" for v in runs.values() for x in v}),
                 "runs": {name: [{c: x[c] for c in ("prefill_tok_s", "decode_tok_s", "isa")} for x in v]
                          for name, v in runs.items()}}
@@ -146,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
            "provenance": prov, "cpu_class": cls,
            "baseline": "this tree under KIPP_PLAIN_OPS=1" if a.vs_plain else base_commit,
            "isa": a.isa or "auto", "threads": a.threads, "rounds": a.rounds, "floor": a.floor,
-           "order": "per model: one warm-up run each, then rounds of (this tree, baseline); medians of the rounds",
+           "order": "per model: one warm-up run each, then rounds alternately (this tree, baseline) and "
+                    "(baseline, this tree); ratio = the median of the rounds' ratios",
            "models": models, "all_hold": not failed}
     tag = f"-{a.isa}" if a.isa else ""
     what = "plain" if a.vs_plain else base_commit[:7]
