@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     prov = benchlib.provenance(os.path.join(ROOT, "build", "kipp"), "cpu")
     cls = cpu_class(prov)
-    rec = {"bench": "this tree against a baseline commit, side by side (A B A B)",
+    rec = {"bench": "this tree against a baseline commit, side by side (A B, B A rounds)",
            "harness": "bench/ab_bench.py", "argv": argv if argv is not None else sys.argv[1:],
            "provenance": prov, "cpu_class": cls,
            "baseline": "this tree under KIPP_PLAIN_OPS=1" if a.vs_plain else base_commit,
