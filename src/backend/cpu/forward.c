@@ -46,6 +46,7 @@
 #define VT_TILE 16u     /* V rows transposed together (att_item; at most ATT_CHUNK x group) */
 #define PAR_MIN_TOKENS 4 /* below this, per-token elementwise work stays on the caller */
 #define SEG_ROWS 64u     /* f16/bf16 decode: KV rows converted to f32 at a time */
+#define SWIGLU_INLINE 16384u /* swiglu elements below which the caller does them (no thread wake-up) */
 
 /* Where attention reads and writes K/V: the context's host KV storage, or (recomputation) a
  * private contiguous f32 store of the current layer for a single sequence. */
@@ -1181,7 +1182,11 @@ static int op_swiglu(void *st, kipp_buf gate, kipp_buf up) {
     tj.out = buf_of(f, gate);
     tj.in = buf_of(f, up);
     tj.dim = width_of(f, gate);
-    par_tokens(f, rows_of(f, gate), swiglu_rows, &tj);
+    const uint32_t rows = rows_of(f, gate);
+    if ((uint64_t)rows * tj.dim < SWIGLU_INLINE) /* a decode step's 8 expert rows: less than a wake-up costs */
+        swiglu_rows(&tj, 0, rows, 0);
+    else
+        par_tokens(f, rows, swiglu_rows, &tj);
     return 0;
 }
 
