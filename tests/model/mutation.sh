@@ -21,6 +21,7 @@ pass=0; fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 CPU=src/backend/cpu_ref/layers.c  # the layer code cpu-ref runs
 FWD=src/backend/cpu/forward.c            # the cpu backend's batched pass
+PROG=src/backend/program.c               # the layer program's driver (every backend)
 KV=src/backend/host_kv.h                 # the host backends' KV addressing
 KVC=src/kv/kv.c
 SCH=src/engine/sched.c                   # the server's scheduler
@@ -32,7 +33,7 @@ cases=(
   "rope sign|--model|$CPU|s#h\[i\] = a \* s->rope_cos\[i\] - b#h[i] = a * s->rope_cos[i] + b#"
   "attention scale 1/D|--model|$CPU|s#1.0f / sqrtf((float)D)#1.0f / (float)D#"
   "GQA head mapping|--model|$CPU|s#(size_t)(h / group) \* D#(size_t)(h % hp->n_head_kv) * D#"
-  "k-norm skipped|--model|$CPU|s#head_norm(s, s->k, hp->n_head_kv, w->k_norm);#(void)0;#"
+  "k-norm skipped (the driver)|--model|$PROG|s#return k->rmsnorm(st, l, KIPP_W(k_norm), KIPP_BUF_K, KIPP_BUF_K, D);#return 0;#"
   "KV slot off by one|--phase2-model|$KV|s#uint32_t slot = pos % kv->block_size;#uint32_t slot = (pos ? pos - 1 : 0) % kv->block_size;#"
   "KV layer aliasing|--phase2-model|$KV|s#((size_t)layer \* kv->block_size + slot)#((size_t)0 * layer * kv->block_size + slot)#"
   "KV block table ignored|--paged-cpu|$KV|s#uint32_t block = s->blocks\[lblock\];#uint32_t block = lblock;#"
@@ -51,7 +52,7 @@ cases=(
   # the cpu backend's own table lookup (kv_at) addresses every sequence as if in the
   # identity layout: the paged and the pooled gate on cpu must see it
   # embeddings (--embed-golden on tiny-embed): the final norm, and the pooled token's row
-  "embeddings: final norm skipped (cpu-ref)|--embed-golden|$CPU|s#rmsnorm(logits, x, norm_weights(s->m->output_norm, s->proj), hp->n_embd, hp->rms_eps);#memcpy(logits, x, hp->n_embd * sizeof(float));#"
+  "embeddings: final norm skipped (cpu-ref)|--embed-golden|$CPU|s#rmsnorm(logits, x, norm_weights(s->m->output_norm, s->wbuf), hp->n_embd, hp->rms_eps);#memcpy(logits, x, hp->n_embd * sizeof(float));#"
   "cpu: embedding row of the token before the wanted one|--embed-golden|$FWD|s#rmsnorm(logits + (size_t)i \* f->H, f->x + (size_t)f->wanted\[i\] \* f->H,#rmsnorm(logits + (size_t)i * f->H, f->x + (size_t)(f->wanted[i] ? f->wanted[i] - 1 : 0) * f->H,#||--backend cpu"
   "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
   "cpu: KV lookup ignores the block table (pooled)|--pooled-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
