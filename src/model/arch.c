@@ -182,14 +182,3 @@ const char *const *kipp_op_tensors(kipp_op op) {
     }
     return none;
 }
-
-kipp_status kipp_arch_check_ops(const kipp_arch *a, const char *backend, uint32_t ops, char *err, size_t err_len) {
-    for (size_t i = 0; i < a->n_ops; i++) {
-        const kipp_op op = a->program[i];
-        if ((unsigned)op >= KIPP_OP_COUNT || !(ops >> op & 1u))
-            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                             "%s: architecture '%s' needs op %s, which this backend does not implement", backend,
-                             a->name, kipp_op_name(op));
-    }
-    return KIPP_OK;
-}

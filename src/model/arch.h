@@ -92,11 +92,6 @@ const char *kipp_arch_names(char *buf, size_t cap);
 const char *kipp_arch_key(const kipp_arch *a, const char *key, char *buf, size_t cap);
 /* An op's name ("attn_norm", "qkv", ...), for --info and messages. */
 const char *kipp_op_name(kipp_op op);
-/* Every op of a's program in ops (a mask of 1u << KIPP_OP_*), else KIPP_ERR_UNSUPPORTED naming
- * the backend, the architecture and the first op it lacks (a backend refuses such a model at
- * start-up; no silent fallback). */
-#define KIPP_OPS_ALL ((1u << KIPP_OP_COUNT) - 1u)
-kipp_status kipp_arch_check_ops(const kipp_arch *a, const char *backend, uint32_t ops, char *err, size_t err_len);
 /* The layer tensors op reads, by name (as in kipp_arch_tensor: "attn_q", ...), NULL-terminated:
  * an architecture whose program runs op must bind them (tests/unit/test_arch.c checks it). */
 const char *const *kipp_op_tensors(kipp_op op);

@@ -153,6 +153,11 @@ void kt_suite_program(void) {
     KT_CHECK(kipp_program_check(m.arch, "toy", &dense, err, sizeof err) == KIPP_OK, "qwen3 needs no expert op");
     dense.add_bias = NULL;
     kipp_model q2 = fake("qwen2");
-    KT_CHECK(kipp_program_check(q2.arch, "toy", &dense, err, sizeof err) == KIPP_ERR_UNSUPPORTED && strstr(err, "add_bias"),
+    KT_CHECK(kipp_program_check(q2.arch, "toy", &dense, err, sizeof err) == KIPP_ERR_UNSUPPORTED &&
+                 strstr(err, "'qwen2'") && strstr(err, "qkv_bias") && strstr(err, "add_bias"),
              "qwen2 without add_bias: %s", err);
+    /* a table with every operation runs every architecture */
+    for (size_t i = 0; kipp_arch_at(i); i++)
+        KT_CHECK(kipp_program_check(kipp_arch_at(i), "toy", &rec_kernels, err, sizeof err) == KIPP_OK,
+                 "%s refused by a full table: %s", kipp_arch_at(i)->name, err);
 }
