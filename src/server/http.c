@@ -18,6 +18,7 @@
 #include "server/structured.h"
 #include "server/webui.h"
 #include "server/openai.h"
+#include "server/http_int.h"
 
 #include <jansson.h>
 
@@ -41,59 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WAIT_SLICE_MS 20     /* how often a waiting handler looks at its socket */
-#define WATCHDOG_TICK_MS 100 /* how often the watchdog looks at the connections */
-#define LINE_DEADLINE_S 1.0  /* first byte of a request to its complete request line */
-#define PARSE_WAIT_S 10      /* longest wait for a parsing slot before 503 */
-#define BYTES_PER_TOKEN 16   /* prompt bytes > this x max prompt tokens + 4096: 400 untokenized */
-
-/* A counted resource under kipp_server.mu: at most cap units taken at once; a taker waits
- * up to PARSE_WAIT_S for room. */
-typedef struct {
-    size_t used, cap;
-    pthread_cond_t cv;
-} budget;
-
-/* One connection as the watchdog sees it (MHD's socket context). */
-enum { WD_WAIT, WD_READ, WD_BUSY, WD_KILLED };
-typedef struct wd_conn {
-    struct wd_conn *prev, *next;
-    int fd, state, bad_path;
-    double t0, t_first; /* when the wait for this request began; its first byte (0: none) */
-    uint64_t base;      /* bytes received before this request */
-    uint64_t acked;     /* answering: bytes the client had acknowledged at t_acked, the */
-    double t_acked;     /* last time it took one (or had nothing pending) */
-} wd_conn;
-
-struct kipp_server {
-    struct MHD_Daemon *d;
-    kipp_server_params p;
-    char *api_key, *model_name;
-    char *webui_csp; /* the page's Content-Security-Policy (webui.c) */
-    uint16_t port;
-    atomic_int ready, draining, stopping, active;
-    kipp_model *m;
-    kipp_sched *sched;          /* NULL when an embedding model is served */
-    oai_embedder *emb;          /* the embedding model's context (NULL: a generative model) */
-    oai_structured *structured; /* token trie and grammars for constrained decoding */
-    uint32_t n_vocab, n_ctx;
-    pthread_mutex_t mu; /* counters, ids */
-    kipp_server_counters counters;
-    uint64_t next_id, next_rid, next_group;
-    char ignored[32][64]; /* request fields already logged as ignored (under mu) */
-    int n_ignored;
-    budget parsing;           /* requests parsed/tokenized at once: --max-parsing */
-    budget bodies;            /* request-body bytes held: --max-parsing x --max-body */
-    wd_conn *conns;           /* under wd_mu */
-    pthread_mutex_t wd_mu;
-    pthread_t wd;
-    int wd_started;
-    atomic_int wd_stop;
-};
-
 /* A field outside the OpenAI API (and Kipp's extensions) is ignored; its name is logged the
  * first time (up to 32 names). */
-static void note_ignored_field(kipp_server *sv, const char *name) {
+void srv_note_ignored_field(kipp_server *sv, const char *name) {
     pthread_mutex_lock(&sv->mu);
     int seen = sv->n_ignored == 32;
     for (int i = 0; i < sv->n_ignored && !seen; i++) seen = !strcmp(sv->ignored[i], name);
@@ -105,76 +56,21 @@ static void note_ignored_field(kipp_server *sv, const char *name) {
 }
 
 /* A request's 'model' names what this server serves: its name or an alias ("*": any). */
-static int model_served(const kipp_server *sv, const char *name) {
+int srv_model_served(const kipp_server *sv, const char *name) {
     if (strcmp(name, sv->model_name) == 0) return 1;
     for (size_t i = 0; i < sv->p.n_model_aliases; i++)
         if (!strcmp(sv->p.model_aliases[i], "*") || !strcmp(sv->p.model_aliases[i], name)) return 1;
     return 0;
 }
 
-typedef struct {
-    int endpoint; /* M_EP_* */
-    kipp_buf body;
-    int too_large, responded;
-    size_t body_reserved; /* bytes of sv->bodies this request holds */
-    int body_refused;     /* no room for the body in time: 503 once it has been read */
-    double t_start;
-    const char *cors; /* the Origin to echo in Access-Control-Allow-Origin, or NULL */
-    int close;        /* answer with Connection: close */
-    int http11;       /* HTTP/1.1 or later: an interim 1xx may be sent */
-    /* the request's log line (on_completed) and X-Request-Id */
-    char rid[65];     /* the client's X-Request-Id when it is sane, else req-N */
-    char method[8], path[64];
-    int status;       /* the status queued; 0: none (the connection was closed) */
-    int active;       /* holds one of sv->active (a generation or an embedding) until
-                       * on_completed: the drain waits for the answer's last byte, not
-                       * just for its being queued */
-    int gen;          /* a generation: the fields below are set */
-    uint32_t n_prompt, n_cached, n_completion;
-    double queue_s, ttft_s;
-    const char *finish;
-} conn_state;
-
-/* One choice of a generation (a request with n > 1 has n, sampled with seed + i). */
-typedef struct {
-    oai_gen g;
-    kipp_req *req;
-    uint32_t n_seen, tok0; /* tokens taken; where the last pump began */
-    int first, done;
-} gen_choice;
-
-/* A generation in progress: shared by the blocking non-stream path and the SSE reader. */
-typedef struct {
-    kipp_server *sv;
-    struct MHD_Connection *conn;
-    oai_request rq;
-    gen_choice *ch; /* [n_ch] */
-    uint32_t n_ch, turn; /* turn: the choice the stream reader serves next */
-    oai_meta meta;
-    char id[48];
-    uint32_t n_prompt;
-    int done;
-    int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
-    conn_state *cs; /* its connection's state (alive while MHD calls the handler or reader) */
-    kipp_buf out; /* SSE (or a piece of a large body) not yet handed to MHD */
-    size_t out_pos;
-    double t_start, t_checked;
-    /* a non-streamed body sent piece by piece (KIPP_SERVER_INLINE_BODY) */
-    oai_gen *gens[OAI_MAX_N];
-    kipp_req *reqs[OAI_MAX_N];
-    const char *fins[OAI_MAX_N];
-    oai_body body;
-} gen_state;
-
-static double now_s(void) {
+double srv_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-
 /* ---- responses -------------------------------------------------------------------------- */
 
-static void count(kipp_server *sv, int endpoint, int status) {
+void srv_count(kipp_server *sv, int endpoint, int status) {
     pthread_mutex_lock(&sv->mu);
     kipp_metrics_count(&sv->counters, endpoint, status);
     pthread_mutex_unlock(&sv->mu);
@@ -182,7 +78,7 @@ static void count(kipp_server *sv, int endpoint, int status) {
 
 /* What every response gets: CORS for an allowed cross-origin caller, and Connection: close
  * while draining (the client should reconnect elsewhere). */
-static void common_headers(kipp_server *sv, const conn_state *cs, struct MHD_Response *r) {
+void srv_common_headers(kipp_server *sv, const conn_state *cs, struct MHD_Response *r) {
     if (cs->cors) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->cors);
         MHD_add_response_header(r, "Vary", "Origin");
@@ -191,7 +87,7 @@ static void common_headers(kipp_server *sv, const conn_state *cs, struct MHD_Res
     MHD_add_response_header(r, "X-Request-Id", cs->rid);
 }
 
-static enum MHD_Result send_body(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
+enum MHD_Result srv_send_body(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                  int status, char *body, const char *ctype, const char *retry) {
     if (!body) body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
     struct MHD_Response *r = MHD_create_response_from_buffer(body ? strlen(body) : 0, body,
@@ -200,41 +96,43 @@ static enum MHD_Result send_body(kipp_server *sv, struct MHD_Connection *c, conn
     if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
     if (retry) MHD_add_response_header(r, "Retry-After", retry);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    common_headers(sv, cs, r);
+    srv_common_headers(sv, cs, r);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     cs->responded = 1;
     cs->status = status;
-    count(sv, cs->endpoint, status);
+    srv_count(sv, cs->endpoint, status);
     return ok;
 }
 
-static enum MHD_Result send_error(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
+enum MHD_Result srv_send_error(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                   int status, const char *msg, const char *type,
                                   const char *param, const char *code) {
-    return send_body(sv, c, cs, status, oai_error_json(msg, type, param, code), "application/json",
-                     status == 503 ? "1" : NULL);
+    const srv_api_ops *api = srv_api_get((srv_api)cs->api);
+    return srv_send_body(sv, c, cs, status,
+                         api ? api->error_json(status, msg, type, param, code)
+                             : oai_error_json(msg, type, param, code),
+                         "application/json", status == 503 ? "1" : NULL);
 }
 
-static enum MHD_Result send_json(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
+enum MHD_Result srv_send_json(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                  int status, char *json) {
-    return send_body(sv, c, cs, status, json, "application/json", NULL);
+    return srv_send_body(sv, c, cs, status, json, "application/json", NULL);
 }
 
 static enum MHD_Result send_too_large(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
     char msg[128];
     snprintf(msg, sizeof msg, "the body is larger than the limit of %zu bytes", sv->p.max_body);
-    return send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
+    return srv_send_error(sv, c, cs, 413, msg, "invalid_request_error", NULL, "request_too_large");
 }
 
 /* ---- the client is gone? ---------------------------------------------------------------- */
 
-enum { PEER_OK, PEER_GONE, PEER_FIN };
 
 /* PEER_GONE: a reset, an error, or both directions closed; PEER_FIN: the peer sent FIN,
  * which is a half-close (it still reads) or a close (it does not): only a write can tell,
  * as a closed socket answers it with a reset. Costs one poll, no read. */
-static int peer_state(int fd) {
+int srv_peer_state(int fd) {
     if (fd < 0) return PEER_GONE;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (poll(&p, 1, 0) <= 0) return PEER_OK;
@@ -248,238 +146,18 @@ static int peer_state(int fd) {
     return PEER_OK; /* alive, or a pipelined next request is waiting */
 }
 
-static int conn_fd(struct MHD_Connection *c) {
+int srv_conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
 }
-
-/* ---- generation ------------------------------------------------------------------------- */
-
-/* "tool_calls" when the reply made calls and was not cut short (OpenAI's rule) */
-static const char *finish_reason(const gen_choice *gc, kipp_finish f) {
-    return f == KIPP_FINISH_LENGTH ? "length" : gc->g.n_calls ? "tool_calls" : "stop";
-}
-
-static void cancel_all(gen_state *gs) {
-    for (uint32_t i = 0; i < gs->n_ch; i++)
-        if (gs->ch[i].req) kipp_req_cancel(gs->ch[i].req);
-}
-
-/* Waits for the next choice with new tokens (or finished), round robin over the choices
- * still running, and pulls its new tokens through the text pipeline; *which is that
- * choice and gc->tok0 the token it began at. Waiting on all choices at once matters: a
- * choice still queued must not hold up its siblings, which the window pauses until their
- * tokens are taken. Returns the finish state (KIPP_FINISH_NONE while running); *gone is
- * set when the client left. When the peer sent FIN, the first time: a streaming request
- * returns KIPP_FINISH_NONE with *which NULL and an SSE comment in gs->out (the write that
- * tells a closed socket from a half-closed one); a non-streaming HTTP/1.1 one sends "100
- * Continue" (which clients skip) for the same reason. After the shutdown deadline
- * (kipp_server_shutdown) the request ends at once as "length". */
-static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
-    kipp_finish fin = KIPP_FINISH_NONE;
-    *gone = 0;
-    *which = NULL;
-    kipp_req *rs[OAI_MAX_N];
-    uint32_t have[OAI_MAX_N], n_live = 0;
-    gen_choice *map[OAI_MAX_N];
-    for (uint32_t k = 0; k < gs->n_ch; k++) {
-        gen_choice *x = &gs->ch[(gs->turn + k) % gs->n_ch];
-        if (x->done) continue;
-        rs[n_live] = x->req, have[n_live] = x->n_seen, map[n_live++] = x;
-    }
-    if (n_live == 0) return KIPP_FINISH_STOP; /* callers never ask then */
-    for (;;) {
-        int k; /* one choice waits on its own request (a broadcast per step wakes wait_any) */
-        if (n_live == 1) {
-            kipp_finish f;
-            k = kipp_req_wait(rs[0], have[0], WAIT_SLICE_MS, &f) > have[0] || f != KIPP_FINISH_NONE ? 0 : -1;
-        } else {
-            k = kipp_req_wait_any(rs, have, n_live, 0, WAIT_SLICE_MS);
-        }
-        /* the socket is looked at every WAIT_SLICE_MS even while tokens flow: a fast model
-         * never leaves a wait idle long enough otherwise */
-        const double t = now_s();
-        if (t - gs->t_checked >= WAIT_SLICE_MS * 1e-3 || k < 0) {
-            gs->t_checked = t;
-            const int ps = peer_state(gs->fd);
-            if (ps == PEER_GONE) {
-                cancel_all(gs);
-                *gone = 1;
-                return KIPP_FINISH_CANCELLED;
-            }
-            if (ps == PEER_FIN && !gs->probed) {
-                gs->probed = 1;
-                if (gs->rq.stream) {
-                    kipp_buf_put(&gs->out, ": probe\n\n", 10);
-                    return KIPP_FINISH_NONE;
-                }
-                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                if (gs->http11 && send(gs->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
-                    errno != EAGAIN && errno != EWOULDBLOCK) {
-                    cancel_all(gs);
-                    *gone = 1;
-                    return KIPP_FINISH_CANCELLED;
-                }
-            }
-            if (atomic_load(&gs->sv->stopping)) {
-                gen_choice *gc = k >= 0 ? map[k] : map[0];
-                kipp_finish f;
-                kipp_req_wait(gc->req, gc->n_seen, 0, &f);
-                if (f == KIPP_FINISH_NONE) {
-                    cancel_all(gs); /* the shutdown deadline: end it as cut short */
-                    gc->tok0 = gc->n_seen;
-                    gs->turn = (uint32_t)(gc - gs->ch + 1) % gs->n_ch;
-                    *which = gc;
-                    return KIPP_FINISH_LENGTH;
-                }
-            }
-        }
-        if (k < 0) continue;
-        gen_choice *gc = map[k];
-        gs->turn = (uint32_t)(gc - gs->ch + 1) % gs->n_ch;
-        *which = gc;
-        gc->tok0 = gc->n_seen;
-        const uint32_t n = kipp_req_wait(gc->req, gc->n_seen, 0, &fin);
-        for (; gc->n_seen < n; gc->n_seen++)
-            if (oai_gen_push(&gc->g, kipp_req_token(gc->req, gc->n_seen)))
-                kipp_req_stop(gc->req); /* a stop string: the text is complete */
-        /* a stop string ends the text even when the engine also reached max_tokens */
-        if (gc->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
-        /* the engine stopping (kipp_sched_stop) after the deadline also ends as cut */
-        if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) fin = KIPP_FINISH_LENGTH;
-        return fin;
-    }
-}
-
-/* The meta for a chunk of choice gc (its finish reason) and the usage of every choice. */
-static void fill_meta(gen_state *gs, gen_choice *gc, kipp_finish fin) {
-    gs->meta.finish_reason = fin == KIPP_FINISH_NONE ? NULL : finish_reason(gc, fin);
-    gs->meta.n_completion = 0;
-    gs->meta.spec_drafted = gs->meta.spec_accepted = 0;
-    for (uint32_t i = 0; i < gs->n_ch; i++) {
-        uint64_t d, a;
-        gs->meta.n_completion += gs->ch[i].g.n_used;
-        kipp_req_spec(gs->ch[i].req, &d, &a);
-        gs->meta.spec_drafted += d, gs->meta.spec_accepted += a;
-    }
-    gs->meta.n_cached = kipp_req_n_cached(gs->ch[0].req);
-    conn_state *cs = gs->cs; /* for the request's log line */
-    cs->gen = 1;
-    cs->n_prompt = gs->meta.n_prompt;
-    cs->n_cached = gs->meta.n_cached;
-    cs->n_completion = gs->meta.n_completion;
-    cs->finish = gs->meta.finish_reason;
-    kipp_req_times(gs->ch[0].req, &cs->queue_s, &cs->ttft_s);
-}
-
-/* A generation request's whole time, arrival to its last byte queued. */
-static void note_duration(gen_state *gs) {
-    pthread_mutex_lock(&gs->sv->mu);
-    kipp_hist_add(&gs->sv->counters.duration, now_s() - gs->t_start);
-    pthread_mutex_unlock(&gs->sv->mu);
-}
-
 /* The request counts in sv->active (what the drain waits for) until on_completed, after
  * its answer's last byte went out: a count dropped when the answer was only queued let the
  * drain stop libmicrohttpd before a non-streamed answer was sent (the client saw the
  * connection close with no response). */
-static void hold_active(kipp_server *sv, conn_state *cs) {
+void srv_hold_active(kipp_server *sv, conn_state *cs) {
     if (cs->active) return;
     cs->active = 1;
     atomic_fetch_add(&sv->active, 1);
-}
-
-static void gen_free(gen_state *gs) {
-    if (!gs) return;
-    for (uint32_t i = 0; i < gs->n_ch; i++) {
-        kipp_req_release(gs->ch[i].req);
-        oai_gen_free(&gs->ch[i].g);
-    }
-    free(gs->ch);
-    oai_request_free(&gs->rq);
-    kipp_buf_free(&gs->out);
-    free(gs);
-}
-
-static void sse(gen_state *gs, char *json) {
-    if (!json) { gs->ch[0].g.oom = 1; return; }
-    kipp_buf_put(&gs->out, "data: ", 6);
-    kipp_buf_put(&gs->out, json, strlen(json));
-    kipp_buf_put(&gs->out, "\n\n", 2);
-    free(json);
-}
-
-/* MHD content reader for streaming: hands out SSE bytes, producing more as tokens come. */
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    gen_state *gs = cls;
-    (void)pos;
-    for (;;) {
-        if (gs->out_pos < gs->out.len) {
-            size_t n = gs->out.len - gs->out_pos;
-            if (n > max) n = max;
-            memcpy(buf, gs->out.data + gs->out_pos, n);
-            gs->out_pos += n;
-            if (gs->out_pos == gs->out.len) gs->out_pos = gs->out.len = 0;
-            return (ssize_t)n;
-        }
-        if (gs->done) return MHD_CONTENT_READER_END_OF_STREAM;
-        int gone;
-        gen_choice *gc; /* the next choice with news, round robin */
-        kipp_finish fin = pump(gs, &gc, &gone);
-        if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (!gc) continue; /* the probe is in gs->out */
-        const uint32_t tok0 = gc->tok0;
-        if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
-            char *e = oai_error_json(fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req)
-                                                              : "the request was cancelled",
-                                     "server_error", NULL, NULL);
-            cancel_all(gs);
-            sse(gs, e);
-            kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
-            gs->done = 1;
-            continue;
-        }
-        if (fin != KIPP_FINISH_NONE) oai_gen_finish(&gc->g);
-        const uint32_t tok1 = gc->g.n_used < gc->n_seen ? gc->g.n_used : gc->n_seen;
-        fill_meta(gs, gc, KIPP_FINISH_NONE);
-        if (gc->g.content.len || gc->g.reasoning.len || gc->first || (gs->rq.logprobs && tok1 > tok0))
-            sse(gs, oai_chunk_json(&gc->g, &gs->meta, gc->req, tok0, tok1 > tok0 ? tok1 : tok0,
-                                   gc->first));
-        for (char *tj; (tj = oai_tool_chunk_json(&gc->g, &gs->meta));) sse(gs, tj);
-        gc->first = 0;
-        if (fin != KIPP_FINISH_NONE) {
-            gc->done = 1;
-            fill_meta(gs, gc, fin);
-            sse(gs, oai_chunk_json(&gc->g, &gs->meta, gc->req, 0, 0, 0));
-            int all = 1;
-            for (uint32_t i = 0; i < gs->n_ch; i++) all &= gs->ch[i].done;
-            if (all) {
-                if (gs->rq.include_usage) sse(gs, oai_usage_chunk_json(&gc->g, &gs->meta));
-                kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
-                gs->done = 1;
-                note_duration(gs);
-            }
-        }
-    }
-}
-
-static void stream_free(void *cls) { gen_free(cls); }
-
-/* MHD content reader for a large non-streamed body: its pieces as the client takes them. */
-static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    gen_state *gs = cls;
-    (void)pos;
-    while (gs->out_pos == gs->out.len) {
-        gs->out_pos = gs->out.len = 0;
-        const int more = oai_body_next(&gs->body, &gs->out);
-        if (more < 0) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory: cut */
-        if (more == 0) return MHD_CONTENT_READER_END_OF_STREAM;
-    }
-    size_t n = gs->out.len - gs->out_pos;
-    if (n > max) n = max;
-    memcpy(buf, gs->out.data + gs->out_pos, n);
-    gs->out_pos += n;
-    return (ssize_t)n;
 }
 
 /* A large body (and a stream of n > 1 choices, below) is bulk work: serializing it (a count pass, then every piece again as the
@@ -497,130 +175,13 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * it is in. A chat request is a few KB. */
 #define BULK_BODY (256u << 10)
 
-static void bulk_priority(conn_state *cs) {
+void srv_bulk_priority(conn_state *cs) {
 #ifdef __linux__
     errno = 0;
     const int cur = getpriority(PRIO_PROCESS, 0); /* Linux: 0 is this thread (as the mask thread's) */
     if (errno == 0 && cur < BULK_NICE) (void)setpriority(PRIO_PROCESS, 0, BULK_NICE);
 #endif
     cs->close = 1;
-}
-
-/* Answers a finished non-streamed generation. A body of at most KIPP_SERVER_INLINE_BODY
- * bytes is built whole and sent; a larger one (n choices with logprobs) is never whole in
- * memory: a first pass counts its bytes (Content-Length), then its pieces are made again
- * as the client reads them (body_reader), so a client that stops reading holds one piece. */
-static enum MHD_Result send_body_pieces(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
-                                        gen_state *gs) {
-    oai_body_init(&gs->body, gs->gens, gs->reqs, gs->fins, gs->n_ch, &gs->meta);
-    kipp_buf first = {0};
-    int more;
-    while ((more = oai_body_next(&gs->body, &first)) > 0 && first.len <= KIPP_SERVER_INLINE_BODY) {}
-    enum MHD_Result res;
-    if (more == 0) {
-        res = send_json(sv, c, cs, 200, kipp_buf_take(&first, NULL));
-        note_duration(gs);
-        gen_free(gs);
-        return res;
-    }
-    bulk_priority(cs);
-    uint64_t total = first.len;
-    kipp_buf_free(&first);
-    kipp_buf piece = {0};
-    while (more > 0) {
-        piece.len = 0;
-        more = oai_body_next(&gs->body, &piece);
-        total += piece.len;
-    }
-    kipp_buf_free(&piece);
-    struct MHD_Response *r = NULL;
-    if (more == 0) {
-        oai_body_init(&gs->body, gs->gens, gs->reqs, gs->fins, gs->n_ch, &gs->meta);
-        gs->out.len = gs->out_pos = 0;
-        r = MHD_create_response_from_callback(total, 16384, body_reader, gs, stream_free);
-    }
-    if (!r) {
-        res = send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
-        gen_free(gs);
-        return res;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    common_headers(sv, cs, r);
-    res = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    cs->responded = 1;
-    cs->status = 200;
-    count(sv, cs->endpoint, 200);
-    note_duration(gs);
-    return res;
-}
-
-/* Tokenizes the request's prompt (chat template or completions prompt). Returns 0 or an
- * HTTP status with the error already sent. */
-static int build_prompt(kipp_server *sv, struct MHD_Connection *c, conn_state *cs, gen_state *gs,
-                        int32_t **ids, size_t *n_ids, enum MHD_Result *res) {
-    char err[KIPP_ERR_LEN];
-    const char *text = gs->rq.prompt_text;
-    size_t len = gs->rq.prompt_len;
-    char *rendered = NULL;
-    size_t *spans = NULL, n_spans = 0;
-    /* special-token text the client sent: parsed (<|im_end|> is the token) or plain text */
-    const int parse = gs->rq.content_special >= 0 ? gs->rq.content_special : !sv->p.content_text;
-    const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
-    const uint64_t max_bytes = (uint64_t)BYTES_PER_TOKEN * max_prompt + 4096;
-    int sized = text != NULL, floor_only = 0; /* len is the prompt's bytes (or a floor on them) */
-    if (gs->rq.ep == OAI_CHAT && gs->rq.verbatim_bytes > max_bytes) {
-        len = gs->rq.verbatim_bytes; /* the rendered prompt holds at least these: not rendered */
-        sized = floor_only = 1;
-    } else if (gs->rq.ep == OAI_CHAT) {
-        /* the request's own text is marked only when it is to be read as plain text */
-        if (kipp_chat_apply_spans(sv->m, gs->rq.chat_body, strlen(gs->rq.chat_body), &rendered,
-                                  &len, parse ? NULL : &spans, parse ? NULL : &n_spans, err,
-                                  sizeof err) != KIPP_OK) {
-            *res = send_error(sv, c, cs, 400, err, "invalid_request_error", "messages", NULL);
-            return 400;
-        }
-        text = rendered;
-        sized = 1;
-    }
-    if (sized && len > max_bytes) { /* far too long to fit: not worth tokenizing */
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "the prompt is %s%zu bytes; this server accepts at most %u tokens and refuses "
-                 "prompts over %llu bytes without tokenizing them",
-                 floor_only ? "at least " : "", len, max_prompt, (unsigned long long)max_bytes);
-        free(rendered);
-        free(spans);
-        *res = send_error(sv, c, cs, 400, msg, "invalid_request_error",
-                          gs->rq.ep == OAI_CHAT ? "messages" : "prompt", "context_length_exceeded");
-        return 400;
-    }
-    if (!text) { /* token ids */
-        *ids = gs->rq.prompt_ids;
-        *n_ids = gs->rq.n_prompt_ids;
-        gs->rq.prompt_ids = NULL;
-        return 0;
-    }
-    /* exactly sized: NFC can make more tokens than the text has bytes */
-    size_t n = 0;
-    int32_t *buf = NULL;
-    kipp_status st =
-        gs->rq.ep == OAI_CHAT && !parse
-            ? kipp_tokenize_spans(sv->m, text, len, spans, n_spans, &buf, &n, err, sizeof err)
-            : kipp_tokenize_alloc(sv->m, text, len, parse, &buf, &n, err, sizeof err);
-    free(rendered);
-    free(spans);
-    if (st != KIPP_OK) {
-        free(buf);
-        const int oom = st == KIPP_ERR_NOMEM;
-        *res = send_error(sv, c, cs, oom ? 500 : 400, oom ? "out of memory tokenizing the prompt" : err,
-                          oom ? "server_error" : "invalid_request_error",
-                          gs->rq.ep == OAI_CHAT ? "messages" : "prompt", NULL);
-        return oom ? 500 : 400;
-    }
-    *ids = buf;
-    *n_ids = n;
-    return 0;
 }
 
 /* Takes n units of b, waiting up to PARSE_WAIT_S for room (a taker of more than b->cap
@@ -647,8 +208,8 @@ static void budget_give(kipp_server *sv, budget *b, size_t n) {
 
 /* At most --max-parsing requests are parsed, rendered and tokenized at once (their memory
  * is many times the body's); the others wait up to PARSE_WAIT_S. 0: a slot; -1: none. */
-static int parse_enter(kipp_server *sv) { return budget_take(sv, &sv->parsing, 1); }
-static void parse_leave(kipp_server *sv) { budget_give(sv, &sv->parsing, 1); }
+int srv_parse_enter(kipp_server *sv) { return budget_take(sv, &sv->parsing, 1); }
+void srv_parse_leave(kipp_server *sv) { budget_give(sv, &sv->parsing, 1); }
 
 /* Request bodies held in memory are bounded too (32 clients each sending a maximal body at
  * once must not cost 32 bodies): a request reserves its whole Content-Length (or --max-body
@@ -667,223 +228,20 @@ static int body_reserve(kipp_server *sv, struct MHD_Connection *c, conn_state *c
     return 0;
 }
 
-static void body_bytes_free(void *arg) { kipp_buf_free(&((conn_state *)arg)->body); }
+void srv_body_bytes_free(void *arg) { kipp_buf_free(&((conn_state *)arg)->body); }
 
-static void body_release(kipp_server *sv, conn_state *cs) {
+void srv_body_release(kipp_server *sv, conn_state *cs) {
     kipp_buf_free(&cs->body);
     if (!cs->body_reserved) return;
     budget_give(sv, &sv->bodies, cs->body_reserved);
     cs->body_reserved = 0;
 }
-
-static enum MHD_Result handle_generate(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
-                                       oai_endpoint ep) {
-    char msg[KIPP_ERR_LEN];
-    const char *param = NULL;
-    gen_state *gs = calloc(1, sizeof *gs);
-    if (!gs) return send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
-    hold_active(sv, cs); /* before the draining check: drain waits for it */
-    gs->sv = sv;
-    gs->cs = cs;
-    gs->conn = c;
-    gs->fd = conn_fd(c);
-    gs->http11 = cs->http11;
-    gs->t_start = cs->t_start;
-    enum MHD_Result res;
-    if (atomic_load(&sv->draining)) {
-        res = send_error(sv, c, cs, 503, "the server is shutting down", "server_error", NULL,
-                         "shutting_down");
-        gen_free(gs);
-        return res;
-    }
-    if (parse_enter(sv) != 0) {
-        res = send_error(sv, c, cs, 503, "too many requests are being parsed; retry", "server_error",
-                         NULL, "overloaded");
-        gen_free(gs);
-        return res;
-    }
-    /* the body's bytes go once parsed into a tree; its reservation stays until the request
-     * is parsed (the tree and its copies are what the reservation now stands for) */
-    if (oai_parse_freeing(cs->body.data ? cs->body.data : "", cs->body.len, ep, sv->n_vocab, &gs->rq, msg,
-                          sizeof msg, &param, body_bytes_free, cs) != 0) {
-        parse_leave(sv);
-        res = send_error(sv, c, cs, 400, msg, "invalid_request_error", param, NULL);
-        gen_free(gs);
-        return res;
-    }
-    body_release(sv, cs); /* parsed: the body is not needed any more */
-    if (oai_apply_tool_choice(&gs->rq, sv->m) != 0) {
-        parse_leave(sv);
-        res = send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
-        gen_free(gs);
-        return res;
-    }
-    if (gs->rq.unknown_field[0]) note_ignored_field(sv, gs->rq.unknown_field);
-    if (!model_served(sv, gs->rq.model)) {
-        snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'%s",
-                 gs->rq.model, sv->model_name,
-                 sv->p.n_model_aliases ? " and its aliases (GET /v1/models lists them)" : "");
-        parse_leave(sv);
-        res = send_error(sv, c, cs, 404, msg, "invalid_request_error", "model", "model_not_found");
-        gen_free(gs);
-        return res;
-    }
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    const int bad = build_prompt(sv, c, cs, gs, &ids, &n_ids, &res);
-    parse_leave(sv);
-    if (bad) {
-        gen_free(gs);
-        return res;
-    }
-    const uint32_t max_prompt = sv->p.max_prompt_tokens ? sv->p.max_prompt_tokens : sv->n_ctx - 1;
-    if (n_ids == 0 || n_ids > max_prompt) {
-        if (n_ids) snprintf(msg, sizeof msg, "the prompt has %zu tokens; this server accepts at most %u",
-                            n_ids, max_prompt);
-        else snprintf(msg, sizeof msg, "the prompt is empty");
-        free(ids);
-        res = send_error(sv, c, cs, 400, msg, "invalid_request_error",
-                         ep == OAI_CHAT ? "messages" : "prompt", "context_length_exceeded");
-        gen_free(gs);
-        return res;
-    }
-    kipp_req_params rp = {.prompt = ids, .n_prompt = (uint32_t)n_ids, .sampling = gs->rq.sp,
-                          .ignore_eos = gs->rq.ignore_eos, .logprobs = gs->rq.logprobs,
-                          .top_logprobs = gs->rq.top_logprobs};
-    const uint32_t room = sv->n_ctx - (uint32_t)n_ids;
-    uint64_t mt = gs->rq.max_tokens > 0 ? (uint64_t)gs->rq.max_tokens
-                                        : (sv->p.default_max_tokens ? sv->p.default_max_tokens : room);
-    rp.max_tokens = (uint32_t)(mt < room ? mt : room);
-    gs->n_prompt = (uint32_t)n_ids;
-    char err[KIPP_ERR_LEN];
-    const char *err_param = NULL;
-    kipp_status st = KIPP_OK;
-    gs->n_ch = gs->rq.n ? gs->rq.n : 1;
-    if (!(gs->ch = calloc(gs->n_ch, sizeof *gs->ch))) st = KIPP_ERR_NOMEM, gs->n_ch = 0;
-    if (gs->n_ch > 1) { /* siblings: one prefill, then forks of its KV */
-        pthread_mutex_lock(&sv->mu);
-        rp.group = ++sv->next_group;
-        pthread_mutex_unlock(&sv->mu);
-    }
-    kipp_matcher **ms = NULL; /* constrained decoding: a bad grammar is the client's 400 */
-    if (st == KIPP_OK && gs->rq.grammar) {
-        if (!sv->structured || !(ms = calloc(gs->n_ch, sizeof *ms))) st = KIPP_ERR_NOMEM;
-        else st = oai_structured_matchers(sv->structured, gs->rq.grammar, gs->rq.grammar_len, gs->n_ch, ms, err,
-                                          sizeof err);
-        if (st != KIPP_OK) err_param = gs->rq.grammar_param;
-    }
-    for (uint32_t i = 0; i < gs->n_ch && st == KIPP_OK; i++) {
-        gen_choice *gc = &gs->ch[i];
-        gc->first = 1;
-        rp.sampling.seed = gs->rq.sp.seed + i;
-        rp.sibling = i;
-        rp.window = KIPP_SERVER_TOKEN_WINDOW;
-        rp.matcher = ms ? ms[i] : NULL;
-        if (ms) ms[i] = NULL; /* the submit's now (or freed below if it fails) */
-        rp.think = (kipp_think_params){0};
-        /* with thinking on, a reply that opens with <think> reasons freely up to </think>, and
-         * the grammar applies after it; any other reply is constrained from its first token.
-         * The reasoning of a constrained reply is bounded (by default half of max_tokens) so
-         * that the grammar gets its turn (the template decides whether the model thinks:
-         * Instruct-2507 and Qwen2.5 never do, Thinking-2507's prompt already opened the <think>) */
-        kipp_chat_thinking th = KIPP_CHAT_THINK_OFF;
-        if (gs->rq.ep == OAI_CHAT && (gs->rq.grammar || gs->rq.max_reasoning_tokens >= 0) &&
-            kipp_chat_template_info(sv->m, gs->rq.enable_thinking, NULL, &th, NULL, 0) == KIPP_OK &&
-            (th == KIPP_CHAT_THINK_BY_TAG || th == KIPP_CHAT_THINK_IN_PROMPT))
-            rp.think = (kipp_think_params){
-                .on = 1, .in_prompt = th == KIPP_CHAT_THINK_IN_PROMPT,
-                .max_reasoning_tokens = gs->rq.max_reasoning_tokens >= 0 ? (uint32_t)gs->rq.max_reasoning_tokens
-                                                                         : rp.max_tokens / 2};
-        st = oai_gen_init(&gc->g, sv->m, &gs->rq) == 0 ? kipp_sched_submit(sv->sched, &rp, &gc->req, err, sizeof err)
-                                                     : KIPP_ERR_NOMEM;
-        gc->g.index = i;
-        if (st != KIPP_OK) kipp_matcher_free(rp.matcher); /* still ours after a failed submit */
-    }
-    for (uint32_t i = 0; ms && i < gs->n_ch; i++) kipp_matcher_free(ms[i]); /* those not handed over */
-    free(ms);
-    free(ids);
-    if (st != KIPP_OK) {
-        cancel_all(gs);
-        res = st == KIPP_ERR_BUSY
-                  ? send_error(sv, c, cs, 503, err, "server_error", NULL, "overloaded")
-                  : send_error(sv, c, cs, st == KIPP_ERR_INVALID_ARG ? 400 : 500,
-                               st == KIPP_ERR_NOMEM ? "out of memory" : err,
-                               st == KIPP_ERR_INVALID_ARG ? "invalid_request_error" : "server_error",
-                               err_param, NULL);
-        gen_free(gs);
-        return res;
-    }
-    pthread_mutex_lock(&sv->mu);
-    snprintf(gs->id, sizeof gs->id, "%s-%llu", ep == OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)++sv->next_id);
-    pthread_mutex_unlock(&sv->mu);
-    /* the id the client asked for: the served name or one of its aliases */
-    gs->meta = (oai_meta){.id = gs->id, .model = gs->rq.model, .created = (long long)time(NULL),
-                          .n_prompt = gs->n_prompt};
-    if (gs->rq.stream) {
-        /* the kernel's send buffer would otherwise grow to net.ipv4.tcp_wmem's maximum (4 MiB)
-         * for a client that does not read, and hold thousands of tokens before the window
-         * could pause anything */
-        const int sndbuf = KIPP_SERVER_STREAM_SNDBUF;
-        if (gs->fd >= 0) setsockopt(gs->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-        /* n > 1 choices are bulk work (as fair steps take them): their events, n per token and
-         * with logprobs each (the attack's n 16 x top_logprobs 20: ~2 KB a token), are made on
-         * this connection's thread, which then takes the CPU the forward pass leaves (a
-         * client catching up on a held stream made the plain requests beside it 6x slower on
-         * the tiny model) */
-        if (gs->n_ch > 1) bulk_priority(cs);
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, gs, stream_free);
-        if (!r) {
-            gen_free(gs);
-            return MHD_NO;
-        }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        common_headers(sv, cs, r);
-        res = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        cs->responded = 1;
-        cs->status = 200;
-        count(sv, cs->endpoint, 200);
-        return res;
-    }
-    /* not streamed: wait here for the whole completion; the choices run together and are
-     * taken as their tokens come (so the window never pauses them) */
-    for (uint32_t left = gs->n_ch; left;) {
-        gen_choice *gc;
-        int gone;
-        const kipp_finish fin = pump(gs, &gc, &gone);
-        if (gone) { /* nobody to answer: close the connection */
-            gen_free(gs);
-            cs->responded = 1;
-            return MHD_NO;
-        }
-        if (!gc || fin == KIPP_FINISH_NONE) continue;
-        if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
-            cancel_all(gs);
-            res = send_error(sv, c, cs, 500,
-                             fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req) : "the request was cancelled",
-                             "server_error", NULL, NULL);
-            gen_free(gs);
-            return res;
-        }
-        oai_gen_finish(&gc->g);
-        gc->done = 1;
-        left--;
-        fill_meta(gs, gc, fin);
-        const uint32_t i = (uint32_t)(gc - gs->ch);
-        gs->gens[i] = &gc->g, gs->reqs[i] = gc->req, gs->fins[i] = gs->meta.finish_reason;
-    }
-    return send_body_pieces(sv, c, cs, gs);
-}
-
 /* ---- small endpoints -------------------------------------------------------------------- */
 
-static int served_cb(const void *sv, const char *name) { return model_served(sv, name); }
+static int served_cb(const void *sv, const char *name) { return srv_model_served(sv, name); }
 
 static enum MHD_Result handle_models(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
-    return send_json(sv, c, cs, 200,
+    return srv_send_json(sv, c, cs, 200,
                      oai_models_json(sv->model_name, sv->p.model_aliases, sv->p.n_model_aliases));
 }
 
@@ -899,20 +257,20 @@ static enum MHD_Result send_webui(kipp_server *sv, struct MHD_Connection *c, con
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    common_headers(sv, cs, r);
+    srv_common_headers(sv, cs, r);
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     cs->responded = 1;
     cs->status = 200;
-    count(sv, cs->endpoint, 200);
+    srv_count(sv, cs->endpoint, 200);
     return ok;
 }
 
 static int key_ok(const kipp_server *sv, struct MHD_Connection *c) {
     if (!sv->api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
-    h += 7;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0) h += 7;
+    else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) return 0; /* Anthropic's */
     const size_t lk = strlen(sv->api_key), lh = strlen(h);
     /* constant time in the key's content: every byte is compared whatever differs */
     unsigned char diff = (unsigned char)(lk != lh);
@@ -1144,7 +502,7 @@ static int framing_refused(kipp_server *sv, struct MHD_Connection *c, conn_state
         return 0;
     }
     cs->close = 1;
-    *res = send_error(sv, c, cs, status, msg, "invalid_request_error", NULL, code);
+    *res = srv_send_error(sv, c, cs, status, msg, "invalid_request_error", NULL, code);
     return 1;
 }
 
@@ -1163,11 +521,11 @@ static enum MHD_Result send_preflight(kipp_server *sv, struct MHD_Connection *c,
                                 plain ? req : "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
-    common_headers(sv, cs, r);
+    srv_common_headers(sv, cs, r);
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
     MHD_destroy_response(r);
     cs->responded = 1;
-    count(sv, cs->endpoint, 204);
+    srv_count(sv, cs->endpoint, 204);
     return ok;
 }
 
@@ -1218,11 +576,11 @@ static void wd_set(kipp_server *sv, struct MHD_Connection *c, int state) {
     if (w->state != WD_KILLED) {
         w->state = state;
         if (state == WD_WAIT) {
-            w->t0 = now_s();
+            w->t0 = srv_now();
             w->t_first = 0;
             w->base = bytes_received(w->fd);
         } else if (state == WD_BUSY) {
-            w->t_acked = now_s();
+            w->t_acked = srv_now();
             w->acked = bytes_acked(w->fd);
         }
     }
@@ -1238,7 +596,7 @@ static void *watchdog(void *arg) {
     kipp_server *sv = arg;
     const double limit = sv->p.read_timeout_s, wlimit = sv->p.write_timeout_s;
     while (!atomic_load(&sv->wd_stop)) {
-        const double t = now_s();
+        const double t = srv_now();
         pthread_mutex_lock(&sv->wd_mu);
         for (wd_conn *w = sv->conns; w; w = w->next) {
             if (w->state == WD_BUSY && write_stalled(w, t, wlimit)) {
@@ -1273,9 +631,9 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         wd_conn *w = calloc(1, sizeof *w);
         if (!w) return;
-        w->fd = conn_fd(c);
+        w->fd = srv_conn_fd(c);
         w->state = WD_WAIT;
-        w->t0 = now_s();
+        w->t0 = srv_now();
         pthread_mutex_lock(&sv->wd_mu);
         w->next = sv->conns;
         if (sv->conns) sv->conns->prev = w;
@@ -1310,29 +668,81 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
 
 /* ---- the access handler ----------------------------------------------------------------- */
 
-static int route(const char *url, int *post) {
-    *post = 1;
-    if (!strcmp(url, "/v1/chat/completions")) return M_EP_CHAT;
-    if (!strcmp(url, "/v1/completions")) return M_EP_COMPLETIONS;
-    if (!strcmp(url, "/v1/embeddings")) return M_EP_EMBEDDINGS;
-    *post = 0;
-    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) return M_EP_WEBUI;
-    if (!strcmp(url, "/v1/models")) return M_EP_MODELS;
-    if (!strcmp(url, "/health")) return M_EP_HEALTH;
-    if (!strcmp(url, "/metrics")) return M_EP_METRICS;
-    return M_EP_OTHER;
+/* Every route: its path, method (GET routes answer HEAD too), endpoint and protocol. The
+ * paths without /v1 are the ones clients reach with a base URL that lacks it (llama-server
+ * serves both). */
+typedef struct {
+    const char *path, *method;
+    int endpoint, api;
+} route_t;
+static const route_t routes[] = {
+    {"/v1/chat/completions", "POST", M_EP_CHAT, API_OPENAI},
+    {"/chat/completions", "POST", M_EP_CHAT, API_OPENAI},
+    {"/v1/completions", "POST", M_EP_COMPLETIONS, API_OPENAI},
+    {"/completions", "POST", M_EP_COMPLETIONS, API_OPENAI},
+    {"/v1/embeddings", "POST", M_EP_EMBEDDINGS, API_OPENAI},
+    {"/embeddings", "POST", M_EP_EMBEDDINGS, API_OPENAI},
+    {"/v1/models", "GET", M_EP_MODELS, API_OPENAI},
+    {"/models", "GET", M_EP_MODELS, API_OPENAI},
+    {"/", "GET", M_EP_WEBUI, API_OPENAI},
+    {"/index.html", "GET", M_EP_WEBUI, API_OPENAI},
+    {"/health", "GET", M_EP_HEALTH, API_OPENAI},
+    {"/metrics", "GET", M_EP_METRICS, API_OPENAI},
+    {"/v1/messages", "POST", M_EP_MESSAGES, API_ANTHROPIC},
+    {"/v1/messages/count_tokens", "POST", M_EP_COUNT_TOKENS, API_ANTHROPIC},
+    {"/v1/responses", "POST", M_EP_RESPONSES, API_RESPONSES},
+    {"/responses", "POST", M_EP_RESPONSES, API_RESPONSES},
+    {"/api/chat", "POST", M_EP_OLLAMA_CHAT, API_OLLAMA},
+    {"/api/generate", "POST", M_EP_OLLAMA_GENERATE, API_OLLAMA},
+    {"/api/embed", "POST", M_EP_OLLAMA_EMBED, API_OLLAMA},
+    {"/api/embeddings", "POST", M_EP_OLLAMA_EMBED, API_OLLAMA},
+    {"/api/version", "GET", M_EP_OLLAMA_INFO, API_OLLAMA},
+    {"/api/tags", "GET", M_EP_OLLAMA_INFO, API_OLLAMA},
+    {"/api/ps", "GET", M_EP_OLLAMA_INFO, API_OLLAMA},
+    {"/api/show", "POST", M_EP_OLLAMA_INFO, API_OLLAMA},
+    {"/api/pull", "POST", M_EP_OLLAMA_MANAGE, API_OLLAMA},
+    {"/api/push", "POST", M_EP_OLLAMA_MANAGE, API_OLLAMA},
+    {"/api/create", "POST", M_EP_OLLAMA_MANAGE, API_OLLAMA},
+    {"/api/copy", "POST", M_EP_OLLAMA_MANAGE, API_OLLAMA},
+    {"/api/delete", "DELETE", M_EP_OLLAMA_MANAGE, API_OLLAMA},
+    {"/tokenize", "POST", M_EP_TOKENIZE, API_OPENAI},
+    {"/detokenize", "POST", M_EP_DETOKENIZE, API_OPENAI},
+    {"/apply-template", "POST", M_EP_APPLY_TEMPLATE, API_OPENAI},
+    {"/props", "GET", M_EP_PROPS, API_OPENAI},
+    {"/v1/rerank", "POST", M_EP_RERANK, API_OPENAI},
+    {"/rerank", "POST", M_EP_RERANK, API_OPENAI},
+    {"/v1/reranking", "POST", M_EP_RERANK, API_OPENAI},
+    {"/reranking", "POST", M_EP_RERANK, API_OPENAI},
+};
+
+static const route_t *route(const char *url) {
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (!strcmp(url, routes[i].path)) return &routes[i];
+    return NULL;
+}
+
+/* Ollama's documented examples are `curl URL -d '{...}'`, whose body curl labels
+ * application/x-www-form-urlencoded, and its clients send none at all: on Ollama's routes a
+ * body so labelled (or unlabelled) is read as JSON when the request has no Origin (no
+ * browser page sent it: a cross-origin form post carries its Origin). */
+static int ollama_plain_post(struct MHD_Connection *c, const conn_state *cs) {
+    if (cs->api != API_OLLAMA || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")) return 0;
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    return !ct || !strncasecmp(ct, "application/x-www-form-urlencoded", 33);
 }
 
 /* The checks made once the headers are in, before any of the body is read. */
 static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                   const char *url, const char *method) {
-    int is_post;
-    cs->endpoint = route(url, &is_post);
+    const route_t *rt = route(url);
+    cs->endpoint = rt ? rt->endpoint : M_EP_OTHER;
+    cs->api = rt ? rt->api : API_OPENAI;
+    const int is_post = rt && strcmp(rt->method, "GET") != 0; /* a body is read */
     enum MHD_Result res;
     if (framing_refused(sv, c, cs, &res)) return res;
     const wd_conn *w = wd_of(c);
     if (w && w->bad_path)
-        return send_error(sv, c, cs, 400, "the path contains an encoded NUL (%00)",
+        return srv_send_error(sv, c, cs, 400, "the path contains an encoded NUL (%00)",
                           "invalid_request_error", NULL, NULL);
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!host_ok(sv, host)) {
@@ -1340,7 +750,7 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
         snprintf(msg, sizeof msg,
                  "the Host header '%.200s' is not this server's name (allow it with --allowed-host)",
                  host);
-        return send_error(sv, c, cs, 403, msg, "invalid_request_error", NULL, "host_not_allowed");
+        return srv_send_error(sv, c, cs, 403, msg, "invalid_request_error", NULL, "host_not_allowed");
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (origin) {
@@ -1351,27 +761,30 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
                      "cross-origin requests from Origin '%.200s' are not allowed (allow it with "
                      "--cors-origin)",
                      origin);
-            return send_error(sv, c, cs, 403, msg, "invalid_request_error", NULL,
+            return srv_send_error(sv, c, cs, 403, msg, "invalid_request_error", NULL,
                               "origin_not_allowed");
         }
         if (ok == 2) cs->cors = origin;
     }
     if (cs->endpoint == M_EP_OTHER)
-        return send_error(sv, c, cs, 404, "no such endpoint", "not_found_error", NULL, NULL);
+        return srv_send_error(sv, c, cs, 404, "no such endpoint", "not_found_error", NULL, NULL);
     if (!strcmp(method, "OPTIONS")) return send_preflight(sv, c, cs);
-    const int method_ok = is_post ? !strcmp(method, "POST")
+    const int method_ok = is_post ? !strcmp(method, rt->method)
                                   : !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (!method_ok)
-        return send_error(sv, c, cs, 405, is_post ? "this endpoint takes POST" : "this endpoint takes GET",
-                          "invalid_request_error", NULL, NULL);
+    if (!method_ok) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "this endpoint takes %s", rt->method);
+        return srv_send_error(sv, c, cs, 405, msg, "invalid_request_error", NULL, NULL);
+    }
     if (cs->endpoint != M_EP_HEALTH && cs->endpoint != M_EP_WEBUI && !key_ok(sv, c))
-        return send_error(sv, c, cs, 401, "missing or incorrect API key", "authentication_error",
+        return srv_send_error(sv, c, cs, 401, "missing or incorrect API key", "authentication_error",
                           NULL, "invalid_api_key");
-    if (is_post && !json_ctype(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
-        return send_error(sv, c, cs, 415, "the Content-Type header must be application/json",
+    if (is_post && !json_ctype(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) &&
+        !ollama_plain_post(c, cs))
+        return srv_send_error(sv, c, cs, 415, "the Content-Type header must be application/json",
                           "invalid_request_error", NULL, "unsupported_media_type");
     if (is_post && atomic_load(&sv->draining))
-        return send_error(sv, c, cs, 503, "the server is shutting down", "server_error", NULL,
+        return srv_send_error(sv, c, cs, 503, "the server is shutting down", "server_error", NULL,
                           "shutting_down");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > sv->p.max_body) {
@@ -1409,7 +822,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs) { /* first call: headers only */
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
-        cs->t_start = now_s();
+        cs->t_start = srv_now();
         set_log_ids(sv, c, cs, url, method);
         cs->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
         return on_headers(sv, c, cs, url, method);
@@ -1425,11 +838,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (cs->body_refused || cs->too_large) { /* read and dropped */
         } else if (cs->body.len + *upload_size > cs->body_reserved) {
             cs->too_large = 1; /* past --max-body, or past what Content-Length said */
-            body_release(sv, cs);
+            srv_body_release(sv, cs);
         } else if (kipp_buf_put(&cs->body, upload, *upload_size)) {
             return MHD_NO;
         } else if (cs->body.len >= BULK_BODY && cs->body.len - *upload_size < BULK_BODY) {
-            bulk_priority(cs); /* reading, parsing and tokenizing it is bulk work */
+            srv_bulk_priority(cs); /* reading, parsing and tokenizing it is bulk work */
         }
         *upload_size = 0;
         return MHD_YES;
@@ -1439,14 +852,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_too_large(sv, c, cs);
     }
     if (cs->body_refused)
-        return send_error(sv, c, cs, 503, "too many request bodies are being received; retry",
+        return srv_send_error(sv, c, cs, 503, "too many request bodies are being received; retry",
                           "server_error", NULL, "overloaded");
     const int ready = atomic_load(&sv->ready);
     switch (cs->endpoint) {
     case M_EP_WEBUI: return send_webui(sv, c, cs); /* served while loading: the page waits */
     case M_EP_HEALTH: {
         const int draining = atomic_load(&sv->draining);
-        return send_body(sv, c, cs, ready && !draining ? 200 : 503,
+        return srv_send_body(sv, c, cs, ready && !draining ? 200 : 503,
                          strdup(draining ? "{\"status\":\"draining\"}"
                                          : ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}"),
                          "application/json", ready && !draining ? NULL : "1");
@@ -1457,29 +870,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&sv->mu);
         char *text = kipp_metrics_text(&sv->counters, &st, ready);
         pthread_mutex_unlock(&sv->mu);
-        return send_body(sv, c, cs, 200, text, "text/plain; version=0.0.4", NULL);
+        return srv_send_body(sv, c, cs, 200, text, "text/plain; version=0.0.4", NULL);
     }
     default: break;
     }
     if (!ready)
-        return send_error(sv, c, cs, 503, "the model is still loading", "server_error", NULL,
+        return srv_send_error(sv, c, cs, 503, "the model is still loading", "server_error", NULL,
                           "loading");
-    if (cs->endpoint == M_EP_MODELS) return handle_models(sv, c, cs);
+    switch (cs->endpoint) {
+    case M_EP_MODELS: return handle_models(sv, c, cs);
+    case M_EP_COUNT_TOKENS: return srv_handle_count_tokens(sv, c, cs);
+    case M_EP_OLLAMA_INFO:
+    case M_EP_OLLAMA_MANAGE:
+    case M_EP_OLLAMA_EMBED: return srv_handle_ollama(sv, c, cs);
+    case M_EP_TOKENIZE:
+    case M_EP_DETOKENIZE:
+    case M_EP_APPLY_TEMPLATE:
+    case M_EP_PROPS: return srv_handle_util(sv, c, cs);
+    case M_EP_RERANK: return srv_handle_rerank(sv, c, cs);
+    default: break;
+    }
     if (cs->endpoint == M_EP_EMBEDDINGS || !sv->sched) { /* src/server/embeddings.c */
         int status = 500;
-        hold_active(sv, cs); /* drain waits for it */
+        srv_hold_active(sv, cs); /* drain waits for it */
         char *js = oai_embeddings_answer(sv->emb, sv->m, cs->endpoint == M_EP_EMBEDDINGS, cs->body.data,
                                          cs->body.len, sv->model_name, served_cb, sv, &status);
-        return send_json(sv, c, cs, status, js);
+        return srv_send_json(sv, c, cs, status, js);
     }
-    return handle_generate(sv, c, cs, cs->endpoint == M_EP_CHAT ? OAI_CHAT : OAI_COMPLETIONS);
+    return srv_handle_generate(sv, c, cs, cs->endpoint == M_EP_COMPLETIONS ? OAI_COMPLETIONS : OAI_CHAT);
 }
 
 /* The request's line on stderr: id, method, path, status (- when the connection closed
  * without one), total time and, for a generation, its tokens, queue wait and TTFT. */
 static void log_request(const kipp_server *sv, const conn_state *cs, int client_gone) {
     if (!sv->p.log_format) return;
-    const double total_ms = (now_s() - cs->t_start) * 1e3;
+    const double total_ms = (srv_now() - cs->t_start) * 1e3;
     char line[768];
     int n;
     if (sv->p.log_format == 2) {
@@ -1523,7 +948,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!cs) return;
     if (cs->active) atomic_fetch_sub(&sv->active, 1); /* its answer is sent (or the client left) */
     log_request(sv, cs, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    body_release(sv, cs);
+    srv_body_release(sv, cs);
     free(cs);
     *con_cls = NULL;
 }

@@ -10,7 +10,12 @@
 const int kipp_metrics_statuses[M_ST_N] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 417, 500, 501, 503, 0};
 const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "completions", "models",
                                                     "health", "metrics", "embeddings",
-                                                    "webui", "other"};
+                                                    "webui", "anthropic_messages",
+                                                    "anthropic_count_tokens", "responses",
+                                                    "ollama_chat", "ollama_generate", "ollama_embed",
+                                                    "ollama_info", "ollama_manage", "tokenize",
+                                                    "detokenize", "apply_template", "props",
+                                                    "rerank", "other"};
 
 void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status) {
     int k = 0;

@@ -9,7 +9,14 @@
 #include <stdint.h>
 
 enum { M_EP_CHAT, M_EP_COMPLETIONS, M_EP_MODELS, M_EP_HEALTH, M_EP_METRICS, M_EP_EMBEDDINGS,
-       M_EP_WEBUI, M_EP_OTHER, M_EP_N };
+       M_EP_WEBUI,
+       M_EP_MESSAGES, M_EP_COUNT_TOKENS,                          /* Anthropic (anthropic.c) */
+       M_EP_RESPONSES,                                            /* OpenAI Responses (responses.c) */
+       M_EP_OLLAMA_CHAT, M_EP_OLLAMA_GENERATE, M_EP_OLLAMA_EMBED, /* Ollama (ollama.c) */
+       M_EP_OLLAMA_INFO, M_EP_OLLAMA_MANAGE,
+       M_EP_TOKENIZE, M_EP_DETOKENIZE, M_EP_APPLY_TEMPLATE, M_EP_PROPS, /* util.c */
+       M_EP_RERANK,                                               /* rerank.c */
+       M_EP_OTHER, M_EP_N };
 enum { M_ST_N = 14 };
 extern const int kipp_metrics_statuses[M_ST_N]; /* 200 204 400 401 403 404 405 413 415 417 500 501 503, other */
 extern const char *const kipp_metrics_endpoints[M_EP_N];

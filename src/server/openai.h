@@ -78,6 +78,11 @@ int oai_parse(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, o
  * its tree and the copies made from it, never the raw bytes as well. */
 int oai_parse_freeing(const char *body, size_t len, oai_endpoint ep, uint32_t n_vocab, oai_request *out,
                       char *msg, size_t msg_len, const char **param, void (*done)(void *), void *done_arg);
+/* The same on a parsed JSON tree (borrowed): the path the other protocols take once their
+ * adapter has turned their request into an OpenAI one (src/server/api.h). */
+struct json_t;
+int oai_parse_tree(struct json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *out, char *msg,
+                   size_t msg_len, const char **param);
 void oai_request_free(oai_request *r);
 /* Bans token id through r's logit_bias (an entry the client gave for it is overridden: the
  * sampler adds up repeated ids). 0 ok, -1 out of memory. */
@@ -111,6 +116,7 @@ typedef struct {
     uint32_t n_calls, cap_calls;
     uint64_t call_seed;         /* random: the calls' ids */
     int stopped;                /* a stop string matched: ignore later tokens */
+    int stop_index;             /* which one (rq->stop[stop_index]); -1 while none did */
     uint32_t n_used;            /* tokens that count (up to and including the stop) */
     uint32_t *text_offset;      /* [n_used] characters (code points) of text decoded before
                                    each token: the completions logprobs' text_offset */
@@ -133,6 +139,8 @@ typedef struct {
     const char *finish_reason;       /* NULL: not finished */
     uint32_t n_prompt, n_completion, n_cached;
     uint64_t spec_drafted, spec_accepted; /* speculative decoding: drafted, kept (0, 0: off) */
+    double queue_s, ttft_s;          /* submit to admission, submit to first token (-1: not yet) */
+    double elapsed_s;                /* arrival of the request to now */
 } oai_meta;
 
 /* A streamed chunk with the text in g->content / g->reasoning (taken: the buffers are

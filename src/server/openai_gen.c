@@ -68,6 +68,7 @@ static void emit_tool(void *user, kipp_toolcall_event ev, uint32_t index, const 
 
 int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
     memset(g, 0, sizeof *g);
+    g->stop_index = -1;
     g->m = m;
     g->rq = rq;
     /* a prompt that ends inside <think> (Thinking-2507) makes the reply start as reasoning; a
@@ -161,12 +162,13 @@ static size_t stop_holdback(const oai_gen *g) {
 /* Moves the held text on: cut at the first stop string, or emit all that cannot start one. */
 static int settle(oai_gen *g) {
     const char *first = NULL;
+    int which = -1;
     for (int i = 0; i < g->rq->n_stop && g->held.len; i++) {
         const char *st = g->rq->stop[i];
         const size_t ls = strlen(st);
         for (size_t at = 0; at + ls <= g->held.len; at++)
             if (memcmp(g->held.data + at, st, ls) == 0) {
-                if (!first || g->held.data + at < first) first = g->held.data + at;
+                if (!first || g->held.data + at < first) first = g->held.data + at, which = i;
                 break;
             }
     }
@@ -174,6 +176,7 @@ static int settle(oai_gen *g) {
         emit_text(g, g->held.data, (size_t)(first - g->held.data));
         g->held.len = 0;
         g->stopped = 1;
+        g->stop_index = which;
         return 1;
     }
     const size_t keep = stop_holdback(g);

@@ -512,6 +512,18 @@ int oai_parse_freeing(const char *body, size_t len, oai_endpoint ep, uint32_t n_
     if (done) done(done_arg); /* the body's bytes are not read again */
     if (!o) return fail(&e, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text,
                         je.line, je.column);
+    const int rc = oai_parse_tree(o, ep, n_vocab, r, msg, msg_len, param);
+    json_decref(o);
+    return rc;
+}
+
+int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r, char *msg, size_t msg_len,
+                   const char **param) {
+    perr e = {msg, msg_len, param};
+    memset(r, 0, sizeof *r);
+    r->ep = ep;
+    r->max_tokens = -1;
+    *param = NULL;
     int rc = -1;
     if (!json_is_object(o)) {
         fail(&e, NULL, "the body must be a JSON object");
@@ -563,7 +575,6 @@ int oai_parse_freeing(const char *body, size_t len, oai_endpoint ep, uint32_t n_
     note_unknown(o, ep, r);
     rc = 0;
 out:
-    json_decref(o);
     return rc;
 }
 

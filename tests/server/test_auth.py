@@ -1,5 +1,6 @@
-"""--api-key / --api-key-file: /v1/* and /metrics need `Authorization: Bearer KEY` (401
-authentication_error / invalid_api_key otherwise); /health never does."""
+"""--api-key / --api-key-file: /v1/* and /metrics need `Authorization: Bearer KEY` or
+Anthropic's `x-api-key: KEY` (401 authentication_error / invalid_api_key otherwise); /health
+never does."""
 
 from __future__ import annotations
 
@@ -31,8 +32,11 @@ def check_401(r):
     [f"Authorization: {API_KEY}"],
     ["Authorization: Bearer "],
     [f"Authorization: Basic {API_KEY}"],
-    [f"X-Api-Key: {API_KEY}"],
-], ids=["none", "wrong", "longer", "shorter", "no-bearer", "empty", "basic", "other-header"])
+    [f"X-Api-Key: {API_KEY}x"],
+    ["X-Api-Key: "],
+    [f"Api-Key: {API_KEY}"],
+], ids=["none", "wrong", "longer", "shorter", "no-bearer", "empty", "basic", "x-api-key-wrong",
+        "x-api-key-empty", "other-header"])
 def test_bad_key_401(auth_server, headers):
     for method, path, body in (("POST", "/v1/chat/completions", BODY), ("POST", "/v1/completions",
                                json.dumps({"model": MODEL_NAME, "prompt": "x", "max_tokens": 1})),
@@ -47,6 +51,16 @@ def test_right_key(auth_server):
     assert curl(auth_server.url + "/v1/models", headers=h).status == 200
     r = curl(auth_server.url + "/metrics", headers=h)
     assert r.status == 200 and b"kipp_requests_total" in r.body
+
+
+def test_x_api_key(auth_server):
+    """Anthropic's header is checked like a bearer key, on every route."""
+    h = [f"x-api-key: {API_KEY}"]
+    assert curl(auth_server.url + "/v1/chat/completions", "POST", BODY, headers=h).status == 200
+    assert curl(auth_server.url + "/v1/models", headers=h).status == 200
+    # a wrong bearer key is not rescued by a right x-api-key: the Authorization header decides
+    r = curl(auth_server.url + "/v1/models", headers=h + ["Authorization: Bearer wrong"])
+    check_401(r)
 
 
 def test_health_needs_no_key(auth_server):
