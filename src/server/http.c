@@ -42,8 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A field outside the OpenAI API (and Kipp's extensions) is ignored; its name is logged the
- * first time (up to 32 names). */
+/* A field outside the request's protocol (and Kipp's extensions) is ignored; its name is
+ * logged the first time (up to 32 names). */
 void srv_note_ignored_field(kipp_server *sv, const char *name) {
     pthread_mutex_lock(&sv->mu);
     int seen = sv->n_ignored == 32;
@@ -51,7 +51,7 @@ void srv_note_ignored_field(kipp_server *sv, const char *name) {
     if (!seen) snprintf(sv->ignored[sv->n_ignored++], sizeof sv->ignored[0], "%s", name);
     pthread_mutex_unlock(&sv->mu);
     if (!seen)
-        fprintf(stderr, "kipp-server: ignoring the request field '%s' (not part of the OpenAI "
+        fprintf(stderr, "kipp-server: ignoring the request field '%s' (not part of the request's "
                         "API; said once)\n", name);
 }
 
