@@ -28,6 +28,10 @@ typedef struct {
     char *(*error_json)(int status, const char *message, const char *type, const char *param,
                         const char *code);
     const char *stream_ctype; /* "text/event-stream", "application/x-ndjson" */
+    /* Bytes the stream may carry anywhere between events without changing what the client
+     * reads (the write that tells a closed socket from a half-closed one); NULL: an SSE
+     * comment. NDJSON has no comments: a space, which the next line's parser skips. */
+    const char *probe;
     /* Streaming, one choice: called each time text was decided, with it in g->content and
      * g->reasoning (the adapter takes them: kipp_buf_take or len = 0) and g->calls (its
      * oai_call.head_sent / args_sent say what was sent); finish NULL while running, then

@@ -106,7 +106,8 @@ static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
             if (ps == PEER_FIN && !gs->probed) {
                 gs->probed = 1;
                 if (gs->rq.stream) {
-                    kipp_buf_put(&gs->out, ": probe\n\n", 10);
+                    const char *probe = gs->api && gs->api->probe ? gs->api->probe : ": probe\n\n";
+                    kipp_buf_put(&gs->out, probe, strlen(probe));
                     return KIPP_FINISH_NONE;
                 }
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
