@@ -333,5 +333,8 @@ def test_doc_examples_run(server):
         cmd = ex.replace("http://127.0.0.1:8080", server.url).replace("qwen3-0.6b", MODEL_NAME)
         p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and p.stdout, (ex, p.stderr)
-        for line in p.stdout.splitlines():
-            assert "error" not in json.loads(line), (ex, line)
+        out, dec = p.stdout.strip(), json.JSONDecoder()
+        while out:  # NDJSON lines, or one object per curl
+            obj, end = dec.raw_decode(out)
+            assert "error" not in obj, (ex, obj)
+            out = out[end:].lstrip()
