@@ -371,6 +371,18 @@ static enum MHD_Result embed(kipp_server *sv, struct MHD_Connection *c, conn_sta
         json_decref(in);
         return srv_send_error(sv, c, cs, 400, msg, "invalid_request_error", "model", "model_not_embedding");
     }
+    static const char *const known[] = {"model", "input", "prompt", "truncate", "dimensions", "options",
+                                        "keep_alive", NULL};
+    const char *key;
+    json_t *v;
+    json_object_foreach(in, key, v) { /* a field outside the API: ignored, and said once */
+        int k = 0;
+        while (known[k] && strcmp(known[k], key)) k++;
+        if (!known[k]) {
+            srv_note_ignored_field(sv, key);
+            break;
+        }
+    }
     int empty = 0;
     json_t *req = embed_request(sv, in, legacy, &empty, msg, sizeof msg);
     if (!req) return json_decref(in), send_400(sv, c, cs, msg);
