@@ -55,11 +55,19 @@ void srv_note_ignored_field(kipp_server *sv, const char *name) {
                         "API; said once)\n", name);
 }
 
+/* a and b name one model: equal, or one is the other with Ollama's default tag ":latest"
+ * (Ollama's clients write "name:latest" for "name", and list names so) */
+static int same_model(const char *a, const char *b) {
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la < lb) return same_model(b, a);
+    return !strcmp(a, b) || (la == lb + 7 && !strncmp(a, b, lb) && !strcmp(a + lb, ":latest"));
+}
+
 /* A request's 'model' names what this server serves: its name or an alias ("*": any). */
 int srv_model_served(const kipp_server *sv, const char *name) {
-    if (strcmp(name, sv->model_name) == 0) return 1;
+    if (same_model(name, sv->model_name)) return 1;
     for (size_t i = 0; i < sv->p.n_model_aliases; i++)
-        if (!strcmp(sv->p.model_aliases[i], "*") || !strcmp(sv->p.model_aliases[i], name)) return 1;
+        if (!strcmp(sv->p.model_aliases[i], "*") || same_model(sv->p.model_aliases[i], name)) return 1;
     return 0;
 }
 
@@ -880,6 +888,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     switch (cs->endpoint) {
     case M_EP_MODELS: return handle_models(sv, c, cs);
     case M_EP_COUNT_TOKENS: return srv_handle_count_tokens(sv, c, cs);
+    case M_EP_OLLAMA_CHAT:
+    case M_EP_OLLAMA_GENERATE:
     case M_EP_OLLAMA_INFO:
     case M_EP_OLLAMA_MANAGE:
     case M_EP_OLLAMA_EMBED: return srv_handle_ollama(sv, c, cs);

@@ -126,8 +126,10 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
 
 /* ---- the other routes' handlers (the whole body is in cs->body; ready is checked) ---- */
 enum MHD_Result srv_handle_count_tokens(kipp_server *sv, struct MHD_Connection *c, conn_state *cs); /* anthropic.c */
-/* /api/version, /api/tags, /api/show, /api/ps, /api/embed(dings), and the model-management
- * routes answered with an error naming what Kipp does instead (ollama.c) */
+/* Ollama's routes (ollama_http.c): /api/chat and /api/generate (a load call answered at once,
+ * the rest handed to srv_handle_generate), /api/version, /api/tags, /api/show, /api/ps,
+ * /api/embed(dings), and the model-management routes answered with an error naming what Kipp
+ * does instead */
 enum MHD_Result srv_handle_ollama(kipp_server *sv, struct MHD_Connection *c, conn_state *cs);
 /* /tokenize, /detokenize, /apply-template, /props (util.c) */
 enum MHD_Result srv_handle_util(kipp_server *sv, struct MHD_Connection *c, conn_state *cs);
