@@ -49,6 +49,10 @@ static int model_missing(kipp_server *sv, struct MHD_Connection *c, conn_state *
 
 static enum MHD_Result generation(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
     char msg[256];
+    /* this look is a parse like the generation path's: it takes a parsing slot too */
+    if (srv_parse_enter(sv) != 0)
+        return srv_send_error(sv, c, cs, 503, "too many requests are being parsed; retry", "server_error", NULL,
+                              "overloaded");
     json_t *in = body_object(cs, msg, sizeof msg);
     enum MHD_Result res = MHD_YES;
     long long n_ctx = 0;
@@ -70,6 +74,7 @@ static enum MHD_Result generation(kipp_server *sv, struct MHD_Connection *c, con
         answered = 0;
     }
     json_decref(in);
+    srv_parse_leave(sv);
     return answered ? res : srv_handle_generate(sv, c, cs, OAI_CHAT);
 }
 
