@@ -3,7 +3,8 @@
  * function_call), written as typed SSE events while streaming (response.created, ...
  * response.output_text.delta, ... response.completed, each with its sequence_number) or as
  * one Response object. Both paths run the same item builder, so a streamed response's final
- * object is the non-streamed one. Does not parse requests (responses_req.c) or touch HTTP. */
+ * object is the non-streamed one. Also the errors, whose param names the Responses field.
+ * Does not parse requests (responses_req.c) or touch HTTP. */
 #include "server/responses.h"
 
 #include <stdio.h>
@@ -220,6 +221,32 @@ static char *response_json(void *state, oai_gen *g, const kipp_req *req, const o
     char *s = json_dumps(r, JSON_COMPACT);
     json_decref(r);
     return s;
+}
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* The chat request's names (oai_parse_tree's, the template's) as the Responses fields they
+ * came from: tools[i].function.X is tools[i].X, messages is input, and so on. */
+static const char *responses_param(const char *p, char *buf, size_t len) {
+    static const char *const ren[][2] = {{"messages", "input"}, {"max_tokens", "max_output_tokens"},
+                                         {"max_completion_tokens", "max_output_tokens"},
+                                         {"response_format", "text.format"}};
+    if (!p) return NULL;
+    for (size_t i = 0; i < sizeof ren / sizeof ren[0]; i++)
+        if (!strcmp(p, ren[i][0])) return ren[i][1];
+    const char *f = strstr(p, ".function");
+    if (!strncmp(p, "tools[", 6) && f) {
+        snprintf(buf, len, "%.*s%s", (int)(f - p), p, f + 9);
+        return buf;
+    }
+    return p;
+}
+
+char *resp_error_json(int status, const char *message, const char *type, const char *param,
+                      const char *code) {
+    (void)status;
+    char buf[96];
+    return oai_error_json(message, type, responses_param(param, buf, sizeof buf), code);
 }
 
 const srv_api_ops srv_api_responses = {.name = "responses", .to_openai = resp_to_openai,

@@ -1,9 +1,10 @@
 /* responses.h — the OpenAI Responses API (POST /v1/responses), stateless, as a protocol
  * adapter (api.h) in two halves: responses_req.c turns a request into an OpenAI chat request
- * (and keeps the fields the Response object repeats), responses.c turns the generated
- * reasoning, text and tool calls into the Response object or its typed SSE events. Neither
- * touches HTTP, so a fuzzer links them without it. Reference: docs/server.md, "OpenAI
- * Responses API". Nothing is stored: previous_response_id and the like are 400s. */
+ * (and keeps the fields the Response object repeats; it links with openai_req.c alone, as a
+ * fuzzer wants), responses.c turns the generated reasoning, text and tool calls into the
+ * Response object or its typed SSE events, and errors into OpenAI's shape with the Responses
+ * field names. Neither touches HTTP. Reference: docs/server.md, "OpenAI Responses API".
+ * Nothing is stored: previous_response_id and the like are 400s. */
 #ifndef KIPP_SERVER_RESPONSES_H
 #define KIPP_SERVER_RESPONSES_H
 
@@ -33,7 +34,7 @@ typedef struct {
  * thread's next call. */
 json_t *resp_to_openai(json_t *in, int endpoint, oai_endpoint *ep, void **state, char *msg,
                        size_t msg_len, const char **param, char *unknown, size_t unknown_len);
-/* srv_api_ops.error_json: OpenAI's error shape, the chat request's field names that reach it
+/* srv_api_ops.error_json (responses.c): OpenAI's error shape, the chat request's field names that reach it
  * (oai_parse_tree's, the template's) renamed to the Responses fields they came from. */
 char *resp_error_json(int status, const char *message, const char *type, const char *param,
                       const char *code);

@@ -350,6 +350,29 @@ static int map_reasoning(json_t *in, json_t *o, rerr *e) {
     return 0;
 }
 
+/* parallel_tool_calls false with tool_choice "auto" (Codex sends both): at most one call,
+ * enforced by ending the reply at the first call's </tool_call> (a stop string; the split
+ * keeps a call whose arguments closed before the cut), where chat refuses the pair. A JSON
+ * text.format needs none (its reply makes no calls). */
+static void one_call(json_t *in, json_t *o) {
+    json_t *tc = get(in, "tool_choice");
+    const char *v = json_string_value(tc);
+    if (!json_is_false(get(in, "parallel_tool_calls")) || (tc && (!v || strcmp(v, "auto"))) ||
+        !json_array_size(get(in, "tools")))
+        return; /* forced, none or no tools: chat's rules as they are */
+    json_object_del(o, "parallel_tool_calls");
+    json_t *rf = json_object_get(json_object_get(o, "response_format"), "type");
+    json_t *stop = get(in, "stop");
+    if ((json_is_string(rf) && strcmp(json_string_value(rf), "text")) ||
+        (stop && !json_is_string(stop) && !json_is_array(stop))) /* the latter: chat's 400 */
+        return;
+    json_t *all = json_array();
+    if (json_is_string(stop)) json_array_append(all, stop);
+    else if (stop) json_array_extend(all, stop);
+    json_array_append_new(all, json_string("</tool_call>"));
+    json_object_set_new(o, "stop", all);
+}
+
 /* ---- the other fields --------------------------------------------------------------------- */
 
 /* Fields of the Responses API that ask for what a stateless server cannot do: a 400 when
@@ -429,7 +452,8 @@ static const char *const api_fields[] = {
 static const char *const copied[] = {
     "model", "temperature", "top_p", "stream", "parallel_tool_calls", "service_tier",
     /* extensions */ "top_k", "min_p", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "seed", "stop", "max_reasoning_tokens", "content_special_tokens", NULL};
+    "frequency_penalty", "seed", "stop", "max_reasoning_tokens", "content_special_tokens", "grammar",
+    "logit_bias", NULL};
 
 static void note_unknown(json_t *in, char *unknown, size_t unknown_len) {
     const char *key;
@@ -525,32 +549,7 @@ json_t *resp_to_openai(json_t *in, int endpoint, oai_endpoint *ep, void **state,
         json_decref(o);
         return NULL;
     }
+    one_call(in, o);
     note_unknown(in, unknown, unknown_len);
     return o;
-}
-
-/* ---- errors ------------------------------------------------------------------------------ */
-
-/* The chat request's names (oai_parse_tree's, the template's) as the Responses fields they
- * came from: tools[i].function.X is tools[i].X, messages is input, and so on. */
-static const char *responses_param(const char *p, char *buf, size_t len) {
-    static const char *const ren[][2] = {{"messages", "input"}, {"max_tokens", "max_output_tokens"},
-                                         {"max_completion_tokens", "max_output_tokens"},
-                                         {"response_format", "text.format"}};
-    if (!p) return NULL;
-    for (size_t i = 0; i < sizeof ren / sizeof ren[0]; i++)
-        if (!strcmp(p, ren[i][0])) return ren[i][1];
-    const char *f = strstr(p, ".function");
-    if (!strncmp(p, "tools[", 6) && f) {
-        snprintf(buf, len, "%.*s%s", (int)(f - p), p, f + 9);
-        return buf;
-    }
-    return p;
-}
-
-char *resp_error_json(int status, const char *message, const char *type, const char *param,
-                      const char *code) {
-    (void)status;
-    char buf[96];
-    return oai_error_json(message, type, responses_param(param, buf, sizeof buf), code);
 }

@@ -234,6 +234,22 @@ def test_function_call_streamed(server):
     json.loads(item.arguments)
 
 
+def test_parallel_tool_calls_false_makes_one_call(server):
+    """tool_choice auto with parallel_tool_calls false (Codex's pair): the reply ends at the
+    first call's </tool_call>. A grammar (the chat extension) writes two calls."""
+    two = "".join('<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s"}}\n</tool_call>\n' % c
+                  for c in ("Oslo", "Rome")).rstrip()
+    kw = dict(input="Weather?", tools=[TOOL], max_output_tokens=200, reasoning={"effort": "none"},
+              extra_body={"grammar": "root ::= " + json.dumps(two)})
+    for parallel, cities in ((True, ["Oslo", "Rome"]), (False, ["Oslo"])):
+        for stream in (False, True):
+            r = create(server, parallel_tool_calls=parallel, stream=stream, **kw)
+            r = check_events(list(r)) if stream else r
+            calls = [o for o in r.output if o.type == "function_call"]
+            assert [json.loads(c.arguments)["city"] for c in calls] == cities, r.output
+            assert r.status == "completed" and r.parallel_tool_calls is parallel
+
+
 # ---- structured output, limits, reasoning -------------------------------------------------------
 
 def test_text_format(server):
