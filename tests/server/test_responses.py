@@ -28,6 +28,8 @@ import subprocess
 import jsonschema
 import openai
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from conftest import ROOT, VARIED, Srv, curl, start_server
 
@@ -40,7 +42,7 @@ CHAT_TOOL = {"type": "function", "function": {k: v for k, v in TOOL.items() if k
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                            "age": {"type": "integer", "minimum": 0, "maximum": 150}},
           "required": ["name", "age"], "additionalProperties": False}
-THINK_END = 151668
+STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
 
 
 def create(server, **kw):
@@ -84,6 +86,19 @@ def sse(raw: bytes):
     return out
 
 
+def raw_stream(server, **kw):
+    """A streamed request's events as raw JSON, each validated strictly against the SDK's
+    event types (the SDK itself builds them unchecked) and named by its `event:` line."""
+    body = {"model": server.model, "stream": True, **GREEDY, **VARIED, **kw.pop("extra_body", {}), **kw}
+    st, hd, raw = server.request("POST", "/v1/responses", json.dumps(body).encode())
+    assert st == 200 and hd["content-type"].startswith("text/event-stream"), raw[:300]
+    evs = sse(raw)
+    assert all(name == data["type"] for name, data in evs)
+    for _, data in evs:
+        STREAM_EVENT.validate_python(data)
+    return [d for _, d in evs]
+
+
 def strip_ids(v):
     """Output items without their ids (random per response) and the stream helper's parsed
     fields (None for plain text)."""
@@ -115,6 +130,7 @@ def test_string_input_is_a_user_message(server):
     # /responses is the same route
     st, js = post(server, {"input": USER, "max_output_tokens": 8, **GREEDY, **VARIED}, "/responses")
     assert st == 200 and js["output"][-1]["content"][0]["text"] == r.output_text, js
+    Response.model_validate(js, strict=True)
 
 
 def test_items_and_instructions(server):
@@ -168,13 +184,9 @@ def test_stream_matches_non_stream(server):
     assert final.usage.output_tokens == full.usage.output_tokens and final.status == full.status == "incomplete"
     assert events[-1].type == "response.incomplete"
     # raw bytes: each event's `event:` line names its data's type
-    st, hd, raw = server.request("POST", "/v1/responses", json.dumps(
-        {"model": server.model, "stream": True, **kw, **GREEDY, **VARIED}).encode())
-    assert st == 200 and hd["content-type"].startswith("text/event-stream")
-    evs = sse(raw)
-    assert all(name == data["type"] for name, data in evs)
+    evs = raw_stream(server, **kw)
     collapse = lambda ts: [t for i, t in enumerate(ts) if i == 0 or t != ts[i - 1]]  # noqa: E731 (deltas: as pumped)
-    assert collapse([d["type"] for _, d in evs]) == collapse([e.type for e in events])
+    assert collapse([d["type"] for d in evs]) == collapse([e.type for e in events])
 
 
 def test_stream_helper_final_response(server):
@@ -232,6 +244,7 @@ def test_function_call_streamed(server):
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert deltas == done.arguments == item.arguments and done.item_id == item.id
     json.loads(item.arguments)
+    raw_stream(server, **kw)  # the events validate strictly
 
 
 def test_parallel_tool_calls_false_makes_one_call(server):
@@ -298,6 +311,7 @@ def test_reasoning_items(thinking):
     final = check_events(events)
     assert strip_ids(final.model_dump()["output"]) == strip_ids(r.model_dump()["output"])
     assert "response.reasoning_text.delta" in [e.type for e in events]
+    raw_stream(thinking, **kw)
     # passed back: the reasoning is the assistant turn's reasoning_content
     items = [{"role": "user", "content": USER}, *[o.model_dump(exclude_none=True) for o in r.output],
              {"role": "user", "content": "More."}]
