@@ -69,7 +69,8 @@ typedef struct {
 /* The text of content (a string, or text parts: input_text, output_text, refusal) joined
  * by "\n". what names the field ("input[2].content") in errors. */
 static int content_text(json_t *c, const char *what, kipp_buf *out, rerr *e) {
-    if (json_is_string(c)) return kipp_buf_put(out, json_string_value(c), json_string_length(c)) ? -1 : 0;
+    if (json_is_string(c))
+        return kipp_buf_put(out, json_string_value(c), json_string_length(c)) ? fail(e, NULL, "out of memory") : 0;
     if (!json_is_array(c))
         return fail(e, what, "'%s' must be a string or an array of content parts", what);
     kipp_buf_put(out, "", 0);
@@ -94,12 +95,12 @@ static int content_text(json_t *c, const char *what, kipp_buf *out, rerr *e) {
     return out->oom ? fail(e, NULL, "out of memory") : 0;
 }
 
-/* A new chat message {role, content} (content may be NULL: an assistant's tool calls). An
- * assistant message takes the pending reasoning as reasoning_content. */
-static json_t *add_message(conv *cv, const char *role, const kipp_buf *content) {
+/* A new chat message {role, content} (text NULL: content null, an assistant's tool calls).
+ * An assistant message takes the pending reasoning as reasoning_content. */
+static json_t *add_message(conv *cv, const char *role, const char *text, size_t len) {
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string(role));
-    json_object_set_new(m, "content", content ? json_stringn(kipp_buf_str(content), content->len) : json_null());
+    json_object_set_new(m, "content", text ? json_stringn(text, len) : json_null());
     if (!strcmp(role, "assistant") && cv->has_reasoning) {
         json_object_set_new(m, "reasoning_content", json_stringn(kipp_buf_str(&cv->reasoning), cv->reasoning.len));
         cv->reasoning.len = 0;
@@ -122,7 +123,7 @@ static int message_item(conv *cv, json_t *it, size_t i, rerr *e) {
     snprintf(what, sizeof what, "input[%zu].content", i);
     int rc = content_text(c, what, &text, e);
     const char *r = json_string_value(role);
-    if (!rc) add_message(cv, !strcmp(r, "developer") ? "system" : r, &text);
+    if (!rc) add_message(cv, !strcmp(r, "developer") ? "system" : r, kipp_buf_str(&text), text.len);
     kipp_buf_free(&text);
     return rc;
 }
@@ -140,7 +141,7 @@ static int call_item(conv *cv, json_t *it, size_t i, rerr *e) {
     const size_t n = json_array_size(cv->msgs);
     json_t *last = n ? json_array_get(cv->msgs, n - 1) : NULL;
     const char *lr = json_string_value(json_object_get(last, "role"));
-    json_t *m = lr && !strcmp(lr, "assistant") && !cv->has_reasoning ? last : add_message(cv, "assistant", NULL);
+    json_t *m = lr && !strcmp(lr, "assistant") && !cv->has_reasoning ? last : add_message(cv, "assistant", NULL, 0);
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls) json_object_set_new(m, "tool_calls", calls = json_array());
     json_t *fn = json_object(), *tc = json_object();
@@ -162,7 +163,7 @@ static int call_output_item(conv *cv, json_t *it, size_t i, rerr *e) {
     snprintf(what, sizeof what, "input[%zu].output", i);
     int rc = content_text(out, what, &text, e);
     if (!rc) {
-        json_t *m = add_message(cv, "tool", &text);
+        json_t *m = add_message(cv, "tool", kipp_buf_str(&text), text.len);
         json_object_set(m, "tool_call_id", json_object_get(it, "call_id"));
     }
     kipp_buf_free(&text);
@@ -208,31 +209,19 @@ static int input_item(conv *cv, json_t *it, size_t i, rerr *e) {
 
 /* instructions and input as chat messages */
 static json_t *messages(json_t *in, rerr *e) {
+    json_t *ins = get(in, "instructions"), *input = get(in, "input");
+    if (ins && !json_is_string(ins)) return fail(e, "instructions", "'instructions' must be a string"), NULL;
+    if (!input)
+        return fail(e, "input", "'input' is required (this server is stateless: the whole "
+                    "conversation goes in 'input')"), NULL;
+    if (!json_is_string(input) && (!json_is_array(input) || !json_array_size(input)))
+        return fail(e, "input", "'input' must be a string or a non-empty array of items"), NULL;
     conv cv = {.msgs = json_array()};
-    json_t *ins = get(in, "instructions"), *input = json_object_get(in, "input");
+    if (ins) add_message(&cv, "system", json_string_value(ins), json_string_length(ins));
+    if (json_is_string(input)) add_message(&cv, "user", json_string_value(input), json_string_length(input));
     int rc = 0;
-    if (ins && !json_is_string(ins)) rc = fail(e, "instructions", "'instructions' must be a string");
-    else if (ins) {
-        kipp_buf t = {0};
-        kipp_buf_put(&t, json_string_value(ins), json_string_length(ins));
-        add_message(&cv, "system", &t);
-        kipp_buf_free(&t);
-    }
-    if (rc) {
-    } else if (!input || json_is_null(input)) {
-        rc = fail(e, "input", "'input' is required (this server is stateless: the whole "
-                  "conversation goes in 'input')");
-    } else if (json_is_string(input)) {
-        kipp_buf t = {0};
-        kipp_buf_put(&t, json_string_value(input), json_string_length(input));
-        add_message(&cv, "user", &t);
-        kipp_buf_free(&t);
-    } else if (!json_is_array(input) || json_array_size(input) == 0) {
-        rc = fail(e, "input", "'input' must be a string or a non-empty array of items");
-    } else {
-        for (size_t i = 0; i < json_array_size(input) && !rc; i++)
-            rc = input_item(&cv, json_array_get(input, i), i, e);
-    }
+    for (size_t i = 0; json_is_array(input) && i < json_array_size(input) && !rc; i++)
+        rc = input_item(&cv, json_array_get(input, i), i, e);
     kipp_buf_free(&cv.reasoning);
     if (!rc && json_array_size(cv.msgs) == (ins ? 1u : 0u)) /* only reasoning items */
         rc = fail(e, "input", "'input' has no message, function_call or function_call_output");
@@ -343,8 +332,8 @@ static int map_reasoning(json_t *in, json_t *o, rerr *e) {
         return fail(e, "reasoning.summary", "'reasoning.summary' must be \"auto\", \"concise\" or \"detailed\"");
     if (!eff) return 0;
     const char *v = json_string_value(eff);
-    if (!json_is_object(json_object_get(o, "chat_template_kwargs")))
-        json_object_set_new(o, "chat_template_kwargs", json_object());
+    if (!kw) json_object_set_new(o, "chat_template_kwargs", json_object());
+    /* (kwargs that are no object stay as they are: chat's 400) */
     json_object_set_new(json_object_get(o, "chat_template_kwargs"), "enable_thinking",
                         json_boolean(strcmp(v, "none") && strcmp(v, "minimal")));
     return 0;

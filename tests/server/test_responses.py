@@ -272,6 +272,16 @@ def test_text_format(server):
         assert r.status == "completed", r
         jsonschema.validate(json.loads(r.output_text), SCHEMA)
         assert r.text.format.type == "json_schema" and r.text.format.name == "person"
+    # the SDK's parse() helper: a pydantic model as the schema, the output parsed back into it
+    from pydantic import BaseModel, Field
+
+    class Person(BaseModel):
+        name: str = Field(max_length=12)
+        age: int = Field(ge=0, le=150)
+
+    p = server.client().responses.parse(model=server.model, input="A person.", text_format=Person, temperature=0,
+                                        max_output_tokens=300, extra_body=VARIED)
+    assert p.status == "completed" and isinstance(p.output_parsed, Person), p
     # json_object: any object (the random model may write one longer than max_output_tokens)
     r = create(server, input="JSON please.", text={"format": {"type": "json_object"}}, max_output_tokens=60)
     assert r.output_text.startswith("{"), r
