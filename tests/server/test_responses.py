@@ -396,6 +396,19 @@ def test_refused(server, body, param, words):
     refused(server, body, param, words)
 
 
+def test_front_door(server, auth_server):
+    """The API key (bearer or x-api-key) guards the route; its requests are counted under
+    endpoint="responses"."""
+    before = server.metrics().get("kipp_requests_total", endpoint="responses", status="200")
+    create(server, input=USER, max_output_tokens=1)
+    assert server.metrics().get("kipp_requests_total", endpoint="responses", status="200") == before + 1
+    r = auth_server.client().responses.create(model=auth_server.model, input=USER, max_output_tokens=1)
+    assert r.status == "incomplete"
+    with pytest.raises(openai.AuthenticationError) as e:
+        auth_server.client(api_key="wrong").responses.create(model=auth_server.model, input=USER)
+    assert e.value.body["code"] == "invalid_api_key"
+
+
 def test_refusal_through_the_sdk(server):
     with pytest.raises(openai.BadRequestError) as e:
         server.client().responses.create(model=server.model, input=USER, previous_response_id="resp_123")
