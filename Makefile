@@ -180,9 +180,9 @@ FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c src/model/arch
 # replies are made with
 FUZZ_SRC_api     := $(FUZZ_SRC_oai) src/server/openai_gen.c $(FUZZ_SRC_embed)
 FUZZ_SRC_anthropic := src/server/anthropic.c $(FUZZ_SRC_api)
-FUZZ_SRC_responses := src/server/responses.c $(FUZZ_SRC_api)
+FUZZ_SRC_responses := src/server/responses.c src/server/responses_req.c $(FUZZ_SRC_api)
 FUZZ_SRC_ollama  := src/server/ollama.c $(FUZZ_SRC_api)
-FUZZ_NAMES := gguf chat tok oai grammar embed ollama
+FUZZ_NAMES := gguf chat tok oai grammar embed ollama responses
 FUZZERS := $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
 FUZZ_FLAGS := $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
 .SECONDEXPANSION:
