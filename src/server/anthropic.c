@@ -168,7 +168,7 @@ static int user_turn(const json_t *c, json_t *out, aerr *e, size_t i) {
                                          "reads text and tool_result blocks)", w, ty);
         }
     }
-    if (!rc && have_text) json_array_append_new(out, message("user", buf_string(&text)));
+    if (!rc && (have_text || json_array_size(c) == 0)) json_array_append_new(out, message("user", buf_string(&text)));
     kipp_buf_free(&text);
     return rc;
 }
@@ -371,7 +371,7 @@ static int output_config(const json_t *oc, json_t *o, aerr *e) {
     return 0;
 }
 
-/* A number field within [lo, hi] copied to o (hi_open: hi itself refused... lo_open: lo). */
+/* A number field in [lo, hi] ((lo, hi] when lo_open) copied to o. */
 static int number(json_t *in, json_t *o, const char *name, double lo, double hi, int lo_open, aerr *e) {
     const json_t *v = json_object_get(in, name);
     if (!given(v)) return 0;
@@ -382,8 +382,16 @@ static int number(json_t *in, json_t *o, const char *name, double lo, double hi,
     return 0;
 }
 
-/* The fields around the messages: sampling, limits, stop_sequences, stream, metadata. */
-static int scalars(json_t *in, json_t *o, int counting, long long *max_tokens, aerr *e) {
+/* A string field that may only be ok (or not given). */
+static int only(json_t *in, const char *name, const char *ok, const char *why, aerr *e) {
+    const json_t *v = json_object_get(in, name);
+    if (given(v) && !(json_is_string(v) && !strcmp(json_string_value(v), ok)))
+        return fail(e, name, "'%s' may only be \"%s\" (%s)", name, ok, why), -1;
+    return 0;
+}
+
+/* model, max_tokens (required unless counting), stream; and the fields refused whole. */
+static int limits(json_t *in, json_t *o, int counting, long long *max_tokens, aerr *e) {
     for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
         if (given(json_object_get(in, refused[k].name)))
             return fail(e, refused[k].name, "'%s' is not supported: %s", refused[k].name, refused[k].why), -1;
@@ -396,27 +404,42 @@ static int scalars(json_t *in, json_t *o, int counting, long long *max_tokens, a
         return fail(e, "max_tokens", "'max_tokens' must be a positive integer"), -1;
     *max_tokens = given(mt) ? json_integer_value(mt) : -1;
     if (given(mt) && !counting) json_object_set(o, "max_tokens", (json_t *)mt);
+    const json_t *s = json_object_get(in, "stream");
+    if (given(s) && !json_is_boolean(s)) return fail(e, "stream", "'stream' must be true or false"), -1;
+    if (given(s) && !counting) json_object_set(o, "stream", (json_t *)s);
+    return 0;
+}
+
+/* temperature, top_p, top_k, stop_sequences (OpenAI's stop: its checks apply), and the
+ * fields accepted without effect: metadata, service_tier "auto", speed "standard". */
+static int sampling(json_t *in, json_t *o, aerr *e) {
     if (number(in, o, "temperature", 0, 1, 0, e) || number(in, o, "top_p", 0, 1, 1, e)) return -1;
     const json_t *k = json_object_get(in, "top_k");
     if (given(k) && (!json_is_integer(k) || json_integer_value(k) < 0 || json_integer_value(k) > 1000000))
         return fail(e, "top_k", "'top_k' must be an integer in [0, 1000000] (0: off)"), -1;
     if (given(k)) json_object_set(o, "top_k", (json_t *)k);
     const json_t *st = json_object_get(in, "stop_sequences");
-    if (given(st) && !json_is_array(st)) return fail(e, "stop_sequences", "'stop_sequences' must be an array of strings"), -1;
+    if (given(st) && !json_is_array(st))
+        return fail(e, "stop_sequences", "'stop_sequences' must be an array of strings"), -1;
     if (given(st) && json_array_size(st)) json_object_set(o, "stop", (json_t *)st);
-    const json_t *s = json_object_get(in, "stream");
-    if (given(s) && !json_is_boolean(s)) return fail(e, "stream", "'stream' must be true or false"), -1;
-    if (given(s) && !counting) json_object_set(o, "stream", (json_t *)s);
-    const json_t *md = json_object_get(in, "metadata");
-    if (given(md) && (!json_is_object(md) || (given(json_object_get(md, "user_id")) &&
-                                              !json_is_string(json_object_get(md, "user_id")))))
+    const json_t *md = json_object_get(in, "metadata"), *user = json_object_get(md, "user_id");
+    if (given(md) && (!json_is_object(md) || (given(user) && !json_is_string(user))))
         return fail(e, "metadata", "'metadata' must be an object whose user_id is a string"), -1;
-    const json_t *tier = json_object_get(in, "service_tier");
-    if (given(tier) && !(json_is_string(tier) && !strcmp(json_string_value(tier), "auto")))
-        return fail(e, "service_tier", "'service_tier' may only be \"auto\" (one tier here)"), -1;
-    const json_t *speed = json_object_get(in, "speed");
-    if (given(speed) && !(json_is_string(speed) && !strcmp(json_string_value(speed), "standard")))
-        return fail(e, "speed", "'speed' may only be \"standard\" (no fast mode)"), -1;
+    if (only(in, "service_tier", "auto", "one tier here", e) || only(in, "speed", "standard", "no fast mode", e))
+        return -1;
+    return 0;
+}
+
+/* tools: each a client tool (tool()) */
+static int tools(const json_t *ts, json_t *o, aerr *e) {
+    if (!json_is_array(ts)) return fail(e, "tools", "'tools' must be an array"), -1;
+    json_t *out = json_array();
+    json_object_set_new(o, "tools", out);
+    for (size_t i = 0; i < json_array_size(ts); i++) {
+        json_t *t = tool(json_array_get(ts, i), i, e);
+        if (!t) return -1;
+        json_array_append_new(out, t);
+    }
     return 0;
 }
 
@@ -428,22 +451,12 @@ static json_t *to_openai(json_t *in, int endpoint, oai_endpoint *ep, void **stat
     const int counting = endpoint == M_EP_COUNT_TOKENS;
     json_t *o = json_object();
     long long max_tokens = -1;
-    if (!o || scalars(in, o, counting, &max_tokens, &e) ||
-        thinking(json_object_get(in, "thinking"), max_tokens, o, &e))
+    const json_t *ts = json_object_get(in, "tools"), *tc = json_object_get(in, "tool_choice"),
+                 *oc = json_object_get(in, "output_config");
+    if (!o || limits(in, o, counting, &max_tokens, &e) || sampling(in, o, &e) ||
+        thinking(json_object_get(in, "thinking"), max_tokens, o, &e) || (given(ts) && tools(ts, o, &e)) ||
+        (given(tc) && tool_choice(tc, o, &e)) || (given(oc) && output_config(oc, o, &e)))
         goto bad;
-    const json_t *tools = json_object_get(in, "tools");
-    if (given(tools)) {
-        if (!json_is_array(tools)) { fail(&e, "tools", "'tools' must be an array"); goto bad; }
-        json_t *ts = json_array();
-        json_object_set_new(o, "tools", ts);
-        for (size_t i = 0; i < json_array_size(tools); i++) {
-            json_t *t = tool(json_array_get(tools, i), i, &e);
-            if (!t) goto bad;
-            json_array_append_new(ts, t);
-        }
-    }
-    const json_t *tc = json_object_get(in, "tool_choice"), *oc = json_object_get(in, "output_config");
-    if ((given(tc) && tool_choice(tc, o, &e)) || (given(oc) && output_config(oc, o, &e))) goto bad;
     json_t *ms = messages(in, &e);
     if (!ms) goto bad;
     json_object_set_new(o, "messages", ms);

@@ -355,11 +355,26 @@ def test_sampling_fields(server):
         assert field in e.value.body["error"]["message"]
 
 
+def test_output_config_format(server):
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"],
+              "additionalProperties": False}
+    m = create(server, max_tokens=40, output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert m.stop_reason == "end_turn" and [b.type for b in m.content] == ["text"], m
+    jsonschema.validate(json.loads(m.content[0].text), schema)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        create(server, output_config={"effort": "low"})
+    assert "output_config.effort" in e.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError) as e:  # the OpenAI check, named in Anthropic's terms
+        create(server, stop_sequences=["x"], output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert e.value.body["error"]["message"].startswith("stop_sequences: "), e.value.body
+
+
 def test_unknown_field_ignored_and_version_header_optional(server):
-    body = json.dumps({"model": server.model, "messages": USER, "max_tokens": 2, "not_a_field": 1})
+    body = json.dumps({"model": server.model, "messages": USER, "max_tokens": 2, "anthropic_not_a_field": 1})
     for headers in ([], ["anthropic-version: 2023-06-01"]):
         r = curl(server.url + "/v1/messages", "POST", body, headers=headers)
         assert r.status == 200 and r.json()["type"] == "message", r
+    assert "'anthropic_not_a_field'" in server.proc.stderr_tail(1 << 30)
 
 
 def test_route_errors_in_anthropic_shape(server):
