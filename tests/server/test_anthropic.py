@@ -371,7 +371,7 @@ def test_output_config_format(server):
 
 def test_unknown_field_ignored_and_version_header_optional(server):
     body = json.dumps({"model": server.model, "messages": USER, "max_tokens": 2, "anthropic_not_a_field": 1})
-    for headers in ([], ["anthropic-version: 2023-06-01"]):
+    for headers in ([], ["anthropic-version: 2023-06-01"], ["anthropic-beta: some-beta-2025-01-01"]):
         r = curl(server.url + "/v1/messages", "POST", body, headers=headers)
         assert r.status == 200 and r.json()["type"] == "message", r
     assert "'anthropic_not_a_field'" in server.proc.stderr_tail(1 << 30)
@@ -382,6 +382,10 @@ def test_route_errors_in_anthropic_shape(server):
     assert r.status == 400 and r.json()["error"]["type"] == "invalid_request_error", r
     r = curl(server.url + "/v1/messages", "GET")
     assert r.status == 405 and r.json()["type"] == "error", r
+    big = json.dumps({"model": server.model, "max_tokens": 1, "messages": [{"role": "user", "content": "x" * 70000}]})
+    with pytest.raises(anthropic.APIStatusError) as e:  # the session server has --max-body 65536
+        client(server).messages.create(model=server.model, max_tokens=1, messages=json.loads(big)["messages"])
+    assert e.value.status_code == 413 and e.value.body["error"]["type"] == "request_too_large", e.value.body
 
 
 @pytest.fixture(scope="module")
