@@ -405,12 +405,22 @@ def test_x_api_key(auth):
 
 # ---- the documentation -----------------------------------------------------------------------
 
-def doc_examples() -> list[str]:
-    """The curl commands in docs/server.md's Anthropic section."""
+def doc_section() -> str:
     text = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
     section = text[text.index("## Anthropic Messages API"):]
-    section = section[:section.index("\n## ", 5)]
-    return re.findall(r"```sh\n(curl .*?)\n```", section, re.S)
+    return section[:section.index("\n## ", 5)]
+
+
+def doc_examples() -> list[str]:
+    """The curl commands in docs/server.md's Anthropic section."""
+    return re.findall(r"```sh\n(curl .*?)\n```", doc_section(), re.S)
+
+
+def test_doc_python_example_runs(server, capsys):
+    (code,) = re.findall(r"```python\n(.*?)\n```", doc_section(), re.S)
+    assert "http://127.0.0.1:8080" in code and MODEL_NAME in code
+    exec(code.replace("http://127.0.0.1:8080", server.url), {})
+    assert re.match(r"(end_turn|max_tokens) \d+ \[", capsys.readouterr().out)
 
 
 def test_doc_examples_run(server):
