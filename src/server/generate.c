@@ -657,3 +657,42 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
     return send_body_pieces(sv, c, cs, gs);
 }
 
+
+/* POST /v1/messages/count_tokens (anthropic_http.c): the tokens of the prompt that the
+ * request on cs's body would have, parsed by the route's adapter, rendered and tokenized
+ * exactly as srv_handle_generate does (so the count is the generation's n_prompt). Returns
+ * 0 with *n_tokens, or nonzero with the error already sent (*res). */
+int srv_count_prompt_tokens(kipp_server *sv, struct MHD_Connection *c, conn_state *cs, size_t *n_tokens,
+                            enum MHD_Result *res) {
+    char msg[KIPP_ERR_LEN];
+    const char *param = NULL;
+    oai_endpoint ep = OAI_CHAT;
+    gen_state *gs = calloc(1, sizeof *gs);
+    if (!gs) return *res = srv_send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL), 500;
+    gs->api = srv_api_get((srv_api)cs->api);
+    if (srv_parse_enter(sv) != 0) {
+        *res = srv_send_error(sv, c, cs, 503, "too many requests are being parsed; retry", "server_error", NULL,
+                              "overloaded");
+        gen_free(gs);
+        return 503;
+    }
+    int status = 0;
+    int32_t *ids = NULL;
+    if (!gs->api || parse_other(sv, cs, gs, &ep, msg, sizeof msg, &param) != 0) {
+        *res = srv_send_error(sv, c, cs, 400, gs->api ? msg : "no adapter for this route", "invalid_request_error",
+                              param, NULL);
+        status = 400;
+    } else if (!srv_model_served(sv, gs->rq.model)) {
+        snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.200s'", gs->rq.model,
+                 sv->model_name);
+        *res = srv_send_error(sv, c, cs, 404, msg, "invalid_request_error", "model", "model_not_found");
+        status = 404;
+    } else {
+        srv_body_release(sv, cs);
+        status = build_prompt(sv, c, cs, gs, &ids, n_tokens, res);
+    }
+    srv_parse_leave(sv);
+    free(ids);
+    gen_free(gs);
+    return status;
+}

@@ -125,7 +125,12 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
                                     oai_endpoint ep);
 
 /* ---- the other routes' handlers (the whole body is in cs->body; ready is checked) ---- */
-enum MHD_Result srv_handle_count_tokens(kipp_server *sv, struct MHD_Connection *c, conn_state *cs); /* anthropic.c */
+enum MHD_Result srv_handle_count_tokens(kipp_server *sv, struct MHD_Connection *c, conn_state *cs); /* anthropic_http.c */
+/* The prompt tokens of the generation request on cs's body, parsed by the route's adapter
+ * and rendered as srv_handle_generate would (generate.c). 0, or an HTTP status with the
+ * error already sent (*res). */
+int srv_count_prompt_tokens(kipp_server *sv, struct MHD_Connection *c, conn_state *cs, size_t *n_tokens,
+                            enum MHD_Result *res);
 /* Ollama's routes (ollama_http.c): /api/chat and /api/generate (a load call answered at once,
  * the rest handed to srv_handle_generate), /api/version, /api/tags, /api/show, /api/ps,
  * /api/embed(dings), and the model-management routes answered with an error naming what Kipp
