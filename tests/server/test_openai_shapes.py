@@ -9,11 +9,13 @@ chat endpoint's own parser (test_util.py checks that the two agree token for tok
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 
 import openai
 import pytest
 
-from conftest import MODEL_NAME, curl, parse_sse
+from conftest import MODEL_NAME, ROOT, curl, parse_sse
 
 T = lambda text: {"type": "text", "text": text}  # noqa: E731
 USER = {"role": "user", "content": "Hello"}
@@ -307,3 +309,17 @@ def test_paths_without_v1(server):
     assert c.models.list().data[0].id == MODEL_NAME
     r = curl(server.url + "/completions", "POST", json.dumps({"model": MODEL_NAME, "prompt": "Hi", "max_tokens": 1}))
     assert r.status == 200 and r.json()["usage"]["completion_tokens"] == 1, r
+
+
+def test_doc_example_runs(server):
+    """The curl example of docs/server.md's "Message shapes", as written (only the address
+    changed): text parts on every message, a developer message, reasoning_effort."""
+    text = (ROOT / "docs" / "server.md").read_text()
+    part = text.split("\n#### Message shapes\n", 1)[1].split("\n#", 1)[0]
+    blocks = [b for b in re.findall(r"```sh\n(.*?)```", part, re.S) if "curl" in b]
+    assert blocks
+    for b in blocks:
+        cmd = b.replace("http://127.0.0.1:8080", server.url).replace("curl ", "curl -sS -f ", 1)
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (b, p.stderr)
+        assert json.loads(p.stdout)["usage"]["prompt_tokens"] > 0
