@@ -99,7 +99,8 @@ int oai_refusev(oai_perr *e, const char *param, const char *fmt, va_list ap);
 /* A chat request as clients send it (o, borrowed) normalized for the rest of the parser:
  * *out is a new shallow copy of o whose messages have string content (text parts joined
  * with "\n", an assistant's refusal as its text), "developer" turned "system",
- * chat_template_kwargs.enable_thinking set from reasoning_effort, and a tool_choice
+ * chat_template_kwargs.enable_thinking set from reasoning_effort (off: r->max_reasoning_tokens
+ * 0 too; call after it is parsed), and a tool_choice
  * {"type": "allowed_tools"} turned into its mode with only those tools (openai_chat.c).
  * A field outside the API found inside a message goes to r->unknown_field. */
 int oai_chat_normalize(struct json_t *o, oai_request *r, struct json_t **out, oai_perr *e);

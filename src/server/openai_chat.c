@@ -232,8 +232,10 @@ static int normalize_messages(json_t *msgs, oai_request *r, json_t **out, oai_pe
 /* reasoning_effort as Qwen3's thinking switch: "none" and "minimal" turn thinking off (Qwen3
  * has no graded effort: the least reasoning it can do is none), "low", "medium" and "high"
  * leave it on. Set into a copy of chat_template_kwargs (*kw, a new reference) unless the
- * client set enable_thinking there too: then the two must agree. */
-static int reasoning_effort(json_t *o, json_t **kw, oai_perr *e) {
+ * client set enable_thinking there too: then the two must agree. Off also bounds the
+ * reasoning to 0 tokens (r->max_reasoning_tokens, which must not say otherwise): a template
+ * without the switch that always thinks (Thinking-2507) then closes its <think> at once. */
+static int reasoning_effort(json_t *o, oai_request *r, json_t **kw, oai_perr *e) {
     json_t *v = json_object_get(o, "reasoning_effort");
     json_t *k = json_object_get(o, "chat_template_kwargs");
     *kw = NULL;
@@ -250,6 +252,10 @@ static int reasoning_effort(json_t *o, json_t **kw, oai_perr *e) {
         return fail(e, "reasoning_effort", "'reasoning_effort' \"%s\" turns thinking %s, but "
                     "chat_template_kwargs.enable_thinking is %s: send one of them, or values that agree",
                     s, think ? "on" : "off", think ? "false" : "true");
+    if (!think && r->max_reasoning_tokens > 0)
+        return fail(e, "reasoning_effort", "'reasoning_effort' \"%s\" allows no reasoning, but "
+                    "'max_reasoning_tokens' is %lld", s, (long long)r->max_reasoning_tokens);
+    if (!think) r->max_reasoning_tokens = 0;
     *kw = json_is_object(k) ? json_copy(k) : json_object();
     if (!*kw || json_object_set_new(*kw, "enable_thinking", json_boolean(think))) {
         json_decref(*kw);
@@ -330,7 +336,7 @@ int oai_chat_normalize(json_t *o, oai_request *r, json_t **out, oai_perr *e) {
     *out = NULL;
     json_t *msgs = NULL, *kw = NULL, *tools = NULL, *choice = NULL;
     if (string_fields(o, e) || normalize_messages(json_object_get(o, "messages"), r, &msgs, e) ||
-        reasoning_effort(o, &kw, e) || allowed_tools(o, r, &tools, &choice, e))
+        reasoning_effort(o, r, &kw, e) || allowed_tools(o, r, &tools, &choice, e))
         goto fail;
     json_t *copy = json_copy(o); /* shallow: the fields above are replaced, the rest shared */
     if (!copy) {

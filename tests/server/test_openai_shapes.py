@@ -15,7 +15,7 @@ import subprocess
 import openai
 import pytest
 
-from conftest import MODEL_NAME, ROOT, curl, parse_sse
+from conftest import MODEL_NAME, ROOT, VARIED, Srv, curl, parse_sse, start_server
 
 T = lambda text: {"type": "text", "text": text}  # noqa: E731
 USER = {"role": "user", "content": "Hello"}
@@ -323,3 +323,32 @@ def test_doc_example_runs(server):
         p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, (b, p.stderr)
         assert json.loads(p.stdout)["usage"]["prompt_tokens"] > 0
+
+
+@pytest.fixture(scope="module")
+def thinking_2507(tmp_path_factory) -> Srv:
+    """The tiny checkpoint with the Thinking-2507 template, which always thinks."""
+    from test_chat_2507 import TEMPLATES, swap_template
+    path = str(tmp_path_factory.mktemp("shapes") / "kipp-tiny-thinking-2507.gguf")
+    swap_template(ROOT / "models" / "tiny-tied" / "kipp-tiny-tied-bf16.gguf", path,
+                  (TEMPLATES / "qwen3-thinking-2507.jinja").read_text(encoding="utf-8"))
+    return Srv(start_server("shapes-thinking-2507", model=path), model_name="kipp-tiny-thinking-2507")
+
+
+def test_reasoning_effort_none_on_a_template_that_always_thinks(thinking_2507):
+    """Thinking-2507 has no switch (enable_thinking changes nothing): "none" and "minimal"
+    bound its reasoning to 0 tokens, so the reply closes the <think> its prompt opened at
+    once and is all content; "low" lets it reason. A max_reasoning_tokens that disagrees
+    is a 400."""
+    c = thinking_2507.client()
+    kw = dict(model=thinking_2507.model, messages=[USER], max_tokens=6, temperature=0, extra_body=VARIED)
+    thinks = c.chat.completions.create(reasoning_effort="low", **kw).choices[0].message
+    assert thinks.reasoning_content and not thinks.content, thinks
+    for effort in ("none", "minimal"):
+        r = c.chat.completions.create(extra_body=dict(VARIED, reasoning_effort=effort),
+                                      **{k: v for k, v in kw.items() if k != "extra_body"})
+        msg = r.choices[0].message
+        assert not msg.reasoning_content and msg.content, msg
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.chat.completions.create(reasoning_effort="minimal", **dict(kw, extra_body={"max_reasoning_tokens": 4}))
+    assert ei.value.param == "reasoning_effort"
