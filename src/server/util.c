@@ -82,18 +82,26 @@ static json_t *piece_json(const kipp_model *m, int32_t id) {
     return a;
 }
 
-static json_t *tokens_json(const kipp_model *m, const int32_t *ids, size_t n, int with_pieces) {
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++) {
-        json_t *t = with_pieces ? json_pack("{s:i, s:o}", "id", (json_int_t)ids[i], "piece",
-                                            piece_json(m, ids[i]))
-                                : json_integer(ids[i]);
-        if (!t || json_array_append_new(a, t)) {
-            json_decref(a);
-            return NULL;
+/* {"tokens": [...]} written token by token (a tree of a long text's pieces would take
+ * tens of bytes per token more than its text): malloc'd, or NULL out of memory. */
+static char *tokens_body(const kipp_model *m, const int32_t *ids, size_t n, int with_pieces) {
+    kipp_buf b = {0};
+    kipp_buf_puts(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < n && !b.oom; i++) {
+        if (i) kipp_buf_put(&b, ",", 1);
+        if (!with_pieces) {
+            kipp_buf_printf(&b, "%d", (int)ids[i]);
+            continue;
         }
+        json_t *t = json_pack("{s:i, s:o}", "id", (json_int_t)ids[i], "piece", piece_json(m, ids[i]));
+        char *js = t ? json_dumps(t, JSON_COMPACT) : NULL;
+        json_decref(t);
+        if (!js) b.oom = 1;
+        else kipp_buf_puts(&b, js);
+        free(js);
     }
-    return a;
+    kipp_buf_puts(&b, "]}");
+    return kipp_buf_take(&b, NULL);
 }
 
 /* {content, add_special?, parse_special?, with_pieces?} -> {"tokens": [...]}. add_special
@@ -135,14 +143,11 @@ static enum MHD_Result handle_tokenize(kipp_server *sv, struct MHD_Connection *c
         if (grown) (ids = grown)[n++] = (int32_t)info.eos_id;
         else st = KIPP_ERR_NOMEM;
     }
-    json_t *toks = st == KIPP_OK ? tokens_json(sv->m, ids, n, with_pieces) : NULL;
+    char *js = st == KIPP_OK ? tokens_body(sv->m, ids, n, with_pieces) : NULL;
     srv_parse_leave(sv);
     free(ids);
     if (st != KIPP_OK && st != KIPP_ERR_NOMEM) /* (valid JSON text always tokenizes) */
         return srv_send_error(sv, c, cs, 400, msg, "invalid_request_error", "content", NULL);
-    json_t *out = toks ? json_pack("{s:o}", "tokens", toks) : NULL;
-    char *js = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
     return js ? srv_send_json(sv, c, cs, 200, js)
               : srv_send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
 }

@@ -209,6 +209,21 @@ def test_unknown_fields_are_logged(server):
     assert "ignoring the request field 'n_probs'" in server.proc.stderr_tail(200000)
 
 
+# ---- hostile bodies ---------------------------------------------------------------------------
+
+def test_corpus_bodies_never_fail_the_server(server):
+    """tests/fuzz/corpus/util/ (the robustness harness's seeds for these routes, named ROUTE_*):
+    each is answered 200 or 400, never 5xx, and the server keeps serving."""
+    seeds = sorted((ROOT / "tests" / "fuzz" / "corpus" / "util").glob("*.json"))
+    assert len(seeds) >= 15
+    for f in seeds:
+        route = "/" + f.name.split("_", 1)[0]
+        st, _, raw = server.request("POST", route, f.read_bytes(), {"Content-Type": "application/json"})
+        assert st in (200, 400), (f.name, st, raw[:300])
+        json.loads(raw)
+    assert ok(server, "/tokenize", {"content": "still serving"})["tokens"]
+
+
 # ---- the doc's examples -----------------------------------------------------------------------
 
 def doc_examples(section: str) -> list[tuple[str, str | None]]:
