@@ -148,6 +148,12 @@ static int message_text(json_t *m, size_t i, role_t role, oai_request *r, json_t
         return fail(e, r->param_buf, "messages[%zu].refusal must be a string", i);
     }
     if (json_is_null(refusal)) refusal = NULL;
+    const int calls = role == R_ASSISTANT && json_array_size(json_object_get(m, "tool_calls")) > 0;
+    if ((!c || json_is_null(c)) && !refusal && !calls) {
+        snprintf(r->param_buf, sizeof r->param_buf, "messages[%zu].content", i);
+        return fail(e, r->param_buf, "messages[%zu].content is required (only an assistant message "
+                    "with tool_calls or a refusal may leave it out)", i);
+    }
     if ((!c || json_is_null(c) || json_is_string(c)) && !refusal) return 0; /* as it is */
     if (c && !json_is_null(c) && !json_is_string(c) && !json_is_array(c)) {
         snprintf(r->param_buf, sizeof r->param_buf, "messages[%zu].content", i);

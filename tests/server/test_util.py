@@ -165,7 +165,10 @@ def test_apply_template_refusals(server):
     refused(server, "/apply-template", {"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"},
             "reasoning_effort")
     refused(server, "/apply-template", {"messages": [{"role": "user", "content": "x"}], "model": 5}, "model")
-    refused(server, "/apply-template", {"messages": [{"role": "assistant"}]}, "messages")
+    refused(server, "/apply-template", {"messages": [{"role": "assistant"}]}, "messages[0].content")
+    # what only the template knows is refused under "messages", as the chat endpoint does
+    refused(server, "/apply-template", {"messages": [{"role": "assistant", "tool_calls": [{"type": "function"}]}]},
+            "messages")
 
 
 # ---- /props -----------------------------------------------------------------------------------
