@@ -162,7 +162,8 @@ static int message_text(json_t *m, size_t i, role_t role, oai_request *r, json_t
     }
     kipp_buf b = {0};
     int n = 0;
-    if (json_is_string(c)) put_piece(&b, &n, json_string_value(c), json_string_length(c));
+    if (json_string_length(c)) /* ("" beside a refusal adds nothing) */
+        put_piece(&b, &n, json_string_value(c), json_string_length(c));
     for (size_t j = 0; json_is_array(c) && j < json_array_size(c); j++)
         if (content_part(json_array_get(c, j), i, j, role, r, &b, &n, e)) {
             kipp_buf_free(&b);
@@ -254,6 +255,7 @@ static int reasoning_effort(json_t *o, oai_request *r, json_t **kw, oai_perr *e)
                     "\"medium\" or \"high\" (Qwen3's thinking is off for the first two, on for the others)");
     if (k && !json_is_null(k) && !json_is_object(k)) return 0; /* parse_chat names it */
     json_t *given = json_is_object(k) ? json_object_get(k, "enable_thinking") : NULL;
+    if (given && !json_is_null(given) && !json_is_boolean(given)) return 0; /* parse_chat names it */
     if (json_is_boolean(given) && json_is_true(given) != think)
         return fail(e, "reasoning_effort", "'reasoning_effort' \"%s\" turns thinking %s, but "
                     "chat_template_kwargs.enable_thinking is %s: send one of them, or values that agree",
