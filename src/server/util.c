@@ -166,8 +166,11 @@ static enum MHD_Result handle_detokenize(kipp_server *sv, struct MHD_Connection 
     msg[0] = 0;
     const size_t n = json_array_size(toks);
     int32_t *ids = n ? malloc(n * sizeof *ids) : NULL;
+    if (n && !ids) {
+        json_decref(o);
+        return srv_send_error(sv, c, cs, 500, "out of memory", "server_error", NULL, NULL);
+    }
     if (!json_is_array(toks)) snprintf(msg, sizeof msg, "'tokens' (an array of token ids) is required");
-    else if (n && !ids) snprintf(msg, sizeof msg, "out of memory");
     for (size_t i = 0; !msg[0] && i < n; i++) {
         json_t *t = json_array_get(toks, i);
         const long long id = json_is_integer(t) ? json_integer_value(t) : -1;
