@@ -171,7 +171,7 @@ FORCE:
 FUZZ_SRC_gguf    := src/gguf/gguf.c
 FUZZ_SRC_chat    := src/tok/chat.c src/tok/pyjson.c src/tok/reasoning.c src/gguf/gguf.c
 FUZZ_SRC_tok     := $(wildcard src/tok/*.c) src/gguf/gguf.c
-FUZZ_SRC_oai     := src/server/openai_req.c src/server/tool_grammar.c src/engine/json_schema.c \
+FUZZ_SRC_oai     := src/server/openai_req.c src/server/openai_chat.c src/server/tool_grammar.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c src/engine/sampler.c
 FUZZ_SRC_grammar := src/engine/grammar.c src/engine/grammar_cost.c src/engine/matcher.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c

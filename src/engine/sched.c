@@ -1811,6 +1811,7 @@ void kipp_sched_free(kipp_sched *s) {
 }
 
 uint32_t kipp_sched_n_ctx(const kipp_sched *s) { return s->n_ctx; }
+uint32_t kipp_sched_max_running(const kipp_sched *s) { return s->p.max_running; }
 
 void kipp_sched_ctx_info(const kipp_sched *s, kipp_ctx_info *out) { kipp_ctx_get_info(s->ctx, out); }
 

@@ -173,6 +173,8 @@ void kipp_sched_free(kipp_sched *s);
 /* The context the engine runs (backend, ISA level, threads, KV type and pool size). */
 void kipp_sched_ctx_info(const kipp_sched *s, kipp_ctx_info *out);
 uint32_t kipp_sched_n_ctx(const kipp_sched *s);
+/* Sequences decoded together at most (kipp_sched_params.max_running, defaults applied). */
+uint32_t kipp_sched_max_running(const kipp_sched *s);
 void kipp_sched_get_stats(kipp_sched *s, kipp_sched_stats *out);
 
 /* Queues a request. KIPP_ERR_BUSY: the queue is full (tell the client to retry);

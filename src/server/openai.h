@@ -11,6 +11,7 @@
 #include "tok/reasoning.h"
 #include "tok/toolcall.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +46,7 @@ typedef struct {
     char **tool_names;           /* chat: the tools' function names [n_tool_names]: a parsed
                                     call must name one of them */
     size_t n_tool_names;
-    char param_buf[48];          /* a rejection's param when it names a part of a field
+    char param_buf[80];          /* a rejection's param when it names a part of a field
                                     (e.g. "tools[1].function"); *param points here */
     char *chat_body;             /* chat: JSON for kipp_chat_apply */
     size_t verbatim_bytes;       /* chat: bytes of the system and user messages' text, which
@@ -84,6 +85,25 @@ struct json_t;
 int oai_parse_tree(struct json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *out, char *msg,
                    size_t msg_len, const char **param);
 void oai_request_free(oai_request *r);
+
+/* ---- the parser's internals, shared by openai_req.c and openai_chat.c ------------------- */
+struct json_t;
+/* A rejection being written: msg gets the sentence, *param the field at fault (a static
+ * name, or r->param_buf for a part of one). oai_refusev formats it and returns -1. */
+typedef struct {
+    char *msg;
+    size_t msg_len;
+    const char **param;
+} oai_perr;
+int oai_refusev(oai_perr *e, const char *param, const char *fmt, va_list ap);
+/* A chat request as clients send it (o, borrowed) normalized for the rest of the parser:
+ * *out is a new shallow copy of o whose messages have string content (text parts joined
+ * with "\n", an assistant's refusal as its text), "developer" turned "system",
+ * chat_template_kwargs.enable_thinking set from reasoning_effort (off: r->max_reasoning_tokens
+ * 0 too; call after it is parsed), and a tool_choice
+ * {"type": "allowed_tools"} turned into its mode with only those tools (openai_chat.c).
+ * A field outside the API found inside a message goes to r->unknown_field. */
+int oai_chat_normalize(struct json_t *o, oai_request *r, struct json_t **out, oai_perr *e);
 /* Bans token id through r's logit_bias (an entry the client gave for it is overridden: the
  * sampler adds up repeated ids). 0 ok, -1 out of memory. */
 int oai_request_ban_token(oai_request *r, int32_t id);

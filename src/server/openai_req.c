@@ -15,18 +15,19 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    char *msg;
-    size_t msg_len;
-    const char **param;
-} perr;
+typedef oai_perr perr;
+
+int oai_refusev(oai_perr *e, const char *param, const char *fmt, va_list ap) {
+    vsnprintf(e->msg, e->msg_len, fmt, ap);
+    *e->param = param;
+    return -1;
+}
 
 static int fail(perr *e, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, e->msg_len, fmt, ap);
+    oai_refusev(e, param, fmt, ap);
     va_end(ap);
-    *e->param = param;
     return -1;
 }
 
@@ -101,8 +102,6 @@ static int parse_unsupported(json_t *o, oai_endpoint ep, perr *e) {
         {"functions", "the deprecated 'functions' are not supported; send 'tools'"},
         {"function_call", "the deprecated 'function_call' is not supported; send 'tool_choice'"},
         {"web_search_options", "web search is not supported"},
-        {"reasoning_effort", "reasoning effort levels are not supported; Qwen3's thinking is "
-                             "on or off: chat_template_kwargs.enable_thinking"},
         {"verbosity", "verbosity levels are not supported"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
@@ -254,6 +253,9 @@ static int parse_constraint(json_t *o, oai_endpoint ep, oai_request *r, perr *e)
             json_t *fn = json_object_get(tc, "function");
             only = json_string_value(json_object_get(fn, "name"));
             const char *ty = json_string_value(json_object_get(tc, "type"));
+            if (ty && !strcmp(ty, "custom"))
+                return fail(e, "tool_choice", "a 'custom' tool_choice is not supported: only "
+                            "\"function\" tools are");
             if (!only || (ty && strcmp(ty, "function")))
                 return fail(e, "tool_choice", "a named 'tool_choice' must be {\"type\": \"function\", "
                             "\"function\": {\"name\": ...}}");
@@ -369,25 +371,17 @@ static int parse_sampling(json_t *o, oai_request *r, perr *e) {
     return 0;
 }
 
+/* o's messages are normalized (oai_chat_normalize): objects with a known role and, where
+ * given, string content. */
 static int parse_chat(json_t *o, oai_request *r, perr *e) {
     json_t *msgs = json_object_get(o, "messages");
-    if (!msgs) return fail(e, "messages", "'messages' is required");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return fail(e, "messages", "'messages' must be a non-empty array");
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i);
-        if (!json_is_object(m)) return fail(e, "messages", "messages[%zu] must be an object", i);
-        if (!json_is_string(json_object_get(m, "role")))
-            return fail(e, "messages", "messages[%zu].role must be a string", i);
         const char *role = json_string_value(json_object_get(m, "role"));
         if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0) continue; /* (an assistant's
                                                                      reasoning may be left out) */
         json_t *c = json_object_get(m, "content");
         if (json_is_string(c)) r->verbatim_bytes += json_string_length(c);
-        for (size_t j = 0; json_is_array(c) && j < json_array_size(c); j++) {
-            json_t *t = json_object_get(json_array_get(c, j), "text");
-            if (json_is_string(t)) r->verbatim_bytes += json_string_length(t);
-        }
     }
     json_t *tools = json_object_get(o, "tools"); /* checked by parse_constraint */
     json_t *kw = json_object_get(o, "chat_template_kwargs");
@@ -525,6 +519,7 @@ int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
     r->max_tokens = -1;
     *param = NULL;
     int rc = -1;
+    json_t *norm = NULL;
     if (!json_is_object(o)) {
         fail(&e, NULL, "the body must be a JSON object");
         goto out;
@@ -549,6 +544,13 @@ int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) { fail(&e, "stream_options", "'stream_options' must be an object"); goto out; }
         if (get_bool(so, "include_usage", &r->include_usage, &e)) { *param = "stream_options"; goto out; }
+        int obfuscate = 0;
+        if (get_bool(so, "include_obfuscation", &obfuscate, &e)) { *param = "stream_options"; goto out; }
+        if (obfuscate) {
+            fail(&e, "stream_options.include_obfuscation", "'stream_options.include_obfuscation': true "
+                 "is not supported: this server pads no stream event (send false, or leave it out)");
+            goto out;
+        }
     }
     r->content_special = -1;
     json_t *cst = json_object_get(o, "content_special_tokens");
@@ -559,6 +561,10 @@ int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
             goto out;
         }
         r->content_special = strcmp(v, "parse") == 0;
+    }
+    if (ep == OAI_CHAT) { /* the messages and switches as clients send them, normalized */
+        if (oai_chat_normalize(o, r, &norm, &e)) goto out;
+        o = norm;
     }
     if (parse_sampling(o, r, &e) || parse_logit_bias(o, r, n_vocab, &e) || parse_stop(o, r, &e) ||
         parse_unsupported(o, ep, &e) || parse_constraint(o, ep, r, &e))
@@ -575,6 +581,7 @@ int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
     note_unknown(o, ep, r);
     rc = 0;
 out:
+    json_decref(norm);
     return rc;
 }
 

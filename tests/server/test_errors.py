@@ -135,7 +135,7 @@ CHAT_BAD = [
     ("functions", [{"name": "f", "parameters": {}}]),
     ("function_call", "auto"),
     ("web_search_options", {}),
-    ("reasoning_effort", "low"),
+    ("reasoning_effort", "extreme"),  # "none" .. "high" map to thinking (test_openai_shapes)
     ("verbosity", "low"),
     ("service_tier", "flex"),
     ("store", True),
