@@ -14,6 +14,8 @@ and every machine. The checkpoints load in transformers' Qwen3ForCausalLM
 checkpoints use the Hub's per-expert layout (model.layers.L.mlp.experts.J.{gate,up,down}_proj
 .weight and the router model.layers.L.mlp.gate.weight), as Qwen/Qwen3-30B-A3B ships it;
 tiny-moe-tie's routers have rows 2 and 5 equal in every layer (an exact tie, every token).
+tiny-rerank is a Qwen3-Reranker in miniature: a Qwen3ForCausalLM plus a README.md whose
+"# Qwen3-Reranker" heading tells tools/convert_to_gguf.py it is a reranker.
 
 What it does not do: train anything or make the model say anything sensible.
 Weight scales are only chosen so that logits are well spread (clear top-1

@@ -110,6 +110,11 @@ static int fail(char *msg, size_t msg_len, const char **param, const char *field
     return -1;
 }
 
+static int oom(char *msg, size_t msg_len) {
+    snprintf(msg, msg_len, "out of memory");
+    return -2;
+}
+
 /* A copy of a JSON string (its length: a string may hold any UTF-8). */
 static int copy_str(const json_t *v, rerank_str *out) {
     out->len = json_string_length(v);
@@ -157,7 +162,7 @@ static int parse_documents(const json_t *a, rerank_request *r, char *msg, size_t
         *param = "documents";
         return -1;
     }
-    if (!(r->docs = calloc(n, sizeof *r->docs))) return fail(msg, msg_len, param, NULL, "%s", "out of memory");
+    if (!(r->docs = calloc(n, sizeof *r->docs))) return oom(msg, msg_len);
     r->n_docs = n;
     for (size_t i = 0; i < n; i++) {
         const json_t *d = json_array_get(a, i), *text = d;
@@ -176,7 +181,7 @@ static int parse_documents(const json_t *a, rerank_request *r, char *msg, size_t
         if (!json_is_string(text))
             return fail(msg, msg_len, param, r->param, "'%s' must be a string (a document is a string "
                         "or an object with a string 'text')", r->param);
-        if (copy_str(text, &r->docs[i])) return fail(msg, msg_len, param, NULL, "%s", "out of memory");
+        if (copy_str(text, &r->docs[i])) return oom(msg, msg_len);
     }
     return 0;
 }
@@ -189,15 +194,15 @@ int rerank_parse(json_t *in, rerank_request *r, char *msg, size_t msg_len, const
     if (check_fields(in, msg, msg_len, param, unknown, unknown_len)) return -1;
     const json_t *model = json_object_get(in, "model");
     if (!json_is_string(model)) return fail(msg, msg_len, param, "model", "%s", "'model' is required (a string)");
-    if (!(r->model = strdup(json_string_value(model)))) return fail(msg, msg_len, param, NULL, "%s", "out of memory");
+    if (!(r->model = strdup(json_string_value(model)))) return oom(msg, msg_len);
     const json_t *q = json_object_get(in, "query");
     if (!json_is_string(q)) return fail(msg, msg_len, param, "query", "%s", "'query' is required (a string)");
-    if (copy_str(q, &r->query)) return fail(msg, msg_len, param, NULL, "%s", "out of memory");
+    if (copy_str(q, &r->query)) return oom(msg, msg_len);
     const json_t *ins = json_object_get(in, "instruction");
     if (ins && !json_is_null(ins)) {
         if (!json_is_string(ins))
             return fail(msg, msg_len, param, "instruction", "%s", "'instruction' must be a string or null");
-        if (copy_str(ins, &r->instruction)) return fail(msg, msg_len, param, NULL, "%s", "out of memory");
+        if (copy_str(ins, &r->instruction)) return oom(msg, msg_len);
     }
     const json_t *top = json_object_get(in, "top_n");
     if (top && !json_is_null(top)) {

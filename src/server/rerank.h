@@ -41,8 +41,8 @@ typedef struct {
     char param[48];                /* a rejected field with an index ("documents[3]") */
 } rerank_request;
 
-/* Parses and validates a body (the tree is borrowed). 0, or -1 with msg and *param (the
- * field) set: a 400. A field outside the API goes into unknown (the server logs it once);
+/* Parses and validates a body (the tree is borrowed). 0; -1 with msg and *param (the field;
+ * NULL: the body as a whole) set: a 400; -2: out of memory. A field outside the API goes into unknown (the server logs it once);
  * a field the API defines that Kipp does not implement is a 400 naming it. Free r with
  * rerank_request_free either way. */
 int rerank_parse(json_t *in, rerank_request *r, char *msg, size_t msg_len, const char **param,

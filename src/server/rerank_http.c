@@ -53,7 +53,7 @@ static int parse_body(kipp_server *sv, conn_state *cs, rerank_job *j, char *msg,
     char unknown[64] = "";
     const int rc = rerank_parse(in, &j->rq, msg, msg_len, param, unknown, sizeof unknown);
     json_decref(in);
-    if (rc != 0) return *param ? 400 : 500;
+    if (rc != 0) return rc == -2 ? 500 : 400;
     if (unknown[0]) srv_note_ignored_field(sv, unknown);
     if (!srv_model_served(sv, j->rq.model)) {
         snprintf(msg, msg_len, "the model '%.200s' does not exist; this server serves '%.200s'%s", j->rq.model,
