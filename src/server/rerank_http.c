@@ -119,13 +119,13 @@ static int take_score(rerank_job *j, kipp_req *r, size_t i, uint32_t got, kipp_f
 }
 
 /* Runs every document's prompt. 0, -1 (the client left), or an HTTP status with msg set. */
-static int score_all(rerank_job *j, int fd, char *msg, size_t msg_len) {
+static int score_all(rerank_job *j, int fd, int http11, char *msg, size_t msg_len) {
     kipp_req *live[RERANK_INFLIGHT];
     size_t doc[RERANK_INFLIGHT];
     uint32_t have[RERANK_INFLIGHT];
     uint32_t n_live = 0;
     size_t next = 0, done = 0;
-    int rc = 0;
+    int rc = 0, probed = 0;
     while (done < j->rq.n_docs && rc == 0) {
         /* the first document alone: the others' common prefix is then in the prefix cache */
         const uint32_t cap = done == 0 ? 1 : RERANK_INFLIGHT;
@@ -143,7 +143,7 @@ static int score_all(rerank_job *j, int fd, char *msg, size_t msg_len) {
         }
         if (rc) break;
         const int k = kipp_req_wait_any(live, have, n_live, 0, WAIT_SLICE_MS);
-        if (srv_peer_state(fd) == PEER_GONE) rc = -1;
+        if (srv_client_gone(fd, http11, &probed)) rc = -1;
         if (k < 0 || rc) continue;
         kipp_finish fin;
         have[k] = kipp_req_wait(live[k], have[k], 0, &fin);
@@ -169,7 +169,7 @@ static void note_log(conn_state *cs, const rerank_job *j) {
 
 static enum MHD_Result answer(kipp_server *sv, struct MHD_Connection *c, conn_state *cs, rerank_job *j) {
     char msg[KIPP_ERR_LEN];
-    const int rc = score_all(j, srv_conn_fd(c), msg, sizeof msg);
+    const int rc = score_all(j, srv_conn_fd(c), cs->http11, msg, sizeof msg);
     if (rc < 0) { /* nobody to answer: close the connection */
         cs->responded = 1;
         return MHD_NO;

@@ -253,3 +253,25 @@ def test_docs_example(rr):
     for got, want in zip(js["results"], shown["results"]):  # the score as the cpu backend gives it
         assert got["index"] == want["index"] and got["document"] == want["document"]
         assert abs(got["relevance_score"] - want["relevance_score"]) <= BOUND["cpu"]
+
+
+def test_client_gone_cancels_the_rest(rr):
+    """A client that leaves mid-request: the documents not yet scored are never run (their
+    requests are cancelled or never submitted) and the server goes idle."""
+    import socket
+    n = 300
+    docs = [f"{i} " + "lorem ipsum dolor sit amet " * 30 for i in range(n)]
+    body = json.dumps({"model": RERANK_NAME, "query": "q", "documents": docs}).encode()
+    before = rr.metrics().get("kipp_generated_tokens_total")
+    s = socket.create_connection((rr.host, rr.port))
+    s.sendall(b"POST /v1/rerank HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    import time
+    deadline = time.monotonic() + 30
+    while rr.metrics().get("kipp_generated_tokens_total") == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    s.close()
+    rr.wait_idle()
+    done = rr.metrics().get("kipp_generated_tokens_total") - before
+    assert 0 < done < n, done
+    assert ok(rr, query="q", documents=["still serving"])["results"]
