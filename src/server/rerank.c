@@ -103,10 +103,10 @@ static const struct {
 static const char *const known[] = {"model", "query", "documents", "top_n", "return_documents",
                                     "instruction"};
 
-static int fail(char *msg, size_t msg_len, const char **param, const char *field, const char *fmt,
-                const char *what) {
+/* A 400: the field (NULL: the body as a whole) and what is wrong with it. */
+static int bad(char *msg, size_t msg_len, const char **param, const char *field, const char *text) {
     *param = field;
-    snprintf(msg, msg_len, fmt, what);
+    snprintf(msg, msg_len, "%s", text);
     return -1;
 }
 
@@ -148,14 +148,39 @@ static int check_fields(json_t *in, char *msg, size_t msg_len, const char **para
     return 0;
 }
 
+/* documents[i]: a string or a {"text": string} object (its other keys are noted as unknown). */
+static int parse_document(const json_t *d, size_t i, rerank_request *r, char *msg, size_t msg_len,
+                          const char **param, char *unknown, size_t unknown_len) {
+    const json_t *text = d;
+    snprintf(r->param, sizeof r->param, "documents[%zu]", i);
+    if (json_is_object(d)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)d, key, v) {
+            char name[64];
+            snprintf(name, sizeof name, "documents[].%s", key);
+            if (strcmp(key, "text")) note_unknown(unknown, unknown_len, name);
+        }
+        text = json_object_get(d, "text");
+        snprintf(r->param, sizeof r->param, "documents[%zu].text", i);
+    }
+    if (!json_is_string(text)) {
+        snprintf(msg, msg_len, "'%s' must be a string (a document is a string or an object with a "
+                 "string 'text')", r->param);
+        *param = r->param;
+        return -1;
+    }
+    return copy_str(text, &r->docs[i]) ? oom(msg, msg_len) : 0;
+}
+
 /* documents: 1..RERANK_MAX_DOCUMENTS strings or {"text": string} objects. */
 static int parse_documents(const json_t *a, rerank_request *r, char *msg, size_t msg_len,
                            const char **param, char *unknown, size_t unknown_len) {
     if (!json_is_array(a))
-        return fail(msg, msg_len, param, "documents", "%s", "'documents' is required: an array of "
+        return bad(msg, msg_len, param, "documents", "'documents' is required: an array of "
                     "strings or of {\"text\": string} objects");
     const size_t n = json_array_size(a);
-    if (n == 0) return fail(msg, msg_len, param, "documents", "%s", "'documents' is an empty array");
+    if (n == 0) return bad(msg, msg_len, param, "documents", "'documents' is an empty array");
     if (n > RERANK_MAX_DOCUMENTS) {
         snprintf(msg, msg_len, "'documents' has %zu documents; at most %d are allowed per request", n,
                  RERANK_MAX_DOCUMENTS);
@@ -165,23 +190,32 @@ static int parse_documents(const json_t *a, rerank_request *r, char *msg, size_t
     if (!(r->docs = calloc(n, sizeof *r->docs))) return oom(msg, msg_len);
     r->n_docs = n;
     for (size_t i = 0; i < n; i++) {
-        const json_t *d = json_array_get(a, i), *text = d;
-        snprintf(r->param, sizeof r->param, "documents[%zu]", i);
-        if (json_is_object(d)) {
-            const char *key;
-            json_t *v;
-            json_object_foreach((json_t *)d, key, v) {
-                char name[64];
-                snprintf(name, sizeof name, "documents[].%s", key);
-                if (strcmp(key, "text")) note_unknown(unknown, unknown_len, name);
-            }
-            text = json_object_get(d, "text");
-            snprintf(r->param, sizeof r->param, "documents[%zu].text", i);
-        }
-        if (!json_is_string(text))
-            return fail(msg, msg_len, param, r->param, "'%s' must be a string (a document is a string "
-                        "or an object with a string 'text')", r->param);
-        if (copy_str(text, &r->docs[i])) return oom(msg, msg_len);
+        const int rc = parse_document(json_array_get(a, i), i, r, msg, msg_len, param, unknown, unknown_len);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* instruction, top_n and return_documents (absent or null: their defaults). */
+static int parse_options(json_t *in, rerank_request *r, char *msg, size_t msg_len, const char **param) {
+    const json_t *ins = json_object_get(in, "instruction");
+    if (ins && !json_is_null(ins)) {
+        if (!json_is_string(ins))
+            return bad(msg, msg_len, param, "instruction", "'instruction' must be a string or null");
+        if (copy_str(ins, &r->instruction)) return oom(msg, msg_len);
+    }
+    const json_t *top = json_object_get(in, "top_n");
+    if (top && !json_is_null(top)) {
+        if (!json_is_integer(top) || json_integer_value(top) < 1)
+            return bad(msg, msg_len, param, "top_n", "'top_n' must be an integer of at least 1 "
+                        "(or null: every document)");
+        r->top_n = (size_t)json_integer_value(top);
+    }
+    const json_t *ret = json_object_get(in, "return_documents");
+    if (ret && !json_is_null(ret)) {
+        if (!json_is_boolean(ret))
+            return bad(msg, msg_len, param, "return_documents", "'return_documents' must be a boolean");
+        r->return_documents = json_is_true(ret);
     }
     return 0;
 }
@@ -190,34 +224,16 @@ int rerank_parse(json_t *in, rerank_request *r, char *msg, size_t msg_len, const
                  char *unknown, size_t unknown_len) {
     memset(r, 0, sizeof *r);
     *param = NULL;
-    if (!json_is_object(in)) return fail(msg, msg_len, param, NULL, "%s", "the body must be a JSON object");
+    if (!json_is_object(in)) return bad(msg, msg_len, param, NULL, "the body must be a JSON object");
     if (check_fields(in, msg, msg_len, param, unknown, unknown_len)) return -1;
     const json_t *model = json_object_get(in, "model");
-    if (!json_is_string(model)) return fail(msg, msg_len, param, "model", "%s", "'model' is required (a string)");
+    if (!json_is_string(model)) return bad(msg, msg_len, param, "model", "'model' is required (a string)");
     if (!(r->model = strdup(json_string_value(model)))) return oom(msg, msg_len);
     const json_t *q = json_object_get(in, "query");
-    if (!json_is_string(q)) return fail(msg, msg_len, param, "query", "%s", "'query' is required (a string)");
+    if (!json_is_string(q)) return bad(msg, msg_len, param, "query", "'query' is required (a string)");
     if (copy_str(q, &r->query)) return oom(msg, msg_len);
-    const json_t *ins = json_object_get(in, "instruction");
-    if (ins && !json_is_null(ins)) {
-        if (!json_is_string(ins))
-            return fail(msg, msg_len, param, "instruction", "%s", "'instruction' must be a string or null");
-        if (copy_str(ins, &r->instruction)) return oom(msg, msg_len);
-    }
-    const json_t *top = json_object_get(in, "top_n");
-    if (top && !json_is_null(top)) {
-        if (!json_is_integer(top) || json_integer_value(top) < 1)
-            return fail(msg, msg_len, param, "top_n", "%s", "'top_n' must be an integer of at least 1 "
-                        "(or null: every document)");
-        r->top_n = (size_t)json_integer_value(top);
-    }
-    const json_t *ret = json_object_get(in, "return_documents");
-    if (ret && !json_is_null(ret)) {
-        if (!json_is_boolean(ret))
-            return fail(msg, msg_len, param, "return_documents", "%s", "'return_documents' must be a boolean");
-        r->return_documents = json_is_true(ret);
-    }
-    return parse_documents(json_object_get(in, "documents"), r, msg, msg_len, param, unknown, unknown_len);
+    const int rc = parse_options(in, r, msg, msg_len, param);
+    return rc ? rc : parse_documents(json_object_get(in, "documents"), r, msg, msg_len, param, unknown, unknown_len);
 }
 
 void rerank_request_free(rerank_request *r) {

@@ -275,3 +275,17 @@ def test_client_gone_cancels_the_rest(rr):
     done = rr.metrics().get("kipp_generated_tokens_total") - before
     assert 0 < done < n, done
     assert ok(rr, query="q", documents=["still serving"])["results"]
+
+
+def test_counted_under_rerank_and_goldens_match_the_checkpoint(rr):
+    """/metrics counts the requests under endpoint "rerank"; the goldens were computed from
+    the very checkpoint the GGUF was converted from."""
+    import hashlib
+    before = rr.metrics().get("kipp_requests_total", endpoint="rerank", status="200")
+    ok(rr, query="q", documents=["a"])
+    rerank(rr, query="q", documents=[])
+    m = rr.metrics()
+    assert m.get("kipp_requests_total", endpoint="rerank", status="200") == before + 1
+    assert m.get("kipp_requests_total", endpoint="rerank", status="400") >= 1
+    st = ROOT / "models" / "tiny-rerank" / "model.safetensors"
+    assert hashlib.sha256(st.read_bytes()).hexdigest() == GOLDEN["sha256"]["model.safetensors"]
