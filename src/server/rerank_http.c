@@ -111,6 +111,7 @@ static int take_score(rerank_job *j, kipp_req *r, size_t i, uint32_t got, kipp_f
     if (!t || t->n_top != 2 || fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
         if (fin == KIPP_FINISH_ERROR) snprintf(msg, msg_len, "scoring document %zu failed: %s", i, kipp_req_error(r));
         else snprintf(msg, msg_len, "the request was cancelled (the server is shutting down)");
+        j->code = fin == KIPP_FINISH_ERROR ? NULL : "shutting_down";
         return fin == KIPP_FINISH_ERROR ? 500 : 503;
     }
     j->scores[i] = rerank_score(t->top_logprob[0], t->top_logprob[1]);
@@ -136,6 +137,7 @@ static int score_all(rerank_job *j, int fd, int http11, char *msg, size_t msg_le
             if (st != KIPP_OK) {
                 snprintf(msg, msg_len, "%s", st == KIPP_ERR_NOMEM ? "out of memory" : err);
                 rc = st == KIPP_ERR_BUSY ? 503 : st == KIPP_ERR_INVALID_ARG ? 400 : 500;
+                j->code = st == KIPP_ERR_BUSY ? "overloaded" : NULL;
                 break;
             }
             have[n_live] = 0;
@@ -174,7 +176,7 @@ static enum MHD_Result answer(kipp_server *sv, struct MHD_Connection *c, conn_st
         cs->responded = 1;
         return MHD_NO;
     }
-    if (rc) return srv_send_error(sv, c, cs, rc, msg, "server_error", NULL, rc == 503 ? "shutting_down" : NULL);
+    if (rc) return srv_send_error(sv, c, cs, rc, msg, rc == 400 ? "invalid_request_error" : "server_error", NULL, j->code);
     char id[48];
     pthread_mutex_lock(&sv->mu);
     snprintf(id, sizeof id, "rerank-%llu", (unsigned long long)++sv->next_id);
