@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define RERANK_INFLIGHT 8 /* documents submitted at once (the rest wait their turn here) */
 
@@ -133,7 +134,7 @@ static int score_all(rerank_job *j, int fd, int http11, char *msg, size_t msg_le
         while (n_live < cap && next < j->rq.n_docs && rc == 0) {
             char err[KIPP_ERR_LEN];
             const kipp_status st = submit_doc(j, next, &live[n_live], err, sizeof err);
-            if (st == KIPP_ERR_BUSY && n_live) break; /* the queue is full: wait for one of ours */
+            if (st == KIPP_ERR_BUSY && (n_live || done)) break; /* the queue is full: wait for room */
             if (st != KIPP_OK) {
                 snprintf(msg, msg_len, "%s", st == KIPP_ERR_NOMEM ? "out of memory" : err);
                 rc = st == KIPP_ERR_BUSY ? 503 : st == KIPP_ERR_INVALID_ARG ? 400 : 500;
@@ -144,6 +145,12 @@ static int score_all(rerank_job *j, int fd, int http11, char *msg, size_t msg_le
             doc[n_live++] = next++;
         }
         if (rc) break;
+        if (!n_live) { /* others' requests fill the queue: ours wait for room */
+            const struct timespec ts = {0, WAIT_SLICE_MS * 1000000L};
+            nanosleep(&ts, NULL);
+            if (srv_client_gone(fd, http11, &probed)) rc = -1;
+            continue;
+        }
         const int k = kipp_req_wait_any(live, have, n_live, 0, WAIT_SLICE_MS);
         if (srv_client_gone(fd, http11, &probed)) rc = -1;
         if (k < 0 || rc) continue;

@@ -193,11 +193,16 @@ def test_prefix_cache_serves_the_common_prefix(rr):
     assert hit >= 4 * 96, hit  # each of the other four shares at least six blocks
 
 
-def test_many_documents_through_a_queue_of_one():
+@pytest.fixture(scope="module")
+def q1() -> Srv:
+    return Srv(start_server("rerank-q1", "--parallel", "1", "--queue", "1", model=RERANK_MODEL),
+               model_name=RERANK_NAME)
+
+
+def test_many_documents_through_a_queue_of_one(q1):
     """--parallel 1 --queue 1: the documents past the first two are refused by the queue
     until one of them is done; the handler waits for its own requests and goes on."""
-    srv = Srv(start_server("rerank-q1", "--parallel", "1", "--queue", "1", model=RERANK_MODEL),
-              model_name=RERANK_NAME)
+    srv = q1
     s = GOLDEN["sets"][1]
     docs = s["documents"] * 5
     js = ok(srv, **{**golden_body(s), "documents": docs})
@@ -206,7 +211,32 @@ def test_many_documents_through_a_queue_of_one():
     for i, d in enumerate(docs):
         want = s["results"][i % len(s["documents"])]["score_f64"]
         assert abs(got[i] - want) <= BOUND["cpu"], (i, got[i], want)
-    srv.proc.stop()
+
+
+def test_queue_full_of_others_is_503_overloaded(q1):
+    """Two generations that nobody reads hold the one slot and the one queue place (each
+    paused by its window in turn): the first document finds no room, a 503 overloaded."""
+    import socket
+    import time
+    socks = []
+    body = json.dumps({"model": RERANK_NAME, "prompt": "one two three", "max_tokens": 400, "stream": True,
+                       "ignore_eos": True, "logprobs": 20}).encode()
+    for _ in range(2):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect((q1.host, q1.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        socks.append(s)
+    deadline = time.monotonic() + 30
+    while q1.metrics().get("kipp_queue_depth") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    st, hdrs, js = rerank(q1, query="q", documents=["a", "b"])
+    for s in socks:
+        s.close()
+    assert st == 503 and js["error"]["code"] == "overloaded", js
+    q1.wait_idle()
+    assert ok(q1, query="q", documents=["a", "b"])["results"]
 
 
 def test_generative_model_needs_reranking_flag(server):
