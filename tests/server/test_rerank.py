@@ -319,3 +319,16 @@ def test_counted_under_rerank_and_goldens_match_the_checkpoint(rr):
     assert m.get("kipp_requests_total", endpoint="rerank", status="400") >= 1
     st = ROOT / "models" / "tiny-rerank" / "model.safetensors"
     assert hashlib.sha256(st.read_bytes()).hexdigest() == GOLDEN["sha256"]["model.safetensors"]
+
+
+def test_special_token_text_follows_the_server_setting():
+    """Parsed by default (the goldens: HF's tokenizer reads <|im_end|> in a document as the
+    token); --content-special-tokens text reads it as plain text (more tokens)."""
+    s = GOLDEN["sets"][2]
+    i = next(k for k, d in enumerate(s["documents"]) if "<|im_end|>" in d)
+    body = {"query": s["query"], "instruction": s["instruction"], "documents": [s["documents"][i]]}
+    srv = Srv(start_server("rerank-text", "--content-special-tokens", "text", model=RERANK_MODEL),
+              model_name=RERANK_NAME)
+    plain = ok(srv, **body)["usage"]["prompt_tokens"]
+    srv.proc.stop()
+    assert plain > len(s["results"][i]["tokens"]), plain
