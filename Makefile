@@ -49,7 +49,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: FORCE embed-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check bench-plots demo vectors \
+.PHONY: FORCE embed-vectors rerank-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check bench-plots demo vectors \
         test-build check-build test-full \
         fuzz clean tiny-models trained-models
 
@@ -270,10 +270,14 @@ RANDOM_TINY_TYPES := bf16 f16 f32 q8_0 q4_0 q4_k_m q6_k q5_k_m q2_k iq4_xs
 # the embedding checkpoint (a bare Qwen3Model with last-token pooling): bf16 only, the
 # weights its golden embeddings (tools/make_embed_vectors.py) were computed from
 $(eval $(call tiny_gguf_rule,tiny-embed,bf16))
+# the reranker checkpoint (a Qwen3ForCausalLM whose README names a Qwen3-Reranker: the
+# converter writes qwen3.classifier.output_labels): bf16 only, the weights its golden scores
+# (tools/make_rerank_vectors.py) were computed from
+$(eval $(call tiny_gguf_rule,tiny-rerank,bf16))
 tiny-models: deps trained-models $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
              $(foreach q,$(TINY_TIED_TYPES),models/tiny-tied/kipp-tiny-tied-$(q).gguf) \
              $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf) \
-             models/tiny-embed/kipp-tiny-embed-bf16.gguf
+             models/tiny-embed/kipp-tiny-embed-bf16.gguf models/tiny-rerank/kipp-tiny-rerank-bf16.gguf
 
 demo: deps cpu models/kipp-tiny/kipp-tiny-bf16.gguf
 	$(BUILD)/kipp --model models/kipp-tiny/kipp-tiny-bf16.gguf --chat --no-think --greedy -n 96 \
@@ -288,6 +292,11 @@ embed-vectors: deps models/tiny-embed/config.json
 	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
 	    .venv/bin/pip install -r tools/requirements-vectors.txt
 	$(PYTHON) -m tools.make_embed_vectors --checkpoint tiny-embed
+
+rerank-vectors: deps models/tiny-rerank/config.json
+	$(PYTHON) -c "import torch, transformers" 2>/dev/null || \
+	    .venv/bin/pip install -r tools/requirements-vectors.txt
+	$(PYTHON) -m tools.make_rerank_vectors --checkpoint tiny-rerank
 
 # ---- tests ------------------------------------------------------------------------------
 

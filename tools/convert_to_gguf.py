@@ -15,7 +15,13 @@ the unsharded one.
 An embedding checkpoint (architectures Qwen3Model, or a sentence-transformers
 modules.json whose Pooling module pools the last token; tensor names with or
 without the "model." prefix) gets qwen3.pooling_type = 3 (last) and no
-output.weight. A Qwen2ForCausalLM checkpoint (Qwen2.5) is written as llama.cpp writes
+output.weight. A Qwen3-Reranker checkpoint (a Qwen3ForCausalLM whose README.md has a
+"# Qwen3-Reranker" heading, as the Hub's model cards do, the test llama.cpp's converter
+uses) is written as the causal LM it is, with its whole lm_head, plus
+qwen3.classifier.output_labels = ["yes", "no"] (llama.cpp's key): kipp-server serves
+POST /v1/rerank for a file that has it, scoring with those two tokens' logits. (llama.cpp
+writes pooling_type = rank and a 2-row cls.output head instead, which Kipp does not load.)
+A Qwen2ForCausalLM checkpoint (Qwen2.5) is written as llama.cpp writes
 `qwen2`: its q/k/v biases as attn_{q,k,v}.bias (F32), no q/k norms, and key_length =
 value_length = hidden_size / num_attention_heads.
 A Qwen3MoeForCausalLM checkpoint (Qwen3-30B-A3B and its family) is written as llama.cpp
@@ -75,6 +81,9 @@ ARCH_QWEN3MOE = "qwen3moe"
 # hidden state of the last token. llama.cpp's enum for qwen3.pooling_type: 3 = last.
 HF_ARCH_EMBED = "Qwen3Model"
 POOLING_LAST = 3
+# Qwen3-Reranker: the tokens whose last-position logits score a (query, document) pair, the
+# relevant one first (llama.cpp's <arch>.classifier.output_labels, in its order)
+RERANK_LABELS = ["yes", "no"]
 
 # outtype -> (ggml type of 2-D weights, llama ftype written to general.file_type)
 OUTTYPES = {
@@ -285,6 +294,7 @@ class HParams:
     tied: bool
     rope_scaling: dict | None
     embedding: bool = False  # no lm_head; qwen3.pooling_type = last
+    reranker: bool = False   # Qwen3-Reranker: qwen3.classifier.output_labels = RERANK_LABELS
     arch: str = ARCH  # the GGUF general.architecture: qwen3, qwen2 or qwen3moe
     n_expert: int = 0        # qwen3moe: experts per layer (num_experts)
     n_expert_used: int = 0   # qwen3moe: experts chosen per token (num_experts_per_tok)
@@ -316,6 +326,16 @@ def read_pooling(hf_dir: Path) -> str | None:
                                    f"{len(on)} pooling modes {on!r}; expected exactly one")
             return on[0]
     return None
+
+
+def is_reranker(hf_dir: Path) -> bool:
+    """A Qwen3-Reranker checkpoint: its README.md (the model card) has a heading that starts
+    with "# Qwen3-Reranker" (config.json says only Qwen3ForCausalLM)."""
+    readme = hf_dir / "README.md"
+    if not readme.is_file():
+        return False
+    lines = readme.read_text(encoding="utf-8", errors="replace").splitlines()
+    return any(line.lower().startswith("# qwen3-reranker") for line in lines)
 
 
 def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParams:
@@ -694,6 +714,10 @@ def build_writer(hf_dir: Path, outtype: str, name: str | None = None):
     config_path = hf_dir / "config.json"
     config = read_json(config_path, "model config")
     hp = read_hparams(config, config_path, read_pooling(hf_dir))
+    hp.reranker = is_reranker(hf_dir)
+    if hp.reranker and (hp.arch != ARCH or hp.embedding):
+        raise ConvertError(f"{hf_dir}: README.md names a Qwen3-Reranker, but config.json is not a "
+                           f"{HF_ARCH} (a reranker is scored by its lm_head's yes/no logits)")
     vocab = read_vocab(hf_dir, config, hp.n_vocab)
     sources = load_source_tensors(hf_dir)
 
@@ -764,6 +788,8 @@ def add_hparams_kv(w: GGUFWriter, hp: HParams, ftype: int) -> None:
                      int(hp.rope_scaling["original_max_position_embeddings"]))
     if hp.embedding:
         w.add_uint32(f"{arch}.pooling_type", POOLING_LAST)
+    if hp.reranker:
+        w.add_array(f"{arch}.classifier.output_labels", ValueType.STRING, RERANK_LABELS)
     w.add_uint32("general.file_type", ftype)
     if arch == ARCH_QWEN3MOE:  # llama.cpp writes it here (Qwen2MoeModel.set_gguf_parameters)
         w.add_uint32(f"{arch}.expert_feed_forward_length", hp.n_ff_exp)

@@ -14,6 +14,8 @@ and every machine. The checkpoints load in transformers' Qwen3ForCausalLM
 checkpoints use the Hub's per-expert layout (model.layers.L.mlp.experts.J.{gate,up,down}_proj
 .weight and the router model.layers.L.mlp.gate.weight), as Qwen/Qwen3-30B-A3B ships it;
 tiny-moe-tie's routers have rows 2 and 5 equal in every layer (an exact tie, every token).
+tiny-rerank is a Qwen3-Reranker in miniature: a Qwen3ForCausalLM plus a README.md whose
+"# Qwen3-Reranker" heading tells tools/convert_to_gguf.py it is a reranker.
 
 What it does not do: train anything or make the model say anything sensible.
 Weight scales are only chosen so that logits are well spread (clear top-1
@@ -103,6 +105,16 @@ CHECKPOINTS = {
                          tie_word_embeddings=True, rope_theta=1000000.0, arch="qwen3moe",
                          num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                          norm_topk_prob=True, tied_router_rows=(2, 5)),
+    # A Qwen3-Reranker in miniature: a Qwen3ForCausalLM scored by its "yes" / "no" logits on
+    # the reranker prompt. Its README.md starts with "# Qwen3-Reranker", as the Hub's model
+    # cards do: that heading is what tools/convert_to_gguf.py (like llama.cpp's converter)
+    # recognizes a reranker by. The final norm's weights are scaled by final_norm_scale so
+    # that the yes-no logit gap is O(1) and the scores spread over (0, 1) instead of
+    # saturating at 0 or 1 (a tied head's logits are otherwise ~N(0, hidden)).
+    "tiny-rerank": dict(seed=20261401, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=32, intermediate_size=192,
+                        tie_word_embeddings=True, rope_theta=1000000.0, reranker=True,
+                        final_norm_scale=0.2),
 }
 
 # Weight scales. The residual stream starts at std ~1 (embeddings); every
@@ -117,6 +129,14 @@ BIAS_STD = 0.5
 # neither flat nor one-hot, and the gaps between neighbouring logits are wide enough that
 # f32/f64 rounding cannot reorder the top k.
 ROUTER_LOGIT_STD = 3.0
+
+# The model card of a reranker checkpoint: its first heading is what the converter looks for.
+RERANKER_README = """# Qwen3-Reranker (Kipp's tiny-rerank)
+
+Random weights in Qwen3-Reranker's layout, made by tools/make_tiny_checkpoint.py: it ranks
+nothing sensibly. It is scored as Qwen3-Reranker is, by the last position's "yes" and "no"
+logits on the reranker prompt (tools/make_rerank_vectors.py).
+"""
 
 
 def make_config(spec: dict) -> dict:
@@ -229,6 +249,8 @@ def generate_weights(spec: dict) -> dict[str, np.ndarray]:
             w = BIAS_STD * z
         elif len(shape) == 1:  # RMSNorm weights (input/post-attention/final/q/k norms)
             w = 1.0 + NORM_JITTER * z
+            if name == "model.norm.weight":
+                w = w * np.float32(spec.get("final_norm_scale", 1.0))
         elif name in ("model.embed_tokens.weight", "embed_tokens.weight", "lm_head.weight"):
             w = EMBED_STD * z
         elif name.endswith(".mlp.gate.weight"):  # the MoE router
@@ -325,6 +347,8 @@ def write_checkpoint(name: str, out_dir: Path, n_shards: int = 1) -> Path:
             "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
             "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
             "pooling_mode_lasttoken": True, "include_prompt": True})
+    if spec.get("reranker"):
+        (out_dir / "README.md").write_text(RERANKER_README, encoding="utf-8")
     tensors = generate_weights(spec)
     if n_shards == 1:
         write_safetensors(out_dir / "model.safetensors", tensors)

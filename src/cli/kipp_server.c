@@ -9,6 +9,7 @@
 #include "engine/sched.h"
 #include "kipp.h"
 #include "server/embeddings.h"
+#include "server/rerank.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -97,6 +98,10 @@ static void usage(FILE *f) {
             "                            in prompts and message content: parsed as the tokens\n"
             "                            (default, as HF and llama.cpp) or plain text; a request\n"
             "                            may override it with \"content_special_tokens\"\n"
+            "      --reranking           serve POST /v1/rerank on a model whose GGUF does not say\n"
+            "                            it is a reranker, scoring by its \"yes\" / \"no\" logits\n"
+            "                            (a Qwen3-Reranker converted by tools/convert_to_gguf.py\n"
+            "                            needs no flag)\n"
             "  -h, --help                this text\n"
             "      --version             print the version\n",
             (unsigned long long)(KIPP_SCHED_DEFAULT_KV_BYTES >> 30));
@@ -287,6 +292,7 @@ int main(int argc, char **argv) {
         else if (IS("--max-prompt-tokens")) { NUM(1, 1u << 24); sp.max_prompt_tokens = (uint32_t)v; }
         else if (IS("--max-tokens")) { NUM(1, 1u << 24); sp.default_max_tokens = (uint32_t)v; }
         else if (IS("--no-prefix-cache")) { no_prefix = 1; }
+        else if (IS("--reranking")) { sp.reranking = 1; }
         else if (IS("--prefix-cache-entries")) { NUM(1, 4096); kp.prefix_cache_entries = (uint32_t)v; }
         else if (IS("--api-key")) { NEED(api_key = VAL()); }
         else if (IS("--api-key-file")) { NEED(key_file = VAL()); }
@@ -389,6 +395,13 @@ int main(int argc, char **argv) {
     }
     kipp_model_info mi;
     kipp_model_get_info(m, &mi);
+    int32_t labels[2];
+    char rmsg[KIPP_ERR_LEN];
+    const int reranker = rerank_labels(m, sp.reranking, labels, rmsg, sizeof rmsg) == 0;
+    if (sp.reranking && !reranker) {
+        fprintf(stderr, "kipp-server: --reranking: %s\n", rmsg);
+        goto done;
+    }
     if (mi.pooling == KIPP_POOLING_LAST) { /* an embedding model: /v1/embeddings only */
         if (spec.draft_model || spec.ngram) {
             fprintf(stderr, "kipp-server: speculative decoding needs a generative model; %s is an "
@@ -452,6 +465,9 @@ int main(int argc, char **argv) {
     kipp_cli_print_ctx_info(stderr, &ci);
     fprintf(stderr, "; loaded in %.1f ms\n", load_s * 1e3);
     funlockfile(stderr);
+    if (reranker)
+        fprintf(stderr, "kipp-server: a reranker, scored by tokens %d and %d: POST /v1/rerank\n", labels[0],
+                labels[1]);
     if (kp.spec)
         fprintf(stderr, "kipp-server: speculative decoding: %s, draft-max %ld%s\n",
                 spec.draft_model ? spec.draft_model : "prompt lookup", spec.draft_max,

@@ -399,6 +399,14 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     if (p->top_logprobs > KIPP_MAX_TOP_LOGPROBS)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "top_logprobs is above %d",
                          KIPP_MAX_TOP_LOGPROBS);
+    if (p->n_score_ids > KIPP_MAX_SCORE_IDS)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "n_score_ids is above %d",
+                         KIPP_MAX_SCORE_IDS);
+    for (uint32_t i = 0; i < p->n_score_ids; i++)
+        if (p->score_ids[i] < 0 || (uint32_t)p->score_ids[i] >= s->n_vocab)
+            return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                             "score id %u is %d, outside the vocabulary [0, %u)", i, p->score_ids[i],
+                             s->n_vocab);
     for (uint32_t i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= s->n_vocab)
             return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
@@ -408,6 +416,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     if (!r) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
     r->s = s;
     r->p = *p;
+    if (p->n_score_ids) r->p.logprobs = 1; /* the raw rows are kept for fill_scores */
     const uint32_t room = s->n_ctx - p->n_prompt;
     if (r->p.max_tokens > room) r->p.max_tokens = room;
     r->cap = p->n_prompt + r->p.max_tokens;
@@ -846,6 +855,18 @@ static void fill_logprobs(const float *raw, uint32_t n_vocab, kipp_gen_token *t,
     for (uint32_t k = 0; k < t->n_top; k++) t->top_logprob[k] = (float)(raw[t->top_id[k]] - lse);
 }
 
+/* The raw log-probabilities of the ids a request asked for (kipp_req_params.score_ids), in
+ * their order, in place of the most likely tokens fill_logprobs put there. */
+static void fill_scores(const float *raw, uint32_t n_vocab, kipp_gen_token *t, const kipp_req_params *p) {
+    if (!p->n_score_ids) return;
+    const double lse = kipp_log_sum_exp(raw, n_vocab);
+    t->n_top = p->n_score_ids;
+    for (uint32_t k = 0; k < t->n_top; k++) {
+        t->top_id[k] = p->score_ids[k];
+        t->top_logprob[k] = (float)(raw[p->score_ids[k]] - lse);
+    }
+}
+
 /* A step's prompt budget capped at `cap` tokens, never under `floor` nor over max. */
 static uint32_t prompt_cap(uint32_t budget, double cap, uint32_t floor, uint32_t max) {
     if (cap < (double)budget) budget = cap < floor ? floor : (uint32_t)cap;
@@ -1106,6 +1127,7 @@ static int emit(kipp_sched *s, kipp_req *r, int32_t tok, const float *raw) {
     g->logprob = 0;
     g->n_top = 0;
     if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+    fill_scores(raw, s->n_vocab, g, &r->p);
     return emit_filled(s, r);
 }
 
@@ -1140,6 +1162,7 @@ static int grammar_token(kipp_sched *s, kipp_req *r, float *row, const float *ra
         g->logprob = 0;
         g->n_top = 0;
         if (r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+        fill_scores(raw, s->n_vocab, g, &r->p);
         r->wk_tok = g->id;
     }
     if (!kipp_think_accept(&r->think, r->mt, r->wk_tok))
@@ -1297,6 +1320,7 @@ static void sample_row(void *arg, uint32_t j, int ith) {
     g->n_top = 0;
     r->par_ok = kipp_think_accept(&r->think, NULL, g->id);
     if (r->par_ok && r->p.logprobs) fill_logprobs(raw, s->n_vocab, g, r->p.top_logprobs);
+    if (r->par_ok) fill_scores(raw, s->n_vocab, g, &r->p);
     r->par = 1;
     r->row_last = now_s() - t0;
     r->row_s = r->row_s > 0 ? 0.5 * r->row_s + 0.5 * r->row_last : r->row_last;

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #define KIPP_MAX_TOP_LOGPROBS 20
+#define KIPP_MAX_SCORE_IDS 8 /* kipp_req_params.score_ids (<= KIPP_MAX_TOP_LOGPROBS) */
 #define KIPP_SCHED_DEFAULT_KV_BYTES (2ull << 30) /* default KV pool budget: 2 GiB */
 #define KIPP_SCHED_PREFILL_STEP_S 0.25               /* default prefill_step_s */
 #define KIPP_SCHED_PREFILL_BUSY_S 0.1                /* default prefill_busy_s */
@@ -97,6 +98,13 @@ typedef struct {
     kipp_think_params think; /* the reply may reason before the matcher applies (an optional
                                 <think>...</think> prefix, bounded; engine/think.h). Zero:
                                 the matcher applies from the first token */
+    uint32_t n_score_ids;  /* > 0: each generated token records the raw log-probabilities of
+                              score_ids[0..n_score_ids) in its top_id / top_logprob, in this
+                              order (n_top = n_score_ids), instead of the most likely tokens
+                              (logprobs is then implied; top_logprobs is not used). With
+                              max_tokens 1 they are the last prompt position's: a reranker's
+                              "yes" and "no" (src/server/rerank.c) */
+    int32_t score_ids[KIPP_MAX_SCORE_IDS];
     uint64_t group;        /* siblings (the n choices of one API request; 0: none): a
                               request is not admitted while a sibling is still prefilling,
                               then starts from a fork of that sibling's KV (one prefill) */

@@ -154,6 +154,16 @@ int srv_peer_state(int fd) {
     return PEER_OK; /* alive, or a pipelined next request is waiting */
 }
 
+int srv_client_gone(int fd, int http11, int *probed) {
+    const int ps = srv_peer_state(fd);
+    if (ps == PEER_GONE) return 1;
+    if (ps != PEER_FIN || *probed) return 0;
+    *probed = 1;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return http11 && send(fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+           errno != EWOULDBLOCK;
+}
+
 int srv_conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;

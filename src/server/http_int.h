@@ -108,6 +108,10 @@ enum MHD_Result srv_send_error(kipp_server *sv, struct MHD_Connection *c, conn_s
 enum MHD_Result srv_send_json(kipp_server *sv, struct MHD_Connection *c, conn_state *cs, int status,
                               char *json);
 int srv_peer_state(int fd);
+/* While a non-streamed answer is being made: 1 when the client is gone. A FIN is told from a
+ * half-close by one write (HTTP/1.1: "100 Continue", which clients skip; a closed socket
+ * answers it with a reset, which the next look sees); *probed says it was sent (0 at first). */
+int srv_client_gone(int fd, int http11, int *probed);
 int srv_conn_fd(struct MHD_Connection *c);
 void srv_hold_active(kipp_server *sv, conn_state *cs);
 void srv_bulk_priority(conn_state *cs);

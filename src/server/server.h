@@ -53,6 +53,9 @@ typedef struct {
     int content_text;            /* special-token text in prompts and message content is
                                     plain text unless a request says "parse" (default 0:
                                     parsed, as HF and llama.cpp do) */
+    int reranking;               /* POST /v1/rerank scores the model by its "yes" / "no"
+                                    logits even though its GGUF does not say it is a
+                                    reranker (src/server/rerank.h) */
 } kipp_server_params;
 
 typedef struct kipp_server kipp_server;
