@@ -91,6 +91,65 @@ def test_json_edge_cases(server, probe_before):
         assert server.alive(), f"server died on {raw[:120]!r}"
 
 
+# Every route besides OpenAI's generation routes (issue 33), with a body that is valid for it:
+# the sweep below breaks each top-level field in turn. Paths and the fuzz corpus directories
+# whose bodies are replayed too.
+ROUTE_BODIES = {
+    "/v1/messages": ("anthropic", {"model": MODEL_NAME, "max_tokens": 2,
+                                   "messages": [{"role": "user", "content": "hi"}]}),
+    "/v1/messages/count_tokens": ("anthropic", {"model": MODEL_NAME,
+                                                "messages": [{"role": "user", "content": "hi"}]}),
+    "/v1/responses": ("responses", {"model": MODEL_NAME, "input": "hi", "max_output_tokens": 2}),
+    "/api/chat": ("ollama", {"model": MODEL_NAME, "stream": False, "options": {"num_predict": 2},
+                             "messages": [{"role": "user", "content": "hi"}]}),
+    "/api/generate": ("ollama", {"model": MODEL_NAME, "stream": False, "prompt": "hi",
+                                 "options": {"num_predict": 2}}),
+    "/api/embed": ("ollama", {"model": MODEL_NAME, "input": "hi"}),
+    "/api/show": ("ollama", {"model": MODEL_NAME}),
+    "/tokenize": ("util", {"content": "hi", "with_pieces": True}),
+    "/detokenize": ("util", {"tokens": [1, 2, 3]}),
+    "/apply-template": ("util", {"messages": [{"role": "user", "content": "hi"}]}),
+    "/v1/rerank": ("rerank", {"model": MODEL_NAME, "query": "q", "documents": ["a", "b"]}),
+}
+BAD_VALUES = [None, True, -1, 0, 1e300, 2**70, "", "x" * 70000, "\ud800", [], [None, {}],
+              {}, {"type": "nonsense"}, [[[[[[]]]]]]]
+
+
+def _answer_ok(st, raw, what):
+    assert st is not None and (st < 500 or st == 501), f"{what}: status {st}: {raw[:300]!r}"
+    if st >= 400:  # an error body is JSON in the route's protocol's shape
+        json.loads(raw)
+
+
+def test_new_routes_hostile_bodies(server, probe_before):
+    """Each of the other protocols' routes, and the utility routes: every top-level field of a
+    valid body replaced by each of BAD_VALUES (and removed), then the fuzz corpus bodies. Every
+    answer is 2xx/4xx (501 only for what Kipp does not serve) with a JSON error body, never a
+    crash; the server then still answers."""
+    from pathlib import Path
+    corpus_root = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
+    n = 0
+    for path, (corpus, base) in ROUTE_BODIES.items():
+        variants = [dict(base)]
+        for key in base:
+            variants.append({k: v for k, v in base.items() if k != key})
+            for bad in BAD_VALUES:
+                variants.append({**base, key: bad})
+        for body in variants:
+            st, _, raw = server.request("POST", path, json.dumps(body).encode(),
+                                        {"Content-Type": "application/json"}, timeout=60)
+            _answer_ok(st, raw, f"{path} {json.dumps(body)[:200]}")
+            n += 1
+        assert (corpus_root / corpus).is_dir(), f"no fuzz corpus {corpus} for {path}"
+        for f in sorted((corpus_root / corpus).glob("*")):
+            st, _, raw = server.request("POST", path, f.read_bytes(), {"Content-Type": "application/json"},
+                                        timeout=60)
+            _answer_ok(st, raw, f"{path} {f.name}")
+            n += 1
+        assert server.alive(), f"server died on {path}"
+    assert curl(server.url + "/health").status == 200
+
+
 def test_slow_and_idle_connections_do_not_block(server, probe_before):
     """Idle half-open connections must not stop others from being served."""
     idle = []
