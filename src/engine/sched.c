@@ -1408,15 +1408,19 @@ static void sample_rows(kipp_sched *s, double fwd_s) {
 }
 
 /* The prompt log-probabilities of running[i]'s prefill chunk, from its rows at b_plp[i]
- * (before n_fed moves past the chunk). */
+ * (before n_fed moves past the chunk). Tokens are scored in order only: a position past
+ * the next one to score (a reused prefix that skipped some) records nothing from there on,
+ * and the request's answer fails visibly (kipp_req_n_prompt_logprobs < n_prompt). */
 static void record_prompt_logprobs(kipp_sched *s, kipp_req *r, uint32_t i, uint32_t chunk) {
     const float *row = s->logits + (size_t)s->b_plp[i] * s->n_vocab;
     for (uint32_t k = 0; k < chunk; k++) {
         const uint32_t pos = r->n_fed + k;
         if (!plp_wanted(r, pos)) continue;
-        fill_logprobs(row, s->n_vocab, &r->plp[pos + 1], r->p.top_logprobs);
+        if (pos + 1 == r->plp_next) {
+            fill_logprobs(row, s->n_vocab, &r->plp[pos + 1], r->p.top_logprobs);
+            r->plp_next++;
+        }
         row += s->n_vocab;
-        r->plp_next = pos + 2;
     }
 }
 

@@ -541,8 +541,9 @@ int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
     if (get_int(o, "n", 1, OAI_MAX_N, &n, &e)) goto out;
     r->n = (uint32_t)n;
     /* completions: max_tokens 0 with echo scores the prompt (parse_completions) */
-    if (get_int(o, "max_tokens", ep == OAI_COMPLETIONS ? 0 : 1, 1 << 30, &mt, &e) ||
-        get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, &e))
+    const long long mt_lo = ep == OAI_COMPLETIONS ? 0 : 1;
+    if (get_int(o, "max_tokens", mt_lo, 1 << 30, &mt, &e) ||
+        get_int(o, "max_completion_tokens", mt_lo, 1 << 30, &mt, &e))
         goto out;
     r->max_tokens = mt;
     long long mr = -1;
