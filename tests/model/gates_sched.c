@@ -203,13 +203,17 @@ static void gate_logprobs(kipp_model *m, const prompts *p, const kipp_sched_para
 }
 
 /* Prompt log-probabilities (prompt_logprobs): recorded for every prompt token but the first,
- * consistent with their top lists; the same (1e-4) and the same greedy tokens when all
+ * consistent with their top lists; the same (to rounding) and the same greedy tokens when all
  * eight run at once on a pool for about two (prefilling and decoding sequences preempted
  * and recomputed, the prefix cache holding what they computed) as alone; a prompt whose
  * KV the cache holds is still computed (nothing cached); max_tokens 0 generates nothing. */
 typedef struct {
     float lp[N_REQ][96], top[N_REQ][96];
 } prompt_lps;
+
+/* Equal to float rounding: a prompt read in other chunks (the step budgets move with the
+ * measured step times) rounds differently, by up to about 5e-6 of the value (ASan build). */
+static int lp_close(float a, float b) { return fabsf(a - b) <= 1e-4f * (1.0f + fabsf(b)); }
 
 static int plp_run(kipp_sched *s, const prompts *p, int i, uint32_t max_tokens, prompt_lps *out,
                    outputs *o, const char *what) {
@@ -262,7 +266,7 @@ static void gate_prompt_logprobs(kipp_model *m, const prompts *p, const kipp_sch
     prompt_lps again;
     plp_run(s, p, 3, MAX_GEN, &again, &gen, "cached prompt");
     for (uint32_t k = 1; k < p->n[3]; k++)
-        KT_CHECK(fabsf(again.lp[3][k] - alone.lp[3][k]) <= 1e-4f, "cached prompt: token %u lp %g, alone %g", k,
+        KT_CHECK(lp_close(again.lp[3][k], alone.lp[3][k]), "cached prompt: token %u lp %g, alone %g", k,
                  again.lp[3][k], alone.lp[3][k]);
     kipp_sched_free(s);
     kipp_sched_params tight = sp;
@@ -286,7 +290,7 @@ static void gate_prompt_logprobs(kipp_model *m, const prompts *p, const kipp_sch
         KT_CHECK(n == p->n[i], "KV pressure: request %d scored %u of %u prompt tokens", i, n, p->n[i]);
         for (uint32_t k = 1; k < n; k++) {
             const kipp_gen_token *t = kipp_req_prompt_token(r[i], k);
-            KT_CHECK(fabsf(t->logprob - alone.lp[i][k]) <= 1e-4f && fabsf(t->top_logprob[0] - alone.top[i][k]) <= 1e-4f,
+            KT_CHECK(lp_close(t->logprob, alone.lp[i][k]) && lp_close(t->top_logprob[0], alone.top[i][k]),
                      "KV pressure: request %d prompt token %u: lp %g top %g, alone %g %g", i, k, t->logprob,
                      t->top_logprob[0], alone.lp[i][k], alone.top[i][k]);
         }
