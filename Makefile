@@ -340,7 +340,7 @@ stage-%:
 test-full:
 	@tests/run_full.sh
 
-test-server: deps server tiny-models
+test-server: deps server $(BUILD)/kipp-perplexity tiny-models
 	@BUILD=$(BUILD) tests/server/run_server_tests.sh
 
 test-draft-spec: deps cpu server chat tiny-models

@@ -11,7 +11,9 @@
  * the same chunk and every scored position adds KL(base || model) over the full vocabulary
  * (computed in double from the two log-softmaxes) and whether both argmaxes agree.
  *
- * Results go to stdout (text, or one JSON object with --json); progress to stderr. */
+ * Results go to stdout (text, or one JSON object with --json, which --per-token extends
+ * with every scored token's log-probability: the reference the server's echo logprobs are
+ * checked against); progress to stderr. */
 #include "cli/cli_args.h"
 #include "kipp.h"
 
@@ -29,7 +31,7 @@
 typedef struct {
     const char *model, *base, *file;
     long n_ctx, n_chunks, n_threads;
-    int json, quiet;
+    int json, quiet, per_token;
     kipp_cli_runtime rt;
 } opts;
 
@@ -50,6 +52,8 @@ static void usage(FILE *f) {
             "                          (both files must share the vocabulary)\n"
             "  -t, --threads N         threads (default: the backend's choice)\n"
             "      --json              print the results as one JSON object\n"
+            "      --per-token         with --json: \"per_token\": [[position, token id, log-probability\n"
+            "                          given the tokens before it], ...] for every scored token\n"
             "  -q, --quiet             no progress on stderr\n");
     kipp_cli_runtime_help(f, 24);
     fprintf(f, "  -h, --help              this help\n");
@@ -77,6 +81,7 @@ static int parse(int argc, char **argv, opts *o) {
         } else if (IS("-t") || IS("--threads")) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp-perplexity", a, v, 0, 1024, &o->n_threads)) return 2;
         } else if (IS("--json")) { o->json = 1; }
+        else if (IS("--per-token")) { o->per_token = 1; }
         else if (IS("-q") || IS("--quiet")) { o->quiet = 1; }
         else {
             fprintf(stderr, "kipp-perplexity: unknown option '%s' (see --help)\n", a);
@@ -84,6 +89,10 @@ static int parse(int argc, char **argv, opts *o) {
         }
 #undef IS
 #undef NEXT
+    }
+    if (o->per_token && !o->json) {
+        fprintf(stderr, "kipp-perplexity: --per-token needs --json\n");
+        return 2;
     }
     if (!o->model || !o->file) {
         fprintf(stderr, "kipp-perplexity: --model and --file are required (see --help)\n");
@@ -186,6 +195,7 @@ typedef struct {
     double nll, nll2, nll_base, kld, kld2, kld_max;
     uint64_t n, same_top;
     double *klds; /* every position's KL, for the median and p99 */
+    json_t *per_token; /* --per-token: [[position in the text, token id, log-probability]] */
 } totals;
 
 static int cmp_double(const void *a, const void *b) {
@@ -239,7 +249,8 @@ int main(int argc, char **argv) {
     want = malloc(ctx);
     pos = malloc(ctx * sizeof *pos);
     t.klds = have_base ? malloc(n_chunks * (ctx - 1 - first) * sizeof(double)) : NULL;
-    if (!want || !pos || (have_base && !t.klds)) {
+    t.per_token = o.per_token ? json_array() : NULL;
+    if (!want || !pos || (have_base && !t.klds) || (o.per_token && !t.per_token)) {
         fprintf(stderr, "kipp-perplexity: out of memory\n");
         goto out;
     }
@@ -271,6 +282,9 @@ int main(int argc, char **argv) {
                 uint32_t am, ab;
                 const double lse = row_lse(lm, mi.n_vocab, &am);
                 const double nll = lse - lm[ct[j + 1]];
+                if (t.per_token)
+                    json_array_append_new(t.per_token, json_pack("[I, i, f]", (json_int_t)(ch * ctx + j + 1),
+                                                                 (int)ct[j + 1], -nll));
                 t.nll += nll;
                 t.nll2 += nll * nll;
                 if (have_base) {
@@ -333,6 +347,7 @@ int main(int argc, char **argv) {
             json_object_set_new(j, "kld_max", json_real(t.kld_max));
             json_object_set_new(j, "same_top1", json_real(same));
         }
+        if (j && t.per_token) json_object_set(j, "per_token", t.per_token);
         if (!j || json_dumpf(j, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) != 0) {
             fprintf(stderr, "kipp-perplexity: cannot write the JSON result\n");
             json_decref(j);
@@ -359,6 +374,7 @@ out:
     free(want);
     free(pos);
     free(t.klds);
+    json_decref(t.per_token);
     free(text);
     return rc;
 }

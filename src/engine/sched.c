@@ -63,6 +63,13 @@
 #define PREFILL_MIN 16u
 #define PREFILL_MIN_BESIDE 4u
 
+/* Prompt log-probabilities (kipp_req_params.prompt_logprobs) want a logits row per prompt
+ * token, where a prompt otherwise wants one for its last: a 256-token chunk would be 155 MB
+ * of logits with Qwen3's 151,936-entry vocabulary. The scoring requests of a step get at
+ * most PLP_ROWS such rows together (their prompts are read in chunks that fit), in rows
+ * past the usual max_running * rows_per, allocated at the first such request (19 MB). */
+#define PLP_ROWS 32u
+
 /* Fair steps (engine/fair.h): the default share of a step's time the extra sequences of
  * an n > 1 request may add while one-sequence requests share the step. */
 #define FAIR_SHARE_DEFAULT 0.25
@@ -117,6 +124,9 @@ struct kipp_req {
     uint32_t n_gen;         /* tokens written to out (published or not) */
     kipp_finish pending;    /* decided this step, published with the tokens */
     kipp_gen_token *out;    /* [max_tokens] */
+    kipp_gen_token *plp;    /* [n_prompt] prompt_logprobs: token i given tokens 0..i-1 */
+    uint32_t plp_next;      /* the next prompt token to score (1 at first; a recomputation
+                               after a preemption scores nothing twice) */
     kipp_sampler *smp;
     kipp_matcher *mt;       /* p.matcher, owned */
     kipp_think think;       /* the optional reasoning prefix in front of mt */
@@ -170,7 +180,10 @@ struct kipp_sched {
     uint8_t *b_want;
     uint32_t *b_chunk; /* tokens each running request contributes this step */
     uint32_t *b_row;   /* its logits row when its last token is in the batch */
+    uint32_t *b_plp;   /* its first prompt-logprob row (prompt_logprobs) */
     float *logits, *raw;
+    uint32_t n_logit_rows, plp_rows; /* logits rows: max_running * rows_per, then the prompt-
+                                        logprob rows (0 until a request wants them) */
     kipp_sampler_scratch *scratch; /* shared by the requests' samplers (engine thread only) */
     /* the parallel row phase: host thread t samples in hsc[t] and keeps a row for its
      * log-probabilities in hraw[t] (t = 0, the engine thread: scratch and raw) */
@@ -235,6 +248,7 @@ static void req_free(kipp_req *r) {
     free(r->wk_raw);
     free(r->all);
     free(r->out);
+    free(r->plp);
     free(r->bias);
     free(r);
 }
@@ -311,6 +325,12 @@ uint32_t kipp_req_wait(kipp_req *r, uint32_t have, int timeout_ms, kipp_finish *
 }
 
 const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i) { return &r->out[i]; }
+
+const kipp_gen_token *kipp_req_prompt_token(const kipp_req *r, uint32_t i) {
+    return r->plp ? &r->plp[i] : NULL;
+}
+
+uint32_t kipp_req_n_prompt_logprobs(const kipp_req *r) { return r->plp ? r->plp_next : 0; }
 
 uint32_t kipp_req_n_cached(kipp_req *r) {
     pthread_mutex_lock(&r->s->mu);
@@ -394,8 +414,6 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
                          "the prompt has %u tokens; the context holds %u (prompt + completion)",
                          p->n_prompt, s->n_ctx);
-    if (p->max_tokens == 0)
-        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "max_tokens must be at least 1");
     if (p->top_logprobs > KIPP_MAX_TOP_LOGPROBS)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "top_logprobs is above %d",
                          KIPP_MAX_TOP_LOGPROBS);
@@ -421,13 +439,17 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     if (r->p.max_tokens > room) r->p.max_tokens = room;
     r->cap = p->n_prompt + r->p.max_tokens;
     r->all = malloc((size_t)r->cap * sizeof *r->all);
-    r->out = malloc((size_t)r->p.max_tokens * sizeof *r->out);
+    r->out = malloc((size_t)(r->p.max_tokens ? r->p.max_tokens : 1) * sizeof *r->out);
+    if (p->prompt_logprobs && (r->plp = calloc(p->n_prompt, sizeof *r->plp))) {
+        for (uint32_t i = 0; i < p->n_prompt; i++) r->plp[i].id = p->prompt[i];
+        r->plp_next = 1;
+    }
     const uint32_t nb = p->sampling.logit_bias ? p->sampling.n_logit_bias : 0;
     if (nb && (r->bias = malloc((size_t)nb * sizeof *r->bias)))
         memcpy(r->bias, p->sampling.logit_bias, (size_t)nb * sizeof *r->bias);
     r->p.sampling.logit_bias = r->bias;
     kipp_status st = KIPP_OK;
-    if (!r->all || !r->out || (nb && !r->bias))
+    if (!r->all || !r->out || (nb && !r->bias) || (p->prompt_logprobs && !r->plp))
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "request: out of memory");
     if (st == KIPP_OK) st = kipp_sampler_init(&p->sampling, s->n_vocab, &r->smp, err, err_len);
     /* unconstrained requests' samplers are called on the engine thread only, one at a time:
@@ -437,6 +459,7 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
     if (st != KIPP_OK) {
         free(r->all);
         free(r->out);
+        free(r->plp);
         free(r->bias);
         kipp_sampler_free(r->smp);
         free(r);
@@ -572,15 +595,24 @@ static int sibling_prefilling(const kipp_sched *s, const kipp_req *r) {
     return 0;
 }
 
-/* The running sequence whose KV shares the longest prefix with r's tokens (at most all but
- * r's last: r computes its own next logits); 0 when none does. Live sharing: the prefix
- * cache only holds finished sequences. */
+/* Tokens of r that a cached or running sequence's KV may stand for, plus one (the n of
+ * kipp_pc_acquire): all but its last (r computes its own next logits); while r records
+ * prompt log-probabilities, only the positions whose logits it no longer needs (none at
+ * first: position 0's logits score token 1). */
+static uint32_t reuse_limit(const kipp_req *r) {
+    return r->plp && r->plp_next < r->p.n_prompt ? r->plp_next : r->n_all;
+}
+
+/* The running sequence whose KV shares the longest prefix with r's tokens (at most
+ * reuse_limit(r) - 1); 0 when none does. Live sharing: the prefix cache only holds
+ * finished sequences. */
 static uint32_t live_prefix(const kipp_sched *s, const kipp_req *r, uint32_t *src) {
     uint32_t best = 0;
+    const uint32_t cap = reuse_limit(r) - 1;
     for (uint32_t i = 0; i < s->n_running; i++) {
         const kipp_req *q = s->running[i];
         if (!q->has_seq) continue;
-        const uint32_t lim = q->n_fed < r->n_all - 1 ? q->n_fed : r->n_all - 1;
+        const uint32_t lim = q->n_fed < cap ? q->n_fed : cap;
         uint32_t k = 0;
         while (k < lim && q->all[k] == r->all[k]) k++;
         if (k > best) best = k, *src = q->seq;
@@ -751,6 +783,18 @@ static void open_drafter(kipp_sched *s, kipp_req *r) {
     } /* else this request runs without speculation */
 }
 
+/* The logits rows for prompt log-probabilities (PLP_ROWS), made at the first request that
+ * records them (engine thread, between steps: nothing points into s->logits then).
+ * 0: out of memory. */
+static int plp_rows_ready(kipp_sched *s) {
+    if (s->plp_rows) return 1;
+    float *l = realloc(s->logits, (size_t)(s->n_logit_rows + PLP_ROWS) * s->n_vocab * sizeof *l);
+    if (!l) return 0;
+    s->logits = l;
+    s->plp_rows = PLP_ROWS;
+    return 1;
+}
+
 /* Moves queued requests into the running batch while a slot and memory are free (lock
  * held; runs on the engine thread, which owns the pool). Cancelled ones are dropped
  * wherever they wait. */
@@ -767,6 +811,13 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         kipp_req *r = pick_locked(s);
         if (!r) return;
         if (s->n_running >= s->p.max_running && !make_room_locked(s, r)) return;
+        if (r->plp && !plp_rows_ready(s)) {
+            queue_unlink(s, r);
+            snprintf(r->err, sizeof r->err, "out of memory for the prompt's log-probabilities");
+            kipp_req *d = finish_locked(s, r, KIPP_FINISH_ERROR);
+            if (d) dead[(*n_dead)++] = d;
+            continue;
+        }
         if (r->parked) { /* its sequence is all there: the next block at most */
             if (room_for(s, blocks_needed(s, r, r->n_fed))) {
                 r->parked = 0;
@@ -778,7 +829,7 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             unpark(s, r); /* short of memory: from the prefix cache, as any preempted one */
         }
         {
-            uint32_t seq = 0, n_hit = s->pc ? kipp_pc_acquire(s->pc, r->all, r->n_all, &seq) : 0;
+            uint32_t seq = 0, n_hit = s->pc ? kipp_pc_acquire(s->pc, r->all, reuse_limit(r), &seq) : 0;
             uint32_t src = 0;
             const uint32_t n_live = live_prefix(s, r, &src);
             if (n_live > n_hit) { /* a running sequence holds more of the prompt: fork it */
@@ -879,11 +930,29 @@ static uint64_t prompt_key(const kipp_req *r) {
     return ((uint64_t)(r->p.group != 0) << 32) | (uint64_t)(r->n_all - r->n_fed);
 }
 
+/* Prompt position pos's logits score prompt token pos + 1: wanted while that token is
+ * still unscored. */
+static int plp_wanted(const kipp_req *r, uint32_t pos) {
+    return r->plp && pos + 1 < r->p.n_prompt && pos + 1 >= r->plp_next;
+}
+
+/* The longest of r's next rem prompt tokens whose prompt-logprob rows number at most rows
+ * (rem when r records none). */
+static uint32_t plp_chunk(const kipp_req *r, uint32_t rem, uint32_t rows) {
+    if (!r->plp) return rem;
+    const uint32_t from = r->n_fed > r->plp_next - 1 ? r->n_fed : r->plp_next - 1;
+    if (from + 1 >= r->p.n_prompt) return rem; /* every token scored */
+    const uint32_t lim = from - r->n_fed + rows;
+    return rem < lim ? rem : lim;
+}
+
 /* Builds the batch: every decoding sequence's pending token and its drafts, then prompt
  * chunks within the step's budget. Returns the batch size; b_chunk[i] is running[i]'s
- * share, b_row[i] its first logits row; *n_logits_rows the rows that want logits. */
+ * share, b_row[i] its first logits row (b_plp[i] its first prompt-logprob row); *n_logits_rows
+ * the rows that want logits. */
 static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
     uint32_t n = 0, n_rows = 0, budget = s->p.batch_tokens, n_pre = 0, light_dec = 0;
+    uint32_t plp_left = s->plp_rows;
     for (uint32_t i = 0; i < s->n_running; i++) {
         kipp_req *r = s->running[i];
         if (r->wait_mask || r->hold) continue; /* with the mask thread, or paused */
@@ -922,7 +991,7 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
     for (uint32_t o = 0; o < n_pre; o++) {
         const uint32_t i = s->ord[o];
         kipp_req *r = s->running[i];
-        const uint32_t rem = r->n_all - r->n_fed;
+        const uint32_t rem = plp_chunk(r, r->n_all - r->n_fed, plp_left);
         uint32_t chunk = rem < budget ? rem : budget;
         if (!r->p.group && rem <= whole && s->b_prefill + rem <= whole) {
             chunk = rem; /* whole; it decodes next step: the rest get the beside budget */
@@ -937,14 +1006,23 @@ static uint32_t build_batch(kipp_sched *s, uint32_t *n_logits_rows) {
         } else {
             budget -= chunk;
         }
-        if (chunk == 0) break;
+        if (chunk == 0) {
+            if (r->plp) continue; /* the step's prompt-logprob rows are spent */
+            break;
+        }
         s->b_prefill += chunk;
         s->b_chunk[i] = chunk;
-        for (uint32_t k = 0; k < chunk; k++) {
-            s->b_tok[n] = r->all[r->n_fed + k];
+        s->b_row[i] = 0;
+        for (uint32_t k = 0, n_plp = 0; k < chunk; k++) {
+            const uint32_t pos = r->n_fed + k;
+            const int plp = plp_wanted(r, pos), last = pos + 1 == r->n_all && r->p.max_tokens > 0;
+            s->b_tok[n] = r->all[pos];
             s->b_seq[n] = r->seq;
-            s->b_want[n] = r->n_fed + k + 1 == r->n_all;
-            if (s->b_want[n]) s->b_row[i] = n_rows++;
+            s->b_want[n] = plp || last; /* the prompt rows before the last row */
+            if (plp && n_plp++ == 0) s->b_plp[i] = n_rows;
+            if (last) s->b_row[i] = n_rows;
+            plp_left -= (uint32_t)plp;
+            n_rows += s->b_want[n];
             n++;
         }
     }
@@ -1338,7 +1416,8 @@ static void sample_rows(kipp_sched *s, double fwd_s) {
         const kipp_req *r = s->running[i];
         if (r->wait_mask || r->mt || s->b_chunk[i] == 0) continue;
         shared = 1; /* an unconstrained row waits for the step's grammar work too */
-        if (r->state == KIPP_REQ_DECODE ? r->job.n_draft == 0 : r->n_fed + s->b_chunk[i] >= r->n_all)
+        if (r->state == KIPP_REQ_DECODE ? r->job.n_draft == 0
+                                        : r->n_fed + s->b_chunk[i] >= r->n_all && r->p.max_tokens > 0)
             s->par[n++] = i;
     }
     const double share = MASK_SHARE * fwd_s;
@@ -1349,6 +1428,23 @@ static void sample_rows(kipp_sched *s, double fwd_s) {
     for (uint32_t j = 0; j < n; j++) { /* the one-sequence requests' draws: a light row's price */
         const kipp_req *r = s->running[s->par[j]];
         if (!r->p.group) s->light_row_s = s->light_row_s > 0 ? 0.8 * s->light_row_s + 0.2 * r->row_last : r->row_last;
+    }
+}
+
+/* The prompt log-probabilities of running[i]'s prefill chunk, from its rows at b_plp[i]
+ * (before n_fed moves past the chunk). Tokens are scored in order only: a position past
+ * the next one to score (a reused prefix that skipped some) records nothing from there on,
+ * and the request's answer fails visibly (kipp_req_n_prompt_logprobs < n_prompt). */
+static void record_prompt_logprobs(kipp_sched *s, kipp_req *r, uint32_t i, uint32_t chunk) {
+    const float *row = s->logits + (size_t)s->b_plp[i] * s->n_vocab;
+    for (uint32_t k = 0; k < chunk; k++) {
+        const uint32_t pos = r->n_fed + k;
+        if (!plp_wanted(r, pos)) continue;
+        if (pos + 1 == r->plp_next) {
+            fill_logprobs(row, s->n_vocab, &r->plp[pos + 1], r->p.top_logprobs);
+            r->plp_next++;
+        }
+        row += s->n_vocab;
     }
 }
 
@@ -1412,7 +1508,13 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             finish_decode(s, r, rows);
             continue;
         }
+        if (r->plp) record_prompt_logprobs(s, r, i, chunk);
         if (r->n_fed + chunk < r->n_all) { r->n_fed += chunk; continue; } /* prefill goes on */
+        if (r->p.max_tokens == 0) { /* scoring only: nothing to generate */
+            r->n_fed = r->n_all;
+            r->pending = KIPP_FINISH_LENGTH;
+            continue;
+        }
         r->n_fed = r->n_all - 1; /* the prompt's last token is in; its logits give token 1 */
         r->job.n_draft = 0;
         finish_decode(s, r, rows);
@@ -1702,10 +1804,12 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     s->running = calloc(p.max_running, sizeof *s->running);
     s->b_chunk = calloc(p.max_running, sizeof *s->b_chunk);
     s->b_row = calloc(p.max_running, sizeof *s->b_row);
+    s->b_plp = calloc(p.max_running, sizeof *s->b_plp);
     s->b_tok = malloc(max_batch * sizeof *s->b_tok);
     s->b_seq = malloc(max_batch * sizeof *s->b_seq);
     s->b_want = malloc(max_batch);
-    s->logits = malloc((size_t)p.max_running * rows_per * s->n_vocab * sizeof *s->logits);
+    s->n_logit_rows = p.max_running * rows_per;
+    s->logits = malloc((size_t)s->n_logit_rows * s->n_vocab * sizeof *s->logits);
     s->raw = malloc((size_t)rows_per * s->n_vocab * sizeof *s->raw);
     if (kipp_sampler_scratch_init(s->n_vocab, &s->scratch, err, err_len) != KIPP_OK) {
         st = KIPP_ERR_NOMEM;
@@ -1745,7 +1849,7 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
             goto fail;
         }
     }
-    if (!s->running || !s->b_chunk || !s->b_row || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
+    if (!s->running || !s->b_chunk || !s->b_row || !s->b_plp || !s->b_tok || !s->b_seq || !s->b_want || !s->logits || !s->raw) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -1807,6 +1911,7 @@ void kipp_sched_free(kipp_sched *s) {
     free(s->running);
     free(s->b_chunk);
     free(s->b_row);
+    free(s->b_plp);
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);

@@ -86,11 +86,18 @@ typedef enum {
 typedef struct {
     const int32_t *prompt; /* [n_prompt] copied by submit */
     uint32_t n_prompt;     /* >= 1 and < n_ctx */
-    uint32_t max_tokens;   /* >= 1; capped by the context */
+    uint32_t max_tokens;   /* capped by the context; 0: nothing is generated (the prompt is
+                              computed, its log-probabilities recorded with
+                              prompt_logprobs, and the request finishes as LENGTH) */
     kipp_sampler_params sampling;
     int ignore_eos;
     int logprobs;          /* record each token's log-probability */
     uint32_t top_logprobs; /* and the n most likely alternatives (<= KIPP_MAX_TOP_LOGPROBS) */
+    int prompt_logprobs;   /* scoring: record each prompt token's log-probability given the
+                              tokens before it, with top_logprobs alternatives
+                              (kipp_req_prompt_token). Such a request computes its prompt
+                              itself (no cached or shared prefix), a bounded number of
+                              prompt rows per step */
     kipp_matcher *matcher; /* grammar-constrained output (NULL: none): every token is drawn
                               from the tokens it allows. A successful submit takes it over
                               (freed with the request); after a failed one it is still the
@@ -203,6 +210,14 @@ int kipp_req_wait_any(kipp_req *const *rs, const uint32_t *have, uint32_t n, uin
                       int timeout_ms);
 /* Token i < the count kipp_req_wait returned; valid until kipp_req_release. */
 const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i);
+/* Prompt token i (i < n_prompt) with its log-probability given tokens 0..i-1 and its
+ * alternatives, for a request with prompt_logprobs (NULL without). Token 0 has none
+ * (logprob 0, n_top 0). Valid, until kipp_req_release, once kipp_req_wait has returned a
+ * token or a finish, for i < kipp_req_n_prompt_logprobs. */
+const kipp_gen_token *kipp_req_prompt_token(const kipp_req *r, uint32_t i);
+/* Prompt tokens recorded so far, token 0 included: n_prompt once the prompt was computed
+ * (fewer when the request ended before: cancelled, an error, or a pool too small for it). */
+uint32_t kipp_req_n_prompt_logprobs(const kipp_req *r);
 /* Prompt tokens served from the prefix cache (final once the first token is out). */
 uint32_t kipp_req_n_cached(kipp_req *r);
 /* Seconds from submission to first admission (the queue wait) and to the first token

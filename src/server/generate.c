@@ -222,6 +222,19 @@ static void api_step(gen_state *gs, gen_choice *gc, kipp_finish fin) {
     }
 }
 
+/* Why choice gc, finished as fin, has no answer, or NULL: an error or a cancellation, or
+ * (echo with logprobs) a prompt whose log-probabilities were not all computed (a pool too
+ * small for it, or the shutdown deadline): an error, never entries left out. */
+static const char *gen_failure(const gen_state *gs, const gen_choice *gc, kipp_finish fin) {
+    if (fin == KIPP_FINISH_ERROR) return kipp_req_error(gc->req);
+    if (fin == KIPP_FINISH_CANCELLED) return "the request was cancelled";
+    if (gs->rq.echo && gs->rq.logprobs && fin != KIPP_FINISH_NONE &&
+        kipp_req_n_prompt_logprobs(gc->req) < gs->n_prompt)
+        return "the prompt's log-probabilities could not all be computed (the KV pool cannot hold "
+               "the prompt, or the server is shutting down)";
+    return NULL;
+}
+
 /* MHD content reader for streaming: hands out SSE bytes, producing more as tokens come. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     gen_state *gs = cls;
@@ -246,10 +259,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         const uint32_t tok0 = gc->tok0;
-        if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
-            char *e = oai_error_json(fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req)
-                                                              : "the request was cancelled",
-                                     "server_error", NULL, NULL);
+        const char *failed = gen_failure(gs, gc, fin);
+        if (failed) {
+            char *e = oai_error_json(failed, "server_error", NULL, NULL);
             cancel_all(gs);
             sse(gs, e);
             kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
@@ -520,9 +532,10 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
     }
     kipp_req_params rp = {.prompt = ids, .n_prompt = (uint32_t)n_ids, .sampling = gs->rq.sp,
                           .ignore_eos = gs->rq.ignore_eos, .logprobs = gs->rq.logprobs,
-                          .top_logprobs = gs->rq.top_logprobs};
+                          .top_logprobs = gs->rq.top_logprobs,
+                          .prompt_logprobs = gs->rq.echo && gs->rq.logprobs};
     const uint32_t room = sv->n_ctx - (uint32_t)n_ids;
-    uint64_t mt = gs->rq.max_tokens > 0 ? (uint64_t)gs->rq.max_tokens
+    uint64_t mt = gs->rq.max_tokens >= 0 ? (uint64_t)gs->rq.max_tokens
                                         : (sv->p.default_max_tokens ? sv->p.default_max_tokens : room);
     rp.max_tokens = (uint32_t)(mt < room ? mt : room);
     gs->n_prompt = (uint32_t)n_ids;
@@ -565,8 +578,12 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
                 .on = 1, .in_prompt = th == KIPP_CHAT_THINK_IN_PROMPT,
                 .max_reasoning_tokens = gs->rq.max_reasoning_tokens >= 0 ? (uint32_t)gs->rq.max_reasoning_tokens
                                                                          : rp.max_tokens / 2};
-        st = oai_gen_init(&gc->g, sv->m, &gs->rq) == 0 ? kipp_sched_submit(sv->sched, &rp, &gc->req, err, sizeof err)
-                                                     : KIPP_ERR_NOMEM;
+        /* echo: every choice scores its own copy of the prompt (sched.h: a scoring request
+         * shares no prefix), so each choice's entries are its request's */
+        st = oai_gen_init(&gc->g, sv->m, &gs->rq) == 0 &&
+                     (!gs->rq.echo || oai_gen_echo(&gc->g, ids, (uint32_t)n_ids) == 0)
+                 ? kipp_sched_submit(sv->sched, &rp, &gc->req, err, sizeof err)
+                 : KIPP_ERR_NOMEM;
         gc->g.index = i;
         if (st != KIPP_OK) kipp_matcher_free(rp.matcher); /* still ours after a failed submit */
     }
@@ -631,11 +648,10 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
             return MHD_NO;
         }
         if (!gc || fin == KIPP_FINISH_NONE) continue;
-        if (fin == KIPP_FINISH_ERROR || fin == KIPP_FINISH_CANCELLED) {
+        const char *failed = gen_failure(gs, gc, fin);
+        if (failed) {
             cancel_all(gs);
-            res = srv_send_error(sv, c, cs, 500,
-                             fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req) : "the request was cancelled",
-                             "server_error", NULL, NULL);
+            res = srv_send_error(sv, c, cs, 500, failed, "server_error", NULL, NULL);
             gen_free(gs);
             return res;
         }

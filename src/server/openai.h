@@ -55,6 +55,8 @@ typedef struct {
     size_t prompt_len;
     int32_t *prompt_ids;         /* ... an array of token ids */
     size_t n_prompt_ids;
+    int echo;                    /* completions: the prompt's text (and with logprobs its
+                                    tokens' entries) before the completion's */
     kipp_logit_bias *bias;       /* logit_bias; sp.logit_bias points here */
     char *grammar;               /* constrained decoding (NULL: none): grammar text from
                                     response_format, "grammar" or a forced tool call */
@@ -141,6 +143,12 @@ typedef struct {
     uint32_t *text_offset;      /* [n_used] characters (code points) of text decoded before
                                    each token: the completions logprobs' text_offset */
     size_t text_offset_cap, n_chars;
+    /* echo (completions): the prompt's text, decoded with its special tokens, and where each
+     * of its n_echo tokens begins in it; the completion's offsets count from its end. The
+     * logprobs entries are the prompt's n_echo (kipp_req_prompt_token), then n_used */
+    kipp_buf echo;
+    uint32_t *echo_offset, n_echo;
+    int echo_sent;              /* streaming: the first chunk carried it */
     int oom;
 } oai_gen;
 
@@ -149,6 +157,9 @@ void oai_gen_free(oai_gen *g);
 /* Feeds one generated token. Returns 1 when a stop string just matched (cancel the
  * request), 0 otherwise. */
 int oai_gen_push(oai_gen *g, const kipp_gen_token *t);
+/* echo: decodes the prompt's n tokens into g->echo (call before any oai_gen_push).
+ * 0 ok, -1 out of memory. */
+int oai_gen_echo(oai_gen *g, const int32_t *ids, uint32_t n);
 /* The request finished: flushes everything held. */
 void oai_gen_finish(oai_gen *g);
 

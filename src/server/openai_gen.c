@@ -97,6 +97,8 @@ int oai_gen_init(oai_gen *g, const kipp_model *m, const oai_request *rq) {
 void oai_gen_free(oai_gen *g) {
     kipp_detokenizer_free(g->dt);
     free(g->text_offset);
+    free(g->echo_offset);
+    kipp_buf_free(&g->echo);
     kipp_buf_free(&g->held);
     kipp_buf_free(&g->content);
     kipp_buf_free(&g->reasoning);
@@ -193,6 +195,29 @@ static size_t utf8_chars(const char *s, size_t n) {
     return k;
 }
 
+int oai_gen_echo(oai_gen *g, const int32_t *ids, uint32_t n) {
+    kipp_detokenizer *dt; /* special tokens kept: the prompt's tokens concatenate to it */
+    if (kipp_detokenizer_init(g->m, 0, &dt, NULL, 0) != KIPP_OK) return -1;
+    if (!(g->echo_offset = malloc((size_t)(n ? n : 1) * sizeof *g->echo_offset))) {
+        kipp_detokenizer_free(dt);
+        return -1;
+    }
+    const char *text;
+    size_t len;
+    int bad = 0;
+    for (uint32_t i = 0; i < n && !bad; i++) {
+        g->echo_offset[i] = (uint32_t)g->n_chars;
+        bad = kipp_detokenizer_next(dt, ids[i], &text, &len) != KIPP_OK ||
+              (len && kipp_buf_put(&g->echo, text, len));
+        g->n_chars += bad ? 0 : utf8_chars(text, len);
+    }
+    bad = bad || kipp_detokenizer_end(dt, &text, &len) != KIPP_OK || (len && kipp_buf_put(&g->echo, text, len));
+    g->n_chars += bad ? 0 : utf8_chars(text, len);
+    kipp_detokenizer_free(dt);
+    g->n_echo = n;
+    return bad ? -1 : 0;
+}
+
 int oai_gen_push(oai_gen *g, const kipp_gen_token *t) {
     if (g->stopped) return 0;
     /* n_used is uint32_t: a token past UINT32_MAX fails like out of memory */
@@ -280,34 +305,83 @@ static json_t *chat_logprobs(const kipp_model *m, const kipp_req *req, uint32_t 
     return lp;
 }
 
-/* text_offset: where each token's text begins in the completion's text, in characters,
- * from the streaming decode (a token that only starts a character shares the offset of the
- * one that completes it). */
-static json_t *completion_logprobs(const oai_gen *g, const kipp_req *req, uint32_t t0,
-                                   uint32_t t1) {
-    const kipp_model *m = g->m;
-    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    for (uint32_t i = t0; i < t1; i++) {
-        const kipp_gen_token *t = kipp_req_token(req, i);
-        json_t *tt = token_text(m, t->id, NULL);
-        json_array_append_new(offs, json_integer(i < g->n_used ? (json_int_t)g->text_offset[i]
-                                                               : (json_int_t)g->n_chars));
-        json_array_append_new(toks, tt);
-        json_array_append_new(lps, json_real(t->logprob));
-        json_t *top = json_object();
-        for (uint32_t k = 0; k < t->n_top; k++) {
-            json_t *s = token_text(m, t->top_id[k], NULL);
-            json_object_set_new(top, json_string_value(s), json_real(t->top_logprob[k]));
-            json_decref(s);
-        }
-        json_array_append_new(tops, top);
+/* A token's top alternatives as completions' {"text": logprob} */
+static json_t *top_dict(const kipp_model *m, const kipp_gen_token *t) {
+    json_t *top = json_object();
+    for (uint32_t k = 0; k < t->n_top; k++) {
+        json_t *s = token_text(m, t->top_id[k], NULL);
+        json_object_set_new(top, json_string_value(s), json_real(t->top_logprob[k]));
+        json_decref(s);
     }
+    return top;
+}
+
+/* Entry i (< n_echo) of an echoed prompt in completions' array `part`: the first token has
+ * no log-probability (null, as OpenAI gives it). */
+static json_t *echo_entry(const oai_gen *g, const kipp_req *req, uint32_t i, int part) {
+    const kipp_gen_token *t = kipp_req_prompt_token(req, i);
+    switch (part) {
+    case 0: return token_text(g->m, t->id, NULL);
+    case 1: return i ? json_real(t->logprob) : json_null();
+    case 2: return i ? top_dict(g->m, t) : json_null();
+    default: return json_integer((json_int_t)g->echo_offset[i]);
+    }
+}
+
+/* Logprobs entry i: chat's object, or completions' element of array `part` (0 tokens, 1
+ * token_logprobs, 2 top_logprobs, 3 text_offset); with echo, the prompt's n_echo entries
+ * come first. text_offset: where the token's text begins in the choice's text, in
+ * characters, from the streaming decode (a token that only starts a character shares the
+ * offset of the one that completes it). */
+static json_t *lp_entry(const oai_gen *g, const kipp_req *req, uint32_t i, int chat, int part) {
+    if (i < g->n_echo) return echo_entry(g, req, i, part);
+    i -= g->n_echo;
+    const kipp_gen_token *t = kipp_req_token(req, i);
+    if (chat) {
+        json_t *bytes, *e = json_object(), *tops = json_array();
+        json_object_set_new(e, "token", token_text(g->m, t->id, &bytes));
+        json_object_set_new(e, "logprob", json_real(t->logprob));
+        json_object_set_new(e, "bytes", bytes);
+        for (uint32_t k = 0; k < t->n_top; k++) {
+            json_t *tb, *te = json_object();
+            json_object_set_new(te, "token", token_text(g->m, t->top_id[k], &tb));
+            json_object_set_new(te, "logprob", json_real(t->top_logprob[k]));
+            json_object_set_new(te, "bytes", tb);
+            json_array_append_new(tops, te);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        return e;
+    }
+    switch (part) {
+    case 0: return token_text(g->m, t->id, NULL);
+    case 1: return json_real(t->logprob);
+    case 2: return top_dict(g->m, t);
+    default:
+        return json_integer(i < g->n_used ? (json_int_t)g->text_offset[i] : (json_int_t)g->n_chars);
+    }
+}
+
+static const char *const lp_parts[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+
+/* Completions' logprobs object of entries [e0, e1) (lp_entry's numbering). */
+static json_t *completion_logprobs(const oai_gen *g, const kipp_req *req, uint32_t e0, uint32_t e1) {
     json_t *lp = json_object();
-    json_object_set_new(lp, "tokens", toks);
-    json_object_set_new(lp, "token_logprobs", lps);
-    json_object_set_new(lp, "top_logprobs", tops);
-    json_object_set_new(lp, "text_offset", offs);
+    for (int part = 0; part < 4; part++) {
+        json_t *a = json_array();
+        for (uint32_t i = e0; i < e1; i++) json_array_append_new(a, lp_entry(g, req, i, 0, part));
+        json_object_set_new(lp, lp_parts[part], a);
+    }
     return lp;
+}
+
+/* A choice's text as JSON: the echoed prompt (when with_echo) and the content. */
+static json_t *choice_text(const oai_gen *g, int with_echo) {
+    kipp_buf t = {0};
+    if (with_echo && g->echo.len) kipp_buf_put(&t, g->echo.data, g->echo.len);
+    if (g->content.len) kipp_buf_put(&t, g->content.data, g->content.len);
+    json_t *s = t.oom ? NULL : json_stringn(t.data ? t.data : "", t.len);
+    kipp_buf_free(&t);
+    return s ? s : json_string("");
 }
 
 static json_t *usage_json(const oai_meta *meta) {
@@ -368,13 +442,19 @@ char *oai_chunk_json(oai_gen *g, const oai_meta *meta, const kipp_req *req, uint
         if (r) json_object_set_new(delta, "reasoning_content", r);
         if (c) json_object_set_new(delta, "content", c);
         json_object_set_new(choice, "delta", delta);
-    } else {
-        json_object_set_new(choice, "text", take(&g->content, 0));
     }
+    /* echo: the first chunk carries the prompt's text and entries (OpenAI's order) */
+    const int echo = !chat && g->n_echo && !g->echo_sent;
+    if (!chat) {
+        json_object_set_new(choice, "text", choice_text(g, echo));
+        g->content.len = 0;
+        g->echo_sent = 1;
+    }
+    const uint32_t e0 = echo ? 0 : g->n_echo + tok0;
     json_object_set_new(choice, "logprobs",
-                        g->rq->logprobs && tok1 > tok0
+                        g->rq->logprobs && g->n_echo + tok1 > e0
                             ? (chat ? chat_logprobs(g->m, req, tok0, tok1)
-                                    : completion_logprobs(g, req, tok0, tok1))
+                                    : completion_logprobs(g, req, e0, g->n_echo + tok1))
                             : json_null());
     json_object_set_new(choice, "finish_reason", finish_json(meta));
     json_t *choices = json_array();
@@ -482,46 +562,9 @@ void oai_body_init(oai_body *b, oai_gen *const *gs, kipp_req *const *reqs,
     *b = (oai_body){.gs = gs, .reqs = reqs, .finish = finish, .n = n, .meta = meta};
 }
 
-/* One token's logprobs entry: chat's object, or completions' element of array `part` (0
- * tokens, 1 token_logprobs, 2 top_logprobs, 3 text_offset). */
-static json_t *lp_entry(const oai_gen *g, const kipp_req *req, uint32_t i, int chat, int part) {
-    const kipp_gen_token *t = kipp_req_token(req, i);
-    if (chat) {
-        json_t *bytes, *e = json_object(), *tops = json_array();
-        json_object_set_new(e, "token", token_text(g->m, t->id, &bytes));
-        json_object_set_new(e, "logprob", json_real(t->logprob));
-        json_object_set_new(e, "bytes", bytes);
-        for (uint32_t k = 0; k < t->n_top; k++) {
-            json_t *tb, *te = json_object();
-            json_object_set_new(te, "token", token_text(g->m, t->top_id[k], &tb));
-            json_object_set_new(te, "logprob", json_real(t->top_logprob[k]));
-            json_object_set_new(te, "bytes", tb);
-            json_array_append_new(tops, te);
-        }
-        json_object_set_new(e, "top_logprobs", tops);
-        return e;
-    }
-    switch (part) {
-    case 0: return token_text(g->m, t->id, NULL);
-    case 1: return json_real(t->logprob);
-    case 2: {
-        json_t *top = json_object();
-        for (uint32_t k = 0; k < t->n_top; k++) {
-            json_t *s = token_text(g->m, t->top_id[k], NULL);
-            json_object_set_new(top, json_string_value(s), json_real(t->top_logprob[k]));
-            json_decref(s);
-        }
-        return top;
-    }
-    default:
-        return json_integer(i < g->n_used ? (json_int_t)g->text_offset[i] : (json_int_t)g->n_chars);
-    }
-}
-
 #define BODY_SLICE 32 /* logprobs entries per piece */
 
 int oai_body_next(oai_body *b, kipp_buf *out) {
-    static const char *const parts[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
     if (b->phase == 3) return 0;
     const int chat = b->gs[0]->rq->ep == OAI_CHAT;
     if (b->phase == 0) { /* the envelope, up to the choices */
@@ -553,7 +596,7 @@ int oai_body_next(oai_body *b, kipp_buf *out) {
             if (g->n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(g));
             json_object_set_new(choice, "message", msg);
         } else {
-            json_object_set_new(choice, "text", peek(&g->content, 0));
+            json_object_set_new(choice, "text", choice_text(g, 1));
         }
         put_json(out, choice, 1);
         kipp_buf_puts(out, ",\"logprobs\":");
@@ -566,16 +609,17 @@ int oai_body_next(oai_body *b, kipp_buf *out) {
         b->part = 4; /* straight to the tail */
     }
     if (b->part < 4) { /* a slice of the logprobs */
-        const uint32_t t1 = b->tok + BODY_SLICE < g->n_used ? b->tok + BODY_SLICE : g->n_used;
+        const uint32_t n_lp = g->n_echo + g->n_used;
+        const uint32_t t1 = b->tok + BODY_SLICE < n_lp ? b->tok + BODY_SLICE : n_lp;
         for (uint32_t i = b->tok; i < t1; i++) {
             if (i) kipp_buf_puts(out, ",");
             put_json(out, lp_entry(g, req, i, chat, b->part), 0);
         }
         b->tok = t1;
-        if (t1 == g->n_used) {
+        if (t1 == n_lp) {
             b->part = chat ? 4 : b->part + 1;
             b->tok = 0;
-            if (b->part < 4) kipp_buf_printf(out, "],\"%s\":[", parts[b->part]);
+            if (b->part < 4) kipp_buf_printf(out, "],\"%s\":[", lp_parts[b->part]);
             else kipp_buf_puts(out, "]}");
         }
         if (b->part < 4) return out->oom ? -1 : 1;

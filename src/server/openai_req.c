@@ -415,8 +415,9 @@ static int parse_chat(json_t *o, oai_request *r, perr *e) {
 static int parse_completions(json_t *o, oai_request *r, uint32_t n_vocab, perr *e) {
     json_t *p = json_object_get(o, "prompt");
     if (!p) return fail(e, "prompt", "'prompt' is required");
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
-        p = json_array_get(p, 0); /* ["text"]: one prompt */
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0); /* ["text"] or [[ids]] (lm-evaluation-harness): one prompt */
     if (json_is_string(p)) {
         r->prompt_len = json_string_length(p);
         if (r->prompt_len == 0) return fail(e, "prompt", "'prompt' is empty");
@@ -445,9 +446,12 @@ static int parse_completions(json_t *o, oai_request *r, uint32_t n_vocab, perr *
     if (get_int(o, "logprobs", 0, KIPP_MAX_TOP_LOGPROBS, &lp, e)) return -1;
     r->logprobs = lp >= 0;
     r->top_logprobs = lp > 0 ? (uint32_t)lp : 0;
-    int echo = 0;
-    if (get_bool(o, "echo", &echo, e)) return -1;
-    if (echo) return fail(e, "echo", "'echo' is not supported");
+    if (get_bool(o, "echo", &r->echo, e)) return -1;
+    /* OpenAI's current models refuse max_tokens 0 ("0 is less than the minimum of 1"); with
+     * echo it scores the prompt and generates nothing, as vLLM and llama-server serve it */
+    if (r->max_tokens == 0 && !r->echo)
+        return fail(e, "max_tokens", "'max_tokens' 0 generates nothing: it is allowed with 'echo': "
+                    "true (the prompt's log-probabilities, scoring)");
     json_t *suffix = json_object_get(o, "suffix");
     if (suffix && !json_is_null(suffix)) return fail(e, "suffix", "'suffix' is not supported");
     long long best_of = 1;
@@ -531,8 +535,10 @@ int oai_parse_tree(json_t *o, oai_endpoint ep, uint32_t n_vocab, oai_request *r,
     long long n = 1, mt = -1;
     if (get_int(o, "n", 1, OAI_MAX_N, &n, &e)) goto out;
     r->n = (uint32_t)n;
-    if (get_int(o, "max_tokens", 1, 1 << 30, &mt, &e) ||
-        get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, &e))
+    /* completions: max_tokens 0 with echo scores the prompt (parse_completions) */
+    const long long mt_lo = ep == OAI_COMPLETIONS ? 0 : 1;
+    if (get_int(o, "max_tokens", mt_lo, 1 << 30, &mt, &e) ||
+        get_int(o, "max_completion_tokens", mt_lo, 1 << 30, &mt, &e))
         goto out;
     r->max_tokens = mt;
     long long mr = -1;

@@ -50,6 +50,14 @@ expect_fail "ctx too small" "--ctx expects" "$P" -m "$M" --file "$T" --ctx 8
 expect_fail "ctx beyond training" "exceeds the model.s trained context length 1024" "$P" -m "$M" --file "$T" --ctx 1000000
 expect_fail "no --file" "--model and --file are required" "$P" -m "$M"
 expect_fail "unknown flag" "unknown option '--bogus'" "$P" -m "$M" --file "$T" --bogus
+expect_fail "--per-token without --json" "--per-token needs --json" "$P" -m "$M" --file "$T" --per-token
+# --per-token: one [position, token id, log-probability] per scored token, their mean -log the mean NLL
+"$P" -m "$M" "${A[@]}" --per-token >"$tmp/per.json" && ok || bad "--per-token run"
+.venv/bin/python -c "
+import json, sys; d = json.load(open(sys.argv[1])); pt = d['per_token']
+assert len(pt) == d['scored_tokens'] and all(lp <= 0 for _, _, lp in pt), 'per_token entries'
+assert abs(-sum(lp for _, _, lp in pt) / len(pt) - d['mean_nll']) < 1e-6, 'per_token mean'
+assert [p for p, _, _ in pt[:3]] == [65, 66, 67], [p for p, _, _ in pt[:3]]" "$tmp/per.json" && ok || bad "--per-token values"
 expect_fail "missing KL base" "none-base" "$P" -m "$M" --file "$T" --kl-base "$tmp/none-base.gguf"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

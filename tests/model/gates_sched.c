@@ -1,7 +1,8 @@
 /* gates_sched.c — the scheduler and prefix-cache gates (kipp_test --sched M): a request's
  * tokens are identical alone, in a concurrent batch of 8, with the prefix cache, and under
  * KV-pool pressure that forces preemption and recomputation; cancellation returns every
- * block; a full queue says busy; logprobs are consistent; a reused prefix decodes to the
+ * block; a full queue says busy; logprobs are consistent, prompt log-probabilities too
+ * (the same alone, under KV pressure and with their prompt cached); a reused prefix decodes to the
  * same logits as recomputation (1e-6); a window pauses an unread request (which yields its
  * slot) and admission is fair across requests; fair steps hold an n > 1 request's extra
  * sequences back beside a plain request, and after one while another is expected. Runs on the backend and KV type the flags name
@@ -198,6 +199,108 @@ static void gate_logprobs(kipp_model *m, const prompts *p, const kipp_sched_para
     } else {
         KT_CHECK(0, "submit: %s", err);
     }
+    kipp_sched_free(s);
+}
+
+/* Prompt log-probabilities (prompt_logprobs): recorded for every prompt token but the first,
+ * consistent with their top lists; the same (to rounding) and the same greedy tokens when all
+ * eight run at once on a pool for about two (prefilling and decoding sequences preempted
+ * and recomputed, the prefix cache holding what they computed) as alone; a prompt whose
+ * KV the cache holds is still computed (nothing cached); max_tokens 0 generates nothing. */
+typedef struct {
+    float lp[N_REQ][96], top[N_REQ][96];
+} prompt_lps;
+
+/* Equal to float rounding: a prompt read in other chunks (the step budgets move with the
+ * measured step times) rounds differently, by up to about 5e-6 of the value (ASan build). */
+static int lp_close(float a, float b) { return fabsf(a - b) <= 1e-4f * (1.0f + fabsf(b)); }
+
+static int plp_run(kipp_sched *s, const prompts *p, int i, uint32_t max_tokens, prompt_lps *out,
+                   outputs *o, const char *what) {
+    char err[KIPP_ERR_LEN];
+    kipp_req_params rp = req_params(p, i, 0.0f);
+    rp.max_tokens = max_tokens;
+    rp.prompt_logprobs = 1;
+    rp.top_logprobs = 3;
+    kipp_req *r;
+    if (kipp_sched_submit(s, &rp, &r, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "%s: submit %d: %s", what, i, err);
+        return -1;
+    }
+    kipp_finish fin;
+    collect(r, o, i, &fin);
+    const uint32_t n = kipp_req_n_prompt_logprobs(r);
+    KT_CHECK(fin == KIPP_FINISH_LENGTH && n == p->n[i] && o->n[i] == max_tokens,
+             "%s: request %d finished %d with %u of %u prompt tokens scored, %u generated", what, i,
+             (int)fin, n, p->n[i], o->n[i]);
+    KT_CHECK(kipp_req_prompt_token(r, 0)->n_top == 0 && kipp_req_n_cached(r) == 0,
+             "%s: request %d: the first prompt token has %u alternatives, %u tokens cached", what, i,
+             kipp_req_prompt_token(r, 0)->n_top, kipp_req_n_cached(r));
+    for (uint32_t k = 1; k < n && k < 96; k++) {
+        const kipp_gen_token *t = kipp_req_prompt_token(r, k);
+        KT_CHECK(t->id == p->ids[i][k] && t->n_top == 3 && t->logprob <= t->top_logprob[0] + 1e-6f &&
+                     t->top_logprob[0] <= 0,
+                 "%s: request %d prompt token %u: id %d (want %d) lp %g, top %g, %u alternatives", what, i,
+                 k, t->id, p->ids[i][k], t->logprob, t->top_logprob[0], t->n_top);
+        out->lp[i][k] = t->logprob;
+        out->top[i][k] = t->top_logprob[0];
+    }
+    kipp_req_release(r);
+    return 0;
+}
+
+static void gate_prompt_logprobs(kipp_model *m, const prompts *p, const kipp_sched_params *base,
+                                 const outputs *solo) {
+    char err[KIPP_ERR_LEN];
+    kipp_sched_params sp = *base;
+    sp.prefix_cache_entries = 16;
+    kipp_sched *s;
+    static prompt_lps alone;
+    outputs none, gen;
+    if (kipp_sched_start(m, &sp, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    for (int i = 0; i < N_REQ; i++) plp_run(s, p, i, 0, &alone, &none, "alone, max_tokens 0");
+    /* prompt 3's KV is in the cache now (and its stem's): scored again, not taken from it */
+    prompt_lps again;
+    plp_run(s, p, 3, MAX_GEN, &again, &gen, "cached prompt");
+    for (uint32_t k = 1; k < p->n[3]; k++)
+        KT_CHECK(lp_close(again.lp[3][k], alone.lp[3][k]), "cached prompt: token %u lp %g, alone %g", k,
+                 again.lp[3][k], alone.lp[3][k]);
+    kipp_sched_free(s);
+    kipp_sched_params tight = sp;
+    tight.n_kv_tokens = CTX + 16; /* room for about two of the eight */
+    if (kipp_sched_start(m, &tight, &s, err, sizeof err) != KIPP_OK) {
+        KT_CHECK(0, "scheduler: %s", err);
+        return;
+    }
+    kipp_req *r[N_REQ] = {0};
+    for (int i = 0; i < N_REQ; i++) {
+        kipp_req_params rp = req_params(p, i, 0.0f);
+        rp.prompt_logprobs = 1;
+        rp.top_logprobs = 3;
+        if (kipp_sched_submit(s, &rp, &r[i], err, sizeof err) != KIPP_OK) KT_CHECK(0, "submit %d: %s", i, err);
+    }
+    for (int i = 0; i < N_REQ; i++) {
+        if (!r[i]) continue;
+        kipp_finish fin;
+        collect(r[i], &gen, i, &fin);
+        const uint32_t n = kipp_req_n_prompt_logprobs(r[i]);
+        KT_CHECK(n == p->n[i], "KV pressure: request %d scored %u of %u prompt tokens", i, n, p->n[i]);
+        for (uint32_t k = 1; k < n; k++) {
+            const kipp_gen_token *t = kipp_req_prompt_token(r[i], k);
+            KT_CHECK(lp_close(t->logprob, alone.lp[i][k]) && lp_close(t->top_logprob[0], alone.top[i][k]),
+                     "KV pressure: request %d prompt token %u: lp %g top %g, alone %g %g", i, k, t->logprob,
+                     t->top_logprob[0], alone.lp[i][k], alone.top[i][k]);
+        }
+        kipp_req_release(r[i]);
+    }
+    same(solo, &gen, "prompt logprobs under KV pressure");
+    kipp_sched_stats st;
+    kipp_sched_stop(s);
+    kipp_sched_get_stats(s, &st);
+    KT_CHECK(st.preempted > 0, "prompt logprobs: a pool for two never preempted");
     kipp_sched_free(s);
 }
 
@@ -992,6 +1095,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     if (solo.n[0]) gate_window_and_fairness(m, &p, &sp, &solo);
     gate_cancel_and_queue(m, &p, &sp);
     gate_logprobs(m, &p, &sp);
+    if (solo.n[0]) gate_prompt_logprobs(m, &p, &sp, &solo);
     gate_prefix_cache(m, &p, &sp);
     gate_slow_mask(m, &p, &sp);
     gate_short_prompt_first(m, &p, &sp);
@@ -1006,7 +1110,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     lp.kv_type = sp.kv_type;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
-           "window and fairness, cancel and queue, logprobs, prefix reuse, a slow mask, short prompt first, "
+           "window and fairness, cancel and queue, logprobs, prompt logprobs, prefix reuse, a slow mask, short prompt first, "
            "fair steps, an expected light request, prefill step bound, a one-sequence prompt whole beside a decoder\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;
