@@ -3,6 +3,9 @@
 # pytest) over real HTTP with curl and the official openai package, against the tiny
 # checkpoint. Needs $BUILD/kipp-server (make server) and models/tiny-tied (make tiny-models).
 # Server logs go to $KIPP_SERVER_TEST_LOGS (default: a fresh temporary directory).
+# --part core|protocols: the OpenAI server's own tests, or the other protocols' and the
+# helper routes' (PROTOCOL_TESTS below), so that make test runs the two halves side by side
+# as two stages; no --part: all of them. Other arguments go to pytest.
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -25,4 +28,18 @@ fi
 PY=${PYTHON:-.venv/bin/python}
 export KIPP_SERVER_TEST_LOGS=${KIPP_SERVER_TEST_LOGS:-$(mktemp -d -t kipp-server-tests-XXXXXX)}
 echo "server logs: $KIPP_SERVER_TEST_LOGS"
-exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 tests/server "$@"
+PROTOCOL_TESTS="test_anthropic.py test_responses.py test_ollama.py test_openai_shapes.py test_util.py
+                test_scoring.py test_rerank.py"
+targets=(tests/server)
+if [ "${1:-}" = --part ]; then
+    part=${2:?--part needs core or protocols}
+    shift 2
+    targets=()
+    for t in $PROTOCOL_TESTS; do
+        if [ "$part" = core ]; then targets+=("--ignore=tests/server/$t")
+        elif [ "$part" = protocols ]; then targets+=("tests/server/$t")
+        else echo "run_server_tests.sh: --part is core or protocols, not '$part'" >&2; exit 2; fi
+    done
+    [ "$part" = core ] && targets+=(tests/server)
+fi
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 "${targets[@]}" "$@"
