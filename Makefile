@@ -182,7 +182,8 @@ FUZZ_SRC_api     := $(FUZZ_SRC_oai) src/server/openai_gen.c $(FUZZ_SRC_embed)
 FUZZ_SRC_anthropic := src/server/anthropic.c $(FUZZ_SRC_api)
 FUZZ_SRC_responses := src/server/responses.c src/server/responses_req.c $(FUZZ_SRC_api)
 FUZZ_SRC_ollama  := src/server/ollama.c $(FUZZ_SRC_api)
-FUZZ_NAMES := gguf chat tok oai grammar embed ollama responses anthropic
+FUZZ_SRC_rerank  := src/server/rerank.c src/model/model.c src/model/arch.c $(wildcard src/tok/*.c) src/gguf/gguf.c
+FUZZ_NAMES := gguf chat tok oai grammar embed ollama responses anthropic rerank
 FUZZERS := $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
 FUZZ_FLAGS := $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
 .SECONDEXPANSION:
