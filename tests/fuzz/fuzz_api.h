@@ -12,9 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* openai_gen.c reads a generated token's logprobs through the scheduler, which the adapters'
- * request side never reaches: the scheduler is not linked, and this stands in for it. */
+/* openai_gen.c reads a generated (or echoed prompt) token's logprobs through the scheduler,
+ * which the adapters' request side never reaches: the scheduler is not linked, and these
+ * stand in for it. */
 const kipp_gen_token *kipp_req_token(const kipp_req *r, uint32_t i) {
+    (void)r, (void)i;
+    abort();
+}
+const kipp_gen_token *kipp_req_prompt_token(const kipp_req *r, uint32_t i) {
     (void)r, (void)i;
     abort();
 }
