@@ -176,18 +176,16 @@ FUZZ_SRC_oai     := src/server/openai_req.c src/server/openai_chat.c src/server/
 FUZZ_SRC_grammar := src/engine/grammar.c src/engine/grammar_cost.c src/engine/matcher.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c
 FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c src/model/arch.c $(wildcard src/tok/*.c) src/gguf/gguf.c
-# the protocol adapters (src/server/api.h): each with the OpenAI parser it feeds and what its
-# replies are made with
-FUZZ_SRC_api     := $(FUZZ_SRC_oai) src/server/openai_gen.c $(FUZZ_SRC_embed)
-FUZZ_SRC_anthropic := src/server/anthropic.c $(FUZZ_SRC_api)
-FUZZ_SRC_responses := src/server/responses.c src/server/responses_req.c $(FUZZ_SRC_api)
-FUZZ_SRC_ollama  := src/server/ollama.c $(FUZZ_SRC_api)
+# the protocol adapters (src/server/api.h), one target over the three: each with the OpenAI
+# parser it feeds and what its replies are made with
+FUZZ_SRC_api     := src/server/anthropic.c src/server/responses.c src/server/responses_req.c \
+                    src/server/ollama.c $(FUZZ_SRC_oai) src/server/openai_gen.c $(FUZZ_SRC_embed)
 FUZZ_SRC_rerank  := src/server/rerank.c src/model/model.c src/model/arch.c $(wildcard src/tok/*.c) src/gguf/gguf.c
-FUZZ_NAMES := gguf chat tok oai grammar embed ollama responses anthropic rerank
+FUZZ_NAMES := gguf chat tok oai grammar embed api rerank
 FUZZERS := $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
 FUZZ_FLAGS := $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
 .SECONDEXPANSION:
-$(FUZZERS): $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(CORE_SRC) tests/fuzz/fuzz_api.h
+$(FUZZERS): $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(CORE_SRC)
 	@mkdir -p $(BUILD)
 	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ $(LDLIBS)
 
