@@ -279,6 +279,7 @@ def test_doc_curl_example(server):
                                              all(abs(a[k] - b[k]) < 0.05 for k in a)), (a, b)
 
 
+@pytest.mark.full  # lm-eval's dependencies cost make test's set-up a minute: stage server-lmeval
 def test_lm_eval_harness(server, tok, tmp_path):
     """The documented lm-evaluation-harness run, in a subprocess (offline, its caches under
     tmp_path): it produces the task's result, and each of its log-likelihoods equals the
