@@ -626,6 +626,11 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
             gen_free(gs);
             return MHD_NO;
         }
+        if (gs->api) { /* the protocol's opening events go out now, before the prefill ends
+                        * (Anthropic's message_start, the Responses API's response.created) */
+            fill_meta(gs, &gs->ch[0], KIPP_FINISH_NONE);
+            gs->api->stream_events(gs->api_state, &gs->ch[0].g, &gs->meta, NULL, &gs->out);
+        }
         MHD_add_response_header(r, "Content-Type", gs->api ? gs->api->stream_ctype : "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         srv_common_headers(sv, cs, r);

@@ -288,12 +288,19 @@ static void gate_prompt_logprobs(kipp_model *m, const prompts *p, const kipp_sch
         collect(r[i], &gen, i, &fin);
         const uint32_t n = kipp_req_n_prompt_logprobs(r[i]);
         KT_CHECK(n == p->n[i], "KV pressure: request %d scored %u of %u prompt tokens", i, n, p->n[i]);
+        /* batched with others (and recomputed after preemptions) the rows take other kernel
+         * paths than alone (an MoE's expert groups change with the batch): the values agree
+         * as the backend gates' logits do, within NMSE 1e-4 over the prompt; a row scored at
+         * the wrong position or twice is off by nats */
+        double err2 = 0, ref2 = 0;
         for (uint32_t k = 1; k < n; k++) {
             const kipp_gen_token *t = kipp_req_prompt_token(r[i], k);
-            KT_CHECK(lp_close(t->logprob, alone.lp[i][k]) && lp_close(t->top_logprob[0], alone.top[i][k]),
-                     "KV pressure: request %d prompt token %u: lp %g top %g, alone %g %g", i, k, t->logprob,
-                     t->top_logprob[0], alone.lp[i][k], alone.top[i][k]);
+            const double d0 = t->logprob - alone.lp[i][k], d1 = t->top_logprob[0] - alone.top[i][k];
+            err2 += d0 * d0 + d1 * d1;
+            ref2 += (double)alone.lp[i][k] * alone.lp[i][k] + (double)alone.top[i][k] * alone.top[i][k];
         }
+        KT_CHECK(n < 2 || err2 <= 1e-4 * ref2, "KV pressure: request %d's prompt logprobs NMSE %g vs alone", i,
+                 ref2 > 0 ? err2 / ref2 : err2);
         kipp_req_release(r[i]);
     }
     same(solo, &gen, "prompt logprobs under KV pressure");
