@@ -45,8 +45,8 @@ CHAT_OBJ       := $(addprefix $(BUILD)/obj/src/cli/,kipp_chat.o chat_input.o cha
                   $(CLI_COMMON_OBJ) $(BUILD)/obj/src/cli/generate.o
 PPL_OBJ        := $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o
 include $(sort $(wildcard src/backend/*/backend.mk))
-BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o)
-TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c)
+BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o) $(VK_EXTRA_OBJ)
+TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c) $(VK_TEST_SRC)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: FORCE embed-vectors rerank-vectors all cpu server chat test-server test-chat test-draft-spec neon-check random-model help deps venv test check test-sanitize test-cpu-model docs docs-check bench-plots demo vectors \

@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 
 pkgs=(libjansson-dev libutf8proc-dev libmicrohttpd-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
       gcc-aarch64-linux-gnu xz-utils libedit-dev chromium chromium-driver qemu-user
-      libjansson-dev:arm64 libutf8proc-dev:arm64)
+      libjansson-dev:arm64 libutf8proc-dev:arm64
+      libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools)
+# the vulkan backend: its headers and glslc (the shaders' compiler) to build, Mesa's lavapipe
+# (software Vulkan on the CPU) to run its gates in make test, vulkaninfo for docs/vulkan.md
 # the arm64 build's libraries (the arm64 stage: tests/arm64/run_arm64.sh) come from Debian's
 # arm64 archive: dpkg must know the architecture before apt-get can fetch them
 add_arch=0

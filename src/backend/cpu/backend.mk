@@ -24,7 +24,7 @@ $(BUILD)/obj/src/backend/cpu/kernels_neon.o: CFLAGS += -march=armv8.2-a+dotprod+
 ARM64_CC ?= aarch64-linux-gnu-gcc
 .PHONY: arm64
 arm64:
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/arm64 CC=$(ARM64_CC) KIPP_ARCH=aarch64 \
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/arm64 CC=$(ARM64_CC) KIPP_ARCH=aarch64 KIPP_NO_VULKAN=1 \
 	  LDLIBS="-static -lutf8proc -ljansson -lm -pthread" $(BUILD)/arm64/kipp_test
 	@echo "arm64: $(BUILD)/arm64/kipp_test (run it with qemu-aarch64)"
 
