@@ -8,7 +8,7 @@ import sys
 
 
 def main(argv):
-    if len(argv) < 2:
+    if len(argv) < 1:
         sys.exit("usage: embed_spirv.py OUT.c NAME=FILE.spv ...")
     out, mods = argv[0], []
     for arg in argv[1:]:
