@@ -24,6 +24,19 @@ static int cuda_operators(const char *a, const char *b) {
     return kt_cuda_operators(a, b);
 }
 
+/* The vulkan operator tests (tests/vulkan/) are in every kipp_test built with the vulkan
+ * backend (it opens the loader at run time); a weak reference for builds without it. */
+int kt_vulkan_operators(const char *unused1, const char *unused2) __attribute__((weak));
+static int vulkan_operators(const char *a, const char *b) {
+    if (!kt_vulkan_operators) {
+        fprintf(stderr, "kipp_test: --vulkan-operators: this binary was built without the vulkan "
+                        "backend (glslc and the Vulkan headers were missing: run make deps and "
+                        "rebuild)\n");
+        return -1;
+    }
+    return kt_vulkan_operators(a, b);
+}
+
 /* Modes: (model, dir-or-file) → failures (< 0: inputs unusable). Model gates (gate set)
  * take the trailing flags; the tokenizer and text checks (run set) take none. */
 enum { NO_FLAGS = 0, BACKEND_FLAGS = 1, CTX_FLAG = 2 };
@@ -68,6 +81,8 @@ static const struct {
      kt_content_special, NO_FLAGS},
     {"--cuda-operators", "", "every cuda kernel vs the CPU reference on random inputs, many shapes "
      "(kipp_test_cuda on a GPU)", NULL, cuda_operators, NO_FLAGS},
+    {"--vulkan-operators", "", "the vulkan runtime and every vulkan kernel vs the CPU reference, many "
+     "shapes (the first Vulkan device; KIPP_VK_DEVICE=N)", NULL, vulkan_operators, NO_FLAGS},
     {"--grammar-vocab", "M", "grammar token masks over the model's vocabulary == brute force", NULL,
      kt_grammar_vocab, NO_FLAGS},
 };

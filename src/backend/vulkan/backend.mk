@@ -60,7 +60,7 @@ $(foreach f,$(VK_TYPED),$(foreach t,$(VK_WTYPES),$(eval $(call vk_typed_rule,$(b
 
 # the shader table: regenerated when a module or the list of modules changes
 VK_LIST_STAMP := $(BUILD)/vulkan/shaders.list
-$(shell mkdir -p $(BUILD)/vulkan && { [ "$$(cat $(VK_LIST_STAMP) 2>/dev/null)" = "$(strip $(VK_SPV_PAIRS))" ] || \
+$(shell mkdir -p $(BUILD)/vulkan && { [ -f $(VK_LIST_STAMP) ] && [ "$$(cat $(VK_LIST_STAMP))" = "$(strip $(VK_SPV_PAIRS))" ] || \
     echo "$(strip $(VK_SPV_PAIRS))" >$(VK_LIST_STAMP); })
 $(BUILD)/vulkan/shaders.c: $(VK_SPV) $(VK_LIST_STAMP) tools/embed_spirv.py
 	python3 tools/embed_spirv.py $@ $(VK_SPV_PAIRS)
