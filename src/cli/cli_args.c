@@ -129,6 +129,19 @@ void kipp_cli_runtime_init(kipp_cli_runtime *rt) {
 
 int kipp_cli_runtime_flag(const char *prog, int argc, char **argv, int *i, kipp_cli_runtime *rt) {
     const char *a = argv[*i], **dst;
+    if (!strcmp(a, "--device")) {
+        char *end = NULL;
+        const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+        const long d = v ? strtol(v, &end, 10) : -1;
+        if (!v || !*v || *end || d < 0 || d > 1023) {
+            fprintf(stderr, "%s: --device expects a device index (0, 1, ...), got %s%s%s\n", prog,
+                    v ? "'" : "", v ? v : "nothing", v ? "'" : "");
+            return 2;
+        }
+        rt->device = (int)d;
+        *i += 1;
+        return 1;
+    }
     if (!strcmp(a, "--backend")) dst = &rt->backend;
     else if (!strcmp(a, "--isa")) dst = &rt->isa;
     else if (!strcmp(a, "--kv-type")) dst = &rt->kv_flag;
@@ -216,6 +229,10 @@ void kipp_cli_runtime_help(FILE *f, int width) {
                        "in one type, so give both, with the same value", NULL};
     help_entry(f, width, "--backend NAME", b);
     help_entry(f, width, "--isa LEVEL", i);
+    const char *d[] = {"device backends (vulkan, cuda): the device to run on,",
+                       "by index (default 0; an index the machine lacks is an",
+                       "error naming the devices there are)", NULL};
+    help_entry(f, width, "--device N", d);
     help_entry(f, width, "--kv-type T", k);
     fprintf(f, "      --cache-type-k T, --cache-type-v T\n");
     help_entry(f, width, "", c);

@@ -34,12 +34,13 @@ typedef struct {
     const char *backend;  /* --backend; default kipp_backend_default() */
     const char *isa;      /* --isa, else $KIPP_CPU_ISA when set, else NULL (the best level) */
     int isa_from_env;     /* isa came from KIPP_CPU_ISA */
+    int device;           /* --device N: a device backend's device index (default 0) */
     kipp_kv_type kv_type; /* KIPP_KV_TYPE_DEFAULT unless a flag names one */
     const char *kv_flag, *cache_k, *cache_v; /* the values as given (for _finish) */
 } kipp_cli_runtime;
 
 void kipp_cli_runtime_init(kipp_cli_runtime *rt);
-/* Like kipp_cli_sampling_flag, for --backend, --isa, --kv-type, --cache-type-k/-v. */
+/* Like kipp_cli_sampling_flag, for --backend, --isa, --device, --kv-type, --cache-type-k/-v. */
 int kipp_cli_runtime_flag(const char *prog, int argc, char **argv, int *i, kipp_cli_runtime *rt);
 /* After the last flag: checks --kv-type against --cache-type-k/-v and fills isa from
  * KIPP_CPU_ISA when --isa was not given. 1, or 0 after printing what is wrong. */

@@ -399,6 +399,7 @@ static kipp_ctx *start_ctx(kipp_model *m, const cli_opts *o, double *load_s) {
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = o->rt.backend;
     cp.isa = o->rt.isa;
+    cp.device = o->rt.device;
     cp.kv_type = o->rt.kv_type;
     cp.n_ctx = (uint32_t)o->n_ctx;
     cp.n_threads = (int)o->n_threads;
@@ -587,6 +588,7 @@ int main(int argc, char **argv) {
         kipp_ctx_params cp = kipp_ctx_default_params();
         cp.backend = o.rt.backend;
         cp.isa = o.rt.isa;
+        cp.device = o.rt.device;
         cp.kv_type = o.rt.kv_type;
         cp.n_threads = (int)o.n_threads;
         if (!kipp_cli_spec_start("kipp", &o.spec, m, &cp, n_ctx, 1, &dm, &drafter)) goto done;

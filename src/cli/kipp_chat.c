@@ -699,6 +699,7 @@ int main(int argc, char **argv) {
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = o.rt.backend;
     cp.isa = o.rt.isa;
+    cp.device = o.rt.device;
     cp.kv_type = o.rt.kv_type;
     cp.n_ctx = (uint32_t)o.n_ctx;
     cp.n_threads = (int)o.n_threads;

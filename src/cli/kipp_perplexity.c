@@ -137,6 +137,7 @@ static int runner_open(runner *r, const char *path, const opts *o, uint32_t n_ct
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = o->rt.backend;
     cp.isa = o->rt.isa;
+    cp.device = o->rt.device;
     cp.kv_type = o->rt.kv_type;
     cp.n_ctx = n_ctx;
     cp.n_threads = (int)o->n_threads;

@@ -346,6 +346,7 @@ int main(int argc, char **argv) {
     }
     kp.backend = rt.backend;
     kp.isa = rt.isa;
+    kp.device = rt.device;
     kp.kv_type = rt.kv_type;
     if (api_key && key_file) {
         fprintf(stderr, "kipp-server: give --api-key or --api-key-file, not both\n");
@@ -413,6 +414,7 @@ int main(int argc, char **argv) {
         kipp_ctx_params ecp = kipp_ctx_default_params();
         ecp.backend = kp.backend;
         ecp.isa = kp.isa;
+        ecp.device = kp.device;
         ecp.kv_type = kp.kv_type;
         ecp.n_threads = kp.n_threads;
         ecp.n_ctx = kp.n_ctx;
@@ -437,6 +439,7 @@ int main(int argc, char **argv) {
         kipp_ctx_params dcp = kipp_ctx_default_params();
         dcp.backend = kp.backend;
         dcp.isa = kp.isa;
+        dcp.device = kp.device;
         dcp.kv_type = kp.kv_type;
         dcp.n_threads = kp.n_threads;
         spp = kipp_cli_spec_params(&spec, dm, &dcp, 0, 0);

@@ -1723,7 +1723,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     kipp_model_get_info(m, &info);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     kipp_ctx_params cp = {.backend = p.backend, .n_ctx = n_ctx, .n_threads = p.n_threads,
-                          .kv_block_size = p.block_size, .kv_type = p.kv_type, .isa = p.isa};
+                          .kv_block_size = p.block_size, .kv_type = p.kv_type, .isa = p.isa,
+                          .device = p.device};
     uint64_t per_token;
     kipp_kv_type kv_type;
     kipp_status st = kipp_ctx_kv_bytes_per_token(m, &cp, &per_token, &kv_type, err, err_len);

@@ -52,6 +52,7 @@ typedef struct {
     uint32_t prefix_cache_entries; /* kept sequences; 0 = no prefix cache */
     kipp_kv_type kv_type;          /* see kipp_ctx_params; 0 = the backend's default */
     const char *isa;               /* see kipp_ctx_params; NULL = best */
+    int device;                    /* see kipp_ctx_params; 0 = the first */
     uint64_t kv_memory;            /* with n_kv_tokens 0: the pool holds at most this many
                                       bytes of K/V (0 = KIPP_SCHED_DEFAULT_KV_BYTES) */
     double fair_share;             /* while a request of several sequences (n > 1) shares the
