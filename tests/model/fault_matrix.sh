@@ -6,7 +6,7 @@
 # caught/missed with that table. Also checks each column passes on the fault build with no
 # fault set, that on each backend each gate catches a class the other misses, and that the
 # production binaries carry no fault hook. Does not care where the hook lives; never edits
-# sources. FAULT_BACKENDS (default "cpu-ref cpu") picks the table's columns to run: the cuda
+# sources. FAULT_BACKENDS (default "cpu-ref cpu vulkan") picks the table's columns to run: the cuda
 # column (`make test-cuda`, on a GPU) runs build/kipp_test_cuda_fault, the same build of
 # kipp_test_cuda.
 set -u
@@ -14,7 +14,11 @@ cd "$(dirname "$0")/../.."
 M=models/tiny-untied/kipp-tiny-untied-bf16.gguf
 V=tests/test-vectors/tiny-untied
 DOC=docs/kv-cache.md
-FAULT_BACKENDS=${FAULT_BACKENDS:-cpu-ref cpu}
+# the vulkan column runs on the first Vulkan device (lavapipe in make test) whenever the
+# binaries carry the vulkan backend
+default_backends="cpu-ref cpu"
+[ "${KIPP_NO_VULKAN:-}" = 1 ] || default_backends="$default_backends vulkan"
+FAULT_BACKENDS=${FAULT_BACKENDS:-$default_backends}
 FAULT_BIN=build/kipp_test_fault
 fault_targets="build/kipp build/kipp_test build/kipp_test_fault"
 case " $FAULT_BACKENDS " in

@@ -2,7 +2,8 @@
 # smoke.sh — the check tier's kipp-server smoke test (make check): a server on a free port,
 # /health, one greedy chat completion whose JSON must be a well-formed OpenAI reply that
 # agrees with the kipp CLI on the same conversation (prompt token count and text), then
-# SIGTERM and a clean exit. Ends with "N passed, N failed".
+# SIGTERM and a clean exit. SMOKE_BACKEND=NAME runs the server on that backend (default cpu;
+# the vulkan gates run it on lavapipe) against the CLI's text on cpu. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -14,7 +15,7 @@ server_smoke() {
     ok() { p=$((p + 1)); echo "ok: $*"; }
     bad() { f=$((f + 1)); echo "FAIL: $*"; }
     command -v curl >/dev/null || { bad "curl is required"; echo "$p passed, $f failed"; return 1; }
-    "$BUILD/kipp-server" --model "$T" --port 0 --threads 2 --backend cpu \
+    "$BUILD/kipp-server" --model "$T" --port 0 --threads 2 --backend "${SMOKE_BACKEND:-cpu}" \
         >"$tmp/server.out" 2>"$tmp/server.err" &
     server_pid=$!
     # the server dies with this script, whatever happens

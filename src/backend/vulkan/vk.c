@@ -111,6 +111,16 @@ static int has_ext(const VkExtensionProperties *e, uint32_t n, const char *name)
 
 /* dlopen + instance: the part kipp_vk_count and kipp_vk_open share. */
 static kipp_status open_instance(kipp_vk *vk, char *err, size_t err_len) {
+    /* KIPP_VULKAN_LOADER=PATH: that loader library and no other */
+    const char *want = getenv("KIPP_VULKAN_LOADER");
+    if (want && *want) {
+        vk->lib = dlopen(want, RTLD_NOW | RTLD_LOCAL);
+        if (!vk->lib)
+            return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
+                             "vulkan: cannot open the Vulkan loader KIPP_VULKAN_LOADER=%s (%s); "
+                             "Kipp does not fall back to another backend",
+                             want, dlerror());
+    }
     for (size_t i = 0; i < sizeof k_loader_names / sizeof k_loader_names[0] && !vk->lib; i++)
         vk->lib = dlopen(k_loader_names[i], RTLD_NOW | RTLD_LOCAL);
     if (!vk->lib)
@@ -223,6 +233,11 @@ static void fill_info(kipp_vk *vk, int index, int n_dev) {
     in->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                          (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     in->max_range = p->limits.maxStorageBufferRange;
+    /* KIPP_VK_MAX_VIEW=BYTES lowers the bound (never raises it): the gates split every matrix
+     * into parts on a device whose real bound no tiny model reaches */
+    const char *mv = getenv("KIPP_VK_MAX_VIEW");
+    if (mv && strtoull(mv, NULL, 10) >= 4096 && strtoull(mv, NULL, 10) < in->max_range)
+        in->max_range = strtoull(mv, NULL, 10);
     in->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : (1ull << 30);
     in->offset_align = (uint32_t)p->limits.minStorageBufferOffsetAlignment;
     in->max_shared = p->limits.maxComputeSharedMemorySize;

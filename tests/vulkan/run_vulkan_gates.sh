@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# run_vulkan_gates.sh [CHECKPOINT...] — the vulkan backend's gates (stage vulkan of make test;
+# `make test-vulkan`), on the first Vulkan device (KIPP_VK_DEVICE=N picks another; in make test
+# it is Mesa's lavapipe, software Vulkan on the CPU, which make deps installs). The vulkan
+# backend is in the ordinary binaries, so these are the same gates the host backends pass
+# (docs/testing.md), run with --backend vulkan:
+#   the fatal start-up errors: no loader, no driver, a device index out of range — each names
+#     what is missing, exits non-zero, never falls back;
+#   the operators: the runtime and every kernel vs the CPU reference over many shapes, each
+#     weight type's dequantization bit-exact (--vulkan-operators);
+#   per checkpoint (qwen3: tiny-tied, kipp-tiny; qwen2: tiny-qwen2; qwen3moe: tiny-moe): golden
+#     vectors (oracle argmax + NMSE <= 1e-4 vs cpu-ref), cached vs recomputed (phase-2),
+#     multi-logit, paged (adversarial block tables), pooled, long context, the KV types f16
+#     (default), bf16 and f32, the scheduler;
+#   every weight type the cpu backend runs, vulkan vs cpu-ref (--cpu-vs-ref): F32, F16, BF16,
+#     Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL on tiny-tied, Q4_K+Q6_K, Q5_K, Q2_K+Q3_K and IQ4_XS on
+#     random-tiny, the K-quants on kipp-tiny and the MoE's experts in Q4_K/Q8_0;
+#   matrices split into parts below the device's storage-view bound: kipp-tiny's lm_head
+#     exceeds lavapipe's 128 MiB on its own, and KIPP_VK_MAX_VIEW=65536 splits every matrix;
+#   the CLI's greedy text on vulkan == on cpu (kipp-tiny), and kipp-server --backend vulkan
+#     (tests/server/smoke.sh).
+# The KV fault matrix's vulkan column runs in stage fault-matrix. TIER=full adds the remaining
+# checkpoints and types. Ends with "N passed, N failed"; exits non-zero on any failure.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+K=$BUILD/kipp_test
+. tests/lib.sh
+. tests/model/gate.sh
+TIER=${TIER:-test}
+t_start=$SECONDS
+
+if ! "$BUILD/kipp" --help 2>&1 | grep -q 'this binary has .*vulkan'; then
+    if [ "${KIPP_NO_VULKAN:-}" = 1 ]; then echo "vulkan: skipped (KIPP_NO_VULKAN=1)"; echo "0 passed, 0 failed"; exit 0; fi
+    echo "FAIL: $BUILD/kipp was built without the vulkan backend"; echo "0 passed, 1 failed"; exit 1
+fi
+
+# ---- fatal start-up errors ---------------------------------------------------------------------
+M=models/tiny-tied/kipp-tiny-tied-bf16.gguf
+expect_fatal() { # label, text on stderr, command...
+    local label=$1 want=$2 out rc err
+    shift 2
+    err=$(mktemp)
+    out=$(timeout 120 "$@" 2>"$err" </dev/null); rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] && grep -qF -- "$want" "$err" && [ -z "$out" ]; then
+        passed=$((passed + 1)); echo "ok: $label: exit $rc, '$(grep -F -- "$want" "$err" | head -n 1 | cut -c1-170)'"
+    else
+        failed=$((failed + 1)); echo "FAIL: $label: exit $rc, stdout '${out:0:100}', stderr:"; head -3 "$err"
+    fi
+    rm -f "$err"
+}
+expect_fatal "no loader" "cannot open the Vulkan loader" \
+    env KIPP_VULKAN_LOADER=/nonexistent/libvulkan.so.1 "$BUILD/kipp" -m "$M" --backend vulkan -p hi -n 1
+expect_fatal "no driver" "no Vulkan driver" \
+    env VK_ICD_FILENAMES=/nonexistent.json VK_DRIVER_FILES=/nonexistent.json "$BUILD/kipp" -m "$M" --backend vulkan -p hi -n 1
+expect_fatal "device out of range" "--device 7 is out of range" "$BUILD/kipp" -m "$M" --backend vulkan --device 7 -p hi -n 1
+
+# ---- the operators ---------------------------------------------------------------------------
+t0=$SECONDS
+run_counted "vulkan operators" "$K" --vulkan-operators
+echo "   ($((SECONDS - t0)) s)"
+
+# ---- the model gates ---------------------------------------------------------------------------
+gguf() { case "$1" in kipp-*) echo "models/$1/$1-$2.gguf" ;; *) echo "models/$1/kipp-$1-$2.gguf" ;; esac; }
+model_gates() { # checkpoint: every gate kind on its bf16 file
+    local name=$1 m vec=tests/test-vectors/$1
+    m=$(gguf "$name" bf16)
+    gate "golden vulkan $name bf16" --model "$m" "$vec" --backend vulkan
+    gate "phase-2 vulkan $name bf16" --phase2-model "$m" "$vec" --backend vulkan
+    gate "multi-logit vulkan $name bf16" --multilogit "$m" "$vec" --backend vulkan
+    gate "paged KV vulkan $name bf16" --paged-cpu "$m" "$vec" --backend vulkan
+    gate "pooled KV vulkan $name bf16" --pooled-cpu "$m" "$vec" --backend vulkan
+    gate "longctx vulkan $name bf16" --longctx "$m" "$vec" --backend vulkan
+    for kv in f32 bf16; do
+        gate "golden vulkan kv $kv $name bf16" --model "$m" "$vec" --backend vulkan --kv-type "$kv"
+    done
+    gate "scheduler vulkan $name bf16" --sched "$m" --backend vulkan
+}
+ckpts=${*:-tiny-tied kipp-tiny tiny-qwen2 tiny-moe}
+[ "$TIER" = full ] && [ $# -eq 0 ] && ckpts="$ckpts tiny-untied tiny-moe-k1 tiny-moe-k4 tiny-moe-64 tiny-moe-tie"
+for name in $ckpts; do
+    model_gates "$name"
+done
+
+# every weight type: vulkan vs cpu-ref
+V=tests/test-vectors/tiny-tied
+gate "golden vulkan tiny-tied f32" --model "$(gguf tiny-tied f32)" "$V" --backend vulkan
+for q in f16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl; do
+    gate "vulkan vs cpu-ref tiny-tied $q" --cpu-vs-ref "$(gguf tiny-tied "$q")" "$V" --backend vulkan
+done
+for q in q4_k_m q5_k_m q2_k iq4_xs; do
+    gate "vulkan vs cpu-ref random-tiny $q" --cpu-vs-ref-shape "models/random/qwen3-tiny-$q.gguf" --backend vulkan
+done
+for q in q8_0 q4_k_m; do
+    gate "vulkan vs cpu-ref kipp-tiny $q" --cpu-vs-ref "$(gguf kipp-tiny "$q")" tests/test-vectors/kipp-tiny --backend vulkan
+done
+gate "vulkan vs cpu-ref random-tiny-moe q4_k_m" --cpu-vs-ref-shape models/random/qwen3-tiny-moe-q4_k_m.gguf --backend vulkan
+gate "vulkan vs cpu-ref tiny-moe q8_0" --cpu-vs-ref "$(gguf tiny-moe q8_0)" tests/test-vectors/tiny-moe --backend vulkan
+if [ "$TIER" = full ]; then
+    for q in bf16 f16 f32 q8_0 q4_0 q6_k; do
+        gate "vulkan vs cpu-ref random-tiny $q" --cpu-vs-ref-shape "models/random/qwen3-tiny-$q.gguf" --backend vulkan
+    done
+    for q in q6_k q4_0; do
+        gate "vulkan vs cpu-ref kipp-tiny $q" --cpu-vs-ref "$(gguf kipp-tiny "$q")" tests/test-vectors/kipp-tiny --backend vulkan
+    done
+fi
+
+# every matrix split into 64 KiB parts (one dispatch per part, each writing its rows' columns)
+KIPP_VK_MAX_VIEW=65536 gate "golden vulkan split views tiny-tied bf16" --model "$M" "$V" --backend vulkan
+KIPP_VK_MAX_VIEW=65536 gate "paged KV vulkan split views tiny-moe bf16" --paged-cpu "$(gguf tiny-moe bf16)" \
+    tests/test-vectors/tiny-moe --backend vulkan
+# without push descriptors (the descriptor-pool path of devices that lack the extension)
+KIPP_VK_NO_PUSH_DESCRIPTOR=1 gate "golden vulkan descriptor pool tiny-tied bf16" --model "$M" "$V" --backend vulkan
+
+# ---- the CLI and the server ------------------------------------------------------------------
+m=models/kipp-tiny/kipp-tiny-bf16.gguf
+want=$("$BUILD/kipp" --model "$m" --backend cpu --greedy -n 32 --prompt "def fibonacci(n):" 2>/dev/null)
+got=$("$BUILD/kipp" --model "$m" --backend vulkan --greedy -n 32 --prompt "def fibonacci(n):" 2>/dev/null)
+if [ -n "$want" ] && [ "$want" = "$got" ]; then
+    passed=$((passed + 1)); echo "ok: kipp --backend vulkan greedy text == --backend cpu (kipp-tiny, 32 tokens)"
+else
+    failed=$((failed + 1)); echo "FAIL: kipp --backend vulkan greedy text differs from --backend cpu"
+    printf 'cpu:    %s\nvulkan: %s\n' "$want" "$got" | head -c 2000
+fi
+info=$("$BUILD/kipp" --model "$M" --backend vulkan --info 2>/dev/null)
+if printf '%s' "$info" | grep -q '"backend": "vulkan"' && printf '%s' "$info" | grep -q '"driver": ' &&
+   printf '%s' "$info" | grep -q '"api_version": "1\.'; then
+    passed=$((passed + 1)); echo "ok: kipp --info names the vulkan device, driver and API version"
+else
+    failed=$((failed + 1)); echo "FAIL: kipp --info on vulkan: $info"
+fi
+run_counted "server smoke on vulkan" env SMOKE_BACKEND=vulkan tests/server/smoke.sh
+
+[ "$pending" -gt 0 ] && echo "($pending pending gates not counted)"
+echo "vulkan gates: $((SECONDS - t_start)) s"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
