@@ -5,28 +5,33 @@
  * found (each also counted by KT_CHECK).
  *
  * Shapes are chosen to be few (lavapipe runs them on the CPU, and compiling 45 pipelines is
- * most of the time) but to reach every edge: row lengths whose group count exceeds the
- * matrix-vector kernel's 64 threads (520 / 544 / 768 elements: a thread takes 2 groups of some
- * rows) and small ones (40: a partial 32-input step of the tiled kernel for the float types;
- * one block for the others); n_out odd (37: a half-used last workgroup of 2 rows; 67: a
- * 3-row last tile of 64); n_tok 1, 3, 8 (matrix-vector) and 9, 40 (tiled: a second, 8-token
- * tile); exact = 1 at 11 tokens (two passes). Every matrix is expert 1 of a stack of 2 that
- * starts 1..3 bytes into its buffer, so w_byte0 = base + n_out * row_bytes is unaligned for
- * every type. Inputs come through x_rows (with repeats, from x_row0 = 2) in half the cases;
- * y is written at (y_row0, y_col0) into a buffer pre-filled with a NaN sentinel whose other
- * elements (rows above and below, columns left and right) must come back untouched.
+ * most of the time) but to reach every edge: row lengths of 65 to 96 groups of 8 (520 / 544 /
+ * 768 elements: more groups than the matrix-vector kernel's threads, uneven over them) and
+ * small ones (40: a partial 32-input step of the tiled kernel for the float types; one block
+ * for the others); n_out 67 (odd: a half-used last workgroup of the matrix-vector kernel at
+ * 32 threads a row, a 3-row last tile of 64); n_tok 1, 2, 3, 8 (matrix-vector) and 9, 33, 40
+ * (tiled: a second token tile); exact = 1 at 11 tokens (two passes). The matrix-vector cases
+ * run at 1, 4, 8 and 32 threads per row (kipp_vk_mm_force_tpr: lavapipe's choice, fewer
+ * threads than tokens, the GPUs' choices), so lavapipe runs the GPUs' reduction tree too; a
+ * last case folds the matrix-vector grid past 65535 workgroups. Every matrix is expert 1 of
+ * a stack of 2 that starts 1..3 bytes into its buffer, so w_byte0 = base + n_out * row_bytes
+ * is unaligned for every type. Inputs come through x_rows (with repeats, from x_row0 = 2) in
+ * half the cases; y is written at (y_row0, y_col0) into a buffer pre-filled with a NaN
+ * sentinel whose other elements (rows above and below, columns left and right) must come back
+ * untouched.
  *
  * Bounds, per output y = sum_i w_i x_i with S = sum_i |w_i x_i| (f64), u = 2^-24,
  * gamma(k) = k u / (1 - k u); the weights are the exact f32 dequantized values (checked bit
  * for bit by the dequantize cases), so only the summation rounds:
- *  - matrix-vector: a thread's chain takes m = 8 ceil(n_in / 8 / 64) products (fused or not:
- *    the dot-product bound gamma(m) holds for both), then 6 tree additions (64 threads):
- *    |err| <= gamma(m + 6) S.
+ *  - matrix-vector at tpr threads per row: a thread's chain takes m = 8 ceil(n_in / 8 / tpr)
+ *    products (fused or not: the dot-product bound gamma(m) holds for both), then log2(tpr)
+ *    tree additions: |err| <= gamma(m + log2 tpr) S.
  *  - tiled: each 32-input step sums 32 products into a fresh partial (gamma(32)), then adds it
  *    to the accumulator, a chain of ceil(n_in / 32) additions: |err| <= gamma(32 + n_in/32) S.
  *  These worst-case bounds grow linearly with n_in and would not see a small systematic
  *  error, so an NMSE check goes with them: sum err^2 / sum ref^2 <= 1e-11 per case (f32
- *  rounding gives ~1e-15; a weight off by one quant step or a dropped group gives > 1e-5).
+ *  rounding gives ~1e-14, 3e-13 for one 768-long chain at tpr 1; a weight off by one quant
+ *  step or a dropped group gives > 1e-5).
  *  - exact = 1: the matrix-vector bound, and tokens 0, 5 and 10 (slots 0 and 5 of the first
  *    pass, slot 2 of the second) bit for bit the y of one-token calls.
  *  - dequantize: bit-exact with kipp_dequantize_row (random blocks: every quant and
@@ -51,7 +56,6 @@ static const uint32_t k_types[] = {
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define SENTINEL 0xffffffffu /* a NaN */
 #define MV_MAX_TOK 8         /* mm.c's switch */
-#define MV_WG 64             /* matvec.comp's threads per row */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -231,7 +235,11 @@ static double gamma_k(double k) {
     const double u = ldexp(1.0, -24);
     return k * u / (1 - k * u);
 }
-static double bound_mv(uint32_t n_in) { return gamma_k(8.0 * ((n_in / 8 + MV_WG - 1) / MV_WG) + 6); }
+static double bound_mv(uint32_t n_in, uint32_t tpr) {
+    double lg = 0;
+    for (uint32_t t = tpr; t > 1; t >>= 1) lg++;
+    return gamma_k(8.0 * ((n_in / 8 + tpr - 1) / tpr) + lg);
+}
 static double bound_mm(uint32_t n_in) { return gamma_k(32.0 + (n_in + 31) / 32); }
 
 /* One kipp_vk_matmul of expert 1 of s: x has n_src rows of stride ldx; xr (n_tok entries
@@ -325,9 +333,11 @@ static void case_rows(const mm_case *c, const uint32_t *list, uint32_t *xr) {
     for (uint32_t t = 0; t < c->n_tok; t++) xr[t] = c->gather ? list[c->x_row0 + t] : c->x_row0 + t;
 }
 
-/* Every case of one weight stack (n_out 67). */
+/* Every case of one weight stack (n_out 67): the matrix-vector ones (n_tok <= 8 or exact)
+ * once per threads-per-row value of tprs[], the tiled ones once. */
 static int test_stack(kipp_vk *vk, const wstack *s, const mm_case *cases, size_t n_cases,
-                      stat *s_mv, stat *s_mm, stat *s_ex, stat *s_same) {
+                      const uint32_t *tprs, size_t n_tprs, stat *s_mv, stat *s_mm, stat *s_ex,
+                      stat *s_same) {
     enum { N_SRC = 48 };
     const uint32_t n_in = s->n_in, n_out = s->n_out, ldx = n_in + 3;
     int bad = 0;
@@ -344,9 +354,6 @@ static int test_stack(kipp_vk *vk, const wstack *s, const mm_case *cases, size_t
         const mm_case *c = &cases[k];
         const uint32_t ldy = c->y_col0 + n_out + 2, y_rows = c->y_row0 + c->n_tok + 1;
         const int mv = c->exact || c->n_tok <= MV_MAX_TOK;
-        char what[128];
-        snprintf(what, sizeof what, "%s n_in %u n_out %u n_tok %u%s%s", kipp_type_name(s->type),
-                 n_in, n_out, c->n_tok, c->gather ? " gathered" : "", c->exact ? " exact" : "");
         free(y);
         y = malloc(sizeof(float) * ldy * y_rows);
         if (!y) {
@@ -354,31 +361,42 @@ static int test_stack(kipp_vk *vk, const wstack *s, const mm_case *cases, size_t
             break;
         }
         case_rows(c, list, xr);
-        if (run_mm(vk, s, x, N_SRC, ldx, c->gather ? list : NULL, (uint32_t)COUNT(list), c, ldy,
-                   y_rows, y, what)) {
-            bad++;
-            continue;
-        }
-        bad += check_mm(s, x, ldx, xr, c, y, ldy, y_rows, mv ? bound_mv(n_in) : bound_mm(n_in),
-                        c->exact ? s_ex : mv ? s_mv : s_mm, what);
-        if (!c->exact) continue;
-        /* tokens in both passes bit for bit their one-token product */
-        int diff = 0;
-        const uint32_t probe[3] = {0, 5, c->n_tok - 1};
-        for (int i = 0; i < 3; i++) {
-            const mm_case c1 = {1, 0, xr[probe[i]], 0, 0, 0};
-            float *y1r = y1;
-            if (run_mm(vk, s, x, N_SRC, ldx, NULL, 0, &c1, n_out + 2, 1, y1r, what)) {
-                diff++;
+        for (size_t ti = 0; ti < (mv ? n_tprs : 1); ti++) {
+            if (mv) kipp_vk_mm_force_tpr(tprs[ti]);
+            const uint32_t tpr = kipp_vk_matvec_threads_per_row(vk, n_in);
+            char what[128];
+            snprintf(what, sizeof what, "%s n_in %u n_out %u n_tok %u%s%s", kipp_type_name(s->type),
+                     n_in, n_out, c->n_tok, c->gather ? " gathered" : "", c->exact ? " exact" : "");
+            if (mv) snprintf(what + strlen(what), sizeof what - strlen(what), " tpr %u", tpr);
+            if (run_mm(vk, s, x, N_SRC, ldx, c->gather ? list : NULL, (uint32_t)COUNT(list), c,
+                       ldy, y_rows, y, what)) {
+                bad++;
                 continue;
             }
-            diff += memcmp(y1r, y + (size_t)(c->y_row0 + probe[i]) * ldy + c->y_col0,
-                           sizeof(float) * n_out) != 0;
+            bad += check_mm(s, x, ldx, xr, c, y, ldy, y_rows,
+                            mv ? bound_mv(n_in, tpr) : bound_mm(n_in),
+                            c->exact ? s_ex : mv ? s_mv : s_mm, what);
+            if (!c->exact) continue;
+            /* tokens in both passes bit for bit their one-token product */
+            int diff = 0;
+            const uint32_t probe[3] = {0, 5, c->n_tok - 1};
+            for (int i = 0; i < 3; i++) {
+                const mm_case c1 = {1, 0, xr[probe[i]], 0, 0, 0};
+                if (run_mm(vk, s, x, N_SRC, ldx, NULL, 0, &c1, n_out + 2, 1, y1, what)) {
+                    diff++;
+                    continue;
+                }
+                diff += memcmp(y1, y + (size_t)(c->y_row0 + probe[i]) * ldy + c->y_col0,
+                               sizeof(float) * n_out) != 0;
+            }
+            if (diff)
+                fprintf(stderr, "  %s: %d tokens differ from their one-token product\n", what,
+                        diff);
+            s_same->cases++;
+            s_same->fails += diff != 0;
+            bad += diff != 0;
         }
-        if (diff) fprintf(stderr, "  %s: %d tokens differ from their one-token product\n", what, diff);
-        s_same->cases++;
-        s_same->fails += diff != 0;
-        bad += diff != 0;
+        kipp_vk_mm_force_tpr(0);
     }
     free(x), free(y), free(y1);
     return bad;
@@ -408,6 +426,17 @@ static int test_type(kipp_vk *vk, uint32_t type, uint32_t idx) {
     const char *name = kipp_type_name(type);
     uint32_t n_big, n_small;
     type_lengths(type, &n_big, &n_small);
+    /* the matrix-vector kernel's threads per row: lavapipe's 1 (no tree), 4 and 8 (fewer
+     * threads than tokens store a row's 8 sums; the GPUs' choice for rows of 32 and 40), the
+     * GPUs' 32, and the device's own choices if they are none of these */
+    uint32_t tprs[6] = {1, 4, 8, 32, 0, 0};
+    size_t n_tprs = 4;
+    for (int k = 0; k < 2; k++) {
+        const uint32_t own = kipp_vk_matvec_threads_per_row(vk, k ? n_small : n_big);
+        int have = 0;
+        for (size_t i = 0; i < n_tprs; i++) have |= tprs[i] == own;
+        if (!have) tprs[n_tprs++] = own;
+    }
     const int dq = test_dequant(vk, type, n_big, 3, 1 + idx % 3) +
                    test_dequant(vk, type, n_small, 2, 1 + (idx + 1) % 3);
     int bad = dq;
@@ -418,8 +447,10 @@ static int test_type(kipp_vk *vk, uint32_t type, uint32_t idx) {
         if (wstack_make(vk, &s, type, n_in, 67, 1 + (idx + pass) % 3, 0)) {
             bad++;
         } else {
-            bad += pass ? test_stack(vk, &s, small, COUNT(small), &s_mv, &s_mm, &s_ex, &s_same)
-                        : test_stack(vk, &s, big, COUNT(big), &s_mv, &s_mm, &s_ex, &s_same);
+            bad += pass ? test_stack(vk, &s, small, COUNT(small), tprs, n_tprs, &s_mv, &s_mm,
+                                     &s_ex, &s_same)
+                        : test_stack(vk, &s, big, COUNT(big), tprs, n_tprs, &s_mv, &s_mm, &s_ex,
+                                     &s_same);
         }
         wstack_free(vk, &s);
     }
@@ -431,8 +462,8 @@ static int test_type(kipp_vk *vk, uint32_t type, uint32_t idx) {
     return bad;
 }
 
-/* A matrix-vector grid past 65535 workgroups (131073 rows of 2 per group: folded into two
- * dimensions), F16 rows of 8: every row checked, the last included. */
+/* A matrix-vector grid past 65535 workgroups (131073 rows, 2 per group at 32 threads a row:
+ * folded into two dimensions), F16 rows of 8: every row checked, the last included. */
 static int test_fold(kipp_vk *vk) {
     const uint32_t n_in = 8, n_out = 2 * 65535 + 3;
     wstack s;
@@ -445,9 +476,11 @@ static int test_fold(kipp_vk *vk) {
     } else {
         const mm_case c = {1, 0, 0, 0, 1, 0};
         const uint32_t xr[1] = {0};
+        kipp_vk_mm_force_tpr(32);
         if (run_mm(vk, &s, x, 1, 8, NULL, 0, &c, n_out + 2, 1, y, "fold")) bad = 1;
-        else bad = check_mm(&s, x, 8, xr, &c, y, n_out + 2, 1, bound_mv(n_in), &st,
-                            "f16 n_out 131073 (folded grid)");
+        else bad = check_mm(&s, x, 8, xr, &c, y, n_out + 2, 1,
+                            bound_mv(n_in, 32), &st, "f16 n_out 131073 (folded grid)");
+        kipp_vk_mm_force_tpr(0);
     }
     KT_CHECK(bad == 0, "matvec over 131073 rows (a folded grid)");
     wstack_free(vk, &s);

@@ -61,6 +61,15 @@ int kipp_vk_matmul(kipp_vk *vk, uint32_t type, kipp_vk_view w, uint64_t w_byte0,
                    uint32_t x_row0, uint32_t n_tok, kipp_vk_view y, uint32_t ldy, uint32_t y_row0,
                    uint32_t y_col0, int exact);
 
+/* The matrix-vector kernel's threads per output row for rows of n_in elements on vk's device
+ * (a power of two, 1 .. 64): a token's sum is each thread's chain over every tpr-th group of
+ * 8, then a tree over the tpr threads, so its rounding (and the operator test's error bound)
+ * depends on it, never on the batch. kipp_vk_mm_force_tpr(t) sets it for every later call
+ * (0: the device's choice again): the operator test runs the GPUs' tree on lavapipe too.
+ * KIPP_VK_EINVAL for t not a power of two up to 64. */
+uint32_t kipp_vk_matvec_threads_per_row(const kipp_vk *vk, uint32_t n_in);
+int kipp_vk_mm_force_tpr(uint32_t tpr);
+
 /* y[r][i] = element i of W's row r, dequantized, for r < n_rows, i < n_in (y: f32 rows of
  * n_in): bit-exact with kipp_dequantize_row (src/core/types.c). */
 int kipp_vk_dequantize(kipp_vk *vk, uint32_t type, kipp_vk_view w, uint64_t w_byte0,

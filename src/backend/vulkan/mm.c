@@ -6,11 +6,11 @@
  * compiled once per type with quant.glsl's decoder of that type).
  *
  * Paths of kipp_vk_matmul: up to MV_TOK tokens, or any number with exact = 1, run the
- * matrix-vector kernel (passes of 8 tokens, each weight group decoded once per pass, f32
- * accumulation in a fixed order that does not depend on the other tokens); more run the tiled
- * product (64 outputs x 32 tokens per workgroup, W dequantized a 64 x 32 tile at a time into
- * shared memory). Both use the weights' exact f32 values, so they differ only in summation
- * order.
+ * matrix-vector kernel (passes of 8 tokens, each weight group decoded once per pass, tpr
+ * threads per row, f32 accumulation in a fixed order that does not depend on the other
+ * tokens); more run the tiled product (64 outputs x 32 tokens per workgroup, W dequantized a
+ * 64 x 32 tile at a time into shared memory). Both use the weights' exact f32 values, so they
+ * differ only in summation order.
  *
  * Addressing: the shaders index their views with 32-bit integers (bytes of W, elements of x,
  * x_rows and y), so every index a call can reach must stay below 2^32; a view is at most
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #define MV_TOK 8      /* matvec.comp's tokens per pass: the decode/tiled switch */
-#define MV_ROWS 2     /* matvec.comp's output rows per workgroup */
+#define MV_WG 64      /* matvec.comp's threads per workgroup */
 #define MM_BO 64      /* matmul.comp's output rows per tile */
 #define MM_BT 32      /* matmul.comp's tokens per tile */
 #define DQ_WG 64      /* dequant.comp's invocations per workgroup */
@@ -87,7 +87,29 @@ typedef struct {
     uint32_t ldx, x_row0, has_rows;
     uint32_t n_tok, ldy, y_row0, y_col0;
     uint32_t groups;
+    uint32_t tpr; /* matvec.comp: threads per row */
 } mm_push;
+
+/* matvec.comp's threads per output row (kernels.h): on a CPU device (lavapipe) one, so no
+ * workgroup waits at a barrier (each costs lavapipe a switch between the workgroup's
+ * invocations: a 64-thread tree made its matrix-vector products 2-3 times slower); elsewhere
+ * a row's groups of 8 rounded up to a power of two, at most 32 (two rows a workgroup,
+ * neighbouring threads reading neighbouring groups). */
+static uint32_t g_force_tpr;
+
+int kipp_vk_mm_force_tpr(uint32_t tpr) {
+    if (tpr > MV_WG || (tpr & (tpr - 1)) != 0) return KIPP_VK_EINVAL;
+    g_force_tpr = tpr;
+    return 0;
+}
+
+uint32_t kipp_vk_matvec_threads_per_row(const kipp_vk *vk, uint32_t n_in) {
+    if (g_force_tpr) return g_force_tpr;
+    if (kipp_vk_info_get(vk)->type == VK_PHYSICAL_DEVICE_TYPE_CPU) return 1;
+    uint32_t t = 1;
+    while (t < 32 && t < n_in / 8) t <<= 1;
+    return t;
+}
 
 int kipp_vk_matmul(kipp_vk *vk, uint32_t type, kipp_vk_view w, uint64_t w_byte0, uint32_t n_in,
                    uint32_t n_out, kipp_vk_view x, uint32_t ldx, kipp_vk_view x_rows,
@@ -109,13 +131,15 @@ int kipp_vk_matmul(kipp_vk *vk, uint32_t type, kipp_vk_view w, uint64_t w_byte0,
     if (!gather && ((uint64_t)x_row0 + n_tok) * ldx > UINT32_MAX) return KIPP_VK_EINVAL;
 
     mm_push pc = {(uint32_t)w_byte0, (uint32_t)rb, n_in, n_out, ldx, x_row0,
-                  (uint32_t)gather, n_tok, ldy, y_row0, y_col0, 0};
+                  (uint32_t)gather, n_tok, ldy, y_row0, y_col0, 0, 1};
     /* binding 2 must name a buffer even when no list is read: x stands in */
     const kipp_vk_view bind[4] = {w, x, gather ? x_rows : x, y};
     char name[32];
     uint32_t ga, gb;
     if (exact || n_tok <= MV_TOK) {
-        const uint64_t groups = ((uint64_t)n_out + MV_ROWS - 1) / MV_ROWS;
+        pc.tpr = kipp_vk_matvec_threads_per_row(vk, n_in);
+        const uint64_t rows = MV_WG / pc.tpr;
+        const uint64_t groups = ((uint64_t)n_out + rows - 1) / rows;
         const uint64_t passes = ((uint64_t)n_tok + MV_TOK - 1) / MV_TOK;
         if (!fold(groups, &ga, &gb) || passes > GRID_MAX) return KIPP_VK_EINVAL;
         pc.groups = (uint32_t)groups;

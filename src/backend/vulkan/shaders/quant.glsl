@@ -250,7 +250,8 @@ void deq8(uint b, uint g, out float o[8]) {
     // 2k, 2k+1 of qh[32h + l] as bits 4, 5, minus 32; scale scales[8h + l / 16 + 2k];
     // value (d * scale) * q.
     const uint h = g >> 4, k = (g >> 2) & 3u, l0 = 8u * (g & 3u);
-    precise float ds = qf16(qu16(b + 208u)) * float(qs8(qb(b + 192u + 8u * h + (l0 >> 4) + 2u * k), 0u));
+    const int sc = qs8(qb(b + 192u + 8u * h + (l0 >> 4) + 2u * k), 0u);
+    precise float ds = qf16(qu16(b + 208u)) * float(sc);
     const uint la = b + 64u * h + 32u * (k & 1u) + l0, ha = b + 128u + 32u * h + l0;
     const uint shl = 4u * (k >> 1), shh = 2u * k;
     const uint ql0 = (qu32(la) >> shl) & 0x0f0f0f0fu, ql1 = (qu32(la + 4u) >> shl) & 0x0f0f0f0fu;
