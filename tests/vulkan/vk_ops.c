@@ -66,6 +66,19 @@ static void runtime_checks(kipp_vk *vk) {
     ok = 1;
     for (int i = 0; i < 16; i++) ok &= head[i] == 1.0f;
     KT_CHECK(ok, "fill wrong");
+    /* more dispatches in one recording than one descriptor pool holds (4096 sets): the chain
+     * of pools, each dispatch adding 1 to 16 words */
+    {
+        static float acc[16];
+        struct { uint32_t n, row; float a, b; } q = {16, 64, 1.0f, 1.0f};
+        const kipp_vk_view b3[2] = {kipp_vk_sub(&by, 0, 64), kipp_vk_sub(&by, 0, 64)};
+        kipp_vk_begin(vk);
+        kipp_vk_rec_fill(vk, kipp_vk_sub(&by, 0, 64), 64, 0);
+        for (int d = 0; d < 9000; d++) kipp_vk_dispatch(vk, "selftest", b3, 2, &q, sizeof q, 1, 1, 1);
+        kipp_vk_rec_read(vk, kipp_vk_sub(&by, 0, 64), acc, 64);
+        KT_CHECK(kipp_vk_submit(vk, err, sizeof err) == KIPP_OK, "%s", err);
+        KT_CHECK(acc[0] == 9000.0f && acc[15] == 9000.0f, "9000 dispatches in one recording: %g", acc[0]);
+    }
     /* an unknown shader is an error at submit that names it; nothing runs */
     kipp_vk_begin(vk);
     kipp_vk_dispatch(vk, "no_such_shader", b2, 2, &p, sizeof p, 1, 1, 1);

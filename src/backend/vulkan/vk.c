@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #include <dlfcn.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,7 @@ typedef struct {
 #define MAX_HOST_BUFS 64
 #define STAGE_MIN (8u << 20)
 #define DESC_SETS_PER_POOL 4096u
+#define MAX_DESC_POOLS 64u
 
 struct kipp_vk {
     void *lib;
@@ -74,8 +76,10 @@ struct kipp_vk {
     VkFence fence;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout playout;
-    VkDescriptorPool dpool; /* without push descriptors: one set per dispatch, reset per submit */
-    uint32_t dsets_used;
+    /* without push descriptors: one set per dispatch from a chain of pools, all reset per
+     * submit (a recording may hold any number of dispatches) */
+    VkDescriptorPool dpool[MAX_DESC_POOLS];
+    uint32_t n_dpool, dpool_cur, dsets_used;
     VkPipeline *pipes;      /* [kipp_vk_shader_count], created on first use */
     int recording;
     int rec_err;            /* the first recording error (0: none) */
@@ -85,6 +89,9 @@ struct kipp_vk {
     pending_read *reads;
     uint32_t n_reads, cap_reads;
     uint64_t allocated, dispatches;
+    int profile;            /* KIPP_VK_PROFILE=1: each dispatch timed alone (slow; a tool) */
+    double *prof_s;         /* [kipp_vk_shader_count] seconds */
+    uint64_t *prof_n;
 };
 
 /* ---- loader and instance --------------------------------------------------------------------- */
@@ -337,8 +344,12 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
     vk->f.vkEnumerateDeviceExtensionProperties(vk->phys, NULL, &n_ext, ext);
     const char *dext[4];
     uint32_t n_dext = 0;
-    const int push = has_ext(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) &&
-                     !getenv("KIPP_VK_NO_PUSH_DESCRIPTOR");
+    /* push descriptors only when asked (KIPP_VK_PUSH_DESCRIPTOR=1): lavapipe's (Mesa 22.3)
+     * make a recording of a few hundred dispatches some 25 times slower than descriptor sets
+     * from a pool, and the pool is what every Vulkan device has */
+    const char *pd = getenv("KIPP_VK_PUSH_DESCRIPTOR");
+    const int push = has_ext(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) && pd &&
+                     strcmp(pd, "1") == 0;
     if (push) dext[n_dext++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     /* a portability implementation (MoltenVK) must be told the app knows it is one */
     if (has_ext(ext, n_ext, "VK_KHR_portability_subset")) dext[n_dext++] = "VK_KHR_portability_subset";
@@ -417,19 +428,13 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
         st = vk_fail(err, err_len, "vkCreatePipelineLayout", r);
         goto fail;
     }
-    if (!vk->info.push_descriptor) {
-        const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                         DESC_SETS_PER_POOL * KIPP_VK_MAX_BINDINGS};
-        const VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                                .maxSets = DESC_SETS_PER_POOL,
-                                                .poolSizeCount = 1,
-                                                .pPoolSizes = &ps};
-        if ((r = vk->f.vkCreateDescriptorPool(vk->dev, &dpi, NULL, &vk->dpool)) != VK_SUCCESS) {
-            st = vk_fail(err, err_len, "vkCreateDescriptorPool", r);
-            goto fail;
-        }
-    }
     vk->pipes = calloc(kipp_vk_shader_count ? kipp_vk_shader_count : 1, sizeof *vk->pipes);
+    const char *prof = getenv("KIPP_VK_PROFILE");
+    if (prof && strcmp(prof, "1") == 0) {
+        vk->prof_s = calloc(kipp_vk_shader_count + 1, sizeof *vk->prof_s);
+        vk->prof_n = calloc(kipp_vk_shader_count + 1, sizeof *vk->prof_n);
+        vk->profile = vk->prof_s && vk->prof_n;
+    }
     if (!vk->pipes) {
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -470,6 +475,16 @@ static void free_host(kipp_vk *vk, host_buf *h) {
 
 void kipp_vk_close(kipp_vk *vk) {
     if (!vk) return;
+    if (vk->profile) {
+        fprintf(stderr, "vulkan profile (each dispatch alone, pipeline creation included):\n");
+        for (uint32_t i = 0; i < kipp_vk_shader_count; i++)
+            if (vk->prof_n[i])
+                fprintf(stderr, "  %-22s %8llu dispatches %10.3f s %9.1f us each\n",
+                        kipp_vk_shader_table[i].name, (unsigned long long)vk->prof_n[i], vk->prof_s[i],
+                        1e6 * vk->prof_s[i] / (double)vk->prof_n[i]);
+    }
+    free(vk->prof_s);
+    free(vk->prof_n);
     if (vk->dev) {
         vk->f.vkQueueWaitIdle(vk->queue);
         for (uint32_t i = 0; i < vk->n_up; i++) free_host(vk, &vk->up[i]);
@@ -477,7 +492,7 @@ void kipp_vk_close(kipp_vk *vk) {
         if (vk->pipes)
             for (uint32_t i = 0; i < kipp_vk_shader_count; i++)
                 if (vk->pipes[i]) vk->f.vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
-        if (vk->dpool) vk->f.vkDestroyDescriptorPool(vk->dev, vk->dpool, NULL);
+        for (uint32_t i = 0; i < vk->n_dpool; i++) vk->f.vkDestroyDescriptorPool(vk->dev, vk->dpool[i], NULL);
         if (vk->playout) vk->f.vkDestroyPipelineLayout(vk->dev, vk->playout, NULL);
         if (vk->dsl) vk->f.vkDestroyDescriptorSetLayout(vk->dev, vk->dsl, NULL);
         if (vk->fence) vk->f.vkDestroyFence(vk->dev, vk->fence, NULL);
@@ -727,6 +742,13 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
     if (gx > vk->info.max_groups[0] || gy > vk->info.max_groups[1] || gz > vk->info.max_groups[2])
         return rec_fail(vk, KIPP_ERR_INVALID_ARG, "a grid beyond the device's limits for %s", shader);
     VkResult r = VK_SUCCESS;
+    struct timespec ts0;
+    if (vk->profile) {
+        char e[KIPP_ERR_LEN];
+        kipp_vk_submit(vk, e, sizeof e); /* what came before, untimed */
+        kipp_vk_begin(vk);
+        clock_gettime(CLOCK_MONOTONIC, &ts0);
+    }
     const VkPipeline p = pipeline(vk, i, &r);
     if (!p) return rec_fail(vk, (int)r, "could not create the pipeline of shader %s", shader);
     VkDescriptorBufferInfo bi[KIPP_VK_MAX_BINDINGS];
@@ -749,10 +771,29 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
             vk->f.vkCmdPushDescriptorSetKHR(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vk->playout, 0,
                                             n_bind, w);
     } else {
-        if (vk->dsets_used == DESC_SETS_PER_POOL)
-            return rec_fail(vk, KIPP_ERR_NOMEM, "more than 4096 dispatches in one recording%s", "");
+        if (vk->n_dpool == 0 || vk->dsets_used == DESC_SETS_PER_POOL) {
+            /* the next pool of the chain, made the first time a recording reaches it */
+            if (vk->n_dpool) vk->dpool_cur++;
+            if (vk->dpool_cur == MAX_DESC_POOLS)
+                return rec_fail(vk, KIPP_ERR_NOMEM, "more than %s dispatches in one recording",
+                                "262144");
+            if (vk->dpool_cur == vk->n_dpool) {
+                const VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                 DESC_SETS_PER_POOL * KIPP_VK_MAX_BINDINGS};
+                const VkDescriptorPoolCreateInfo dpi = {
+                    .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                    .maxSets = DESC_SETS_PER_POOL,
+                    .poolSizeCount = 1,
+                    .pPoolSizes = &ps};
+                if ((r = vk->f.vkCreateDescriptorPool(vk->dev, &dpi, NULL, &vk->dpool[vk->n_dpool])) !=
+                    VK_SUCCESS)
+                    return rec_fail(vk, (int)r, "vkCreateDescriptorPool failed for %s", shader);
+                vk->n_dpool++;
+            }
+            vk->dsets_used = 0;
+        }
         const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                                .descriptorPool = vk->dpool,
+                                                .descriptorPool = vk->dpool[vk->dpool_cur],
                                                 .descriptorSetCount = 1,
                                                 .pSetLayouts = &vk->dsl};
         VkDescriptorSet set;
@@ -769,6 +810,15 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
     vk->f.vkCmdDispatch(vk->cmd, gx, gy, gz);
     barrier(vk);
     vk->dispatches++;
+    if (vk->profile) {
+        char e[KIPP_ERR_LEN];
+        kipp_vk_submit(vk, e, sizeof e);
+        kipp_vk_begin(vk);
+        struct timespec ts1;
+        clock_gettime(CLOCK_MONOTONIC, &ts1);
+        vk->prof_s[i] += (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+        vk->prof_n[i]++;
+    }
     return 0;
 }
 
@@ -777,10 +827,10 @@ static void end_recording(kipp_vk *vk) {
     vk->n_reads = 0;
     for (uint32_t i = 0; i < vk->n_up; i++) vk->up[i].used = 0;
     for (uint32_t i = 0; i < vk->n_down; i++) vk->down[i].used = 0;
-    if (vk->dpool && vk->dsets_used) {
-        vk->f.vkResetDescriptorPool(vk->dev, vk->dpool, 0);
-        vk->dsets_used = 0;
-    }
+    for (uint32_t i = 0; i < vk->n_dpool && (i < vk->dpool_cur || vk->dsets_used); i++)
+        vk->f.vkResetDescriptorPool(vk->dev, vk->dpool[i], 0);
+    vk->dpool_cur = 0;
+    vk->dsets_used = 0;
 }
 
 kipp_status kipp_vk_submit(kipp_vk *vk, char *err, size_t err_len) {
