@@ -22,6 +22,7 @@
 
 #define MV_TOK 8      /* matvec.comp's tokens per pass: the decode/tiled switch */
 #define MV_WG 64      /* matvec.comp's threads per workgroup */
+#define MV1_BLOCKS 8  /* matvec1.comp's row groups per workgroup (matvec_body.glsl) */
 #define MM_BO 64      /* matmul.comp's output rows per tile */
 #define MM_BT 32      /* matmul.comp's tokens per tile */
 #define DQ_WG 64      /* dequant.comp's invocations per workgroup */
@@ -141,9 +142,12 @@ int kipp_vk_matmul(kipp_vk *vk, uint32_t type, kipp_vk_view w, uint64_t w_byte0,
         const uint64_t rows = MV_WG / pc.tpr;
         const uint64_t groups = ((uint64_t)n_out + rows - 1) / rows;
         const uint64_t passes = ((uint64_t)n_tok + MV_TOK - 1) / MV_TOK;
-        if (!fold(groups, &ga, &gb) || passes > GRID_MAX) return KIPP_VK_EINVAL;
+        /* matvec1 runs MV1_BLOCKS row groups per workgroup (matvec_body.glsl) */
+        const uint64_t wgs = pc.tpr == 1 ? (groups + MV1_BLOCKS - 1) / MV1_BLOCKS : groups;
+        if (!fold(wgs, &ga, &gb) || passes > GRID_MAX) return KIPP_VK_EINVAL;
         pc.groups = (uint32_t)groups;
-        shader_name(name, sizeof name, "matvec", type);
+        /* one thread per row: the barrier-free build of the same code (matvec1.comp) */
+        shader_name(name, sizeof name, pc.tpr == 1 ? "matvec1" : "matvec", type);
         return kipp_vk_dispatch(vk, name, bind, 4, &pc, sizeof pc, ga, gb, (uint32_t)passes);
     }
     const uint64_t tiles = ((uint64_t)n_out + MM_BO - 1) / MM_BO;
