@@ -67,6 +67,7 @@ help:
 	@echo "make metal / server-metal / test-metal   Apple Metal (macOS only; not written yet:"
 	@echo "                    on other hosts each says so and fails)"
 	@echo "make test-cuda      the cuda backend's gates (needs an NVIDIA GPU; docs/cuda.md)"
+	@echo "make test-vulkan    the vulkan backend's gates on the first Vulkan device (lavapipe here; docs/vulkan.md)"
 	@echo "make test-cuda-model CHECKPOINT=name  the cuda gates for one checkpoint (GPU)"
 	@echo "make test-server    server gate: curl + the openai package against a tiny checkpoint"
 	@echo "make test-chat      chat CLI gate (piped stdin, line editing through a pty)"

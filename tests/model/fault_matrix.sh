@@ -17,7 +17,7 @@ DOC=docs/kv-cache.md
 # the vulkan column runs on the first Vulkan device (lavapipe in make test) whenever the
 # binaries carry the vulkan backend
 default_backends="cpu-ref cpu"
-[ "${KIPP_NO_VULKAN:-}" = 1 ] || default_backends="$default_backends vulkan"
+build/kipp --help 2>&1 | grep -q 'this binary has .*vulkan' && default_backends="$default_backends vulkan"
 FAULT_BACKENDS=${FAULT_BACKENDS:-$default_backends}
 FAULT_BIN=build/kipp_test_fault
 fault_targets="build/kipp build/kipp_test build/kipp_test_fault"

@@ -1099,10 +1099,22 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     if (run(m, &sp, &p, 0, 1.0f, &sampled_solo, NULL) == 0 &&
         run(m, &sp, &p, 1, 1.0f, &sampled_batch, NULL) == 0)
         same(&sampled_solo, &sampled_batch, "seeded sampling at temperature 1");
-    if (solo.n[0]) gate_window_and_fairness(m, &p, &sp, &solo);
-    gate_cancel_and_queue(m, &p, &sp);
+    /* KT_SCHED_BACKEND=1: only the parts whose outcome depends on the backend (the same
+     * tokens, logprobs and prompt logprobs whatever the batch, cache and pool pressure); the
+     * scheduling policy's parts below are the same code on every backend and run with the
+     * host backends (and on every backend in the full tier). For a slow device (lavapipe). */
+    const char *core = getenv("KT_SCHED_BACKEND");
+    const int policy = !(core && strcmp(core, "1") == 0);
+    if (solo.n[0] && policy) gate_window_and_fairness(m, &p, &sp, &solo);
+    if (policy) gate_cancel_and_queue(m, &p, &sp);
     gate_logprobs(m, &p, &sp);
     if (solo.n[0]) gate_prompt_logprobs(m, &p, &sp, &solo);
+    if (!policy) {
+        kipp_model_free(m);
+        printf("scheduler gate (%s, backend parts): solo, batch of 8, prefix cache, KV pressure, "
+               "seeded sampling, logprobs, prompt logprobs\n", sp.backend ? sp.backend : "default");
+        return kt_failed - failed0;
+    }
     gate_prefix_cache(m, &p, &sp);
     gate_slow_mask(m, &p, &sp);
     gate_short_prompt_first(m, &p, &sp);

@@ -11,10 +11,14 @@
 #                      mesa-vulkan-drivers, which make deps installs): tests/vulkan/run_vulkan_gates.sh
 # Where glslc or the headers are missing the backend is left out with a loud notice
 # (KIPP_NO_VULKAN=1 leaves it out on purpose); KIPP_REQUIRE_VULKAN=1 (.ci/run sets it) makes
-# that an error, so CI never skips it silently.
+# that an error, so CI never skips it silently. The set-up goals (deps, and test / check /
+# test-full, which run make deps before a sub-make builds) are exempt: on a fresh machine
+# glslc arrives with make deps. The stages find out from build/kipp itself whether it
+# carries the backend (tests/vulkan/run_vulkan_gates.sh).
 GLSLC ?= glslc
 VK_SHADER_DIR := src/backend/vulkan/shaders
-ifneq ($(KIPP_NO_VULKAN),1)
+KIPP_VK_OFF := $(KIPP_NO_VULKAN)
+ifneq ($(KIPP_VK_OFF),1)
 ifeq ($(shell command -v $(GLSLC) 2>/dev/null),)
 KIPP_VK_MISSING := glslc (Debian: glslc)
 endif
@@ -23,14 +27,15 @@ KIPP_VK_MISSING += the Vulkan headers (Debian: libvulkan-dev)
 endif
 ifneq ($(strip $(KIPP_VK_MISSING)),)
 ifeq ($(KIPP_REQUIRE_VULKAN),1)
+ifeq ($(filter deps venv test check test-full,$(MAKECMDGOALS)),)
 $(error vulkan: $(KIPP_VK_MISSING) not found and KIPP_REQUIRE_VULKAN=1: run make deps)
 endif
-KIPP_NO_VULKAN := 1
+endif
+KIPP_VK_OFF := 1
 endif
 endif
-export KIPP_NO_VULKAN
 
-ifeq ($(KIPP_NO_VULKAN),1)
+ifeq ($(KIPP_VK_OFF),1)
 BACKEND_TEST_TARGETS += vulkan-skipped
 else
 # the GGUF weight types a typed shader is compiled for: name:id (src/core/types.h)

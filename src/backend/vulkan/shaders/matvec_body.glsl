@@ -50,16 +50,6 @@ void row_block(const uint grp) {
     for (uint t = 0u; t < MV_TOK; t++) acc[t] = 0.0;
     const uint n_grp = row_ok ? p.n_in >> 3 : 0u;
     const uint wrow = p.w_byte0 + o * p.row_bytes;
-    if (nt == 1u) {
-        float a1 = 0.0;
-        for (uint k = lane; k < n_grp; k += tpr) {
-            float w[8];
-            deq8(wrow + (k / WGPB) * WBB, k % WGPB, w);
-            const uint xa = xb[0] + 8u * k;
-            for (uint i = 0u; i < 8u; i++) a1 += w[i] * xs[xa + i];
-        }
-        acc[0] = a1;
-    } else
     for (uint k = lane; k < n_grp; k += tpr) {
         float w[8];
         deq8(wrow + (k / WGPB) * WBB, k % WGPB, w);
