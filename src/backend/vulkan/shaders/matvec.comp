@@ -21,5 +21,6 @@
 // block of y is written.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // kipp: per weight type
 #include "matvec_body.glsl"

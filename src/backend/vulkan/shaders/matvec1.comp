@@ -5,6 +5,7 @@
 // compiled in. Results are those of matvec.comp at tpr = 1, bit for bit.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // kipp: per weight type
 #define MV_ONE_THREAD 1
 #include "matvec_body.glsl"

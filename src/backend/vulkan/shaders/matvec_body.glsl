@@ -41,22 +41,38 @@ void row_block(const uint grp) {
     const uint nt = min(MV_TOK, p.n_tok - t0);
 
     uint xb[MV_TOK]; // element index of each token's input row
-    for (uint t = 0u; t < MV_TOK; t++) {
+    [[unroll]] for (uint t = 0u; t < MV_TOK; t++) {
         const uint r = t < nt ? t0 + t : t0;
         xb[t] = (p.has_rows != 0u ? xrows[p.x_row0 + r] : p.x_row0 + r) * p.ldx;
     }
 
-    float acc[MV_TOK];
-    for (uint t = 0u; t < MV_TOK; t++) acc[t] = 0.0;
+    // Every product is added with one fused multiply-add (precise: never split, never
+    // re-associated), so a token's chain is the same operations in the one-token loop below
+    // as in the general one: exact = 1 holds bit for bit whichever a pass runs.
+    precise float acc[MV_TOK];
+    [[unroll]] for (uint t = 0u; t < MV_TOK; t++) acc[t] = 0.0;
     const uint n_grp = row_ok ? p.n_in >> 3 : 0u;
     const uint wrow = p.w_byte0 + o * p.row_bytes;
-    for (uint k = lane; k < n_grp; k += tpr) {
-        float w[8];
-        deq8(wrow + (k / WGPB) * WBB, k % WGPB, w);
-        for (uint t = 0u; t < MV_TOK; t++) {
-            if (t < nt) {
-                const uint xa = xb[t] + 8u * k;
-                for (uint i = 0u; i < 8u; i++) acc[t] += w[i] * xs[xa + i];
+    if (nt == 1u) {
+        // one token (a decode step): one accumulator, no per-token arrays (lavapipe runs the
+        // general loop's arrays through memory: this is twice as fast there)
+        precise float a1 = 0.0;
+        for (uint k = lane; k < n_grp; k += tpr) {
+            float w[8];
+            deq8(wrow + (k / WGPB) * WBB, k % WGPB, w);
+            const uint xa = xb[0] + 8u * k;
+            [[unroll]] for (uint i = 0u; i < 8u; i++) a1 = fma(w[i], xs[xa + i], a1);
+        }
+        acc[0] = a1;
+    } else {
+        for (uint k = lane; k < n_grp; k += tpr) {
+            float w[8];
+            deq8(wrow + (k / WGPB) * WBB, k % WGPB, w);
+            [[unroll]] for (uint t = 0u; t < MV_TOK; t++) {
+                if (t < nt) {
+                    const uint xa = xb[t] + 8u * k;
+                    [[unroll]] for (uint i = 0u; i < 8u; i++) acc[t] = fma(w[i], xs[xa + i], acc[t]);
+                }
             }
         }
     }
@@ -64,12 +80,12 @@ void row_block(const uint grp) {
     // the row's tpr partial sums: a tree over lanes (strides tpr / 2 .. 1), in place
 #ifndef MV_ONE_THREAD
     if (tpr > 1u) {
-        for (uint t = 0u; t < MV_TOK; t++)
+        [[unroll]] for (uint t = 0u; t < MV_TOK; t++)
             if (t < nt) red[t][tid] = acc[t];
         for (uint s = tpr >> 1; s > 0u; s >>= 1) {
             barrier();
             if (lane < s) {
-                for (uint t = 0u; t < MV_TOK; t++)
+                [[unroll]] for (uint t = 0u; t < MV_TOK; t++)
                     if (t < nt) red[t][tid] += red[t][tid + s];
             }
         }
@@ -81,7 +97,7 @@ void row_block(const uint grp) {
     } else
 #endif
     if (row_ok) {
-        for (uint t = 0u; t < MV_TOK; t++)
+        [[unroll]] for (uint t = 0u; t < MV_TOK; t++)
             if (t < nt) ys[(p.y_row0 + t0 + t) * p.ldy + p.y_col0 + o] = acc[t];
     }
 }
