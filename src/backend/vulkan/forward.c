@@ -124,6 +124,12 @@ static uint64_t view_limit(const kipp_vk *vk) {
     return lim;
 }
 
+/* The bound a matrix is split at (KIPP_VK_MAX_VIEW may lower it). */
+static uint64_t split_limit(const kipp_vk *vk) {
+    const uint64_t s = kipp_vk_info_get(vk)->split_view, v = view_limit(vk);
+    return s < v ? s : v;
+}
+
 static void mat_free(kipp_vk *vk, dev_mat *d) {
     for (uint32_t i = 0; i < d->n_parts; i++) kipp_vk_free(vk, &d->part[i]);
     free(d->part);
@@ -138,7 +144,7 @@ static kipp_status mat_upload(kipp_vk *vk, const kipp_gguf_tensor *t, uint64_t r
     d->n_in = (uint32_t)t->ne[0];
     d->row_bytes = kipp_type_row_bytes(t->type, t->ne[0]);
     d->rows = rows ? rows : t->n_bytes / d->row_bytes;
-    const uint64_t lim = view_limit(vk);
+    const uint64_t lim = split_limit(vk);
     d->part_rows = lim / d->row_bytes;
     if (d->part_rows == 0)
         return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,

@@ -240,11 +240,13 @@ static void fill_info(kipp_vk *vk, int index, int n_dev) {
     in->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                          (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     in->max_range = p->limits.maxStorageBufferRange;
-    /* KIPP_VK_MAX_VIEW=BYTES lowers the bound (never raises it): the gates split every matrix
-     * into parts on a device whose real bound no tiny model reaches */
+    /* KIPP_VK_MAX_VIEW=BYTES lowers the bound a weight matrix is split at (never raises it):
+     * the gates split every matrix into parts on a device whose real bound no tiny model
+     * reaches */
+    in->split_view = in->max_range;
     const char *mv = getenv("KIPP_VK_MAX_VIEW");
     if (mv && strtoull(mv, NULL, 10) >= 4096 && strtoull(mv, NULL, 10) < in->max_range)
-        in->max_range = strtoull(mv, NULL, 10);
+        in->split_view = strtoull(mv, NULL, 10);
     in->max_alloc = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : (1ull << 30);
     in->offset_align = (uint32_t)p->limits.minStorageBufferOffsetAlignment;
     in->max_shared = p->limits.maxComputeSharedMemorySize;
@@ -475,7 +477,7 @@ static void free_host(kipp_vk *vk, host_buf *h) {
 
 void kipp_vk_close(kipp_vk *vk) {
     if (!vk) return;
-    if (vk->profile) {
+    if (vk->profile && vk->dispatches) {
         fprintf(stderr, "vulkan profile (each dispatch alone, pipeline creation included):\n");
         for (uint32_t i = 0; i < kipp_vk_shader_count; i++)
             if (vk->prof_n[i])

@@ -45,6 +45,8 @@ typedef struct {
     uint32_t subgroup_size;        /* the device's (8 on lavapipe, 32 NVIDIA, 32/64 AMD) */
     int subgroup_arith;            /* subgroup arithmetic in compute shaders */
     uint64_t max_range;            /* maxStorageBufferRange: bytes one bound view may span */
+    uint64_t split_view;           /* the bytes a weight matrix's part may hold: max_range, or
+                                      less with KIPP_VK_MAX_VIEW (the gates split every matrix) */
     uint64_t max_alloc;            /* the most one allocation may hold (maintenance3) */
     uint64_t device_bytes;         /* the device-local heap's size */
     uint32_t offset_align;         /* minStorageBufferOffsetAlignment */
