@@ -49,7 +49,10 @@ static void runtime_checks(kipp_vk *vk) {
     KT_CHECK(memcmp(x, y, N * 4) == 0, "write + read did not round-trip");
     /* a dispatch over a folded grid into a view at an offset, then copy and fill in one
      * recording, read back at the end */
-    struct { uint32_t n, row; float a, b; } p = {N, 64 * 1024, 2.0f, 1.0f};
+    struct {
+        uint32_t n, row;
+        float a, b;
+    } p = {N, 64 * 1024, 2.0f, 1.0f};
     const kipp_vk_view b2[2] = {kipp_vk_all(&bx), kipp_vk_sub(&by, 64, N * 4)};
     kipp_vk_begin(vk);
     int rc = kipp_vk_dispatch(vk, "selftest", b2, 2, &p, sizeof p, 1024, (N + 65535) / 65536, 1);
@@ -70,14 +73,19 @@ static void runtime_checks(kipp_vk *vk) {
      * of pools, each dispatch adding 1 to 16 words */
     {
         static float acc[16];
-        struct { uint32_t n, row; float a, b; } q = {16, 64, 1.0f, 1.0f};
+        struct {
+            uint32_t n, row;
+            float a, b;
+        } q = {16, 64, 1.0f, 1.0f};
         const kipp_vk_view b3[2] = {kipp_vk_sub(&by, 0, 64), kipp_vk_sub(&by, 0, 64)};
         kipp_vk_begin(vk);
         kipp_vk_rec_fill(vk, kipp_vk_sub(&by, 0, 64), 64, 0);
-        for (int d = 0; d < 9000; d++) kipp_vk_dispatch(vk, "selftest", b3, 2, &q, sizeof q, 1, 1, 1);
+        for (int d = 0; d < 9000; d++)
+            kipp_vk_dispatch(vk, "selftest", b3, 2, &q, sizeof q, 1, 1, 1);
         kipp_vk_rec_read(vk, kipp_vk_sub(&by, 0, 64), acc, 64);
         KT_CHECK(kipp_vk_submit(vk, err, sizeof err) == KIPP_OK, "%s", err);
-        KT_CHECK(acc[0] == 9000.0f && acc[15] == 9000.0f, "9000 dispatches in one recording: %g", acc[0]);
+        KT_CHECK(acc[0] == 9000.0f && acc[15] == 9000.0f, "9000 dispatches in one recording: %g",
+                 acc[0]);
     }
     /* an unknown shader is an error at submit that names it; nothing runs */
     kipp_vk_begin(vk);

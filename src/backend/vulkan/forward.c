@@ -77,8 +77,8 @@ typedef struct {
 typedef struct {
     const kipp_vk_kv *kv;
     uint32_t n, n_seq, max_blocks, max_ctx, n_want;
-    const uint32_t *pos;  /* host: each token's position */
-    const int32_t *ids;   /* host: each token's id */
+    const uint32_t *pos; /* host: each token's position */
+    const int32_t *ids;  /* host: each token's id */
 } chunk_t;
 
 struct kipp_vk_fwd {
@@ -100,20 +100,22 @@ struct kipp_vk_fwd {
     meta_layout ml;
     uint64_t tab_cap; /* bytes of the meta buffer's table area */
     /* host staging of one chunk */
-    float *emb;       /* [chunk][H] */
-    float *cs;        /* [2][chunk][D/2] */
+    float *emb; /* [chunk][H] */
+    float *cs;  /* [2][chunk][D/2] */
     uint32_t *seq, *want, *dense;
-    float *router_h;  /* [chunk][E] */
+    float *router_h;                                 /* [chunk][E] */
     uint32_t *chosen, *pair_tok, *slot_at, *grp_off; /* MoE, host copies */
     float *cw;
     const chunk_t *cur;
     int fault_mode;
     uint32_t fault_blocks;
-    int rc;           /* an op's error: the message */
+    int rc; /* an op's error: the message */
     char msg[KIPP_ERR_LEN];
 };
 
-static uint32_t u32min(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static uint32_t u32min(uint32_t a, uint32_t b) {
+    return a < b ? a : b;
+}
 
 /* ---- matrices ------------------------------------------------------------------------------ */
 
@@ -159,7 +161,8 @@ static kipp_status mat_upload(kipp_vk *vk, const kipp_gguf_tensor *t, uint64_t r
         const uint64_t nr = d->rows - r0 < d->part_rows ? d->rows - r0 : d->part_rows;
         kipp_status st = kipp_vk_alloc(vk, nr * d->row_bytes, t->name, &d->part[p], err, err_len);
         if (st == KIPP_OK)
-            st = kipp_vk_write(vk, &d->part[p], 0, (const unsigned char *)t->data + r0 * d->row_bytes,
+            st = kipp_vk_write(vk, &d->part[p], 0,
+                               (const unsigned char *)t->data + r0 * d->row_bytes,
                                nr * d->row_bytes, err, err_len);
         if (st != KIPP_OK) return st;
     }
@@ -187,7 +190,8 @@ static int mat_mul(kipp_vk_fwd *f, const dev_mat *d, uint64_t r0, uint32_t n_out
 
 /* ---- sizes ------------------------------------------------------------------------------- */
 
-static const kipp_gguf_tensor *layer_tensor(const kipp_model *m, uint32_t l, const kipp_arch_tensor *at) {
+static const kipp_gguf_tensor *layer_tensor(const kipp_model *m, uint32_t l,
+                                            const kipp_arch_tensor *at) {
     return *(const kipp_gguf_tensor *const *)((const char *)&m->layers[l] + at->off);
 }
 
@@ -197,8 +201,8 @@ static int binds(const kipp_model *m, size_t w) {
     return 0;
 }
 
-void kipp_vk_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, uint64_t *weight_bytes,
-                       uint64_t *scratch_bytes) {
+void kipp_vk_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits,
+                       uint64_t *weight_bytes, uint64_t *scratch_bytes) {
     const kipp_model_info *hp = &m->hp;
     uint64_t w = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++)
@@ -220,7 +224,8 @@ void kipp_vk_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, u
     uint64_t s = (uint64_t)CHUNK * (4 * H + 2 * QD + 2 * KV) * 4 + 2 * ffn * 4 +
                  (uint64_t)HEAD_ROWS * (n_logits + H) * 4 + P * H * 4 +
                  (uint64_t)CHUNK * hp->n_expert * 4;
-    s += kipp_vk_attention_scratch_bytes(CHUNK < n_ctx ? CHUNK : n_ctx, hp->n_head, hp->head_dim, n_ctx);
+    s += kipp_vk_attention_scratch_bytes(CHUNK < n_ctx ? CHUNK : n_ctx, hp->n_head, hp->head_dim,
+                                         n_ctx);
     *weight_bytes = w;
     *scratch_bytes = s;
 }
@@ -228,15 +233,17 @@ void kipp_vk_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits, u
 kipp_status kipp_vk_fwd_check(const kipp_model *m, char *err, size_t err_len) {
     const kipp_model_info *hp = &m->hp;
     if (hp->head_dim > 256 || hp->head_dim % 2 || (hp->n_head_kv * hp->head_dim) % 2)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                         "vulkan: head_dim %u: the attention kernel takes even head sizes up to 256",
-                         hp->head_dim);
+        return kipp_errf(
+            err, err_len, KIPP_ERR_UNSUPPORTED,
+            "vulkan: head_dim %u: the attention kernel takes even head sizes up to 256",
+            hp->head_dim);
     for (uint32_t l = 0; l < hp->n_layer; l++)
         for (size_t i = 0; i < m->arch->n_tensors; i++) {
             const kipp_arch_tensor *at = &m->arch->tensors[i];
             const kipp_gguf_tensor *t = layer_tensor(m, l, at);
             if (!t) continue;
-            if (at->ne[1] != KIPP_DIM_NONE && !kipp_vk_mm_shape_supported(t->type, (uint32_t)t->ne[0]))
+            if (at->ne[1] != KIPP_DIM_NONE &&
+                !kipp_vk_mm_shape_supported(t->type, (uint32_t)t->ne[0]))
                 return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                                  "vulkan: tensor %s (%s) has rows of %lld elements; the vulkan "
                                  "kernels need a multiple of 8 and of the type's block",
@@ -262,9 +269,9 @@ void kipp_vk_fwd_free(kipp_vk_fwd *f) {
                 kipp_vk_free(vk, &f->L[l].vec[s]);
             }
     mat_free(vk, &f->output);
-    kipp_vk_buf *bufs[] = {&f->out_norm, &f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->proj,
-                           &f->gate, &f->up, &f->xw, &f->lg, &f->router, &f->ye, &f->meta,
-                           &f->att_scratch};
+    kipp_vk_buf *bufs[] = {&f->out_norm, &f->x,    &f->xn,   &f->q,          &f->k,  &f->v,
+                           &f->att,      &f->proj, &f->gate, &f->up,         &f->xw, &f->lg,
+                           &f->router,   &f->ye,   &f->meta, &f->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kipp_vk_free(vk, bufs[i]);
     free(f->L);
     free(f->inv_freq);
@@ -302,8 +309,9 @@ static kipp_status upload_weights(kipp_vk_fwd *f, char *err, size_t err_len) {
             const kipp_gguf_tensor *t = layer_tensor(m, l, at);
             if (!t) continue;
             const size_t s = SLOT_OF(at->off);
-            st = at->ne[1] == KIPP_DIM_NONE ? upload_vector(f, t, &f->L[l].vec[s], err, err_len)
-                                            : mat_upload(f->vk, t, 0, &f->L[l].mat[s], err, err_len);
+            st = at->ne[1] == KIPP_DIM_NONE
+                     ? upload_vector(f, t, &f->L[l].vec[s], err, err_len)
+                     : mat_upload(f->vk, t, 0, &f->L[l].mat[s], err, err_len);
         }
     if (st == KIPP_OK) st = upload_vector(f, m->output_norm, &f->out_norm, err, err_len);
     if (st == KIPP_OK && f->NL) st = mat_upload(f->vk, &f->head, f->NL, &f->output, err, err_len);
@@ -329,7 +337,9 @@ static kipp_status alloc_acts(kipp_vk_fwd *f, char *err, size_t err_len) {
         {&f->v, C * f->kv_dim * 4, "the values"},
         {&f->gate, ffn * 4, "the FFN gate"},
         {&f->up, ffn * 4, "the FFN up projection"},
-        {&f->xw, (uint64_t)HEAD_ROWS * f->H * 4 > C * f->H * 4 ? (uint64_t)HEAD_ROWS * f->H * 4 : C * f->H * 4,
+        {&f->xw,
+         (uint64_t)HEAD_ROWS * f->H * 4 > C * f->H * 4 ? (uint64_t)HEAD_ROWS * f->H * 4
+                                                       : C * f->H * 4,
          "the wanted rows"},
         {&f->lg, (uint64_t)HEAD_ROWS * (f->NL ? f->NL : 1) * 4, "the logits"},
         {&f->router, C * (f->E ? f->E : 1) * 4, "the router logits"},
@@ -341,15 +351,15 @@ static kipp_status alloc_acts(kipp_vk_fwd *f, char *err, size_t err_len) {
         if (st != KIPP_OK) return st;
     }
     kipp_vk_buf *const act[KIPP_BUF_COUNT] = {
-        [KIPP_BUF_X] = &f->x,       [KIPP_BUF_XN] = &f->xn,     [KIPP_BUF_Q] = &f->q,
-        [KIPP_BUF_K] = &f->k,       [KIPP_BUF_V] = &f->v,       [KIPP_BUF_ATT] = &f->att,
-        [KIPP_BUF_PROJ] = &f->proj, [KIPP_BUF_GATE] = &f->gate, [KIPP_BUF_UP] = &f->up,
-        [KIPP_BUF_EGATE] = &f->gate, [KIPP_BUF_EUP] = &f->up,   [KIPP_BUF_EDOWN] = &f->ye};
+        [KIPP_BUF_X] = &f->x,        [KIPP_BUF_XN] = &f->xn,     [KIPP_BUF_Q] = &f->q,
+        [KIPP_BUF_K] = &f->k,        [KIPP_BUF_V] = &f->v,       [KIPP_BUF_ATT] = &f->att,
+        [KIPP_BUF_PROJ] = &f->proj,  [KIPP_BUF_GATE] = &f->gate, [KIPP_BUF_UP] = &f->up,
+        [KIPP_BUF_EGATE] = &f->gate, [KIPP_BUF_EUP] = &f->up,    [KIPP_BUF_EDOWN] = &f->ye};
     const uint32_t ld[KIPP_BUF_COUNT] = {
-        [KIPP_BUF_X] = f->H,     [KIPP_BUF_XN] = f->H,    [KIPP_BUF_Q] = f->QD,
+        [KIPP_BUF_X] = f->H,      [KIPP_BUF_XN] = f->H,     [KIPP_BUF_Q] = f->QD,
         [KIPP_BUF_K] = f->kv_dim, [KIPP_BUF_V] = f->kv_dim, [KIPP_BUF_ATT] = f->QD,
-        [KIPP_BUF_PROJ] = f->H,  [KIPP_BUF_GATE] = f->F,  [KIPP_BUF_UP] = f->F,
-        [KIPP_BUF_EGATE] = f->Fe, [KIPP_BUF_EUP] = f->Fe, [KIPP_BUF_EDOWN] = f->H};
+        [KIPP_BUF_PROJ] = f->H,   [KIPP_BUF_GATE] = f->F,   [KIPP_BUF_UP] = f->F,
+        [KIPP_BUF_EGATE] = f->Fe, [KIPP_BUF_EUP] = f->Fe,   [KIPP_BUF_EDOWN] = f->H};
     memcpy(f->act, act, sizeof act);
     memcpy(f->ld, ld, sizeof ld);
     /* the chunk inputs: every array 256-byte aligned (any device's offset alignment) */
@@ -446,7 +456,9 @@ void kipp_vk_fwd_set_fault(kipp_vk_fwd *f, int mode, uint32_t n_blocks) {
  * n * K pairs, in the routing's group order), with cpu-ref's definition
  * (src/backend/cpu_ref/layers.c). */
 
-static kipp_vk_view A(const kipp_vk_fwd *f, kipp_buf b) { return kipp_vk_all(f->act[b]); }
+static kipp_vk_view A(const kipp_vk_fwd *f, kipp_buf b) {
+    return kipp_vk_all(f->act[b]);
+}
 static kipp_vk_view META(const kipp_vk_fwd *f, uint64_t off, uint64_t bytes) {
     return kipp_vk_sub(&f->meta, off, bytes);
 }
@@ -491,22 +503,24 @@ static int op_kv_store(void *st, uint32_t l) {
     kipp_vk_fwd *f = st;
     const chunk_t *c = f->cur;
     const kipp_vk_kv *kv = c->kv;
-    return kipp_vk_kv_store(f->vk, kipp_vk_all(&kv->layer[l]), (uint32_t)kv->type, kv->block_size,
-                            kv->kv_dim, A(f, KIPP_BUF_K), f->kv_dim, A(f, KIPP_BUF_V), f->kv_dim, c->n,
-                            META(f, f->ml.seq, (uint64_t)c->n * 4), META(f, f->ml.pos, (uint64_t)c->n * 4),
-                            META(f, f->ml.tab, (uint64_t)c->n_seq * c->max_blocks * 4), c->max_blocks);
+    return kipp_vk_kv_store(
+        f->vk, kipp_vk_all(&kv->layer[l]), (uint32_t)kv->type, kv->block_size, kv->kv_dim,
+        A(f, KIPP_BUF_K), f->kv_dim, A(f, KIPP_BUF_V), f->kv_dim, c->n,
+        META(f, f->ml.seq, (uint64_t)c->n * 4), META(f, f->ml.pos, (uint64_t)c->n * 4),
+        META(f, f->ml.tab, (uint64_t)c->n_seq * c->max_blocks * 4), c->max_blocks);
 }
 
 static int op_attention(void *st, uint32_t l) {
     kipp_vk_fwd *f = st;
     const chunk_t *c = f->cur;
     const kipp_vk_kv *kv = c->kv;
-    return kipp_vk_attention(f->vk, A(f, KIPP_BUF_Q), f->QD, kipp_vk_all(&kv->layer[l]),
-                             (uint32_t)kv->type, kv->block_size, kv->kv_dim, f->Nh, f->Nkv, f->D, c->n,
-                             META(f, f->ml.seq, (uint64_t)c->n * 4), META(f, f->ml.pos, (uint64_t)c->n * 4),
-                             META(f, f->ml.tab, (uint64_t)c->n_seq * c->max_blocks * 4), c->max_blocks,
-                             c->max_ctx, kipp_vk_all(&f->att_scratch), A(f, KIPP_BUF_ATT), f->QD,
-                             kv->private_store ? 0 : f->fault_mode, kv->n_blocks);
+    return kipp_vk_attention(
+        f->vk, A(f, KIPP_BUF_Q), f->QD, kipp_vk_all(&kv->layer[l]), (uint32_t)kv->type,
+        kv->block_size, kv->kv_dim, f->Nh, f->Nkv, f->D, c->n,
+        META(f, f->ml.seq, (uint64_t)c->n * 4), META(f, f->ml.pos, (uint64_t)c->n * 4),
+        META(f, f->ml.tab, (uint64_t)c->n_seq * c->max_blocks * 4), c->max_blocks, c->max_ctx,
+        kipp_vk_all(&f->att_scratch), A(f, KIPP_BUF_ATT), f->QD,
+        kv->private_store ? 0 : f->fault_mode, kv->n_blocks);
 }
 
 static int op_swiglu(void *st, kipp_buf gate, kipp_buf up) {
@@ -529,8 +543,9 @@ static int op_moe_route(void *st, uint32_t l) {
     const dev_mat *gi = &f->L[l].mat[SLOT_OF(KIPP_W(gate_inp))];
     int rc = mat_mul(f, gi, 0, E, A(f, KIPP_BUF_XN), f->H, kipp_vk_none(), 0, n,
                      kipp_vk_all(&f->router), E, 0, 0, 1);
-    if (!rc) rc = kipp_vk_rec_read(f->vk, kipp_vk_sub(&f->router, 0, (uint64_t)n * E * 4), f->router_h,
-                                   (uint64_t)n * E * 4);
+    if (!rc)
+        rc = kipp_vk_rec_read(f->vk, kipp_vk_sub(&f->router, 0, (uint64_t)n * E * 4), f->router_h,
+                              (uint64_t)n * E * 4);
     if (rc) return rc;
     if (kipp_vk_submit(f->vk, f->msg, sizeof f->msg) != KIPP_OK) return f->rc = -1;
     for (uint32_t t = 0; t < n; t++)
@@ -550,10 +565,12 @@ static int op_moe_route(void *st, uint32_t l) {
     }
     rc = kipp_vk_rec_write(f->vk, META(f, f->ml.pair_tok, (uint64_t)n * K * 4), f->pair_tok,
                            (uint64_t)n * K * 4);
-    if (!rc) rc = kipp_vk_rec_write(f->vk, META(f, f->ml.slot_at, (uint64_t)n * K * 4), f->slot_at,
-                                    (uint64_t)n * K * 4);
-    if (!rc) rc = kipp_vk_rec_write(f->vk, META(f, f->ml.cw, (uint64_t)n * K * 4), f->cw,
-                                    (uint64_t)n * K * 4);
+    if (!rc)
+        rc = kipp_vk_rec_write(f->vk, META(f, f->ml.slot_at, (uint64_t)n * K * 4), f->slot_at,
+                               (uint64_t)n * K * 4);
+    if (!rc)
+        rc = kipp_vk_rec_write(f->vk, META(f, f->ml.cw, (uint64_t)n * K * 4), f->cw,
+                               (uint64_t)n * K * 4);
     return rc;
 }
 
@@ -564,7 +581,8 @@ static int op_moe_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, 
     kipp_vk_fwd *f = st;
     const uint32_t n = f->cur->n;
     const int gather = src < KIPP_BUF_EGATE;
-    const kipp_vk_view rows = gather ? META(f, f->ml.pair_tok, (uint64_t)n * f->K * 4) : kipp_vk_none();
+    const kipp_vk_view rows =
+        gather ? META(f, f->ml.pair_tok, (uint64_t)n * f->K * 4) : kipp_vk_none();
     for (uint32_t i = 0; i < count; i++) {
         const kipp_gguf_tensor *t = kipp_layer_tensor(f->m, l, w[i]);
         const dev_mat *d = &f->L[l].mat[SLOT_OF(w[i])];
@@ -572,8 +590,8 @@ static int op_moe_matmul(void *st, uint32_t l, uint32_t count, const size_t *w, 
         for (uint32_t e = 0; e < f->E; e++) {
             const uint32_t g0 = f->grp_off[e], cnt = f->grp_off[e + 1] - g0;
             if (!cnt) continue;
-            const int rc = mat_mul(f, d, (uint64_t)e * n_out, n_out, A(f, src), f->ld[src], rows, g0, cnt,
-                                   A(f, dst[i]), f->ld[dst[i]], g0, 0, 0);
+            const int rc = mat_mul(f, d, (uint64_t)e * n_out, n_out, A(f, src), f->ld[src], rows,
+                                   g0, cnt, A(f, dst[i]), f->ld[dst[i]], g0, 0, 0);
             if (rc) return rc;
         }
     }
@@ -602,7 +620,9 @@ static const kipp_backend_kernels vk_kernels = {
     .moe_sum = op_moe_sum,
 };
 
-const kipp_backend_kernels *kipp_vk_fwd_kernels(void) { return &vk_kernels; }
+const kipp_backend_kernels *kipp_vk_fwd_kernels(void) {
+    return &vk_kernels;
+}
 
 /* ---- the pass ------------------------------------------------------------------------------- */
 
@@ -614,11 +634,13 @@ static kipp_status vk_err(kipp_vk_fwd *f, int rc, char *err, size_t err_len) {
     /* a recording error: the runtime names it at submit */
     const kipp_status st = kipp_vk_submit(f->vk, err, err_len);
     if (st != KIPP_OK) return st;
-    return kipp_errf(err, err_len, KIPP_ERR_BACKEND, "vulkan: a kernel launch failed (code %d)", rc);
+    return kipp_errf(err, err_len, KIPP_ERR_BACKEND, "vulkan: a kernel launch failed (code %d)",
+                     rc);
 }
 
 /* Makes the attention scratch hold what this chunk needs. */
-static kipp_status ensure_att(kipp_vk_fwd *f, uint32_t n, uint32_t max_ctx, char *err, size_t err_len) {
+static kipp_status ensure_att(kipp_vk_fwd *f, uint32_t n, uint32_t max_ctx, char *err,
+                              size_t err_len) {
     const uint64_t need = kipp_vk_attention_scratch_bytes(n, f->Nh, f->D, max_ctx);
     if (need <= f->att_scratch.size) return KIPP_OK;
     if (need > view_limit(f->vk))
@@ -643,13 +665,15 @@ static kipp_status run_chunk(kipp_vk_fwd *f, const chunk_t *c, const uint32_t *t
         kipp_vk_free(vk, &f->meta);
         f->tab_cap = tab_bytes * 2;
         f->ml.end = f->ml.tab + f->tab_cap;
-        if ((st = kipp_vk_alloc(vk, f->ml.end, "the chunk's inputs", &f->meta, err, err_len)) != KIPP_OK)
+        if ((st = kipp_vk_alloc(vk, f->ml.end, "the chunk's inputs", &f->meta, err, err_len)) !=
+            KIPP_OK)
             return st;
     }
     /* embedding rows on the host, from the mapped file */
     const uint64_t rb = kipp_type_row_bytes(m->tok_embd->type, H);
     for (uint32_t t = 0; t < n; t++)
-        kipp_dequantize_row(m->tok_embd->type, (const unsigned char *)m->tok_embd->data + (uint64_t)c->ids[t] * rb,
+        kipp_dequantize_row(m->tok_embd->type,
+                            (const unsigned char *)m->tok_embd->data + (uint64_t)c->ids[t] * rb,
                             f->emb + (size_t)t * H, H);
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t i = 0; i < half; i++) {
@@ -661,8 +685,12 @@ static kipp_status run_chunk(kipp_vk_fwd *f, const chunk_t *c, const uint32_t *t
     if (!rc) rc = kipp_vk_rec_write(vk, kipp_vk_all(&f->x), f->emb, (uint64_t)n * H * 4);
     if (!rc) rc = kipp_vk_rec_write(vk, META(f, f->ml.seq, n * 4), f->seq, (uint64_t)n * 4);
     if (!rc) rc = kipp_vk_rec_write(vk, META(f, f->ml.pos, n * 4), c->pos, (uint64_t)n * 4);
-    if (!rc && c->n_want) rc = kipp_vk_rec_write(vk, META(f, f->ml.want, c->n_want * 4), f->want, (uint64_t)c->n_want * 4);
-    if (!rc) rc = kipp_vk_rec_write(vk, META(f, f->ml.cs, 2ull * n * half * 4), f->cs, 2ull * n * half * 4);
+    if (!rc && c->n_want)
+        rc = kipp_vk_rec_write(vk, META(f, f->ml.want, c->n_want * 4), f->want,
+                               (uint64_t)c->n_want * 4);
+    if (!rc)
+        rc = kipp_vk_rec_write(vk, META(f, f->ml.cs, 2ull * n * half * 4), f->cs,
+                               2ull * n * half * 4);
     if (!rc) rc = kipp_vk_rec_write(vk, META(f, f->ml.tab, tab_bytes), tab, tab_bytes);
     if (!rc) {
         f->cur = c;
@@ -673,25 +701,30 @@ static kipp_status run_chunk(kipp_vk_fwd *f, const chunk_t *c, const uint32_t *t
     const uint32_t NL = f->NL;
     for (uint32_t r0 = 0; !rc && r0 < c->n_want; r0 += HEAD_ROWS) {
         const uint32_t nr = u32min(HEAD_ROWS, c->n_want - r0);
-        rc = kipp_vk_get_rows(vk, kipp_vk_all(&f->x), H, META(f, f->ml.want + (uint64_t)r0 * 4, nr * 4), nr, H,
+        rc = kipp_vk_get_rows(vk, kipp_vk_all(&f->x), H,
+                              META(f, f->ml.want + (uint64_t)r0 * 4, nr * 4), nr, H,
                               kipp_vk_all(&f->xw), H);
-        if (!rc) rc = kipp_vk_rmsnorm(vk, kipp_vk_all(&f->xw), H, kipp_vk_all(&f->out_norm), H, nr, f->eps,
-                                      kipp_vk_all(&f->xw), H);
+        if (!rc)
+            rc = kipp_vk_rmsnorm(vk, kipp_vk_all(&f->xw), H, kipp_vk_all(&f->out_norm), H, nr,
+                                 f->eps, kipp_vk_all(&f->xw), H);
         if (rc) break;
         if (!NL) {
-            rc = kipp_vk_rec_read(vk, kipp_vk_all(&f->xw), out + (size_t)r0 * H, (uint64_t)nr * H * 4);
+            rc = kipp_vk_rec_read(vk, kipp_vk_all(&f->xw), out + (size_t)r0 * H,
+                                  (uint64_t)nr * H * 4);
             continue;
         }
         rc = mat_mul(f, &f->output, 0, NL, kipp_vk_all(&f->xw), H, kipp_vk_none(), 0, nr,
                      kipp_vk_all(&f->lg), NL, 0, 0, 0);
-        if (!rc) rc = kipp_vk_rec_read(vk, kipp_vk_all(&f->lg), out + (size_t)r0 * NL, (uint64_t)nr * NL * 4);
+        if (!rc)
+            rc = kipp_vk_rec_read(vk, kipp_vk_all(&f->lg), out + (size_t)r0 * NL,
+                                  (uint64_t)nr * NL * 4);
     }
     if (rc) return vk_err(f, rc, err, err_len);
     return kipp_vk_submit(vk, err, err_len);
 }
 
-kipp_status kipp_vk_fwd_decode_batch(kipp_vk_fwd *f, kipp_kv_pool *pool, const kipp_batch *b, float *logits,
-                                     char *err, size_t err_len) {
+kipp_status kipp_vk_fwd_decode_batch(kipp_vk_fwd *f, kipp_kv_pool *pool, const kipp_batch *b,
+                                     float *logits, char *err, size_t err_len) {
     const kipp_vk_kv *kv = pool->storage.store;
     const uint32_t row = f->NL ? f->NL : f->H;
     uint32_t *tab = NULL;
@@ -709,12 +742,14 @@ kipp_status kipp_vk_fwd_decode_batch(kipp_vk_fwd *f, kipp_kv_pool *pool, const k
                 f->seq[t] = last;
                 continue;
             }
-            for (last = 0; last < c.n_seq && f->dense[last] != id; last++) {}
+            for (last = 0; last < c.n_seq && f->dense[last] != id; last++) {
+            }
             if (last == c.n_seq) {
                 const kipp_kv_seq *s = kipp_kv_seq_get(pool, id);
                 if (!s) {
                     free(tab);
-                    return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG, "vulkan: sequence %u is not live", id);
+                    return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                                     "vulkan: sequence %u is not live", id);
                 }
                 if (s->n_blocks > need) need = s->n_blocks;
                 f->dense[c.n_seq++] = id;
@@ -753,12 +788,13 @@ kipp_status kipp_vk_fwd_nocache(kipp_vk_fwd *f, const int32_t *tokens, uint32_t 
                                 char *err, size_t err_len) {
     if (n == 0) return KIPP_OK;
     const uint32_t bs = KIPP_KV_DEFAULT_BLOCK_SIZE, nb = (n + bs - 1) / bs;
-    const kipp_kv_layout lay = {.n_layer = f->m->hp.n_layer, .kv_dim = f->kv_dim, .block_size = bs,
-                                .type = f->kv_type};
+    const kipp_kv_layout lay = {
+        .n_layer = f->m->hp.n_layer, .kv_dim = f->kv_dim, .block_size = bs, .type = f->kv_type};
     kipp_vk_kv *kv = NULL;
     kipp_status st = kipp_vk_kv_create(f->vk, &lay, nb, &kv, err, err_len);
     if (st != KIPP_OK) return st;
-    kv->private_store = 1; /* the fault build's planted read bugs are the cache's, not this oracle's */
+    kv->private_store =
+        1; /* the fault build's planted read bugs are the cache's, not this oracle's */
     uint32_t *tab = malloc(nb * sizeof *tab), *pos = malloc(f->chunk * sizeof *pos);
     if (!tab || !pos) st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "vulkan: out of memory");
     for (uint32_t j = 0; tab && j < nb; j++) tab[j] = j;
@@ -786,20 +822,21 @@ kipp_status kipp_vk_fwd_nocache(kipp_vk_fwd *f, const int32_t *tokens, uint32_t 
 
 /* ---- KV storage ------------------------------------------------------------------------------ */
 
-kipp_status kipp_vk_kv_create(kipp_vk *vk, const kipp_kv_layout *lay, uint32_t n_blocks, kipp_vk_kv **out,
-                              char *err, size_t err_len) {
+kipp_status kipp_vk_kv_create(kipp_vk *vk, const kipp_kv_layout *lay, uint32_t n_blocks,
+                              kipp_vk_kv **out, char *err, size_t err_len) {
     *out = NULL;
     const size_t elt = kipp_kv_type_size(lay->type);
     if (!elt || lay->kv_dim % 2)
-        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED, "vulkan: KV type or row size not supported");
+        return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                         "vulkan: KV type or row size not supported");
     const uint64_t per_layer = (uint64_t)n_blocks * 2 * lay->block_size * lay->kv_dim * elt;
     if (per_layer > view_limit(vk))
         return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
                          "vulkan: one layer's KV cache (%u blocks of %u tokens: %.0f MiB) exceeds "
                          "what one storage buffer view of %s may span (%.0f MiB); use a shorter "
                          "context (--ctx) or fewer KV blocks",
-                         n_blocks, lay->block_size, per_layer / 1048576.0, kipp_vk_info_get(vk)->name,
-                         view_limit(vk) / 1048576.0);
+                         n_blocks, lay->block_size, per_layer / 1048576.0,
+                         kipp_vk_info_get(vk)->name, view_limit(vk) / 1048576.0);
     kipp_vk_kv *kv = calloc(1, sizeof *kv);
     if (kv) kv->layer = calloc(lay->n_layer, sizeof *kv->layer);
     if (!kv || !kv->layer) {
@@ -813,7 +850,8 @@ kipp_status kipp_vk_kv_create(kipp_vk *vk, const kipp_kv_layout *lay, uint32_t n
     kv->n_blocks = n_blocks;
     kv->block_bytes = (uint64_t)2 * lay->block_size * lay->kv_dim * elt;
     for (uint32_t l = 0; l < lay->n_layer; l++) {
-        const kipp_status st = kipp_vk_alloc(vk, per_layer, "the KV cache", &kv->layer[l], err, err_len);
+        const kipp_status st =
+            kipp_vk_alloc(vk, per_layer, "the KV cache", &kv->layer[l], err, err_len);
         if (st != KIPP_OK) {
             kipp_vk_kv_destroy(vk, kv);
             return st;
@@ -834,7 +872,8 @@ void kipp_vk_kv_destroy(kipp_vk *vk, kipp_vk_kv *kv) {
  * batch's commands, which the same recording carries. */
 void kipp_vk_kv_copy(kipp_vk *vk, kipp_vk_kv *kv, uint32_t dst, uint32_t src) {
     for (uint32_t l = 0; l < kv->n_layer; l++)
-        kipp_vk_rec_copy(vk, kipp_vk_sub(&kv->layer[l], (uint64_t)dst * kv->block_bytes, kv->block_bytes),
-                         kipp_vk_sub(&kv->layer[l], (uint64_t)src * kv->block_bytes, kv->block_bytes),
-                         kv->block_bytes);
+        kipp_vk_rec_copy(
+            vk, kipp_vk_sub(&kv->layer[l], (uint64_t)dst * kv->block_bytes, kv->block_bytes),
+            kipp_vk_sub(&kv->layer[l], (uint64_t)src * kv->block_bytes, kv->block_bytes),
+            kv->block_bytes);
 }

@@ -13,6 +13,7 @@
 
 /* ---- entry points ---------------------------------------------------------------------------- */
 
+// clang-format off
 #define VK_GLOBAL_FNS(X) X(vkCreateInstance) X(vkEnumerateInstanceExtensionProperties)
 #define VK_INSTANCE_FNS(X)                                                                     \
     X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)        \
@@ -39,6 +40,7 @@ typedef struct {
 #undef X
     PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR; /* NULL: not offered */
 } vk_fns;
+// clang-format on
 
 /* A host-visible buffer (staging for writes, readback for reads), reused across recordings. */
 typedef struct {
@@ -80,17 +82,17 @@ struct kipp_vk {
      * submit (a recording may hold any number of dispatches) */
     VkDescriptorPool dpool[MAX_DESC_POOLS];
     uint32_t n_dpool, dpool_cur, dsets_used;
-    VkPipeline *pipes;      /* [kipp_vk_shader_count], created on first use */
+    VkPipeline *pipes; /* [kipp_vk_shader_count], created on first use */
     int recording;
-    int rec_err;            /* the first recording error (0: none) */
+    int rec_err; /* the first recording error (0: none) */
     char rec_msg[256];
     host_buf up[MAX_HOST_BUFS], down[MAX_HOST_BUFS];
     uint32_t n_up, n_down;
     pending_read *reads;
     uint32_t n_reads, cap_reads;
     uint64_t allocated, dispatches;
-    int profile;            /* KIPP_VK_PROFILE=1: each dispatch timed alone (slow; a tool) */
-    double *prof_s;         /* [kipp_vk_shader_count] seconds */
+    int profile;    /* KIPP_VK_PROFILE=1: each dispatch timed alone (slow; a tool) */
+    double *prof_s; /* [kipp_vk_shader_count] seconds */
     uint64_t *prof_n;
 };
 
@@ -140,8 +142,8 @@ static kipp_status open_instance(kipp_vk *vk, char *err, size_t err_len) {
     if (!vk->gipa)
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
                          "vulkan: the Vulkan loader has no vkGetInstanceProcAddr");
-#define X(fn)                                                                                  \
-    if (!(vk->f.fn = (PFN_##fn)vk->gipa(NULL, #fn)))                                           \
+#define X(fn)                                                                                      \
+    if (!(vk->f.fn = (PFN_##fn)vk->gipa(NULL, #fn)))                                               \
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND, "vulkan: the loader lacks " #fn);
     VK_GLOBAL_FNS(X)
 #undef X
@@ -174,8 +176,8 @@ static kipp_status open_instance(kipp_vk *vk, char *err, size_t err_len) {
                          "vulkan: the loader found no Vulkan driver (install one: Debian "
                          "mesa-vulkan-drivers for lavapipe, or the GPU vendor's driver)");
     if (r != VK_SUCCESS) return vk_fail(err, err_len, "vkCreateInstance", r);
-#define X(fn)                                                                                  \
-    if (!(vk->f.fn = (PFN_##fn)vk->gipa(vk->inst, #fn)))                                       \
+#define X(fn)                                                                                      \
+    if (!(vk->f.fn = (PFN_##fn)vk->gipa(vk->inst, #fn)))                                           \
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND, "vulkan: the loader lacks " #fn);
     VK_INSTANCE_FNS(X)
 #undef X
@@ -202,7 +204,7 @@ kipp_status kipp_vk_count(int *n, char *err, size_t err_len) {
     return st;
 }
 
-/* ---- device ------------------------------------------------------------------------------------ */
+/* ---- device ---------------------------------------------------------------------------------- */
 
 /* The first memory type in `bits` with all of `want` (and, when avoid is set, none of it). */
 static int mem_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t bits,
@@ -216,16 +218,18 @@ static int mem_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t bits,
 
 static void fill_info(kipp_vk *vk, int index, int n_dev) {
     kipp_vk_info *in = &vk->info;
-    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceDriverProperties drv = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     VkPhysicalDeviceMaintenance3Properties m3 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-                                             .pNext = &m3};
+    VkPhysicalDeviceSubgroupProperties sg = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceProperties base;
     vk->f.vkGetPhysicalDeviceProperties(vk->phys, &base);
     /* driver properties are core in 1.2; on a 1.1 device they stay out of the chain */
     if (base.apiVersion >= VK_API_VERSION_1_2) m3.pNext = &drv;
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = &sg};
     vk->f.vkGetPhysicalDeviceProperties2(vk->phys, &p2);
     const VkPhysicalDeviceProperties *p = &p2.properties;
     snprintf(in->name, sizeof in->name, "%s", p->deviceName);
@@ -325,7 +329,8 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
     vk->f.vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &n_q, qf);
     int fam = -1;
     for (uint32_t i = 0; i < n_q && fam < 0; i++)
-        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))
+        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) &&
+            !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))
             fam = (int)i;
     for (uint32_t i = 0; i < n_q && fam < 0; i++)
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
@@ -350,11 +355,12 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
      * make a recording of a few hundred dispatches some 25 times slower than descriptor sets
      * from a pool, and the pool is what every Vulkan device has */
     const char *pd = getenv("KIPP_VK_PUSH_DESCRIPTOR");
-    const int push = has_ext(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) && pd &&
-                     strcmp(pd, "1") == 0;
+    const int push =
+        has_ext(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) && pd && strcmp(pd, "1") == 0;
     if (push) dext[n_dext++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     /* a portability implementation (MoltenVK) must be told the app knows it is one */
-    if (has_ext(ext, n_ext, "VK_KHR_portability_subset")) dext[n_dext++] = "VK_KHR_portability_subset";
+    if (has_ext(ext, n_ext, "VK_KHR_portability_subset"))
+        dext[n_dext++] = "VK_KHR_portability_subset";
     vk->info.coopmat = has_ext(ext, n_ext, "VK_KHR_cooperative_matrix");
     free(ext);
 
@@ -372,10 +378,10 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
         st = vk_fail(err, err_len, "vkCreateDevice", r);
         goto fail;
     }
-#define X(fn)                                                                                  \
-    if (!(vk->f.fn = (PFN_##fn)vk->f.vkGetDeviceProcAddr(vk->dev, #fn))) {                     \
-        st = kipp_errf(err, err_len, KIPP_ERR_BACKEND, "vulkan: the driver lacks " #fn);       \
-        goto fail;                                                                             \
+#define X(fn)                                                                                      \
+    if (!(vk->f.fn = (PFN_##fn)vk->f.vkGetDeviceProcAddr(vk->dev, #fn))) {                         \
+        st = kipp_errf(err, err_len, KIPP_ERR_BACKEND, "vulkan: the driver lacks " #fn);           \
+        goto fail;                                                                                 \
     }
     VK_DEVICE_FNS(X)
 #undef X
@@ -392,7 +398,8 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
         st = vk_fail(err, err_len, "vkCreateCommandPool", r);
         goto fail;
     }
-    const VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+    const VkCommandBufferAllocateInfo cai = {.sType =
+                                                 VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                              .commandPool = vk->pool,
                                              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                              .commandBufferCount = 1};
@@ -413,10 +420,12 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
                                               .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     const VkDescriptorSetLayoutCreateInfo dli = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-        .flags = vk->info.push_descriptor ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
+        .flags =
+            vk->info.push_descriptor ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
         .bindingCount = KIPP_VK_MAX_BINDINGS,
         .pBindings = b};
-    const VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 128};
+    const VkPushConstantRange pcr = {
+        .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 128};
     if ((r = vk->f.vkCreateDescriptorSetLayout(vk->dev, &dli, NULL, &vk->dsl)) != VK_SUCCESS) {
         st = vk_fail(err, err_len, "vkCreateDescriptorSetLayout", r);
         goto fail;
@@ -443,7 +452,8 @@ kipp_status kipp_vk_open(int index, kipp_vk **out, char *err, size_t err_len) {
     }
     /* memory types: device-local for kernels' buffers; host-visible coherent for staging;
      * host-cached where there is one for reading back */
-    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const VkMemoryPropertyFlags hv =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     int mt = mem_type(&vk->memprops, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
     int mu = mem_type(&vk->memprops, ~0u, hv, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     if (mu < 0) mu = mem_type(&vk->memprops, ~0u, hv, 0);
@@ -466,7 +476,9 @@ fail:
     return st;
 }
 
-const kipp_vk_info *kipp_vk_info_get(const kipp_vk *vk) { return &vk->info; }
+const kipp_vk_info *kipp_vk_info_get(const kipp_vk *vk) {
+    return &vk->info;
+}
 
 static void free_host(kipp_vk *vk, host_buf *h) {
     if (h->map) vk->f.vkUnmapMemory(vk->dev, h->mem);
@@ -482,8 +494,8 @@ void kipp_vk_close(kipp_vk *vk) {
         for (uint32_t i = 0; i < kipp_vk_shader_count; i++)
             if (vk->prof_n[i])
                 fprintf(stderr, "  %-22s %8llu dispatches %10.3f s %9.1f us each\n",
-                        kipp_vk_shader_table[i].name, (unsigned long long)vk->prof_n[i], vk->prof_s[i],
-                        1e6 * vk->prof_s[i] / (double)vk->prof_n[i]);
+                        kipp_vk_shader_table[i].name, (unsigned long long)vk->prof_n[i],
+                        vk->prof_s[i], 1e6 * vk->prof_s[i] / (double)vk->prof_n[i]);
     }
     free(vk->prof_s);
     free(vk->prof_n);
@@ -494,7 +506,8 @@ void kipp_vk_close(kipp_vk *vk) {
         if (vk->pipes)
             for (uint32_t i = 0; i < kipp_vk_shader_count; i++)
                 if (vk->pipes[i]) vk->f.vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
-        for (uint32_t i = 0; i < vk->n_dpool; i++) vk->f.vkDestroyDescriptorPool(vk->dev, vk->dpool[i], NULL);
+        for (uint32_t i = 0; i < vk->n_dpool; i++)
+            vk->f.vkDestroyDescriptorPool(vk->dev, vk->dpool[i], NULL);
         if (vk->playout) vk->f.vkDestroyPipelineLayout(vk->dev, vk->playout, NULL);
         if (vk->dsl) vk->f.vkDestroyDescriptorSetLayout(vk->dev, vk->dsl, NULL);
         if (vk->fence) vk->f.vkDestroyFence(vk->dev, vk->fence, NULL);
@@ -507,7 +520,7 @@ void kipp_vk_close(kipp_vk *vk) {
     free(vk);
 }
 
-/* ---- buffers ----------------------------------------------------------------------------------- */
+/* ---- buffers --------------------------------------------------------------------------------- */
 
 static VkResult make_buffer(kipp_vk *vk, uint64_t size, VkBufferUsageFlags usage, uint32_t mtype,
                             VkBuffer *buf, VkDeviceMemory *mem) {
@@ -544,19 +557,20 @@ static VkResult make_buffer(kipp_vk *vk, uint64_t size, VkBufferUsageFlags usage
     return r;
 }
 
-kipp_status kipp_vk_alloc(kipp_vk *vk, uint64_t size, const char *what, kipp_vk_buf *out,
-                          char *err, size_t err_len) {
+kipp_status kipp_vk_alloc(kipp_vk *vk, uint64_t size, const char *what, kipp_vk_buf *out, char *err,
+                          size_t err_len) {
     memset(out, 0, sizeof *out);
     if (size == 0) size = 4;
     size = (size + 3) & ~3ull;
     if (size > vk->info.max_alloc)
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "vulkan: %s needs one buffer of %.1f MiB; device %s allows %.1f MiB",
-                         what, size / 1048576.0, vk->info.name, vk->info.max_alloc / 1048576.0);
-    const VkResult r = make_buffer(vk, size,
-                                   VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                                   vk->mt_device, &out->buf, &out->mem);
+                         "vulkan: %s needs one buffer of %.1f MiB; device %s allows %.1f MiB", what,
+                         size / 1048576.0, vk->info.name, vk->info.max_alloc / 1048576.0);
+    const VkResult r =
+        make_buffer(vk, size,
+                    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                        VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                    vk->mt_device, &out->buf, &out->mem);
     if (r != VK_SUCCESS)
         return kipp_errf(err, err_len,
                          r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
@@ -584,7 +598,9 @@ void kipp_vk_free(kipp_vk *vk, kipp_vk_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-uint64_t kipp_vk_allocated(const kipp_vk *vk) { return vk->allocated; }
+uint64_t kipp_vk_allocated(const kipp_vk *vk) {
+    return vk->allocated;
+}
 
 /* ---- recording ------------------------------------------------------------------------------ */
 
@@ -611,17 +627,19 @@ int kipp_vk_begin(kipp_vk *vk) {
 
 /* After every command: its writes visible to every later command (compute or transfer). */
 static void barrier(kipp_vk *vk) {
-    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                                .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                                 VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
-    const VkPipelineStageFlags s = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    const VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                         VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    const VkPipelineStageFlags s =
+        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     vk->f.vkCmdPipelineBarrier(vk->cmd, s, s, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 /* n bytes of a host buffer from the list (growing it), 16-byte aligned; NULL on failure. */
-static host_buf *host_space(kipp_vk *vk, host_buf *list, uint32_t *count, int download,
-                            uint64_t n, uint64_t *off) {
+static host_buf *host_space(kipp_vk *vk, host_buf *list, uint32_t *count, int download, uint64_t n,
+                            uint64_t *off) {
     for (uint32_t i = 0; i < *count; i++) {
         const uint64_t o = (list[i].used + 15) & ~15ull;
         if (o + n <= list[i].size) {
@@ -655,7 +673,8 @@ int kipp_vk_rec_write(kipp_vk *vk, kipp_vk_view dst, const void *src, uint64_t n
     if (n == 0) return 0;
     uint64_t off;
     host_buf *h = host_space(vk, vk->up, &vk->n_up, 0, n, &off);
-    if (!h) return rec_fail(vk, VK_ERROR_OUT_OF_HOST_MEMORY, "no staging memory for an upload%s", "");
+    if (!h)
+        return rec_fail(vk, VK_ERROR_OUT_OF_HOST_MEMORY, "no staging memory for an upload%s", "");
     memcpy(h->map + off, src, n);
     const VkBufferCopy c = {.srcOffset = off, .dstOffset = dst.off, .size = n};
     vk->f.vkCmdCopyBuffer(vk->cmd, h->buf, dst.buf, 1, &c);
@@ -695,7 +714,8 @@ int kipp_vk_rec_copy(kipp_vk *vk, kipp_vk_view dst, kipp_vk_view src, uint64_t n
 int kipp_vk_rec_fill(kipp_vk *vk, kipp_vk_view dst, uint64_t n, uint32_t word) {
     if (kipp_vk_begin(vk)) return vk->rec_err;
     if (n == 0) return 0;
-    if (n % 4 || dst.off % 4) return rec_fail(vk, KIPP_ERR_INVALID_ARG, "a fill of an unaligned range%s", "");
+    if (n % 4 || dst.off % 4)
+        return rec_fail(vk, KIPP_ERR_INVALID_ARG, "a fill of an unaligned range%s", "");
     vk->f.vkCmdFillBuffer(vk->cmd, dst.buf, dst.off, n, word);
     barrier(vk);
     return 0;
@@ -707,8 +727,10 @@ static int shader_index(const char *name) {
         const int mid = (lo + hi) / 2;
         const int c = strcmp(kipp_vk_shader_table[mid].name, name);
         if (c == 0) return mid;
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -720,7 +742,8 @@ static VkPipeline pipeline(kipp_vk *vk, int i, VkResult *r) {
                                          .codeSize = (size_t)s->n_words * 4,
                                          .pCode = s->words};
     VkShaderModule mod;
-    if ((*r = vk->f.vkCreateShaderModule(vk->dev, &mi, NULL, &mod)) != VK_SUCCESS) return VK_NULL_HANDLE;
+    if ((*r = vk->f.vkCreateShaderModule(vk->dev, &mi, NULL, &mod)) != VK_SUCCESS)
+        return VK_NULL_HANDLE;
     const VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
@@ -738,11 +761,13 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
     if (kipp_vk_begin(vk)) return vk->rec_err;
     if (gx == 0 || gy == 0 || gz == 0) return 0;
     const int i = shader_index(shader);
-    if (i < 0) return rec_fail(vk, KIPP_ERR_INVALID_ARG, "no shader named %s in this build", shader);
+    if (i < 0)
+        return rec_fail(vk, KIPP_ERR_INVALID_ARG, "no shader named %s in this build", shader);
     if (n_bind > KIPP_VK_MAX_BINDINGS || push_bytes > 128 || push_bytes % 4)
         return rec_fail(vk, KIPP_ERR_INVALID_ARG, "bad bindings or push constants for %s", shader);
     if (gx > vk->info.max_groups[0] || gy > vk->info.max_groups[1] || gz > vk->info.max_groups[2])
-        return rec_fail(vk, KIPP_ERR_INVALID_ARG, "a grid beyond the device's limits for %s", shader);
+        return rec_fail(vk, KIPP_ERR_INVALID_ARG, "a grid beyond the device's limits for %s",
+                        shader);
     VkResult r = VK_SUCCESS;
     struct timespec ts0;
     if (vk->profile) {
@@ -787,14 +812,15 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
                     .maxSets = DESC_SETS_PER_POOL,
                     .poolSizeCount = 1,
                     .pPoolSizes = &ps};
-                if ((r = vk->f.vkCreateDescriptorPool(vk->dev, &dpi, NULL, &vk->dpool[vk->n_dpool])) !=
-                    VK_SUCCESS)
+                if ((r = vk->f.vkCreateDescriptorPool(vk->dev, &dpi, NULL,
+                                                      &vk->dpool[vk->n_dpool])) != VK_SUCCESS)
                     return rec_fail(vk, (int)r, "vkCreateDescriptorPool failed for %s", shader);
                 vk->n_dpool++;
             }
             vk->dsets_used = 0;
         }
-        const VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+        const VkDescriptorSetAllocateInfo ai = {.sType =
+                                                    VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                                 .descriptorPool = vk->dpool[vk->dpool_cur],
                                                 .descriptorSetCount = 1,
                                                 .pSetLayouts = &vk->dsl};
@@ -808,7 +834,8 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
                                       &set, 0, NULL);
     }
     if (push_bytes)
-        vk->f.vkCmdPushConstants(vk->cmd, vk->playout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+        vk->f.vkCmdPushConstants(vk->cmd, vk->playout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes,
+                                 push);
     vk->f.vkCmdDispatch(vk->cmd, gx, gy, gz);
     barrier(vk);
     vk->dispatches++;
@@ -818,7 +845,8 @@ int kipp_vk_dispatch(kipp_vk *vk, const char *shader, const kipp_vk_view *bind, 
         kipp_vk_begin(vk);
         struct timespec ts1;
         clock_gettime(CLOCK_MONOTONIC, &ts1);
-        vk->prof_s[i] += (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+        vk->prof_s[i] +=
+            (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
         vk->prof_n[i]++;
     }
     return 0;
@@ -840,18 +868,21 @@ kipp_status kipp_vk_submit(kipp_vk *vk, char *err, size_t err_len) {
     if (vk->rec_err) {
         vk->f.vkEndCommandBuffer(vk->cmd);
         const int e = vk->rec_err;
-        kipp_status st = kipp_errf(err, err_len, e == KIPP_ERR_NOMEM ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
-                                   "vulkan: %s (code %d)", vk->rec_msg, e);
+        kipp_status st =
+            kipp_errf(err, err_len, e == KIPP_ERR_NOMEM ? KIPP_ERR_NOMEM : KIPP_ERR_BACKEND,
+                      "vulkan: %s (code %d)", vk->rec_msg, e);
         end_recording(vk);
         vk->rec_err = 0;
         return st;
     }
     /* the transfers' writes visible to the host once the fence has signalled */
     const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                                .srcAccessMask =
+                                    VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    vk->f.vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                               VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    vk->f.vkCmdPipelineBarrier(
+        vk->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+        VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
     VkResult r = vk->f.vkEndCommandBuffer(vk->cmd);
     const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
                              .commandBufferCount = 1,
@@ -866,12 +897,13 @@ kipp_status kipp_vk_submit(kipp_vk *vk, char *err, size_t err_len) {
     if (r == VK_ERROR_DEVICE_LOST)
         return kipp_errf(err, err_len, KIPP_ERR_BACKEND,
                          "vulkan: device lost on %s (a driver reset, a kernel fault or a "
-                         "time-out)", vk->info.name);
+                         "time-out)",
+                         vk->info.name);
     if (r != VK_SUCCESS) return vk_fail(err, err_len, "the queue submission", r);
     return KIPP_OK;
 }
 
-/* ---- synchronous transfers --------------------------------------------------------------------- */
+/* ---- synchronous transfers ------------------------------------------------------------------- */
 
 #define XFER_CHUNK (16u << 20)
 
@@ -882,7 +914,8 @@ kipp_status kipp_vk_write(kipp_vk *vk, const kipp_vk_buf *dst, uint64_t off, con
     for (uint64_t done = 0; done < n;) {
         const uint64_t c = n - done < XFER_CHUNK ? n - done : XFER_CHUNK;
         kipp_vk_begin(vk);
-        kipp_vk_rec_write(vk, kipp_vk_sub(dst, off + done, c), (const unsigned char *)src + done, c);
+        kipp_vk_rec_write(vk, kipp_vk_sub(dst, off + done, c), (const unsigned char *)src + done,
+                          c);
         const kipp_status st = kipp_vk_submit(vk, err, err_len);
         if (st != KIPP_OK) return st;
         done += c;
@@ -905,14 +938,17 @@ kipp_status kipp_vk_read(kipp_vk *vk, const kipp_vk_buf *src, uint64_t off, void
     return KIPP_OK;
 }
 
-uint64_t kipp_vk_dispatches(const kipp_vk *vk) { return vk->dispatches; }
+uint64_t kipp_vk_dispatches(const kipp_vk *vk) {
+    return vk->dispatches;
+}
 
 void kipp_vk_pipelines(const kipp_vk *vk, char *buf, size_t len) {
     size_t n = 0;
     if (len) buf[0] = 0;
     for (uint32_t i = 0; i < kipp_vk_shader_count && n + 1 < len; i++) {
         if (!vk->pipes[i]) continue;
-        const int w = snprintf(buf + n, len - n, "%s%s", n ? "," : "", kipp_vk_shader_table[i].name);
+        const int w =
+            snprintf(buf + n, len - n, "%s%s", n ? "," : "", kipp_vk_shader_table[i].name);
         if (w < 0) break;
         n += (size_t)w;
     }

@@ -118,11 +118,13 @@ static kipp_status vk_init(const kipp_model *m, uint32_t n_ctx, const kipp_backe
                        in->device_bytes / 1048576.0);
         goto fail;
     }
-    if ((st = kipp_vk_fwd_init(s->vk, m, n_ctx, o->kv_type, n_logits, &s->fwd, err, err_len)) != KIPP_OK)
+    if ((st = kipp_vk_fwd_init(s->vk, m, n_ctx, o->kv_type, n_logits, &s->fwd, err, err_len)) !=
+        KIPP_OK)
         goto fail;
     snprintf(s->isa, sizeof s->isa, "vulkan %s (%s, %s %s, Vulkan %u.%u, subgroup %u)", in->name,
-             type_word(in->type), in->driver, in->driver_info, VK_API_VERSION_MAJOR(in->api_version),
-             VK_API_VERSION_MINOR(in->api_version), in->subgroup_size);
+             type_word(in->type), in->driver, in->driver_info,
+             VK_API_VERSION_MAJOR(in->api_version), VK_API_VERSION_MINOR(in->api_version),
+             in->subgroup_size);
     describe_kernels(s);
     *state = s;
     return KIPP_OK;
@@ -138,10 +140,12 @@ static void vk_describe(void *state, const char **isa, int *n_threads, uint64_t 
     *weights_repacked = 0; /* the device holds the GGUF blocks as they are in the file */
 }
 
-static const char *vk_kernels_json(void *state) { return ((vk_state *)state)->kernels; }
+static const char *vk_kernels_json(void *state) {
+    return ((vk_state *)state)->kernels;
+}
 
-static kipp_status vk_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_t n_blocks, void **store,
-                               char *err, size_t err_len) {
+static kipp_status vk_kv_alloc(void *state, const kipp_kv_layout *lay, uint32_t n_blocks,
+                               void **store, char *err, size_t err_len) {
     vk_state *s = state;
     *store = NULL;
     uint64_t part, total;
@@ -167,8 +171,8 @@ static void vk_kv_copy_block(void *state, void *store, uint32_t dst, uint32_t sr
     kipp_vk_kv_copy(s->vk, store, dst, src);
 }
 
-static kipp_status vk_decode_batch(void *state, kipp_kv_pool *pool, const kipp_batch *b, float *logits,
-                                   char *err, size_t err_len) {
+static kipp_status vk_decode_batch(void *state, kipp_kv_pool *pool, const kipp_batch *b,
+                                   float *logits, char *err, size_t err_len) {
     vk_state *s = state;
     return kipp_vk_fwd_decode_batch(s->fwd, pool, b, logits, err, err_len);
 }
