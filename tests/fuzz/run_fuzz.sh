@@ -2,7 +2,8 @@
 # run_fuzz.sh NAME [SECONDS] — one fuzzer's stage: replay its committed corpus
 # (tests/fuzz/corpus/NAME; fuzz_api's: anthropic, responses, ollama) through
 # $BUILD/fuzz_NAME, then, unless SECONDS is 0, a short run of SECONDS (default FUZZ_SECONDS,
-# 15) starting from it in a scratch directory (the committed corpus is never written).
+# else 10 in the test tier (CI) and 60 in the full tier) starting from it in a scratch
+# directory (the committed corpus is never written).
 # run_fuzz.sh --replay NAME... — replay each named corpus only (make check).
 # Ends with "N passed, N failed".
 set -u
@@ -25,7 +26,9 @@ if [ "${1:-}" = --replay ]; then
     done
 else
     name=${1:?usage: run_fuzz.sh NAME [SECONDS] | run_fuzz.sh --replay NAME...}
-    secs=${2:-${FUZZ_SECONDS:-15}}
+    tier_secs=10
+    [ "${TIER:-}" = full ] && tier_secs=60
+    secs=${2:-${FUZZ_SECONDS:-$tier_secs}}
     # shellcheck disable=SC2046
     run_counted "$name corpus replay" "$BUILD/fuzz_$name" -runs=0 $(corpora "$name")
     if [ "$secs" != 0 ]; then
