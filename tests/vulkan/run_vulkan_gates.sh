@@ -142,6 +142,10 @@ if [ "$TIER" = full ]; then
     done
 fi
 
+# an embeddings context (no lm_head: the final-norm hidden state read back) against HF's
+gate "embed golden vulkan tiny-embed bf16" --embed-golden models/tiny-embed/kipp-tiny-embed-bf16.gguf \
+    tests/test-vectors/tiny-embed --backend vulkan
+
 # every matrix split into 64 KiB parts (one dispatch per part, each writing its rows' columns)
 KIPP_VK_MAX_VIEW=65536 gate "golden vulkan split views tiny-tied bf16" --model "$M" "$V" --backend vulkan
 KIPP_VK_MAX_VIEW=65536 gate "paged KV vulkan split views tiny-moe bf16" --paged-cpu "$(gguf tiny-moe bf16)" \

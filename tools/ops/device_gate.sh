@@ -8,6 +8,11 @@
 # (tiny-tied, tiny-untied, kipp-tiny), qwen2 (tiny-qwen2) and qwen3moe (tiny-moe, when its
 # GGUF and vectors are there; KIPP_GATE_MOE="FILE..." adds cuda vs cpu-ref on other qwen3moe
 # files); the shape gates and benches below are qwen3's random real shapes.
+# The vulkan backend (docs/vulkan.md), which every build carries: where the NVIDIA driver has
+# a Vulkan manifest (nvidia_icd.json), step test-vulkan runs its gates on the GPU
+# (tests/vulkan/run_vulkan_gates.sh, test tier, the loader pointed at that manifest only) and
+# the benches add bench-vulkan-SHAPE-TYPE beside cuda's; where it has none, the header's INFO
+# vulkan says so (the finding to record: this driver exposes no Vulkan) and neither is planned.
 #
 # Log format (v1), one marker per line, everything else is the steps' own output:
 #   ### kipp-gate LOG v1 started=<ISO-8601 UTC> host=<hostname>
@@ -149,10 +154,19 @@ SHAPES=("0.6b:q4_k_m" "0.6b:bf16")
 BENCH_SHAPE=4b
 if ((SKIP_4B)); then BENCH_SHAPE=0.6b; else SHAPES+=("4b:q4_k_m"); fi
 BENCH_TYPES=(bf16 q4_k_m)
+# the NVIDIA driver's Vulkan manifest, where it installed one
+VK_ICD=""
+for f in /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json; do
+    [ -f "$f" ] && { VK_ICD=$f; break; }
+done
 PLAN=(deps build test-cuda)
+[ -n "$VK_ICD" ] && PLAN+=(test-vulkan)
 for s in "${SHAPES[@]}"; do PLAN+=("model-${s%%:*}-${s#*:}" "shape-${s%%:*}-${s#*:}"); done
 if ((!SKIP_BENCH)); then
     for q in "${BENCH_TYPES[@]}"; do PLAN+=("model-$BENCH_SHAPE-$q" "bench-$BENCH_SHAPE-$q"); done
+    if [ -n "$VK_ICD" ]; then
+        for q in "${BENCH_TYPES[@]}"; do PLAN+=("bench-vulkan-$BENCH_SHAPE-$q"); done
+    fi
     PLAN+=("server-bench-$BENCH_SHAPE-q4_k_m" membw peer-cuda)
     for q in "${BENCH_TYPES[@]}"; do PLAN+=("peer-$BENCH_SHAPE-$q"); done
 fi
@@ -192,6 +206,14 @@ if command -v nvcc >/dev/null 2>&1; then
 else
     mark_info nvcc "not found"
 fi
+if [ -n "$VK_ICD" ]; then
+    mark_info vulkan "driver manifest $VK_ICD"
+else
+    mark_info vulkan "none: no nvidia_icd.json in /usr/share/vulkan/icd.d or /etc/vulkan/icd.d (this driver exposes no Vulkan; the vulkan gates and benches are not planned)"
+fi
+if command -v vulkaninfo >/dev/null 2>&1; then
+    mark_info vulkaninfo "$(vulkaninfo --summary 2>&1 | grep -E 'deviceName|driverInfo|apiVersion' | tr -s ' ' | paste -sd ';' - | cut -c1-400)"
+fi
 mark_info cpu "$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //' || echo unknown)"
 mark_info cores "$(nproc 2>/dev/null || echo unknown)"
 mark_info kernel "$(uname -sr)"
@@ -217,6 +239,8 @@ fi
 # is not counted against it
 T0=$SECONDS
 TARGETS=(cuda-generic server-cuda test-cuda-build)
+# the ordinary binaries carry the vulkan backend: its gates run build/kipp, kipp_test, kipp-server
+[ -n "$VK_ICD" ] && TARGETS+=(cpu server)
 # the GPU copy-bandwidth probe, where its source is in the tree (tools.bench reads it too)
 [ -f bench/cuda_membw.cu ] && TARGETS+=(build/kipp-cuda-membw)
 run_step build build make "${MAKE_DEPS[@]+"${MAKE_DEPS[@]}"}" -j"$JOBS" CUDA_GENCODE="$GENCODE" "${TARGETS[@]}" && BUILD_OK=1
@@ -234,6 +258,12 @@ model_ok() {
 
 if ((BUILD_OK)); then
     run_step test-cuda gate make "${MAKE_DEPS[@]+"${MAKE_DEPS[@]}"}" -j"$JOBS" CUDA_GENCODE="$GENCODE" test-cuda
+    # the vulkan gates on the GPU: the loader reads the NVIDIA manifest only (no software
+    # device in the way); a build without the backend (no glslc there) fails the step
+    if [ -n "$VK_ICD" ]; then
+        run_step test-vulkan gate env VK_ICD_FILENAMES="$VK_ICD" VK_DRIVER_FILES="$VK_ICD" \
+            KIPP_REQUIRE_VULKAN=1 TIER=test tests/vulkan/run_vulkan_gates.sh
+    fi
     for s in "${SHAPES[@]}"; do
         shape="${s%%:*}" type="${s#*:}"
         if model_ok "$shape" "$type"; then
@@ -282,6 +312,23 @@ else
             mark_skip "bench-$BENCH_SHAPE-$q" bench "model-$BENCH_SHAPE-$q did not finish"
         fi
     done
+    # the vulkan backend on the same files (the bandwidth probe is cuda's: the same GPU)
+    if [ -n "$VK_ICD" ]; then
+        for q in "${BENCH_TYPES[@]}"; do
+            out="build/device/bench-vulkan-$BENCH_SHAPE-$q.json"
+            rm -f "$out"
+            if model_ok "$BENCH_SHAPE" "$q"; then
+                run_step "bench-vulkan-$BENCH_SHAPE-$q" bench env VK_ICD_FILENAMES="$VK_ICD" \
+                    VK_DRIVER_FILES="$VK_ICD" "$PY" -m tools.bench --backend vulkan \
+                    --binary build/kipp --model "models/random/qwen3-$BENCH_SHAPE-$q.gguf" \
+                    --prompt-tokens 512 --decode 128 --warmup 1 --runs 3 --no-membw \
+                    --allow-noisy --output "$out"
+                [ $? -eq 125 ] || bench_json "bench-vulkan-$BENCH_SHAPE-$q" "$out"
+            else
+                mark_skip "bench-vulkan-$BENCH_SHAPE-$q" bench "model-$BENCH_SHAPE-$q did not finish"
+            fi
+        done
+    fi
     step="server-bench-$BENCH_SHAPE-q4_k_m"
     out="build/device/$step.json"
     rm -f "$out"

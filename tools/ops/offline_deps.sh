@@ -16,7 +16,10 @@
 #    plus each library of prefix-deps/ whose soname the system's ld.so cache lacks; then the
 #    probe must pass.
 # 2. xz (the shipped weights are .xz): the bundle's when the system has none.
-# 3. Python: .venv/bin/python must import numpy and tqdm; else .venv is made (python3 -m venv;
+# 3. Vulkan (optional): glslc, the Vulkan headers and the loader for the vulkan backend: the
+#    system's, else the bundle's vulkan/ (PATH, C_INCLUDE_PATH, LD_LIBRARY_PATH); without
+#    them the build leaves the backend out, which is not a failure here.
+# 4. Python: .venv/bin/python must import numpy and tqdm; else .venv is made (python3 -m venv;
 #    without ensurepip, --without-pip and the bundle's pip wheel) and the pins of
 #    tools/requirements.txt installed from the bundle's wheels with --no-index.
 # Exit status: 0 ready; 1 something is missing (each thing named, with what would fix it).
@@ -144,7 +147,41 @@ else
     MISSING+=("xz (xz-utils; no bundle)")
 fi
 
-# ---- 3. Python -------------------------------------------------------------------------
+# ---- 3. Vulkan (optional: the vulkan backend) ----------------------------------------
+# glslc and the headers to build it, the loader to run it: the system's, else the bundle's
+# vulkan/ folder; without either the build leaves the backend out and says so (not a failure
+# here: device_gate.sh plans the vulkan steps only where the driver has a Vulkan manifest)
+vk_probe() {
+    command -v glslc >/dev/null 2>&1 &&
+        printf '#include <vulkan/vulkan.h>\nint main(void) { return 0; }\n' |
+            "$CC" -x c - -o "$probe_dir/vk" >/dev/null 2>&1
+}
+vk_loader() { ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1 ' ||
+    { [ -n "${LD_LIBRARY_PATH:-}" ] && ls ${LD_LIBRARY_PATH//:/ } 2>/dev/null | grep -q '^libvulkan\.so\.1$'; }; }
+if vk_probe && vk_loader; then
+    say "vulkan: the system's glslc, headers and loader"
+elif [ -d "$BUNDLE/vulkan/usr" ]; then
+    mkdir -p "$USE/bin" "$USE/vklib"
+    [ -f "$BUNDLE/vulkan/usr/bin/glslc" ] && chmod -f +x "$BUNDLE/vulkan/usr/bin/glslc" &&
+        ln -sf "$(cd "$BUNDLE/vulkan/usr/bin" && pwd)/glslc" "$USE/bin/glslc"
+    for d in $(libdirs "$BUNDLE/vulkan"); do
+        for f in "$d"/lib*.so*; do [ -e "$f" ] && ln -sf "$(cd "$d" && pwd)/${f##*/}" "$USE/vklib/"; done
+    done
+    export PATH="$(cd "$USE/bin" && pwd):$PATH"
+    export C_INCLUDE_PATH="$(cd "$BUNDLE/vulkan/usr/include" && pwd)${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}"
+    export LD_LIBRARY_PATH="$(cd "$USE/vklib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    {
+        echo "export PATH='$PATH'"
+        echo "export C_INCLUDE_PATH='$C_INCLUDE_PATH'"
+        echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH'"
+    } >>"$ENVF"
+    if vk_probe; then say "vulkan: the bundle's glslc and headers (and its loader where the system has none)"
+    else say "vulkan: not even with the bundle's glslc and headers: the build leaves the backend out"; fi
+else
+    say "vulkan: no glslc or Vulkan headers here and no bundle: the build leaves the backend out"
+fi
+
+# ---- 4. Python -------------------------------------------------------------------------
 PY=.venv/bin/python
 MODS="import numpy, tqdm"
 pins=()

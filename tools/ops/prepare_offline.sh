@@ -6,6 +6,9 @@
 #                 libutf8proc, libmicrohttpd, libedit (runtime + -dev: headers, .so links)
 #   prefix-deps/  the runtime closure of those (gnutls, nettle, libbsd, libtinfo, ...) and
 #                 xz-utils: used on the GPU host only for what its system lacks
+#   vulkan/       `dpkg -x` of glslc and libshaderc1 (the vulkan backend's shader compiler),
+#                 libvulkan-dev (headers) and libvulkan1 (the loader): used on the GPU host
+#                 only when it lacks them (docs/vulkan.md)
 #   wheels/       the Python packages the gate's own steps import (numpy, tqdm at the pins of
 #                 tools/requirements.txt) for the GPU host's Python (--py-version, default
 #                 3.12), and pip itself (a host whose python3 has no ensurepip)
@@ -70,6 +73,8 @@ RUNTIME_ROOTS=(libjansson4 libutf8proc2 libmicrohttpd12 libedit2)
 BASE_SKIP=' libc6 libgcc-s1 libstdc++6 gcc-12-base gcc-13-base gcc-14-base debconf dpkg '
 mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances "${RUNTIME_ROOTS[@]}" | grep -v '^ ' | grep -v '^<' | sort -u)
+# the vulkan backend's build (glslc, the headers) and run (the loader)
+VK_PKGS=(glslc libshaderc1 libvulkan-dev libvulkan1)
 DEP_PKGS=(xz-utils)
 for p in "${closure[@]}"; do
     case " ${CORE_PKGS[*]} $BASE_SKIP " in *" $p "*) continue ;; esac
@@ -81,11 +86,11 @@ trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"   # apt-get download fetches as the _apt user where it can
 new="$OUT.new"
 rm -rf "$new"
-mkdir -p "$new/prefix" "$new/prefix-deps" "$new/wheels" "$tmp/debs"
+mkdir -p "$new/prefix" "$new/prefix-deps" "$new/vulkan" "$new/wheels" "$tmp/debs"
 chmod 777 "$tmp/debs"
 
-echo "prepare_offline.sh: apt-get download ${CORE_PKGS[*]} ${DEP_PKGS[*]}"
-(cd "$tmp/debs" && apt-get download -q "${CORE_PKGS[@]}" "${DEP_PKGS[@]}") || {
+echo "prepare_offline.sh: apt-get download ${CORE_PKGS[*]} ${DEP_PKGS[*]} ${VK_PKGS[*]}"
+(cd "$tmp/debs" && apt-get download -q "${CORE_PKGS[@]}" "${DEP_PKGS[@]}" "${VK_PKGS[@]}") || {
     echo "prepare_offline.sh: apt-get download failed (no network, or apt-get update needed)" >&2
     exit 1; }
 {
@@ -94,15 +99,16 @@ echo "prepare_offline.sh: apt-get download ${CORE_PKGS[*]} ${DEP_PKGS[*]}"
     echo "commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
     echo "python=$PYV"
 } >"$tmp/MANIFEST.txt"
-for p in "${CORE_PKGS[@]}" "${DEP_PKGS[@]}"; do
+for p in "${CORE_PKGS[@]}" "${DEP_PKGS[@]}" "${VK_PKGS[@]}"; do
     deb=$(ls "$tmp/debs/${p}_"*.deb)
     dest=prefix-deps
     case " ${CORE_PKGS[*]} " in *" $p "*) dest=prefix ;; esac
+    case " ${VK_PKGS[*]} " in *" $p "*) dest=vulkan ;; esac
     dpkg -x "$deb" "$new/$dest"
     echo "deb $dest $(dpkg-deb --showformat='${Package} ${Version}' -W "$deb")" >>"$tmp/MANIFEST.txt"
 done
 # documentation, man pages, lintian data, static archives: not needed to build or run
-rm -rf "$new"/prefix*/usr/share
+rm -rf "$new"/prefix*/usr/share "$new"/vulkan/usr/share
 find "$new" -name '*.a' -delete
 # no symbolic links in what is carried (a copy tool may drop them): LINKS.txt lists each
 # (path, target) and tools/ops/offline_deps.sh makes them again on the GPU host

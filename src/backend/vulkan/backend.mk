@@ -22,7 +22,8 @@ ifneq ($(KIPP_VK_OFF),1)
 ifeq ($(shell command -v $(GLSLC) 2>/dev/null),)
 KIPP_VK_MISSING := glslc (Debian: glslc)
 endif
-ifeq ($(wildcard /usr/include/vulkan/vulkan.h),)
+# the headers through the compiler (C_INCLUDE_PATH counts: the offline bundle's)
+ifneq ($(shell printf '\043include <vulkan/vulkan.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo y),y)
 KIPP_VK_MISSING += the Vulkan headers (Debian: libvulkan-dev)
 endif
 ifneq ($(strip $(KIPP_VK_MISSING)),)
