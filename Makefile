@@ -161,7 +161,8 @@ $(BUILD)/kipp-membw: $(BUILD)/obj/bench/membw.o
 # separate object tree. Production targets never define it (tests check the binaries).
 ifeq ($(BUILD),build)
 build/kipp_test_fault: FORCE
-	$(MAKE) --no-print-directory BUILD=build/fault EXTRA_CFLAGS=-DKIPP_FAULT_INJECT build/fault/kipp_test
+	$(MAKE) --no-print-directory BUILD=build/fault EXTRA_CFLAGS=-DKIPP_FAULT_INJECT \
+	    VK_SPV_DIR=build/vulkan/spv build/fault/kipp_test
 	cp build/fault/kipp_test $@.tmp && mv -f $@.tmp $@
 endif
 FORCE:

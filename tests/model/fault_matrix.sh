@@ -19,6 +19,8 @@ DOC=docs/kv-cache.md
 default_backends="cpu-ref cpu"
 build/kipp --help 2>&1 | grep -q 'this binary has .*vulkan' && default_backends="$default_backends vulkan"
 FAULT_BACKENDS=${FAULT_BACKENDS:-$default_backends}
+# lavapipe (the vulkan column): one thread, as the stage counts one core
+export LP_NUM_THREADS=${LP_NUM_THREADS:-1}
 FAULT_BIN=build/kipp_test_fault
 fault_targets="build/kipp build/kipp_test build/kipp_test_fault"
 case " $FAULT_BACKENDS " in

@@ -45,7 +45,8 @@ VK_WTYPES := f32:0 f16:1 q4_0:2 q4_1:3 q5_0:6 q5_1:7 q8_0:8 q2_k:10 q3_k:11 q4_k
 VK_COMP := $(wildcard $(VK_SHADER_DIR)/*.comp)
 VK_TYPED := $(shell grep -l '^// kipp: per weight type' $(VK_COMP) /dev/null 2>/dev/null)
 VK_PLAIN := $(filter-out $(VK_TYPED),$(VK_COMP))
-VK_SPV_DIR := $(BUILD)/vulkan/spv
+# (the fault build passes build/vulkan/spv: the SPIR-V does not depend on C flags)
+VK_SPV_DIR ?= $(BUILD)/vulkan/spv
 # NAME=FILE pairs for the embedder
 VK_SPV_PLAIN := $(foreach f,$(VK_PLAIN),$(basename $(notdir $(f)))=$(VK_SPV_DIR)/$(basename $(notdir $(f))).spv)
 VK_SPV_TYPED := $(foreach f,$(VK_TYPED),$(foreach t,$(VK_WTYPES),$(basename $(notdir $(f)))_$(word 1,$(subst :, ,$(t)))=$(VK_SPV_DIR)/$(basename $(notdir $(f)))_$(word 1,$(subst :, ,$(t))).spv))
