@@ -2,7 +2,7 @@
 # run_fuzz.sh NAME [SECONDS] — one fuzzer's stage: replay its committed corpus
 # (tests/fuzz/corpus/NAME; fuzz_api's: anthropic, responses, ollama) through
 # $BUILD/fuzz_NAME, then, unless SECONDS is 0, a short run of SECONDS (default FUZZ_SECONDS,
-# else 10 in the test tier (CI) and 60 in the full tier) starting from it in a scratch
+# else 8 in the test tier (CI) and 60 in the full tier) starting from it in a scratch
 # directory (the committed corpus is never written).
 # run_fuzz.sh --replay NAME... — replay each named corpus only (make check).
 # Ends with "N passed, N failed".
@@ -26,7 +26,7 @@ if [ "${1:-}" = --replay ]; then
     done
 else
     name=${1:?usage: run_fuzz.sh NAME [SECONDS] | run_fuzz.sh --replay NAME...}
-    tier_secs=10
+    tier_secs=8
     [ "${TIER:-}" = full ] && tier_secs=60
     secs=${2:-${FUZZ_SECONDS:-$tier_secs}}
     # shellcheck disable=SC2046
