@@ -190,11 +190,6 @@ static int mat_mul(kipp_vk_fwd *f, const dev_mat *d, uint64_t r0, uint32_t n_out
 
 /* ---- sizes ------------------------------------------------------------------------------- */
 
-static const kipp_gguf_tensor *layer_tensor(const kipp_model *m, uint32_t l,
-                                            const kipp_arch_tensor *at) {
-    return *(const kipp_gguf_tensor *const *)((const char *)&m->layers[l] + at->off);
-}
-
 static int binds(const kipp_model *m, size_t w) {
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
         if (kipp_layer_tensor(m, l, w)) return 1;
@@ -208,7 +203,7 @@ void kipp_vk_fwd_sizes(const kipp_model *m, uint32_t n_ctx, uint32_t n_logits,
     for (uint32_t l = 0; l < hp->n_layer; l++)
         for (size_t i = 0; i < m->arch->n_tensors; i++) {
             const kipp_arch_tensor *at = &m->arch->tensors[i];
-            const kipp_gguf_tensor *t = layer_tensor(m, l, at);
+            const kipp_gguf_tensor *t = kipp_layer_tensor(m, l, at->off);
             if (t) w += at->ne[1] == KIPP_DIM_NONE ? t->n_elems * 4 : t->n_bytes;
         }
     if (n_logits) {
@@ -240,7 +235,7 @@ kipp_status kipp_vk_fwd_check(const kipp_model *m, char *err, size_t err_len) {
     for (uint32_t l = 0; l < hp->n_layer; l++)
         for (size_t i = 0; i < m->arch->n_tensors; i++) {
             const kipp_arch_tensor *at = &m->arch->tensors[i];
-            const kipp_gguf_tensor *t = layer_tensor(m, l, at);
+            const kipp_gguf_tensor *t = kipp_layer_tensor(m, l, at->off);
             if (!t) continue;
             if (at->ne[1] != KIPP_DIM_NONE &&
                 !kipp_vk_mm_shape_supported(t->type, (uint32_t)t->ne[0]))
@@ -306,7 +301,7 @@ static kipp_status upload_weights(kipp_vk_fwd *f, char *err, size_t err_len) {
     for (uint32_t l = 0; st == KIPP_OK && l < m->hp.n_layer; l++)
         for (size_t i = 0; st == KIPP_OK && i < m->arch->n_tensors; i++) {
             const kipp_arch_tensor *at = &m->arch->tensors[i];
-            const kipp_gguf_tensor *t = layer_tensor(m, l, at);
+            const kipp_gguf_tensor *t = kipp_layer_tensor(m, l, at->off);
             if (!t) continue;
             const size_t s = SLOT_OF(at->off);
             st = at->ne[1] == KIPP_DIM_NONE
