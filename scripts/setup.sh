@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 pkgs=(libjansson-dev libutf8proc-dev libmicrohttpd-dev cmark-gfm clang libclang-rt-14-dev curl python3-venv
       gcc-aarch64-linux-gnu xz-utils libedit-dev chromium chromium-driver qemu-user
       libjansson-dev:arm64 libutf8proc-dev:arm64
-      libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools)
+      libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
+      libzmq3-dev libmsgpack-dev libcbor-dev libssl-dev haproxy)
+# kipp-server's KV-cache events (--kv-events): ZeroMQ, msgpack, CBOR and OpenSSL's sha256
+# (vLLM's wire format and block hashes); HAProxy for the cluster tests (tests/cluster)
 # the vulkan backend: its headers and glslc (the shaders' compiler) to build, Mesa's lavapipe
 # (software Vulkan on the CPU) to run its gates in make test, vulkaninfo for docs/vulkan.md
 # the arm64 build's libraries (the arm64 stage: tests/arm64/run_arm64.sh) come from Debian's

@@ -325,6 +325,34 @@ def write_record(path: Path, tier: str, runner: Runner, wall: float, extra: dict
     os.replace(tmp, path)
 
 
+# What a tier writes from a fresh clone (models, build trees, the cpu-ref cache, pytest's
+# temporary files; measured on a fresh clone, docs/testing.md), and what is left free.
+DISK_NEED_GIB = {"check": 4, "test": 8, "full": 12}
+
+
+def disk_warning(build: Path, tier: str, after: bool = False) -> None:
+    """Warn, naming the numbers, when the disk is too full for the tier: a full disk fails
+    stages with errors that do not say so (pytest: "could not create numbered dir")."""
+    need = DISK_NEED_GIB.get(tier, 8)
+    seen = set()
+    for path in (build, Path(os.environ.get("TMPDIR") or "/tmp")):
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        if st.f_fsid in seen:
+            continue
+        seen.add(st.f_fsid)
+        free = st.f_bavail * st.f_frsize / 2**30
+        if after and free < 1:
+            print(f"run_tests: {path} has {free:.2f} GiB free now: stages may have failed for "
+                  f"want of disk space", flush=True)
+        elif not after and free < need:
+            print(f"run_tests: warning: {path} has {free:.1f} GiB free; tier {tier} writes "
+                  f"about {need} GiB from a fresh clone (free some space, or stages will fail "
+                  f"with errors that do not say why)", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="tests/run_tests.sh",
@@ -381,6 +409,7 @@ def main(argv=None) -> int:
     env.setdefault("KIPP_REF_CACHE", str(ROOT / build / "ref-cache"))
     log_dir = ROOT / build / "test-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    disk_warning(ROOT / build, args.tier)
     print(f"run_tests: tier {args.tier}, {len(stages)} stages, {args.jobs} cores; logs in "
           f"{rel(log_dir)}/", flush=True)
     runner = Runner(stages, args.jobs, env, log_dir)
@@ -402,6 +431,7 @@ def main(argv=None) -> int:
     bad = [s.name for s in runner.done if s.failed]
     if bad:
         print("run_tests: failed stages: " + ", ".join(bad) + f" (logs in {rel(log_dir)}/)")
+        disk_warning(ROOT / build, args.tier, after=True)
     extra = {"selection": {"only": args.only, "skip": args.skip}}
     if not args.only and not args.skip:
         write_record(times, args.tier, runner, wall, extra)

@@ -26,8 +26,6 @@ if ! command -v curl >/dev/null; then
     exit 1
 fi
 PY=${PYTHON:-.venv/bin/python}
-export KIPP_SERVER_TEST_LOGS=${KIPP_SERVER_TEST_LOGS:-$(mktemp -d -t kipp-server-tests-XXXXXX)}
-echo "server logs: $KIPP_SERVER_TEST_LOGS"
 PROTOCOL_TESTS="test_anthropic.py test_responses.py test_ollama.py test_openai_shapes.py test_util.py
                 test_scoring.py test_rerank.py"
 targets=(tests/server)
@@ -42,4 +40,11 @@ if [ "${1:-}" = --part ]; then
     done
     [ "$part" = core ] && targets+=(tests/server)
 fi
-exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 "${targets[@]}" "$@"
+# Logs and pytest's temporary files (a 280 MB model among them) live in the build tree, one
+# folder per part, emptied at the start of each run: nothing accumulates in /tmp.
+where=${BUILD:-build}/test-tmp/server-${part:-all}
+rm -rf "$where"
+export KIPP_SERVER_TEST_LOGS=${KIPP_SERVER_TEST_LOGS:-$where/logs}
+mkdir -p "$where" "$KIPP_SERVER_TEST_LOGS"
+echo "server logs: $KIPP_SERVER_TEST_LOGS"
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 --basetemp="$where/pytest" "${targets[@]}" "$@"

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -22,12 +20,12 @@ LONG_TAIL = "x" * 22016
 
 
 @pytest.fixture(scope="module")
-def long_server() -> Srv:
+def long_server(tmp_path_factory) -> Srv:
     """tests/cli/make_bad_models.py's long-token.gguf: greedy decoding of "The capital of
     France is" emits <|fim_prefix|> + 22,016 x first; the chat prompt (thinking off)
     emits <|fim_middle|> + 22,016 x first. Both are USER_DEFINED (not special)."""
     src = ROOT / "models" / "tiny-untied" / "kipp-tiny-untied-bf16.gguf"
-    out = Path(tempfile.mkdtemp(prefix="kipp-long-token-"))
+    out = tmp_path_factory.mktemp("long-token")  # 280 MB: pytest's basetemp, not a stray /tmp dir
     subprocess.run([sys.executable, str(ROOT / "tests" / "cli" / "make_bad_models.py"), str(src), str(out)],
                    check=True, capture_output=True)
     return Srv(start_server("long_token", "--model-name", "long", model=str(out / "long-token.gguf")),
