@@ -327,7 +327,7 @@ def write_record(path: Path, tier: str, runner: Runner, wall: float, extra: dict
 
 # What a tier writes from a fresh clone (models, build trees, the cpu-ref cache, pytest's
 # temporary files; measured on a fresh clone, docs/testing.md), and what is left free.
-DISK_NEED_GIB = {"check": 4, "test": 8, "full": 12}
+DISK_NEED_GIB = {"check": 6, "test": 14, "full": 20}
 
 
 def disk_warning(build: Path, tier: str, after: bool = False) -> None:
