@@ -121,11 +121,11 @@ def logical_lines(text):
 
 def command_flags(text, prog):
     """The flags given to `prog` in command lines written in text: (line, flag) pairs.
-    A command is `prog` followed by a space; its words end at a shell operator, a comment
-    or the end of inline code."""
+    A command is `prog` (or a path ending in it) followed by a space; its words end at a
+    shell operator, a comment or the end of inline code."""
     found = []
     for n, line in logical_lines(text):
-        for m in re.finditer(r"(?<![\w/.-])" + re.escape(prog) + r"(?=\s)", line):
+        for m in re.finditer(r"(?<![\w.-])" + re.escape(prog) + r"(?=\s)", line):
             for tok in line[m.end():].split():
                 if tok.startswith("#") or tok in ("|", "||", "&", "&&", ";", ")"):
                     break
