@@ -18,6 +18,7 @@ Nothing here starts a server, a balancer or a cluster: the files are checked as 
 Environment: BUILD (default build) picks $BUILD/kipp-server.
 """
 
+import functools
 import json
 import os
 import re
@@ -381,6 +382,14 @@ def test_haproxy_notices_drain_in_time():
 ROUTER_SCRIPTS = sorted((DEPLOY / "vllm-router").glob("*.sh"))
 
 
+@functools.lru_cache(maxsize=None)
+def vllm_router_help():
+    r = subprocess.run([str(vllm_router_exe()), "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, f"vllm-router --help: {r.stderr}"
+    return r.stdout
+
+
 def vllm_router_exe():
     exe = VENV_BIN / "vllm-router"
     if not exe.exists():
@@ -404,10 +413,7 @@ def router_argv(script, tmp_path):
 
 @pytest.mark.parametrize("script", ROUTER_SCRIPTS, ids=lambda p: p.name)
 def test_vllm_router_flags(script, tmp_path):
-    r = subprocess.run([str(vllm_router_exe()), "--help"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stderr
-    known = help_flags(r.stdout)
+    known = help_flags(vllm_router_help())
     argv = router_argv(script, tmp_path)
     unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in known]
     assert not unknown, f"{script.name}: not in `vllm-router --help`: {unknown}"
@@ -436,9 +442,7 @@ def test_vllm_router_flags(script, tmp_path):
 
 
 def test_vllm_router_flags_in_docs():
-    r = subprocess.run([str(vllm_router_exe()), "--help"], capture_output=True, text=True,
-                       timeout=60)
-    known = help_flags(r.stdout)
+    known = help_flags(vllm_router_help())
     bad = [f"{p.relative_to(ROOT)}:{n}: {flag}" for p in deploy_text_files()
            for n, flag in command_flags(p.read_text(), "vllm-router") if flag not in known]
     assert not bad, "vllm-router flags not in its --help:\n" + "\n".join(bad)
