@@ -40,6 +40,7 @@ PAGES = [
     ("docs/troubleshooting.md", "troubleshooting.html", "Troubleshooting"),
     ("docs/chat.md", "chat.html", "kipp-chat"),
     ("docs/server.md", "server.html", "kipp-server"),
+    ("docs/deploy.md", "deploy.html", "Deployment"),
     ("docs/structured-output.md", "structured-output.html", "Structured output"),
     ("docs/grammar.md", "grammar.html", "Grammars"),
     ("docs/speculative.md", "speculative.html", "Speculative decoding"),
