@@ -938,8 +938,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case M_EP_METRICS: {
         kipp_sched_stats st = {0};
         if (ready && sv->sched) kipp_sched_get_stats(sv->sched, &st);
+        /* the pool's shape is written by attach before ready is set: not read before */
+        const kipp_metrics_info loading = {.model_name = sv->model_name, .vllm_compat = sv->minfo.vllm_compat};
         pthread_mutex_lock(&sv->mu);
-        char *text = kipp_metrics_text(&sv->counters, &st, ready, &sv->minfo);
+        char *text = kipp_metrics_text(&sv->counters, &st, ready, ready ? &sv->minfo : &loading);
         pthread_mutex_unlock(&sv->mu);
         return srv_send_body(sv, c, cs, 200, text, "text/plain; version=0.0.4", NULL);
     }
