@@ -734,6 +734,7 @@ static const route_t routes[] = {
     {"/index.html", "GET", M_EP_WEBUI, API_OPENAI},
     {"/health", "GET", M_EP_HEALTH, API_OPENAI},
     {"/livez", "GET", M_EP_LIVEZ, API_OPENAI},
+    {"/get_load", "GET", M_EP_LOAD, API_OPENAI},
     {"/metrics", "GET", M_EP_METRICS, API_OPENAI},
     {"/v1/messages", "POST", M_EP_MESSAGES, API_ANTHROPIC},
     {"/v1/messages/count_tokens", "POST", M_EP_COUNT_TOKENS, API_ANTHROPIC},
@@ -944,6 +945,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         char *text = kipp_metrics_text(&sv->counters, &st, ready, ready ? &sv->minfo : &loading);
         pthread_mutex_unlock(&sv->mu);
         return srv_send_body(sv, c, cs, 200, text, "text/plain; version=0.0.4", NULL);
+    }
+    case M_EP_LOAD: { /* SGLang's load endpoint, which vllm-router's power_of_two polls */
+        kipp_sched_stats st = {0};
+        if (ready && sv->sched) kipp_sched_get_stats(sv->sched, &st);
+        char body[64];
+        snprintf(body, sizeof body, "{\"load\":%u}", st.running + st.queue_depth);
+        return srv_send_body(sv, c, cs, 200, strdup(body), "application/json", NULL);
     }
     default: break;
     }

@@ -18,7 +18,7 @@ const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "complet
                                                     "ollama_chat", "ollama_generate", "ollama_embed",
                                                     "ollama_info", "ollama_manage", "tokenize",
                                                     "detokenize", "apply_template", "props",
-                                                    "rerank", "livez", "other"};
+                                                    "rerank", "livez", "get_load", "other"};
 
 void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status) {
     int k = 0;

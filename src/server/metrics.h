@@ -16,7 +16,7 @@ enum { M_EP_CHAT, M_EP_COMPLETIONS, M_EP_MODELS, M_EP_HEALTH, M_EP_METRICS, M_EP
        M_EP_OLLAMA_INFO, M_EP_OLLAMA_MANAGE,
        M_EP_TOKENIZE, M_EP_DETOKENIZE, M_EP_APPLY_TEMPLATE, M_EP_PROPS, /* util.c */
        M_EP_RERANK,                                               /* rerank.c */
-       M_EP_LIVEZ,
+       M_EP_LIVEZ, M_EP_LOAD,                                     /* http.c: /livez, /get_load */
        M_EP_OTHER, M_EP_N };
 enum { M_ST_N = 14 };
 extern const int kipp_metrics_statuses[M_ST_N]; /* 200 204 400 401 403 404 405 413 415 417 500 501 503, other */

@@ -126,9 +126,13 @@ def test_usage_and_compat_names_with_a_stream_running(compat):
         assert len(lora) == 1 and lora[0][0] == {"max_lora": "0", "running_lora_adapters": "",
                                                  "waiting_lora_adapters": ""}, lora
         assert abs(lora[0][1] - time.time()) < 60, lora  # a timestamp: the picker keeps the latest
+        st, _, body = compat.request("GET", "/get_load")  # vllm-router's power_of_two polls it
+        assert st == 200 and json.loads(body)["load"] >= 1, body
     finally:
         sock.close()
     assert compat.wait_idle().get("vllm:kv_cache_usage_perc", model_name=MODEL_NAME) == 0
+    st, _, body = compat.request("GET", "/get_load")
+    assert st == 200 and json.loads(body) == {"load": 0}, body
 
 
 def test_metrics_compat_refuses_other_values():
