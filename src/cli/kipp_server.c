@@ -83,7 +83,9 @@ static void usage(FILE *f) {
             "      --api-key-file FILE   the same, key read from the first line of FILE (--api-key\n"
             "                            shows in ps; the file does not)\n"
             "      --max-connections N   open connections at most (default 2048)\n"
-            "      --max-connections-per-ip N  open connections per client address (default 64)\n"
+            "      --max-connections-per-ip N  open connections per client address (default 64;\n"
+            "                            0 = no limit: behind a load balancer every connection\n"
+            "                            comes from its address)\n"
             "      --read-timeout SECONDS  a whole request, headers and body, must arrive within\n"
             "                            this (not reset by each byte; default 30)\n"
             "      --write-timeout SECONDS  a response the client accepts no byte of for this\n"
@@ -91,9 +93,17 @@ static void usage(FILE *f) {
             "      --max-parsing N       requests parsed and tokenized at once; others wait up\n"
             "                            to 10 s, then 503 (default 4)\n"
             "      --shutdown-timeout SECONDS  on SIGTERM/SIGINT, how long requests in flight may\n"
-            "                            still run before they are cut (default 30)\n"
+            "                            still run before they are cut with an error (default 30)\n"
+            "      --drain-delay SECONDS on SIGTERM/SIGINT, /health says 503 \"draining\" at once\n"
+            "                            but new requests are still served this long (so a\n"
+            "                            balancer's health check sees it first), then the drain\n"
+            "                            (default 0; a second signal ends the delay)\n"
+            "      --metrics-compat vllm  /metrics also gives the load figures under vLLM's\n"
+            "                            names (vllm:num_requests_waiting, vllm:kv_cache_usage_perc,\n"
+            "                            ...) for routers that read those\n"
             "      --allowed-host H      also accept this Host header name (repeatable; '*' =\n"
-            "                            any); loopback names and the --host address always\n"
+            "                            any); loopback names, the --host address and the IP\n"
+            "                            address a connection arrived on always\n"
             "      --cors-origin ORIGIN  allow browser requests from this Origin (repeatable;\n"
             "                            '*' = any); same-origin requests always\n"
             "      --content-special-tokens parse|text  special-token text (<|im_end|>, ...)\n"
@@ -211,7 +221,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *api_key = NULL, *key_file = NULL, *name = NULL;
     const char *hosts[MAX_LIST], *origins[MAX_LIST], *aliases[MAX_LIST];
     size_t n_hosts = 0, n_origins = 0, n_aliases = 0;
-    unsigned shutdown_timeout = 30;
+    unsigned shutdown_timeout = 30, drain_delay = 0;
     /* the limits left 0 get kipp_server_start's defaults (server.h) */
     kipp_server_params sp = {.host = "127.0.0.1", .port = 8080, .log_format = 1};
     kipp_sched_params kp = {.max_running = 8, .max_queue = 64, .batch_tokens = 256,
@@ -299,11 +309,24 @@ int main(int argc, char **argv) {
         else if (IS("--api-key")) { NEED(api_key = VAL()); }
         else if (IS("--api-key-file")) { NEED(key_file = VAL()); }
         else if (IS("--max-connections")) { NUM(1, 65536); sp.max_connections = (uint32_t)v; }
-        else if (IS("--max-connections-per-ip")) { NUM(1, 65536); sp.max_connections_per_ip = (uint32_t)v; }
+        else if (IS("--max-connections-per-ip")) {
+            NUM(0, 65536);
+            sp.max_connections_per_ip = v ? (uint32_t)v : KIPP_SERVER_NO_PER_IP_LIMIT;
+        }
         else if (IS("--read-timeout")) { NUM(1, 86400); sp.read_timeout_s = (uint32_t)v; }
         else if (IS("--write-timeout")) { NUM(1, 86400); sp.write_timeout_s = (uint32_t)v; }
         else if (IS("--max-parsing")) { NUM(1, 1024); sp.max_parsing = (uint32_t)v; }
         else if (IS("--shutdown-timeout")) { NUM(0, 86400); shutdown_timeout = (unsigned)v; }
+        else if (IS("--drain-delay")) { NUM(0, 86400); drain_delay = (unsigned)v; }
+        else if (IS("--metrics-compat")) {
+            const char *m = VAL();
+            NEED(m);
+            if (strcmp(m, "vllm") != 0) {
+                fprintf(stderr, "kipp-server: --metrics-compat accepts vllm (got '%s')\n", m);
+                return 2;
+            }
+            sp.metrics_vllm = 1;
+        }
         else if (IS("--content-special-tokens")) {
             const char *m = VAL();
             NEED(m);
@@ -357,6 +380,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (no_prefix) kp.prefix_cache_entries = 0;
+    sp.prefix_caching = kp.prefix_cache_entries > 0;
     char *key = key_file ? read_key_file(key_file) : NULL;
     if (key_file && !key) return 2;
     char *model_name = name ? strdup(name) : default_name(model);
@@ -483,11 +507,29 @@ serve:
     fflush(stdout);
     int sig = 0;
     sigwait(&sigs, &sig);
+    const char *sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (drain_delay > 0) {
+        /* --drain-delay: /health says "draining" while requests are still served, so a
+         * balancer's health check takes this replica out before anything is refused */
+        kipp_server_announce_drain(sv);
+        fprintf(stderr, "kipp-server: %s: /health says draining; still serving new requests for "
+                        "%u s (--drain-delay; a second signal ends the delay)\n",
+                sig_name, drain_delay);
+        const double t_delay = kipp_cli_now() + drain_delay;
+        for (double left; (left = t_delay - kipp_cli_now()) > 0;) {
+            const double slice = left < 0.2 ? left : 0.2;
+            struct timespec ts = {0, (long)(slice * 1e9)};
+            if (sigtimedwait(&sigs, NULL, &ts) > 0) {
+                fprintf(stderr, "kipp-server: second signal: the drain delay ends %.1f s early\n", left);
+                break;
+            }
+        }
+    }
     /* drain: no new connections or requests; those in flight run on until they are done or
-     * --shutdown-timeout passes, then are cut with proper endings. A second signal: now. */
-    fprintf(stderr, "kipp-server: %s, draining (%d requests in flight, at most %u s; a second "
+     * --shutdown-timeout passes, then are cut with an error. A further signal: now. */
+    fprintf(stderr, "kipp-server: %s, draining (%d requests in flight, at most %u s; a%s "
                     "signal exits at once)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", kipp_server_active(sv), shutdown_timeout);
+            sig_name, kipp_server_active(sv), shutdown_timeout, drain_delay > 0 ? "nother" : " second");
     kipp_server_drain(sv);
     const double t_end = kipp_cli_now() + shutdown_timeout;
     int cut = 0;
@@ -495,7 +537,8 @@ serve:
         const double t = kipp_cli_now();
         if (kipp_server_active(sv) == 0) break;
         if (!cut && t >= t_end) {
-            fprintf(stderr, "kipp-server: shutdown timeout: ending %d requests now\n",
+            fprintf(stderr, "kipp-server: shutdown timeout: cutting %d requests now (their "
+                            "clients get a server_shutdown error)\n",
                     kipp_server_active(sv));
             kipp_server_shutdown(sv);
             cut = 1;
@@ -503,7 +546,7 @@ serve:
         if (cut && t >= t_end + 10) break; /* endings not taken by stalled clients: give up */
         struct timespec ts = {0, 50 * 1000000L};
         if (sigtimedwait(&sigs, NULL, &ts) > 0) {
-            fprintf(stderr, "kipp-server: second signal, exiting now\n");
+            fprintf(stderr, "kipp-server: another signal, exiting now\n");
             fflush(stderr);
             _exit(1);
         }

@@ -1622,6 +1622,8 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         uint32_t n_dead = 0;
+        s->st.engine_beat_s = now_s(); /* the heartbeat /livez reads */
+        s->st.engine_waiting = 0;
         /* drop cancelled running requests */
         for (uint32_t i = 0; i < s->n_running;) {
             kipp_req *r = s->running[i];
@@ -1646,6 +1648,7 @@ static void *engine_main(void *arg) {
         for (uint32_t i = 0; i < s->n_running && !runnable; i++)
             runnable = !s->running[i]->wait_mask || s->running[i]->mk == MK_DONE;
         if (!runnable) {
+            s->st.engine_waiting = 1;
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
@@ -1657,6 +1660,7 @@ static void *engine_main(void *arg) {
             n_run += !r->hold;
         }
         if (n_run == 0) { /* every one is paused: wait for a consumer to read (or a cancel) */
+            s->st.engine_waiting = 1;
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
@@ -1698,6 +1702,7 @@ static void *engine_main(void *arg) {
     s->q_tail = NULL;
     s->n_queue = 0;
     pool_stats_locked(s);
+    s->st.engine_ended = 1;
     pthread_mutex_unlock(&s->mu);
     for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
     free(dead);

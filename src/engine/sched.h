@@ -174,6 +174,12 @@ typedef struct {
     uint64_t grammar_requests, grammar_masks, grammar_cache_hits, grammar_masks_partial;
     double grammar_mask_seconds;
     uint64_t grammar_masks_deferred; /* constrained tokens handed to the mask thread */
+    /* liveness (kipp-server's /livez): when the engine loop last turned (CLOCK_MONOTONIC
+     * seconds; it turns before every step), whether it is now waiting for work (nothing to
+     * run, every sequence paused, or the mask thread), and whether it has ended
+     * (kipp_sched_stop). A loop neither waiting nor turning for long is stuck in a step. */
+    double engine_beat_s;
+    int engine_waiting, engine_ended;
 } kipp_sched_stats;
 
 /* Loads nothing: the model is the caller's and must outlive the scheduler. Starts the

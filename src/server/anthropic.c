@@ -708,9 +708,11 @@ done:
     if (out->oom || st->ws.oom) g->oom = 1;
 }
 
-static void stream_error(void *state, const oai_meta *meta, const char *message, kipp_buf *out) {
+/* cut by the shutdown deadline: overloaded_error (503's), which tells a client to retry */
+static void stream_error(void *state, const oai_meta *meta, const char *message, const char *type,
+                         kipp_buf *out) {
     (void)state, (void)meta;
-    char *s = error_body(500, message, NULL);
+    char *s = error_body(strcmp(type, "server_shutdown") ? 500 : 503, message, NULL);
     if (!s) { out->oom = 1; return; }
     kipp_buf_printf(out, "event: error\ndata: %s\n\n", s);
     free(s);

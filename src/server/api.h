@@ -39,8 +39,11 @@ typedef struct {
      * string matched). Appends the protocol's bytes to out. */
     void (*stream_events)(void *state, oai_gen *g, const oai_meta *meta, const char *finish,
                           kipp_buf *out);
-    /* The request failed after its stream began: an error event, then the stream's end. */
-    void (*stream_error)(void *state, const oai_meta *meta, const char *message, kipp_buf *out);
+    /* The request failed after its stream began: an error event, then the stream's end.
+     * type: OpenAI's error type, "server_error" or "server_shutdown" (cut by the shutdown
+     * deadline: the adapter says so in its own shape). */
+    void (*stream_error)(void *state, const oai_meta *meta, const char *message, const char *type,
+                         kipp_buf *out);
     /* The whole response, not streamed (malloc'd JSON). */
     char *(*response_json)(void *state, oai_gen *g, const kipp_req *req, const oai_meta *meta,
                            const char *finish);

@@ -34,6 +34,7 @@ typedef struct {
     char id[48];
     uint32_t n_prompt;
     int done;
+    int cut; /* ended by the shutdown deadline: an error its client sees, not a finish */
     int fd, http11, probed; /* the socket; 1xx allowed; a FIN was answered with a probe */
     conn_state *cs; /* its connection's state (alive while MHD calls the handler or reader) */
     kipp_buf out; /* SSE (or a piece of a large body) not yet handed to MHD */
@@ -50,6 +51,9 @@ typedef struct {
 
 
 /* ---- generation ------------------------------------------------------------------------- */
+
+/* what a request cut by the shutdown deadline is told */
+#define SHUTDOWN_MSG "the server is shutting down: the request was cut at its shutdown timeout"
 
 /* "tool_calls" when the reply made calls and was not cut short (OpenAI's rule) */
 static const char *finish_reason(const gen_choice *gc, kipp_finish f) {
@@ -70,7 +74,7 @@ static void cancel_all(gen_state *gs) {
  * returns KIPP_FINISH_NONE with *which NULL and an SSE comment in gs->out (the write that
  * tells a closed socket from a half-closed one); a non-streaming HTTP/1.1 one sends "100
  * Continue" (which clients skip) for the same reason. After the shutdown deadline
- * (kipp_server_shutdown) the request ends at once as "length". */
+ * (kipp_server_shutdown) the request ends at once as cancelled with gs->cut set. */
 static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
     kipp_finish fin = KIPP_FINISH_NONE;
     *gone = 0;
@@ -123,11 +127,12 @@ static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
                 kipp_finish f;
                 kipp_req_wait(gc->req, gc->n_seen, 0, &f);
                 if (f == KIPP_FINISH_NONE) {
-                    cancel_all(gs); /* the shutdown deadline: end it as cut short */
+                    cancel_all(gs); /* the shutdown deadline: end it as cut */
                     gc->tok0 = gc->n_seen;
                     gs->turn = (uint32_t)(gc - gs->ch + 1) % gs->n_ch;
                     *which = gc;
-                    return KIPP_FINISH_LENGTH;
+                    gs->cut = 1;
+                    return KIPP_FINISH_CANCELLED;
                 }
             }
         }
@@ -143,7 +148,7 @@ static kipp_finish pump(gen_state *gs, gen_choice **which, int *gone) {
         /* a stop string ends the text even when the engine also reached max_tokens */
         if (gc->g.stopped && fin != KIPP_FINISH_ERROR) fin = KIPP_FINISH_STOP;
         /* the engine stopping (kipp_sched_stop) after the deadline also ends as cut */
-        if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) fin = KIPP_FINISH_LENGTH;
+        if (fin == KIPP_FINISH_CANCELLED && atomic_load(&gs->sv->stopping)) gs->cut = 1;
         return fin;
     }
 }
@@ -206,8 +211,10 @@ static void api_step(gen_state *gs, gen_choice *gc, kipp_finish fin) {
         cancel_all(gs);
         fill_meta(gs, gc, KIPP_FINISH_NONE);
         gs->api->stream_error(gs->api_state, &gs->meta,
-                              fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req) : "the request was cancelled",
-                              &gs->out);
+                              fin == KIPP_FINISH_ERROR ? kipp_req_error(gc->req)
+                              : gs->cut                ? SHUTDOWN_MSG
+                                                       : "the request was cancelled",
+                              gs->cut ? "server_shutdown" : "server_error", &gs->out);
         gs->done = 1;
         return;
     }
@@ -227,6 +234,7 @@ static void api_step(gen_state *gs, gen_choice *gc, kipp_finish fin) {
  * small for it, or the shutdown deadline): an error, never entries left out. */
 static const char *gen_failure(const gen_state *gs, const gen_choice *gc, kipp_finish fin) {
     if (fin == KIPP_FINISH_ERROR) return kipp_req_error(gc->req);
+    if (fin == KIPP_FINISH_CANCELLED && gs->cut) return SHUTDOWN_MSG;
     if (fin == KIPP_FINISH_CANCELLED) return "the request was cancelled";
     if (gs->rq.echo && gs->rq.logprobs && fin != KIPP_FINISH_NONE &&
         kipp_req_n_prompt_logprobs(gc->req) < gs->n_prompt)
@@ -261,10 +269,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         const uint32_t tok0 = gc->tok0;
         const char *failed = gen_failure(gs, gc, fin);
         if (failed) {
-            char *e = oai_error_json(failed, "server_error", NULL, NULL);
+            char *e = gs->cut ? oai_error_json(failed, "server_shutdown", NULL, "server_shutdown")
+                              : oai_error_json(failed, "server_error", NULL, NULL);
             cancel_all(gs);
             sse(gs, e);
-            kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
+            /* a cut stream has no [DONE]: a client must not take it for a whole answer */
+            if (!gs->cut) kipp_buf_put(&gs->out, "data: [DONE]\n\n", 14);
             gs->done = 1;
             continue;
         }
@@ -656,7 +666,8 @@ enum MHD_Result srv_handle_generate(kipp_server *sv, struct MHD_Connection *c, c
         const char *failed = gen_failure(gs, gc, fin);
         if (failed) {
             cancel_all(gs);
-            res = srv_send_error(sv, c, cs, 500, failed, "server_error", NULL, NULL);
+            res = gs->cut ? srv_send_error(sv, c, cs, 503, failed, "server_shutdown", NULL, "server_shutdown")
+                          : srv_send_error(sv, c, cs, 500, failed, "server_error", NULL, NULL);
             gen_free(gs);
             return res;
         }

@@ -85,13 +85,14 @@ void srv_count(kipp_server *sv, int endpoint, int status) {
 }
 
 /* What every response gets: CORS for an allowed cross-origin caller, and Connection: close
- * while draining (the client should reconnect elsewhere). */
+ * while draining or announcing a drain (the client should reconnect elsewhere). */
 void srv_common_headers(kipp_server *sv, const conn_state *cs, struct MHD_Response *r) {
     if (cs->cors) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->cors);
         MHD_add_response_header(r, "Vary", "Origin");
     }
-    if (cs->close || atomic_load(&sv->draining)) MHD_add_response_header(r, "Connection", "close");
+    if (cs->close || atomic_load(&sv->draining) || atomic_load(&sv->announced))
+        MHD_add_response_header(r, "Connection", "close");
     MHD_add_response_header(r, "X-Request-Id", cs->rid);
 }
 
@@ -339,13 +340,40 @@ static int own_name(const kipp_server *sv, const char *name) {
     return !is_wildcard_addr(bound) && !strcasecmp(name, bound);
 }
 
-static int host_ok(const kipp_server *sv, const char *h) {
+/* An IP literal in its one text form (an IPv4-mapped IPv6 address as the IPv4 one); -1 when
+ * name is not an address. */
+static int canonical_ip(const char *name, char *out, size_t cap) {
+    unsigned char a[16];
+    if (inet_pton(AF_INET, name, a) == 1) return inet_ntop(AF_INET, a, out, (socklen_t)cap) ? 0 : -1;
+    if (inet_pton(AF_INET6, name, a) != 1) return -1;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (!memcmp(a, mapped, 12)) return inet_ntop(AF_INET, a + 12, out, (socklen_t)cap) ? 0 : -1;
+    return inet_ntop(AF_INET6, a, out, (socklen_t)cap) ? 0 : -1;
+}
+
+/* name is the IP address the connection on fd arrived at: a balancer (or a probe) that
+ * addresses the replica by its IP. No DNS rebinding can put an attacker's page there: a
+ * browser sends the attacker's name, not the address it resolved to. */
+static int is_local_addr(int fd, const char *name) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    char want[INET6_ADDRSTRLEN], got[INET6_ADDRSTRLEN], text[INET6_ADDRSTRLEN];
+    if (fd < 0 || canonical_ip(name, want, sizeof want) != 0) return 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) return 0;
+    const void *a = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                             : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) return 0;
+    if (!inet_ntop(ss.ss_family, a, text, sizeof text) || canonical_ip(text, got, sizeof got) != 0) return 0;
+    return !strcmp(want, got);
+}
+
+static int host_ok(const kipp_server *sv, struct MHD_Connection *c, const char *h) {
     for (size_t i = 0; i < sv->p.n_allowed_hosts; i++)
         if (!strcmp(sv->p.allowed_hosts[i], "*")) return 1;
     if (!h) return 1; /* HTTP/1.0 without Host: not a browser */
     char name[256];
     if (host_name(h, name, sizeof name) != 0) return 0;
-    if (own_name(sv, name)) return 1;
+    if (own_name(sv, name) || is_local_addr(srv_conn_fd(c), name)) return 1;
     for (size_t i = 0; i < sv->p.n_allowed_hosts; i++)
         if (!strcasecmp(sv->p.allowed_hosts[i], name) || !strcasecmp(sv->p.allowed_hosts[i], h))
             return 1;
@@ -705,6 +733,8 @@ static const route_t routes[] = {
     {"/", "GET", M_EP_WEBUI, API_OPENAI},
     {"/index.html", "GET", M_EP_WEBUI, API_OPENAI},
     {"/health", "GET", M_EP_HEALTH, API_OPENAI},
+    {"/livez", "GET", M_EP_LIVEZ, API_OPENAI},
+    {"/get_load", "GET", M_EP_LOAD, API_OPENAI},
     {"/metrics", "GET", M_EP_METRICS, API_OPENAI},
     {"/v1/messages", "POST", M_EP_MESSAGES, API_ANTHROPIC},
     {"/v1/messages/count_tokens", "POST", M_EP_COUNT_TOKENS, API_ANTHROPIC},
@@ -749,6 +779,28 @@ static int ollama_plain_post(struct MHD_Connection *c, const conn_state *cs) {
     return !ct || !strncasecmp(ct, "application/x-www-form-urlencoded", 33);
 }
 
+/* GET /livez: the process answers and its engine thread is alive: waiting for work or
+ * turning its loop (a step done within KIPP_SERVER_LIVEZ_STALE_S). Not readiness: 200 while
+ * the model loads and while draining (/health says those). */
+static enum MHD_Result send_livez(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
+    kipp_sched_stats st = {0};
+    const int engine = atomic_load(&sv->ready) && sv->sched;
+    if (engine) kipp_sched_get_stats(sv->sched, &st);
+    const double stale_s = engine && st.engine_beat_s > 0 && !st.engine_waiting ? srv_now() - st.engine_beat_s : 0;
+    char body[200];
+    if (engine && st.engine_ended) {
+        snprintf(body, sizeof body, "{\"status\":\"dead\",\"message\":\"the engine thread has stopped\"}");
+    } else if (stale_s > KIPP_SERVER_LIVEZ_STALE_S) {
+        snprintf(body, sizeof body,
+                 "{\"status\":\"stuck\",\"message\":\"the engine has been in one step for %.0f s "
+                 "(more than %.0f s)\"}",
+                 stale_s, KIPP_SERVER_LIVEZ_STALE_S);
+    } else {
+        return srv_send_body(sv, c, cs, 200, strdup("{\"status\":\"alive\"}"), "application/json", NULL);
+    }
+    return srv_send_body(sv, c, cs, 503, strdup(body), "application/json", NULL);
+}
+
 /* The checks made once the headers are in, before any of the body is read. */
 static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, conn_state *cs,
                                   const char *url, const char *method) {
@@ -763,7 +815,7 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
         return srv_send_error(sv, c, cs, 400, "the path contains an encoded NUL (%00)",
                           "invalid_request_error", NULL, NULL);
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    if (!host_ok(sv, host)) {
+    if (!host_ok(sv, c, host)) {
         char msg[400];
         snprintf(msg, sizeof msg,
                  "the Host header '%.200s' is not this server's name (allow it with --allowed-host)",
@@ -794,7 +846,8 @@ static enum MHD_Result on_headers(kipp_server *sv, struct MHD_Connection *c, con
         snprintf(msg, sizeof msg, "this endpoint takes %s", rt->method);
         return srv_send_error(sv, c, cs, 405, msg, "invalid_request_error", NULL, NULL);
     }
-    if (cs->endpoint != M_EP_HEALTH && cs->endpoint != M_EP_WEBUI && !key_ok(sv, c))
+    if (cs->endpoint != M_EP_HEALTH && cs->endpoint != M_EP_LIVEZ && cs->endpoint != M_EP_WEBUI &&
+        !key_ok(sv, c))
         return srv_send_error(sv, c, cs, 401, "missing or incorrect API key", "authentication_error",
                           NULL, "invalid_api_key");
     if (is_post && !json_ctype(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")) &&
@@ -875,8 +928,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const int ready = atomic_load(&sv->ready);
     switch (cs->endpoint) {
     case M_EP_WEBUI: return send_webui(sv, c, cs); /* served while loading: the page waits */
+    case M_EP_LIVEZ: return send_livez(sv, c, cs);
     case M_EP_HEALTH: {
-        const int draining = atomic_load(&sv->draining);
+        const int draining = atomic_load(&sv->draining) || atomic_load(&sv->announced);
         return srv_send_body(sv, c, cs, ready && !draining ? 200 : 503,
                          strdup(draining ? "{\"status\":\"draining\"}"
                                          : ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}"),
@@ -885,10 +939,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case M_EP_METRICS: {
         kipp_sched_stats st = {0};
         if (ready && sv->sched) kipp_sched_get_stats(sv->sched, &st);
+        /* the pool's shape is written by attach before ready is set: not read before */
+        const kipp_metrics_info loading = {.model_name = sv->model_name, .vllm_compat = sv->minfo.vllm_compat};
         pthread_mutex_lock(&sv->mu);
-        char *text = kipp_metrics_text(&sv->counters, &st, ready);
+        char *text = kipp_metrics_text(&sv->counters, &st, ready, ready ? &sv->minfo : &loading);
         pthread_mutex_unlock(&sv->mu);
         return srv_send_body(sv, c, cs, 200, text, "text/plain; version=0.0.4", NULL);
+    }
+    case M_EP_LOAD: { /* SGLang's load endpoint, which vllm-router's power_of_two polls */
+        kipp_sched_stats st = {0};
+        if (ready && sv->sched) kipp_sched_get_stats(sv->sched, &st);
+        char body[64];
+        snprintf(body, sizeof body, "{\"load\":%u}", st.running + st.queue_depth);
+        return srv_send_body(sv, c, cs, 200, strdup(body), "application/json", NULL);
     }
     default: break;
     }
@@ -1012,6 +1075,7 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
     if (!sv->p.max_connections) sv->p.max_connections = KIPP_SERVER_DEFAULT_MAX_CONNECTIONS;
     if (!sv->p.max_connections_per_ip)
         sv->p.max_connections_per_ip = KIPP_SERVER_DEFAULT_MAX_CONNECTIONS_PER_IP;
+    sv->minfo = (kipp_metrics_info){.model_name = sv->model_name, .vllm_compat = p->metrics_vllm};
     if (!sv->p.read_timeout_s) sv->p.read_timeout_s = KIPP_SERVER_DEFAULT_READ_TIMEOUT_S;
     if (!sv->p.write_timeout_s) sv->p.write_timeout_s = KIPP_SERVER_DEFAULT_WRITE_TIMEOUT_S;
     if (!sv->p.max_parsing) sv->p.max_parsing = KIPP_SERVER_DEFAULT_MAX_PARSING;
@@ -1051,7 +1115,10 @@ kipp_status kipp_server_start(const kipp_server_params *p, kipp_server **out, ch
                               * must be cheap (the deepest stack use, jansson's 2048-level
                               * parse, is far below this) */
                              MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
-                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)sv->p.max_connections_per_ip,
+                             /* 0: MHD keeps no per-address count */
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                             sv->p.max_connections_per_ip == KIPP_SERVER_NO_PER_IP_LIMIT
+                                 ? 0u : (unsigned)sv->p.max_connections_per_ip,
                              MHD_OPTION_CONNECTION_TIMEOUT,
                              (unsigned)(sv->p.read_timeout_s > 300 ? sv->p.read_timeout_s : 300),
                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, sv,
@@ -1080,6 +1147,12 @@ void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched) {
     sv->n_vocab = info.n_vocab;
     sv->n_ctx = kipp_sched_n_ctx(sched);
     sv->structured = oai_structured_new(m);
+    kipp_ctx_info ci;
+    kipp_sched_ctx_info(sched, &ci);
+    sv->minfo.block_size = ci.kv_block_size;
+    sv->minfo.n_blocks = ci.kv_blocks;
+    sv->minfo.cache_type = kipp_kv_type_name(ci.kv_type);
+    sv->minfo.prefix_caching = sv->p.prefix_caching;
     atomic_store(&sv->ready, 1);
 }
 
@@ -1093,8 +1166,13 @@ void kipp_server_attach_embedder(kipp_server *sv, kipp_model *m, oai_embedder *e
     atomic_store(&sv->ready, 1);
 }
 
+void kipp_server_announce_drain(kipp_server *sv) {
+    if (sv) atomic_store(&sv->announced, 1);
+}
+
 void kipp_server_drain(kipp_server *sv) {
     if (!sv || atomic_exchange(&sv->draining, 1)) return;
+    atomic_store(&sv->announced, 1);
     if (sv->d) {
         const MHD_socket ls = MHD_quiesce_daemon(sv->d); /* no new connections */
         if (ls != MHD_INVALID_SOCKET) close(ls);

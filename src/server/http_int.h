@@ -48,6 +48,8 @@ struct kipp_server {
     char *webui_csp; /* the page's Content-Security-Policy (webui.c) */
     uint16_t port;
     atomic_int ready, draining, stopping, active;
+    atomic_int announced; /* /health says "draining" (kipp_server_announce_drain or drain) */
+    kipp_metrics_info minfo; /* the KV pool's shape for /metrics, set at attach */
     kipp_model *m;
     kipp_sched *sched;          /* NULL when an embedding model is served */
     oai_embedder *emb;          /* the embedding model's context (NULL: a generative model) */

@@ -1,11 +1,14 @@
 /* metrics.c — Prometheus text exposition format 0.0.4: HELP and TYPE lines, counters,
- * gauges and cumulative histograms with le buckets, _sum and _count. */
+ * gauges and cumulative histograms with le buckets, _sum and _count; with --metrics-compat
+ * vllm, the load figures routers read (queue, running, KV use, cache config, prefix-cache
+ * tokens) again under vLLM's names and labels. */
 #include "server/metrics.h"
 
 #include "server/openai.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 const int kipp_metrics_statuses[M_ST_N] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 417, 500, 501, 503, 0};
 const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "completions", "models",
@@ -15,7 +18,7 @@ const char *const kipp_metrics_endpoints[M_EP_N] = {"chat_completions", "complet
                                                     "ollama_chat", "ollama_generate", "ollama_embed",
                                                     "ollama_info", "ollama_manage", "tokenize",
                                                     "detokenize", "apply_template", "props",
-                                                    "rerank", "other"};
+                                                    "rerank", "livez", "get_load", "other"};
 
 void kipp_metrics_count(kipp_server_counters *c, int endpoint, int status) {
     int k = 0;
@@ -39,7 +42,71 @@ static void histogram(kipp_buf *b, const char *name, const char *help, const kip
     kipp_buf_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
 }
 
-char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s, int ready) {
+double kipp_metrics_kv_usage(const kipp_sched_stats *s) {
+    if (!s->kv_blocks_total || s->kv_blocks_used <= s->kv_blocks_cached) return 0.0;
+    const double held = (double)(s->kv_blocks_used - s->kv_blocks_cached);
+    return held >= s->kv_blocks_total ? 1.0 : held / (double)s->kv_blocks_total;
+}
+
+/* A label value as the exposition format writes it: \\, \" and \n escaped. */
+static void label_value(kipp_buf *b, const char *v) {
+    for (const char *p = v ? v : ""; *p; p++) {
+        if (*p == '\\' || *p == '"') kipp_buf_printf(b, "\\%c", *p);
+        else if (*p == '\n') kipp_buf_printf(b, "\\n");
+        else kipp_buf_put(b, p, 1);
+    }
+}
+
+/* One sample of a vLLM-named metric labelled as vLLM labels its engine's metrics. */
+static void vllm_metric(kipp_buf *b, const kipp_metrics_info *info, const char *name, const char *type,
+                        const char *help, double v) {
+    kipp_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{engine=\"0\",model_name=\"", name, help, name, type,
+                    name);
+    label_value(b, info->model_name);
+    kipp_buf_printf(b, "\"} %.17g\n", v);
+}
+
+/* --metrics-compat vllm: the figures that routers with vLLM's names built in read (vLLM
+ * v1's names and labels; the Gateway API Inference Extension's endpoint picker defaults,
+ * vllm-router, production-stack). The same numbers as the kipp_ ones. */
+static void vllm_set(kipp_buf *b, const kipp_sched_stats *s, const kipp_metrics_info *info) {
+    const double usage = kipp_metrics_kv_usage(s);
+    vllm_metric(b, info, "vllm:num_requests_running", "gauge", "Sequences in the running batch (kipp_running_sequences).",
+                s->running);
+    vllm_metric(b, info, "vllm:num_requests_waiting", "gauge", "Sequences waiting for a running slot (kipp_queue_depth).",
+                s->queue_depth);
+    vllm_metric(b, info, "vllm:kv_cache_usage_perc", "gauge",
+                "KV-cache usage, 0..1: blocks held by live requests / the pool (kipp_kv_cache_usage_ratio).", usage);
+    vllm_metric(b, info, "vllm:gpu_cache_usage_perc", "gauge", "The same as vllm:kv_cache_usage_perc (its older name).",
+                usage);
+    vllm_metric(b, info, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+                (double)s->pc_lookup_tokens);
+    vllm_metric(b, info, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.",
+                (double)s->pc_hit_tokens);
+    vllm_metric(b, info, "vllm:gpu_prefix_cache_queries_total", "counter",
+                "The same as vllm:prefix_cache_queries_total (its older name).", (double)s->pc_lookup_tokens);
+    vllm_metric(b, info, "vllm:gpu_prefix_cache_hits_total", "counter",
+                "The same as vllm:prefix_cache_hits_total (its older name).", (double)s->pc_hit_tokens);
+    vllm_metric(b, info, "vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+                (double)s->prompt_tokens);
+    vllm_metric(b, info, "vllm:generation_tokens_total", "counter", "Tokens generated.", (double)s->generated_tokens);
+    if (info->block_size) {
+        kipp_buf_printf(b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig (Kipp's KV pool).\n"
+                           "# TYPE vllm:cache_config_info gauge\n"
+                           "vllm:cache_config_info{block_size=\"%u\",cache_dtype=\"", info->block_size);
+        label_value(b, info->cache_type);
+        kipp_buf_printf(b, "\",enable_prefix_caching=\"%s\",engine=\"0\",num_cpu_blocks=\"0\",num_gpu_blocks=\"%u\"} 1\n",
+                        info->prefix_caching ? "True" : "False", info->n_blocks);
+    }
+    /* the value is the time the figures were taken (the endpoint picker keeps the latest) */
+    kipp_buf_printf(b, "# HELP vllm:lora_requests_info Running stats on LoRA requests (Kipp serves no adapters).\n"
+                       "# TYPE vllm:lora_requests_info gauge\n"
+                       "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} %.17g\n",
+                    (double)time(NULL));
+}
+
+char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s, int ready,
+                        const kipp_metrics_info *info) {
     kipp_buf b = {0};
     kipp_buf_printf(&b, "# HELP kipp_requests_total HTTP requests answered, by endpoint and status code.\n"
             "# TYPE kipp_requests_total counter\n");
@@ -98,6 +165,10 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
     metric(&b, "kipp_prefix_live_tokens_total", "counter",
            "Prompt tokens taken from a running sequence's KV by a fork (n > 1 siblings, shared prefixes).",
            (double)s->live_prefix_tokens);
+    metric(&b, "kipp_prefix_cache_queries_total", "counter",
+           "Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries; the tokens found: "
+           "kipp_prefix_cache_hit_tokens_total).",
+           (double)s->pc_lookup_tokens);
     metric(&b, "kipp_prefix_cache_hit_rate", "gauge", "Cached prompt tokens / looked-up prompt tokens.",
            s->pc_lookup_tokens ? (double)s->pc_hit_tokens / (double)s->pc_lookup_tokens : 0.0);
     metric(&b, "kipp_spec_steps_total", "counter",
@@ -146,9 +217,21 @@ char *kipp_metrics_text(const kipp_server_counters *c, const kipp_sched_stats *s
            s->kv_blocks_used);
     metric(&b, "kipp_kv_blocks_cached", "gauge", "KV blocks held only by the prefix cache.",
            s->kv_blocks_cached);
+    metric(&b, "kipp_kv_cache_usage_ratio", "gauge",
+           "KV blocks held by live requests / the pool's blocks, 0..1 (blocks held only by the prefix cache are free).",
+           kipp_metrics_kv_usage(s));
+    if (info->block_size) {
+        kipp_buf_printf(&b, "# HELP kipp_cache_config_info The KV pool: tokens per block, blocks, KV type.\n"
+                            "# TYPE kipp_cache_config_info gauge\n"
+                            "kipp_cache_config_info{block_size=\"%u\",num_blocks=\"%u\",cache_type=\"",
+                        info->block_size, info->n_blocks);
+        label_value(&b, info->cache_type);
+        kipp_buf_printf(&b, "\"} 1\n");
+    }
     histogram(&b, "kipp_time_to_first_token_seconds", "From submission to the first token.", &s->ttft);
     histogram(&b, "kipp_inter_token_latency_seconds", "Between consecutive tokens of a request.", &s->itl);
     histogram(&b, "kipp_request_duration_seconds", "Generation requests, arrival to the last byte.",
               &c->duration);
+    if (info->vllm_compat) vllm_set(&b, s, info);
     return b.data;
 }

@@ -512,8 +512,9 @@ static void stream_events(void *state, oai_gen *g, const oai_meta *meta, const c
     put_line(out, o, &g->oom);
 }
 
-static void stream_error(void *state, const oai_meta *meta, const char *message, kipp_buf *out) {
-    (void)state, (void)meta;
+static void stream_error(void *state, const oai_meta *meta, const char *message, const char *type,
+                         kipp_buf *out) {
+    (void)state, (void)meta, (void)type; /* Ollama's errors are {"error": message} only */
     int oom = 0;
     put_line(out, json_pack("{s:s}", "error", message ? message : "error"), &oom);
 }

@@ -207,11 +207,13 @@ static void stream_events(void *state, oai_gen *g, const oai_meta *meta, const c
           json_pack("{s:o}", "response", r));
 }
 
-/* An error after the stream began: OpenAI's `error` event, then response.failed. */
-static void stream_error(void *state, const oai_meta *meta, const char *message, kipp_buf *out) {
+/* An error after the stream began: OpenAI's `error` event (code: the error type), then
+ * response.failed. */
+static void stream_error(void *state, const oai_meta *meta, const char *message, const char *type,
+                         kipp_buf *out) {
     resp_state *st = state;
     start(st, meta, out);
-    event(st, out, "error", json_pack("{s:s,s:s,s:n}", "code", "server_error", "message", message, "param"));
+    event(st, out, "error", json_pack("{s:s,s:s,s:n}", "code", type, "message", message, "param"));
     event(st, out, "response.failed", json_pack("{s:o}", "response", response_obj(st, meta, "failed", message)));
 }
 
