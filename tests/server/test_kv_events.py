@@ -9,7 +9,7 @@ for a bad endpoint. Spec: docs/server.md ("KV-cache events")."""
 from __future__ import annotations
 
 import hashlib
-import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -125,6 +125,8 @@ def kv():
     time.sleep(0.3)  # the SUB socket joins (ZeroMQ drops what a not yet joined subscriber misses)
     yield srv, sub, replay
     sub.close()
+    srv.proc.stop()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 PROMPT_A = [(7 * i + 300) % 900 + 10 for i in range(3 * BS + 5)]  # 3 whole blocks and a tail
@@ -264,6 +266,7 @@ def test_bytes_hashes_and_seed():
     finally:
         sub.close()
         srv.proc.stop()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("args, needle", [
