@@ -4,6 +4,8 @@
  * See kv_track.h. */
 #include "engine/kv_track.h"
 
+#include "core/buf.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,8 @@ typedef struct {
 
 typedef struct {
     uint32_t *blk; /* [n] entries of its blocks 0..n-1 */
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 } kvt_seq;
 
 typedef struct {
@@ -33,13 +36,15 @@ struct kipp_kvt {
     uint32_t bs;
     kipp_kv_event_sink sink;
     kvt_block *b;
-    uint32_t n_b, cap_b, free_head, n_live;
+    size_t cap_b;
+    uint32_t n_b, free_head, n_live;
     uint32_t *bucket; /* [n_bucket] a power of two */
     uint32_t n_bucket;
     kvt_seq *seq;
     uint32_t n_seq;
     kvt_ev *ev;
-    uint32_t n_ev, cap_ev;
+    size_t cap_ev;
+    uint32_t n_ev;
     int run_open; /* the last event is a STORED run the current fill may extend */
     int start_clear; /* the start-up AllBlocksCleared waits for the first batch with more */
     uint8_t *ha;
@@ -47,27 +52,11 @@ struct kipp_kvt {
     int32_t *ta;
     size_t n_ta, cap_ta;
     kipp_kv_event *out; /* flush scratch */
-    uint32_t cap_out;
+    size_t cap_out;
 };
 
-/* ---- small growable arrays -------------------------------------------------------------- */
-
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-static int grow32(void **p, uint32_t *cap, size_t need, size_t elem) {
-    size_t c = *cap;
-    const int r = grow(p, &c, need, elem);
-    if (r == 0) *cap = (uint32_t)c;
-    return r;
+    return kipp_grow(p, cap, need, elem) == KIPP_OK ? 0 : -1;
 }
 
 /* ---- the block table -------------------------------------------------------------------- */
@@ -115,7 +104,7 @@ static uint32_t find_or_add(kipp_kvt *t, const uint8_t *h) {
         i = t->free_head;
         t->free_head = t->b[i].next;
     } else {
-        if (grow32((void **)&t->b, &t->cap_b, (size_t)t->n_b + 1, sizeof *t->b) != 0) return NONE;
+        if (grow((void **)&t->b, &t->cap_b, (size_t)t->n_b + 1, sizeof *t->b) != 0) return NONE;
         i = t->n_b++;
     }
     memcpy(t->b[i].h, h, HB);
@@ -129,7 +118,7 @@ static uint32_t find_or_add(kipp_kvt *t, const uint8_t *h) {
 /* ---- events ----------------------------------------------------------------------------- */
 
 static kvt_ev *new_event(kipp_kvt *t, kipp_kv_event_type type) {
-    if (grow32((void **)&t->ev, &t->cap_ev, (size_t)t->n_ev + 1, sizeof *t->ev) != 0) return NULL;
+    if (grow((void **)&t->ev, &t->cap_ev, (size_t)t->n_ev + 1, sizeof *t->ev) != 0) return NULL;
     kvt_ev *e = &t->ev[t->n_ev++];
     *e = (kvt_ev){.type = type, .hash_off = t->n_ha, .parent_off = SIZE_MAX, .tok_off = t->n_ta};
     t->run_open = 0;
@@ -227,7 +216,7 @@ void kipp_kvt_fork(kipp_kvt *t, uint32_t src, uint32_t dst) {
     kvt_seq *d = seq_at(t, dst);
     if (!d) return;
     const kvt_seq *s = &t->seq[src]; /* after seq_at: the table may have moved */
-    if (grow32((void **)&d->blk, &d->cap, s->n, sizeof *d->blk) != 0) return;
+    if (grow((void **)&d->blk, &d->cap, s->n, sizeof *d->blk) != 0) return;
     for (uint32_t b = 0; b < s->n; b++) t->b[s->blk[b]].holders++;
     memcpy(d->blk, s->blk, (size_t)s->n * sizeof *d->blk);
     d->n = s->n;
@@ -237,7 +226,7 @@ void kipp_kvt_fill(kipp_kvt *t, uint32_t seq, const int32_t *tokens, uint32_t n_
     if (!t) return;
     const uint32_t nb = n_fed / t->bs;
     kvt_seq *s = seq_at(t, seq);
-    if (!s || s->n >= nb || grow32((void **)&s->blk, &s->cap, nb, sizeof *s->blk) != 0) return;
+    if (!s || s->n >= nb || grow((void **)&s->blk, &s->cap, nb, sizeof *s->blk) != 0) return;
     t->run_open = 0; /* a run continues only within one fill */
     for (uint32_t b = s->n; b < nb; b++) {
         const int32_t *tok = tokens + (size_t)b * t->bs;
@@ -279,7 +268,7 @@ void kipp_kvt_flush(kipp_kvt *t) {
     if (t->start_clear && t->n_ev == 1) return;
     t->start_clear = 0;
     uint32_t n = 0;
-    if (grow32((void **)&t->out, &t->cap_out, t->n_ev, sizeof *t->out) == 0) {
+    if (grow((void **)&t->out, &t->cap_out, t->n_ev, sizeof *t->out) == 0) {
         for (uint32_t k = 0; k < t->n_ev; k++) {
             const kvt_ev *e = &t->ev[k];
             if (e->type != KIPP_KVE_CLEARED && e->n_blocks == 0) continue; /* lost to memory */

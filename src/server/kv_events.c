@@ -3,6 +3,7 @@
  * that thread's PUB socket, replay buffer and ROUTER socket. See kv_events.h. */
 #include "server/kv_events.h"
 
+#include "core/buf.h"
 #include "core/error.h"
 
 #include <cbor.h>
@@ -65,13 +66,8 @@ static void sha256(const void *data, size_t len, uint8_t out[KIPP_KV_HASH_BYTES]
 /* CBOR([parent, [tokens...], null]) as cbor2.dumps(..., canonical=True) writes it: each
  * integer in its shortest form. 0: out of memory. */
 static size_t block_cbor(kipp_kv_pub *p, const uint8_t *parent, const int32_t *tok, uint32_t n) {
-    const size_t need = 64 + (size_t)n * 9;
-    if (need > p->cbor_cap) {
-        unsigned char *b = realloc(p->cbor, need);
-        if (!b) return 0;
-        p->cbor = b;
-        p->cbor_cap = need;
-    }
+    const size_t need = 64 + (size_t)n * 9; /* headers, the parent, 9 bytes an integer at most */
+    if (kipp_grow((void **)&p->cbor, &p->cbor_cap, need, 1) != KIPP_OK) return 0;
     unsigned char *b = p->cbor;
     size_t k = 0;
     k += cbor_encode_array_start(3, b + k, need - k);
