@@ -1679,6 +1679,7 @@ static void *engine_main(void *arg) {
             n_run += !r->hold;
         }
         if (n_run == 0) { /* every one is paused: wait for a consumer to read (or a cancel) */
+            kipp_kvt_flush(s->kvt);
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
