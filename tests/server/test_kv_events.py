@@ -207,6 +207,23 @@ def test_parents_chain_and_blocks_are_announced_once(kv):
     assert set(as_int(h) for h in chain(PROMPT_A)) <= seen
 
 
+def test_text_prompt_blocks_are_its_tokens(kv):
+    """A text prompt: the stored blocks hold what /tokenize gives for it, hashed from those ids."""
+    srv, sub, _ = kv
+    text = "Routers follow the replicas' caches block by block; " * 4
+    st, _, js = srv.post("/tokenize", {"content": text})
+    assert st == 200, js
+    ids = js["tokens"]
+    assert len(ids) >= 2 * BS, len(ids)
+    srv.complete(text, max_tokens=1)
+    want = [as_int(h) for h in chain(ids)]
+    if len(ids) % BS == 0:
+        want = want[:-1]  # the prompt's last token is computed with the first generated one
+    e = sub.wait_for(lambda ev: stored(ev) and ev["block_hashes"][:1] == want[:1])[2]
+    assert e["block_hashes"] == want[:len(e["block_hashes"])] and len(e["block_hashes"]) >= len(want) - 1, (e, want)
+    assert e["token_ids"] == ids[:len(e["block_hashes"]) * BS]
+
+
 def test_sequence_numbers_are_consecutive(kv):
     srv, sub, _ = kv
     some_batches(srv, sub, 3)
