@@ -297,6 +297,26 @@ def test_bytes_hashes_and_seed():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def test_docs_recipe_gives_the_published_hashes(kv):
+    """docs/server.md's Python recipe for the hashes, run as written, prints what was published."""
+    import contextlib
+    import io
+    import re
+    from conftest import ROOT
+    doc = (ROOT / "docs" / "server.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## KV-cache events"):]
+    section = section[:section.index("\n## ", 10)]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"tokens": PROMPT_A})
+    printed = [int(x) for x in out.getvalue().split()]
+    srv, sub, _ = kv
+    some_batches(srv, sub, 1)
+    published = {h for _, _, e in sub.events() if stored(e) for h in e["block_hashes"]}
+    assert printed == [as_int(h) for h in chain(PROMPT_A)] and set(printed) <= published, printed
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--kv-events", "tcp://*:notaport"], "tcp://*:notaport"),
     (["--kv-events", "nosuchproto://x"], "nosuchproto://x"),
