@@ -224,6 +224,35 @@ def test_text_prompt_blocks_are_its_tokens(kv):
     assert e["token_ids"] == ids[:len(e["block_hashes"]) * BS]
 
 
+def test_a_running_sequence_serves_a_prefix_and_its_blocks_are_announced_once(kv):
+    """A prompt that starts like one still being generated forks that sequence's blocks (live
+    prefix sharing: the cache need not wait for the request to end), and the shared blocks are
+    not announced again."""
+    srv, sub, _ = kv
+    c = [(13 * i + 77) % 900 + 10 for i in range(3 * BS + 5)]
+    d = c[:3 * BS] + [(c[3 * BS] + 1) % 900 + 10, 11, 12]
+    want = [as_int(h) for h in chain(c)]
+    before = srv.metrics().get("kipp_prefix_live_tokens_total")
+    out = {}
+
+    def stream():
+        out["res"] = srv.stream("/v1/completions", {"model": srv.model, "prompt": c, "max_tokens": 300,
+                                                    "ignore_eos": True, "stream": True})
+
+    th = threading.Thread(target=stream)
+    th.start()
+    sub.wait_for(lambda e: stored(e) and e["block_hashes"][:1] == want[:1])
+    js = srv.complete(d, max_tokens=1)
+    running = th.is_alive()
+    th.join(timeout=60 * TIMEOUT_SCALE)
+    assert out["res"].status == 200 and out["res"].done
+    assert running, "the first request ended before the second was admitted"
+    assert js["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * BS, js["usage"]
+    assert srv.wait_idle().get("kipp_prefix_live_tokens_total") - before == 3 * BS
+    announced = [h for _, _, e in sub.events() if stored(e) for h in e["block_hashes"] if h in want]
+    assert sorted(announced) == sorted(want), announced  # each of c's blocks once
+
+
 def test_sequence_numbers_are_consecutive(kv):
     srv, sub, _ = kv
     some_batches(srv, sub, 3)
