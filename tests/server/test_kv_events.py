@@ -2,9 +2,11 @@
 with a pyzmq SUB socket and the msgpack package (not Kipp's encoder) and a hash written here from
 vLLM's published scheme (sha256 over canonical CBOR, cbor2 + hashlib): the start-up
 AllBlocksCleared, a prompt's whole blocks stored while its request still streams (tokens, parent
-links, hashes), consecutive sequence numbers, removals when the prefix cache evicts, replay of a
-missed range over the ROUTER socket, the 32-byte hash form with another seed, and a clear error
-for a bad endpoint. Spec: docs/server.md ("KV-cache events")."""
+links, hashes), a text prompt's blocks equal to /tokenize's ids, a running request's blocks
+serving another prompt (live prefix sharing) and announced once, consecutive sequence numbers,
+removals when the prefix cache evicts, replay of a missed range over the ROUTER socket, the
+32-byte hash form with another seed, docs/server.md's hash recipe, and a clear error for a bad
+endpoint. Spec: docs/server.md ("KV-cache events")."""
 
 from __future__ import annotations
 
