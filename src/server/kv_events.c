@@ -343,6 +343,10 @@ kipp_status kipp_kv_pub_start(const kipp_kv_pub_params *pp, kipp_kv_pub **out, c
             goto fail;
         }
         zmq_setsockopt(p->replay, ZMQ_LINGER, &zero, sizeof zero);
+        /* a whole buffer's replay and its end marker fit in the queue to one peer (a ROUTER
+         * drops what is past its high-water mark) */
+        const int rhwm = KIPP_KV_EVENTS_REPLAY_BATCHES + 16;
+        zmq_setsockopt(p->replay, ZMQ_SNDHWM, &rhwm, sizeof rhwm);
         if (zmq_bind(p->replay, pp->replay) != 0) {
             st = zfail(err, err_len, "bind the replay endpoint", pp->replay);
             goto fail;
