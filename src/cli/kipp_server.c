@@ -422,7 +422,7 @@ int main(int argc, char **argv) {
            sp.host, strchr(sp.host, ':') ? "]" : "", kipp_server_port(sv));
     fflush(stdout);
     if (kvp.endpoint && kipp_kv_pub_start(&kvp, &kvpub, err, sizeof err) != KIPP_OK) {
-        fprintf(stderr, "kipp-server: --kv-events: %s\n", err);
+        fprintf(stderr, "kipp-server: %s\n", err); /* "KV events: cannot bind ..." */
         goto done;
     }
     double load_s = kipp_cli_now(); /* model load, template check, scheduler start */
