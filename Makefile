@@ -108,11 +108,14 @@ $(BUILD)/kipp: $(KIPP_CLI_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
 # The server: HTTP (libmicrohttpd) and OpenAI mapping live outside the core library.
 SERVER_SRC := $(wildcard src/server/*.c)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+# HTTP (libmicrohttpd); KV-cache events (src/server/kv_events.c): ZeroMQ, msgpack-c, libcbor,
+# OpenSSL's libcrypto (sha256)
+SERVER_LDLIBS := -lmicrohttpd -lzmq -lmsgpackc -lcbor -lcrypto
 # the chat page is pulled into webui.o by .incbin (src/server/webui.c): editing it rebuilds
 $(BUILD)/obj/src/server/webui.o: src/server/webui/index.html
 server: $(BUILD)/kipp-server
 $(BUILD)/kipp-server: $(SERVER_BIN_OBJ) $(SERVER_OBJ) $(BACKEND_OBJ) $(BUILD)/libkipp.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(SERVER_LDLIBS)
 
 # the C quantizer (tools/quantize.py is the reference it is tested against); quantize.c
 # mirrors numpy float32 operation by operation, so no FMA contraction there

@@ -105,6 +105,7 @@ static const struct {
     {"chat", "chat template renderer, Python-compatible JSON", kt_suite_chat},
     {"reasoning", "<think> streaming split", kt_suite_reasoning},
     {"kv", "KV block pool, tables, refcounts, copy-on-write", kt_suite_kv},
+    {"kv_track", "KV-cache events: blocks held by hash, stored once, removed with the last holder", kt_suite_kv_track},
     {"cpu_kernels", "cpu kernels of every ISA level vs scalar references", kt_suite_cpu_kernels},
     {"cuda_quant_math", "cuda dequantization, host side", kt_suite_cuda_quant_math},
     {"cuda_ops_math", "cuda conversions, silu, KV addressing, MoE router, host side", kt_suite_cuda_ops_math},

@@ -9,6 +9,7 @@
 #include "engine/sched.h"
 #include "kipp.h"
 #include "server/embeddings.h"
+#include "server/kv_events.h"
 #include "server/rerank.h"
 #include "server/server.h"
 
@@ -79,6 +80,16 @@ static void usage(FILE *f) {
             "                            (default: the rest of the context)\n"
             "      --no-prefix-cache     do not keep finished sequences for prefix reuse\n"
             "      --prefix-cache-entries N  sequences the prefix cache keeps (default 64)\n"
+            "      --kv-events ENDPOINT  publish KV-cache events (blocks stored and removed) as\n"
+            "                            vLLM does: a ZeroMQ PUB socket, bound when ENDPOINT has\n"
+            "                            '*' (tcp://*:5557) or is ipc://, else connected\n"
+            "      --kv-events-replay ENDPOINT  a ZeroMQ ROUTER socket (bound) that resends\n"
+            "                            buffered event batches from a sequence number\n"
+            "      --kv-events-topic T   the topic frame of each message (default empty, vLLM's)\n"
+            "      --kv-events-hash-seed S  the block-hash chain's seed, as vLLM's\n"
+            "                            PYTHONHASHSEED (default 0)\n"
+            "      --kv-events-hash int|bytes  block hashes on the wire: the sha256's last 8\n"
+            "                            bytes as an integer (default, vLLM's) or all 32 bytes\n"
             "      --api-key KEY         require 'Authorization: Bearer KEY' (401 otherwise)\n"
             "      --api-key-file FILE   the same, key read from the first line of FILE (--api-key\n"
             "                            shows in ps; the file does not)\n"
@@ -231,6 +242,8 @@ int main(int argc, char **argv) {
     kipp_cli_spec_init(&spec);
     kipp_cli_runtime_init(&rt);
     int no_prefix = 0;
+    kipp_kv_pub_params kvp = {0};
+    kipp_kv_pub *kvpub = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         unsigned long long v;
@@ -306,6 +319,19 @@ int main(int argc, char **argv) {
         else if (IS("--no-prefix-cache")) { no_prefix = 1; }
         else if (IS("--reranking")) { sp.reranking = 1; }
         else if (IS("--prefix-cache-entries")) { NUM(1, 4096); kp.prefix_cache_entries = (uint32_t)v; }
+        else if (IS("--kv-events")) { NEED((kvp.endpoint = VAL()) && *kvp.endpoint); }
+        else if (IS("--kv-events-replay")) { NEED((kvp.replay = VAL()) && *kvp.replay); }
+        else if (IS("--kv-events-topic")) { NEED(kvp.topic = VAL()); }
+        else if (IS("--kv-events-hash-seed")) { NEED(kvp.hash_seed = VAL()); }
+        else if (IS("--kv-events-hash")) {
+            const char *f = VAL();
+            NEED(f);
+            if (strcmp(f, "int") && strcmp(f, "bytes")) {
+                fprintf(stderr, "kipp-server: --kv-events-hash expects int or bytes, got '%s'\n", f);
+                return 2;
+            }
+            kvp.hash_bytes = !strcmp(f, "bytes");
+        }
         else if (IS("--api-key")) { NEED(api_key = VAL()); }
         else if (IS("--api-key-file")) { NEED(key_file = VAL()); }
         else if (IS("--max-connections")) { NUM(1, 65536); sp.max_connections = (uint32_t)v; }
@@ -379,6 +405,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kipp-server: --api-key must not be empty\n");
         return 2;
     }
+    if (!kvp.endpoint && (kvp.replay || kvp.topic || kvp.hash_seed || kvp.hash_bytes)) {
+        fprintf(stderr, "kipp-server: the --kv-events-* options need --kv-events ENDPOINT\n");
+        return 2;
+    }
     if (no_prefix) kp.prefix_cache_entries = 0;
     sp.prefix_caching = kp.prefix_cache_entries > 0;
     char *key = key_file ? read_key_file(key_file) : NULL;
@@ -415,6 +445,10 @@ int main(int argc, char **argv) {
     printf("kipp-server: listening on http://%s%s%s:%u\n", strchr(sp.host, ':') ? "[" : "",
            sp.host, strchr(sp.host, ':') ? "]" : "", kipp_server_port(sv));
     fflush(stdout);
+    if (kvp.endpoint && kipp_kv_pub_start(&kvp, &kvpub, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "kipp-server: %s\n", err); /* "KV events: cannot bind ..." */
+        goto done;
+    }
     double load_s = kipp_cli_now(); /* model load, template check, scheduler start */
     if (kipp_model_load(model, &m, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-server: %s\n", err);
@@ -469,6 +503,7 @@ int main(int argc, char **argv) {
         spp = kipp_cli_spec_params(&spec, dm, &dcp, 0, 0);
         kp.spec = &spp;
     }
+    if (kvpub) kp.kv_events = kipp_kv_pub_sink(kvpub);
     if (kipp_sched_start(m, &kp, &sched, err, sizeof err) != KIPP_OK) {
         kipp_cli_ctx_error("kipp-server", &rt, err);
         goto done;
@@ -497,6 +532,12 @@ int main(int argc, char **argv) {
     if (reranker)
         fprintf(stderr, "kipp-server: a reranker, scored by tokens %d and %d: POST /v1/rerank\n", labels[0],
                 labels[1]);
+    if (kvpub)
+        fprintf(stderr, "kipp-server: KV-cache events on %s%s%s (topic '%s', blocks of %u tokens, "
+                        "sha256_cbor hashes seeded '%s', as %s)\n",
+                kvp.endpoint, kvp.replay ? ", replay on " : "", kvp.replay ? kvp.replay : "",
+                kvp.topic ? kvp.topic : "", ci.kv_block_size, kvp.hash_seed ? kvp.hash_seed : "0",
+                kvp.hash_bytes ? "32 bytes" : "integers");
     if (kp.spec)
         fprintf(stderr, "kipp-server: speculative decoding: %s, draft-max %ld%s\n",
                 spec.draft_model ? spec.draft_model : "prompt lookup", spec.draft_max,
@@ -558,6 +599,7 @@ done:
     kipp_sched_stop(sched);   /* waiting handlers wake up with "cancelled" */
     kipp_server_free(sv);     /* joins the connection threads */
     kipp_sched_free(sched);
+    kipp_kv_pub_free(kvpub);  /* after the scheduler: its engine thread publishes */
     oai_embedder_free(emb);
     kipp_model_free(m);
     kipp_model_free(dm);

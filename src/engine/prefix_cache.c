@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/kv_track.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,20 @@ struct kipp_prefix_cache {
     uint64_t *req_hashes;  /* [req_cap] a prompt's chained hashes */
     uint32_t req_cap;
     kipp_pc_stats st;
+    kipp_kvt *kvt; /* KV-cache events (NULL: none): told of every sequence change */
 };
+
+/* The context's sequence operations, with the event tracker told. */
+static void seq_free(kipp_prefix_cache *pc, uint32_t seq) {
+    kipp_ctx_seq_free(pc->ctx, seq, NULL, 0);
+    kipp_kvt_drop(pc->kvt, seq);
+}
+
+static kipp_status seq_truncate(kipp_prefix_cache *pc, uint32_t seq, uint32_t n_keep) {
+    const kipp_status st = kipp_ctx_seq_truncate(pc->ctx, seq, n_keep, NULL, 0);
+    if (st == KIPP_OK) kipp_kvt_truncate(pc->kvt, seq, n_keep);
+    return st;
+}
 
 /* ---- hashing ---------------------------------------------------------------------------- */
 
@@ -125,8 +139,10 @@ kipp_status kipp_pc_init(kipp_ctx *ctx, uint32_t max_entries, kipp_prefix_cache 
     return KIPP_OK;
 }
 
+void kipp_pc_set_tracker(kipp_prefix_cache *pc, kipp_kvt *kvt) { pc->kvt = kvt; }
+
 static void entry_drop(kipp_prefix_cache *pc, pc_entry *en) {
-    kipp_ctx_seq_free(pc->ctx, en->seq, NULL, 0);
+    seq_free(pc, en->seq);
     free(en->tokens);
     free(en->hashes);
     memset(en, 0, sizeof *en);
@@ -196,8 +212,9 @@ uint32_t kipp_pc_acquire(kipp_prefix_cache *pc, const int32_t *tokens, uint32_t 
     const uint32_t n_hit = hit_blocks * pc->block_size;
     uint32_t dst;
     if (kipp_ctx_seq_fork(pc->ctx, en->seq, &dst, NULL, 0) != KIPP_OK) return 0;
-    if (n_hit < en->n_tokens && kipp_ctx_seq_truncate(pc->ctx, dst, n_hit, NULL, 0) != KIPP_OK) {
-        kipp_ctx_seq_free(pc->ctx, dst, NULL, 0);
+    kipp_kvt_fork(pc->kvt, en->seq, dst);
+    if (n_hit < en->n_tokens && seq_truncate(pc, dst, n_hit) != KIPP_OK) {
+        seq_free(pc, dst);
         return 0;
     }
     en->last_use = ++pc->clock;
@@ -244,7 +261,7 @@ void kipp_pc_insert(kipp_prefix_cache *pc, uint32_t seq, const int32_t *tokens, 
     slot->tokens = malloc((size_t)n_keep * sizeof *slot->tokens);
     slot->hashes = malloc((size_t)n_blocks * sizeof *slot->hashes);
     if (!slot->tokens || !slot->hashes ||
-        kipp_ctx_seq_truncate(pc->ctx, seq, n_keep, NULL, 0) != KIPP_OK) {
+        seq_truncate(pc, seq, n_keep) != KIPP_OK) {
         free(slot->tokens);
         free(slot->hashes);
         slot->tokens = NULL;
@@ -268,7 +285,7 @@ void kipp_pc_insert(kipp_prefix_cache *pc, uint32_t seq, const int32_t *tokens, 
 drop_rebuild:
     table_rebuild(pc);
 drop:
-    kipp_ctx_seq_free(pc->ctx, seq, NULL, 0);
+    seq_free(pc, seq);
 }
 
 /* ---- accounting ------------------------------------------------------------------------- */

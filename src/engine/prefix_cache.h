@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 typedef struct kipp_prefix_cache kipp_prefix_cache;
+typedef struct kipp_kvt kipp_kvt;
 
 typedef struct {
     uint64_t lookups;        /* kipp_pc_note_lookup calls (admitted prompts) */
@@ -27,6 +28,9 @@ typedef struct {
 /* max_entries > 0 sequences are kept at most. The cache borrows ctx for its lifetime. */
 kipp_status kipp_pc_init(kipp_ctx *ctx, uint32_t max_entries, kipp_prefix_cache **out, char *err,
                          size_t err_len);
+/* KV-cache events (engine/kv_track.h): the cache tells kvt of every sequence it forks,
+ * truncates or frees (NULL: none, the default). kvt must outlive the cache. */
+void kipp_pc_set_tracker(kipp_prefix_cache *pc, kipp_kvt *kvt);
 /* Frees every cached sequence, then the cache. NULL is a no-op. */
 void kipp_pc_free(kipp_prefix_cache *pc);
 

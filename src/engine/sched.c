@@ -11,6 +11,7 @@
 #include "core/vmath.h"
 #include "engine/engine.h"
 #include "engine/fair.h"
+#include "engine/kv_track.h"
 #include "engine/prefix_cache.h"
 
 #include <errno.h>
@@ -161,6 +162,7 @@ struct kipp_sched {
     kipp_model *m;
     kipp_ctx *ctx;
     kipp_prefix_cache *pc;
+    kipp_kvt *kvt; /* KV-cache events (NULL: none) */
     kipp_sched_params p;
     uint32_t n_ctx, n_vocab;
     pthread_t thread;
@@ -520,6 +522,18 @@ kipp_status kipp_sched_submit(kipp_sched *s, const kipp_req_params *p, kipp_req 
 
 static kipp_kv_pool *pool_of(kipp_sched *s) { return kipp_ctx_kv_pool(s->ctx); }
 
+/* The context's sequence operations, with the KV-event tracker told (kv_track.h). */
+static void seq_free(kipp_sched *s, uint32_t seq) {
+    kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+    kipp_kvt_drop(s->kvt, seq);
+}
+
+static kipp_status seq_truncate(kipp_sched *s, uint32_t seq, uint32_t n_keep, char *err, size_t err_len) {
+    const kipp_status st = kipp_ctx_seq_truncate(s->ctx, seq, n_keep, err, err_len);
+    if (st == KIPP_OK) kipp_kvt_truncate(s->kvt, seq, n_keep);
+    return st;
+}
+
 /* Gives a request's drafter slot back (the drafter keeps its KV for reuse). */
 static void release_slot(kipp_sched *s, kipp_req *r) {
     if (r->slot >= 0) s->slot_used[r->slot] = 0;
@@ -531,7 +545,7 @@ static void release_slot(kipp_sched *s, kipp_req *r) {
 static void release_seq(kipp_sched *s, kipp_req *r, int keep) {
     if (!r->has_seq) return;
     if (s->pc && keep && r->n_fed > 0) kipp_pc_insert(s->pc, r->seq, r->all, r->n_fed);
-    else kipp_ctx_seq_free(s->ctx, r->seq, NULL, 0);
+    else seq_free(s, r->seq);
     r->has_seq = 0;
     r->n_fed = 0;
     release_slot(s, r);
@@ -835,19 +849,23 @@ static void admit_locked(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
             if (n_live > n_hit) { /* a running sequence holds more of the prompt: fork it */
                 uint32_t fork;
                 if (kipp_ctx_seq_fork(s->ctx, src, &fork, NULL, 0) == KIPP_OK) {
-                    if (kipp_ctx_seq_truncate(s->ctx, fork, n_live, NULL, 0) == KIPP_OK) {
-                        if (n_hit) kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+                    kipp_kvt_fork(s->kvt, src, fork);
+                    if (seq_truncate(s, fork, n_live, NULL, 0) == KIPP_OK) {
+                        if (n_hit) seq_free(s, seq);
                         seq = fork, n_hit = n_live;
                         s->st.live_prefix_tokens += n_live;
                     } else {
-                        kipp_ctx_seq_free(s->ctx, fork, NULL, 0);
+                        seq_free(s, fork);
                     }
                 }
             }
-            if (n_hit == 0 && kipp_ctx_seq_new(s->ctx, &seq, NULL, 0) != KIPP_OK) return;
+            if (n_hit == 0) {
+                if (kipp_ctx_seq_new(s->ctx, &seq, NULL, 0) != KIPP_OK) return;
+                kipp_kvt_drop(s->kvt, seq); /* a recycled id holds nothing */
+            }
             const uint32_t need = blocks_needed(s, r, n_hit);
             if (!room_for(s, need) && s->n_running > 0) { /* wait for room */
-                kipp_ctx_seq_free(s->ctx, seq, NULL, 0);
+                seq_free(s, seq);
                 if (unpark_one_locked(s)) continue;     /* a parked sequence's KV first, */
                 if (preempt_paused_locked(s)) continue; /* then a paused one's */
                 return;
@@ -1366,7 +1384,7 @@ static void finish_decode(kipp_sched *s, kipp_req *r, float *rows) {
     n_out = kipp_spec_verify(r->smp, rows, s->n_vocab, &r->job, out, &m);
     kipp_spec_seq_update(&r->spec, k, m);
     kipp_spec_seq_update(&s->global, k, m);
-    if (m < k && kipp_ctx_seq_truncate(s->ctx, r->seq, N + m, r->err, sizeof r->err) != KIPP_OK) {
+    if (m < k && seq_truncate(s, r->seq, N + m, r->err, sizeof r->err) != KIPP_OK) {
         r->pending = KIPP_FINISH_ERROR;
         return;
     }
@@ -1533,6 +1551,9 @@ static void step(kipp_sched *s, kipp_req **dead, uint32_t *n_dead) {
         r->wait_mask = 0;
         grammar_done(s, r, r->wk_res, r->n_fed);
     }
+    /* blocks this step filled: announced now, while their requests run (kv_track.h) */
+    for (uint32_t i = 0; s->kvt && i < s->n_running; i++)
+        if (s->running[i]->has_seq) kipp_kvt_fill(s->kvt, s->running[i]->seq, s->running[i]->all, s->running[i]->n_fed);
     /* publish */
     pthread_mutex_lock(&s->mu);
     s->st.steps++;
@@ -1648,6 +1669,7 @@ static void *engine_main(void *arg) {
         for (uint32_t i = 0; i < s->n_running && !runnable; i++)
             runnable = !s->running[i]->wait_mask || s->running[i]->mk == MK_DONE;
         if (!runnable) {
+            kipp_kvt_flush(s->kvt); /* the removals of cancelled and evicted ones */
             s->st.engine_waiting = 1;
             pthread_cond_wait(&s->work, &s->mu);
             continue;
@@ -1660,6 +1682,7 @@ static void *engine_main(void *arg) {
             n_run += !r->hold;
         }
         if (n_run == 0) { /* every one is paused: wait for a consumer to read (or a cancel) */
+            kipp_kvt_flush(s->kvt);
             s->st.engine_waiting = 1;
             pthread_cond_wait(&s->work, &s->mu);
             continue;
@@ -1669,6 +1692,7 @@ static void *engine_main(void *arg) {
         s->light_expected = s->t_light > 0 && t_now - s->t_light < s->p.arrival_window_s;
         pthread_mutex_unlock(&s->mu);
         step(s, dead, &n_dead);
+        kipp_kvt_flush(s->kvt); /* one batch of events per step */
         for (uint32_t i = 0; i < n_dead; i++) req_free(dead[i]);
         pthread_mutex_lock(&s->mu);
     }
@@ -1784,6 +1808,13 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     if (p.prefix_cache_entries &&
         (st = kipp_pc_init(s->ctx, p.prefix_cache_entries, &s->pc, err, err_len)) != KIPP_OK)
         goto fail;
+    if (p.kv_events) {
+        if (!(s->kvt = kipp_kvt_new(kipp_ctx_kv_pool(s->ctx)->block_size, p.kv_events))) {
+            st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "scheduler: out of memory for KV-cache events");
+            goto fail;
+        }
+        if (s->pc) kipp_pc_set_tracker(s->pc, s->kvt);
+    }
     uint32_t rows_per = 1;
     if (p.spec) {
         kipp_spec_params sp = *p.spec;
@@ -1904,6 +1935,7 @@ void kipp_sched_free(kipp_sched *s) {
     if (!s) return;
     kipp_sched_stop(s);
     kipp_pc_free(s->pc);
+    kipp_kvt_free(s->kvt); /* after the cache, which tells it of the sequences it frees */
     kipp_drafter_free(s->drafter);
     free(s->slot_used);
     free(s->jobs);

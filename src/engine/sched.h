@@ -12,6 +12,7 @@
 #define KIPP_ENGINE_SCHED_H
 
 #include "engine/grammar.h"
+#include "engine/kv_track.h"
 #include "engine/spec.h"
 #include "engine/think.h"
 #include "kipp.h"
@@ -66,6 +67,9 @@ typedef struct {
     double fair_slope;             /* > 0: the step-time model is this many seconds per
                                       sequence and nothing fixed, instead of measured (for
                                       reproducible tests); 0 = measured */
+    const kipp_kv_event_sink *kv_events; /* KV-cache events (NULL: none): each engine step's
+                                      blocks stored and removed, handed to this sink on the
+                                      engine thread (engine/kv_track.h); copied at start */
     const kipp_spec_params *spec;  /* speculative decoding (NULL: none): the drafter gets a
                                       slot per running sequence; n_ctx and n_slots are set
                                       here; ctx.n_threads etc. as given */

@@ -5,7 +5,9 @@
  * (the same alone, under KV pressure and with their prompt cached); a reused prefix decodes to the
  * same logits as recomputation (1e-6); a window pauses an unread request (which yields its
  * slot) and admission is fair across requests; fair steps hold an n > 1 request's extra
- * sequences back beside a plain request, and after one while another is expected. Runs on the backend and KV type the flags name
+ * sequences back beside a plain request, and after one while another is expected; KV-cache
+ * events under KV pressure leave the tokens as they are and make sense (a block stored only
+ * while not held, removed only while held, each run's parent held). Runs on the backend and KV type the flags name
  * (default cpu), the scheduler's context and the bare prefix-cache context alike. */
 #include "core/buf.h"
 #include "engine/engine.h"
@@ -73,6 +75,58 @@ static void collect(kipp_req *r, outputs *o, int i, kipp_finish *fin) {
     while (*fin == KIPP_FINISH_NONE) n = kipp_req_wait(r, n, -1, fin);
     o->n[i] = n;
     for (uint32_t k = 0; k < n && k < MAX_GEN; k++) o->tok[i][k] = kipp_req_token(r, k)->id;
+}
+
+/* ---- KV-cache events (engine/kv_track.h): a recording sink ---------------------------------- */
+
+static struct {
+    uint64_t live[8192]; /* the held blocks' hashes (their first 8 bytes) */
+    uint32_t n;
+    uint64_t stored, removed, batches;
+    int bad;
+} kve;
+
+static void kve_hash(void *ud, const uint8_t *parent, const int32_t *tok, uint32_t n,
+                     uint8_t out[KIPP_KV_HASH_BYTES]) {
+    (void)ud;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the parent's bytes and the tokens */
+    for (int i = 0; i < KIPP_KV_HASH_BYTES; i++) h = (h ^ (parent ? parent[i] : 0x5a)) * 1099511628211ull;
+    for (uint32_t i = 0; i < n; i++) h = (h ^ (uint32_t)tok[i]) * 1099511628211ull;
+    for (int i = 0; i < KIPP_KV_HASH_BYTES; i++, h = h * 6364136223846793005ull + 1442695040888963407ull)
+        out[i] = (uint8_t)(h >> 56);
+}
+
+static int kve_find(const uint8_t *h) {
+    uint64_t k;
+    memcpy(&k, h, 8);
+    for (uint32_t i = 0; i < kve.n; i++)
+        if (kve.live[i] == k) return (int)i;
+    return -1;
+}
+
+static void kve_publish(void *ud, const kipp_kv_event *ev, uint32_t n) {
+    (void)ud;
+    kve.batches++;
+    for (uint32_t e = 0; e < n; e++) {
+        if (ev[e].type == KIPP_KVE_CLEARED) {
+            kve.n = 0;
+            continue;
+        }
+        if (ev[e].type == KIPP_KVE_STORED && ev[e].parent && kve_find(ev[e].parent) < 0) kve.bad++;
+        for (uint32_t b = 0; b < ev[e].n_blocks; b++) {
+            const uint8_t *h = ev[e].hashes + (size_t)b * KIPP_KV_HASH_BYTES;
+            const int at = kve_find(h);
+            if (ev[e].type == KIPP_KVE_STORED) {
+                kve.stored++;
+                if (at >= 0 || kve.n == 8192) kve.bad++;
+                else memcpy(&kve.live[kve.n++], h, 8);
+            } else {
+                kve.removed++;
+                if (at < 0) kve.bad++;
+                else kve.live[at] = kve.live[--kve.n];
+            }
+        }
+    }
 }
 
 /* Runs the prompts one at a time (concurrent = 0) or all submitted at once. */
@@ -1105,6 +1159,16 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
         if (policy) {
             if (run(m, &tight, &p, 1, 0.0f, &pressed, &st) == 0) same(&solo, &pressed, "KV pressure");
             KT_CHECK(st.preempted > 0, "a pool for two never preempted");
+            /* again with KV-cache events: preemption, cache hits, live forks and evictions */
+            static const kipp_kv_event_sink sink = {.ud = NULL, .hash = kve_hash, .publish = kve_publish};
+            kipp_sched_params evp = tight;
+            evp.kv_events = &sink;
+            memset(&kve, 0, sizeof kve);
+            if (run(m, &evp, &p, 1, 0.0f, &pressed, &st) == 0) same(&solo, &pressed, "KV pressure with KV-cache events");
+            KT_CHECK(!kve.bad && kve.stored > 0 && kve.removed > 0,
+                     "KV-cache events: %d inconsistent, %llu stored, %llu removed in %llu batches", kve.bad,
+                     (unsigned long long)kve.stored, (unsigned long long)kve.removed,
+                     (unsigned long long)kve.batches);
         }
     }
     if (policy && run(m, &sp, &p, 0, 1.0f, &sampled_solo, NULL) == 0 &&
@@ -1133,7 +1197,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     lp.kv_type = sp.kv_type;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
-           "window and fairness, cancel and queue, logprobs, prompt logprobs, prefix reuse, a slow mask, short prompt first, "
+           "KV-cache events, window and fairness, cancel and queue, logprobs, prompt logprobs, prefix reuse, a slow mask, short prompt first, "
            "fair steps, an expected light request, prefill step bound, a one-sequence prompt whole beside a decoder\n",
            kt_label(&lp, label, sizeof label));
     return kt_failed - failed0;

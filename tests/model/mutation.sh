@@ -41,7 +41,7 @@ cases=(
   "cpu: prefill query heads of another group|--cpu-vs-ref|$FWD|s#f->q + (size_t)(r->first + t0 + i) \* f->QD + (size_t)h \* G \* D#f->q + (size_t)(r->first + t0 + i) * f->QD + (size_t)h * D#"
   "cpu: attention reads V one row late|--cpu-vs-ref|$FWD|s#kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;#kv_at(src, r->seq, l, t ? t - 1 : 0, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;#"
   "cpu: low activation plane dropped|--cpu-vs-ref|$FWD|s#y\[r\] = yh\[r\] + yl\[r\];#y[r] = yh[r];#|q8_0"
-  "sched: prefix-cache hit keeps the whole entry|--sched|$PFX|s#if (n_hit < en->n_tokens && kipp_ctx_seq_truncate#if (0 \&\& kipp_ctx_seq_truncate#"
+  "sched: prefix-cache hit keeps the whole entry|--sched|$PFX|s#if (n_hit < en->n_tokens && seq_truncate#if (0 \&\& seq_truncate#"
   "sched: a prefix-cache hit is prefilled again from position 0|--sched|$SCH|s#            r->n_fed = n_hit;#            r->n_fed = 0;#"
   # speculative decoding's rejection rule (src/engine/sampler.c): the chi-square gate must
   # see a rule that keeps every draft (with p > 0), and one that resamples from p instead

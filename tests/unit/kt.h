@@ -37,6 +37,7 @@ void kt_suite_think(void);     /* the reasoning gate before the matcher (test_th
 void kt_suite_chat(void);      /* chat template renderer + Python-compatible JSON */
 void kt_suite_reasoning(void); /* <think> ... </think> streaming split */
 void kt_suite_kv(void);        /* block pool, tables, refcounts, copy-on-write */
+void kt_suite_kv_track(void);  /* KV-cache events' holder counts (test_kv_track.c) */
 void kt_suite_cpu_kernels(void); /* cpu backend kernels vs scalar reference */
 void kt_suite_cuda_quant_math(void); /* cuda dequantization (host side of quant_math.h) */
 void kt_suite_cuda_ops_math(void);   /* cuda conversions, silu, KV addressing, MoE router (ops_math.h) */

@@ -112,7 +112,7 @@ test-cuda-model: deps cpu test-cuda-build tiny-models
 $(BUILD)/kipp-cuda-generic: $(KIPP_CLI_OBJ) $$(BACKEND_OBJ) $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
 $(BUILD)/kipp-server-cuda: $(SERVER_BIN_OBJ) $$(SERVER_OBJ) $$(BACKEND_OBJ) $(CUDA_GENERIC_OBJ) $(BUILD)/libkipp.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lmicrohttpd $(CUDA_LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(SERVER_LDLIBS) $(CUDA_LDLIBS)
 $(BUILD)/kipp-cuda-spark: $(KIPP_CLI_OBJ) $$(BACKEND_OBJ) $(CUDA_SPARK_OBJ) $(BUILD)/libkipp.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
 # the test binary: kipp_test's sources + the cuda backend + the GPU operator tests
