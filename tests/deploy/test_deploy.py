@@ -43,7 +43,7 @@ DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 # kipp-server flags that deploy/ uses before the change adding them is merged (issue 35:
 # the drain delay, vLLM-named metrics, KV events). The lead empties this list on merging;
 # from then on every flag must be in `kipp-server --help`.
-PENDING_KIPP_FLAGS = {"--kv-events", "--kv-events-replay", "--kv-events-topic"}
+PENDING_KIPP_FLAGS: set[str] = set()
 
 # Kinds with no schema in kubernetes-validate (CRDs), checked here by other means.
 CRD_KINDS = {("inference.networking.k8s.io/v1", "InferencePool"),
