@@ -291,7 +291,8 @@ class Fleet:
         self.replicas: list[Replica] = []
         self.routers: list = []
         self.closed = False
-        self.log_dir = os.path.abspath(tempfile.mkdtemp(prefix="kipp-cluster-", dir=os.environ.get("KIPP_CLUSTER_LOGS")))
+        logs = os.environ.get("KIPP_CLUSTER_LOGS")
+        self.log_dir = os.path.abspath(tempfile.mkdtemp(prefix="kipp-cluster-", dir=logs))
         self.netns_refusal = netns_refused()
         self.mode = "loopback" if self.netns_refusal else "netns"
         self.tag = _prefix() + "abcdefghijklmnopqrstuvwxyz"[len(_live) % 26]
@@ -427,8 +428,10 @@ class HAProxy:
     balance: roundrobin, leastconn or chash (bounded-load consistent hash on X-Session-Id)."""
 
     def __init__(self, fleet: Fleet, balance: str = "roundrobin", check_inter_ms: int = 300,
-                 fall: int = 2, rise: int = 1, retry_503: bool = False):
-        self.fleet, self.balance = fleet, balance
+                 fall: int = 2, rise: int = 1, retry_503: bool = False, balance_factor: int | None = 150):
+        """balance_factor: chash's hash-balance-factor (a server takes at most this percent of
+        the mean load; None: plain consistent hashing, no bound)."""
+        self.fleet, self.balance, self.balance_factor = fleet, balance, balance_factor
         self.port = free_port()
         d = tempfile.mkdtemp(prefix="haproxy-", dir=fleet.log_dir)
         # a unix socket path has at most 107 bytes: the socket lives in a short folder of its own
@@ -437,7 +440,9 @@ class HAProxy:
         self.cfg = os.path.join(d, "haproxy.cfg")
         self.log = os.path.join(d, "haproxy.log")
         if balance == "chash":
-            bal = "    balance hdr(X-Session-Id)\n    hash-type consistent\n    hash-balance-factor 150\n"
+            bal = "    balance hdr(X-Session-Id)\n    hash-type consistent\n"
+            if balance_factor is not None:
+                bal += f"    hash-balance-factor {balance_factor}\n"
         elif balance in ("roundrobin", "leastconn"):
             bal = f"    balance {balance}\n"
         else:
@@ -486,6 +491,8 @@ class HAProxy:
 
     @property
     def name(self) -> str:
+        if self.balance == "chash" and self.balance_factor != 150:
+            return f"haproxy-chash-{'unbounded' if self.balance_factor is None else f'f{self.balance_factor}'}"
         return f"haproxy-{self.balance}"
 
     def runtime(self, cmd: str) -> str:

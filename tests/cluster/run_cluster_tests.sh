@@ -33,7 +33,8 @@ cleanup() {
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${KIPP_CLUSTER_PREFIX}"); do
         ip netns del "$ns" 2>/dev/null
     done
-    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^${KIPP_CLUSTER_PREFIX}"); do
+    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 \
+                  | grep "^${KIPP_CLUSTER_PREFIX}"); do
         ip link del "$link" 2>/dev/null
     done
 }

@@ -4,7 +4,8 @@ bench/cluster_bench.py records. Each returns plain numbers; neither judges here.
 - affinity: T tenants, one multi-turn session each (header X-Session-Id), each with its own
   long system prompt; turn k sends the system prompt, the earlier turns (with the answers)
   and a new question. Turns go round by round (turn 1 of every tenant, then turn 2, ...) on
-  a few client threads, so a replica that sees every tenant must hold all their prefixes.
+  a few client threads, each round in a fresh random order, so a replica that sees every
+  tenant must hold all their prefixes.
 - failover: long streams, one replica SIGKILLed while they run; what its streams saw, how long
   HAProxy took to mark it DOWN, and whether requests sent after that fail.
 - rolling restart: steady load while every replica is drained, stopped and restarted.
@@ -84,8 +85,12 @@ def affinity(router, tenants: list[str], turns: int, clients: int = 3, max_token
 
     with ThreadPoolExecutor(clients) as pool:
         for _ in range(turns):
-            qs = [question(rng) for _ in tenants]
-            list(pool.map(lambda a: one(*a), enumerate(qs)))
+            # each round in a new order: a fixed order would let round robin pin tenant t to
+            # replica t mod N whenever N divides the tenant count
+            order = list(range(len(tenants)))
+            rng.shuffle(order)
+            qs = [(t, question(rng)) for t in order]
+            list(pool.map(lambda a: one(*a), qs))
     lat.sort()
     return {"requests": len(lat), "errors": errors,
             "latency_s": {"p50": round(lat[len(lat) // 2], 4), "p90": round(lat[int(len(lat) * 0.9)], 4),
@@ -179,7 +184,9 @@ def failover_router(fleet: H.Fleet, router, victim: H.Replica, streams: int = 6,
             after_errors[kind] = after_errors.get(kind, 0) + 1
     return {"router": router.name, "streams": streams, "victim": victim.name, "victim_running_at_kill": held,
             "victim_streams": _summary(failed), "other_streams": _summary([s for s in results if s.outcome == "done"]),
-            "eject_s": round(last_fail, 3), "eject_how": "last failed probe request after the kill",
+            "eject_s": round(last_fail, 3) if probe_errors else None,
+            "eject_how": "time of the last failed probe request after the kill (None: no probe failed: "
+                         "the router retried them on a live worker)",
             "probe_requests": i, "probe_errors": probe_errors,
             "after_requests": after, "after_errors": after_errors}
 
