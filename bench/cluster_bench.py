@@ -71,19 +71,21 @@ def policies(fleet_has_kv_events: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicas", type=benchlib.positive("--replicas", 2), default=4)
-    ap.add_argument("--tenants", type=benchlib.positive("--tenants"), default=32)
-    ap.add_argument("--turns", type=benchlib.positive("--turns"), default=10)
-    ap.add_argument("--words", type=benchlib.positive("--words"), default=110,
-                    help="words of each tenant's system prompt (110: about 160 tokens)")
-    ap.add_argument("--kv-tokens", type=benchlib.positive("--kv-tokens", 528), default=4096,
+    ap.add_argument("--tenants", type=benchlib.positive("--tenants"), default=64)
+    ap.add_argument("--turns", type=benchlib.positive("--turns"), default=8)
+    ap.add_argument("--words", type=benchlib.positive("--words"), default=60,
+                    help="words of each tenant's system prompt (60: about 95 tokens)")
+    ap.add_argument("--kv-tokens", type=benchlib.positive("--kv-tokens", 528), default=6144,
                     help="each replica's KV pool (its prefix cache lives in it)")
-    ap.add_argument("--clients", type=benchlib.positive("--clients"), default=4)
-    ap.add_argument("--quick", action="store_true", help="3 replicas, 12 tenants, 4 turns: a smoke run")
+    ap.add_argument("--clients", type=benchlib.positive("--clients"), default=3)
+    ap.add_argument("--quick", action="store_true", help="3 replicas, 36 tenants, 6 turns: make test's form")
+    ap.add_argument("--build-note", default=None,
+                    help="what the kipp-server binary was built from, when not this tree ($BUILD picks it)")
     ap.add_argument("--output", default=None,
                     help="record path (default bench/results/cluster-<mode>.json; '-': stdout)")
     a = ap.parse_args(argv)
     if a.quick:
-        a.replicas, a.tenants, a.turns, a.kv_tokens = 3, 14, 4, 2048
+        a.replicas, a.tenants, a.turns, a.kv_tokens = 3, 36, 6, 3584
     for need in (H.SERVER_BIN, H.MODEL):
         if not os.path.exists(need):
             ap.error(f"{need} is missing (make server tiny-models)")
@@ -97,6 +99,8 @@ def main(argv=None) -> int:
         "provenance": prov,
         "cpu_class": cpu_class(prov),
         "versions": H.versions(),
+        "kipp_server_binary": H.SERVER_BIN,
+        "kipp_server_build_note": a.build_note,
         "kipp_server_features": feats,
         "model": os.path.relpath(H.MODEL, benchlib.ROOT),
         "load_average": {"before": list(os.getloadavg())},
@@ -125,15 +129,10 @@ def main(argv=None) -> int:
             "routers": "HAProxy and vllm-router in the root namespace on 127.0.0.1, replicas reached "
                        "over the bridge; health checks on /health",
         }
-        probe = {"model": H.MODEL_NAME, "prompt": "x"}
-        st, _, _ = f.replicas[0].request("POST", "/v1/completions/render", probe)
-        if st != 200:
-            rec["notes"].append(
-                f"kipp-server answers {st} to POST /v1/completions/render: vllm-router "
-                f"{rec['versions']['vllm_router']}'s "
-                "cache_aware (and kv_aware) asks each worker to tokenize the request there ({\"token_ids\": [...]}) "
-                "and, refused, logs 'Prefix input preparation unavailable' and routes without its prefix tree; "
-                "its figures below are that fallback, not cache-aware routing")
+        why = H.router_tokenize_missing(f.replicas[0])
+        if why:
+            rec["notes"].append(f"{why}: the cache_aware (and kv_aware) figures below are that fallback, "
+                                "not cache-aware routing")
         if not feats["kv_events"]:
             rec["notes"].append("kv_aware not measured: this kipp-server has no --kv-events")
         tenants = W.tenant_prompts(a.tenants, a.words)
@@ -175,7 +174,7 @@ def main(argv=None) -> int:
         hap = H.HAProxy(f, "roundrobin")
         rec["rolling_restart"]["haproxy-runtime-api"] = W.rolling_restart(f, hap, use_drain_delay=False)
     if feats["drain_delay"]:
-        with H.Fleet(a.replicas, ["-c", "512", "--drain-delay", "1.5"]) as f:
+        with H.Fleet(a.replicas, ["-c", "512", "--drain-delay", "2"]) as f:
             hap = H.HAProxy(f, "roundrobin")
             rec["rolling_restart"]["haproxy-drain-delay"] = W.rolling_restart(f, hap, use_drain_delay=True)
     else:

@@ -14,9 +14,9 @@ and deletes whatever is left with that prefix in its EXIT trap), else kc<pid>; e
 adds a letter. Processes are started and killed by PID. Everything is torn down in
 Fleet.close(), which a finally, atexit and the SIGTERM/SIGINT/SIGHUP handlers all reach.
 
-Features colleagues add to kipp-server (--drain-delay, /livez, --metrics-compat,
---kv-events, --max-connections-per-ip 0) are used when `kipp-server --help` names them;
-features() says which, and tests that need one skip with the reason otherwise.
+Optional kipp-server features (--drain-delay, --metrics-compat, --kv-events,
+--kv-events-replay, --max-connections-per-ip 0) are used when `kipp-server --help` names
+them; features() says which, and tests that need one skip with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -67,7 +67,6 @@ def features() -> dict:
         per_ip = re.search(r"--max-connections-per-ip N(.*?)(?=\n\s{0,8}-)", text, re.S)
         _features = {
             "drain_delay": "--drain-delay" in text,
-            "livez": "/livez" in text,
             "metrics_compat": "--metrics-compat" in text,
             "kv_events": "--kv-events" in text,
             "kv_events_replay": "--kv-events-replay" in text,
@@ -78,7 +77,7 @@ def features() -> dict:
 
 def missing(feature: str) -> str | None:
     """None when kipp-server offers the feature, else the reason a test skips."""
-    flag = {"drain_delay": "--drain-delay", "livez": "GET /livez", "metrics_compat": "--metrics-compat",
+    flag = {"drain_delay": "--drain-delay", "metrics_compat": "--metrics-compat",
             "kv_events": "--kv-events", "kv_events_replay": "--kv-events-replay"}.get(feature, feature)
     if features().get(feature):
         return None
@@ -100,6 +99,22 @@ def versions() -> dict:
         pass
     return {"haproxy": first_line(["haproxy", "-v"]), "vllm_router": router,
             "kipp_server": first_line([SERVER_BIN, "--version"])}
+
+
+def router_tokenize_missing(replica: "Replica") -> str | None:
+    """vllm-router 0.1.17's cache_aware and kv_aware policies ask the worker to tokenize each
+    request, by vLLM's POST /v1/completions/render ({"token_ids": [...]}) or, refused, POST
+    /tokenize {"model", "prompt"} ({"tokens": [...]}); with neither the router logs 'Prefix
+    input preparation unavailable' and routes without its prefix tree."""
+    body = {"model": MODEL_NAME, "prompt": "probe"}
+    if replica.request("POST", "/v1/completions/render", body)[0] == 200:
+        return None
+    st, _, raw = replica.request("POST", "/tokenize", body)
+    if st == 200 and b'"count"' in raw:   # the router reads count
+        return None
+    return (f"kipp-server answers neither POST /v1/completions/render nor vLLM's /tokenize body "
+            f"({{\"prompt\": ...}}: {st}), which vllm-router's cache_aware/kv_aware use to tokenize a "
+            "request: they route without a prefix tree")
 
 
 # ---- network ------------------------------------------------------------------------------
@@ -196,6 +211,7 @@ class Replica:
         self.name = f"s{index}"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self.kv_ports = (KV_EVENTS_PORT, KV_REPLAY_PORT) if ns else (free_port(), free_port())
 
     @property
     def url(self) -> str:
@@ -214,20 +230,23 @@ class Replica:
         if f["metrics_compat"]:
             a += ["--metrics-compat", "vllm"]
         if self.fleet.kv_events and f["kv_events"]:
-            a += ["--kv-events", self.kv_endpoint]
+            # kipp-server binds an endpoint with '*' (else it connects); each namespace has its
+            # own ports, loopback replicas get free ones
+            a += ["--kv-events", f"tcp://*:{self.kv_ports[0]}"]
             if f["kv_events_replay"]:
-                a += ["--kv-events-replay", self.kv_replay_endpoint]
+                a += ["--kv-events-replay", f"tcp://*:{self.kv_ports[1]}"]
         if self.ns:
             a = ["ip", "netns", "exec", self.ns, *a]   # ip execs the server: the PID is kipp-server's
         return a
 
     @property
     def kv_endpoint(self) -> str:
-        return f"tcp://{self.host}:{KV_EVENTS_PORT + (0 if self.ns else 10 * self.index)}"
+        """Where a router connects for this replica's KV events."""
+        return f"tcp://{self.host}:{self.kv_ports[0]}"
 
     @property
     def kv_replay_endpoint(self) -> str:
-        return f"tcp://{self.host}:{KV_REPLAY_PORT + (0 if self.ns else 10 * self.index)}"
+        return f"tcp://{self.host}:{self.kv_ports[1]}"
 
     def start(self, wait: bool = True, timeout: float = 60.0) -> "Replica":
         self.starts += 1
