@@ -9,7 +9,8 @@ routers (HAProxy from a generated config, vllm-router) run in the root namespace
 the replicas over the bridge; nothing else is addressed. Loopback mode (namespaces refused,
 or KIPP_CLUSTER_NETNS=0): replica i binds 127.A.B.(10+i) on one free port, no namespaces.
 
-Names start with $KIPP_CLUSTER_PREFIX when set (tests/cluster/run_cluster_tests.sh sets it
+Logs go to a folder under $KIPP_CLUSTER_LOGS (kept), else to a temporary folder removed at
+close. Names start with $KIPP_CLUSTER_PREFIX when set (tests/cluster/run_cluster_tests.sh sets it
 and deletes whatever is left with that prefix in its EXIT trap), else kc<pid>; each fleet
 adds a letter. Processes are started and killed by PID. Everything is torn down in
 Fleet.close(), which a finally, atexit and the SIGTERM/SIGINT/SIGHUP handlers all reach.
@@ -402,6 +403,8 @@ class Fleet:
             _ip("netns", "del", ns, check=False)
         if self.bridge:
             _ip("link", "del", self.bridge, check=False)
+        if not os.environ.get("KIPP_CLUSTER_LOGS"):   # a temporary folder: nothing left in /tmp
+            shutil.rmtree(self.log_dir, ignore_errors=True)
         if self in _live:
             _live.remove(self)
 
