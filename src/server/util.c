@@ -83,10 +83,14 @@ static json_t *piece_json(const kipp_model *m, int32_t id) {
 }
 
 /* {"tokens": [...]} written token by token (a tree of a long text's pieces would take
- * tens of bytes per token more than its text): malloc'd, or NULL out of memory. */
-static char *tokens_body(const kipp_model *m, const int32_t *ids, size_t n, int with_pieces) {
+ * tens of bytes per token more than its text): malloc'd, or NULL out of memory. vllm > 0:
+ * vLLM's shape, {"count", "max_model_len": vllm, "tokens"} (vllm-router reads count). */
+static char *tokens_body(const kipp_model *m, const int32_t *ids, size_t n, int with_pieces,
+                         uint32_t vllm) {
     kipp_buf b = {0};
-    kipp_buf_puts(&b, "{\"tokens\":[");
+    if (vllm) kipp_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%u,", n, (unsigned)vllm);
+    else kipp_buf_puts(&b, "{");
+    kipp_buf_puts(&b, "\"tokens\":[");
     for (size_t i = 0; i < n && !b.oom; i++) {
         if (i) kipp_buf_put(&b, ",", 1);
         if (!with_pieces) {
@@ -106,10 +110,12 @@ static char *tokens_body(const kipp_model *m, const int32_t *ids, size_t n, int 
 
 /* {content, add_special?, parse_special?, with_pieces?} -> {"tokens": [...]}. add_special
  * appends what the tokenizer appends to every input (Qwen3-Embedding's <|endoftext|>; a
- * Qwen generative model's tokenizer adds nothing: no BOS). */
+ * Qwen generative model's tokenizer adds nothing: no BOS). vLLM's body for a completion's
+ * prompt, {"model", "prompt": TEXT}, is read as content and answered in vLLM's shape:
+ * vllm-router's cache_aware and kv_aware policies tokenize a request so on its replica. */
 static enum MHD_Result handle_tokenize(kipp_server *sv, struct MHD_Connection *c, conn_state *cs) {
-    static const char *const known[] = {"content", "add_special", "parse_special", "with_pieces",
-                                        "model", NULL};
+    static const char *const known[] = {"content", "prompt", "add_special", "parse_special",
+                                        "with_pieces", "model", NULL};
     enum MHD_Result res;
     json_t *o = body_object(sv, c, cs, &res);
     if (!o) return res;
@@ -117,7 +123,13 @@ static enum MHD_Result handle_tokenize(kipp_server *sv, struct MHD_Connection *c
     const char *param = NULL;
     int add_special = 0, parse_special = 1, with_pieces = 0;
     json_t *content = json_object_get(o, "content");
-    if (!json_is_string(content)) snprintf(msg, sizeof msg, "'content' (a string) is required"), param = "content";
+    json_t *prompt = json_object_get(o, "prompt");
+    if (content && prompt)
+        snprintf(msg, sizeof msg, "give 'content' or 'prompt' (vLLM's name), not both"), param = "prompt";
+    else if (prompt && !json_is_string(prompt))
+        snprintf(msg, sizeof msg, "'prompt' must be a string"), param = "prompt";
+    else if (!json_is_string(content = prompt ? prompt : content))
+        snprintf(msg, sizeof msg, "'content' (a string) is required"), param = "content";
     else if (get_flag(o, "add_special", &add_special, msg, sizeof msg)) param = "add_special";
     else if (get_flag(o, "parse_special", &parse_special, msg, sizeof msg)) param = "parse_special";
     else if (get_flag(o, "with_pieces", &with_pieces, msg, sizeof msg)) param = "with_pieces";
@@ -143,7 +155,7 @@ static enum MHD_Result handle_tokenize(kipp_server *sv, struct MHD_Connection *c
         if (grown) (ids = grown)[n++] = (int32_t)info.eos_id;
         else st = KIPP_ERR_NOMEM;
     }
-    char *js = st == KIPP_OK ? tokens_body(sv->m, ids, n, with_pieces) : NULL;
+    char *js = st == KIPP_OK ? tokens_body(sv->m, ids, n, with_pieces, prompt ? sv->n_ctx : 0) : NULL;
     srv_parse_leave(sv);
     free(ids);
     if (st != KIPP_OK && st != KIPP_ERR_NOMEM) /* (valid JSON text always tokenizes) */

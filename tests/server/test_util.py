@@ -86,6 +86,19 @@ def test_tokenize_add_special(server, embed_server):
     assert emb == hf.encode("hello world", add_special_tokens=True)
 
 
+def test_tokenize_vllm_body(server, tok):
+    """vLLM's /tokenize body for a completion's prompt, {"model", "prompt"}, as vllm-router's
+    cache_aware and kv_aware policies send it to a replica, answered in vLLM's shape (the
+    router reads count); the llama.cpp body keeps its own shape."""
+    js = ok(server, "/tokenize", {"model": MODEL_NAME, "prompt": TEXT})
+    assert js == {"count": len(tok.encode(TEXT)), "max_model_len": CTX, "tokens": tok.encode(TEXT)}, js
+    assert set(ok(server, "/tokenize", {"content": TEXT})) == {"tokens"}
+    assert ok(server, "/tokenize", {"prompt": ""}) == {"count": 0, "max_model_len": CTX, "tokens": []}
+    refused(server, "/tokenize", {"prompt": "a", "content": "a"}, "prompt")
+    refused(server, "/tokenize", {"prompt": ["a"]}, "prompt")
+    refused(server, "/tokenize", {"prompt": [1, 2]}, "prompt")
+
+
 def test_tokenize_refusals(server):
     refused(server, "/tokenize", {}, "content")
     refused(server, "/tokenize", {"content": ["a"]}, "content")
