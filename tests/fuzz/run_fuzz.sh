@@ -26,7 +26,7 @@ if [ "${1:-}" = --replay ]; then
     done
 else
     name=${1:?usage: run_fuzz.sh NAME [SECONDS] | run_fuzz.sh --replay NAME...}
-    tier_secs=8
+    tier_secs=4
     [ "${TIER:-}" = full ] && tier_secs=60
     secs=${2:-${FUZZ_SECONDS:-$tier_secs}}
     # shellcheck disable=SC2046

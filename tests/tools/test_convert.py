@@ -661,6 +661,7 @@ def test_moe_fused_layout_gives_same_file(converted, tiny_moe, tmp_path):
     assert sha256(out) == sha256(converted("tiny-moe", "q8_0"))
 
 
+@pytest.mark.full  # make test-full only: the test tier's time budget (docs/testing.md)
 def test_moe_transformers_fused_save_gives_same_file(converted, tiny_moe_k1, tmp_path):
     """What transformers 5.x itself writes with save_original_format=False (and what its
     default save_pretrained writes: the per-expert layout) converts to the same tensors."""

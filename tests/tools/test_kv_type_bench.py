@@ -126,6 +126,7 @@ def test_end_to_end_kipp_only(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama_cpp not installed")
+@pytest.mark.full  # make test-full only: the test tier's time budget (docs/testing.md)
 def test_end_to_end_with_llama(tmp_path):
     need(TIED)
     need(KIPP)

@@ -52,6 +52,7 @@ def test_argument_errors(tmp_path):
         assert r.returncode == 2 and "qwen3-4b-base" in r.stderr
 
 
+@pytest.mark.full  # make test-full only: the test tier's time budget (docs/testing.md)
 def test_kipp_only_record(tmp_path):
     for p in (MODEL, f"{BUILD}/kipp-perplexity", f"{BUILD}/kipp"):
         if not (ROOT / p).exists():

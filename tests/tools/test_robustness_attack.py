@@ -10,6 +10,8 @@ import json
 import socket
 import threading
 
+import pytest
+
 from bench import robustness_cases as rc
 
 SCHEMA = rc.PERSON_SCHEMA
@@ -180,6 +182,7 @@ class _FakeSrv:
         return 200, {}, b'{"usage": {"completion_tokens": 4}}'
 
 
+@pytest.mark.full  # make test-full only: the test tier's time budget (docs/testing.md)
 def test_probe_does_not_count_the_harness_gil():
     """The probe times plain requests in a process of its own: the harness holding its GIL
     (json.loads of a big reply, as the nonstream_big class does) while a probe request is in

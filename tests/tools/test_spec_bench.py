@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = os.path.dirname(os.environ.get("KIPP_BIN", "build/kipp"))  # run_tests.sh sets KIPP_BIN
 MODEL = "models/kipp-tiny/kipp-tiny-bf16.gguf"
@@ -68,6 +70,7 @@ def test_server_levels_errors():
         assert r.returncode != 0 and "--server-clients expects" in r.stderr, (bad, r.stderr)
 
 
+@pytest.mark.full  # make test-full only: the test tier's time budget (docs/testing.md)
 def test_server_curve_record(tmp_path):
     """A real two-level server run with prompt lookup on a text prompt: per level both
     arms' throughput, the ratio, and the speculative server's drafts from /metrics."""

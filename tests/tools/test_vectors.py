@@ -166,7 +166,8 @@ def test_make_vectors_explains_missing_torch(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
-@pytest.mark.parametrize("name", ["tiny-tied", pytest.param("tiny-moe-tie", marks=pytest.mark.full)])
+@pytest.mark.full  # 14 s on tiny-tied: make test-full only (the test tier's budget, docs/testing.md)
+@pytest.mark.parametrize("name", ["tiny-tied", "tiny-moe-tie"])
 def test_make_vectors_reproduces_committed_vectors(tmp_path, name):
     """Regenerates a checkpoint's vectors in a scratch directory and compares (needs torch)."""
     pytest.importorskip("torch", reason="torch is only in tools/requirements-vectors.txt")
