@@ -34,6 +34,7 @@ struct kipp_ctx {
     uint32_t *next_pos, *n_add;
     uint32_t *grow_ids, *grow_n; /* sequences that grow, and by how much */
     uint32_t seq_cap;
+    char rope[128]; /* the model's rope scaling, described (kipp_ctx_info.rope) */
 };
 
 kipp_ctx_params kipp_ctx_default_params(void) {
@@ -141,6 +142,7 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     kipp_ctx *c = calloc(1, sizeof *c);
     if (!c) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "context: out of memory");
     c->m = m;
+    kipp_rope_describe(&m->hp, c->rope, sizeof c->rope);
     c->ops = ops;
     c->n_ctx = n_ctx;
     c->kv_type = o.kv_type;
@@ -209,6 +211,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     out->kv_bytes = ks.n_bytes_total;
     out->n_logits = c->n_logits;
     out->embeddings = c->embeddings;
+    out->rope = c->rope;
 }
 
 /* ---- sequences -------------------------------------------------------------------------- */
