@@ -37,13 +37,13 @@ BACKEND_SRC :=
 BACKEND_TEST_TARGETS :=
 # The link lists, once: each binary's own objects (the backend fragments link the same
 # lists into their binaries). Every binary also links $(BACKEND_OBJ) and libkipp.a.
-CLI_COMMON_OBJ := $(addprefix $(BUILD)/obj/src/cli/,cli_args.o cli_spec.o)
+CLI_COMMON_OBJ := $(addprefix $(BUILD)/obj/src/cli/,cli_args.o cli_rope.o cli_spec.o)
 KIPP_CLI_OBJ   := $(BUILD)/obj/src/cli/kipp.o $(CLI_COMMON_OBJ) \
                   $(addprefix $(BUILD)/obj/src/cli/,cli_grammar.o generate.o)
 SERVER_BIN_OBJ := $(BUILD)/obj/src/cli/kipp_server.o $(CLI_COMMON_OBJ)
 CHAT_OBJ       := $(addprefix $(BUILD)/obj/src/cli/,kipp_chat.o chat_input.o chat_file.o) \
                   $(CLI_COMMON_OBJ) $(BUILD)/obj/src/cli/generate.o
-PPL_OBJ        := $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o
+PPL_OBJ        := $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_rope.o
 include $(sort $(wildcard src/backend/*/backend.mk))
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o) $(VK_EXTRA_OBJ)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c) $(VK_TEST_SRC)

@@ -150,6 +150,10 @@ kipp_status kipp_model_set_rope(kipp_model *m, const kipp_rope_params *p, char *
         hp.rope_scaling = (kipp_rope_scaling)p->type;
     }
     if (p->factor > 0) hp.rope_factor = p->factor;
+    if (p->factor > 1.0f && hp.rope_scaling == KIPP_ROPE_SCALING_NONE)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "rope scale %g given, but the rope scaling is none; add --rope-scaling yarn or linear",
+                         (double)p->factor);
     if (p->orig_ctx) hp.rope_orig_ctx = p->orig_ctx;
     if (p->attn_factor > 0) hp.yarn_attn_factor = p->attn_factor;
     if (p->beta_fast > 0) hp.yarn_beta_fast = p->beta_fast;
