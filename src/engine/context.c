@@ -117,15 +117,17 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     uint32_t n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train < KIPP_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
                                                                       : KIPP_DEFAULT_CTX_CAP;
+    if (n_ctx > m->hp.n_ctx_train && m->hp.rope_scaling == KIPP_ROPE_SCALING_NONE)
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "context size %u exceeds the model's trained context length %u (no rope scaling; "
+                         "YaRN extends it: --rope-scaling yarn --rope-scale N)",
+                         n_ctx, m->hp.n_ctx_train);
     if (n_ctx > m->hp.n_ctx_train) {
         char rope[128];
         kipp_rope_describe(&m->hp, rope, sizeof rope);
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                         "context size %u exceeds the model's trained context length %u (rope scaling %s%s)",
-                         n_ctx, m->hp.n_ctx_train, rope,
-                         m->hp.rope_scaling == KIPP_ROPE_SCALING_NONE
-                             ? "; YaRN extends it: --rope-scaling yarn --rope-scale N"
-                             : "");
+                         "context size %u exceeds the model's context length %u with rope scaling %s", n_ctx,
+                         m->hp.n_ctx_train, rope);
     }
     const kipp_kv_layout lay = {.n_layer = m->hp.n_layer,
                                 .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
