@@ -598,6 +598,7 @@ int main(int argc, char **argv) {
         cp.device = o.rt.device;
         cp.kv_type = o.rt.kv_type;
         cp.n_threads = (int)o.n_threads;
+        o.spec.rope = &o.rt.rope;
         if (!kipp_cli_spec_start("kipp", &o.spec, m, &cp, n_ctx, 1, &dm, &drafter)) goto done;
         if (drafter && (st = kipp_drafter_open(drafter, 0, &o.sp, err, sizeof err)) != KIPP_OK) {
             fprintf(stderr, "kipp: %s\n", err);

@@ -710,6 +710,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     s.n_ctx = kipp_ctx_n_ctx(s.c);
+    o.spec.rope = &o.rt.rope;
     if (!kipp_cli_spec_start(PROG, &o.spec, s.m, &cp, s.n_ctx, 1, &s.dm, &s.drafter)) goto done;
     load_s = kipp_cli_now() - load_s;
     s.kv = malloc((size_t)s.n_ctx * sizeof *s.kv);

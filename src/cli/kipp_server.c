@@ -496,6 +496,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "kipp-server: --draft-model: %s\n", err);
             goto done;
         }
+        if (dm && kipp_model_set_rope(dm, &rt.rope, err, sizeof err) != KIPP_OK) {
+            fprintf(stderr, "kipp-server: --draft-model: %s\n", err);
+            goto done;
+        }
         kipp_ctx_params dcp = kipp_ctx_default_params();
         dcp.backend = kp.backend;
         dcp.isa = kp.isa;
