@@ -55,6 +55,18 @@ expect "refused: dynamic" 2 "--rope-scaling 'dynamic' is not supported; Kipp run
 expect "refused: scale without a type" 1 'rope scale 4 given, but the rope scaling is none' --model "$T" --info --rope-scale 4
 expect "refused: scale 0.5" 2 '--rope-scale expects a number in [1, 1024]' --model "$M" --info --rope-scale 0.5
 expect "refused: no value" 2 '--yarn-orig-ctx needs a value' --model "$M" --info --yarn-orig-ctx
+# a file whose rope.scaling.type Kipp does not run is refused at load, by name
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+.venv/bin/python - "$M" "$tmp/long.gguf" <<'PY'
+import sys
+d = open(sys.argv[1], "rb").read()
+k = b"qwen3.rope.scaling.type" + (8).to_bytes(4, "little") + (4).to_bytes(8, "little") + b"yarn"
+assert d.count(k) == 1
+open(sys.argv[2], "wb").write(d.replace(k, k[:-4] + b"long"))
+PY
+expect "refused: a file's 'long'" 1 "model: qwen3.rope.scaling.type 'long' is not supported; Kipp runs none, linear and yarn" \
+    --model "$tmp/long.gguf" --info
+
 # the flags reach the forward pass: kipp-perplexity's mean NLL over 2 chunks of 64 tokens
 nll() { "$BUILD/kipp-perplexity" -m "$M" -f tests/tok/multibyte_corpus.txt -c 64 --chunks 2 --json -q "$@" |
         sed -n 's/.*"mean_nll": \([^,]*\),.*/\1/p'; }
