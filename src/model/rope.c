@@ -100,6 +100,7 @@ kipp_status kipp_rope_read(const kipp_gguf *g, const kipp_arch *a, kipp_model_in
                              (int)(s.len > 32 ? 32 : s.len), s.ptr);
     }
     if ((st = opt_f32(g, a, "rope.scaling.factor", &hp->rope_factor, err, err_len))) return st;
+    if (hp->rope_factor == 0.0f) hp->rope_factor = 1.0f; /* llama.cpp: 0 means no scaling */
     kipp_arch_key(a, "rope.scaling.original_context_length", key, sizeof key);
     if (kipp_gguf_find_key(g, key) >= 0 &&
         (st = kipp_gguf_get_u32(g, key, &hp->rope_orig_ctx, err, err_len)))
