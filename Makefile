@@ -37,13 +37,13 @@ BACKEND_SRC :=
 BACKEND_TEST_TARGETS :=
 # The link lists, once: each binary's own objects (the backend fragments link the same
 # lists into their binaries). Every binary also links $(BACKEND_OBJ) and libkipp.a.
-CLI_COMMON_OBJ := $(addprefix $(BUILD)/obj/src/cli/,cli_args.o cli_spec.o)
+CLI_COMMON_OBJ := $(addprefix $(BUILD)/obj/src/cli/,cli_args.o cli_rope.o cli_spec.o)
 KIPP_CLI_OBJ   := $(BUILD)/obj/src/cli/kipp.o $(CLI_COMMON_OBJ) \
                   $(addprefix $(BUILD)/obj/src/cli/,cli_grammar.o generate.o)
 SERVER_BIN_OBJ := $(BUILD)/obj/src/cli/kipp_server.o $(CLI_COMMON_OBJ)
 CHAT_OBJ       := $(addprefix $(BUILD)/obj/src/cli/,kipp_chat.o chat_input.o chat_file.o) \
                   $(CLI_COMMON_OBJ) $(BUILD)/obj/src/cli/generate.o
-PPL_OBJ        := $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o
+PPL_OBJ        := $(BUILD)/obj/src/cli/kipp_perplexity.o $(BUILD)/obj/src/cli/cli_args.o $(BUILD)/obj/src/cli/cli_rope.o
 include $(sort $(wildcard src/backend/*/backend.mk))
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(BUILD)/obj/%.o) $(VK_EXTRA_OBJ)
 TEST_SRC := tests/kipp_test.c $(wildcard tests/unit/*.c tests/model/*.c) $(VK_TEST_SRC)
@@ -180,12 +180,12 @@ FUZZ_SRC_oai     := src/server/openai_req.c src/server/openai_chat.c src/server/
                     src/engine/json_schema_regex.c src/engine/sampler.c
 FUZZ_SRC_grammar := src/engine/grammar.c src/engine/grammar_cost.c src/engine/matcher.c src/engine/json_schema.c \
                     src/engine/json_schema_regex.c
-FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c src/model/arch.c $(wildcard src/tok/*.c) src/gguf/gguf.c
+FUZZ_SRC_embed   := src/server/embeddings_req.c src/model/model.c src/model/arch.c src/model/rope.c $(wildcard src/tok/*.c) src/gguf/gguf.c
 # the protocol adapters (src/server/api.h), one target over the three: each with the OpenAI
 # parser it feeds and what its replies are made with
 FUZZ_SRC_api     := src/server/anthropic.c src/server/responses.c src/server/responses_req.c \
                     src/server/ollama.c $(FUZZ_SRC_oai) src/server/openai_gen.c $(FUZZ_SRC_embed)
-FUZZ_SRC_rerank  := src/server/rerank.c src/model/model.c src/model/arch.c $(wildcard src/tok/*.c) src/gguf/gguf.c
+FUZZ_SRC_rerank  := src/server/rerank.c src/model/model.c src/model/arch.c src/model/rope.c $(wildcard src/tok/*.c) src/gguf/gguf.c
 FUZZ_NAMES := gguf chat tok oai grammar embed api rerank
 FUZZERS := $(FUZZ_NAMES:%=$(BUILD)/fuzz_%)
 FUZZ_FLAGS := $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc
@@ -278,10 +278,14 @@ $(eval $(call tiny_gguf_rule,tiny-embed,bf16))
 # converter writes qwen3.classifier.output_labels): bf16 only, the weights its golden scores
 # (tools/make_rerank_vectors.py) were computed from
 $(eval $(call tiny_gguf_rule,tiny-rerank,bf16))
+# tiny-tied's weights with YaRN on (rope_scaling yarn, factor 4 over 16 tokens): bf16 only,
+# the file its golden vectors (tests/test-vectors/tiny-yarn) were made for
+$(eval $(call tiny_gguf_rule,tiny-yarn,bf16))
 tiny-models: deps trained-models $(foreach t,$(TINY),$(foreach q,$(TINY_TYPES),models/$(t)/kipp-$(t)-$(q).gguf)) \
              $(foreach q,$(TINY_TIED_TYPES),models/tiny-tied/kipp-tiny-tied-$(q).gguf) \
              $(foreach q,$(RANDOM_TINY_TYPES),models/random/qwen3-tiny-$(q).gguf) \
-             models/tiny-embed/kipp-tiny-embed-bf16.gguf models/tiny-rerank/kipp-tiny-rerank-bf16.gguf
+             models/tiny-embed/kipp-tiny-embed-bf16.gguf models/tiny-rerank/kipp-tiny-rerank-bf16.gguf \
+             models/tiny-yarn/kipp-tiny-yarn-bf16.gguf
 
 demo: deps cpu models/kipp-tiny/kipp-tiny-bf16.gguf
 	$(BUILD)/kipp --model models/kipp-tiny/kipp-tiny-bf16.gguf --chat --no-think --greedy -n 96 \

@@ -102,10 +102,27 @@ typedef enum {
 /* "none", "mean", "cls", "last", "rank" (static storage; "?" for a value out of range). */
 const char *kipp_pooling_name(kipp_pooling p);
 
+/* RoPE scaling (llama.cpp's <arch>.rope.scaling.type): none, linear (positions / factor) or
+ * YaRN as HF transformers computes it (blended inverse frequencies, cos and sin multiplied
+ * by the attention factor). Any other type in a file is refused at load, by name. */
+typedef enum { KIPP_ROPE_SCALING_NONE = 0, KIPP_ROPE_SCALING_LINEAR = 1, KIPP_ROPE_SCALING_YARN = 2 } kipp_rope_scaling;
+
+/* "none", "linear", "yarn" (static storage; "?" out of range). */
+const char *kipp_rope_scaling_name(kipp_rope_scaling t);
+
 typedef struct {
     const char *architecture; /* general.architecture ("qwen3"; static storage) */
-    uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    uint32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    uint32_t n_ctx_train; /* the longest context the model runs: the file's context_length, or
+                             rope_orig_ctx * rope_factor where rope scaling makes it longer */
     float rope_theta, rms_eps;
+    kipp_rope_scaling rope_scaling;
+    float rope_factor;        /* 1 without scaling */
+    uint32_t rope_orig_ctx;   /* YaRN's original (pre-training) context; linear: 0 or the same */
+    float yarn_attn_factor;   /* multiplies YaRN's magnitude 0.1 ln(factor) + 1 (llama.cpp's
+                                 --yarn-attn-factor; 1 by default) */
+    float yarn_beta_fast, yarn_beta_slow; /* YaRN's ramp bounds in rotations (32, 1) */
+    uint32_t n_ctx_file;      /* <arch>.context_length as the file says */
     /* a mixture-of-experts FFN (qwen3moe); all 0 for a dense model */
     uint32_t n_expert;      /* experts per layer */
     uint32_t n_expert_used; /* experts each token is routed to (top-k) */
@@ -122,6 +139,21 @@ typedef struct {
 } kipp_model_info;
 
 void kipp_model_get_info(const kipp_model *m, kipp_model_info *out);
+
+/* Overrides the file's rope scaling (the --rope-scaling, --rope-scale, --yarn-* flags):
+ * a field left at its "keep" value (type -1, numbers 0) keeps the file's. Call it after
+ * kipp_model_load and before any context is created on the model; it checks the result
+ * and recomputes n_ctx_train. */
+typedef struct {
+    int type;            /* kipp_rope_scaling, or -1: keep */
+    float factor;        /* > 0; 0: keep */
+    uint32_t orig_ctx;   /* 0: keep (YaRN without one uses the file's context_length) */
+    float attn_factor;   /* > 0; 0: keep */
+    float beta_fast, beta_slow; /* > 0; 0: keep */
+} kipp_rope_params;
+kipp_status kipp_model_set_rope(kipp_model *m, const kipp_rope_params *p, char *err, size_t err_len);
+/* One line such as "yarn x4 (original context 32768, attention factor 1.1386)" or "none". */
+void kipp_rope_describe(const kipp_model_info *hp, char *buf, size_t len);
 
 /* Creates a context on the named backend. An unknown or unavailable backend is an error
  * (KIPP_ERR_BACKEND); Kipp never falls back to another backend. */
@@ -213,6 +245,8 @@ typedef struct {
     uint32_t n_logits;           /* floats in one logits row (n_vocab unless limited; n_embd
                                     for an embeddings context) */
     int embeddings;              /* rows are final-norm hidden states, not logits */
+    const char *rope;            /* the model's rope scaling as kipp_rope_describe writes it
+                                    (lives as long as the context) */
     const char *kernels;         /* JSON object: per weight type of the model, the kernels in
                                     use ({"decode", "many": levels, "packed", "why"}); NULL
                                     where the backend has one kernel per type */

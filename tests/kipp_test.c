@@ -98,6 +98,7 @@ static const struct {
     {"vmath", "log-sum-exp and top k of a logits row (log-probabilities)", kt_suite_vmath},
     {"gguf", "GGUF reader on valid and malformed files", kt_suite_gguf},
     {"arch", "architecture table: fields, shapes, each op's tensors bound", kt_suite_arch},
+    {"rope", "rope scaling (none, linear, YaRN): inverse frequencies and attention factor vs HF", kt_suite_rope},
     {"program", "the layer program's driver: each program op as backend operations", kt_suite_program},
     {"sampler", "sampling", kt_suite_sampler},
     {"tok", "tokenizer: pre-tokenizer, BPE, added tokens, NFC, invalid UTF-8", kt_suite_tok},

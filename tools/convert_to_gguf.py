@@ -57,6 +57,7 @@ from tools import _bootstrap  # noqa: E402,F401  (tools/_bootstrap.py)
 
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -302,6 +303,57 @@ class HParams:
     expert_weights_norm: bool = True  # qwen3moe: norm_topk_prob (renormalise the top k weights)
 
 
+def _rope_scaling(config: dict, path) -> dict | None:
+    """config.json's rope scaling as the GGUF keys Kipp and llama.cpp read, or None.
+
+    Both forms: transformers < 5's "rope_scaling" dict and transformers 5's "rope_parameters"
+    (which also holds rope_theta); "type" or "rope_type". yarn and linear are converted; any
+    other type ("dynamic", "longrope", "llama3", ...) is refused by name. HF's explicit
+    attention_factor (or mscale / mscale_all_dim) becomes yarn_attn_factor, the multiplier on
+    YaRN's 0.1 ln(factor) + 1 that llama.cpp's --yarn-attn-factor means, so that
+    Kipp's product equals HF's attention factor."""
+    rs = config.get("rope_scaling")
+    if rs is None:
+        rs = config.get("rope_parameters")
+    if rs is None:
+        return None
+    if not isinstance(rs, dict):
+        raise ConvertError(f"config.json {path}: malformed rope scaling {rs!r}")
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind in ("default", None):
+        return None
+    if kind not in ("yarn", "linear"):
+        raise ConvertError(f"config.json {path}: rope scaling type {kind!r} is not supported "
+                           "(Kipp converts yarn and linear)")
+    factor = rs.get("factor")
+    if not isinstance(factor, (int, float)) or not factor >= 1:
+        raise ConvertError(f"config.json {path}: {kind} rope scaling needs a 'factor' >= 1, not {factor!r}")
+    out = {"type": kind, "factor": float(factor)}
+    if kind == "linear":
+        return out
+    orig = rs.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
+    if orig is None:  # transformers' standardize_rope_params: the config's own limit
+        orig = config.get("max_position_embeddings")
+    if not isinstance(orig, int) or orig <= 0:
+        raise ConvertError(f"config.json {path}: yarn rope scaling needs 'original_max_position_embeddings'")
+    out["original_context_length"] = orig
+    if rs.get("truncate", True) is not True:
+        raise ConvertError(f"config.json {path}: yarn rope scaling with truncate false is not supported")
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attn = rs.get("attention_factor")
+    if attn is None and rs.get("mscale") and rs.get("mscale_all_dim"):
+        attn = mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"])
+    if attn is not None:
+        out["yarn_attn_factor"] = float(attn) / mscale(factor)
+    for k in ("beta_fast", "beta_slow"):
+        if rs.get(k):
+            out["yarn_" + k] = float(rs[k])
+    return out
+
+
 def _require_int(config: dict, key: str, path: Path) -> int:
     v = config.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -358,19 +410,7 @@ def read_hparams(config: dict, path: Path, pooling: str | None = None) -> HParam
     rope_theta = config.get("rope_theta")
     if rope_theta is None:  # transformers >= 5 moves it into rope_parameters
         rope_theta = (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-    rope_scaling = config.get("rope_scaling")
-    if rope_scaling is not None:
-        if not isinstance(rope_scaling, dict):
-            raise ConvertError(f"config.json {path}: malformed rope_scaling {rope_scaling!r}")
-        kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
-        if kind not in ("yarn", "default"):
-            raise ConvertError(f"unsupported rope_scaling type {kind!r} in {path} (only yarn)")
-        if kind == "default":
-            rope_scaling = None
-        elif not isinstance(rope_scaling.get("factor"), (int, float)) or \
-                not isinstance(rope_scaling.get("original_max_position_embeddings"), int):
-            raise ConvertError(f"config.json {path}: yarn rope_scaling needs 'factor' and "
-                               "'original_max_position_embeddings'")
+    rope_scaling = _rope_scaling(config, path)
     hp = HParams(
         n_layer=_require_int(config, "num_hidden_layers", path),
         n_ctx=_require_int(config, "max_position_embeddings", path),
@@ -781,11 +821,15 @@ def add_hparams_kv(w: GGUFWriter, hp: HParams, ftype: int) -> None:
         w.add_uint32(f"{arch}.expert_used_count", hp.n_expert_used)
     w.add_uint32(f"{arch}.attention.key_length", hp.head_dim)
     w.add_uint32(f"{arch}.attention.value_length", hp.head_dim)
-    if hp.rope_scaling is not None:  # YaRN, as Qwen2Model.set_gguf_parameters writes it
-        w.add_string(f"{arch}.rope.scaling.type", "yarn")
-        w.add_float32(f"{arch}.rope.scaling.factor", float(hp.rope_scaling["factor"]))
-        w.add_uint32(f"{arch}.rope.scaling.original_context_length",
-                     int(hp.rope_scaling["original_max_position_embeddings"]))
+    if hp.rope_scaling is not None:  # llama.cpp's keys (gguf-py constants ROPE_SCALING_*)
+        rs = hp.rope_scaling
+        w.add_string(f"{arch}.rope.scaling.type", rs["type"])
+        w.add_float32(f"{arch}.rope.scaling.factor", float(rs["factor"]))
+        if rs.get("original_context_length"):
+            w.add_uint32(f"{arch}.rope.scaling.original_context_length", int(rs["original_context_length"]))
+        for k in ("yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):
+            if k in rs:
+                w.add_float32(f"{arch}.rope.scaling.{k}", float(rs[k]))
     if hp.embedding:
         w.add_uint32(f"{arch}.pooling_type", POOLING_LAST)
     if hp.reranker:

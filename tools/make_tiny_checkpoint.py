@@ -111,6 +111,16 @@ CHECKPOINTS = {
     # recognizes a reranker by. The final norm's weights are scaled by final_norm_scale so
     # that the yes-no logit gap is O(1) and the scores spread over (0, 1) instead of
     # saturating at 0 or 1 (a tied head's logits are otherwise ~N(0, hidden)).
+    # tiny-tied's shape and weights with YaRN on (factor 4 over an original context of 16
+    # tokens, rope_theta 10000 so the ramp spans several pairs): the make_vectors prompts
+    # reach positions on both sides of the original context. A Qwen3 with rope_scaling as
+    # Qwen3's model cards tell users to set it for 128k.
+    "tiny-yarn": dict(seed=20250107, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=32, intermediate_size=192,
+                      tie_word_embeddings=True, rope_theta=10000.0,
+                      rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                    "original_max_position_embeddings": 16},
+                      max_position_embeddings=64),
     "tiny-rerank": dict(seed=20261401, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=32, intermediate_size=192,
                         tie_word_embeddings=True, rope_theta=1000000.0, reranker=True,
@@ -152,14 +162,14 @@ def make_config(spec: dict) -> dict:
         "hidden_size": spec["hidden_size"],
         "initializer_range": 0.02,
         "intermediate_size": spec["intermediate_size"],
-        "max_position_embeddings": 512,
+        "max_position_embeddings": spec.get("max_position_embeddings", 512),
         "max_window_layers": spec["num_hidden_layers"],
         "model_type": "qwen3",
         "num_attention_heads": spec["num_attention_heads"],
         "num_hidden_layers": spec["num_hidden_layers"],
         "num_key_value_heads": spec["num_key_value_heads"],
         "rms_norm_eps": 1e-06,
-        "rope_scaling": None,
+        "rope_scaling": spec.get("rope_scaling"),
         "rope_theta": spec["rope_theta"],
         "sliding_window": None,
         "tie_word_embeddings": spec["tie_word_embeddings"],

@@ -1,5 +1,6 @@
 /* cli_args.c — see cli_args.h. */
 #include "cli/cli_args.h"
+#include "cli/cli_rope.h"
 
 #include "core/buf.h"
 
@@ -125,10 +126,13 @@ int kipp_cli_sampling_flag(const char *prog, int argc, char **argv, int *i,
 void kipp_cli_runtime_init(kipp_cli_runtime *rt) {
     memset(rt, 0, sizeof *rt);
     rt->backend = kipp_backend_default();
+    kipp_cli_rope_init(&rt->rope);
 }
 
 int kipp_cli_runtime_flag(const char *prog, int argc, char **argv, int *i, kipp_cli_runtime *rt) {
     const char *a = argv[*i], **dst;
+    const int rr = kipp_cli_rope_flag(prog, argc, argv, i, &rt->rope);
+    if (rr) return rr;
     if (!strcmp(a, "--device")) {
         char *end = NULL;
         const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -236,6 +240,7 @@ void kipp_cli_runtime_help(FILE *f, int width) {
     help_entry(f, width, "--kv-type T", k);
     fprintf(f, "      --cache-type-k T, --cache-type-v T\n");
     help_entry(f, width, "", c);
+    kipp_cli_rope_help(f, width);
 }
 
 void kipp_cli_ctx_error(const char *prog, const kipp_cli_runtime *rt, const char *err) {
@@ -256,6 +261,7 @@ void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci) {
             (unsigned long long)ci->kv_bytes_per_token);
     if (ci->weights_repacked)
         fprintf(f, ", weights repacked %.2f MiB", ci->weights_repacked / 1048576.0);
+    if (ci->rope && strcmp(ci->rope, "none")) fprintf(f, ", rope %s", ci->rope);
 }
 
 char *kipp_cli_read_all(FILE *f, size_t max, size_t *len, int *too_big) {

@@ -37,6 +37,8 @@ typedef struct {
     int device;           /* --device N: a device backend's device index (default 0) */
     kipp_kv_type kv_type; /* KIPP_KV_TYPE_DEFAULT unless a flag names one */
     const char *kv_flag, *cache_k, *cache_v; /* the values as given (for _finish) */
+    kipp_rope_params rope; /* --rope-scaling and friends (cli/cli_rope.h); apply with
+                              kipp_cli_rope_apply after loading the model */
 } kipp_cli_runtime;
 
 void kipp_cli_runtime_init(kipp_cli_runtime *rt);

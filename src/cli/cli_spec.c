@@ -128,6 +128,12 @@ int kipp_cli_spec_start(const char *prog, const kipp_cli_spec *o, const kipp_mod
         fprintf(stderr, "%s: --draft-model: %s\n", prog, err);
         return 0;
     }
+    if (*dm && o->rope && kipp_model_set_rope(*dm, o->rope, err, sizeof err) != KIPP_OK) {
+        fprintf(stderr, "%s: --draft-model: %s\n", prog, err);
+        kipp_model_free(*dm);
+        *dm = NULL;
+        return 0;
+    }
     kipp_spec_params sp = kipp_cli_spec_params(o, *dm, cp, n_ctx, n_slots);
     if (kipp_drafter_init(target, &sp, d, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "%s: %s%s\n", prog, o->draft_model ? "--draft-model: " : "", err);

@@ -16,6 +16,8 @@ typedef struct {
     float p_min;
     int fixed;
     const char *first_flag;  /* the first speculation flag given (for messages) */
+    const kipp_rope_params *rope; /* the rope-scaling flags, applied to the draft model too
+                                     (as llama.cpp does); NULL: the draft file's own */
 } kipp_cli_spec;
 
 void kipp_cli_spec_init(kipp_cli_spec *o);

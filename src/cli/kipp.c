@@ -6,6 +6,7 @@
  * --print-prompt. Multi-turn chat is kipp-chat; the generation loop both share is in
  * generate.c. The only layer allowed to print and exit. */
 #include "cli/cli_args.h"
+#include "cli/cli_rope.h"
 #include "cli/cli_grammar.h"
 #include "cli/cli_spec.h"
 #include "cli/generate.h"
@@ -426,6 +427,11 @@ static void print_info(const kipp_model *m, const kipp_ctx *c, double load_s) {
            i.architecture, i.n_layer, i.n_embd, i.n_head, i.n_head_kv, i.head_dim, i.n_ff, i.n_vocab,
            i.n_ctx_train, (double)i.rope_theta, (double)i.rms_eps,
            i.tied_embeddings ? "true" : "false", i.bos_id, i.eos_id);
+    printf("\"rope_scaling\": \"%s\", \"rope_factor\": %g, \"rope_orig_ctx\": %u, \"n_ctx_file\": %u, ",
+           kipp_rope_scaling_name(i.rope_scaling), (double)i.rope_factor, i.rope_orig_ctx, i.n_ctx_file);
+    if (i.rope_scaling == KIPP_ROPE_SCALING_YARN)
+        printf("\"yarn_attn_factor\": %g, \"yarn_beta_fast\": %g, \"yarn_beta_slow\": %g, \"rope\": \"%s\", ",
+               (double)i.yarn_attn_factor, (double)i.yarn_beta_fast, (double)i.yarn_beta_slow, ci.rope);
     if (i.n_expert)
         printf("\"n_expert\": %u, \"n_expert_used\": %u, \"n_ff_exp\": %u, \"expert_norm\": %s, ", i.n_expert,
                i.n_expert_used, i.n_ff_exp, i.expert_norm ? "true" : "false");
@@ -480,6 +486,7 @@ int main(int argc, char **argv) {
                             "NAME and convert them with tools/convert_to_gguf.py\n");
         goto done;
     }
+    if (!kipp_cli_rope_apply("kipp", &o.rt.rope, m)) goto done;
     if (o.info) {
         if (!(c = start_ctx(m, &o, &load_s))) goto done;
         print_info(m, c, load_s);
@@ -591,6 +598,7 @@ int main(int argc, char **argv) {
         cp.device = o.rt.device;
         cp.kv_type = o.rt.kv_type;
         cp.n_threads = (int)o.n_threads;
+        o.spec.rope = &o.rt.rope;
         if (!kipp_cli_spec_start("kipp", &o.spec, m, &cp, n_ctx, 1, &dm, &drafter)) goto done;
         if (drafter && (st = kipp_drafter_open(drafter, 0, &o.sp, err, sizeof err)) != KIPP_OK) {
             fprintf(stderr, "kipp: %s\n", err);

@@ -8,6 +8,7 @@
 #include "cli/chat_file.h"
 #include "cli/chat_input.h"
 #include "cli/cli_args.h"
+#include "cli/cli_rope.h"
 #include "cli/cli_spec.h"
 #include "cli/generate.h"
 #include "core/buf.h"
@@ -678,6 +679,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, PROG ": %s\n", err);
         goto done;
     }
+    if (!kipp_cli_rope_apply(PROG, &o.rt.rope, s.m)) goto done;
     kipp_model_info info;
     kipp_model_get_info(s.m, &info);
     s.n_vocab = info.n_vocab;
@@ -708,6 +710,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     s.n_ctx = kipp_ctx_n_ctx(s.c);
+    o.spec.rope = &o.rt.rope;
     if (!kipp_cli_spec_start(PROG, &o.spec, s.m, &cp, s.n_ctx, 1, &s.dm, &s.drafter)) goto done;
     load_s = kipp_cli_now() - load_s;
     s.kv = malloc((size_t)s.n_ctx * sizeof *s.kv);

@@ -15,6 +15,7 @@
  * with every scored token's log-probability: the reference the server's echo logprobs are
  * checked against); progress to stderr. */
 #include "cli/cli_args.h"
+#include "cli/cli_rope.h"
 #include "kipp.h"
 
 #include <jansson.h>
@@ -132,6 +133,11 @@ static int runner_open(runner *r, const char *path, const opts *o, uint32_t n_ct
     memset(r, 0, sizeof *r);
     if (kipp_model_load(path, &r->m, err, sizeof err) != KIPP_OK) {
         fprintf(stderr, "kipp-perplexity: %s\n", err);
+        return 0;
+    }
+    if (!kipp_cli_rope_apply("kipp-perplexity", &o->rt.rope, r->m)) {
+        kipp_model_free(r->m);
+        r->m = NULL;
         return 0;
     }
     kipp_ctx_params cp = kipp_ctx_default_params();

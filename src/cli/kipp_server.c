@@ -5,6 +5,7 @@
  * SIGINT or SIGTERM, then drains. The only server code that prints or exits. Reference:
  * docs/server.md. */
 #include "cli/cli_args.h"
+#include "cli/cli_rope.h"
 #include "cli/cli_spec.h"
 #include "engine/sched.h"
 #include "kipp.h"
@@ -454,6 +455,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kipp-server: %s\n", err);
         goto done;
     }
+    if (!kipp_cli_rope_apply("kipp-server", &rt.rope, m)) goto done;
     kipp_model_info mi;
     kipp_model_get_info(m, &mi);
     int32_t labels[2];
@@ -491,6 +493,10 @@ int main(int argc, char **argv) {
     kipp_spec_params spp;
     if (spec.draft_model || spec.ngram) {
         if (spec.draft_model && kipp_model_load(spec.draft_model, &dm, err, sizeof err) != KIPP_OK) {
+            fprintf(stderr, "kipp-server: --draft-model: %s\n", err);
+            goto done;
+        }
+        if (dm && kipp_model_set_rope(dm, &rt.rope, err, sizeof err) != KIPP_OK) {
             fprintf(stderr, "kipp-server: --draft-model: %s\n", err);
             goto done;
         }

@@ -34,6 +34,7 @@ struct kipp_ctx {
     uint32_t *next_pos, *n_add;
     uint32_t *grow_ids, *grow_n; /* sequences that grow, and by how much */
     uint32_t seq_cap;
+    char rope[128]; /* the model's rope scaling, described (kipp_ctx_info.rope) */
 };
 
 kipp_ctx_params kipp_ctx_default_params(void) {
@@ -116,10 +117,18 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     uint32_t n_ctx = p->n_ctx;
     if (n_ctx == 0) n_ctx = m->hp.n_ctx_train < KIPP_DEFAULT_CTX_CAP ? m->hp.n_ctx_train
                                                                       : KIPP_DEFAULT_CTX_CAP;
-    if (n_ctx > m->hp.n_ctx_train)
+    if (n_ctx > m->hp.n_ctx_train && m->hp.rope_scaling == KIPP_ROPE_SCALING_NONE)
         return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                         "context size %u exceeds the model's trained context length %u", n_ctx,
-                         m->hp.n_ctx_train);
+                         "context size %u exceeds the model's trained context length %u (no rope scaling; "
+                         "YaRN extends it: --rope-scaling yarn --rope-scale N)",
+                         n_ctx, m->hp.n_ctx_train);
+    if (n_ctx > m->hp.n_ctx_train) {
+        char rope[128];
+        kipp_rope_describe(&m->hp, rope, sizeof rope);
+        return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
+                         "context size %u exceeds the model's context length %u with rope scaling %s", n_ctx,
+                         m->hp.n_ctx_train, rope);
+    }
     const kipp_kv_layout lay = {.n_layer = m->hp.n_layer,
                                 .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
                                 .block_size = p->kv_block_size ? p->kv_block_size
@@ -141,6 +150,7 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     kipp_ctx *c = calloc(1, sizeof *c);
     if (!c) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "context: out of memory");
     c->m = m;
+    kipp_rope_describe(&m->hp, c->rope, sizeof c->rope);
     c->ops = ops;
     c->n_ctx = n_ctx;
     c->kv_type = o.kv_type;
@@ -209,6 +219,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     out->kv_bytes = ks.n_bytes_total;
     out->n_logits = c->n_logits;
     out->embeddings = c->embeddings;
+    out->rope = c->rope;
 }
 
 /* ---- sequences -------------------------------------------------------------------------- */

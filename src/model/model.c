@@ -5,6 +5,7 @@
 #include "model/model.h"
 
 #include "model/arch.h"
+#include "model/rope.h"
 
 #include "core/buf.h"
 #include "core/error.h"
@@ -104,7 +105,7 @@ static kipp_status read_arch(const kipp_gguf *g, const kipp_arch **out, char *er
 static kipp_status read_hparams(const kipp_gguf *g, const kipp_arch *a, kipp_model_info *hp, char *err,
                                 size_t err_len) {
     kipp_status st;
-    char key[128], rope_key[128];
+    char key[128];
     memset(hp, 0, sizeof *hp);
     hp->architecture = a->name;
     for (size_t i = 0; i < a->n_hparams; i++) {
@@ -160,15 +161,7 @@ static kipp_status read_hparams(const kipp_gguf *g, const kipp_arch *a, kipp_mod
         }
         memcpy(field, &v, sizeof v);
     }
-    kipp_arch_key(a, "rope.scaling.type", rope_key, sizeof rope_key);
-    if (kipp_gguf_find_key(g, rope_key) >= 0) {
-        kipp_gguf_str s;
-        if ((st = kipp_gguf_get_str(g, rope_key, &s, err, err_len))) return st;
-        if (!(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
-            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                             "model: rope scaling '%.*s' is not supported yet",
-                             (int)(s.len > 32 ? 32 : s.len), s.ptr);
-    }
+    if ((st = kipp_rope_read(g, a, hp, err, err_len))) return st;
     if (hp->n_layer > KIPP_MAX_LAYERS)
         return kipp_errf(err, err_len, KIPP_ERR_FORMAT, "model: block_count %u is too large",
                          hp->n_layer);

@@ -97,7 +97,7 @@ PY
 }
 LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon")'
 info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "rope_theta", "rms_eps", "tied_embeddings", "bos_id", "eos_id"]
-    and list(i)[14:] == ["backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "kernels", "load_ms"]
+    and list(i)[14:] == ["rope_scaling", "rope_factor", "rope_orig_ctx", "n_ctx_file", "backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "kernels", "load_ms"]
     and list(i["kernels"]) == ["BF16"] and ((P := i["kernels"]["BF16"]["packed"]) or True)
     and (not P or i["isa"] in ("amx", "avx512bf16")) and (i["isa"] != "amx" or P)
     and i["kernels"]["BF16"]["from"]["1"].split(":")[0] in '"$LEVELS"'

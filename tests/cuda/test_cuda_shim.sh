@@ -24,6 +24,9 @@ V=tests/test-vectors/tiny-tied
 gate "golden cuda-shim bf16" --model "$M" "$V" --backend cuda
 gate "golden cuda-shim kv bf16" --model "$M" "$V" --backend cuda --kv-type bf16
 gate "phase-2 cuda-shim bf16" --phase2-model "$M" "$V" --backend cuda
+# YaRN (model/rope.c's tables through fill_rope): positions on both sides of the original context
+gate "golden cuda-shim yarn bf16" --model models/tiny-yarn/kipp-tiny-yarn-bf16.gguf tests/test-vectors/tiny-yarn \
+    --backend cuda
 gate "phase-2 cuda-shim kv f32" --phase2-model "$M" "$V" --backend cuda --kv-type f32
 gate "multi-logit cuda-shim bf16" --multilogit "$M" "$V" --backend cuda
 gate "paged KV cuda-shim bf16" --paged-cpu "$M" "$V" --backend cuda

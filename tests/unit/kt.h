@@ -29,6 +29,7 @@ void kt_suite_fair(void);      /* fair steps in continuous batching (test_fair.c
 void kt_suite_threadpool(void); /* the CPU thread pool's chunks (test_threadpool.c) */
 void kt_suite_gguf(void);
 void kt_suite_arch(void);     /* the architecture table (test_arch.c) */
+void kt_suite_rope(void);     /* rope scaling's frequencies vs HF transformers (test_rope.c) */
 void kt_suite_program(void);  /* the layer program's driver (test_program.c) */
 void kt_suite_sampler(void);
 void kt_suite_tok(void);

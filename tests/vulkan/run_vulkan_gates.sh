@@ -124,6 +124,12 @@ else
     model_gates tiny-moe "golden paged"
 fi
 
+# YaRN rope scaling (tiny-yarn: positions on both sides of the original context): golden in
+# the full tier (the host builds the scaled cos/sin tables; tests/model/yarn_gates.sh gates
+# cpu-ref and cpu in every tier)
+[ $# -eq 0 ] && full_gate "golden vulkan tiny-yarn bf16" --model models/tiny-yarn/kipp-tiny-yarn-bf16.gguf \
+    tests/test-vectors/tiny-yarn --backend vulkan
+
 # weight types, vulkan vs cpu-ref: in the test tier a 32-element block type (Q8_0) and the
 # K-quants with their super-blocks (Q4_K + Q6_K) at model level, every type at kernel level
 # (the operators above: each type's dequantization bit-exact, its products within bound);

@@ -31,6 +31,7 @@
 #include "backend/moe.h"
 #include "backend/ops.h"
 #include "model/arch.h"
+#include "model/rope.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -108,7 +109,8 @@ struct kipp_cpu_fwd {
     /* norm weights (and qwen2's q/k/v biases) dequantized once to f32; NULL rows where the
      * architecture has no such tensor */
     float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm, **bq, **bk, **bv;
-    double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
+    double *inv_freq; /* [D/2] model/rope.c's, as cpu-ref uses them */
+    double rope_mag;  /* cos/sin magnitude (YaRN's attention factor; 1 otherwise) */
     /* batch scratch for n <= cap tokens, grown to the largest batch seen; row t is token t */
     uint32_t cap;
     float *x;    /* [cap][H]  residual stream */
@@ -1057,8 +1059,8 @@ static void rope_tables(kipp_cpu_fwd *f, const uint32_t *positions, uint32_t n) 
         const double pos = positions ? positions[t] : t;
         for (uint32_t i = 0; i < half; i++) {
             const double theta = pos * f->inv_freq[i];
-            f->rcos[(size_t)t * half + i] = (float)cos(theta);
-            f->rsin[(size_t)t * half + i] = (float)sin(theta);
+            f->rcos[(size_t)t * half + i] = (float)(cos(theta) * f->rope_mag);
+            f->rsin[(size_t)t * half + i] = (float)(sin(theta) * f->rope_mag);
         }
     }
 }
@@ -1552,8 +1554,8 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
         kipp_cpu_fwd_free(f);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for model scratch");
     }
-    for (uint32_t i = 0; i < f->D / 2; i++)
-        f->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / (double)f->D);
+    kipp_rope_inv_freq(hp, f->D, f->inv_freq);
+    f->rope_mag = kipp_rope_attn_factor(hp);
     *out = f;
     return KIPP_OK;
 }

@@ -13,6 +13,7 @@
 #include "backend/moe.h"
 #include "backend/ops.h"
 #include "model/arch.h"
+#include "model/rope.h"
 
 #include "core/error.h"
 #include "core/types.h"
@@ -39,6 +40,8 @@ struct kipp_fwd_state {
     float *row;    /* [max input dim] one dequantized weight row */
     float *wbuf;   /* [max(H, QD)] a norm or bias vector, dequantized */
     float *rope_cos, *rope_sin; /* [D/2] for one position */
+    double *inv_freq;           /* [D/2] model/rope.c's, for the model's rope scaling */
+    double rope_mag;            /* cos/sin magnitude: YaRN's attention factor, else 1 */
     float *router; /* [E] one row's router logits, then probabilities */
     /* the pass: rows 0..n-1 */
     uint32_t n;
@@ -71,15 +74,17 @@ static const float *norm_weights(const kipp_gguf_tensor *t, float *buf) {
     return buf;
 }
 
-/* NEOX RoPE angles for position pos: theta_i = pos * base^(-2i/D), computed in double and
- * rounded once, so the reference sits as close to the float64 oracle as it can. */
+/* NEOX RoPE angles for position pos: theta_i = pos * inv_freq_i (base^(-2i/D) unscaled;
+ * model/rope.c's linear or YaRN blend otherwise, the one function every backend shares,
+ * written in double and checked against HF's goldens), cos and sin times the YaRN attention
+ * factor, computed in double and rounded once, so the reference sits as close to the
+ * float64 oracle as it can. */
 static void rope_angles(cpu_ref_state *s, uint32_t pos) {
     const uint32_t D = s->m->hp.head_dim;
-    const double base = s->m->hp.rope_theta;
     for (uint32_t i = 0; i < D / 2; i++) {
-        double theta = (double)pos * pow(base, -2.0 * i / (double)D);
-        s->rope_cos[i] = (float)cos(theta);
-        s->rope_sin[i] = (float)sin(theta);
+        double theta = (double)pos * s->inv_freq[i];
+        s->rope_cos[i] = (float)(cos(theta) * s->rope_mag);
+        s->rope_sin[i] = (float)(sin(theta) * s->rope_mag);
     }
 }
 
@@ -347,7 +352,7 @@ void kipp_fwd_free(kipp_fwd_state *state) {
     cpu_ref_state *s = state;
     if (!s) return;
     free(s->k_rows); free(s->v_rows); free(s->kbuf); free(s->vbuf);
-    free(s->scores); free(s->row); free(s->wbuf); free(s->rope_cos); free(s->rope_sin);
+    free(s->scores); free(s->row); free(s->wbuf); free(s->rope_cos); free(s->rope_sin); free(s->inv_freq);
     free(s->router); free(s->chosen); free(s->chosen_w);
     for (int a = 0; a < KIPP_BUF_COUNT; a++) free(s->act[a]);
     free(s);
@@ -393,7 +398,11 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     s->wbuf = calloc(H > QD ? H : QD, sizeof(float));
     s->rope_cos = calloc(hp->head_dim / 2, sizeof(float));
     s->rope_sin = calloc(hp->head_dim / 2, sizeof(float));
+    s->inv_freq = calloc(hp->head_dim / 2, sizeof(double));
+    if (s->inv_freq) kipp_rope_inv_freq(hp, hp->head_dim, s->inv_freq);
+    s->rope_mag = kipp_rope_attn_factor(hp);
     if (!ok || !s->k_rows || !s->v_rows || !s->scores || !s->row || !s->wbuf || !s->rope_cos || !s->rope_sin ||
+        !s->inv_freq ||
         (kv_type != KIPP_KV_TYPE_F32 && (!s->kbuf || !s->vbuf))) {
         kipp_fwd_free(s);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,

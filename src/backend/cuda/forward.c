@@ -43,6 +43,7 @@
 #include "core/error.h"
 #include "core/types.h"
 #include "model/arch.h"
+#include "model/rope.h"
 #include "model/model.h"
 
 #include <cuda_runtime_api.h>
@@ -103,7 +104,8 @@ struct kipp_cuda_fwd {
     float eps;
     kipp_kv_type kv_type;
     cudaStream_t stream;
-    double *inv_freq; /* [D/2] base^(-2i/D), as cpu-ref computes it */
+    double *inv_freq; /* [D/2] model/rope.c's, as cpu-ref uses them */
+    double rope_mag;  /* cos/sin magnitude (YaRN's attention factor; 1 otherwise) */
     /* weights */
     unsigned char *warena;  /* device: the matrices (copied build) and the f32 norms */
     void *map_base;         /* spark: the registered host range (page-aligned), else NULL */
@@ -562,8 +564,8 @@ kipp_status kipp_cuda_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cuda: out of memory");
         goto fail;
     }
-    for (uint32_t i = 0; i < f->D / 2; i++)
-        f->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / (double)f->D);
+    kipp_rope_inv_freq(hp, f->D, f->inv_freq);
+    f->rope_mag = kipp_rope_attn_factor(hp);
     cudaError_t e = cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         st = cuda_err(err, err_len, "creating a stream", e);
@@ -622,15 +624,15 @@ static kipp_status ensure_stage(kipp_cuda_fwd *f, size_t bytes, char *err, size_
 }
 
 /* RoPE tables for n positions, in double and rounded once, as cpu/forward.c's rope_tables
- * (and cpu-ref's rope_angles) compute them: theta = pos * base^(-2i/D). */
+ * (and cpu-ref's rope_angles) compute them: theta = pos * inv_freq (model/rope.c), cos and sin times rope_mag. */
 static void fill_rope(const kipp_cuda_fwd *f, float *cs, float *sn, const uint32_t *pos,
                       uint32_t n) {
     const uint32_t half = f->D / 2;
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t i = 0; i < half; i++) {
             const double theta = (double)pos[t] * f->inv_freq[i];
-            cs[(size_t)t * half + i] = (float)cos(theta);
-            sn[(size_t)t * half + i] = (float)sin(theta);
+            cs[(size_t)t * half + i] = (float)(cos(theta) * f->rope_mag);
+            sn[(size_t)t * half + i] = (float)(sin(theta) * f->rope_mag);
         }
 }
 

@@ -42,6 +42,7 @@
 #include "core/error.h"
 #include "core/types.h"
 #include "model/arch.h"
+#include "model/rope.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -89,7 +90,8 @@ struct kipp_vk_fwd {
     int expert_norm;
     float eps;
     kipp_kv_type kv_type;
-    double *inv_freq;
+    double *inv_freq; /* [D/2] model/rope.c's, as cpu-ref uses them */
+    double rope_mag;  /* cos/sin magnitude (YaRN's attention factor; 1 otherwise) */
     dev_layer *L;
     dev_mat output;
     kipp_vk_buf out_norm;
@@ -430,8 +432,8 @@ kipp_status kipp_vk_fwd_init(kipp_vk *vk, const kipp_model *m, uint32_t n_ctx, k
         st = kipp_errf(err, err_len, KIPP_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
     }
-    for (uint32_t i = 0; i < half; i++)
-        f->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / (double)f->D);
+    kipp_rope_inv_freq(hp, f->D, f->inv_freq);
+    f->rope_mag = kipp_rope_attn_factor(hp);
     if ((st = upload_weights(f, err, err_len)) != KIPP_OK) goto fail;
     if ((st = alloc_acts(f, err, err_len)) != KIPP_OK) goto fail;
     *out = f;
@@ -673,8 +675,8 @@ static kipp_status run_chunk(kipp_vk_fwd *f, const chunk_t *c, const uint32_t *t
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t i = 0; i < half; i++) {
             const double theta = (double)c->pos[t] * f->inv_freq[i];
-            f->cs[(size_t)t * half + i] = (float)cos(theta);
-            f->cs[(size_t)n * half + (size_t)t * half + i] = (float)sin(theta);
+            f->cs[(size_t)t * half + i] = (float)(cos(theta) * f->rope_mag);
+            f->cs[(size_t)n * half + (size_t)t * half + i] = (float)(sin(theta) * f->rope_mag);
         }
     int rc = kipp_vk_begin(vk);
     if (!rc) rc = kipp_vk_rec_write(vk, kipp_vk_all(&f->x), f->emb, (uint64_t)n * H * 4);
