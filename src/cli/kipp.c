@@ -401,6 +401,7 @@ static kipp_ctx *start_ctx(kipp_model *m, const cli_opts *o, double *load_s) {
     cp.isa = o->rt.isa;
     cp.device = o->rt.device;
     cp.kv_type = o->rt.kv_type;
+    cp.kv_type_v = o->rt.kv_type_v;
     cp.n_ctx = (uint32_t)o->n_ctx;
     cp.n_threads = (int)o->n_threads;
     kipp_ctx *c = NULL;
@@ -590,6 +591,7 @@ int main(int argc, char **argv) {
         cp.isa = o.rt.isa;
         cp.device = o.rt.device;
         cp.kv_type = o.rt.kv_type;
+        cp.kv_type_v = o.rt.kv_type_v;
         cp.n_threads = (int)o.n_threads;
         if (!kipp_cli_spec_start("kipp", &o.spec, m, &cp, n_ctx, 1, &dm, &drafter)) goto done;
         if (drafter && (st = kipp_drafter_open(drafter, 0, &o.sp, err, sizeof err)) != KIPP_OK) {

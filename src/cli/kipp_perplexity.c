@@ -139,6 +139,7 @@ static int runner_open(runner *r, const char *path, const opts *o, uint32_t n_ct
     cp.isa = o->rt.isa;
     cp.device = o->rt.device;
     cp.kv_type = o->rt.kv_type;
+    cp.kv_type_v = o->rt.kv_type_v;
     cp.n_ctx = n_ctx;
     cp.n_threads = (int)o->n_threads;
     if (kipp_ctx_init(r->m, &cp, &r->c, err, sizeof err) != KIPP_OK) {

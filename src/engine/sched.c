@@ -1752,7 +1752,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     kipp_model_get_info(m, &info);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     kipp_ctx_params cp = {.backend = p.backend, .n_ctx = n_ctx, .n_threads = p.n_threads,
-                          .kv_block_size = p.block_size, .kv_type = p.kv_type, .isa = p.isa,
+                          .kv_block_size = p.block_size, .kv_type = p.kv_type,
+                          .kv_type_v = p.kv_type_v, .isa = p.isa,
                           .device = p.device};
     uint64_t per_token;
     kipp_kv_type kv_type;

@@ -36,7 +36,9 @@ typedef struct {
     kt_manifest mf;
     kipp_model *m;
     kipp_ctx *c;        /* the backend and KV type under test */
-    kipp_ctx *ref;      /* cpu-ref with f32 KV, opened by kt_gate_ref (NULL until then) */
+    kipp_ctx *ref;      /* cpu-ref with f32 KV, opened by kt_gate_ref (NULL until then);
+                           with the gate's KV types where one is quantized (ref_kvq) */
+    int ref_kvq;        /* ref stores q8_0/q4_0 K or V (never in the reference cache) */
     kipp_model_info info;
     kipp_ctx_params cp; /* c's parameters (backend and kv_type filled in) */
     int is_ref;         /* c is the reference itself: cpu-ref with f32 KV */
@@ -67,7 +69,8 @@ int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir, const 
                  const kipp_ctx_params *cp);
 void kt_gate_close(kt_gate *g);
 /* The cpu-ref, f32-KV context on the gate's model with n_ctx = g->cp.n_ctx, opened on first
- * use; NULL (a counted failure) if it cannot be made. */
+ * use; NULL (a counted failure) if it cannot be made. When the gate's K or V type is q8_0 /
+ * q4_0, cpu-ref with those KV types instead: the cross-backend check of a quantized cache. */
 kipp_ctx *kt_gate_ref(kt_gate *g);
 /* kipp_forward_nocache of ids[0..n) on c (g->c or kt_gate_ref(g)), the last position's
  * logits into out. When c is the reference configuration (cpu-ref with f32 KV: kt_gate_ref's
