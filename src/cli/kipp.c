@@ -431,10 +431,11 @@ static void print_info(const kipp_model *m, const kipp_ctx *c, double load_s) {
         printf("\"n_expert\": %u, \"n_expert_used\": %u, \"n_ff_exp\": %u, \"expert_norm\": %s, ", i.n_expert,
                i.n_expert_used, i.n_ff_exp, i.expert_norm ? "true" : "false");
     printf("\"backend\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
-           "\"n_ctx\": %u, \"kv_pool\": {\"blocks\": %u, \"block_size\": %u, \"tokens\": %llu, "
+           "\"kv_type_v\": \"%s\", \"n_ctx\": %u, \"kv_pool\": {\"blocks\": %u, \"block_size\": %u, \"tokens\": %llu, "
            "\"bytes\": %llu, \"bytes_per_token\": %llu}, \"weights_repacked_bytes\": %llu, "
            "\"kernels\": %s, \"load_ms\": %.1f}\n",
-           ci.backend, ci.isa, ci.n_threads, kipp_kv_type_name(ci.kv_type), ci.n_ctx,
+           ci.backend, ci.isa, ci.n_threads, kipp_kv_type_name(ci.kv_type),
+           kipp_kv_type_name(ci.kv_type_v), ci.n_ctx,
            ci.kv_blocks, ci.kv_block_size, (unsigned long long)ci.kv_blocks * ci.kv_block_size,
            (unsigned long long)ci.kv_bytes, (unsigned long long)ci.kv_bytes_per_token,
            (unsigned long long)ci.weights_repacked, ci.kernels ? ci.kernels : "null", load_s * 1e3);
