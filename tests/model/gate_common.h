@@ -21,6 +21,13 @@
  * is >= 1e-3 on these checkpoints (docs/testing.md). */
 #define KT_SAME_NMSE_TOL 1e-5
 #define KT_NMSE_TOL 1e-4  /* another backend or KV type vs cpu-ref: sum (a-b)^2 / sum b^2 */
+/* The two bounds above on an optimized backend whose K is q4_0: a K value computed in a
+ * different order (a batched vs a single-token gemm, or cpu vs cpu-ref) differs by ~1e-7,
+ * which can cross one of q4_0's 16 levels (a step of |max|/8) or flip which element sets
+ * the block's scale, and then moves the scores by far more than 1e-5. Seen: NMSE up to
+ * 6.6e-4 on tiny-untied (cpu); q8_0 K (steps of |max|/127) and q4_0 V stay within the
+ * ordinary bounds, and cpu-ref (one order) keeps its exact bound on every type. */
+#define KT_Q4K_NMSE_TOL 2e-3
 #define KT_REF_BACKEND "cpu-ref"
 #define KT_MAX_PROMPTS 16 /* manifest prompts a gate reads */
 

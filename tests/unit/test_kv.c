@@ -401,6 +401,18 @@ static void test_quant_types(void) {
         KT_CHECK(memcmp(row[t], want, kipp_kv_row_bytes(types[t], kv_dim)) == 0,
                  "%s: put writes ggml's blocks", kipp_kv_type_name(types[t]));
         kipp_host_kv_get(types[t], y, row[t], kv_dim);
+        /* the layout read back by hand: an f16 scale, then 32 int8 (q8_0) or 16 bytes of
+         * nibbles, low nibbles the block's first 16 values, offset 8 (q4_0) */
+        int layout_ok = 1;
+        for (uint32_t b = 0; b < kv_dim / 32; b++) {
+            const unsigned char *blk = row[t] + b * (t ? 18 : 34);
+            const float d = kipp_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+            for (uint32_t i = 0; i < 32; i++) {
+                const int q = t ? ((blk[2 + i % 16] >> (i < 16 ? 0 : 4)) & 15) - 8 : (int8_t)blk[2 + i];
+                layout_ok &= y[b * 32 + i] == d * (float)q;
+            }
+        }
+        KT_CHECK(layout_ok, "%s: get reads ggml's layout (scale x integer)", kipp_kv_type_name(types[t]));
         memcpy(z, x, sizeof z);
         kipp_kv_round(types[t], z, kv_dim);
         double worst = 0.0;
