@@ -36,19 +36,23 @@ const char *kipp_status_str(kipp_status s);
 typedef struct kipp_model kipp_model; /* weights (mmapped GGUF) + hyper-parameters + vocab */
 typedef struct kipp_ctx kipp_ctx;     /* sequences in one KV block pool, scratch, backend */
 
-/* Element type of the KV cache. Each context chooses one; the backend stores K and V rows
- * in it and attention reads them back as f32 (docs/kv-cache.md, "KV types"). */
+/* Element type of the KV cache. Each context chooses one for K and one for V (the same
+ * unless kv_type_v says otherwise); the backend stores the rows in it and attention reads
+ * them back (docs/kv-cache.md, "KV types"). */
 typedef enum {
     KIPP_KV_TYPE_DEFAULT = 0, /* the backend's default: f32 on cpu-ref, f16 on cpu */
     KIPP_KV_TYPE_F32 = 1,
     KIPP_KV_TYPE_F16 = 2,     /* IEEE half, round to nearest even */
-    KIPP_KV_TYPE_BF16 = 3     /* bfloat16, round to nearest even */
+    KIPP_KV_TYPE_BF16 = 3,    /* bfloat16, round to nearest even */
+    KIPP_KV_TYPE_Q8_0 = 4,    /* ggml's Q8_0 blocks: 32 int8 + an f16 scale (34 bytes) */
+    KIPP_KV_TYPE_Q4_0 = 5     /* ggml's Q4_0 blocks: 32 4-bit (offset 8) + an f16 scale (18) */
 } kipp_kv_type;
+#define KIPP_KV_TYPE_LAST KIPP_KV_TYPE_Q4_0
 
-/* "default", "f32", "f16", "bf16" (static storage; "?" for a value out of range). */
+/* "default", "f32", "f16", "bf16", "q8_0", "q4_0" (static storage; "?" out of range). */
 const char *kipp_kv_type_name(kipp_kv_type t);
-/* Parses "f32", "f16" or "bf16" (also "default"); anything else is KIPP_ERR_INVALID_ARG
- * with a message listing the choices. */
+/* Parses "f32", "f16", "bf16", "q8_0" or "q4_0" (also "default"); anything else is
+ * KIPP_ERR_INVALID_ARG with a message listing the choices. */
 kipp_status kipp_kv_type_parse(const char *s, kipp_kv_type *out, char *err, size_t err_len);
 
 typedef struct {
@@ -57,7 +61,8 @@ typedef struct {
     int n_threads;          /* backends with threads; 0 = default */
     uint32_t kv_block_size; /* tokens per KV block; 0 = 16 */
     uint32_t n_kv_blocks;   /* blocks in the KV pool; 0 = enough for one sequence of n_ctx */
-    kipp_kv_type kv_type;   /* 0 = the backend's default */
+    kipp_kv_type kv_type;   /* K (and V unless kv_type_v): 0 = the backend's default */
+    kipp_kv_type kv_type_v; /* V when it differs from K (llama.cpp's --cache-type-v); 0 = kv_type */
     const char *isa;        /* cpu: kernel level (scalar, avx2, avx512, avx512vnni, neon);
                                NULL = the best this CPU runs. A level the CPU lacks is an
                                error. Ignored by backends without levels. */
@@ -237,10 +242,11 @@ typedef struct {
     uint64_t weights_repacked;  /* bytes of weights the backend repacked at load into its
                                    kernels' layout (resident beside the file's pages; the
                                    cpu backend releases the packed tensors' file pages) */
-    kipp_kv_type kv_type;       /* resolved: never KIPP_KV_TYPE_DEFAULT */
+    kipp_kv_type kv_type;       /* K's, resolved: never KIPP_KV_TYPE_DEFAULT */
+    kipp_kv_type kv_type_v;     /* V's, resolved (kv_type unless the context asked otherwise) */
     uint32_t n_ctx;             /* longest sequence */
     uint32_t kv_block_size, kv_blocks;
-    uint64_t kv_bytes_per_token; /* K + V of one token, all layers, in kv_type */
+    uint64_t kv_bytes_per_token; /* K + V of one token, all layers, in their types */
     uint64_t kv_bytes;           /* the whole pool (reserved; pages are touched on use) */
     uint32_t n_logits;           /* floats in one logits row (n_vocab unless limited; n_embd
                                     for an embeddings context) */

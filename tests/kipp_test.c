@@ -130,7 +130,8 @@ static void usage(void) {
             "Model gates (--model ... --sched) take trailing flags:\n"
             "  --backend NAME   backend under test (%s); default cpu-ref, cpu for --sched and\n"
             "                   --cpu-vs-ref*; the reference is always cpu-ref with f32 KV\n"
-            "  --kv-type T      KV cache type: f32, f16, bf16 or default (the backend's)\n"
+            "  --kv-type T      KV cache type: f32, f16, bf16, q8_0, q4_0 or default (the\n"
+            "                   backend's); K/V (e.g. q8_0/q4_0) gives K and V each a type\n"
             "  --ctx N          --longctx only: positions to reach (default: n_ctx_train)\n",
             kipp_backend_names());
 }
@@ -161,7 +162,11 @@ static int parse_flags(int flags, const char *mode, int i, int argc, char **argv
         if (is_backend) o->backend = v;
         if (is_kv) {
             char err[KIPP_ERR_LEN];
-            if (kipp_kv_type_parse(v, &o->kv_type, err, sizeof err) != KIPP_OK) {
+            char kbuf[16];
+            const char *slash = strchr(v, '/');
+            snprintf(kbuf, sizeof kbuf, "%.*s", slash ? (int)(slash - v) : (int)strlen(v), v);
+            if (kipp_kv_type_parse(kbuf, &o->kv_type, err, sizeof err) != KIPP_OK ||
+                (slash && kipp_kv_type_parse(slash + 1, &o->kv_type_v, err, sizeof err) != KIPP_OK)) {
                 fprintf(stderr, "kipp_test: --kv-type: %s\n", err);
                 return 0;
             }

@@ -15,7 +15,8 @@ typedef struct {
     int n_threads;        /* 0 = the backend's default */
     const char *isa;      /* kernel level by name; NULL = the best this machine runs */
     int device;           /* device index (device backends) */
-    kipp_kv_type kv_type; /* resolved: one of the backend's kv_types, never DEFAULT */
+    kipp_kv_type kv_type; /* K's, resolved: one of the backend's kv_types, never DEFAULT */
+    kipp_kv_type kv_type_v; /* V's, resolved; differs from kv_type only where kv_split */
     uint32_t n_logits;    /* resolved (1..n_vocab): a logits row is token ids 0..n_logits-1,
                              the first n_logits rows of the output matrix; 0 when
                              embeddings is set */
@@ -27,6 +28,7 @@ typedef struct {
     uint64_t weight_types;   /* bit (1 << KIPP_TYPE_x) for each weight type it runs */
     uint32_t kv_types;       /* bit (1 << kipp_kv_type) for each KV type it stores */
     kipp_kv_type kv_default; /* the type a context gets when it names none */
+    int kv_split;            /* K and V may have different types (else one type for both) */
     uint32_t max_batch;      /* tokens one decode_batch call takes; 0 = no limit */
 } kipp_backend_caps;
 
@@ -37,10 +39,10 @@ typedef struct {
 } kipp_backend_memory;
 
 /* The shape of the KV storage a pool needs: per block, for each layer, block_size K rows
- * and block_size V rows of kv_dim elements of `type`. */
+ * of kv_dim elements of `type` and block_size V rows of `type_v` (0 = `type`). */
 typedef struct {
     uint32_t n_layer, kv_dim, block_size;
-    kipp_kv_type type;
+    kipp_kv_type type, type_v;
 } kipp_kv_layout;
 
 typedef struct kipp_backend_ops {

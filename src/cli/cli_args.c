@@ -180,27 +180,24 @@ int kipp_cli_runtime_finish(const char *prog, kipp_cli_runtime *rt) {
     if (rt->cache_v && !kv_type_value(prog, "--cache-type-v", rt->cache_v, &v)) return 0;
     if (!rt->cache_k != !rt->cache_v) {
         fprintf(stderr,
-                "%s: %s %s is given without %s: Kipp keeps K and V in one type; give both with "
-                "the same value, or --kv-type %s\n",
+                "%s: %s %s is given without %s: give both (K and V may differ), or --kv-type "
+                "%s for both\n",
                 prog, rt->cache_k ? "--cache-type-k" : "--cache-type-v",
                 rt->cache_k ? rt->cache_k : rt->cache_v,
                 rt->cache_k ? "--cache-type-v" : "--cache-type-k",
                 rt->cache_k ? rt->cache_k : rt->cache_v);
         return 0;
     }
-    if (rt->cache_k && k != v) {
-        fprintf(stderr,
-                "%s: --cache-type-k %s and --cache-type-v %s differ: Kipp keeps K and V in one "
-                "type (--kv-type); give both the same value\n",
-                prog, rt->cache_k, rt->cache_v);
+    if (rt->cache_k && rt->kv_flag && (k != rt->kv_type || v != rt->kv_type)) {
+        fprintf(stderr, "%s: --kv-type %s and --cache-type-k %s / --cache-type-v %s disagree; give "
+                        "one of them\n",
+                prog, rt->kv_flag, rt->cache_k, rt->cache_v);
         return 0;
     }
-    if (rt->cache_k && rt->kv_flag && k != rt->kv_type) {
-        fprintf(stderr, "%s: --kv-type %s and --cache-type-k/-v %s disagree; give one of them\n",
-                prog, rt->kv_flag, rt->cache_k);
-        return 0;
+    if (rt->cache_k) {
+        rt->kv_type = k;
+        rt->kv_type_v = v;
     }
-    if (rt->cache_k) rt->kv_type = k;
     const char *env = getenv("KIPP_CPU_ISA");
     if (!rt->isa && env && *env) {
         rt->isa = env;
@@ -227,10 +224,12 @@ void kipp_cli_runtime_help(FILE *f, int width) {
                        "avx512vnni, avx512bf16, amx, neon (default: $KIPP_CPU_ISA when set, else",
                        "auto: per weight type the fastest kernels this CPU",
                        "runs; a level it lacks is an error)", NULL};
-    const char *k[] = {"KV cache element type: f32, f16 or bf16 (default:",
-                       "the backend's own; the start-up line says which)", NULL};
-    const char *c[] = {"llama.cpp's spelling of --kv-type: Kipp keeps K and V",
-                       "in one type, so give both, with the same value", NULL};
+    const char *k[] = {"KV cache type of K and V: f32, f16, bf16, q8_0 or",
+                       "q4_0 (default: the backend's own; the start-up line",
+                       "says which; q8_0/q4_0 need a head dim that is a",
+                       "multiple of 32 and run on cpu-ref and cpu)", NULL};
+    const char *c[] = {"llama.cpp's spelling: K's type and V's type, which",
+                       "may differ (e.g. q8_0 and q4_0); give both", NULL};
     help_entry(f, width, "--backend NAME", b);
     help_entry(f, width, "--isa LEVEL", i);
     const char *d[] = {"device backends (vulkan, cuda): the device to run on,",
@@ -252,10 +251,11 @@ void kipp_cli_ctx_error(const char *prog, const kipp_cli_runtime *rt, const char
 
 void kipp_cli_print_ctx_info(FILE *f, const kipp_ctx_info *ci) {
     fprintf(f,
-            "backend %s, ISA %s, %d thread%s, KV %s, KV pool %u blocks of %u tokens (%llu "
+            "backend %s, ISA %s, %d thread%s, KV %s%s%s, KV pool %u blocks of %u tokens (%llu "
             "tokens, %llu bytes = %.2f MiB, %llu bytes/token)",
             ci->backend, ci->isa, ci->n_threads, ci->n_threads == 1 ? "" : "s",
-            kipp_kv_type_name(ci->kv_type), ci->kv_blocks, ci->kv_block_size,
+            kipp_kv_type_name(ci->kv_type), ci->kv_type_v != ci->kv_type ? "/" : "",
+            ci->kv_type_v != ci->kv_type ? kipp_kv_type_name(ci->kv_type_v) : "", ci->kv_blocks, ci->kv_block_size,
             (unsigned long long)ci->kv_blocks * ci->kv_block_size,
             (unsigned long long)ci->kv_bytes, ci->kv_bytes / 1048576.0,
             (unsigned long long)ci->kv_bytes_per_token);

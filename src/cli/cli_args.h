@@ -35,7 +35,8 @@ typedef struct {
     const char *isa;      /* --isa, else $KIPP_CPU_ISA when set, else NULL (the best level) */
     int isa_from_env;     /* isa came from KIPP_CPU_ISA */
     int device;           /* --device N: a device backend's device index (default 0) */
-    kipp_kv_type kv_type; /* KIPP_KV_TYPE_DEFAULT unless a flag names one */
+    kipp_kv_type kv_type; /* K's (and V's): KIPP_KV_TYPE_DEFAULT unless a flag names one */
+    kipp_kv_type kv_type_v; /* V's when --cache-type-k/-v name both; else DEFAULT (= kv_type) */
     const char *kv_flag, *cache_k, *cache_v; /* the values as given (for _finish) */
     kipp_rope_params rope; /* --rope-scaling and friends (cli/cli_rope.h); apply with
                               kipp_cli_rope_apply after loading the model */

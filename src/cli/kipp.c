@@ -402,6 +402,7 @@ static kipp_ctx *start_ctx(kipp_model *m, const cli_opts *o, double *load_s) {
     cp.isa = o->rt.isa;
     cp.device = o->rt.device;
     cp.kv_type = o->rt.kv_type;
+    cp.kv_type_v = o->rt.kv_type_v;
     cp.n_ctx = (uint32_t)o->n_ctx;
     cp.n_threads = (int)o->n_threads;
     kipp_ctx *c = NULL;
@@ -436,10 +437,11 @@ static void print_info(const kipp_model *m, const kipp_ctx *c, double load_s) {
         printf("\"n_expert\": %u, \"n_expert_used\": %u, \"n_ff_exp\": %u, \"expert_norm\": %s, ", i.n_expert,
                i.n_expert_used, i.n_ff_exp, i.expert_norm ? "true" : "false");
     printf("\"backend\": \"%s\", \"isa\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
-           "\"n_ctx\": %u, \"kv_pool\": {\"blocks\": %u, \"block_size\": %u, \"tokens\": %llu, "
+           "\"kv_type_v\": \"%s\", \"n_ctx\": %u, \"kv_pool\": {\"blocks\": %u, \"block_size\": %u, \"tokens\": %llu, "
            "\"bytes\": %llu, \"bytes_per_token\": %llu}, \"weights_repacked_bytes\": %llu, "
            "\"kernels\": %s, \"load_ms\": %.1f}\n",
-           ci.backend, ci.isa, ci.n_threads, kipp_kv_type_name(ci.kv_type), ci.n_ctx,
+           ci.backend, ci.isa, ci.n_threads, kipp_kv_type_name(ci.kv_type),
+           kipp_kv_type_name(ci.kv_type_v), ci.n_ctx,
            ci.kv_blocks, ci.kv_block_size, (unsigned long long)ci.kv_blocks * ci.kv_block_size,
            (unsigned long long)ci.kv_bytes, (unsigned long long)ci.kv_bytes_per_token,
            (unsigned long long)ci.weights_repacked, ci.kernels ? ci.kernels : "null", load_s * 1e3);
@@ -597,6 +599,7 @@ int main(int argc, char **argv) {
         cp.isa = o.rt.isa;
         cp.device = o.rt.device;
         cp.kv_type = o.rt.kv_type;
+        cp.kv_type_v = o.rt.kv_type_v;
         cp.n_threads = (int)o.n_threads;
         o.spec.rope = &o.rt.rope;
         if (!kipp_cli_spec_start("kipp", &o.spec, m, &cp, n_ctx, 1, &dm, &drafter)) goto done;

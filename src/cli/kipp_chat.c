@@ -703,6 +703,7 @@ int main(int argc, char **argv) {
     cp.isa = o.rt.isa;
     cp.device = o.rt.device;
     cp.kv_type = o.rt.kv_type;
+    cp.kv_type_v = o.rt.kv_type_v;
     cp.n_ctx = (uint32_t)o.n_ctx;
     cp.n_threads = (int)o.n_threads;
     if ((st = kipp_ctx_init(s.m, &cp, &s.c, err, sizeof err)) != KIPP_OK) {

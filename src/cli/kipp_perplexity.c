@@ -31,6 +31,7 @@
 
 typedef struct {
     const char *model, *base, *file;
+    kipp_kv_type base_kv; /* --kl-base-kv-type: the base's KV type (DEFAULT: the model's) */
     long n_ctx, n_chunks, n_threads;
     int json, quiet, per_token;
     kipp_cli_runtime rt;
@@ -51,6 +52,9 @@ static void usage(FILE *f) {
             "      --kl-base FILE      also decode FILE (the base, e.g. the bf16 GGUF) on every chunk\n"
             "                          and report KL-divergence(base || model) and top-1 agreement\n"
             "                          (both files must share the vocabulary)\n"
+            "      --kl-base-kv-type T the base's KV cache type (default: the model's): the same\n"
+            "                          file as --model and --kl-base measures a KV type's cost,\n"
+            "                          e.g. --kv-type q8_0 --kl-base-kv-type f16\n"
             "  -t, --threads N         threads (default: the backend's choice)\n"
             "      --json              print the results as one JSON object\n"
             "      --per-token         with --json: \"per_token\": [[position, token id, log-probability\n"
@@ -75,6 +79,14 @@ static int parse(int argc, char **argv, opts *o) {
         else if (IS("-m") || IS("--model")) { if (!(o->model = NEXT())) return 2; }
         else if (IS("-f") || IS("--file")) { if (!(o->file = NEXT())) return 2; }
         else if (IS("--kl-base")) { if (!(o->base = NEXT())) return 2; }
+        else if (IS("--kl-base-kv-type")) {
+            char err[KIPP_ERR_LEN];
+            if (!(v = NEXT())) return 2;
+            if (kipp_kv_type_parse(v, &o->base_kv, err, sizeof err) != KIPP_OK) {
+                fprintf(stderr, "kipp-perplexity: --kl-base-kv-type: %s\n", err);
+                return 2;
+            }
+        }
         else if (IS("-c") || IS("--ctx")) {
             if (!(v = NEXT()) || !kipp_cli_long("kipp-perplexity", a, v, 16, 1 << 20, &o->n_ctx)) return 2;
         } else if (IS("--chunks")) {
@@ -128,7 +140,7 @@ typedef struct {
     float *logits; /* [LOGIT_ROWS][n_vocab] */
 } runner;
 
-static int runner_open(runner *r, const char *path, const opts *o, uint32_t n_ctx) {
+static int runner_open(runner *r, const char *path, const opts *o, uint32_t n_ctx, int base) {
     char err[512];
     memset(r, 0, sizeof *r);
     if (kipp_model_load(path, &r->m, err, sizeof err) != KIPP_OK) {
@@ -145,6 +157,8 @@ static int runner_open(runner *r, const char *path, const opts *o, uint32_t n_ct
     cp.isa = o->rt.isa;
     cp.device = o->rt.device;
     cp.kv_type = o->rt.kv_type;
+    cp.kv_type_v = o->rt.kv_type_v;
+    if (base && o->base_kv) cp.kv_type = o->base_kv, cp.kv_type_v = KIPP_KV_TYPE_DEFAULT;
     cp.n_ctx = n_ctx;
     cp.n_threads = (int)o->n_threads;
     if (kipp_ctx_init(r->m, &cp, &r->c, err, sizeof err) != KIPP_OK) {
@@ -227,8 +241,8 @@ int main(int argc, char **argv) {
     uint32_t *pos = NULL;
     totals t;
     memset(&t, 0, sizeof t);
-    if (!runner_open(&rm, o.model, &o, (uint32_t)o.n_ctx)) goto out;
-    if (have_base && !runner_open(&rb, o.base, &o, (uint32_t)o.n_ctx)) goto out;
+    if (!runner_open(&rm, o.model, &o, (uint32_t)o.n_ctx, 0)) goto out;
+    if (have_base && !runner_open(&rb, o.base, &o, (uint32_t)o.n_ctx, 1)) goto out;
     kipp_model_info mi, bi;
     kipp_model_get_info(rm.m, &mi);
     if (have_base) {
@@ -343,8 +357,12 @@ int main(int argc, char **argv) {
                               "mean_nll", mean, "backend", ci.backend, "isa", ci.isa,
                               "threads", ci.n_threads, "kv_type", kipp_kv_type_name(ci.kv_type),
                               "seconds", seconds);
+        if (j) json_object_set_new(j, "kv_type_v", json_string(kipp_kv_type_name(ci.kv_type_v)));
         if (j && have_base) {
+            kipp_ctx_info bci;
+            kipp_ctx_get_info(rb.c, &bci);
             json_object_set_new(j, "kl_base", json_string(o.base));
+            json_object_set_new(j, "kl_base_kv_type", json_string(kipp_kv_type_name(bci.kv_type)));
             json_object_set_new(j, "ppl_base", json_real(ppl_base));
             json_object_set_new(j, "ppl_ratio", json_real(ppl / ppl_base));
             json_object_set_new(j, "kld_mean", json_real(kmean));

@@ -398,6 +398,7 @@ int main(int argc, char **argv) {
     kp.isa = rt.isa;
     kp.device = rt.device;
     kp.kv_type = rt.kv_type;
+    kp.kv_type_v = rt.kv_type_v;
     if (api_key && key_file) {
         fprintf(stderr, "kipp-server: give --api-key or --api-key-file, not both\n");
         return 2;
@@ -476,6 +477,7 @@ int main(int argc, char **argv) {
         ecp.isa = kp.isa;
         ecp.device = kp.device;
         ecp.kv_type = kp.kv_type;
+        ecp.kv_type_v = kp.kv_type_v;
         ecp.n_threads = kp.n_threads;
         ecp.n_ctx = kp.n_ctx;
         if (oai_embedder_init(m, &ecp, &emb, err, sizeof err) != KIPP_OK) {
@@ -505,6 +507,7 @@ int main(int argc, char **argv) {
         dcp.isa = kp.isa;
         dcp.device = kp.device;
         dcp.kv_type = kp.kv_type;
+        dcp.kv_type_v = kp.kv_type_v;
         dcp.n_threads = kp.n_threads;
         spp = kipp_cli_spec_params(&spec, dm, &dcp, 0, 0);
         kp.spec = &spp;

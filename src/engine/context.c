@@ -21,7 +21,7 @@ struct kipp_ctx {
     const kipp_backend_ops *ops;
     void *state;
     void *kv_store; /* the backend's KV storage behind pool */
-    kipp_kv_type kv_type;
+    kipp_kv_type kv_type, kv_type_v;
     uint32_t n_logits; /* floats per output row: logits, or n_embd for embeddings */
     int embeddings;    /* rows are final-norm hidden states (kipp_ctx_params.embeddings) */
     kipp_kv_pool *pool;
@@ -53,10 +53,19 @@ static kipp_status resolve_options(const kipp_backend_ops *ops, const kipp_ctx_p
     *o = (kipp_backend_options){.n_threads = p->n_threads, .isa = p->isa, .device = p->device,
                                 .kv_type = p->kv_type ? p->kv_type : caps.kv_default,
                                 .n_logits = p->n_logits, .embeddings = p->embeddings != 0};
-    if (o->kv_type < 0 || o->kv_type > KIPP_KV_TYPE_BF16 || !(caps.kv_types & (1u << o->kv_type)))
+    o->kv_type_v = p->kv_type_v ? p->kv_type_v : o->kv_type;
+    for (int v = 0; v < 2; v++) {
+        const kipp_kv_type t = v ? o->kv_type_v : o->kv_type;
+        if (t < 0 || t > KIPP_KV_TYPE_LAST || !(caps.kv_types & (1u << t)))
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "backend '%s' cannot store a KV cache of type %s%s", ops->name,
+                             kipp_kv_type_name(t), v ? " (V)" : "");
+    }
+    if (o->kv_type_v != o->kv_type && !caps.kv_split)
         return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
-                         "backend '%s' cannot store a KV cache of type %s", ops->name,
-                         kipp_kv_type_name(o->kv_type));
+                         "backend '%s' keeps K and V in one type: K %s and V %s differ",
+                         ops->name, kipp_kv_type_name(o->kv_type),
+                         kipp_kv_type_name(o->kv_type_v));
     return KIPP_OK;
 }
 
@@ -90,7 +99,17 @@ kipp_status kipp_ctx_kv_bytes_per_token(const kipp_model *m, const kipp_ctx_para
     if (st == KIPP_OK) st = resolve_options(ops, p, &o, err, err_len);
     if (st != KIPP_OK) return st;
     if (type) *type = o.kv_type;
-    *out = 2ull * m->hp.n_layer * m->hp.n_head_kv * m->hp.head_dim * kipp_kv_type_size(o.kv_type);
+    const uint32_t D = m->hp.head_dim, kv_dim = m->hp.n_head_kv * D;
+    for (int v = 0; v < 2; v++) {
+        const kipp_kv_type t = v ? o.kv_type_v : o.kv_type;
+        if (kipp_kv_type_quantized(t) && D % KIPP_KV_QBLOCK)
+            return kipp_errf(err, err_len, KIPP_ERR_UNSUPPORTED,
+                             "KV type %s needs a head dim that is a multiple of %u; this model's "
+                             "head dim is %u",
+                             kipp_kv_type_name(t), KIPP_KV_QBLOCK, D);
+    }
+    *out = (uint64_t)m->hp.n_layer * (kipp_kv_row_bytes(o.kv_type, kv_dim) +
+                                      kipp_kv_row_bytes(o.kv_type_v, kv_dim));
     return KIPP_OK;
 }
 
@@ -133,7 +152,8 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
                                 .kv_dim = m->hp.n_head_kv * m->hp.head_dim,
                                 .block_size = p->kv_block_size ? p->kv_block_size
                                                                : KIPP_KV_DEFAULT_BLOCK_SIZE,
-                                .type = o.kv_type};
+                                .type = o.kv_type,
+                                .type_v = o.kv_type_v};
     uint32_t n_blocks = p->n_kv_blocks;
     if (n_blocks == 0) n_blocks = (n_ctx + lay.block_size - 1) / lay.block_size;
     uint64_t per_token;
@@ -143,10 +163,12 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     const uint64_t want = per_token * lay.block_size * n_blocks;
     if (want > mem.total)
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
-                         "a KV pool of %u blocks x %u tokens (%.2f GiB of %s K/V) exceeds the "
-                         "%.2f GiB of %s memory; ask for fewer blocks or a smaller KV type",
-                         n_blocks, lay.block_size, want / 1073741824.0,
-                         kipp_kv_type_name(o.kv_type), mem.total / 1073741824.0, mem.kind);
+                         "a KV pool of %u blocks x %u tokens x %llu bytes per token (%.2f GiB "
+                         "of %s K, %s V) exceeds the %.2f GiB of %s memory; ask for fewer "
+                         "blocks or a smaller KV type",
+                         n_blocks, lay.block_size, (unsigned long long)per_token,
+                         want / 1073741824.0, kipp_kv_type_name(o.kv_type),
+                         kipp_kv_type_name(o.kv_type_v), mem.total / 1073741824.0, mem.kind);
     kipp_ctx *c = calloc(1, sizeof *c);
     if (!c) return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "context: out of memory");
     c->m = m;
@@ -154,6 +176,7 @@ kipp_status kipp_ctx_init(kipp_model *m, const kipp_ctx_params *p, kipp_ctx **ou
     c->ops = ops;
     c->n_ctx = n_ctx;
     c->kv_type = o.kv_type;
+    c->kv_type_v = o.kv_type_v;
     c->n_logits = o.embeddings ? m->hp.n_embd : o.n_logits;
     c->embeddings = o.embeddings;
     uint32_t seq0;
@@ -212,6 +235,7 @@ void kipp_ctx_get_info(const kipp_ctx *c, kipp_ctx_info *out) {
     c->ops->describe(c->state, &out->isa, &out->n_threads, &out->weights_repacked);
     out->kernels = c->ops->kernels ? c->ops->kernels(c->state) : NULL;
     out->kv_type = c->kv_type;
+    out->kv_type_v = c->kv_type_v;
     out->n_ctx = c->n_ctx;
     out->kv_block_size = ks.block_size;
     out->kv_blocks = ks.n_blocks;

@@ -1752,7 +1752,8 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
     kipp_model_get_info(m, &info);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (info.n_ctx_train < 4096 ? info.n_ctx_train : 4096);
     kipp_ctx_params cp = {.backend = p.backend, .n_ctx = n_ctx, .n_threads = p.n_threads,
-                          .kv_block_size = p.block_size, .kv_type = p.kv_type, .isa = p.isa,
+                          .kv_block_size = p.block_size, .kv_type = p.kv_type,
+                          .kv_type_v = p.kv_type_v, .isa = p.isa,
                           .device = p.device};
     uint64_t per_token;
     kipp_kv_type kv_type;
@@ -1762,12 +1763,17 @@ kipp_status kipp_sched_start(kipp_model *m, const kipp_sched_params *pp, kipp_sc
         uint64_t n = (uint64_t)n_ctx * p.max_running;
         const uint64_t fit = (p.kv_memory ? p.kv_memory : KIPP_SCHED_DEFAULT_KV_BYTES) / per_token;
         if (n > fit) n = fit;
+        char types[40];
+        if (p.kv_type_v && p.kv_type_v != kv_type)
+            snprintf(types, sizeof types, "%s K and %s V", kipp_kv_type_name(kv_type),
+                     kipp_kv_type_name(p.kv_type_v));
+        else snprintf(types, sizeof types, "%s K/V", kipp_kv_type_name(kv_type));
         if (p.kv_memory && n < (uint64_t)n_ctx + p.block_size)
             return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                             "a KV memory limit of %llu bytes holds %llu tokens of %s K/V (%llu "
+                             "a KV memory limit of %llu bytes holds %llu tokens of %s (%llu "
                              "bytes each); one context of %u tokens plus a block needs %llu bytes",
                              (unsigned long long)p.kv_memory, (unsigned long long)fit,
-                             kipp_kv_type_name(kv_type),
+                             types,
                              (unsigned long long)per_token, n_ctx,
                              (unsigned long long)(per_token * (n_ctx + p.block_size)));
         if (n < (uint64_t)n_ctx + p.block_size) n = (uint64_t)n_ctx + p.block_size;

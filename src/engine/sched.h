@@ -52,6 +52,7 @@ typedef struct {
     double arrival_window_s;       /* see prefill_busy_s; 0 = KIPP_SCHED_ARRIVAL_WINDOW_S */
     uint32_t prefix_cache_entries; /* kept sequences; 0 = no prefix cache */
     kipp_kv_type kv_type;          /* see kipp_ctx_params; 0 = the backend's default */
+    kipp_kv_type kv_type_v;        /* see kipp_ctx_params; 0 = kv_type */
     const char *isa;               /* see kipp_ctx_params; NULL = best */
     int device;                    /* see kipp_ctx_params; 0 = the first */
     uint64_t kv_memory;            /* with n_kv_tokens 0: the pool holds at most this many

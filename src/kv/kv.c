@@ -222,6 +222,8 @@ const char *kipp_kv_type_name(kipp_kv_type t) {
     case KIPP_KV_TYPE_F32: return "f32";
     case KIPP_KV_TYPE_F16: return "f16";
     case KIPP_KV_TYPE_BF16: return "bf16";
+    case KIPP_KV_TYPE_Q8_0: return "q8_0";
+    case KIPP_KV_TYPE_Q4_0: return "q4_0";
     }
     return "?";
 }
@@ -230,13 +232,23 @@ size_t kipp_kv_type_size(kipp_kv_type t) {
     return t == KIPP_KV_TYPE_F32 ? 4 : t == KIPP_KV_TYPE_F16 || t == KIPP_KV_TYPE_BF16 ? 2 : 0;
 }
 
+int kipp_kv_type_quantized(kipp_kv_type t) {
+    return t == KIPP_KV_TYPE_Q8_0 || t == KIPP_KV_TYPE_Q4_0;
+}
+
+uint64_t kipp_kv_row_bytes(kipp_kv_type t, uint64_t n) {
+    if (t == KIPP_KV_TYPE_Q8_0) return n / KIPP_KV_QBLOCK * 34;
+    if (t == KIPP_KV_TYPE_Q4_0) return n / KIPP_KV_QBLOCK * 18;
+    return n * kipp_kv_type_size(t);
+}
+
 kipp_status kipp_kv_type_parse(const char *s, kipp_kv_type *out, char *err, size_t err_len) {
     static const kipp_kv_type all[] = {KIPP_KV_TYPE_DEFAULT, KIPP_KV_TYPE_F32, KIPP_KV_TYPE_F16,
-                                       KIPP_KV_TYPE_BF16};
+                                       KIPP_KV_TYPE_BF16, KIPP_KV_TYPE_Q8_0, KIPP_KV_TYPE_Q4_0};
     for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, kipp_kv_type_name(all[i])) == 0) { *out = all[i]; return KIPP_OK; }
     return kipp_errf(err, err_len, KIPP_ERR_INVALID_ARG,
-                     "unknown KV type '%s' (choose f32, f16, bf16 or default)", s ? s : "(null)");
+                     "unknown KV type '%s' (choose f32, f16, bf16, q8_0, q4_0 or default)", s ? s : "(null)");
 }
 
 /* ---- accounting ------------------------------------------------------------------------- */

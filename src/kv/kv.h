@@ -93,8 +93,18 @@ static inline const kipp_kv_seq *kipp_kv_seq_get(const kipp_kv_pool *pool, uint3
     return id < pool->seq_cap && pool->seqs[id].live ? &pool->seqs[id] : NULL;
 }
 
-/* Bytes of one K or V element of a KV type (f32: 4, f16/bf16: 2; 0 for DEFAULT). */
+/* Bytes of one K or V element of a KV type (f32: 4, f16/bf16: 2; 0 for DEFAULT and the
+ * block-quantized types, which have no per-element size: kipp_kv_row_bytes). */
 size_t kipp_kv_type_size(kipp_kv_type t);
+/* Values per block of the quantized KV types (ggml's QK8_0 = QK4_0 = 32); a row of kv_dim
+ * values is kv_dim / 32 blocks, and head_dim must be a multiple of it (no block straddles
+ * two heads). */
+#define KIPP_KV_QBLOCK 32u
+/* 1 for q8_0 and q4_0. */
+int kipp_kv_type_quantized(kipp_kv_type t);
+/* Bytes of n values of type t (n a multiple of KIPP_KV_QBLOCK for the quantized types):
+ * f32 4n, f16/bf16 2n, q8_0 34n/32, q4_0 18n/32. */
+uint64_t kipp_kv_row_bytes(kipp_kv_type t, uint64_t n);
 
 /* Accounting: blocks, slots, bytes (see kipp_kv_stats in kipp.h). */
 void kipp_kv_pool_stats(const kipp_kv_pool *pool, kipp_kv_stats *out);

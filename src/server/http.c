@@ -1152,6 +1152,11 @@ void kipp_server_attach(kipp_server *sv, kipp_model *m, kipp_sched *sched) {
     sv->minfo.block_size = ci.kv_block_size;
     sv->minfo.n_blocks = ci.kv_blocks;
     sv->minfo.cache_type = kipp_kv_type_name(ci.kv_type);
+    if (ci.kv_type_v != ci.kv_type) {
+        snprintf(sv->minfo.cache_type_buf, sizeof sv->minfo.cache_type_buf, "%s/%s",
+                 kipp_kv_type_name(ci.kv_type), kipp_kv_type_name(ci.kv_type_v));
+        sv->minfo.cache_type = sv->minfo.cache_type_buf;
+    }
     sv->minfo.prefix_caching = sv->p.prefix_caching;
     atomic_store(&sv->ready, 1);
 }

@@ -32,7 +32,9 @@ typedef struct {
 typedef struct {
     const char *model_name;
     uint32_t block_size, n_blocks; /* tokens per KV block; blocks in the pool */
-    const char *cache_type;        /* the KV type's name ("f16", "q8_0", ...) */
+    const char *cache_type;        /* the KV type's name ("f16", "q8_0", ...; "K/V" when the
+                                      two differ, e.g. "q8_0/q4_0") */
+    char cache_type_buf[16];       /* the storage of a "K/V" cache_type */
     int prefix_caching;            /* the prefix cache is on */
     int vllm_compat;               /* --metrics-compat vllm: the vLLM-named set as well */
 } kipp_metrics_info;

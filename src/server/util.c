@@ -303,10 +303,16 @@ static enum MHD_Result handle_props(kipp_server *sv, struct MHD_Connection *c, c
     const char *tname;
     const char *src = template_source(sv->m, &tname);
     char build[160] = "kipp-server";
+    json_t *kv = NULL; /* the KV pool: types, size, bytes per token (a generative model's) */
     if (sv->sched) {
         kipp_ctx_info ci;
         kipp_sched_ctx_info(sv->sched, &ci);
         snprintf(build, sizeof build, "kipp-server (backend %s, ISA %s)", ci.backend, ci.isa);
+        kv = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "type_k", kipp_kv_type_name(ci.kv_type),
+                       "type_v", kipp_kv_type_name(ci.kv_type_v), "blocks", (json_int_t)ci.kv_blocks,
+                       "block_size", (json_int_t)ci.kv_block_size,
+                       "tokens", (json_int_t)ci.kv_blocks * ci.kv_block_size,
+                       "bytes", (json_int_t)ci.kv_bytes, "bytes_per_token", (json_int_t)ci.kv_bytes_per_token);
     }
     json_t *params = default_params(sv);
     json_t *out = params ? json_pack("{s:{s:i, s:o}, s:i, s:s, s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:b}",
@@ -316,6 +322,8 @@ static enum MHD_Result handle_props(kipp_server *sv, struct MHD_Connection *c, c
                                      "chat_template", src, "chat_template_name", tname, "modalities",
                                      "vision", 0, "audio", 0, "build_info", build, "embedding", sv->sched == NULL)
                          : NULL;
+    if (out && kv) json_object_set(out, "kv_cache", kv);
+    json_decref(kv);
     char *js = out ? json_dumps(out, JSON_COMPACT) : NULL;
     json_decref(out);
     return js ? srv_send_json(sv, c, cs, 200, js)

@@ -338,10 +338,10 @@ for t in f32 bf16; do
 done
 chat cachetype "$tmp/in_u1" --cache-type-k bf16 --cache-type-v bf16
 err_has cachetype "; backend cpu, .* KV bf16, KV pool"
-chat badkv "$tmp/in_empty" --kv-type q8_0
-rc_is badkv 2; err_has badkv "--kv-type: unknown KV type 'q8_0' \(choose f32, f16, bf16"
-chat kvdiff "$tmp/in_empty" --cache-type-k f16 --cache-type-v f32
-rc_is kvdiff 2; err_has kvdiff "--cache-type-k f16 and --cache-type-v f32 differ: Kipp keeps K and V in one type"
+chat badkv "$tmp/in_empty" --kv-type q5_0
+rc_is badkv 2; err_has badkv "--kv-type: unknown KV type 'q5_0' \(choose f32, f16, bf16"
+chat kvdiff "$tmp/in_u1" --cache-type-k q8_0 --cache-type-v q4_0
+rc_is kvdiff 0; err_has kvdiff "; backend cpu, .* KV q8_0/q4_0, KV pool"
 chat kvhalf "$tmp/in_empty" --cache-type-v bf16
 rc_is kvhalf 2; err_has kvhalf "--cache-type-v bf16 is given without --cache-type-k"
 rc=0; KIPP_CPU_ISA=avx9 "$C" -m "$M" </dev/null >/dev/null 2>"$tmp/envisa.err" || rc=$?

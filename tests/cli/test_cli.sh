@@ -97,7 +97,7 @@ PY
 }
 LEVELS='("scalar", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon")'
 info_is "--info (default backend)" 'list(i)[:14] == ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_vocab", "n_ctx_train", "rope_theta", "rms_eps", "tied_embeddings", "bos_id", "eos_id"]
-    and list(i)[14:] == ["rope_scaling", "rope_factor", "rope_orig_ctx", "n_ctx_file", "backend", "isa", "threads", "kv_type", "n_ctx", "kv_pool", "weights_repacked_bytes", "kernels", "load_ms"]
+    and list(i)[14:] == ["rope_scaling", "rope_factor", "rope_orig_ctx", "n_ctx_file", "backend", "isa", "threads", "kv_type", "kv_type_v", "n_ctx", "kv_pool", "weights_repacked_bytes", "kernels", "load_ms"]
     and list(i["kernels"]) == ["BF16"] and ((P := i["kernels"]["BF16"]["packed"]) or True)
     and (not P or i["isa"] in ("amx", "avx512bf16")) and (i["isa"] != "amx" or P)
     and i["kernels"]["BF16"]["from"]["1"].split(":")[0] in '"$LEVELS"'
@@ -134,10 +134,14 @@ info_is "--kv-type default" 'i["kv_type"] == "f16"' --kv-type default
 info_is "--cache-type-k/-v f32 (both equal)" 'i["kv_type"] == "f32" and i["kv_pool"]["bytes"] == 786432' \
     --cache-type-k f32 --cache-type-v f32
 info_is "--kv-type and equal --cache-type-k/-v" 'i["kv_type"] == "bf16"' --kv-type bf16 --cache-type-k bf16 --cache-type-v bf16
+# q8_0 / q4_0: 3 layers x 64 values = 6 blocks of 34 (K) and of 18 (V) bytes per token
+info_is "--kv-type q8_0" 'i["kv_type"] == "q8_0" and i["kv_type_v"] == "q8_0" and i["kv_pool"]["bytes_per_token"] == 408' --kv-type q8_0
+info_is "--cache-type-k q8_0 --cache-type-v q4_0" 'i["kv_type"] == "q8_0" and i["kv_type_v"] == "q4_0"
+    and i["kv_pool"]["bytes_per_token"] == 312' --cache-type-k q8_0 --cache-type-v q4_0
 KIPP_CPU_ISA=scalar info_is "KIPP_CPU_ISA is --isa's default" 'i["isa"] == "scalar"'
 KIPP_CPU_ISA=avx9 info_is "--isa overrides KIPP_CPU_ISA" 'i["isa"] == "scalar"' --isa scalar
 # every KV type end to end: generation runs and the start-up line names the type
-for t in f32 f16 bf16; do
+for t in f32 f16 bf16 q8_0 q4_0; do
     for b in cpu cpu-ref; do
         out=$("$K" -m "$M" -p "The capital of France is" -n 8 --temp 0 --backend $b -t 2 --kv-type $t 2>"$tmp/err")
         [ -n "$out" ] && grep -qE "^kipp: backend $b, .* KV $t, KV pool" "$tmp/err" && ok || bad "--backend $b --kv-type $t: $(cat "$tmp/err")"
@@ -192,15 +196,13 @@ KIPP_CPU_ISA=avx9 expect_fail "cpu: unknown KIPP_CPU_ISA" "ISA level 'avx9' come
 expect_fail "unknown --isa" "unknown ISA level 'avx9'" "$K" -m "$M" -p hi --isa avx9
 expect_fail "unknown --isa (--info)" "unknown ISA level 'avx9'" "$K" -m "$M" --info --isa avx9
 expect_fail "empty --isa" "--isa expects a name, got ''" "$K" -m "$M" -p hi --isa ""
-expect_fail "bad --kv-type" "--kv-type: unknown KV type 'q8_0' \(choose f32, f16, bf16" "$K" -m "$M" -p hi --kv-type q8_0
+expect_fail "bad --kv-type" "--kv-type: unknown KV type 'q5_0' \(choose f32, f16, bf16, q8_0, q4_0" "$K" -m "$M" -p hi --kv-type q5_0
 expect_fail "--kv-type without value" "--kv-type needs a value" "$K" -m "$M" -p hi --kv-type
-expect_fail "--cache-type-k/-v differ" "--cache-type-k f16 and --cache-type-v bf16 differ: Kipp keeps K and V in one type" \
-    "$K" -m "$M" -p hi --cache-type-k f16 --cache-type-v bf16
-expect_fail "--cache-type-k alone" "--cache-type-k f16 is given without --cache-type-v: Kipp keeps K and V in one type" \
+expect_fail "--cache-type-k alone" "--cache-type-k f16 is given without --cache-type-v: give both \(K and V may differ\)" \
     "$K" -m "$M" -p hi --cache-type-k f16
 expect_fail "--cache-type-v alone" "--cache-type-v f32 is given without --cache-type-k" "$K" -m "$M" -p hi --cache-type-v f32
-expect_fail "bad --cache-type-v" "--cache-type-v: unknown KV type 'q4_0'" "$K" -m "$M" -p hi --cache-type-k f16 --cache-type-v q4_0
-expect_fail "--kv-type vs --cache-type-k/-v" "--kv-type f32 and --cache-type-k/-v f16 disagree" \
+expect_fail "bad --cache-type-v" "--cache-type-v: unknown KV type 'q5_1'" "$K" -m "$M" -p hi --cache-type-k f16 --cache-type-v q5_1
+expect_fail "--kv-type vs --cache-type-k/-v" "--kv-type f32 and --cache-type-k f16 / --cache-type-v f16 disagree" \
     "$K" -m "$M" -p hi --kv-type f32 --cache-type-k f16 --cache-type-v f16
 expect_fail "bad top-p" "--top-p expects a number" "$K" -m "$M" -p hi --top-p 2
 expect_fail "bad -n" "-n expects an integer" "$K" -m "$M" -p hi -n abc

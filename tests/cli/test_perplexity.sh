@@ -38,6 +38,15 @@ k8=$(field "$tmp/q8.json" kld_mean); k4=$(field "$tmp/q4.json" kld_mean)
 cmp_le 1e-9 "$k8" && cmp_le "$k8" 0.01 && ok || bad "q8_0 KLD $k8 not in (0, 0.01]"
 cmp_le "$k8" "$k4" && ok || bad "q4_0 KLD $k4 is below q8_0's $k8"
 [ "$(field "$tmp/q8.json" ppl_base)" = "$ppl" ] && ok || bad "ppl_base of the KL run differs from the base's own ppl"
+# a KV type's cost: the same file as model and base, the base with f16 KV (2 chunks: ~4 s)
+B=(--file "$T" --ctx 128 --chunks 2 --json --quiet --kl-base "$M" --kl-base-kv-type f16)
+"$P" -m "$M" "${B[@]}" --kv-type q8_0 >"$tmp/kv8.json" && ok || bad "q8_0 KV KL run"
+"$P" -m "$M" "${B[@]}" --cache-type-k q8_0 --cache-type-v q4_0 >"$tmp/kv84.json" && ok || bad "q8_0/q4_0 KV KL run"
+[ "$(field "$tmp/kv84.json" kv_type)/$(field "$tmp/kv84.json" kv_type_v)/$(field "$tmp/kv84.json" kl_base_kv_type)" = q8_0/q4_0/f16 ] \
+    && ok || bad "KV types of the KL run: $(cat "$tmp/kv84.json")"
+k8=$(field "$tmp/kv8.json" kld_mean); k84=$(field "$tmp/kv84.json" kld_mean)
+cmp_le 1e-9 "$k8" && cmp_le "$k8" 0.001 && ok || bad "q8_0 KV KLD $k8 not in (0, 0.001]"
+cmp_le "$k8" "$k84" && ok || bad "q8_0/q4_0 KV KLD $k84 is below q8_0's $k8"
 "$P" -m "$M" --file "$T" --ctx 128 --chunks 1 --quiet | grep -qE '^PPL = [0-9.]+ \+/- [0-9.]+ over 63 tokens' \
     && ok || bad "text output"
 
@@ -58,6 +67,7 @@ import json, sys; d = json.load(open(sys.argv[1])); pt = d['per_token']
 assert len(pt) == d['scored_tokens'] and all(lp <= 0 for _, _, lp in pt), 'per_token entries'
 assert abs(-sum(lp for _, _, lp in pt) / len(pt) - d['mean_nll']) < 1e-6, 'per_token mean'
 assert [p for p, _, _ in pt[:3]] == [65, 66, 67], [p for p, _, _ in pt[:3]]" "$tmp/per.json" && ok || bad "--per-token values"
+expect_fail "bad --kl-base-kv-type" "--kl-base-kv-type: unknown KV type 'q5_0'" "$P" -m "$M" --file "$T" --kl-base "$M" --kl-base-kv-type q5_0
 expect_fail "missing KL base" "none-base" "$P" -m "$M" --file "$T" --kl-base "$tmp/none-base.gguf"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -21,6 +21,13 @@
  * is >= 1e-3 on these checkpoints (docs/testing.md). */
 #define KT_SAME_NMSE_TOL 1e-5
 #define KT_NMSE_TOL 1e-4  /* another backend or KV type vs cpu-ref: sum (a-b)^2 / sum b^2 */
+/* The two bounds above on an optimized backend whose K is q4_0: a K value computed in a
+ * different order (a batched vs a single-token gemm, or cpu vs cpu-ref) differs by ~1e-7,
+ * which can cross one of q4_0's 16 levels (a step of |max|/8) or flip which element sets
+ * the block's scale, and then moves the scores by far more than 1e-5. Seen: NMSE up to
+ * 6.6e-4 on tiny-untied (cpu); q8_0 K (steps of |max|/127) and q4_0 V stay within the
+ * ordinary bounds, and cpu-ref (one order) keeps its exact bound on every type. */
+#define KT_Q4K_NMSE_TOL 2e-3
 #define KT_REF_BACKEND "cpu-ref"
 #define KT_MAX_PROMPTS 16 /* manifest prompts a gate reads */
 
@@ -36,7 +43,9 @@ typedef struct {
     kt_manifest mf;
     kipp_model *m;
     kipp_ctx *c;        /* the backend and KV type under test */
-    kipp_ctx *ref;      /* cpu-ref with f32 KV, opened by kt_gate_ref (NULL until then) */
+    kipp_ctx *ref;      /* cpu-ref with f32 KV, opened by kt_gate_ref (NULL until then);
+                           with the gate's KV types where one is quantized (ref_kvq) */
+    int ref_kvq;        /* ref stores q8_0/q4_0 K or V (never in the reference cache) */
     kipp_model_info info;
     kipp_ctx_params cp; /* c's parameters (backend and kv_type filled in) */
     int is_ref;         /* c is the reference itself: cpu-ref with f32 KV */
@@ -67,7 +76,8 @@ int kt_gate_open(kt_gate *g, const char *model_path, const char *vec_dir, const 
                  const kipp_ctx_params *cp);
 void kt_gate_close(kt_gate *g);
 /* The cpu-ref, f32-KV context on the gate's model with n_ctx = g->cp.n_ctx, opened on first
- * use; NULL (a counted failure) if it cannot be made. */
+ * use; NULL (a counted failure) if it cannot be made. When the gate's K or V type is q8_0 /
+ * q4_0, cpu-ref with those KV types instead: the cross-backend check of a quantized cache. */
 kipp_ctx *kt_gate_ref(kt_gate *g);
 /* kipp_forward_nocache of ids[0..n) on c (g->c or kt_gate_ref(g)), the last position's
  * logits into out. When c is the reference configuration (cpu-ref with f32 KV: kt_gate_ref's

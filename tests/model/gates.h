@@ -7,11 +7,12 @@
 
 #include <stdint.h>
 
-/* The trailing flags of a model gate: --backend NAME, --kv-type T, and (--longctx only)
+/* The trailing flags of a model gate: --backend NAME, --kv-type T (or K/V), and (--longctx only)
  * --ctx N. */
 typedef struct {
     const char *backend;  /* NULL: the gate's default (cpu-ref; cpu for --sched, --cpu-vs-ref*) */
     kipp_kv_type kv_type; /* KIPP_KV_TYPE_DEFAULT: the backend's default */
+    kipp_kv_type kv_type_v; /* V's (--kv-type K/V); KIPP_KV_TYPE_DEFAULT: kv_type */
     uint32_t ctx;         /* --longctx: positions to reach; 0 = the model's n_ctx_train */
 } kt_opts;
 

@@ -127,6 +127,7 @@ static kipp_ctx *new_ctx(kv_gate *k, uint32_t n_ctx, uint32_t n_kv_blocks) {
     kipp_ctx_params cp = kipp_ctx_default_params(); /* the gate's backend and KV type */
     cp.backend = k->g.cp.backend;
     cp.kv_type = k->g.cp.kv_type;
+    cp.kv_type_v = k->g.cp.kv_type_v;
     cp.n_ctx = n_ctx;
     cp.n_kv_blocks = n_kv_blocks;
     kipp_ctx *c = NULL;
@@ -265,6 +266,7 @@ static void check_limits(kv_gate *k) {
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = k->g.cp.backend;
     cp.kv_type = k->g.cp.kv_type;
+    cp.kv_type_v = k->g.cp.kv_type_v;
     cp.n_kv_blocks = UINT32_MAX;
     c = NULL;
     const kipp_status st = kipp_ctx_init(k->g.m, &cp, &c, err, sizeof err);

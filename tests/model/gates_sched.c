@@ -372,6 +372,7 @@ static void gate_prefix_cache(kipp_model *m, const prompts *p, const kipp_sched_
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = sp->backend;
     cp.kv_type = sp->kv_type;
+    cp.kv_type_v = sp->kv_type_v;
     cp.n_threads = sp->n_threads;
     cp.n_ctx = CTX;
     cp.n_kv_blocks = 64;
@@ -568,7 +569,8 @@ static kipp_model *open_gate(const char *model_path, const kt_opts *o, prompts *
     }
     *sp = (kipp_sched_params){.backend = kt_backend(o, "cpu"), .n_threads = 2, .n_ctx = CTX,
                               .max_running = N_REQ, .max_queue = 64, .batch_tokens = 48,
-                              .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT};
+                              .kv_type = o ? o->kv_type : KIPP_KV_TYPE_DEFAULT,
+                              .kv_type_v = o ? o->kv_type_v : KIPP_KV_TYPE_DEFAULT};
     return m;
 }
 
@@ -1195,6 +1197,7 @@ int kt_gate_sched(const char *model_path, const char *unused, const kt_opts *o) 
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
     lp.kv_type = sp.kv_type;
+    lp.kv_type_v = sp.kv_type_v;
     char label[48];
     printf("scheduler gate (%s): solo, batch of 8, prefix cache, KV pressure, seeded sampling, "
            "KV-cache events, window and fairness, cancel and queue, logprobs, prompt logprobs, prefix reuse, a slow mask, short prompt first, "
@@ -1214,6 +1217,7 @@ static kipp_spec_params spec_params(const kipp_sched_params *base, kipp_model *d
     spp.ctx = kipp_ctx_default_params();
     spp.ctx.backend = base->backend;
     spp.ctx.kv_type = base->kv_type;
+    spp.ctx.kv_type_v = base->kv_type_v;
     spp.ctx.n_threads = base->n_threads;
     return spp;
 }
@@ -1263,6 +1267,7 @@ static void head_case(kipp_model *m, const kipp_sched_params *base, uint32_t n_r
     kipp_ctx_params cp = kipp_ctx_default_params();
     cp.backend = base->backend;
     cp.kv_type = base->kv_type;
+    cp.kv_type_v = base->kv_type_v;
     cp.n_threads = base->n_threads;
     cp.n_ctx = 64;
     float *full = malloc((size_t)5 * mi.n_vocab * sizeof *full);
@@ -1444,6 +1449,7 @@ int kt_gate_draft_spec(const char *model_path, const char *drafts, const kt_opts
     kipp_ctx_params lp = kipp_ctx_default_params();
     lp.backend = sp.backend;
     lp.kv_type = sp.kv_type;
+    lp.kv_type_v = sp.kv_type_v;
     char label[48];
     printf("speculative decoding gate (%s): greedy output identical with every drafter, alone "
            "and batched; no leaked blocks; rollback vs recomputation\n",

@@ -54,8 +54,8 @@ cases=(
   # embeddings (--embed-golden on tiny-embed): the final norm, and the pooled token's row
   "embeddings: final norm skipped (cpu-ref)|--embed-golden|$CPU|s#rmsnorm(logits, x, norm_weights(s->m->output_norm, s->wbuf), hp->n_embd, hp->rms_eps);#memcpy(logits, x, hp->n_embd * sizeof(float));#"
   "cpu: embedding row of the token before the wanted one|--embed-golden|$FWD|s#rmsnorm(logits + (size_t)i \* f->H, f->x + (size_t)f->wanted\[i\] \* f->H,#rmsnorm(logits + (size_t)i * f->H, f->x + (size_t)(f->wanted[i] ? f->wanted[i] - 1 : 0) * f->H,#||--backend cpu"
-  "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
-  "cpu: KV lookup ignores the block table (pooled)|--pooled-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * 2 * src->kv->part_bytes + (size_t)part * src->kv->part_bytes + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->kv_dim * src->kv->elt;#||--backend cpu"
+  "cpu: KV lookup ignores the block table|--paged-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * src->kv->block_bytes + (part == KIPP_KV_K ? 0 : src->kv->part_bytes[0]) + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->row_bytes[part];#||--backend cpu"
+  "cpu: KV lookup ignores the block table (pooled)|--pooled-cpu|$FWD|s#return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);#return (char *)src->kv->data + (size_t)(pos / src->kv->block_size) * src->kv->block_bytes + (part == KIPP_KV_K ? 0 : src->kv->part_bytes[0]) + ((size_t)layer * src->kv->block_size + pos % src->kv->block_size) * src->kv->row_bytes[part];#||--backend cpu"
 )
 base=$tmp/base
 mkdir -p "$base/build"

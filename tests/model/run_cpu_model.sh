@@ -6,7 +6,9 @@
 #   tiny-* and downloaded checkpoints (golden vectors in tests/test-vectors/NAME): on the
 #     bf16 and f32 GGUFs (sha256 checked against the manifest) the golden and phase-2 gates
 #     on cpu-ref and cpu; on bf16 the multi-logit, paged, pooled and long-context gates on
-#     both; cpu with f32 and bf16 KV besides its default (golden, phase-2, paged); the
+#     both; cpu with f32 and bf16 KV besides its default (golden, phase-2, paged); q8_0,
+#     q4_0 and q8_0/q4_0 KV on both (golden vs cpu-ref with the same KV, phase-2, paged,
+#     multi-logit; tiny-tied's cheapest in the test tier, all in full); the
 #     scheduler; then every other weight type the cpu backend runs (f16, q8_0, q4_0 for the
 #     tiny checkpoints): cpu vs cpu-ref on the same file (every ISA level, 1 and 2 threads)
 #     and the same-backend gates on cpu; tiny-tied's q4_1, q5_0, q5_1 and iq4_nl files:
@@ -193,6 +195,36 @@ for q in $types; do
             gate "golden cpu kv $kv $q" --model "$m" "$vec" --backend cpu --kv-type "$kv"
             gate "phase-2 cpu kv $kv $q" --phase2-model "$m" "$vec" --backend cpu --kv-type "$kv"
             full_gate "paged KV cpu kv $kv $q" --paged-cpu "$m" "$vec" --backend cpu --kv-type "$kv"
+        done
+        # quantized KV (q8_0, q4_0, and K q8_0 with V q4_0) on both host backends: golden (on
+        # a quantized type: exact argmax and NMSE <= 1e-4 against cpu-ref storing the same
+        # types), phase-2 (the recomputation rounds K/V through the same types), paged. The
+        # test tier runs tiny-tied's cheap ones (about 16 s); TIER=full every checkpoint's all.
+        # A head dim that is no multiple of 32 (tiny-qwen2's and the MoE shapes' 16) is
+        # refused by name instead, on both backends (every tier: a second each).
+        hd=$("$BUILD/kipp" -m "$m" --info 2>/dev/null | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["head_dim"])')
+        kvq="q8_0 q4_0 q8_0/q4_0"
+        if [ $((${hd:-1} % 32)) -ne 0 ]; then
+            for b in cpu cpu-ref; do
+                flag_error 1 "KV type q8_0 needs a head dim that is a multiple of 32; this model's head dim is $hd" \
+                    --phase2-model "$m" "$vec" --backend "$b" --kv-type q8_0
+            done
+            kvq=""
+        fi
+        for kv in $kvq; do
+            gq=full_gate; gr=full_gate; gg=full_gate
+            if [ "$name" = tiny-tied ]; then
+                gq=gate                               # phase-2 cpu, every pair
+                [ "$kv" = q8_0/q4_0 ] && gr=gate      # phase-2 cpu-ref, the mixed pair
+                [ "$kv" = q4_0 ] && gg=gate           # golden cpu vs cpu-ref, q4_0
+            fi
+            $gq "phase-2 cpu kv $kv $q" --phase2-model "$m" "$vec" --backend cpu --kv-type "$kv"
+            $gr "phase-2 cpu-ref kv $kv $q" --phase2-model "$m" "$vec" --backend cpu-ref --kv-type "$kv"
+            $gg "golden cpu kv $kv $q" --model "$m" "$vec" --backend cpu --kv-type "$kv"
+            full_gate "golden cpu-ref kv $kv $q" --model "$m" "$vec" --backend cpu-ref --kv-type "$kv"
+            $gr "paged KV cpu kv $kv $q" --paged-cpu "$m" "$vec" --backend cpu --kv-type "$kv"
+            full_gate "paged KV cpu-ref kv $kv $q" --paged-cpu "$m" "$vec" --backend cpu-ref --kv-type "$kv"
+            full_gate "multi-logit cpu kv $kv $q" --multilogit "$m" "$vec" --backend cpu --kv-type "$kv"
         done
     fi
     # the optimized backend against the oracle on this file: every ISA level, 1 and 2 threads

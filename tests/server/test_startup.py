@@ -1,7 +1,7 @@
 """What a server runs on (docs/server.md, "Flags"): the start-up line on stderr names the
 backend (cpu unless --backend names another; cpu-ref by name), the ISA level, threads, the
 KV type and the pool in blocks, tokens and bytes, and the load time; --kv-type (and
-llama.cpp's --cache-type-k/-v, only when equal), --isa (default: $KIPP_CPU_ISA) and
+llama.cpp's --cache-type-k/-v, which may differ), --isa (default: $KIPP_CPU_ISA) and
 --kv-memory reach the scheduler; bad values are fatal with a message naming the flag.
 
 The tiny checkpoint's K + V is 1024 bytes per token in f32 and 512 in f16 or bf16 (2 layers
@@ -22,7 +22,7 @@ from bench import server_common as sc
 LINE_RE = re.compile(
     r"^kipp-server: model (?P<model>\S+) as '(?P<name>[^']+)', context (?P<ctx>\d+), (?P<par>\d+) parallel; "
     r"backend (?P<backend>[a-z0-9-]+), ISA (?P<isa>[a-z0-9]+), (?P<threads>\d+) threads?, "
-    r"KV (?P<kv>f32|f16|bf16), KV pool (?P<blocks>\d+) blocks of (?P<bs>\d+) tokens "
+    r"KV (?P<kv>(?:f32|f16|bf16|q8_0|q4_0)(?:/(?:f32|f16|bf16|q8_0|q4_0))?), KV pool (?P<blocks>\d+) blocks of (?P<bs>\d+) tokens "
     r"\((?P<tokens>\d+) tokens, (?P<bytes>\d+) bytes = [0-9.]+ MiB, (?P<bpt>\d+) bytes/token\)"
     r"(?:, weights repacked [0-9.]+ MiB)?; "  # (BF16 on AMX tiles, Q8_0 panels, ...)
     r"loaded in [0-9.]+ ms$", re.M)
@@ -122,6 +122,22 @@ def test_kv_type_and_memory_together():
     stop(s)
 
 
+def test_quantized_kv_types_and_memory():
+    """q8_0 K is 2 layers x 2 blocks x 34 = 136 bytes per token, q4_0 V 72: 96 KiB hold 361
+    q8_0 tokens (352 in whole blocks) or 472 q8_0/q4_0 tokens (464): the pool is sized in the
+    quantized bytes per token, the start-up line names both types."""
+    s = start("kv-q8", "--threads", "1", "-c", "64", "--parallel", "8", "--kv-type", "q8_0",
+              "--kv-memory", "96K")
+    d = startup_line(s.proc)
+    assert (d["kv"], d["tokens"], d["blocks"], d["bytes"], d["bpt"]) == ("q8_0", 352, 22, 95744, 272), d
+    stop(s)
+    s = start("kv-q8-q4", "--threads", "1", "-c", "64", "--parallel", "8", "--cache-type-k", "q8_0",
+              "--cache-type-v", "q4_0", "--kv-memory", "96K")
+    d = startup_line(s.proc)
+    assert (d["kv"], d["tokens"], d["blocks"], d["bytes"], d["bpt"]) == ("q8_0/q4_0", 464, 29, 96512, 208), d
+    stop(s)
+
+
 def test_cache_type_k_v_equal():
     s = start("cache-type", "--threads", "1", "-c", "64", "--parallel", "2", "--cache-type-k", "f32",
               "--cache-type-v", "f32")
@@ -167,14 +183,12 @@ def test_kv_memory_errors():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--kv-type", "q8_0"], "--kv-type: unknown KV type 'q8_0' (choose f32, f16, bf16"),
+    (["--kv-type", "q5_0"], "--kv-type: unknown KV type 'q5_0' (choose f32, f16, bf16, q8_0, q4_0"),
     (["--kv-type"], "--kv-type needs a value"),
-    (["--cache-type-k", "f16", "--cache-type-v", "bf16"],
-     "--cache-type-k f16 and --cache-type-v bf16 differ: Kipp keeps K and V in one type"),
     (["--cache-type-k", "f16"], "--cache-type-k f16 is given without --cache-type-v"),
-    (["--cache-type-v", "q4_0", "--cache-type-k", "q4_0"], "--cache-type-k: unknown KV type 'q4_0'"),
+    (["--cache-type-v", "q4_0", "--cache-type-k", "q5_1"], "--cache-type-k: unknown KV type 'q5_1'"),
     (["--kv-type", "bf16", "--cache-type-k", "f16", "--cache-type-v", "f16"],
-     "--kv-type bf16 and --cache-type-k/-v f16 disagree"),
+     "--kv-type bf16 and --cache-type-k f16 / --cache-type-v f16 disagree"),
     (["--isa", ""], "--isa expects a name"),
     (["--fair-share", "lots"], "--fair-share also takes 'off'"),
     (["--fair-share", "-1"], "--fair-share expects a number in [0, 100], got '-1'"),

@@ -201,6 +201,9 @@ def test_props(server):
     with open(ROOT / "models" / "tiny-tied" / "tokenizer_config.json") as f:
         assert p["chat_template"] == json.load(f)["chat_template"].rstrip("\n")
     assert p["build_info"].startswith("kipp-server")
+    kv = p["kv_cache"]  # the pool in the KV types' bytes per token (f16 on cpu: 2 x 2 x 64 x 2 bytes)
+    assert (kv["type_k"], kv["type_v"], kv["bytes_per_token"]) == ("f16", "f16", 512), kv
+    assert kv["tokens"] == kv["blocks"] * kv["block_size"] and kv["bytes"] == kv["tokens"] * 512, kv
 
 
 def test_props_embedding_model(embed_server):

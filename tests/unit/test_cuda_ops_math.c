@@ -187,10 +187,12 @@ static void test_addressing(void) {
                     const uint32_t nb = geoms[gi].n_blocks, bs = geoms[gi].bs;
                     const uint32_t elt = kipp_om_kv_elt(types[ti]);
                     kipp_host_kv kv = {.type = (kipp_kv_type)types[ti],
+                                       .type_v = (kipp_kv_type)types[ti],
                                        .n_layer = geoms[gi].n_layer, .kv_dim = geoms[gi].kv_dim,
-                                       .block_size = bs, .n_blocks = nb, .elt = elt,
-                                       .fault = mode};
-                    kv.part_bytes = (size_t)kv.n_layer * bs * kv.kv_dim * elt;
+                                       .block_size = bs, .n_blocks = nb, .fault = mode};
+                    kv.row_bytes[0] = kv.row_bytes[1] = (size_t)kv.kv_dim * elt;
+                    kv.part_bytes[0] = kv.part_bytes[1] = (size_t)kv.n_layer * bs * kv.kv_dim * elt;
+                    kv.block_bytes = 2 * kv.part_bytes[0];
                     /* addresses only: a static byte array stands in for the storage, and
                      * offsets are compared as integers so no pointer leaves it */
                     static unsigned char base[1];
@@ -215,8 +217,8 @@ static void test_addressing(void) {
                                 if (woff * elt != hw) bad++;
                                 uint32_t block = table[pos / bs], slot = pos % bs, p = part;
                                 fault_expect(mode, nb, bs, pos / bs, &block, &slot, &p);
-                                const size_t want = (size_t)block * 2 * kv.part_bytes +
-                                                    p * kv.part_bytes +
+                                const size_t want = (size_t)block * kv.block_bytes +
+                                                    p * kv.part_bytes[0] +
                                                     ((size_t)layer * bs + slot) * kv.kv_dim * elt;
                                 if (off * elt != want) bad_fault++;
 #ifdef KIPP_FAULT_INJECT

@@ -5,6 +5,7 @@
  * and accounting; f16/bf16 storage (row conversions, block copies of 2-byte elements). Small
  * geometries, no model. */
 #include "backend/host_kv.h"
+#include "core/quantize.h"
 #include "core/types.h"
 #include "kv/kv.h"
 #include "kt.h"
@@ -116,8 +117,9 @@ static void test_params(void) {
     kipp_kv_pool_free(NULL);
     kipp_kv_type t = KIPP_KV_TYPE_F32;
     KT_CHECK(kipp_kv_type_parse("bf16", &t, err, sizeof err) == KIPP_OK && t == KIPP_KV_TYPE_BF16 &&
-                 kipp_kv_type_parse("q8_0", &t, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
-                 strstr(err, "q8_0") && strstr(err, "f16"),
+                 kipp_kv_type_parse("q4_0", &t, err, sizeof err) == KIPP_OK && t == KIPP_KV_TYPE_Q4_0 &&
+                 kipp_kv_type_parse("q5_0", &t, err, sizeof err) == KIPP_ERR_INVALID_ARG &&
+                 strstr(err, "q5_0") && strstr(err, "q8_0") && strstr(err, "f16"),
              "KV type names: %s", err);
 }
 
@@ -180,7 +182,7 @@ static void test_identity_and_rows(void) {
              "a lone sequence in a fresh pool takes blocks 0, 1, 2");
     /* every (layer, pos, part) row is distinct and inside the pool */
     const float *lo = (const float *)KV(pool)->data,
-                *hi = lo + (size_t)6 * 2 * KV(pool)->part_bytes / sizeof(float);
+                *hi = lo + (size_t)6 * KV(pool)->block_bytes / sizeof(float);
     int inside = 1, distinct = 1;
     for (uint32_t l = 0; l < 2; l++)
         for (uint32_t pos = 0; pos < 10; pos++)
@@ -380,8 +382,86 @@ static void test_shared_fill_accounting(void) {
     free_pool(pool);
 }
 
+/* q8_0 / q4_0 storage: rows are ggml's blocks (kipp_quantize_row's bytes, the oracle's
+ * quantizer), a get is within half a quantization step of the value put, the block-quantized
+ * round trip is what kipp_kv_round gives, K and V may differ in type (their parts and rows
+ * sized each by its own type), and a row width that is no multiple of 32 is refused. */
+static void test_quant_types(void) {
+    const kipp_kv_type types[2] = {KIPP_KV_TYPE_Q8_0, KIPP_KV_TYPE_Q4_0};
+    const uint32_t qtype[2] = {KIPP_TYPE_Q8_0, KIPP_TYPE_Q4_0};
+    const uint32_t kv_dim = 64;
+    float x[64], y[64], z[64];
+    unsigned char row[2][80], want[80];
+    for (uint32_t i = 0; i < kv_dim; i++) x[i] = sinf(0.37f * (float)i + 0.2f) * (i < 32 ? 3.0f : 0.05f);
+    for (int t = 0; t < 2; t++) {
+        KT_CHECK(kipp_kv_row_bytes(types[t], kv_dim) == (t ? 36u : 68u), "%s row bytes %llu",
+                 kipp_kv_type_name(types[t]), (unsigned long long)kipp_kv_row_bytes(types[t], kv_dim));
+        kipp_host_kv_put(types[t], row[t], x, kv_dim);
+        kipp_quantize_row(qtype[t], x, want, kv_dim);
+        KT_CHECK(memcmp(row[t], want, kipp_kv_row_bytes(types[t], kv_dim)) == 0,
+                 "%s: put writes ggml's blocks", kipp_kv_type_name(types[t]));
+        kipp_host_kv_get(types[t], y, row[t], kv_dim);
+        /* the layout read back by hand: an f16 scale, then 32 int8 (q8_0) or 16 bytes of
+         * nibbles, low nibbles the block's first 16 values, offset 8 (q4_0) */
+        int layout_ok = 1;
+        for (uint32_t b = 0; b < kv_dim / 32; b++) {
+            const unsigned char *blk = row[t] + b * (t ? 18 : 34);
+            const float d = kipp_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+            for (uint32_t i = 0; i < 32; i++) {
+                const int q = t ? ((blk[2 + i % 16] >> (i < 16 ? 0 : 4)) & 15) - 8 : (int8_t)blk[2 + i];
+                layout_ok &= y[b * 32 + i] == d * (float)q;
+            }
+        }
+        KT_CHECK(layout_ok, "%s: get reads ggml's layout (scale x integer)", kipp_kv_type_name(types[t]));
+        memcpy(z, x, sizeof z);
+        kipp_kv_round(types[t], z, kv_dim);
+        double worst = 0.0;
+        for (uint32_t b = 0; b < kv_dim / 32; b++) {
+            float amax = 0.0f;
+            for (uint32_t i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+            const float step = t ? amax / 8.0f : amax / 127.0f; /* the block's scale */
+            for (uint32_t i = b * 32; i < b * 32 + 32; i++) {
+                const double e = fabs((double)y[i] - x[i]) / step;
+                if (e > worst) worst = e;
+                KT_CHECK(y[i] == z[i], "%s: round == put + get at %u", kipp_kv_type_name(types[t]), i);
+            }
+        }
+        /* half a step, plus the f16 rounding of the scale times the largest integer (127 or 8) */
+        KT_CHECK(worst <= (t ? 1.0 + 8.0 / 2048 : 0.5 + 127.0 / 2048), "%s: error %.3f steps",
+                 kipp_kv_type_name(types[t]), worst);
+    }
+    /* K q8_0, V q4_0: each part its own row size, rows of one block inside it */
+    char err[KIPP_ERR_LEN] = "";
+    const kipp_kv_layout lay = {.n_layer = 2, .kv_dim = kv_dim, .block_size = 4,
+                                .type = KIPP_KV_TYPE_Q8_0, .type_v = KIPP_KV_TYPE_Q4_0};
+    void *store = NULL;
+    KT_CHECK(kipp_host_kv_alloc(NULL, &lay, 3, &store, err, sizeof err) == KIPP_OK, "mixed: %s", err);
+    kipp_host_kv *kv = store;
+    if (kv) {
+        KT_CHECK(kv->row_bytes[0] == 68 && kv->row_bytes[1] == 36 && kv->part_bytes[0] == 2 * 4 * 68 &&
+                     kv->part_bytes[1] == 2 * 4 * 36 && kv->block_bytes == 2 * 4 * (68 + 36),
+                 "mixed sizes: rows %zu/%zu", kv->row_bytes[0], kv->row_bytes[1]);
+        uint32_t table[1] = {2};
+        const kipp_kv_seq seq = {.blocks = table, .n_blocks = 1, .cap = 1, .n_tokens = 4, .live = 1};
+        const unsigned char *k3 = kipp_host_kv_row(kv, &seq, 1, 3, KIPP_KV_K, KIPP_KV_WRITE);
+        const unsigned char *v3 = kipp_host_kv_row(kv, &seq, 1, 3, KIPP_KV_V, KIPP_KV_WRITE);
+        KT_CHECK(k3 == kv->data + 2 * kv->block_bytes + 7 * 68 &&
+                     v3 == kv->data + 2 * kv->block_bytes + kv->part_bytes[0] + 7 * 36,
+                 "mixed row addresses");
+        kipp_host_kv_free(NULL, store);
+    }
+    const kipp_kv_layout odd = {.n_layer = 1, .kv_dim = 48, .block_size = 4, .type = KIPP_KV_TYPE_F16,
+                                .type_v = KIPP_KV_TYPE_Q4_0};
+    store = NULL;
+    KT_CHECK(kipp_host_kv_alloc(NULL, &odd, 1, &store, err, sizeof err) == KIPP_ERR_UNSUPPORTED &&
+                 strstr(err, "q4_0") && strstr(err, "48"),
+             "a 48-wide q4_0 row is refused: %s", err);
+    if (store) kipp_host_kv_free(NULL, store);
+}
+
 void kt_suite_kv(void) {
     test_half_types();
+    test_quant_types();
     test_params();
     test_identity_and_rows();
     test_fork_cow_truncate();

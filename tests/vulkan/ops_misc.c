@@ -496,12 +496,14 @@ static kipp_host_kv host_view(void *data, kipp_kv_type type, uint32_t kv_dim, ui
     memset(&h, 0, sizeof h);
     h.data = data;
     h.type = type;
+    h.type_v = type;
     h.n_layer = 1;
     h.kv_dim = kv_dim;
     h.block_size = bs;
     h.n_blocks = n_blocks;
-    h.elt = kipp_kv_type_size(type);
-    h.part_bytes = (size_t)bs * kv_dim * h.elt;
+    h.row_bytes[0] = h.row_bytes[1] = (size_t)kv_dim * kipp_kv_type_size(type);
+    h.part_bytes[0] = h.part_bytes[1] = (size_t)bs * kv_dim * kipp_kv_type_size(type);
+    h.block_bytes = 2 * h.part_bytes[0];
     h.fault = fault;
     return h;
 }

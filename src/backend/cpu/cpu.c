@@ -353,7 +353,9 @@ static void cpu_caps(kipp_backend_caps *out) {
     *out = (kipp_backend_caps){
         /* every type: those without a kernel at a level go through kipp_cpu_gemm_dequant */
         .weight_types = kipp_type_mask(),
-        .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16,
+        .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16 |
+                    1u << KIPP_KV_TYPE_Q8_0 | 1u << KIPP_KV_TYPE_Q4_0,
+        .kv_split = 1,
         /* f16: half the memory and KV traffic of f32 for an error far inside the gate
          * (measurements: docs/kv-cache.md, bench/results/kv-type-*.json) */
         .kv_default = KIPP_KV_TYPE_F16,
@@ -377,7 +379,7 @@ static kipp_status cpu_init(const kipp_model *m, uint32_t n_ctx, const kipp_back
     describe_kernels(s, m, o->isa && *o->isa && strcmp(o->isa, "auto") != 0 ? o->isa : NULL);
     st = kipp_threadpool_init(o->n_threads, &s->pool, err, err_len);
     if (st != KIPP_OK) goto fail;
-    st = kipp_cpu_fwd_init(m, n_ctx, o->kv_type, o->embeddings ? 0 : o->n_logits, s->k, s->pool, &s->fwd, err, err_len);
+    st = kipp_cpu_fwd_init(m, n_ctx, o->kv_type, o->kv_type_v, o->embeddings ? 0 : o->n_logits, s->k, s->pool, &s->fwd, err, err_len);
     if (st != KIPP_OK) goto fail;
     *state = s;
     return KIPP_OK;

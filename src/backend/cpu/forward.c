@@ -64,9 +64,13 @@ static void *kv_at(const kv_src *src, const kipp_kv_seq *seq, uint32_t layer, ui
     return kipp_host_kv_row(src->kv, seq, layer, pos, part, access);
 }
 
-static kipp_kv_type src_type(const kv_src *src) {
-    return src->kv ? src->kv->type : KIPP_KV_TYPE_F32;
+static kipp_kv_type src_type(const kv_src *src, kipp_kv_part part) {
+    return src->kv ? kipp_host_kv_type(src->kv, part) : KIPP_KV_TYPE_F32;
 }
+
+/* Bytes from a row's start to head h's D values in a row of type ty (D is a multiple of
+ * the quantized types' 32-value blocks: checked when the context is made). */
+#define head_off(f, ty, h) ((size_t)kipp_kv_row_bytes((ty), (uint64_t)(h) * (f)->D))
 
 typedef struct {
     const kipp_kv_seq *seq; /* NULL for the private store */
@@ -105,7 +109,7 @@ struct kipp_cpu_fwd {
     uint32_t n_ctx, H, F, D, Nh, Nkv, QD, kv_dim, group;
     uint32_t Fmax;          /* the widest FFN: F, or one expert's (Fe) when wider */
     uint32_t E, Fe, K;      /* a mixture-of-experts FFN: experts, one expert's size, experts per token */
-    kipp_kv_type kv_type; /* the cache's; the private store rounds through it */
+    kipp_kv_type kv_type, kv_type_v; /* the cache's K and V types; the private store rounds through them */
     /* norm weights (and qwen2's q/k/v biases) dequantized once to f32; NULL rows where the
      * architecture has no such tensor */
     float **attn_norm, **ffn_norm, **q_norm, **k_norm, *out_norm, **bq, **bk, **bv;
@@ -572,10 +576,10 @@ static void qk_rows(void *ctx, uint64_t begin, uint64_t end, int ith) {
         void *vd = kv_at(j->src, seq, l, pos, KIPP_KV_V, KIPP_KV_WRITE, f->kv_dim);
         if (!j->src->kv) { /* private store: the values the cache would hold */
             kipp_kv_round(f->kv_type, k, f->kv_dim);
-            kipp_kv_round(f->kv_type, v, f->kv_dim);
+            kipp_kv_round(f->kv_type_v, v, f->kv_dim);
         }
-        kipp_host_kv_put(src_type(j->src), kd, k, f->kv_dim);
-        kipp_host_kv_put(src_type(j->src), vd, v, f->kv_dim);
+        kipp_host_kv_put(src_type(j->src, KIPP_KV_K), kd, k, f->kv_dim);
+        kipp_host_kv_put(src_type(j->src, KIPP_KV_V), vd, v, f->kv_dim);
     }
 }
 
@@ -797,8 +801,8 @@ static void row_to_f32(const kipp_cpu_fwd *f, kipp_kv_type t, float *dst, const 
 /* Head h's D values of rows t..e-1 (a segment) of part at f32 tile dst (D floats apart). */
 static void seg_to_f32(const kipp_cpu_fwd *f, const kv_src *src, const run_t *r, uint32_t l,
                        uint32_t h, kipp_kv_part part, uint32_t t, uint32_t e, float *dst) {
-    const kipp_kv_type ty = src_type(src);
-    const size_t off = (size_t)h * f->D * kipp_kv_type_size(ty);
+    const kipp_kv_type ty = src_type(src, part);
+    const size_t off = head_off(f, ty, h);
     for (uint32_t u = t; u < e; u++)
         row_to_f32(f, ty, dst + (size_t)(u - t) * f->D,
                    (const char *)kv_at(src, r->seq, l, u, part, KIPP_KV_READ, f->kv_dim) + off, f->D);
@@ -817,7 +821,7 @@ static uint32_t contiguous_end(const kipp_cpu_fwd *f, const kv_src *src, const r
         const uint32_t to_end = bs - t % bs;
         if (to_end < max) max = to_end;
     }
-    const size_t row = (size_t)f->kv_dim * kipp_kv_type_size(src_type(src));
+    const size_t row = (size_t)kipp_kv_row_bytes(src_type(src, part), f->kv_dim);
     const char *p0 = kv_at(src, r->seq, l, t, part, KIPP_KV_READ, f->kv_dim);
     uint32_t e = t + 1;
     while (e < n_kv && e - t < max &&
@@ -838,17 +842,19 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
                        uint32_t l, uint32_t h, uint32_t tok) {
     const uint32_t D = f->D, G = f->group, n_kv = r->pos0 + 1;
     const size_t ld = a->cap_kv, kvd = f->kv_dim;
-    const kipp_kv_type ty = src_type(src);
-    const size_t esz = kipp_kv_type_size(ty), hoff = (size_t)h * D * esz;
+    const kipp_kv_type ty = src_type(src, KIPP_KV_K), vty = src_type(src, KIPP_KV_V);
+    const size_t esz = kipp_kv_type_size(ty), hoff = head_off(f, ty, h);
+    const size_t vhoff = head_off(f, vty, h);
     kipp_cpu_gemm_fn kgemm = NULL; /* scores over rows of type ty; NULL: convert */
-    pv_kv_fn pv = NULL;            /* p·V over rows of type ty (f16/bf16); NULL: convert */
+    pv_kv_fn pv = NULL;            /* p·V over rows of type vty (f16/bf16); NULL: convert */
     if (ty == KIPP_KV_TYPE_F32) {
         kgemm = f->k->f32.gemm;
-    } else {
+    } else if (ty == KIPP_KV_TYPE_F16 || ty == KIPP_KV_TYPE_BF16) {
         const kipp_cpu_mm mm = kipp_cpu_kernels_mm(f->k, ty == KIPP_KV_TYPE_F16 ? KIPP_TYPE_F16 : KIPP_TYPE_BF16);
         if (mm.act == KIPP_ACT_F32) kgemm = mm.gemm;
-        pv = ty == KIPP_KV_TYPE_F16 ? f->k->pv_f16 : f->k->pv_bf16;
     }
+    if (vty == KIPP_KV_TYPE_F16 || vty == KIPP_KV_TYPE_BF16)
+        pv = vty == KIPP_KV_TYPE_F16 ? f->k->pv_f16 : f->k->pv_bf16;
     const float *q = f->q + (size_t)tok * f->QD + (size_t)h * G * D; /* G heads, adjacent */
     for (uint32_t t = 0, e; t < n_kv; t = e) {
         /* the f16/bf16 gemm's rounding depends on the row count: block-aligned calls */
@@ -865,12 +871,12 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
     softmax_rows(f, a->sc, ld, G, n_kv, r->pos0, G, 1.0f / sqrtf((float)D));
     float *o = f->att + (size_t)tok * f->QD + (size_t)h * G * D;
     memset(o, 0, (size_t)G * D * sizeof(float));
-    const int in_place = ty == KIPP_KV_TYPE_F32 ? f->k->pv_f32 != NULL : pv != NULL;
+    const int in_place = vty == KIPP_KV_TYPE_F32 ? f->k->pv_f32 != NULL : pv != NULL;
     for (uint32_t t = 0, e; t < n_kv; t = e) {
         e = contiguous_end(f, src, r, l, KIPP_KV_V, t, n_kv, in_place ? UINT32_MAX : SEG_ROWS,
-                           ty != KIPP_KV_TYPE_F32);
-        const char *v0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + hoff;
-        if (in_place && ty == KIPP_KV_TYPE_F32) {
+                           vty != KIPP_KV_TYPE_F32);
+        const char *v0 = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + vhoff;
+        if (in_place && vty == KIPP_KV_TYPE_F32) {
             f->k->pv_f32(o, a->sc + t, ld, G, (const float *)v0, kvd, e - t, D);
             continue;
         }
@@ -880,7 +886,7 @@ static void att_single(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const
         }
         const float *vf = (const float *)v0; /* f32 rows in place, or converted into kc */
         size_t stride = kvd;
-        if (ty != KIPP_KV_TYPE_F32) {
+        if (vty != KIPP_KV_TYPE_F32) {
             seg_to_f32(f, src, r, l, h, KIPP_KV_V, t, e, a->kc);
             vf = a->kc;
             stride = D;
@@ -904,7 +910,7 @@ static void att_transpose_v(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, 
                             size_t off, uint32_t n_kv) {
     const uint32_t D = f->D;
     const size_t ld = a->cap_kv;
-    const kipp_kv_type ty = src_type(src);
+    const kipp_kv_type ty = src_type(src, KIPP_KV_V);
     float *tile = a->oc;
     for (uint32_t t0v = 0; t0v < n_kv; t0v += VT_TILE) {
         const uint32_t nt = n_kv - t0v < VT_TILE ? n_kv - t0v : VT_TILE;
@@ -932,15 +938,15 @@ static void att_item(kipp_cpu_fwd *f, att_scratch *a, const kv_src *src, const r
     const size_t ld = a->cap_kv; /* row stride of vt and sc */
     /* gather K rows (as f32), and V: the rows' addresses where the level reads them in place
      * (pv_rows), else V transposed, for positions 0..last */
-    const kipp_kv_type ty = src_type(src);
-    const size_t off = (size_t)h * D * kipp_kv_type_size(ty);
-    const pv_rows_fn pv_rows = pv_rows_for(f, ty);
+    const kipp_kv_type ty = src_type(src, KIPP_KV_K), vty = src_type(src, KIPP_KV_V);
+    const size_t off = head_off(f, ty, h), voff = head_off(f, vty, h);
+    const pv_rows_fn pv_rows = pv_rows_for(f, vty);
     for (uint32_t t = 0; t < n_kv; t++) {
         const char *kr = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_K, KIPP_KV_READ, f->kv_dim) + off;
         row_to_f32(f, ty, a->kc + (size_t)t * D, kr, D);
-        if (pv_rows) a->vrows[t] = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + off;
+        if (pv_rows) a->vrows[t] = (const char *)kv_at(src, r->seq, l, t, KIPP_KV_V, KIPP_KV_READ, f->kv_dim) + voff;
     }
-    if (!pv_rows) att_transpose_v(f, a, src, r, l, off, n_kv);
+    if (!pv_rows) att_transpose_v(f, a, src, r, l, voff, n_kv);
 
     /* query rows: token i of the chunk, head g of the group -> row i*G + g */
     for (uint32_t i = 0; i < m; i++)
@@ -1334,7 +1340,7 @@ static kipp_status layers(kipp_cpu_fwd *f, const kipp_batch *b, const kv_src *sr
         item_t0[j] = tt;
     }
     for (int i = 0; i < f->n_threads; i++) {
-        if (!scratch_fit(f, &f->ts[i], max_kv, src_type(src))) {
+        if (!scratch_fit(f, &f->ts[i], max_kv, src_type(src, KIPP_KV_V))) {
             free(item_run); free(item_t0);
             return kipp_errf(err, err_len, KIPP_ERR_NOMEM, "cpu: out of memory for attention over %u positions", max_kv);
         }
@@ -1475,6 +1481,7 @@ void kipp_cpu_fwd_free(kipp_cpu_fwd *f) {
 }
 
 kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                              kipp_kv_type kv_type_v,
                               uint32_t n_logits, const kipp_cpu_kernels *k, kipp_threadpool *tp, kipp_cpu_fwd **out,
                               char *err, size_t err_len) {
     *out = NULL;
@@ -1489,6 +1496,7 @@ kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type 
     f->n_threads = kipp_threadpool_n_threads(tp);
     f->n_ctx = n_ctx;
     f->kv_type = kv_type;
+    f->kv_type_v = kv_type_v ? kv_type_v : kv_type;
     f->head = kipp_model_head(m, n_logits);
     f->H = hp->n_embd;
     f->F = hp->n_ff;

@@ -17,6 +17,7 @@ typedef struct kipp_cpu_fwd kipp_cpu_fwd;
  * rounds K/V through it. n_logits: floats per logits row (the first rows of the lm_head);
  * 0: no lm_head, each output row is the final-norm hidden state (n_embd floats). */
 kipp_status kipp_cpu_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                              kipp_kv_type kv_type_v,
                               uint32_t n_logits,
                               const kipp_cpu_kernels *k, kipp_threadpool *pool,
                               kipp_cpu_fwd **out, char *err, size_t err_len);

@@ -28,7 +28,9 @@ static void matvec(void *ctx, const kipp_gguf_tensor *w, const float *x, float *
 static void cpu_ref_caps(kipp_backend_caps *out) {
     *out = (kipp_backend_caps){
         .weight_types = kipp_type_mask(), /* every type kipp_dequantize_row decodes */
-        .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16,
+        .kv_types = 1u << KIPP_KV_TYPE_F32 | 1u << KIPP_KV_TYPE_F16 | 1u << KIPP_KV_TYPE_BF16 |
+                    1u << KIPP_KV_TYPE_Q8_0 | 1u << KIPP_KV_TYPE_Q4_0,
+        .kv_split = 1,
         .kv_default = KIPP_KV_TYPE_F32, /* the oracle: the 1e-6 phase-2 gate is on f32 */
         .max_batch = 0};
 }
@@ -37,7 +39,7 @@ static kipp_status cpu_ref_init(const kipp_model *m, uint32_t n_ctx, const kipp_
                                 void **state, char *err, size_t err_len) {
     /* single-threaded by design; no ISA levels (o->isa is ignored) */
     kipp_fwd_state *s;
-    kipp_status st = kipp_fwd_init(m, n_ctx, o->kv_type, o->embeddings ? 0 : o->n_logits, matvec, NULL, &s, err, err_len);
+    kipp_status st = kipp_fwd_init(m, n_ctx, o->kv_type, o->kv_type_v, o->embeddings ? 0 : o->n_logits, matvec, NULL, &s, err, err_len);
     *state = st == KIPP_OK ? s : NULL;
     return st;
 }

@@ -33,7 +33,7 @@ struct kipp_fwd_state {
     void *mv_ctx;
     uint32_t n_ctx;
     uint32_t kv_dim; /* Nkv * D */
-    kipp_kv_type kv_type;
+    kipp_kv_type kv_type, kv_type_v; /* K's and V's */
     const float **k_rows, **v_rows; /* [n_ctx] one row's K/V rows of positions 0..pos */
     float *kbuf, *vbuf; /* [n_ctx][kv_dim] f32 copies of f16/bf16 rows (NULL for f32) */
     float *scores; /* [n_ctx] */
@@ -188,14 +188,14 @@ static int op_kv_store(void *st, uint32_t l) {
         const uint32_t p = s->positions[t];
         if (s->kv) {
             kipp_host_kv_put(s->kv->type, kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_K, KIPP_KV_WRITE), k, s->kv_dim);
-            kipp_host_kv_put(s->kv->type, kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_V, KIPP_KV_WRITE), v, s->kv_dim);
+            kipp_host_kv_put(s->kv->type_v, kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_V, KIPP_KV_WRITE), v, s->kv_dim);
             continue;
         }
         float *pk = s->priv_k + (size_t)p * s->kv_dim, *pv = s->priv_v + (size_t)p * s->kv_dim;
         memcpy(pk, k, s->kv_dim * sizeof *pk);
         memcpy(pv, v, s->kv_dim * sizeof *pv);
         kipp_kv_round(s->kv_type, pk, s->kv_dim);
-        kipp_kv_round(s->kv_type, pv, s->kv_dim);
+        kipp_kv_round(s->kv_type_v, pv, s->kv_dim);
     }
     return 0;
 }
@@ -213,13 +213,16 @@ static void kv_rows(cpu_ref_state *s, uint32_t t, uint32_t l, uint32_t pos) {
         const void *vr = kipp_host_kv_row(s->kv, s->seqs[t], l, p, KIPP_KV_V, KIPP_KV_READ);
         if (s->kv->type == KIPP_KV_TYPE_F32) {
             s->k_rows[p] = kr;
-            s->v_rows[p] = vr;
-            continue;
+        } else {
+            kipp_host_kv_get(s->kv->type, s->kbuf + p * kvd, kr, s->kv_dim);
+            s->k_rows[p] = s->kbuf + p * kvd;
         }
-        kipp_host_kv_get(s->kv->type, s->kbuf + p * kvd, kr, s->kv_dim);
-        kipp_host_kv_get(s->kv->type, s->vbuf + p * kvd, vr, s->kv_dim);
-        s->k_rows[p] = s->kbuf + p * kvd;
-        s->v_rows[p] = s->vbuf + p * kvd;
+        if (s->kv->type_v == KIPP_KV_TYPE_F32) {
+            s->v_rows[p] = vr;
+        } else {
+            kipp_host_kv_get(s->kv->type_v, s->vbuf + p * kvd, vr, s->kv_dim);
+            s->v_rows[p] = s->vbuf + p * kvd;
+        }
     }
 }
 
@@ -359,6 +362,7 @@ void kipp_fwd_free(kipp_fwd_state *state) {
 }
 
 kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                          kipp_kv_type kv_type_v,
                           uint32_t n_logits, kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
                           char *err, size_t err_len) {
     *state = NULL;
@@ -373,8 +377,9 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     s->n_ctx = n_ctx;
     s->kv_dim = hp->n_head_kv * hp->head_dim;
     s->kv_type = kv_type;
+    s->kv_type_v = kv_type_v ? kv_type_v : kv_type;
     s->head = kipp_model_head(m, n_logits);
-    if (kv_type != KIPP_KV_TYPE_F32) {
+    if (kv_type != KIPP_KV_TYPE_F32 || s->kv_type_v != KIPP_KV_TYPE_F32) {
         s->kbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
         s->vbuf = malloc((size_t)n_ctx * s->kv_dim * sizeof(float));
     }
@@ -403,7 +408,7 @@ kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_t
     s->rope_mag = kipp_rope_attn_factor(hp);
     if (!ok || !s->k_rows || !s->v_rows || !s->scores || !s->row || !s->wbuf || !s->rope_cos || !s->rope_sin ||
         !s->inv_freq ||
-        (kv_type != KIPP_KV_TYPE_F32 && (!s->kbuf || !s->vbuf))) {
+        ((kv_type != KIPP_KV_TYPE_F32 || s->kv_type_v != KIPP_KV_TYPE_F32) && (!s->kbuf || !s->vbuf))) {
         kipp_fwd_free(s);
         return kipp_errf(err, err_len, KIPP_ERR_NOMEM,
                          "forward pass: out of memory allocating scratch for %u positions",

@@ -14,10 +14,11 @@ typedef void (*kipp_fwd_matvec_fn)(void *ctx, const kipp_gguf_tensor *w, const f
 
 typedef struct kipp_fwd_state kipp_fwd_state;
 
-/* kv_type: the type the KV cache stores (host storage, src/backend/host_kv.h); K and V are
- * rounded through it on both paths. n_logits: floats per logits row (the lm_head's first
+/* kv_type, kv_type_v: the types the KV cache stores K and V in (host storage,
+ * src/backend/host_kv.h); K and V are rounded through them on both paths. n_logits: floats per logits row (the lm_head's first
  * rows); 0: no lm_head, each output row is the final-norm hidden state (n_embd floats). */
 kipp_status kipp_fwd_init(const kipp_model *m, uint32_t n_ctx, kipp_kv_type kv_type,
+                          kipp_kv_type kv_type_v,
                           uint32_t n_logits,
                           kipp_fwd_matvec_fn matvec, void *mv_ctx, kipp_fwd_state **state,
                           char *err, size_t err_len);
