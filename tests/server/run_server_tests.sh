@@ -47,4 +47,6 @@ rm -rf "$where"
 export KIPP_SERVER_TEST_LOGS=${KIPP_SERVER_TEST_LOGS:-$where/logs}
 mkdir -p "$where" "$KIPP_SERVER_TEST_LOGS"
 echo "server logs: $KIPP_SERVER_TEST_LOGS"
-exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 --basetemp="$where/pytest" "${targets[@]}" "$@"
+# the tests marked full (pytest.ini) run in the full tier only, as in the tooling stage
+marks=(); [ "${TIER:-full}" = full ] || marks=(-m "not full")
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=12 --basetemp="$where/pytest" "${marks[@]}" "${targets[@]}" "$@"
