@@ -246,7 +246,8 @@ for q in $types; do
         # positions dominate make test's time); bf16 above goes all the way
         lc=()
         case "$name" in kipp-*) lc=(--ctx 512) ;; esac
-        $g2 "longctx cpu $q" --longctx "$m" "$vec" --backend cpu "${lc[@]}"
+        # longctx per quantized type in the full tier (bf16's above runs in every tier)
+        full_gate "longctx cpu $q" --longctx "$m" "$vec" --backend cpu "${lc[@]}"
         ;;
     esac
 done
