@@ -42,15 +42,6 @@ from tools import bench as kbench
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def cpu_class(prov: dict) -> str:
-    flags = set(prov["hardware"].get("flags") or [])
-    model = (prov["hardware"].get("model") or "").lower()
-    vendor = "epyc" if "epyc" in model or "amd" in model else "xeon" if "xeon" in model else "cpu"
-    level = ("amx" if "amx_tile" in flags else "avx512bf16" if "avx512_bf16" in flags
-             else "avx512" if "avx512f" in flags else "avx2")
-    return f"{vendor}-{level}"
-
-
 def kipp_for(binary: str, model: str, a, manifest: dict) -> kbench.Kipp:
     ns = argparse.Namespace(binary=binary, model=model, prompt=None, prompt_tokens=a.prompt_tokens,
                             decode=a.decode_for(model), threads=a.threads, backend="cpu", kv_type=None,
@@ -146,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT)
         shutil.rmtree(tmp, ignore_errors=True)
     prov = benchlib.provenance(os.path.join(ROOT, "build", "kipp"), "cpu")
-    cls = cpu_class(prov)
+    cls = benchlib.cpu_class(prov)
     rec = {"bench": "this tree against a baseline commit, side by side (A B, B A rounds)",
            "harness": "bench/ab_bench.py", "argv": argv if argv is not None else sys.argv[1:],
            "provenance": prov, "cpu_class": cls,

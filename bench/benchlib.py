@@ -112,6 +112,16 @@ def hardware() -> dict:
     return h
 
 
+def cpu_class(prov: dict) -> str:
+    """The CPU class a record is named by (epyc-avx512bf16, xeon-amx, ...), from provenance()."""
+    flags = set(prov["hardware"].get("flags") or [])
+    model = (prov["hardware"].get("model") or "").lower()
+    vendor = "epyc" if "epyc" in model or "amd" in model else "xeon" if "xeon" in model else "cpu"
+    level = ("amx" if "amx_tile" in flags else "avx512bf16" if "avx512_bf16" in flags
+             else "avx512" if "avx512f" in flags else "avx2")
+    return f"{vendor}-{level}"
+
+
 def provenance(binary: str | None = None, backend: str | None = None) -> dict:
     """Commit, dirty state, compiler, hardware; for backend "cuda" also the GPU
     (hardware.gpu, gpu_info) and nvcc's version."""

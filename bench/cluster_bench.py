@@ -44,15 +44,6 @@ LATENCY_LABEL = ("2 shared cores: every replica (1 thread each), the routers and
                  "2-core machine; latency is contention, not a serving figure")
 
 
-def cpu_class(prov: dict) -> str:
-    flags = set(prov["hardware"].get("flags") or [])
-    model = (prov["hardware"].get("model") or "").lower()
-    vendor = "epyc" if "epyc" in model or "amd" in model else "xeon" if "xeon" in model else "cpu"
-    level = ("amx" if "amx_tile" in flags else "avx512bf16" if "avx512_bf16" in flags
-             else "avx512" if "avx512f" in flags else "avx2")
-    return f"{vendor}-{level}"
-
-
 def policies(fleet_has_kv_events: bool) -> dict:
     out = {
         "haproxy-roundrobin": lambda fl: H.HAProxy(fl, "roundrobin"),
@@ -97,7 +88,7 @@ def main(argv=None) -> int:
         "argv": sys.argv[1:],
         "quick": a.quick,
         "provenance": prov,
-        "cpu_class": cpu_class(prov),
+        "cpu_class": benchlib.cpu_class(prov),
         "versions": H.versions(),
         "kipp_server_binary": H.SERVER_BIN,
         "kipp_server_build_note": a.build_note,

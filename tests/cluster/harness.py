@@ -32,12 +32,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # bench/ (run from tests/cluster or as bench.cluster_bench)
+    sys.path.insert(0, str(ROOT))
+from bench import server_common as sc  # noqa: E402
 BUILD = os.environ.get("BUILD", "build")
 SERVER_BIN = str(ROOT / BUILD / "kipp-server")
 MODEL = str(ROOT / "models" / "tiny-tied" / "kipp-tiny-tied-bf16.gguf")
@@ -625,19 +629,11 @@ def _wait_port(host, port, proc, log, path: str | None = None, timeout: float = 
 # ---- HTTP and metrics ---------------------------------------------------------------------
 
 def http_request(host, port, method, path, body=None, headers=None, timeout=30.0):
-    """(status, {lower-case header: value}, body bytes) on a fresh connection."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        h = {"Content-Type": "application/json"} if body is not None else {}
-        h.update(headers or {})
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body).encode()
-        conn.request(method, path, body=body, headers=h)
-        r = conn.getresponse()
-        data = r.read()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-    finally:
-        conn.close()
+    """(status, {lower-case header: value}, body bytes) on a fresh connection: bench's
+    server_common.http_request, with a dict or list body sent as JSON."""
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    return sc.http_request(host, port, method, path, body=body, headers=headers, timeout=timeout)
 
 
 class Stream:
