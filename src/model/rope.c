@@ -55,6 +55,18 @@ double kipp_rope_attn_factor(const kipp_model_info *hp) {
     return (double)hp->yarn_attn_factor * m;
 }
 
+void kipp_rope_tables(const double *inv_freq, double mag, uint32_t half, const uint32_t *pos,
+                      uint32_t n, float *cs, float *sn) {
+    for (uint32_t t = 0; t < n; t++) {
+        const double p = pos ? pos[t] : t;
+        for (uint32_t i = 0; i < half; i++) {
+            const double theta = p * inv_freq[i];
+            cs[(size_t)t * half + i] = (float)(cos(theta) * mag);
+            sn[(size_t)t * half + i] = (float)(sin(theta) * mag);
+        }
+    }
+}
+
 void kipp_rope_describe(const kipp_model_info *hp, char *buf, size_t len) {
     switch (hp->rope_scaling) {
     case KIPP_ROPE_SCALING_LINEAR:

@@ -19,6 +19,12 @@ void kipp_rope_inv_freq(const kipp_model_info *hp, uint32_t D, double *out);
  * yarn_attn_factor * (0.1 ln(factor) + 1) (HF's attention_factor; 1 for factor <= 1). */
 double kipp_rope_attn_factor(const kipp_model_info *hp);
 
+/* The host rope tables of the cpu, cuda and vulkan backends for n positions (pos NULL: 0..n-1):
+ * cs[t*half + i] = cos(pos[t] * inv_freq[i]) * mag and sn likewise with sin, computed in
+ * double and rounded once (cpu-ref's rope_angles computes the same values itself). */
+void kipp_rope_tables(const double *inv_freq, double mag, uint32_t half, const uint32_t *pos,
+                      uint32_t n, float *cs, float *sn);
+
 /* Reads <arch>.rope.scaling.* from the file's keys into hp (defaults when absent) and
  * checks them; a scaling type other than none/linear/yarn is refused by name. */
 struct kipp_gguf;

@@ -1060,15 +1060,7 @@ static void embed_rows(kipp_cpu_fwd *f, const int32_t *tokens, uint32_t n) {
 }
 
 static void rope_tables(kipp_cpu_fwd *f, const uint32_t *positions, uint32_t n) {
-    const uint32_t half = f->D / 2;
-    for (uint32_t t = 0; t < n; t++) {
-        const double pos = positions ? positions[t] : t;
-        for (uint32_t i = 0; i < half; i++) {
-            const double theta = pos * f->inv_freq[i];
-            f->rcos[(size_t)t * half + i] = (float)(cos(theta) * f->rope_mag);
-            f->rsin[(size_t)t * half + i] = (float)(sin(theta) * f->rope_mag);
-        }
-    }
+    kipp_rope_tables(f->inv_freq, f->rope_mag, f->D / 2, positions, n, f->rcos, f->rsin);
 }
 
 /* ---- the operations (ops.h) over the pass's rows ----------------------------------------------- */

@@ -623,17 +623,10 @@ static kipp_status ensure_stage(kipp_cuda_fwd *f, size_t bytes, char *err, size_
     return KIPP_OK;
 }
 
-/* RoPE tables for n positions, in double and rounded once, as cpu/forward.c's rope_tables
- * (and cpu-ref's rope_angles) compute them: theta = pos * inv_freq (model/rope.c), cos and sin times rope_mag. */
+/* RoPE tables for n positions: model/rope.c's, as the cpu and vulkan backends build them. */
 static void fill_rope(const kipp_cuda_fwd *f, float *cs, float *sn, const uint32_t *pos,
                       uint32_t n) {
-    const uint32_t half = f->D / 2;
-    for (uint32_t t = 0; t < n; t++)
-        for (uint32_t i = 0; i < half; i++) {
-            const double theta = (double)pos[t] * f->inv_freq[i];
-            cs[(size_t)t * half + i] = (float)(cos(theta) * f->rope_mag);
-            sn[(size_t)t * half + i] = (float)(sin(theta) * f->rope_mag);
-        }
+    kipp_rope_tables(f->inv_freq, f->rope_mag, f->D / 2, pos, n, cs, sn);
 }
 
 #define RUN(call)                                                                              \

@@ -672,12 +672,7 @@ static kipp_status run_chunk(kipp_vk_fwd *f, const chunk_t *c, const uint32_t *t
         kipp_dequantize_row(m->tok_embd->type,
                             (const unsigned char *)m->tok_embd->data + (uint64_t)c->ids[t] * rb,
                             f->emb + (size_t)t * H, H);
-    for (uint32_t t = 0; t < n; t++)
-        for (uint32_t i = 0; i < half; i++) {
-            const double theta = (double)c->pos[t] * f->inv_freq[i];
-            f->cs[(size_t)t * half + i] = (float)(cos(theta) * f->rope_mag);
-            f->cs[(size_t)n * half + (size_t)t * half + i] = (float)(sin(theta) * f->rope_mag);
-        }
+    kipp_rope_tables(f->inv_freq, f->rope_mag, half, c->pos, n, f->cs, f->cs + (size_t)n * half);
     int rc = kipp_vk_begin(vk);
     if (!rc) rc = kipp_vk_rec_write(vk, kipp_vk_all(&f->x), f->emb, (uint64_t)n * H * 4);
     if (!rc) rc = kipp_vk_rec_write(vk, META(f, f->ml.seq, n * 4), f->seq, (uint64_t)n * 4);
